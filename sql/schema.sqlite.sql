@@ -1,0 +1,81 @@
+-- schema.sqlite.sql -- the flash-sale tables on SQLite (built into the binary).
+--
+-- The course's four tables (hm-dianping, db `hmdp`), kept column for column, plus what the
+-- course lacks: UNIQUE (user_id, voucher_id) on orders, so one-order-per-user holds in
+-- the database and a replayed stream entry changes nothing.
+--
+-- store_open() runs this whole file in one transaction when PRAGMA user_version is below
+-- the version this file sets at its end, so it must stay idempotent (IF NOT EXISTS, guarded
+-- inserts). A future change adds statements that bring version N to N+1 and raises the
+-- number below together with SQLITE_SCHEMA_VERSION in src/store_sqlite.c.
+--
+-- Times are TEXT 'YYYY-MM-DD HH:MM:SS' in the server's local time zone (what SQLite's
+-- datetime(..., 'localtime') writes, and what MySQL's timestamp shows); store.h speaks
+-- epoch seconds and src/store_sqlite.c converts. Money is in cents (INTEGER).
+
+CREATE TABLE IF NOT EXISTS tb_user (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    phone       TEXT    NOT NULL,
+    password    TEXT    DEFAULT '',
+    nick_name   TEXT    DEFAULT '',
+    icon        TEXT    DEFAULT '',
+    create_time TEXT    NOT NULL DEFAULT (datetime('now', 'localtime')),
+    update_time TEXT    NOT NULL DEFAULT (datetime('now', 'localtime')),
+    CONSTRAINT uniqe_key_phone UNIQUE (phone)
+);
+
+CREATE TABLE IF NOT EXISTS tb_voucher (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    shop_id      INTEGER,
+    title        TEXT    NOT NULL,
+    sub_title    TEXT,
+    rules        TEXT,
+    pay_value    INTEGER NOT NULL,            -- cents
+    actual_value INTEGER NOT NULL,            -- cents
+    type         INTEGER NOT NULL DEFAULT 0,  -- 0 normal, 1 flash sale
+    status       INTEGER NOT NULL DEFAULT 1,  -- 1 on shelf, 2 off shelf, 3 expired
+    create_time  TEXT    NOT NULL DEFAULT (datetime('now', 'localtime')),
+    update_time  TEXT    NOT NULL DEFAULT (datetime('now', 'localtime'))
+);
+CREATE INDEX IF NOT EXISTS idx_voucher_shop ON tb_voucher (shop_id, status);
+
+-- One row per flash-sale voucher (1:1 with tb_voucher). stock is what SQL has not yet
+-- sold: the order writer lowers it by the orders it inserts, in the same transaction.
+CREATE TABLE IF NOT EXISTS tb_seckill_voucher (
+    voucher_id  INTEGER PRIMARY KEY,
+    stock       INTEGER NOT NULL,
+    create_time TEXT    NOT NULL DEFAULT (datetime('now', 'localtime')),
+    begin_time  TEXT    NOT NULL DEFAULT (datetime('now', 'localtime')),
+    end_time    TEXT    NOT NULL DEFAULT (datetime('now', 'localtime')),
+    update_time TEXT    NOT NULL DEFAULT (datetime('now', 'localtime'))
+);
+
+-- id comes from the order-id generator (orderid.h), never from SQLite: INTEGER PRIMARY
+-- KEY without AUTOINCREMENT is the rowid itself, so lookups by id cost one b-tree search.
+CREATE TABLE IF NOT EXISTS tb_voucher_order (
+    id          INTEGER PRIMARY KEY,
+    user_id     INTEGER NOT NULL,
+    voucher_id  INTEGER NOT NULL,
+    pay_type    INTEGER NOT NULL DEFAULT 1,   -- 1 balance, 2 Alipay, 3 WeChat
+    status      INTEGER NOT NULL DEFAULT 1,   -- 1 unpaid 2 paid 3 used 4 cancelled 5 refunding 6 refunded
+    create_time TEXT    NOT NULL DEFAULT (datetime('now', 'localtime')),
+    pay_time    TEXT,
+    use_time    TEXT,
+    refund_time TEXT,
+    update_time TEXT    NOT NULL DEFAULT (datetime('now', 'localtime')),
+    CONSTRAINT uniq_order_user_voucher UNIQUE (user_id, voucher_id)
+);
+-- The unique index above is ordered by user_id first, so it also serves "orders of a
+-- user". This one serves per-voucher counts (audit, store_voucher_counts); its keys grow
+-- with the order id, so inserts append at its right edge.
+CREATE INDEX IF NOT EXISTS idx_order_voucher ON tb_voucher_order (voucher_id);
+
+-- The course's AUTO_INCREMENT starting points: the first self-registered user is 1010,
+-- the first voucher 10. sqlite_sequence exists once an AUTOINCREMENT table does; SQLite
+-- takes the larger of this and the largest id present, so this never lowers anything.
+INSERT INTO sqlite_sequence (name, seq)
+    SELECT 'tb_user', 1009 WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'tb_user');
+INSERT INTO sqlite_sequence (name, seq)
+    SELECT 'tb_voucher', 9 WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'tb_voucher');
+
+PRAGMA user_version = 1;

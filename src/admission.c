@@ -1,0 +1,391 @@
+/* admission.c -- one flash-sale decision: a verdict cache, then one EVALSHA of admit.lua.
+ *
+ * Verdict cache: per worker, a small set-associative table voucher id -> (verdict, until).
+ * Only verdicts that are the same for every user are kept (sold out, ended, not started,
+ * no such voucher), for soldout_cache_ms. When an entry expires the next request asks
+ * Redis again, so at most one request per worker per interval learns a changed state
+ * (stock put back, a voucher published later). admission_publish() on this worker drops
+ * the voucher's entry at once.
+ *
+ * Contexts of requests waiting for Redis come from a per-worker free list, so the hot
+ * path does not call malloc once the list has warmed up. The cache is reference-counted
+ * by those contexts: adm_cache_free() may run while commands are still pending (their
+ * callbacks come later with a NULL reply) and the memory goes with the last of them. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hiredis/hiredis.h>
+
+#include "admission.h"
+#include "app.h"
+#include "clock.h"
+#include "http.h"
+#include "keys.h"
+#include "log.h"
+#include "orderid.h"
+#include "rds.h"
+#include "worker.h"
+
+#define VERDICT_SLOTS 1024u
+#define VERDICT_WAYS 4u
+#define CTX_FREE_MAX 4096
+
+typedef struct verdict {
+    int64_t voucher_id;         /* 0 = unused */
+    int code;
+    uint64_t until_ms;          /* clock_mono_ms() */
+} verdict_t;
+
+typedef struct adm_ctx {
+    struct adm_cache *ac;
+    struct adm_ctx *next;       /* free list link */
+    http_req_t *r;
+    admission_cb cb;
+    int64_t voucher_id;
+    int64_t order_id;
+} adm_ctx_t;
+
+struct adm_cache {
+    verdict_t v[VERDICT_SLOTS];
+    uint64_t ttl_ms;            /* cfg.soldout_cache_ms */
+    adm_ctx_t *free_ctx;
+    int nfree;
+    int outstanding;            /* contexts handed out and not yet returned */
+    int dead;                   /* adm_cache_free() ran; free with the last context */
+    uint64_t last_err_log_ms;
+};
+
+/* ------------------------------------------------------------ messages */
+
+const char *admission_msg(int code)
+{
+    switch (code) {
+    case ADMIT_SOLD_OUT: return "库存不足";
+    case ADMIT_DUPLICATE: return "不能重复下单";
+    case ADMIT_NOT_STARTED: return "秒杀尚未开始！";
+    case ADMIT_ENDED: return "秒杀已经结束！";
+    case ADMIT_NO_VOUCHER: return "优惠券不存在";
+    case ADMIT_UNAVAILABLE: return "服务器异常";
+    default: return NULL;
+    }
+}
+
+const char *admission_code(int code)
+{
+    switch (code) {
+    case ADMIT_SOLD_OUT: return "SOLD_OUT";
+    case ADMIT_DUPLICATE: return "DUPLICATE";
+    case ADMIT_NOT_STARTED: return "NOT_STARTED";
+    case ADMIT_ENDED: return "ENDED";
+    case ADMIT_NO_VOUCHER: return "NO_VOUCHER";
+    case ADMIT_UNAVAILABLE: return "UNAVAILABLE";
+    default: return NULL;
+    }
+}
+
+outcome_t admission_outcome(int code)
+{
+    switch (code) {
+    case ADMIT_OK: return OUT_OK;
+    case ADMIT_SOLD_OUT: return OUT_SOLD_OUT;
+    case ADMIT_DUPLICATE: return OUT_DUPLICATE;
+    case ADMIT_NOT_STARTED: return OUT_NOT_STARTED;
+    case ADMIT_ENDED: return OUT_ENDED;
+    case ADMIT_NO_VOUCHER: return OUT_NO_VOUCHER;
+    case ADMIT_UNAVAILABLE: return OUT_UNAVAILABLE;
+    default: return OUT_OTHER;
+    }
+}
+
+/* ------------------------------------------------------------ verdict cache */
+
+static int cacheable(int code)
+{
+    return code == ADMIT_SOLD_OUT || code == ADMIT_ENDED || code == ADMIT_NOT_STARTED ||
+           code == ADMIT_NO_VOUCHER;
+}
+
+static verdict_t *verdict_set(struct adm_cache *ac, int64_t voucher_id)
+{
+    uint64_t h = (uint64_t)voucher_id * UINT64_C(0x9e3779b97f4a7c15);
+    h ^= h >> 29;
+    return &ac->v[(h & (VERDICT_SLOTS - 1)) & ~(uint64_t)(VERDICT_WAYS - 1)];
+}
+
+static const verdict_t *verdict_get(struct adm_cache *ac, int64_t voucher_id, uint64_t now)
+{
+    verdict_t *set = verdict_set(ac, voucher_id);
+    for (unsigned i = 0; i < VERDICT_WAYS; i++) {
+        if (set[i].voucher_id == voucher_id) {
+            return now < set[i].until_ms ? &set[i] : NULL;
+        }
+    }
+    return NULL;
+}
+
+static void verdict_put(struct adm_cache *ac, int64_t voucher_id, int code, uint64_t until)
+{
+    verdict_t *set = verdict_set(ac, voucher_id);
+    verdict_t *pick = &set[0];
+    for (unsigned i = 0; i < VERDICT_WAYS; i++) {
+        if (set[i].voucher_id == voucher_id) {
+            pick = &set[i];
+            break;
+        }
+        if (set[i].until_ms < pick->until_ms) {
+            pick = &set[i];   /* the one expiring first (unused slots have 0) */
+        }
+    }
+    pick->voucher_id = voucher_id;
+    pick->code = code;
+    pick->until_ms = until;
+}
+
+static void verdict_drop(struct adm_cache *ac, int64_t voucher_id)
+{
+    verdict_t *set = verdict_set(ac, voucher_id);
+    for (unsigned i = 0; i < VERDICT_WAYS; i++) {
+        if (set[i].voucher_id == voucher_id) {
+            set[i].voucher_id = 0;
+            set[i].until_ms = 0;
+        }
+    }
+}
+
+/* ------------------------------------------------------------ contexts */
+
+static adm_ctx_t *ctx_get(struct adm_cache *ac)
+{
+    adm_ctx_t *c = ac->free_ctx;
+    if (c != NULL) {
+        ac->free_ctx = c->next;
+        ac->nfree--;
+    } else {
+        c = malloc(sizeof(*c));
+        if (c == NULL) {
+            return NULL;
+        }
+    }
+    c->ac = ac;
+    ac->outstanding++;
+    return c;
+}
+
+static void cache_destroy(struct adm_cache *ac)
+{
+    while (ac->free_ctx != NULL) {
+        adm_ctx_t *c = ac->free_ctx;
+        ac->free_ctx = c->next;
+        free(c);
+    }
+    free(ac);
+}
+
+static void ctx_put(adm_ctx_t *c)
+{
+    struct adm_cache *ac = c->ac;
+    ac->outstanding--;
+    if (ac->dead || ac->nfree >= CTX_FREE_MAX) {
+        free(c);
+        if (ac->dead && ac->outstanding == 0) {
+            cache_destroy(ac);
+        }
+        return;
+    }
+    c->next = ac->free_ctx;
+    ac->free_ctx = c;
+    ac->nfree++;
+}
+
+/* ------------------------------------------------------------ admission */
+
+static void on_admit(struct redisReply *rep, void *priv)
+{
+    adm_ctx_t *c = priv;
+    struct adm_cache *ac = c->ac;
+    http_req_t *r = c->r;
+    admission_cb cb = c->cb;
+    int64_t order_id = c->order_id;
+    int code = ADMIT_UNAVAILABLE;
+
+    if (rep != NULL && rep->type == REDIS_REPLY_INTEGER && rep->integer >= ADMIT_OK &&
+        rep->integer <= ADMIT_NO_VOUCHER) {
+        code = (int)rep->integer;
+        if (cacheable(code) && !ac->dead && ac->ttl_ms > 0) {
+            verdict_put(ac, c->voucher_id, code, clock_mono_ms() + ac->ttl_ms);
+        }
+    } else if (rep != NULL && !ac->dead) {
+        /* An error reply (script bug, OOM, READONLY replica...) or a shape we do not
+         * know: worth a log line, but not one per request. */
+        uint64_t now = clock_mono_ms();
+        if (now - ac->last_err_log_ms >= 1000) {
+            ac->last_err_log_ms = now;
+            if (rep->type == REDIS_REPLY_ERROR) {
+                log_error("admission: redis error: %.*s", (int)(rep->len > 200 ? 200 : rep->len),
+                          rep->str);
+            } else {
+                log_error("admission: unexpected reply type %d from admit.lua", rep->type);
+            }
+        }
+    }
+    ctx_put(c);
+    cb(r, code, code == ADMIT_OK ? order_id : 0);
+}
+
+void admission_try(struct http_req *r, int64_t voucher_id, int64_t user_id, admission_cb cb)
+{
+    worker_t *w = r->w;
+    struct adm_cache *ac = w->adm;
+    if (ac != NULL && ac->ttl_ms > 0) {
+        const verdict_t *v = verdict_get(ac, voucher_id, clock_mono_ms());
+        if (v != NULL) {
+            metric_inc(&w->m->soldout_local);
+            cb(r, v->code, 0);
+            return;
+        }
+    }
+    adm_ctx_t *c = ac != NULL ? ctx_get(ac) : NULL;
+    char kv[64], kb[64], ks[64], uid[24], oid[24], vid[24];
+    int lv = key_voucher(kv, sizeof(kv), voucher_id);
+    int lb = key_buyers(kb, sizeof(kb), voucher_id);
+    int ls = key_stream(ks, sizeof(ks), voucher_id);
+    if (c == NULL || lv < 0 || lb < 0 || ls < 0) {
+        if (c != NULL) {
+            ctx_put(c);
+        }
+        cb(r, ADMIT_UNAVAILABLE, 0);
+        return;
+    }
+    int64_t order_id = orderid_next(clock_wall_s());
+    c->r = r;
+    c->cb = cb;
+    c->voucher_id = voucher_id;
+    c->order_id = order_id;
+    int lu = snprintf(uid, sizeof(uid), "%lld", (long long)user_id);
+    int lo = snprintf(oid, sizeof(oid), "%lld", (long long)order_id);
+    int li = snprintf(vid, sizeof(vid), "%lld", (long long)voucher_id);
+    const char *argv[6] = { kv, kb, ks, uid, oid, vid };
+    size_t lens[6] = { (size_t)lv, (size_t)lb, (size_t)ls, (size_t)lu, (size_t)lo, (size_t)li };
+    rds_evalsha(w->rds, SCRIPT_ADMIT, on_admit, c, 3, 6, argv, lens);
+}
+
+/* ------------------------------------------------------------ publishing */
+
+typedef struct pub {
+    http_req_t *r;
+    void (*done)(http_req_t *r, int ok);
+    int left;
+    int ok;
+    int64_t voucher_id;
+} pub_t;
+
+static void pub_step(pub_t *p, int ok, const char *what, const redisReply *rep)
+{
+    if (!ok) {
+        p->ok = 0;
+        if (rep != NULL && rep->type == REDIS_REPLY_ERROR) {
+            log_error("publish voucher %lld: %s failed: %.*s", (long long)p->voucher_id, what,
+                      (int)(rep->len > 200 ? 200 : rep->len), rep->str);
+        } else {
+            log_error("publish voucher %lld: %s failed: %s", (long long)p->voucher_id, what,
+                      rep == NULL ? "redis unavailable" : "unexpected reply");
+        }
+    }
+    if (--p->left > 0) {
+        return;
+    }
+    http_req_t *r = p->r;
+    void (*done)(http_req_t *, int) = p->done;
+    int all_ok = p->ok;
+    free(p);
+    done(r, all_ok);
+}
+
+static void on_xgroup(struct redisReply *rep, void *priv)
+{
+    int ok = rep != NULL &&
+             ((rep->type == REDIS_REPLY_STATUS) ||
+              (rep->type == REDIS_REPLY_ERROR && rep->len >= 9 &&
+               memcmp(rep->str, "BUSYGROUP", 9) == 0));
+    pub_step(priv, ok, "XGROUP CREATE", rep);
+}
+
+static void on_sadd(struct redisReply *rep, void *priv)
+{
+    pub_step(priv, rep != NULL && rep->type == REDIS_REPLY_INTEGER, "SADD", rep);
+}
+
+static void on_hset(struct redisReply *rep, void *priv)
+{
+    pub_step(priv, rep != NULL && rep->type == REDIS_REPLY_INTEGER, "HSET", rep);
+}
+
+/* The order matters: the stream and its group exist and the writers know the stream
+ * before the voucher hash makes it sellable, so no admitted order can land in a stream
+ * nobody reads. The three go out pipelined; done runs after the last reply. */
+void admission_publish(struct http_req *r, int64_t voucher_id, int64_t stock, int64_t begin,
+                       int64_t end, void (*done)(struct http_req *r, int ok))
+{
+    worker_t *w = r->w;
+    char kv[64], ks[64], vid[24], sst[24], sbe[24], sen[24];
+    int lv = key_voucher(kv, sizeof(kv), voucher_id);
+    int ls = key_stream(ks, sizeof(ks), voucher_id);
+    pub_t *p = malloc(sizeof(*p));
+    if (p == NULL || lv < 0 || ls < 0) {
+        free(p);
+        done(r, 0);
+        return;
+    }
+    if (w->adm != NULL) {
+        verdict_drop(w->adm, voucher_id);
+    }
+    p->r = r;
+    p->done = done;
+    p->left = 3;
+    p->ok = 1;
+    p->voucher_id = voucher_id;
+    int li = snprintf(vid, sizeof(vid), "%lld", (long long)voucher_id);
+    int l1 = snprintf(sst, sizeof(sst), "%lld", (long long)stock);
+    int l2 = snprintf(sbe, sizeof(sbe), "%lld", (long long)begin);
+    int l3 = snprintf(sen, sizeof(sen), "%lld", (long long)end);
+
+    const char *xg[6] = { "XGROUP", "CREATE", ks, KEY_GROUP, "0", "MKSTREAM" };
+    size_t xgl[6] = { 6, 6, (size_t)ls, strlen(KEY_GROUP), 1, 8 };
+    const char *sa[3] = { "SADD", KEY_STREAMS, vid };
+    size_t sal[3] = { 4, strlen(KEY_STREAMS), (size_t)li };
+    const char *hs[8] = { "HSET", kv, "stock", sst, "begin", sbe, "end", sen };
+    size_t hsl[8] = { 4, (size_t)lv, 5, (size_t)l1, 5, (size_t)l2, 3, (size_t)l3 };
+
+    /* p lives until the third reply, which cannot come before the third send. */
+    rds_command(w->rds, on_xgroup, p, 6, xg, xgl);
+    rds_command(w->rds, on_sadd, p, 3, sa, sal);
+    rds_command(w->rds, on_hset, p, 8, hs, hsl);
+}
+
+/* ------------------------------------------------------------ lifetime */
+
+int adm_cache_init(struct worker *w)
+{
+    struct adm_cache *ac = calloc(1, sizeof(*ac));
+    if (ac == NULL) {
+        return -1;
+    }
+    int ms = w->app->cfg.soldout_cache_ms;
+    ac->ttl_ms = ms > 0 ? (uint64_t)ms : 0;
+    w->adm = ac;
+    return 0;
+}
+
+void adm_cache_free(struct worker *w)
+{
+    struct adm_cache *ac = w->adm;
+    if (ac == NULL) {
+        return;
+    }
+    w->adm = NULL;
+    ac->dead = 1;
+    if (ac->outstanding == 0) {
+        cache_destroy(ac);
+    }
+}

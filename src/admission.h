@@ -1,0 +1,43 @@
+/* admission.h -- the flash-sale decision for one request (stream mode).
+ *
+ * Runs scripts/admit.lua once (EVALSHA) with a fresh order id. Before asking Redis it
+ * consults a per-worker verdict cache: a voucher Redis called sold out, ended, not started
+ * or unknown is answered from memory for soldout_cache_ms (default 500 ms). The cache entry
+ * simply expires -- the way back if stock returns: at most one request per worker per
+ * interval goes to Redis and learns the new state. Never touches SQL. */
+#ifndef SECKILL_ADMISSION_H
+#define SECKILL_ADMISSION_H
+
+#include <stdint.h>
+#include "metrics.h"
+
+struct worker;
+struct http_req;
+
+/* Result codes of admit.lua (kept equal to its return values). */
+enum {
+    ADMIT_OK = 0, ADMIT_SOLD_OUT = 1, ADMIT_DUPLICATE = 2, ADMIT_NOT_STARTED = 3,
+    ADMIT_ENDED = 4, ADMIT_NO_VOUCHER = 5,
+    ADMIT_UNAVAILABLE = -1   /* Redis down, late or answered an error */
+};
+
+/* cb runs exactly once on the worker's thread; order_id is valid when code == ADMIT_OK.
+ * May run before admission_try returns (cache hit, Redis down): call it last. */
+typedef void (*admission_cb)(struct http_req *r, int code, int64_t order_id);
+
+void admission_try(struct http_req *r, int64_t voucher_id, int64_t user_id, admission_cb cb);
+
+/* Makes a voucher sellable in Redis: HSET stock/begin/end, registers its stream in
+ * seckill:streams and creates the consumer group (MKSTREAM; BUSYGROUP ignored). done(r, ok). */
+void admission_publish(struct http_req *r, int64_t voucher_id, int64_t stock, int64_t begin,
+                       int64_t end, void (*done)(struct http_req *r, int ok));
+
+int adm_cache_init(struct worker *w);
+void adm_cache_free(struct worker *w);
+
+/* The message and machine code for a result (e.g. "库存不足", "SOLD_OUT"); NULL for OK. */
+const char *admission_msg(int code);
+const char *admission_code(int code);
+outcome_t admission_outcome(int code);
+
+#endif

@@ -1,0 +1,380 @@
+/* api.c -- the router: method + path -> handler, login gate, and the Result envelope.
+ *
+ * Routes are one declarative table. A pattern is a literal path with at most one "{id}"
+ * segment (a positive 64-bit decimal, see api_parse_id). Matching is exact: no trailing
+ * slash, no percent-decoding (ids are digits, so an encoded id is simply invalid).
+ *
+ * For a login route the router resolves the token first (auth_resolve): no/unknown token
+ * -> 401 with an empty body, Redis down -> 503; only then is the id parsed (the course's
+ * interceptor also runs before path binding) and the handler called, with the user
+ * available through api_user() for the synchronous part of the handler. On a public route
+ * a valid-looking token only gets its TTL refreshed in the background (auth_touch), so
+ * public endpoints never wait for the token lookup.
+ *
+ * Envelope: {"success":..,"errorMsg":..,"data":..,"total":..,"code":..} with absent
+ * members omitted, written without allocation for small replies (the sold-out answer
+ * is on the hot path). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+#include "app.h"
+#include "auth.h"
+#include "clock.h"
+#include "metrics.h"
+#include "worker.h"
+
+typedef void (*route_fn)(http_req_t *r, int64_t id);
+
+enum {
+    RF_LOGIN = 1,     /* needs a valid token (hmdp-spec section 3) */
+    RF_ID = 2,        /* pattern has an {id} segment */
+    RF_SECKILL = 4,   /* counts in the flash-sale metrics even when refused here */
+    RF_NO_TOUCH = 8   /* public route that does not refresh token TTLs (ops) */
+};
+
+typedef struct route {
+    int method;
+    const char *pattern;    /* literal, or prefix "{id}" suffix */
+    int flags;
+    route_fn fn;
+} route_t;
+
+/* Adapters to the uniform (r, id) signature. */
+static void r_user_code(http_req_t *r, int64_t id) { (void)id; api_user_code(r); }
+static void r_user_login(http_req_t *r, int64_t id) { (void)id; api_user_login(r); }
+static void r_user_me(http_req_t *r, int64_t id) { (void)id; api_user_me(r); }
+static void r_user_logout(http_req_t *r, int64_t id) { (void)id; api_user_logout(r); }
+static void r_voucher(http_req_t *r, int64_t id) { (void)id; api_voucher_create(r, 0); }
+static void r_voucher_sk(http_req_t *r, int64_t id) { (void)id; api_voucher_create(r, 1); }
+static void r_voucher_list(http_req_t *r, int64_t id) { api_voucher_list(r, id); }
+static void r_order_seckill(http_req_t *r, int64_t id) { api_order_seckill(r, id); }
+static void r_order_of_me(http_req_t *r, int64_t id) { (void)id; api_order_of_me(r); }
+static void r_order_get(http_req_t *r, int64_t id) { api_order_get(r, id); }
+static void r_health(http_req_t *r, int64_t id) { (void)id; api_health(r); }
+static void r_metrics(http_req_t *r, int64_t id) { (void)id; api_metrics(r); }
+
+/* First match wins: literal routes come before the {id} route they would also match
+ * ("/voucher-order/of/me" before "/voucher-order/{id}"). */
+static const route_t routes[] = {
+    { HM_POST, "/voucher-order/seckill/{id}", RF_LOGIN | RF_ID | RF_SECKILL, r_order_seckill },
+    { HM_GET,  "/voucher-order/of/me",        RF_LOGIN,                      r_order_of_me },
+    { HM_GET,  "/voucher-order/{id}",         RF_LOGIN | RF_ID,              r_order_get },
+    { HM_POST, "/user/code",                  0,                             r_user_code },
+    { HM_POST, "/user/login",                 0,                             r_user_login },
+    { HM_GET,  "/user/me",                    RF_LOGIN,                      r_user_me },
+    { HM_POST, "/user/logout",                RF_LOGIN,                      r_user_logout },
+    { HM_POST, "/voucher",                    0,                             r_voucher },
+    { HM_POST, "/voucher/seckill",            0,                             r_voucher_sk },
+    { HM_GET,  "/voucher/list/{id}",          RF_ID,                         r_voucher_list },
+    { HM_GET,  "/health",                     RF_NO_TOUCH,                   r_health },
+    { HM_GET,  "/metrics",                    RF_NO_TOUCH,                   r_metrics },
+};
+#define NROUTES (sizeof(routes) / sizeof(routes[0]))
+
+/* The user of the login route whose handler is running on this thread (api_user). */
+static __thread const http_req_t *cur_req;
+static __thread const auth_user_t *cur_user;
+
+/* ---------------------------------------------------------------- matching */
+
+/* Matches path against pattern. On a match returns 1 and, for an {id} pattern, sets
+ * seg and seglen to the id segment (unparsed, non-empty, without '/'). */
+static int route_match(const char *pattern, const char *path, size_t len, const char **seg,
+                       size_t *seglen)
+{
+    const char *brace = strstr(pattern, "{id}");
+    if (brace == NULL) {
+        return strlen(pattern) == len && memcmp(pattern, path, len) == 0;
+    }
+    size_t pre = (size_t)(brace - pattern);
+    const char *suffix = brace + 4;
+    size_t suf = strlen(suffix);
+    if (len < pre + 1 + suf || memcmp(pattern, path, pre) != 0 ||
+        memcmp(path + len - suf, suffix, suf) != 0) {
+        return 0;
+    }
+    const char *s = path + pre;
+    size_t n = len - pre - suf;
+    if (memchr(s, '/', n) != NULL) {
+        return 0;
+    }
+    *seg = s;
+    *seglen = n;
+    return 1;
+}
+
+/* Finds the route: *found is the matching route, or NULL; *path_known says whether some
+ * route (of any method) has this path, which turns a miss into 405 rather than 404. */
+static const route_t *route_find(const http_req_t *r, int *path_known)
+{
+    const char *seg;
+    size_t seglen;
+    *path_known = 0;
+    for (size_t i = 0; i < NROUTES; i++) {
+        if (!route_match(routes[i].pattern, r->path, r->path_len, &seg, &seglen)) {
+            continue;
+        }
+        /* HEAD is GET without the body (http.c drops it). */
+        if (routes[i].method == r->method ||
+            (r->method == HM_HEAD && routes[i].method == HM_GET)) {
+            return &routes[i];
+        }
+        *path_known = 1;
+    }
+    return NULL;
+}
+
+/* -------------------------------------------------------------- the envelope */
+
+/* Escaped length of z as JSON string content (without quotes). */
+static size_t json_esc_len(const char *z)
+{
+    size_t n = 0;
+    for (const unsigned char *p = (const unsigned char *)z; *p; p++) {
+        if (*p == '"' || *p == '\\') {
+            n += 2;
+        } else if (*p < 0x20) {
+            n += 6;
+        } else {
+            n += 1;
+        }
+    }
+    return n;
+}
+
+static char *json_esc(char *o, const char *z)
+{
+    static const char hex[] = "0123456789abcdef";
+    for (const unsigned char *p = (const unsigned char *)z; *p; p++) {
+        if (*p == '"' || *p == '\\') {
+            *o++ = '\\';
+            *o++ = (char)*p;
+        } else if (*p < 0x20) {
+            memcpy(o, "\\u00", 4);
+            o[4] = hex[*p >> 4];
+            o[5] = hex[*p & 15];
+            o += 6;
+        } else {
+            *o++ = (char)*p;
+        }
+    }
+    return o;
+}
+
+static char *put(char *o, const char *z)
+{
+    size_t n = strlen(z);
+    memcpy(o, z, n);
+    return o + n;
+}
+
+/* Writes the envelope and replies. msg, data and code may be NULL (member omitted). */
+static void envelope(http_req_t *r, int status, int success, const char *msg,
+                     const char *data, size_t dlen, const char *code)
+{
+    char stackbuf[1024];
+    size_t need = 32 + (msg ? json_esc_len(msg) + 16 : 0) + (data ? dlen + 12 : 0) +
+                  (code ? json_esc_len(code) + 12 : 0);
+    char *buf = need <= sizeof(stackbuf) ? stackbuf : malloc(need);
+    if (buf == NULL) {
+        http_reply(r, 500, NULL, "", 0);
+        return;
+    }
+    char *o = put(buf, success ? "{\"success\":true" : "{\"success\":false");
+    if (msg != NULL) {
+        o = put(o, ",\"errorMsg\":\"");
+        o = json_esc(o, msg);
+        *o++ = '"';
+    }
+    if (data != NULL) {
+        o = put(o, ",\"data\":");
+        memcpy(o, data, dlen);
+        o += dlen;
+    }
+    if (code != NULL) {
+        o = put(o, ",\"code\":\"");
+        o = json_esc(o, code);
+        *o++ = '"';
+    }
+    *o++ = '}';
+    size_t len = (size_t)(o - buf);
+    if (buf != stackbuf) {
+        /* http_reply copies the body, so the buffer can go right after; keep the call
+         * last in spirit: nothing below touches r. */
+        http_reply(r, status, NULL, buf, len);
+        free(buf);
+        return;
+    }
+    http_reply(r, status, NULL, buf, len);
+}
+
+void api_ok(http_req_t *r, const char *data_json, size_t len)
+{
+    envelope(r, 200, 1, NULL, data_json, len, NULL);
+}
+
+void api_fail(http_req_t *r, const char *msg, const char *code)
+{
+    envelope(r, 200, 0, msg, NULL, 0, code);
+}
+
+void api_error(http_req_t *r, int status, const char *msg, const char *code)
+{
+    envelope(r, status, 0, msg, NULL, 0, code);
+}
+
+void api_unauthorized(http_req_t *r)
+{
+    http_reply(r, 401, NULL, "", 0);
+}
+
+void api_unavailable(http_req_t *r, const char *what)
+{
+    envelope(r, 503, 0, what != NULL ? what : "服务器异常", NULL, 0, "UNAVAILABLE");
+}
+
+/* ------------------------------------------------------------------- parsing */
+
+int api_parse_id(const char *z, size_t n, int64_t *out)
+{
+    if (z == NULL || n == 0) {
+        return -1;
+    }
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned d = (unsigned char)z[i] - '0';
+        if (d > 9) {
+            return -1;
+        }
+        if (v > (UINT64_C(0x7fffffffffffffff) - d) / 10) {
+            return -1;
+        }
+        v = v * 10 + d;
+    }
+    if (v == 0) {
+        return -1;
+    }
+    *out = (int64_t)v;
+    return 0;
+}
+
+/* ^1([38][0-9]|4[579]|5[0-3,5-9]|6[6]|7[0135678]|9[89])\d{8}$, the comma in [0-3,5-9]
+ * being a literal character as in Java's regex. */
+int api_phone_valid(const char *z)
+{
+    if (z == NULL || strlen(z) != 11 || z[0] != '1') {
+        return 0;
+    }
+    char a = z[1], b = z[2];
+    int ok;
+    switch (a) {
+    case '3': case '8': ok = b >= '0' && b <= '9'; break;
+    case '4': ok = b == '5' || b == '7' || b == '9'; break;
+    case '5': ok = (b >= '0' && b <= '3') || b == ',' || (b >= '5' && b <= '9'); break;
+    case '6': ok = b == '6'; break;
+    case '7': ok = b != '\0' && strchr("0135678", b) != NULL; break;
+    case '9': ok = b == '8' || b == '9'; break;
+    default: ok = 0; break;
+    }
+    if (!ok) {
+        return 0;
+    }
+    for (int i = 3; i < 11; i++) {
+        if (z[i] < '0' || z[i] > '9') {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* -------------------------------------------------------------------- routing */
+
+const struct auth_user *api_user(const http_req_t *r)
+{
+    return r == cur_req ? cur_user : NULL;
+}
+
+/* Parses the route's id (if any) and runs the handler. u is the logged-in user or NULL. */
+static void route_run(http_req_t *r, const route_t *rt, const auth_user_t *u)
+{
+    int64_t id = 0;
+    if (rt->flags & RF_ID) {
+        const char *seg = NULL;
+        size_t seglen = 0;
+        if (!route_match(rt->pattern, r->path, r->path_len, &seg, &seglen) ||
+            api_parse_id(seg, seglen, &id) != 0) {
+            /* Echo at most 32 bytes of the segment, printable ASCII only: it is raw
+             * client input and the message must stay valid UTF-8 JSON. */
+            char msg[64] = "invalid id: ";
+            size_t m = strlen(msg);
+            for (size_t i = 0; seg != NULL && i < seglen && i < 32; i++) {
+                char ch = seg[i];
+                msg[m++] = ch >= 0x20 && ch < 0x7f ? ch : '?';
+            }
+            if (seglen > 32) {
+                memcpy(msg + m, "...", 3);
+                m += 3;
+            }
+            msg[m] = '\0';
+            if (rt->flags & RF_SECKILL) {
+                metrics_seckill_done(r->w->m, OUT_BAD_REQUEST, clock_mono_ns() - r->start_ns);
+            }
+            api_error(r, 400, msg, "BAD_REQUEST");
+            return;
+        }
+    }
+    /* Save and restore: a reply may let http.c start the next pipelined request, which
+     * can come back through here before this handler returns. */
+    const http_req_t *save_r = cur_req;
+    const auth_user_t *save_u = cur_user;
+    cur_req = r;
+    cur_user = u;
+    rt->fn(r, id);
+    cur_req = save_r;
+    cur_user = save_u;
+}
+
+static void on_auth(http_req_t *r, int status, const auth_user_t *u)
+{
+    const route_t *rt = r->ctx;
+    r->ctx = NULL;
+    if (status != 0) {
+        if (rt->flags & RF_SECKILL) {
+            metrics_seckill_done(r->w->m, status > 0 ? OUT_UNAUTHORIZED : OUT_UNAVAILABLE,
+                                 clock_mono_ns() - r->start_ns);
+        }
+        if (status > 0) {
+            api_unauthorized(r);
+        } else {
+            api_unavailable(r, "服务器异常");
+        }
+        return;
+    }
+    route_run(r, rt, u);
+}
+
+void api_dispatch(http_req_t *r)
+{
+    int path_known;
+    const route_t *rt = route_find(r, &path_known);
+    if (rt == NULL) {
+        if (path_known) {
+            api_error(r, 405, "Method Not Allowed", "METHOD_NOT_ALLOWED");
+        } else {
+            api_error(r, 404, "Not Found", "NOT_FOUND");
+        }
+        return;
+    }
+    if (rt->flags & RF_LOGIN) {
+        r->ctx = (void *)rt;
+        auth_resolve(r, on_auth);
+        return;
+    }
+    if (!(rt->flags & RF_NO_TOUCH) && r->authorization != NULL &&
+        auth_token_valid(r->authorization)) {
+        auth_touch(r->w, r->authorization);
+    }
+    route_run(r, rt, NULL);
+}

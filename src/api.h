@@ -1,0 +1,58 @@
+/* api.h -- the HTTP API: routing, and one handler file per resource.
+ *
+ *   api.c          routing table (method + path -> handler), /api prefix, reply helpers
+ *   api_user.c     /user/code, /user/login, /user/me, /user/logout
+ *   api_voucher.c  POST /voucher, POST /voucher/seckill, GET /voucher/list/{shopId}
+ *   api_order.c    POST /voucher-order/seckill/{id}, GET /voucher-order/{id}, /of/me
+ *   api_ops.c      /health, /metrics
+ *
+ * Handlers validate input, call core modules (auth, admission, jobs+store) and shape the
+ * course's Result envelope: {"success":bool,"errorMsg":..,"data":..,"total":..}, absent
+ * members omitted. Business failures are HTTP 200 + success:false; missing login is 401
+ * with an empty body; malformed input is 400 with success:false and a clear errorMsg; a
+ * dependency down is 503 with success:false. Handlers never talk to Redis or SQL directly.
+ * Every handler ends in exactly one http_reply(). */
+#ifndef SECKILL_API_H
+#define SECKILL_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "http.h"
+
+/* The http_handler_fn given to http_worker_init. */
+void api_dispatch(http_req_t *r);
+
+/* Reply helpers (api.c). data_json is a raw JSON value (e.g. "42", "\"abc\"", "[...]"). */
+void api_ok(http_req_t *r, const char *data_json, size_t len);   /* data_json NULL: no data */
+void api_fail(http_req_t *r, const char *msg, const char *code); /* 200, success:false */
+void api_error(http_req_t *r, int status, const char *msg, const char *code);
+void api_unauthorized(http_req_t *r);                            /* 401, empty body */
+void api_unavailable(http_req_t *r, const char *what);           /* 503, success:false */
+
+/* Parses a decimal id: 1..2^63-1, digits only, no sign, no leading '+', no spaces.
+ * Returns 0 or -1. */
+int api_parse_id(const char *z, size_t n, int64_t *out);
+
+/* Handlers; path parameters already parsed by the router. */
+void api_user_code(http_req_t *r);
+void api_user_login(http_req_t *r);
+void api_user_me(http_req_t *r);
+void api_user_logout(http_req_t *r);
+void api_voucher_create(http_req_t *r, int seckill);
+void api_voucher_list(http_req_t *r, int64_t shop_id);
+void api_order_seckill(http_req_t *r, int64_t voucher_id);
+void api_order_get(http_req_t *r, int64_t order_id);
+void api_order_of_me(http_req_t *r);
+void api_health(http_req_t *r);
+void api_metrics(http_req_t *r);
+
+/* The course's phone rule, RegexUtils.isPhoneInvalid inverted. */
+int api_phone_valid(const char *z);
+
+/* (added by api.c) The logged-in user of a login route, set by the router for the
+ * handler it calls: valid only while that handler runs synchronously (copy what you need
+ * before going asynchronous). NULL on public routes or outside a handler. */
+struct auth_user;
+const struct auth_user *api_user(const http_req_t *r);
+
+#endif

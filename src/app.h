@@ -1,0 +1,37 @@
+/* app.h -- process-wide state of `seckill serve`, shared read-mostly by all threads.
+ *
+ * Built once in server.c before any thread starts; freed after all have stopped. Fields
+ * that change while running are atomics and say so. */
+#ifndef SECKILL_APP_H
+#define SECKILL_APP_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include "config.h"
+
+struct worker;
+struct jobs;
+struct writer;
+struct metrics;
+struct redis_child;
+
+typedef struct app {
+    config_t cfg;                   /* read-only after start */
+    char redis_url[512];            /* effective Redis URL (the embedded child's socket, or cfg) */
+    char db_url[1024];              /* effective SQL URL */
+    char admin_token[128];          /* effective admin token ("" = admin endpoints refused) */
+    char name[128];                 /* effective instance name (stream consumer name) */
+    uint32_t instance_slot;         /* 0..1023, leased from Redis at start (orderid.h) */
+
+    int nworkers;
+    struct worker **workers;
+    struct jobs *jobs;              /* blocking SQL calls off the loops (jobs.h) */
+    struct writer *writer;          /* the order writer thread (writer.h) */
+    struct metrics *metrics;        /* process-wide counters (metrics.h) */
+    struct redis_child *child;      /* embedded redis-server, or NULL */
+
+    atomic_int sql_up;              /* last SQL call (writer or jobs) succeeded: 1/0 */
+    atomic_int stopping;            /* set once on SIGINT/SIGTERM */
+} app_t;
+
+#endif

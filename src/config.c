@@ -1,0 +1,330 @@
+/* config.c -- settings from defaults, a config file, SECKILL_* variables and flags.
+ *
+ * One table row per setting drives all four sources and the --help text, so a setting
+ * cannot exist as a flag but not as a file key. File syntax: `key = value` lines, `#`
+ * comments, keys spelled like the flags without the dashes (listen, redis, db, ...).
+ * Precedence: flag > environment > file > default. The file itself is named by
+ * --config or SECKILL_CONFIG. */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+
+typedef enum { T_STR, T_INT, T_SIZE, T_LISTEN, T_MODE, T_LEVEL, T_BOOL } ctype_t;
+
+typedef struct setting {
+    const char *name;      /* flag without "--", file key */
+    const char *env;       /* environment variable */
+    ctype_t type;
+    size_t off;            /* offsetof(config_t, field) */
+    size_t size;           /* for T_STR: buffer size */
+    const char *def;       /* default as text ("" = empty) */
+    long min, max;         /* for T_INT / T_SIZE */
+    const char *help;
+} setting_t;
+
+#define S(name, env, type, field, def, min, max, help) \
+    {name, env, type, offsetof(config_t, field), sizeof(((config_t *)0)->field), def, min, max, help}
+
+static const setting_t settings[] = {
+    S("listen", "SECKILL_LISTEN", T_LISTEN, listen_host, "127.0.0.1:8081", 0, 0,
+      "HOST:PORT to serve HTTP on (the course's port 8081)"),
+    S("threads", "SECKILL_THREADS", T_INT, threads, "0", 0, 256,
+      "worker threads (0 = number of cores)"),
+    S("redis", "SECKILL_REDIS", T_STR, redis_url, "", 0, 0,
+      "redis://[:password@]host:port[/db] or unix:PATH; empty = start a private redis-server"),
+    S("db", "SECKILL_DB", T_STR, db_url, "", 0, 0,
+      "sqlite:PATH (default sqlite:<data-dir>/seckill.db)"),
+    S("data-dir", "SECKILL_DATA_DIR", T_STR, data_dir, "./var", 0, 0,
+      "directory for the SQLite file and the private redis-server's data"),
+    S("mode", "SECKILL_MODE", T_MODE, mode, "stream", 0, 0,
+      "order mode: stream (default; queue and sync come with the lock chapter)"),
+    S("admin-token", "SECKILL_ADMIN_TOKEN", T_STR, admin_token, "", 0, 0,
+      "token for x-admin-token (voucher creation); generated on the embedded default"),
+    S("name", "SECKILL_NAME", T_STR, name, "", 0, 0,
+      "instance name = stream consumer name (default host:pid; \"local\" when embedded)"),
+    S("log-level", "SECKILL_LOG_LEVEL", T_LEVEL, log_level, "info", 0, 0,
+      "debug, info, warn or error"),
+    S("redis-server-bin", "SECKILL_REDIS_SERVER_BIN", T_STR, redis_server_bin, "redis-server", 0, 0,
+      "redis-server binary for the embedded default"),
+    S("appendfsync-always", "SECKILL_APPENDFSYNC_ALWAYS", T_BOOL, appendfsync_always, "0", 0, 1,
+      "embedded redis-server: fsync the AOF on every write (slower, loses nothing)"),
+    S("redis-timeout-ms", "SECKILL_REDIS_TIMEOUT_MS", T_INT, redis_timeout_ms, "1000", 10, 60000,
+      "deadline of every Redis command"),
+    S("sql-timeout-ms", "SECKILL_SQL_TIMEOUT_MS", T_INT, sql_timeout_ms, "2000", 10, 60000,
+      "deadline of every SQL call"),
+    S("token-ttl-s", "SECKILL_TOKEN_TTL_S", T_INT, token_ttl_s, "1800", 10, 100000000,
+      "login token sliding expiry"),
+    S("token-cache-ms", "SECKILL_TOKEN_CACHE_MS", T_INT, token_cache_ms, "1000", 0, 60000,
+      "how long a worker trusts a token it has looked up"),
+    S("soldout-cache-ms", "SECKILL_SOLDOUT_CACHE_MS", T_INT, soldout_cache_ms, "500", 0, 60000,
+      "how long a worker answers sold out / ended / not started from memory"),
+    S("writer-batch", "SECKILL_WRITER_BATCH", T_INT, writer_batch, "512", 1, 100000,
+      "orders per SQL transaction at most"),
+    S("writer-block-ms", "SECKILL_WRITER_BLOCK_MS", T_INT, writer_block_ms, "1000", 10, 60000,
+      "how long the writer waits for new orders per read"),
+    S("claim-idle-ms", "SECKILL_CLAIM_IDLE_MS", T_INT, claim_idle_ms, "30000", 100, 86400000,
+      "adopt stream entries left pending this long by a dead instance"),
+    S("max-conns", "SECKILL_MAX_CONNS", T_INT, max_conns, "10000", 1, 1000000,
+      "open connections per worker thread"),
+    S("idle-timeout-s", "SECKILL_IDLE_TIMEOUT_S", T_INT, idle_timeout_s, "60", 1, 86400,
+      "close keep-alive connections idle this long"),
+    S("header-timeout-s", "SECKILL_HEADER_TIMEOUT_S", T_INT, header_timeout_s, "10", 1, 3600,
+      "a started request must arrive completely within this time"),
+    S("max-header-bytes", "SECKILL_MAX_HEADER_BYTES", T_SIZE, max_header_bytes, "8192", 1024, 1048576,
+      "request line plus headers at most"),
+    S("max-body-bytes", "SECKILL_MAX_BODY_BYTES", T_SIZE, max_body_bytes, "65536", 1024, 67108864,
+      "request body at most"),
+};
+#define NSETTINGS (sizeof(settings) / sizeof(settings[0]))
+
+static const char *mode_names[] = {"stream", "queue", "sync"};
+
+const char *config_mode_name(order_mode_t m)
+{
+    return (unsigned)m < 3 ? mode_names[m] : "?";
+}
+
+static const setting_t *find_setting(const char *name, size_t n)
+{
+    for (size_t i = 0; i < NSETTINGS; i++)
+        if (strlen(settings[i].name) == n && memcmp(settings[i].name, name, n) == 0)
+            return &settings[i];
+    return NULL;
+}
+
+static int parse_long(const char *v, long *out)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end != '\0')
+        return -1;
+    *out = x;
+    return 0;
+}
+
+/* Applies one value to cfg. `from` names the source for the error message. */
+static int apply(config_t *cfg, const setting_t *s, const char *v, const char *from, char *err,
+                 size_t errlen)
+{
+    char *field = (char *)cfg + s->off;
+    long x;
+
+    switch (s->type) {
+    case T_STR:
+        if (strlen(v) >= s->size) {
+            snprintf(err, errlen, "%s: %s is too long (at most %zu bytes)", from, s->name, s->size - 1);
+            return -1;
+        }
+        memcpy(field, v, strlen(v) + 1);
+        return 0;
+    case T_INT:
+    case T_SIZE:
+    case T_BOOL:
+        if (s->type == T_BOOL && (strcmp(v, "true") == 0 || strcmp(v, "yes") == 0))
+            v = "1";
+        else if (s->type == T_BOOL && (strcmp(v, "false") == 0 || strcmp(v, "no") == 0))
+            v = "0";
+        if (parse_long(v, &x) < 0 || x < s->min || x > s->max) {
+            snprintf(err, errlen, "%s: %s must be a whole number from %ld to %ld, not \"%s\"", from,
+                     s->name, s->min, s->max, v);
+            return -1;
+        }
+        if (s->type == T_SIZE)
+            *(size_t *)field = (size_t)x;
+        else
+            *(int *)field = (int)x;
+        return 0;
+    case T_LISTEN: {
+        const char *colon = strrchr(v, ':');
+        size_t hl = colon ? (size_t)(colon - v) : 0;
+        if (!colon || hl == 0 || hl >= sizeof(cfg->listen_host) || parse_long(colon + 1, &x) < 0 ||
+            x < 1 || x > 65535) {
+            snprintf(err, errlen, "%s: listen must be HOST:PORT (e.g. 127.0.0.1:8081), not \"%s\"",
+                     from, v);
+            return -1;
+        }
+        /* [::1]:8081 -> ::1 */
+        if (v[0] == '[' && hl >= 2 && v[hl - 1] == ']') {
+            memcpy(cfg->listen_host, v + 1, hl - 2);
+            cfg->listen_host[hl - 2] = '\0';
+        } else {
+            memcpy(cfg->listen_host, v, hl);
+            cfg->listen_host[hl] = '\0';
+        }
+        cfg->listen_port = (int)x;
+        return 0;
+    }
+    case T_MODE:
+        for (int i = 0; i < 3; i++)
+            if (strcmp(v, mode_names[i]) == 0) {
+                cfg->mode = (order_mode_t)i;
+                return 0;
+            }
+        snprintf(err, errlen, "%s: mode must be stream, queue or sync, not \"%s\"", from, v);
+        return -1;
+    case T_LEVEL: {
+        static const char *levels[] = {"debug", "info", "warn", "error"};
+        for (int i = 0; i < 4; i++)
+            if (strcmp(v, levels[i]) == 0) {
+                cfg->log_level = i;
+                return 0;
+            }
+        snprintf(err, errlen, "%s: log-level must be debug, info, warn or error, not \"%s\"", from, v);
+        return -1;
+    }
+    }
+    return -1;
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1]))
+        *--e = '\0';
+    return s;
+}
+
+static int load_file(config_t *cfg, const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, errlen, "config file %s: %s", path, strerror(errno));
+        return -1;
+    }
+    char line[2048], from[600];
+    int lineno = 0, rc = 0;
+    while (rc == 0 && fgets(line, sizeof line, f)) {
+        lineno++;
+        char *p = trim(line);
+        if (*p == '\0' || *p == '#')
+            continue;
+        char *eq = strchr(p, '=');
+        snprintf(from, sizeof from, "%s:%d", path, lineno);
+        if (!eq) {
+            snprintf(err, errlen, "%s: expected key = value", from);
+            rc = -1;
+            break;
+        }
+        *eq = '\0';
+        char *key = trim(p), *val = trim(eq + 1);
+        /* Allow quoted values: key = "a value". */
+        size_t vl = strlen(val);
+        if (vl >= 2 && val[0] == '"' && val[vl - 1] == '"') {
+            val[vl - 1] = '\0';
+            val++;
+        }
+        const setting_t *s = find_setting(key, strlen(key));
+        if (!s || strcmp(key, "config") == 0) {
+            snprintf(err, errlen, "%s: unknown setting \"%s\"", from, key);
+            rc = -1;
+            break;
+        }
+        rc = apply(cfg, s, val, from, err, errlen);
+    }
+    fclose(f);
+    return rc;
+}
+
+int config_load(config_t *cfg, int argc, char **argv, char *err, size_t errlen)
+{
+    memset(cfg, 0, sizeof *cfg);
+    for (size_t i = 0; i < NSETTINGS; i++)
+        if (apply(cfg, &settings[i], settings[i].def, "default", err, errlen) < 0)
+            return -1;
+
+    /* The config file is named first, by flag or environment, then read. */
+    const char *file = getenv("SECKILL_CONFIG");
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
+            return 1;
+        if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
+            file = argv[i + 1];
+        else if (strncmp(argv[i], "--config=", 9) == 0)
+            file = argv[i] + 9;
+    }
+    if (file && *file) {
+        if (strlen(file) >= sizeof cfg->config_file) {
+            snprintf(err, errlen, "config file name too long");
+            return -1;
+        }
+        strcpy(cfg->config_file, file);
+        if (load_file(cfg, file, err, errlen) < 0)
+            return -1;
+    }
+
+    for (size_t i = 0; i < NSETTINGS; i++) {
+        const char *v = getenv(settings[i].env);
+        if (v && apply(cfg, &settings[i], v, settings[i].env, err, errlen) < 0)
+            return -1;
+    }
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strncmp(a, "--", 2) != 0) {
+            snprintf(err, errlen, "unexpected argument \"%s\" (see --help)", a);
+            return -1;
+        }
+        a += 2;
+        const char *eq = strchr(a, '=');
+        size_t n = eq ? (size_t)(eq - a) : strlen(a);
+        const char *val;
+        if (n == 6 && memcmp(a, "config", 6) == 0) {
+            if (!eq)
+                i++;
+            continue;
+        }
+        const setting_t *s = find_setting(a, n);
+        if (!s) {
+            snprintf(err, errlen, "unknown option \"%s\" (see --help)", argv[i]);
+            return -1;
+        }
+        if (eq) {
+            val = eq + 1;
+        } else if (s->type == T_BOOL && (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0)) {
+            val = "1";   /* a bare boolean flag means "on" */
+        } else {
+            if (i + 1 >= argc) {
+                snprintf(err, errlen, "option --%s needs a value", s->name);
+                return -1;
+            }
+            val = argv[++i];
+        }
+        if (apply(cfg, s, val, "command line", err, errlen) < 0)
+            return -1;
+    }
+
+    if (cfg->threads == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        cfg->threads = n > 0 ? (int)(n > 64 ? 64 : n) : 1;
+    }
+    return 0;
+}
+
+void config_usage(const char *subcommand)
+{
+    printf("usage: seckill %s [options]\n\n"
+           "Every option is also an environment variable and a config-file key;\n"
+           "flags win over the environment, which wins over the file.\n\n",
+           subcommand);
+    printf("  %-26s %-28s %s\n", "--config FILE", "SECKILL_CONFIG", "config file (key = value lines)");
+    for (size_t i = 0; i < NSETTINGS; i++) {
+        char flag[64];
+        snprintf(flag, sizeof flag, "--%s%s", settings[i].name, settings[i].type == T_BOOL ? "" : " V");
+        printf("  %-26s %-28s %s", flag, settings[i].env, settings[i].help);
+        if (settings[i].def[0] && settings[i].type != T_BOOL)
+            printf(" [%s]", settings[i].def);
+        printf("\n");
+    }
+}

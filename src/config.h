@@ -1,0 +1,55 @@
+/* config.h -- the service's settings: defaults, then a config file, then the environment
+ * (SECKILL_*), then command-line flags; later sources win.
+ *
+ * Every setting has one row in the table in config.c (name, env var, flag, default, help),
+ * so the file keys, the variables, the flags and `seckill serve --help` cannot disagree.
+ * The struct is filled once at start and read-only afterwards (shared by all threads). */
+#ifndef SECKILL_CONFIG_H
+#define SECKILL_CONFIG_H
+
+#include <stddef.h>
+
+typedef enum { MODE_STREAM = 0, MODE_QUEUE, MODE_SYNC } order_mode_t;
+
+typedef struct config {
+    char listen_host[256];      /* listen: HOST:PORT, default 127.0.0.1:8081 */
+    int listen_port;
+    int threads;                /* worker threads; default = online cores */
+    char redis_url[512];        /* redis://[:pass@]host:port[/db] or unix:PATH; "" = embedded */
+    char db_url[1024];          /* sqlite:PATH; default sqlite:<data_dir>/seckill.db */
+    char data_dir[512];         /* default ./var */
+    order_mode_t mode;          /* default stream */
+    char admin_token[128];      /* "" = none configured (generated on the embedded default) */
+    char name[128];             /* instance/consumer name; "" = host:pid (or "local" embedded) */
+    char config_file[512];
+    int log_level;              /* LOG_* from log.h */
+    char redis_server_bin[256]; /* redis-server binary for the embedded default */
+
+    /* deadlines and tuning */
+    int redis_timeout_ms;       /* per Redis command deadline, default 1000 */
+    int sql_timeout_ms;         /* per SQL call deadline, default 2000 */
+    int token_ttl_s;            /* login token sliding TTL, default 1800 */
+    int token_cache_ms;         /* how long a worker trusts a cached token, default 1000 */
+    int soldout_cache_ms;       /* how long a worker answers sold-out from memory, default 500 */
+    int writer_batch;           /* orders per SQL transaction at most, default 512 */
+    int writer_block_ms;        /* XREADGROUP BLOCK, default 1000 */
+    int claim_idle_ms;          /* adopt entries idle longer than this, default 30000 */
+    int max_conns;              /* per worker, default 10000 */
+    int idle_timeout_s;         /* keep-alive idle close, default 60 */
+    int header_timeout_s;       /* a started request must complete within, default 10 */
+    size_t max_header_bytes;    /* default 8192 */
+    size_t max_body_bytes;      /* default 65536 */
+    int appendfsync_always;     /* embedded redis: appendfsync always instead of everysec */
+} config_t;
+
+/* Fills cfg from defaults, file, environment and argv (argv[0] is the subcommand name,
+ * e.g. "serve"). On a bad value or an unknown flag writes one line to err and returns -1.
+ * "--help" prints the table and returns 1. */
+int config_load(config_t *cfg, int argc, char **argv, char *err, size_t errlen);
+
+/* Prints the settings table (flag, env, default, help) to stdout. */
+void config_usage(const char *subcommand);
+
+const char *config_mode_name(order_mode_t m);
+
+#endif

@@ -1,0 +1,1321 @@
+/* http.c -- the HTTP/1.1 front end of one worker (see http.h).
+ *
+ * Each worker owns a SO_REUSEPORT listening socket and its connections. Sockets are raw
+ * and non-blocking, driven by plain libevent events on the worker's loop (no evhttp, no
+ * bufferevents: they cost about twice the CPU per request). http-parser does the parsing;
+ * the fields we need (URL, two headers, body) are copied into per-connection buffers as
+ * the parser hands them over, so bytes are read into one per-worker scratch buffer and
+ * only leftovers that cannot be parsed yet are kept per connection.
+ *
+ * One request at a time per connection. on_message_complete pauses the parser; the
+ * request is then dispatched to the handler *outside* the parser. If the handler replies
+ * at once, parsing resumes on the same bytes (pipelining); if the reply comes later (Redis,
+ * SQL), the unparsed rest is kept in c->in and parsing resumes from http_reply(). So
+ * replies always leave in request order. Replies produced during one read are collected
+ * in c->out and written with one send(); when the socket is full the rest waits for a
+ * write event, and above OUT_HIGH unsent bytes we stop parsing and reading.
+ *
+ * Connection states (flags on conn_t):
+ *
+ *   idle --first byte--> in_msg --message complete--> in_flight --http_reply--> idle
+ *      \                    \--bad input: error reply, closing                   |
+ *       \--idle timeout      \--header timeout: close        keep-alive off: closing
+ *   closing --output flushed--> free, or linger (shutdown(SHUT_WR), drain input for
+ *                               LINGER_MS so the client reads the error, not a RST)
+ *   dead (send/recv error): output dropped; freed as soon as nothing is in flight.
+ *
+ * Invariant: a connection with a request in flight is never freed, whatever happens to
+ * its socket: the handler's callback still holds &c->req. http_reply() frees it if needed.
+ *
+ * Timeouts are checked by one sweep per second over the worker's connections (cheaper
+ * than re-arming a timer per request; the limits are in seconds anyway). */
+#include "http.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <event2/event.h>
+#include <http_parser.h>
+#include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "app.h"
+#include "clock.h"
+#include "log.h"
+#include "metrics.h"
+#include "sb.h"
+#include "worker.h"
+
+enum {
+    READ_CHUNK = 32 * 1024,    /* per-worker scratch buffer for recv() */
+    OUT_HIGH = 64 * 1024,      /* unsent reply bytes above which we stop parsing and reading */
+    KEEP_CAP = 4096,           /* per-connection buffers above this are released after use */
+    MAX_HEADERS = 100,
+    READS_PER_RUN = 8,         /* fairness: recv() calls per connection per loop turn */
+    ACCEPTS_PER_CB = 64,
+    SWEEP_MS = 1000,
+    LINGER_MS = 2000,
+    LINGER_MAX_BYTES = 1 << 20,
+    ACCEPT_PAUSE_MS = 1000,    /* after EMFILE & co. */
+    HNAME_MAX = 16,            /* longer header names are none of ours */
+    REQ_LINE_OVERHEAD = 16,    /* method, spaces, "HTTP/1.1", CRLF: counted against the limit */
+};
+
+enum { H_NONE = 0, H_OTHER, H_AUTH, H_ADMIN, H_EXPECT };
+
+typedef struct http_worker http_worker_t;
+
+typedef struct conn {
+    http_worker_t *hw;
+    struct conn *prev, *next;  /* hw->conns */
+    int fd;
+    struct event *rev, *wev;   /* wev created on the first EAGAIN */
+    http_parser parser;
+    http_req_t req;            /* the one request being received or handled */
+
+    /* the request being parsed */
+    sb_t url, auth, admin, body;
+    char hname[HNAME_MAX];
+    size_t hname_len;          /* may exceed HNAME_MAX: then only counted */
+    char expect[16];
+    size_t expect_len;
+    int hkind;                 /* H_* of the header whose value is arriving */
+    int nheaders;
+    size_t hbytes;             /* request line + header bytes seen so far */
+    int err_status;            /* set by a parser callback that refused the request */
+
+    sb_t in;                   /* received, not yet parsed (only while paused) */
+    size_t in_off;
+    sb_t out;                  /* replies not yet sent */
+    size_t out_off;
+
+    uint64_t last_ms;          /* last byte received or sent */
+    uint64_t msg_start_ms;     /* first byte of the request being received */
+    uint64_t linger_ms;
+    size_t linger_bytes;
+
+    unsigned in_value : 1;     /* the last header callback was a value */
+    unsigned has_auth : 1, has_admin : 1;
+    unsigned in_msg : 1;       /* a request has started and is not complete */
+    unsigned in_flight : 1;    /* handler called, http_reply not yet */
+    unsigned keep_alive : 1;   /* of the current request */
+    unsigned is_head : 1;
+    unsigned closing : 1;      /* no more requests: close once the output is sent */
+    unsigned want_linger : 1;  /* input may be left unread: linger when closing */
+    unsigned eof : 1;          /* the peer has shut down its side */
+    unsigned dead : 1;         /* socket error: drop output, free when not in flight */
+    unsigned busy : 1;         /* inside conn_run(): guards against re-entry */
+    unsigned readable : 1;     /* the socket may have bytes we have not read */
+    unsigned read_on : 1, write_on : 1;
+    unsigned linger : 1;
+    char peer[INET6_ADDRSTRLEN];
+} conn_t;
+
+struct http_worker {
+    worker_t *w;
+    http_handler_fn handler;
+    int lfd;
+    int port;                  /* the bound port (useful when 0 was asked) */
+    struct event *lev;
+    int accept_on;
+    uint64_t accept_resume_ms;
+    struct event *sweep_ev;
+    struct event *grace_ev;    /* fires grace_ms after http_worker_stop */
+    struct event *done_ev;     /* activated when the last connection goes */
+    conn_t *conns;
+    atomic_int nconns;         /* written by this worker only; read by /metrics anywhere */
+    uint64_t now_ns;           /* clock_mono_ns() at the start of the current callback */
+    uint64_t now_ms;           /* the same in ms */
+    char *rbuf;
+
+    size_t max_header, max_body;
+    int max_conns;
+    uint64_t idle_ms, header_ms;
+
+    int stopping, grace_over, done_called;
+    int grace_ms;
+    void (*done)(worker_t *w);
+
+    time_t date_sec;           /* the Date header, formatted once per second */
+    char date[64];
+    size_t date_len;
+    uint64_t rejected;         /* connections refused over max_conns */
+};
+
+static void conn_run(conn_t *c);
+static void conn_free(conn_t *c);
+
+/* One clock read per loop callback serves every request handled in it. */
+static void tick(http_worker_t *hw)
+{
+    hw->now_ns = clock_mono_ns();
+    hw->now_ms = hw->now_ns / 1000000u;
+}
+
+/* The connection count is the only field another thread reads (http_worker_conns from
+ * /metrics on any worker). Only the owner writes it, so a relaxed load and store suffice. */
+static int nconns(const http_worker_t *hw)
+{
+    return atomic_load_explicit(&hw->nconns, memory_order_relaxed);
+}
+
+static void set_nconns(http_worker_t *hw, int n)
+{
+    atomic_store_explicit(&hw->nconns, n, memory_order_relaxed);
+}
+
+static size_t pending(const conn_t *c)
+{
+    return c->out.len - c->out_off;
+}
+
+/* ==== Replies ==== */
+
+static const char *reason(int status)
+{
+    switch (status) {
+    case 100: return "Continue";
+    case 200: return "OK";
+    case 201: return "Created";
+    case 202: return "Accepted";
+    case 204: return "No Content";
+    case 301: return "Moved Permanently";
+    case 302: return "Found";
+    case 304: return "Not Modified";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 409: return "Conflict";
+    case 410: return "Gone";
+    case 413: return "Content Too Large";
+    case 414: return "URI Too Long";
+    case 415: return "Unsupported Media Type";
+    case 417: return "Expectation Failed";
+    case 422: return "Unprocessable Content";
+    case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
+    case 502: return "Bad Gateway";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    default: return "Unknown";
+    }
+}
+
+static void put_uint(sb_t *s, uint64_t v)
+{
+    char tmp[24], *p = tmp + sizeof tmp;
+    do {
+        *--p = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    sb_append(s, p, (size_t)(tmp + sizeof tmp - p));
+}
+
+/* "Date: Sun, 29 Nov 2026 16:45:00 GMT\r\n", re-formatted only when the second changes.
+ * Built by hand: strftime's %a/%b follow the locale. */
+static void put_date(http_worker_t *hw, sb_t *s)
+{
+    static const char wday[7][4] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
+    static const char mon[12][4] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                    "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+    time_t now = time(NULL);
+    if (now != hw->date_sec) {
+        struct tm tm;
+        gmtime_r(&now, &tm);
+        int n = snprintf(hw->date, sizeof hw->date, "Date: %s, %02d %s %04d %02d:%02d:%02d GMT\r\n",
+                         wday[tm.tm_wday % 7], tm.tm_mday, mon[tm.tm_mon % 12], tm.tm_year + 1900,
+                         tm.tm_hour, tm.tm_min, tm.tm_sec);
+        hw->date_len = n > 0 && (size_t)n < sizeof hw->date ? (size_t)n : 0;
+        hw->date_sec = now;
+    }
+    sb_append(s, hw->date, hw->date_len);
+}
+
+/* Appends one complete response to c->out. */
+static void put_reply(conn_t *c, int status, const char *ctype, const char *body, size_t len,
+                      int keep)
+{
+    sb_t *o = &c->out;
+    if (status < 100 || status > 999)
+        status = 500;
+    int bodyless = status == 204 || status == 304 || (status >= 100 && status < 200);
+    char line[16] = "HTTP/1.1 000 ";
+    line[9] = (char)('0' + status / 100);
+    line[10] = (char)('0' + status / 10 % 10);
+    line[11] = (char)('0' + status % 10);
+    sb_append(o, line, 13);
+    sb_puts(o, reason(status));
+    sb_append(o, "\r\n", 2);
+    if (!bodyless) {
+        if (ctype || len) {
+            sb_append(o, "Content-Type: ", 14);
+            sb_puts(o, ctype ? ctype : "application/json;charset=UTF-8");
+            sb_append(o, "\r\n", 2);
+        }
+        sb_append(o, "Content-Length: ", 16);
+        put_uint(o, len);
+        sb_append(o, "\r\n", 2);
+    }
+    if (keep)
+        sb_append(o, "Connection: keep-alive\r\n", 24);
+    else
+        sb_append(o, "Connection: close\r\n", 19);
+    put_date(c->hw, o);
+    sb_append(o, "\r\n", 2);
+    if (!bodyless && !c->is_head)
+        sb_append(o, body, len);
+}
+
+static void count_request(http_worker_t *hw)
+{
+    if (hw->w->m)
+        metric_inc(&hw->w->m->requests);
+}
+
+/* Refuses the request being parsed: JSON error, then close (the rest of the input
+ * cannot be trusted to be framed right). */
+static void reply_error(conn_t *c, int status)
+{
+    const char *msg;
+    switch (status) {
+    case 413: msg = "Request body too large"; break;
+    case 414: msg = "Request URI too long"; break;
+    case 431: msg = "Request header fields too large"; break;
+    default: status = 400; msg = "Bad Request"; break;
+    }
+    char body[128];
+    int n = snprintf(body, sizeof body, "{\"success\":false,\"errorMsg\":\"%s\"}", msg);
+    c->is_head = 0;
+    put_reply(c, status, NULL, body, (size_t)n, 0);
+    c->in_msg = 0;
+    c->closing = 1;
+    c->want_linger = 1;
+    count_request(c->hw);
+}
+
+/* Frees request buffers that grew large, so an idle connection stays small. */
+static void end_request(conn_t *c)
+{
+    sb_t *bufs[] = {&c->url, &c->auth, &c->admin, &c->body};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        if (bufs[i]->cap > KEEP_CAP)
+            sb_free(bufs[i]);
+        else
+            sb_reset(bufs[i]);
+    }
+}
+
+void http_reply(http_req_t *r, int status, const char *content_type, const char *body, size_t len)
+{
+    conn_t *c = (conn_t *)(void *)((char *)r - offsetof(conn_t, req));
+    http_worker_t *hw = c->hw;
+    if (!c->in_flight) {
+        /* A handler bug (second reply); ignoring it beats corrupting the stream. */
+        log_error("http_reply: no request in flight on this connection (status %d ignored)", status);
+        return;
+    }
+    c->in_flight = 0;
+    count_request(hw);
+    if (!c->dead) {
+        int keep = c->keep_alive && !hw->stopping;
+        put_reply(c, status, content_type, body, len, keep);  /* copies body before end_request */
+        if (!keep)
+            c->closing = 1;
+    }
+    end_request(c);
+    if (!c->busy) {
+        /* An asynchronous reply: send it now, then go on with pipelined input. */
+        tick(hw);
+        conn_run(c);
+    }
+    /* Otherwise we are inside conn_run() (the handler replied at once): it goes on. */
+}
+
+/* ==== Parser callbacks ==== */
+
+static int too_big(conn_t *c, size_t add, int status)
+{
+    c->hbytes += add;
+    if (c->hbytes > c->hw->max_header) {
+        c->err_status = status;
+        return 1;
+    }
+    return 0;
+}
+
+static int on_message_begin(http_parser *p)
+{
+    conn_t *c = p->data;
+    c->in_msg = 1;
+    c->msg_start_ms = c->hw->now_ms;
+    sb_reset(&c->url);
+    sb_reset(&c->auth);
+    sb_reset(&c->admin);
+    sb_reset(&c->body);
+    c->hname_len = 0;
+    c->expect_len = 0;
+    c->hkind = H_NONE;
+    c->in_value = 1;           /* so the first field starts a new header */
+    c->nheaders = 0;
+    c->hbytes = REQ_LINE_OVERHEAD;
+    c->err_status = 0;
+    c->has_auth = 0;
+    c->has_admin = 0;
+    c->is_head = 0;
+    return 0;
+}
+
+static int on_url(http_parser *p, const char *at, size_t len)
+{
+    conn_t *c = p->data;
+    if (too_big(c, len, 414))
+        return -1;
+    sb_append(&c->url, at, len);
+    return 0;
+}
+
+static int on_header_field(http_parser *p, const char *at, size_t len)
+{
+    conn_t *c = p->data;
+    if (c->in_value) {         /* a new header line (a field may arrive in pieces) */
+        c->in_value = 0;
+        c->hname_len = 0;
+        if (++c->nheaders > MAX_HEADERS) {
+            c->err_status = 431;
+            return -1;
+        }
+        if (too_big(c, 4, 431))    /* ": " and CRLF */
+            return -1;
+    }
+    if (too_big(c, len, 431))
+        return -1;
+    if (c->hname_len + len <= HNAME_MAX)
+        memcpy(c->hname + c->hname_len, at, len);
+    c->hname_len += len;
+    return 0;
+}
+
+static int header_kind(const conn_t *c)
+{
+    if (c->hname_len == 13 && strncasecmp(c->hname, "authorization", 13) == 0)
+        return H_AUTH;
+    if (c->hname_len == 13 && strncasecmp(c->hname, "x-admin-token", 13) == 0)
+        return H_ADMIN;
+    if (c->hname_len == 6 && strncasecmp(c->hname, "expect", 6) == 0)
+        return H_EXPECT;
+    return H_OTHER;
+}
+
+static int on_header_value(http_parser *p, const char *at, size_t len)
+{
+    conn_t *c = p->data;
+    if (!c->in_value) {
+        c->in_value = 1;
+        c->hkind = header_kind(c);
+        /* Two credentials in one request: a proxy may have used the other one. Refuse
+         * rather than guess. */
+        if (c->hkind == H_AUTH) {
+            if (c->has_auth) {
+                c->err_status = 400;
+                return -1;
+            }
+            c->has_auth = 1;
+        } else if (c->hkind == H_ADMIN) {
+            if (c->has_admin) {
+                c->err_status = 400;
+                return -1;
+            }
+            c->has_admin = 1;
+        }
+    }
+    if (too_big(c, len, 431))
+        return -1;
+    switch (c->hkind) {
+    case H_AUTH: sb_append(&c->auth, at, len); break;
+    case H_ADMIN: sb_append(&c->admin, at, len); break;
+    case H_EXPECT:
+        if (c->expect_len + len <= sizeof c->expect)
+            memcpy(c->expect + c->expect_len, at, len);
+        c->expect_len += len;
+        break;
+    default: break;
+    }
+    return 0;
+}
+
+static int on_headers_complete(http_parser *p)
+{
+    conn_t *c = p->data;
+    /* An Upgrade (or CONNECT) request is answered as plain HTTP, then the connection is
+     * closed: the bytes after it would be another protocol. */
+    c->keep_alive = http_should_keep_alive(p) && !p->upgrade;
+    int has_len = p->content_length != ULLONG_MAX;
+    if (has_len && p->content_length > c->hw->max_body) {
+        c->err_status = 413;
+        return -1;
+    }
+    int has_body = (p->flags & F_CHUNKED) || (has_len && p->content_length > 0);
+    while (c->expect_len > 0 && c->expect_len <= sizeof c->expect &&
+           (c->expect[c->expect_len - 1] == ' ' || c->expect[c->expect_len - 1] == '\t'))
+        c->expect_len--;
+    if (c->expect_len == 12 && strncasecmp(c->expect, "100-continue", 12) == 0 && has_body &&
+        p->http_major == 1 && p->http_minor >= 1) {
+        /* The client waits for this before sending the body; it goes out with the next
+         * flush, after the replies to any earlier pipelined requests. */
+        sb_puts(&c->out, "HTTP/1.1 100 Continue\r\n\r\n");
+    }
+    return 0;
+}
+
+static int on_body(http_parser *p, const char *at, size_t len)
+{
+    conn_t *c = p->data;
+    /* Chunked bodies have no length up front: count as they come. */
+    if (c->body.len + len > c->hw->max_body) {
+        c->err_status = 413;
+        return -1;
+    }
+    sb_append(&c->body, at, len);
+    return 0;
+}
+
+static int on_message_complete(http_parser *p)
+{
+    /* Stop here: the request is dispatched outside the parser, and the bytes after it
+     * wait until it is answered. */
+    http_parser_pause(p, 1);
+    return 0;
+}
+
+static const http_parser_settings parser_settings = {
+    .on_message_begin = on_message_begin,
+    .on_url = on_url,
+    .on_header_field = on_header_field,
+    .on_header_value = on_header_value,
+    .on_headers_complete = on_headers_complete,
+    .on_body = on_body,
+    .on_message_complete = on_message_complete,
+};
+
+/* ==== Requests ==== */
+
+static int method_of(unsigned m)
+{
+    switch (m) {
+    case HTTP_GET: return HM_GET;
+    case HTTP_POST: return HM_POST;
+    case HTTP_PUT: return HM_PUT;
+    case HTTP_DELETE: return HM_DELETE;
+    case HTTP_HEAD: return HM_HEAD;
+    default: return HM_OTHER;
+    }
+}
+
+static const char *trimmed(sb_t *s)
+{
+    while (s->len > 0 && (s->buf[s->len - 1] == ' ' || s->buf[s->len - 1] == '\t'))
+        s->buf[--s->len] = '\0';
+    return sb_cstr(s);
+}
+
+/* Splits c->url in place into path and query (NUL-terminated), drops a fragment and an
+ * absolute-form "http://host" prefix, and removes the "/api" prefix. */
+static void split_url(conn_t *c, http_req_t *r)
+{
+    if (c->url.len == 0)
+        sb_append(&c->url, "/", 1);
+    char *u = c->url.buf;
+    if (u[0] != '/') {
+        char *s = strstr(u, "://");
+        if (s && s < u + strcspn(u, "/?#"))
+            u = s + 3 + strcspn(s + 3, "/?#");
+    }
+    char *q = u + strcspn(u, "?#");
+    r->query = "";
+    if (*q == '?') {
+        *q = '\0';
+        r->query = q + 1;
+        q[1 + strcspn(q + 1, "#")] = '\0';
+    } else if (*q == '#') {
+        *q = '\0';
+    }
+    const char *path = *u ? u : "/";
+    if (strncmp(path, "/api", 4) == 0 && (path[4] == '/' || path[4] == '\0'))
+        path = path[4] ? path + 4 : "/";
+    r->path = path;
+    r->path_len = strlen(path);
+}
+
+static void dispatch(conn_t *c)
+{
+    http_worker_t *hw = c->hw;
+    http_req_t *r = &c->req;
+    memset(r, 0, sizeof *r);
+    r->w = hw->w;
+    r->method = method_of(c->parser.method);
+    split_url(c, r);
+    r->authorization = c->has_auth ? trimmed(&c->auth) : NULL;
+    r->admin_token = c->has_admin ? trimmed(&c->admin) : NULL;
+    r->body = sb_cstr(&c->body);
+    r->body_len = c->body.len;
+    r->peer = c->peer;
+    r->start_ns = hw->now_ns;  /* when the bytes completing it were read */
+    c->is_head = r->method == HM_HEAD;
+    c->in_msg = 0;
+    c->in_flight = 1;
+    hw->handler(r);
+}
+
+/* Feeds bytes to the parser, dispatching each complete request. Stops early when a
+ * request is in flight, the connection is closing, or the output backlog is large.
+ * Returns how many bytes were consumed. */
+static size_t parse(conn_t *c, const char *data, size_t len)
+{
+    size_t off = 0;
+    while (off < len) {
+        size_t n = http_parser_execute(&c->parser, &parser_settings, data + off, len - off);
+        off += n;
+        enum http_errno e = HTTP_PARSER_ERRNO(&c->parser);
+        if (e == HPE_PAUSED) {
+            http_parser_pause(&c->parser, 0);
+            dispatch(c);
+            if (c->in_flight || c->closing || c->dead || pending(c) >= OUT_HIGH)
+                break;
+            continue;
+        }
+        if (e != HPE_OK) {
+            int st = c->err_status;
+            if (!st)
+                st = e == HPE_HEADER_OVERFLOW ? 431 : 400;
+            log_debug("http: %s from %s: %s -> %d", c->in_msg ? "bad request" : "bad input",
+                      c->peer, http_errno_name(e), st);
+            reply_error(c, st);
+            break;
+        }
+        if (n == 0) {
+            /* Should not happen (the parser consumes all it is given unless it stops);
+             * refuse rather than spin. */
+            reply_error(c, 400);
+            break;
+        }
+    }
+    return off;
+}
+
+/* ==== Connection I/O ==== */
+
+static void on_write(evutil_socket_t fd, short what, void *arg);
+
+static void arm_write(conn_t *c)
+{
+    if (c->write_on)
+        return;
+    if (!c->wev) {
+        c->wev = event_new(c->hw->w->base, c->fd, EV_WRITE | EV_PERSIST, on_write, c);
+        if (!c->wev) {
+            c->dead = 1;
+            return;
+        }
+    }
+    if (event_add(c->wev, NULL) == 0)
+        c->write_on = 1;
+    else
+        c->dead = 1;
+}
+
+/* Sends what is in c->out; on EAGAIN keeps the rest and arms the write event. */
+static void flush(conn_t *c)
+{
+    while (c->out_off < c->out.len && !c->dead) {
+        ssize_t n = send(c->fd, c->out.buf + c->out_off, c->out.len - c->out_off, MSG_NOSIGNAL);
+        if (n > 0) {
+            c->out_off += (size_t)n;
+            c->last_ms = c->hw->now_ms;
+        } else if (n < 0 && errno == EINTR) {
+            continue;
+        } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            arm_write(c);
+            if (!c->dead)
+                return;
+        } else {
+            c->dead = 1;       /* EPIPE, ECONNRESET: the client is gone */
+        }
+    }
+    /* All sent, or dropped because the connection is dead. */
+    if (c->out.cap > KEEP_CAP)
+        sb_free(&c->out);
+    else
+        sb_reset(&c->out);
+    c->out_off = 0;
+    if (c->write_on) {
+        event_del(c->wev);
+        c->write_on = 0;
+    }
+}
+
+static void stop_reading(conn_t *c)
+{
+    if (c->read_on) {
+        event_del(c->rev);
+        c->read_on = 0;
+    }
+}
+
+/* Closes a connection that has nothing more to say. After an error reply the client may
+ * still be sending (a body we refused): closing now with unread input would make the
+ * kernel send a RST, which can destroy our reply in flight. So shut down our side and
+ * read and discard for a while (nginx's "lingering close"). */
+static void conn_finish(conn_t *c)
+{
+    if (!c->eof && (c->want_linger || c->in_off < c->in.len || c->in_msg)) {
+        if (shutdown(c->fd, SHUT_WR) == 0) {
+            c->linger = 1;
+            c->linger_ms = c->hw->now_ms;
+            c->linger_bytes = 0;
+            if (!c->read_on && event_add(c->rev, NULL) == 0)
+                c->read_on = 1;
+            if (c->read_on)
+                return;
+        }
+    }
+    conn_free(c);
+}
+
+static void linger_drain(conn_t *c)
+{
+    for (;;) {
+        ssize_t n = recv(c->fd, c->hw->rbuf, READ_CHUNK, 0);
+        if (n > 0) {
+            c->linger_bytes += (size_t)n;
+            if (c->linger_bytes > LINGER_MAX_BYTES)
+                break;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        break;                 /* EOF or error: done */
+    }
+    conn_free(c);
+}
+
+/* What to do once conn_run() has done all it can: free, linger, or wait for input. */
+static void conn_tail(conn_t *c)
+{
+    http_worker_t *hw = c->hw;
+    if (c->in_flight)
+        return;                /* http_reply() will come back here */
+    if (c->dead || hw->grace_over) {
+        conn_free(c);          /* after the grace period, unsent output is dropped */
+        return;
+    }
+    if (pending(c) > 0)
+        return;                /* the write event comes back here */
+    if (c->closing) {
+        conn_finish(c);
+        return;
+    }
+    if (c->eof || (hw->stopping && !c->in_msg && c->in_off >= c->in.len)) {
+        conn_free(c);
+        return;
+    }
+    if (!c->read_on) {
+        if (event_add(c->rev, NULL) == 0)
+            c->read_on = 1;
+        else
+            conn_free(c);
+    }
+}
+
+/* The connection's engine: parses what is buffered, reads more while it may, dispatches
+ * requests, sends the replies in one batch. Called from the read and write events and
+ * from an asynchronous http_reply(). May free c. */
+static void conn_run(conn_t *c)
+{
+    http_worker_t *hw = c->hw;
+    if (c->busy)
+        return;
+    c->busy = 1;
+    int reads = 0;
+    for (;;) {
+        if (c->dead || c->closing || c->in_flight)
+            break;
+        if (pending(c) >= OUT_HIGH) {
+            /* The client is not keeping up with its own pipeline: send before parsing on. */
+            if (!c->write_on)
+                flush(c);
+            if (c->write_on || c->dead)
+                break;
+        }
+        if (c->in_off < c->in.len) {
+            c->in_off += parse(c, c->in.buf + c->in_off, c->in.len - c->in_off);
+            if (c->in_off >= c->in.len) {
+                if (c->in.cap > KEEP_CAP)
+                    sb_free(&c->in);
+                else
+                    sb_reset(&c->in);
+                c->in_off = 0;
+            }
+            continue;
+        }
+        if (!c->readable || c->eof || reads >= READS_PER_RUN)
+            break;
+        reads++;
+        ssize_t n = recv(c->fd, hw->rbuf, READ_CHUNK, 0);
+        if (n > 0) {
+            c->last_ms = hw->now_ms;
+            /* A short read drained the socket; the (level-triggered) read event tells us
+             * when more arrives, so don't spend a recv() to learn EAGAIN. */
+            if ((size_t)n < READ_CHUNK)
+                c->readable = 0;
+            size_t used = parse(c, hw->rbuf, (size_t)n);
+            if (used < (size_t)n) {
+                if (!c->closing && !c->dead)
+                    sb_append(&c->in, hw->rbuf + used, (size_t)n - used);
+                else
+                    c->want_linger = 1;    /* input after the last request: more may follow */
+            }
+            continue;
+        }
+        if (n == 0) {
+            /* The client has sent all it will: answer what it sent, then close. */
+            c->eof = 1;
+            c->readable = 0;
+            stop_reading(c);
+            break;
+        }
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            c->readable = 0;
+            break;
+        }
+        c->dead = 1;           /* ECONNRESET and the like */
+    }
+    if (pending(c) > 0 && !c->write_on)
+        flush(c);
+    c->busy = 0;
+    conn_tail(c);
+}
+
+static void on_read(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    conn_t *c = arg;
+    tick(c->hw);
+    if (c->linger) {
+        linger_drain(c);
+        return;
+    }
+    c->readable = 1;
+    if (c->dead || c->closing || c->in_flight || c->eof ||
+        (c->write_on && pending(c) >= OUT_HIGH)) {
+        /* Not now (a request is being handled, or the client is not reading): stop the
+         * level-triggered event from firing in a loop; conn_tail() re-arms it. */
+        stop_reading(c);
+        return;
+    }
+    conn_run(c);
+}
+
+static void on_write(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    conn_t *c = arg;
+    tick(c->hw);
+    flush(c);
+    if (c->write_on)
+        return;                /* still blocked */
+    conn_run(c);
+}
+
+static void maybe_done(http_worker_t *hw)
+{
+    /* done() runs from the loop, not from deep inside whatever freed the connection. */
+    if (hw->stopping && !hw->done_called && nconns(hw) == 0 && hw->done_ev)
+        event_active(hw->done_ev, EV_TIMEOUT, 0);
+}
+
+static void conn_free(conn_t *c)
+{
+    http_worker_t *hw = c->hw;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        hw->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    set_nconns(hw, nconns(hw) - 1);
+    if (c->rev)
+        event_free(c->rev);
+    if (c->wev)
+        event_free(c->wev);
+    close(c->fd);
+    sb_free(&c->url);
+    sb_free(&c->auth);
+    sb_free(&c->admin);
+    sb_free(&c->body);
+    sb_free(&c->in);
+    sb_free(&c->out);
+    free(c);
+    maybe_done(hw);
+}
+
+/* Closes c unless a request is in flight (then only marks it: http_reply frees it). */
+static void conn_close(conn_t *c)
+{
+    if (c->in_flight || c->busy) {
+        c->dead = 1;
+        return;
+    }
+    conn_free(c);
+}
+
+/* ==== Accepting ==== */
+
+static void conn_new(http_worker_t *hw, int fd, const struct sockaddr_storage *ss)
+{
+    conn_t *c = calloc(1, sizeof *c);
+    if (!c) {
+        close(fd);
+        return;
+    }
+    c->hw = hw;
+    c->fd = fd;
+    c->rev = event_new(hw->w->base, fd, EV_READ | EV_PERSIST, on_read, c);
+    if (!c->rev || event_add(c->rev, NULL) != 0) {
+        if (c->rev)
+            event_free(c->rev);
+        close(fd);
+        free(c);
+        return;
+    }
+    c->read_on = 1;
+    http_parser_init(&c->parser, HTTP_REQUEST);
+    c->parser.data = c;
+    c->last_ms = hw->now_ms;
+    if (ss->ss_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)ss)->sin_addr, c->peer, sizeof c->peer);
+    else if (ss->ss_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)ss)->sin6_addr, c->peer, sizeof c->peer);
+    else
+        strcpy(c->peer, "unknown");
+    c->next = hw->conns;
+    if (hw->conns)
+        hw->conns->prev = c;
+    hw->conns = c;
+    set_nconns(hw, nconns(hw) + 1);
+}
+
+static void refuse(int fd)
+{
+    /* Best effort: one non-blocking send into the fresh socket's empty buffer. */
+    static const char busy[] =
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json;charset=UTF-8\r\n"
+        "Content-Length: 52\r\nConnection: close\r\n\r\n"
+        "{\"success\":false,\"errorMsg\":\"Too many connections\"}";
+    ssize_t n = send(fd, busy, sizeof busy - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)n;
+    close(fd);
+}
+
+static void on_accept(evutil_socket_t lfd, short what, void *arg)
+{
+    (void)what;
+    http_worker_t *hw = arg;
+    tick(hw);
+    for (int i = 0; i < ACCEPTS_PER_CB; i++) {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof ss;
+        int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return;
+            /* Out of descriptors or memory: the level-triggered listener would spin.
+             * Pause accepting for a moment; the sweep resumes it. */
+            log_warn("http: accept: %s; pausing accepts for %d ms", strerror(errno), ACCEPT_PAUSE_MS);
+            if (hw->accept_on) {
+                event_del(hw->lev);
+                hw->accept_on = 0;
+            }
+            hw->accept_resume_ms = hw->now_ms + ACCEPT_PAUSE_MS;
+            return;
+        }
+        if (nconns(hw) >= hw->max_conns) {
+            if (hw->rejected++ % 1000 == 0)
+                log_warn("http: worker %d at max_conns (%d): refusing connections", hw->w->id,
+                         hw->max_conns);
+            refuse(fd);
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        conn_new(hw, fd, &ss);
+    }
+}
+
+/* ==== Timers and stopping ==== */
+
+static void on_sweep(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    http_worker_t *hw = arg;
+    tick(hw);
+    uint64_t now = hw->now_ms;
+    for (conn_t *c = hw->conns, *next; c; c = next) {
+        next = c->next;
+        if (c->in_flight || c->busy)
+            continue;          /* the handler answers within its own deadline */
+        int expired;
+        if (c->linger)
+            expired = now - c->linger_ms >= LINGER_MS;
+        else if (pending(c) > 0)
+            expired = now - c->last_ms >= hw->idle_ms;       /* the client stopped reading */
+        else if (c->in_msg)
+            expired = now - c->msg_start_ms >= hw->header_ms; /* slowloris */
+        else
+            expired = now - c->last_ms >= hw->idle_ms;
+        if (expired) {
+            if (c->in_msg && !c->linger)
+                log_debug("http: request from %s not complete in time: closing", c->peer);
+            conn_free(c);
+        }
+    }
+    if (hw->lev && !hw->accept_on && !hw->stopping && now >= hw->accept_resume_ms &&
+        event_add(hw->lev, NULL) == 0)
+        hw->accept_on = 1;
+}
+
+static void on_done(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    http_worker_t *hw = arg;
+    if (nconns(hw) != 0 || hw->done_called)
+        return;
+    hw->done_called = 1;
+    event_del(hw->sweep_ev);
+    event_del(hw->grace_ev);
+    if (hw->done)
+        hw->done(hw->w);
+}
+
+static void on_grace(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    http_worker_t *hw = arg;
+    tick(hw);
+    hw->grace_over = 1;
+    int inflight = 0;
+    for (conn_t *c = hw->conns, *next; c; c = next) {
+        next = c->next;
+        if (c->in_flight) {
+            /* Never freed under a pending callback: the Redis/SQL layers answer within
+             * their deadlines; the reply goes out with Connection: close, then it is freed. */
+            inflight++;
+            continue;
+        }
+        conn_close(c);
+    }
+    if (inflight)
+        log_warn("http: worker %d: grace period over, waiting for %d in-flight request(s)",
+                 hw->w->id, inflight);
+}
+
+void http_worker_stop(worker_t *w, int grace_ms, void (*done)(worker_t *w))
+{
+    http_worker_t *hw = w->http;
+    if (!hw) {
+        if (done)
+            done(w);
+        return;
+    }
+    if (hw->stopping)
+        return;
+    hw->stopping = 1;
+    hw->done = done;
+    hw->grace_ms = grace_ms > 0 ? grace_ms : 0;
+    tick(hw);
+    if (hw->lev) {
+        event_free(hw->lev);
+        hw->lev = NULL;
+        hw->accept_on = 0;
+    }
+    if (hw->lfd >= 0) {
+        close(hw->lfd);
+        hw->lfd = -1;
+    }
+    struct timeval tv = {hw->grace_ms / 1000, (hw->grace_ms % 1000) * 1000};
+    evtimer_add(hw->grace_ev, &tv);
+    /* Idle keep-alive connections go now; the others finish their request first and
+     * get "Connection: close" on the reply. */
+    for (conn_t *c = hw->conns, *next; c; c = next) {
+        next = c->next;
+        if (!c->in_flight && !c->busy && (c->linger || (!c->in_msg && pending(c) == 0 &&
+                                                         c->in_off >= c->in.len)))
+            conn_free(c);
+    }
+    maybe_done(hw);
+}
+
+/* ==== Setup ==== */
+
+/* Opens a non-blocking SO_REUSEPORT listener on host:port. Worker 0 first checks that no
+ * other process listens there: SO_REUSEPORT would otherwise let a second instance share
+ * the port silently (same user) and split the traffic. server.c initialises worker 0
+ * first, so its probe runs before any of our own sockets exist. */
+static int open_listener(int worker_id, const char *host, int port, int *bound, char *err,
+                         size_t errlen)
+{
+    char h[256];
+    snprintf(h, sizeof h, "%s", host ? host : "");
+    size_t hl = strlen(h);
+    if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') {   /* "[::1]" -> "::1" */
+        memmove(h, h + 1, hl - 2);
+        h[hl - 2] = '\0';
+    }
+    const char *node = h[0] && strcmp(h, "*") != 0 ? h : NULL;
+    char portstr[16];
+    snprintf(portstr, sizeof portstr, "%d", port);
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    int rc = getaddrinfo(node, portstr, &hints, &res);
+    if (rc != 0) {
+        snprintf(err, errlen, "listen %s:%d: %s", h, port, gai_strerror(rc));
+        return -1;
+    }
+    int fd = -1, saved = 0;
+    for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
+        int one = 1;
+        if (worker_id == 0 && port != 0) {
+            int probe = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+            if (probe >= 0) {
+                setsockopt(probe, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+                int in_use = bind(probe, ai->ai_addr, ai->ai_addrlen) < 0 && errno == EADDRINUSE;
+                close(probe);
+                if (in_use) {
+                    saved = EADDRINUSE;
+                    continue;
+                }
+            }
+        }
+        fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            saved = errno;
+            continue;
+        }
+        if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
+            setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) < 0 ||
+            bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 4096) < 0) {
+            saved = errno;
+            close(fd);
+            fd = -1;
+        }
+    }
+    freeaddrinfo(res);
+    if (fd < 0) {
+        snprintf(err, errlen, "listen %s:%d: %s", h, port,
+                 saved == EADDRINUSE ? "address already in use (another process listens there)"
+                                     : strerror(saved));
+        return -1;
+    }
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    *bound = port;
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
+        if (ss.ss_family == AF_INET)
+            *bound = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+        else if (ss.ss_family == AF_INET6)
+            *bound = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    }
+    return fd;
+}
+
+static void hw_free(http_worker_t *hw)
+{
+    if (hw->lev)
+        event_free(hw->lev);
+    if (hw->sweep_ev)
+        event_free(hw->sweep_ev);
+    if (hw->grace_ev)
+        event_free(hw->grace_ev);
+    if (hw->done_ev)
+        event_free(hw->done_ev);
+    if (hw->lfd >= 0)
+        close(hw->lfd);
+    free(hw->rbuf);
+    free(hw);
+}
+
+int http_worker_init(worker_t *w, const char *host, int port, http_handler_fn handler, char *err,
+                     size_t errlen)
+{
+    http_worker_t *hw = calloc(1, sizeof *hw);
+    if (!hw) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    hw->w = w;
+    hw->handler = handler;
+    hw->lfd = -1;
+    const config_t *cfg = w->app ? &w->app->cfg : NULL;
+    /* Zero means "not set" (a test harness): fall back to config.h's defaults. */
+    hw->max_header = cfg && cfg->max_header_bytes ? cfg->max_header_bytes : 8192;
+    hw->max_body = cfg && cfg->max_body_bytes ? cfg->max_body_bytes : 65536;
+    hw->max_conns = cfg && cfg->max_conns > 0 ? cfg->max_conns : 10000;
+    hw->idle_ms = (uint64_t)(cfg && cfg->idle_timeout_s > 0 ? cfg->idle_timeout_s : 60) * 1000;
+    hw->header_ms = (uint64_t)(cfg && cfg->header_timeout_s > 0 ? cfg->header_timeout_s : 10) * 1000;
+    if (hw->max_header + 1024 > 80 * 1024) {
+        /* http-parser has its own process-wide header limit (80 KiB by default); keep it
+         * above ours so that ours is the one that answers. Same value from every worker. */
+        http_parser_set_max_header_size((uint32_t)(hw->max_header + 1024));
+    }
+    hw->rbuf = malloc(READ_CHUNK);
+    if (!hw->rbuf) {
+        snprintf(err, errlen, "out of memory");
+        hw_free(hw);
+        return -1;
+    }
+    hw->lfd = open_listener(w->id, host, port, &hw->port, err, errlen);
+    if (hw->lfd < 0) {
+        hw_free(hw);
+        return -1;
+    }
+    hw->lev = event_new(w->base, hw->lfd, EV_READ | EV_PERSIST, on_accept, hw);
+    hw->sweep_ev = event_new(w->base, -1, EV_PERSIST, on_sweep, hw);
+    /* Created now so that stopping cannot fail half-way for want of memory. */
+    hw->grace_ev = evtimer_new(w->base, on_grace, hw);
+    hw->done_ev = event_new(w->base, -1, 0, on_done, hw);
+    struct timeval tv = {SWEEP_MS / 1000, (SWEEP_MS % 1000) * 1000};
+    if (!hw->lev || !hw->sweep_ev || !hw->grace_ev || !hw->done_ev ||
+        event_add(hw->lev, NULL) != 0 ||
+        event_add(hw->sweep_ev, &tv) != 0) {
+        snprintf(err, errlen, "cannot register the listener with the event loop");
+        hw_free(hw);
+        return -1;
+    }
+    hw->accept_on = 1;
+    w->http = hw;
+    log_debug("http: worker %d listening on %s:%d", w->id, host, hw->port);
+    return 0;
+}
+
+void http_worker_free(worker_t *w)
+{
+    http_worker_t *hw = w ? w->http : NULL;
+    if (!hw)
+        return;
+    hw->done_called = 1;       /* freeing: no more callbacks */
+    int inflight = 0;
+    while (hw->conns) {
+        inflight += hw->conns->in_flight;
+        conn_free(hw->conns);
+    }
+    if (inflight)
+        log_warn("http: worker %d freed with %d request(s) still in flight", w->id, inflight);
+    hw_free(hw);
+    w->http = NULL;
+}
+
+int http_worker_conns(const worker_t *w)
+{
+    return w && w->http ? nconns(w->http) : 0;
+}
+
+int http_worker_port(const worker_t *w)
+{
+    return w && w->http ? w->http->port : -1;
+}
+
+/* ==== Query strings ==== */
+
+static int hexval(int ch)
+{
+    if (ch >= '0' && ch <= '9')
+        return ch - '0';
+    if (ch >= 'a' && ch <= 'f')
+        return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F')
+        return ch - 'A' + 10;
+    return -1;
+}
+
+/* Percent-decodes src[0..n) into out (NUL-terminated), '+' as space. A '%' not followed
+ * by two hex digits is kept as is (lenient, like most servers). "%00" is refused: the
+ * callers use the result as a C string, and an embedded NUL would let "138...%00junk"
+ * pass a check on the first part. Returns the length or -1. */
+static int pct_decode(const char *src, size_t n, char *out, size_t cap)
+{
+    if (cap == 0)
+        return -1;
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        int ch = (unsigned char)src[i];
+        if (ch == '+') {
+            ch = ' ';
+        } else if (ch == '%' && i + 2 < n) {
+            int hi = hexval((unsigned char)src[i + 1]);
+            int lo = hexval((unsigned char)src[i + 2]);
+            if (hi >= 0 && lo >= 0) {
+                ch = hi * 16 + lo;
+                if (ch == 0)
+                    return -1;
+                i += 2;
+            }
+        }
+        if (o + 1 >= cap)
+            return -1;
+        out[o++] = (char)ch;
+    }
+    out[o] = '\0';
+    return o > (size_t)0x7fffffff ? -1 : (int)o;
+}
+
+int http_query_get(const char *query, const char *key, char *out, size_t outlen)
+{
+    if (!query || !key || !out || outlen == 0)
+        return -1;
+    size_t klen = strlen(key);
+    const char *p = query;
+    for (;;) {
+        const char *end = p + strcspn(p, "&");
+        const char *eq = memchr(p, '=', (size_t)(end - p));
+        const char *kend = eq ? eq : end;
+        char kbuf[128];
+        int kl = kend > p ? pct_decode(p, (size_t)(kend - p), kbuf, sizeof kbuf) : -1;
+        if (kl >= 0 && (size_t)kl == klen && memcmp(kbuf, key, klen) == 0) {
+            if (!eq) {
+                out[0] = '\0';
+                return 0;
+            }
+            return pct_decode(eq + 1, (size_t)(end - eq - 1), out, outlen);
+        }
+        if (*end == '\0')
+            return -1;
+        p = end + 1;
+    }
+}

@@ -1,0 +1,32 @@
+/* keys.h -- the names of every Redis key the service uses, in one place.
+ *
+ * All keys of one flash-sale voucher share the hash tag {<id>}, so the admission script's
+ * keys sit in one Redis Cluster slot:
+ *   seckill:voucher:{42}  hash  stock, begin, end (epoch s) -- what admission reads
+ *   seckill:order:{42}    hash  userId -> orderId: who bought (one per user)
+ *   seckill:stream:{42}   stream of admitted orders: id, userId, voucherId, ts
+ * Process-wide keys:
+ *   seckill:streams       set of voucher ids whose streams the writers read
+ *   seckill:instance      counter leasing order-id instance slots
+ * Login (the course's names):
+ *   login:code:<phone>    string, 2 minutes
+ *   login:token:<token>   hash id, nickName, icon; sliding TTL
+ * The consumer group on every order stream is "g1" (the course's). */
+#ifndef SECKILL_KEYS_H
+#define SECKILL_KEYS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KEY_GROUP "g1"
+#define KEY_STREAMS "seckill:streams"
+#define KEY_INSTANCE "seckill:instance"
+
+/* Each writes a NUL-terminated key into buf and returns its length (or -1 if too small). */
+int key_voucher(char *buf, size_t len, int64_t voucher_id);
+int key_buyers(char *buf, size_t len, int64_t voucher_id);
+int key_stream(char *buf, size_t len, int64_t voucher_id);
+int key_login_code(char *buf, size_t len, const char *phone);
+int key_login_token(char *buf, size_t len, const char *token);
+
+#endif

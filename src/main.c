@@ -1,0 +1,63 @@
+/* main.c -- the `seckill` command: one binary, one subcommand per job.
+ *
+ *   seckill serve   the flash-sale service (server.c)
+ *   seckill bench   load generator (issue 4: not built yet)
+ *   seckill audit   invariant checker (issue 4: not built yet)
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "config.h"
+#include "server.h"
+
+#define SECKILL_VERSION "0.1.0"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "seckill %s -- a flash-sale (秒杀) voucher service\n\n"
+            "usage: seckill <command> [options]\n\n"
+            "commands:\n"
+            "  serve     run the service (with no options: embedded Redis + SQLite under ./var)\n"
+            "  version   print the version\n\n"
+            "`seckill serve --help` lists every option.\n",
+            SECKILL_VERSION);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "serve") == 0) {
+        config_t cfg;
+        char err[1024];
+        int rc = config_load(&cfg, argc - 1, argv + 1, err, sizeof err);
+        if (rc == 1) {
+            config_usage("serve");
+            return 0;
+        }
+        if (rc < 0) {
+            fprintf(stderr, "seckill: %s\n", err);
+            return 2;
+        }
+        return server_run(&cfg);
+    }
+    if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
+        printf("seckill %s\n", SECKILL_VERSION);
+        return 0;
+    }
+    if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    if (strcmp(cmd, "bench") == 0 || strcmp(cmd, "audit") == 0) {
+        fprintf(stderr, "seckill: `%s` is not built yet; see the README's roadmap\n", cmd);
+        return 2;
+    }
+    fprintf(stderr, "seckill: unknown command \"%s\"\n\n", cmd);
+    usage(stderr);
+    return 2;
+}

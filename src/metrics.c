@@ -1,0 +1,186 @@
+/* metrics.c -- counting into per-worker shards, and the Prometheus text of /metrics.
+ *
+ * Workers count with relaxed atomics into their own shard (metrics.h); the writer and
+ * the job pool count into app->metrics. Rendering reads every shard with relaxed loads,
+ * so a scrape is a consistent-enough snapshot, never a lock. Histogram buckets are kept
+ * per bucket (not cumulative) and summed into Prometheus's cumulative form here. */
+#include <stdio.h>
+
+#include "app.h"
+#include "http.h"
+#include "metrics.h"
+#include "rds.h"
+#include "sb.h"
+#include "worker.h"
+
+/* Upper bounds of the latency buckets in nanoseconds, and the same as "le" labels in
+ * seconds; the last bucket is +Inf. */
+static const uint64_t lat_bound_ns[METRICS_LAT_BUCKETS - 1] = {
+    100000, 250000, 500000, 1000000, 2500000, 5000000, 10000000, 25000000,
+    50000000, 100000000, 250000000, 500000000, 1000000000, 2500000000ull, 5000000000ull,
+};
+static const char *const lat_le[METRICS_LAT_BUCKETS] = {
+    "0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025",
+    "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "+Inf",
+};
+
+static const char *const outcome_name[OUT__COUNT] = {
+    [OUT_OK] = "ok",
+    [OUT_SOLD_OUT] = "sold_out",
+    [OUT_DUPLICATE] = "duplicate",
+    [OUT_NOT_STARTED] = "not_started",
+    [OUT_ENDED] = "ended",
+    [OUT_NO_VOUCHER] = "no_voucher",
+    [OUT_UNAUTHORIZED] = "unauthorized",
+    [OUT_BAD_REQUEST] = "bad_request",
+    [OUT_UNAVAILABLE] = "unavailable",
+    [OUT_OTHER] = "other",
+};
+
+void metrics_seckill_done(metrics_shard_t *m, outcome_t o, uint64_t latency_ns)
+{
+    if (m == NULL) {
+        return;
+    }
+    if ((unsigned)o >= OUT__COUNT) {
+        o = OUT_OTHER;
+    }
+    int b = 0;
+    while (b < METRICS_LAT_BUCKETS - 1 && latency_ns > lat_bound_ns[b]) {
+        b++;
+    }
+    metric_inc(&m->seckill[o]);
+    metric_inc(&m->lat_bucket[b]);
+    metric_add(&m->lat_sum_us, latency_ns / 1000u);
+}
+
+static uint64_t ld(_Atomic uint64_t *c)
+{
+    return atomic_load_explicit(c, memory_order_relaxed);
+}
+
+static int64_t lds(_Atomic int64_t *c)
+{
+    return atomic_load_explicit(c, memory_order_relaxed);
+}
+
+static void head(sb_t *out, const char *name, const char *type, const char *help)
+{
+    sb_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void one(sb_t *out, const char *name, const char *type, const char *help, uint64_t v)
+{
+    head(out, name, type, help);
+    sb_printf(out, "%s %llu\n", name, (unsigned long long)v);
+}
+
+void metrics_render(struct app *app, struct sb *out)
+{
+    uint64_t seck[OUT__COUNT] = { 0 }, bucket[METRICS_LAT_BUCKETS] = { 0 };
+    uint64_t requests = 0, lat_sum_us = 0, soldout_local = 0, token_hits = 0;
+    uint64_t redis_errors = 0, redis_reconnects = 0, rate_limited = 0;
+
+    for (int i = 0; i < app->nworkers; i++) {
+        worker_t *w = app->workers != NULL ? app->workers[i] : NULL;
+        metrics_shard_t *m = w != NULL ? w->m : NULL;
+        if (m == NULL) {
+            continue;
+        }
+        for (int o = 0; o < OUT__COUNT; o++) {
+            seck[o] += ld(&m->seckill[o]);
+        }
+        for (int b = 0; b < METRICS_LAT_BUCKETS; b++) {
+            bucket[b] += ld(&m->lat_bucket[b]);
+        }
+        requests += ld(&m->requests);
+        lat_sum_us += ld(&m->lat_sum_us);
+        soldout_local += ld(&m->soldout_local);
+        token_hits += ld(&m->token_cache_hits);
+        redis_errors += ld(&m->redis_errors);
+        redis_reconnects += ld(&m->redis_reconnects);
+        rate_limited += ld(&m->rate_limited);
+    }
+
+    head(out, "seckill_seckill_requests_total", "counter",
+         "Flash-sale requests by outcome.");
+    for (int o = 0; o < OUT__COUNT; o++) {
+        sb_printf(out, "seckill_seckill_requests_total{outcome=\"%s\"} %llu\n",
+                  outcome_name[o], (unsigned long long)seck[o]);
+    }
+
+    head(out, "seckill_request_duration_seconds", "histogram",
+         "Flash-sale request latency, from the complete request to the reply.");
+    uint64_t cum = 0;
+    for (int b = 0; b < METRICS_LAT_BUCKETS; b++) {
+        cum += bucket[b];
+        sb_printf(out, "seckill_request_duration_seconds_bucket{le=\"%s\"} %llu\n", lat_le[b],
+                  (unsigned long long)cum);
+    }
+    sb_printf(out, "seckill_request_duration_seconds_sum %llu.%06llu\n",
+              (unsigned long long)(lat_sum_us / 1000000u),
+              (unsigned long long)(lat_sum_us % 1000000u));
+    sb_printf(out, "seckill_request_duration_seconds_count %llu\n", (unsigned long long)cum);
+
+    one(out, "seckill_http_requests_total", "counter", "HTTP requests answered.",
+        requests);
+    one(out, "seckill_soldout_local_total", "counter",
+        "Flash-sale requests answered from a worker's verdict cache.", soldout_local);
+    one(out, "seckill_token_cache_hits_total", "counter",
+        "Token lookups answered from a worker's cache.", token_hits);
+    one(out, "seckill_redis_errors_total", "counter",
+        "Redis timeouts, disconnects and error replies.", redis_errors);
+    one(out, "seckill_redis_reconnects_total", "counter", "Redis reconnections.",
+        redis_reconnects);
+    one(out, "seckill_rate_limited_total", "counter", "Requests refused by rate limiting.",
+        rate_limited);
+
+    metrics_t *g = app->metrics;
+    if (g != NULL) {
+        one(out, "seckill_orders_persisted_total", "counter",
+            "Orders inserted into SQL by this process's writer.", ld(&g->orders_persisted));
+        one(out, "seckill_orders_replayed_total", "counter",
+            "Orders already in SQL when written again (idempotent replays).",
+            ld(&g->orders_replayed));
+        one(out, "seckill_order_id_conflicts_total", "counter",
+            "Order ids found in SQL with a different user or voucher.",
+            ld(&g->order_id_conflicts));
+        one(out, "seckill_writer_batches_total", "counter",
+            "SQL transactions committed by the order writer.", ld(&g->writer_batches));
+        one(out, "seckill_writer_batch_orders_total", "counter",
+            "Orders in committed writer batches (divide by batches for the mean size).",
+            ld(&g->writer_batch_orders));
+        one(out, "seckill_writer_failures_total", "counter",
+            "Failed writer batch attempts (retried).", ld(&g->writer_failures));
+        one(out, "seckill_writer_claimed_total", "counter",
+            "Stream entries adopted from other consumers.", ld(&g->writer_claimed));
+        head(out, "seckill_stream_pending", "gauge",
+             "Delivered but unacknowledged order stream entries, all streams.");
+        sb_printf(out, "seckill_stream_pending %lld\n", (long long)lds(&g->stream_pending));
+        head(out, "seckill_stream_lag", "gauge",
+             "Order stream entries not yet delivered to the writers (Redis >= 7).");
+        sb_printf(out, "seckill_stream_lag %lld\n", (long long)lds(&g->stream_lag));
+        one(out, "seckill_sql_errors_total", "counter", "Failed SQL calls.",
+            ld(&g->sql_errors));
+    }
+
+    one(out, "seckill_sql_up", "gauge", "1 if the last SQL call succeeded.",
+        (uint64_t)(atomic_load(&app->sql_up) != 0));
+
+    head(out, "seckill_http_connections", "gauge", "Open HTTP connections per worker.");
+    for (int i = 0; i < app->nworkers; i++) {
+        worker_t *w = app->workers != NULL ? app->workers[i] : NULL;
+        if (w != NULL && w->http != NULL) {
+            sb_printf(out, "seckill_http_connections{worker=\"%d\"} %d\n", i,
+                      http_worker_conns(w));
+        }
+    }
+    head(out, "seckill_redis_up", "gauge", "1 if the worker's Redis connection is up.");
+    for (int i = 0; i < app->nworkers; i++) {
+        worker_t *w = app->workers != NULL ? app->workers[i] : NULL;
+        if (w != NULL) {
+            sb_printf(out, "seckill_redis_up{worker=\"%d\"} %d\n", i,
+                      w->rds != NULL && rds_is_up(w->rds) ? 1 : 0);
+        }
+    }
+}

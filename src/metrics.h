@@ -1,0 +1,73 @@
+/* metrics.h -- counters and histograms, rendered as Prometheus text for /metrics.
+ *
+ * Each worker counts into its own shard (no sharing on the hot path: relaxed atomics on
+ * a cache line nobody else writes); the writer thread and others count into the global
+ * part. /metrics sums the shards when asked. */
+#ifndef SECKILL_METRICS_H
+#define SECKILL_METRICS_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+struct sb;
+struct app;
+
+/* Outcomes of a flash-sale request (and of the others, for request counts). */
+typedef enum {
+    OUT_OK = 0,          /* order admitted */
+    OUT_SOLD_OUT,        /* 库存不足 */
+    OUT_DUPLICATE,       /* 不能重复下单 */
+    OUT_NOT_STARTED,     /* 秒杀尚未开始！ */
+    OUT_ENDED,           /* 秒杀已经结束！ */
+    OUT_NO_VOUCHER,      /* 优惠券不存在 */
+    OUT_UNAUTHORIZED,    /* 401 */
+    OUT_BAD_REQUEST,     /* 4xx for malformed input */
+    OUT_UNAVAILABLE,     /* Redis/SQL down or late: 503 */
+    OUT_OTHER,           /* any other request (non-seckill endpoints) */
+    OUT__COUNT
+} outcome_t;
+
+#define METRICS_LAT_BUCKETS 16   /* upper bounds in metrics.c: 0.1 ms .. 5 s, +Inf */
+
+typedef struct metrics_shard {
+    _Atomic uint64_t seckill[OUT__COUNT];     /* flash-sale requests by outcome */
+    _Atomic uint64_t requests;                /* all HTTP requests answered */
+    _Atomic uint64_t lat_bucket[METRICS_LAT_BUCKETS]; /* flash-sale latency histogram */
+    _Atomic uint64_t lat_sum_us;
+    _Atomic uint64_t soldout_local;           /* answered from the local sold-out flag */
+    _Atomic uint64_t token_cache_hits;
+    _Atomic uint64_t redis_errors;            /* timeouts, disconnects, error replies */
+    _Atomic uint64_t redis_reconnects;
+    _Atomic uint64_t rate_limited;
+    char pad[64];
+} metrics_shard_t;
+
+typedef struct metrics {
+    _Atomic uint64_t orders_persisted;        /* inserted by this process's writer */
+    _Atomic uint64_t orders_replayed;         /* already in SQL when written again */
+    _Atomic uint64_t order_id_conflicts;
+    _Atomic uint64_t writer_batches;
+    _Atomic uint64_t writer_batch_orders;     /* sum of batch sizes */
+    _Atomic uint64_t writer_failures;         /* failed batch attempts (retried) */
+    _Atomic uint64_t writer_claimed;          /* entries adopted from other consumers */
+    _Atomic int64_t stream_pending;           /* last seen pending entries, all streams */
+    _Atomic int64_t stream_lag;               /* last seen undelivered entries (Redis >= 7) */
+    _Atomic uint64_t sql_errors;
+} metrics_t;
+
+static inline void metric_inc(_Atomic uint64_t *c)
+{
+    atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
+}
+static inline void metric_add(_Atomic uint64_t *c, uint64_t n)
+{
+    atomic_fetch_add_explicit(c, n, memory_order_relaxed);
+}
+
+/* Counts one finished flash-sale request with its outcome and latency. */
+void metrics_seckill_done(metrics_shard_t *m, outcome_t o, uint64_t latency_ns);
+
+/* Appends the Prometheus text of the whole process to out. */
+void metrics_render(struct app *app, struct sb *out);
+
+#endif

@@ -1,0 +1,67 @@
+/* rds.h -- a worker's asynchronous Redis connection: deadlines, reconnects, scripts.
+ *
+ * Wraps hiredis's async API (0.14, which has no timeouts of its own) on the worker's
+ * libevent loop. What it adds:
+ *   - a deadline on every command: replies arrive in order, so only the oldest command's
+ *     deadline matters; a timer checks it and, when it passes, drops the connection, which
+ *     makes hiredis call every pending callback with a NULL reply;
+ *   - reconnect with back-off (100 ms doubling to 2 s) after any loss, then AUTH/SELECT
+ *     and SCRIPT LOAD of the built-in scripts before the connection counts as up;
+ *   - while down, commands fail at once (the callback runs with NULL before rds_command
+ *     returns), so requests get a fast 503 instead of waiting for a deadline;
+ *   - EVALSHA of a built-in script with a transparent EVAL fallback on NOSCRIPT.
+ *
+ * Callback contract: every accepted command calls its callback exactly once, on the
+ * worker's thread; reply is NULL on timeout, disconnect or when Redis is down, else the
+ * hiredis reply, valid only during the callback (do not free it). Redis error replies
+ * (REDIS_REPLY_ERROR) are passed through, except NOSCRIPT, which rds handles itself. */
+#ifndef SECKILL_RDS_H
+#define SECKILL_RDS_H
+
+#include <stddef.h>
+
+struct worker;
+struct redisReply;
+
+typedef void (*rds_cb)(struct redisReply *reply, void *priv);
+
+typedef struct rds rds_t;
+
+/* Built-in scripts, loaded on every (re)connect. Index into rds_evalsha(). */
+typedef enum {
+    SCRIPT_ADMIT = 0,   /* scripts/admit.lua: the flash-sale admission */
+    SCRIPT_COUNT
+} script_id_t;
+
+/* Parses a Redis URL: redis://[:password@]host[:port][/db] or unix:PATH[?db=N].
+ * Returns 0 or -1. Fields the URL lacks get defaults (127.0.0.1, 6379, db 0). */
+typedef struct rds_addr {
+    char host[256];
+    int port;
+    char unix_path[512];   /* non-empty for unix: URLs */
+    char password[256];
+    int db;
+} rds_addr_t;
+int rds_parse_url(const char *url, rds_addr_t *out);
+
+/* Creates the client on w's loop and starts connecting (it does not wait). */
+rds_t *rds_new(struct worker *w, const rds_addr_t *addr, int timeout_ms);
+void rds_free(rds_t *c);   /* pending callbacks get NULL first; NULL is fine */
+
+/* 1 when connected and scripts are loaded. */
+int rds_is_up(const rds_t *c);
+
+/* Sends a command (argv form, binary safe). cb may be NULL (fire and forget; the
+ * deadline still applies). If the client is down, cb(NULL, priv) runs before this
+ * returns: callers send the command as their last step and touch nothing afterwards. */
+void rds_command(rds_t *c, rds_cb cb, void *priv, int argc, const char **argv, const size_t *argvlen);
+
+/* EVALSHA script with numkeys keys followed by the args (argv holds keys then args). */
+void rds_evalsha(rds_t *c, script_id_t s, rds_cb cb, void *priv, int numkeys, int argc,
+                 const char **argv, const size_t *argvlen);
+
+/* The SHA1 (40 hex + NUL) and text of a built-in script (for benchmarks and tests). */
+const char *rds_script_sha(script_id_t s);
+const char *rds_script_text(script_id_t s);
+
+#endif

@@ -1,0 +1,42 @@
+/* sb.h -- a growable byte buffer, and the JSON writing the API replies are made of.
+ *
+ * Replies are built by appending, not through a DOM: the hot path writes a handful of
+ * fields and a tree would cost allocations for nothing. Request bodies are *parsed* with
+ * jansson (see api.h); only output goes through here.
+ *
+ * Ownership: an sb_t owns its buffer; sb_free() releases it and leaves an empty buffer.
+ * Out of memory aborts the process (our OOM policy, see docs/design.md). */
+#ifndef SECKILL_SB_H
+#define SECKILL_SB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct sb {
+    char *buf;      /* NUL-terminated when len > 0 or after sb_cstr() */
+    size_t len;
+    size_t cap;
+} sb_t;
+
+#define SB_INIT {NULL, 0, 0}
+
+void sb_free(sb_t *s);
+void sb_reset(sb_t *s);                       /* len = 0, keeps the memory */
+void sb_append(sb_t *s, const void *p, size_t n);
+void sb_puts(sb_t *s, const char *z);
+void sb_printf(sb_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void sb_i64(sb_t *s, int64_t v);
+const char *sb_cstr(sb_t *s);                 /* always NUL-terminated, never NULL */
+
+/* Appends z (n bytes, UTF-8 passed through) as a quoted JSON string, escaping
+ * quotes, backslashes and control characters. */
+void sb_json_str(sb_t *s, const char *z, size_t n);
+
+/* Local date-time "yyyy-MM-ddTHH:mm:ss" (server time zone) for epoch seconds t, quoted. */
+void sb_json_datetime(sb_t *s, int64_t t);
+
+/* Parses "yyyy-MM-ddTHH:mm:ss" (local time; a fraction ".SSS" and a trailing 'Z' are not
+ * accepted) into epoch seconds. Returns 0 on success, -1 on anything else. */
+int datetime_parse(const char *z, int64_t *out);
+
+#endif

@@ -1,0 +1,429 @@
+/* server.c -- `seckill serve`: bring the parts up in order, run, and take them down.
+ *
+ * Threads: main (this file: start-up, then waits for a signal), N workers (HTTP + Redis
+ * on one event loop each), the order writer, and the job pool's SQL threads. The main
+ * thread blocks SIGINT/SIGTERM before starting any thread, so only sigwait() here sees
+ * them and shutdown runs in one known place, in a known order:
+ *   workers stop accepting and finish in-flight requests -> loops exit -> the writer
+ *   commits and acks what it holds -> job pool drains -> embedded redis-server stops. */
+#include "server.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <hiredis/hiredis.h>
+
+#include "admission.h"
+#include "api.h"
+#include "app.h"
+#include "auth.h"
+#include "http.h"
+#include "jobs.h"
+#include "keys.h"
+#include "log.h"
+#include "metrics.h"
+#include "orderid.h"
+#include "rds.h"
+#include "redis_child.h"
+#include "store.h"
+#include "worker.h"
+#include "writer.h"
+
+#define SHUTDOWN_GRACE_MS 5000
+#define JOB_THREADS 2
+#define JOB_QUEUE_MAX 4096
+
+/* mkdir -p */
+static int make_dirs(const char *path)
+{
+    char buf[512];
+    if (strlen(path) >= sizeof buf)
+        return -1;
+    strcpy(buf, path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+            return -1;
+        *p = '/';
+    }
+    return mkdir(buf, 0755) < 0 && errno != EEXIST ? -1 : 0;
+}
+
+static void random_hex(char *out, size_t nbytes)
+{
+    unsigned char raw[64];
+    static const char hex[] = "0123456789abcdef";
+    if (nbytes > sizeof raw)
+        nbytes = sizeof raw;
+    if (getrandom(raw, nbytes, 0) != (ssize_t)nbytes) {
+        /* getrandom on Linux >= 3.17 does not fail for small sizes; keep going anyway. */
+        for (size_t i = 0; i < nbytes; i++)
+            raw[i] = (unsigned char)rand();
+    }
+    for (size_t i = 0; i < nbytes; i++) {
+        out[2 * i] = hex[raw[i] >> 4];
+        out[2 * i + 1] = hex[raw[i] & 15];
+    }
+    out[2 * nbytes] = '\0';
+}
+
+/* The embedded default keeps its admin token in <data-dir>/admin-token (mode 0600), so a
+ * restart does not invalidate what the operator copied from the first start. */
+static void embedded_admin_token(app_t *app)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/admin-token", app->cfg.data_dir);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        char buf[128] = "";
+        if (fgets(buf, sizeof buf, f)) {
+            buf[strcspn(buf, "\r\n")] = '\0';
+            if (strlen(buf) >= 16) {
+                strcpy(app->admin_token, buf);
+                fclose(f);
+                return;
+            }
+        }
+        fclose(f);
+    }
+    random_hex(app->admin_token, 16);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd >= 0) {
+        dprintf(fd, "%s\n", app->admin_token);
+        close(fd);
+    }
+}
+
+/* One blocking connection for start-up checks; NULL with a reason on failure. */
+static redisContext *connect_blocking(const char *url, int timeout_ms, char *err, size_t errlen)
+{
+    rds_addr_t a;
+    if (rds_parse_url(url, &a) < 0) {
+        snprintf(err, errlen, "bad Redis URL \"%s\": use redis://[:password@]host:port[/db] or unix:PATH", url);
+        return NULL;
+    }
+    struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+    redisContext *c = a.unix_path[0] ? redisConnectUnixWithTimeout(a.unix_path, tv)
+                                     : redisConnectWithTimeout(a.host, a.port, tv);
+    if (!c || c->err) {
+        snprintf(err, errlen, "cannot reach Redis at %s (%s): start redis-server there, or omit --redis to let seckill run a private one",
+                 url, c ? c->errstr : "out of memory");
+        redisFree(c);
+        return NULL;
+    }
+    redisSetTimeout(c, tv);
+    redisReply *r = NULL;
+    if (a.password[0])
+        r = redisCommand(c, "AUTH %s", a.password);
+    if (r && r->type == REDIS_REPLY_ERROR) {
+        snprintf(err, errlen, "Redis at %s refused the password: %s", url, r->str);
+        freeReplyObject(r);
+        redisFree(c);
+        return NULL;
+    }
+    freeReplyObject(r);
+    r = NULL;
+    if (a.db)
+        r = redisCommand(c, "SELECT %d", a.db);
+    freeReplyObject(r);
+    r = redisCommand(c, "PING");
+    if (!r || r->type == REDIS_REPLY_ERROR) {
+        snprintf(err, errlen, "Redis at %s does not answer PING: %s", url,
+                 r ? r->str : c->errstr);
+        freeReplyObject(r);
+        redisFree(c);
+        return NULL;
+    }
+    freeReplyObject(r);
+    return c;
+}
+
+/* Leases this process's order-id slot (orderid.h) and checks the Redis version: streams
+ * with XAUTOCLAIM need Redis >= 6.2. */
+static int redis_prepare(app_t *app, char *err, size_t errlen)
+{
+    redisContext *c = connect_blocking(app->redis_url, app->cfg.redis_timeout_ms, err, errlen);
+    if (!c)
+        return -1;
+    redisReply *r = redisCommand(c, "INCR %s", KEY_INSTANCE);
+    if (!r || r->type != REDIS_REPLY_INTEGER) {
+        snprintf(err, errlen, "Redis INCR %s failed: %s", KEY_INSTANCE,
+                 r && r->type == REDIS_REPLY_ERROR ? r->str : c->errstr);
+        freeReplyObject(r);
+        redisFree(c);
+        return -1;
+    }
+    app->instance_slot = (uint32_t)(r->integer % (1 << ORDERID_SLOT_BITS));
+    freeReplyObject(r);
+    r = redisCommand(c, "INFO server");
+    if (r && r->type == REDIS_REPLY_STRING) {
+        const char *v = strstr(r->str, "redis_version:");
+        int major = 0, minor = 0;
+        if (v && sscanf(v, "redis_version:%d.%d", &major, &minor) == 2 &&
+            (major < 6 || (major == 6 && minor < 2))) {
+            snprintf(err, errlen, "Redis %d.%d is too old: seckill needs Redis 6.2 or newer", major, minor);
+            freeReplyObject(r);
+            redisFree(c);
+            return -1;
+        }
+    }
+    freeReplyObject(r);
+    redisFree(c);
+    return 0;
+}
+
+static void *worker_main(void *arg)
+{
+    worker_t *w = arg;
+    log_set_thread_name(w->name);
+    event_base_loop(w->base, 0);
+    return NULL;
+}
+
+static void on_http_stopped(worker_t *w)
+{
+    event_base_loopexit(w->base, NULL);
+}
+
+static void worker_stop_fn(worker_t *w, void *arg)
+{
+    (void)arg;
+    http_worker_stop(w, SHUTDOWN_GRACE_MS, on_http_stopped);
+}
+
+static void free_worker(worker_t *w)
+{
+    if (!w)
+        return;
+    /* The loop has exited: nothing runs on it any more, so tearing down from here is
+     * safe. Redis first: pending callbacks (if any) still find their connections. */
+    rds_free(w->rds);
+    w->rds = NULL;
+    adm_cache_free(w);
+    auth_cache_free(w);
+    http_worker_free(w);
+    free(w->m);
+    w->m = NULL;
+    worker_free(w);
+}
+
+static worker_t *make_worker(app_t *app, int id, const rds_addr_t *addr, char *err, size_t errlen)
+{
+    worker_t *w = worker_new(app, id);
+    if (!w) {
+        snprintf(err, errlen, "cannot create worker %d", id);
+        return NULL;
+    }
+    if (posix_memalign((void **)&w->m, 64, sizeof *w->m) != 0) {
+        snprintf(err, errlen, "out of memory");
+        worker_free(w);
+        return NULL;
+    }
+    memset(w->m, 0, sizeof *w->m);
+    if (auth_cache_init(w) < 0 || adm_cache_init(w) < 0) {
+        snprintf(err, errlen, "out of memory");
+        free_worker(w);
+        return NULL;
+    }
+    w->rds = rds_new(w, addr, app->cfg.redis_timeout_ms);
+    if (!w->rds) {
+        snprintf(err, errlen, "cannot create the Redis client of worker %d", id);
+        free_worker(w);
+        return NULL;
+    }
+    if (http_worker_init(w, app->cfg.listen_host, app->cfg.listen_port, api_dispatch, err, errlen) < 0) {
+        free_worker(w);
+        return NULL;
+    }
+    return w;
+}
+
+static void print_ready(const app_t *app, int embedded)
+{
+    const char *h = app->cfg.listen_host;
+    int p = app->cfg.listen_port;
+    char url[300];
+    snprintf(url, sizeof url, strchr(h, ':') ? "http://[%s]:%d" : "http://%s:%d", h, p);
+    log_info("ready: %s (mode %s, %d worker threads, instance %s, slot %u)", url,
+             config_mode_name(app->cfg.mode), app->nworkers, app->name, app->instance_slot);
+    /* The how-to goes to stdout, for the person who just typed the command. */
+    printf("\nseckill is serving %s\n", url);
+    if (embedded)
+        printf("admin token: %s   (kept in %s/admin-token)\n", app->admin_token, app->cfg.data_dir);
+    else if (app->admin_token[0])
+        printf("admin token: as configured\n");
+    printf("\nTry a flash sale:\n"
+           "  # 1. create a flash-sale voucher (stock 100, on sale for a day)\n"
+           "  curl -s -X POST %s/voucher/seckill -H 'x-admin-token: %s' \\\n"
+           "       -d '{\"shopId\":1,\"title\":\"100元代金券\",\"payValue\":8000,\"actualValue\":10000,\"type\":1,\"stock\":100,\"beginTime\":\"2020-01-01T00:00:00\",\"endTime\":\"2099-01-01T00:00:00\"}'\n"
+           "  # 2. ask for a login code: it is written to this log (there is no SMS gateway)\n"
+           "  curl -s -X POST '%s/user/code?phone=13800000000'\n"
+           "  # 3. log in with it; the reply's data is your token\n"
+           "  curl -s -X POST %s/user/login -d '{\"phone\":\"13800000000\",\"code\":\"<code>\"}'\n"
+           "  # 4. buy: data is your order id; a second try says 不能重复下单\n"
+           "  curl -s -X POST %s/voucher-order/seckill/<voucherId> -H 'authorization: <token>'\n\n",
+           url, embedded ? app->admin_token : "<admin token>", url, url, url);
+    fflush(stdout);
+}
+
+int server_run(const config_t *cfg)
+{
+    char err[1024] = "";
+    int rc = 1, embedded = 0, nstarted = 0;
+    app_t *app = calloc(1, sizeof *app);
+    if (!app) {
+        fprintf(stderr, "seckill: out of memory\n");
+        return 1;
+    }
+    app->cfg = *cfg;
+    log_set_level(cfg->log_level);
+    log_set_thread_name("main");
+
+    /* Signals are handled by sigwait() below; every thread inherits this mask. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    if (cfg->mode != MODE_STREAM) {
+        snprintf(err, sizeof err, "mode %s is not available yet: use --mode stream", config_mode_name(cfg->mode));
+        goto out;
+    }
+    if (make_dirs(cfg->data_dir) < 0) {
+        snprintf(err, sizeof err, "cannot create data directory %s: %s", cfg->data_dir, strerror(errno));
+        goto out;
+    }
+
+    /* 1. Redis: configured, or a private child. */
+    if (cfg->redis_url[0]) {
+        snprintf(app->redis_url, sizeof app->redis_url, "%s", cfg->redis_url);
+    } else {
+        embedded = 1;
+        log_info("no --redis given: starting a private redis-server under %s/redis", cfg->data_dir);
+        app->child = redis_child_start(cfg->redis_server_bin, cfg->data_dir, cfg->appendfsync_always,
+                                       app->redis_url, sizeof app->redis_url, err, sizeof err);
+        if (!app->child)
+            goto out;
+        log_info("private redis-server ready at %s (AOF on, appendfsync %s)", app->redis_url,
+                 cfg->appendfsync_always ? "always" : "everysec");
+    }
+    if (redis_prepare(app, err, sizeof err) < 0)
+        goto out;
+    orderid_init(app->instance_slot);
+    log_info("redis %s reachable; order-id slot %u", app->redis_url, app->instance_slot);
+
+    /* 2. SQL: open once here so schema problems stop us before we listen. */
+    if (cfg->db_url[0])
+        snprintf(app->db_url, sizeof app->db_url, "%s", cfg->db_url);
+    else
+        snprintf(app->db_url, sizeof app->db_url, "sqlite:%s/seckill.db", cfg->data_dir);
+    {
+        store_t *s = store_open(app->db_url, cfg->sql_timeout_ms, err, sizeof err);
+        if (!s)
+            goto out;
+        store_close(s);
+    }
+    atomic_store(&app->sql_up, 1);
+    log_info("database %s ready (schema checked)", app->db_url);
+
+    /* 3. Identity: admin token and consumer name. */
+    if (cfg->admin_token[0])
+        snprintf(app->admin_token, sizeof app->admin_token, "%s", cfg->admin_token);
+    else if (embedded)
+        embedded_admin_token(app);
+    else
+        log_warn("no --admin-token configured: voucher creation is refused");
+    if (cfg->name[0]) {
+        snprintf(app->name, sizeof app->name, "%s", cfg->name);
+    } else if (embedded) {
+        /* A private Redis has exactly one consumer: a stable name lets a restart finish
+         * its own pending entries at once instead of waiting for them to look idle. */
+        snprintf(app->name, sizeof app->name, "local");
+    } else {
+        char host[64] = "host";
+        gethostname(host, sizeof host - 1);
+        snprintf(app->name, sizeof app->name, "%s:%d", host, (int)getpid());
+    }
+
+    /* 4. Background parts. */
+    app->metrics = calloc(1, sizeof *app->metrics);
+    if (!app->metrics) {
+        snprintf(err, sizeof err, "out of memory");
+        goto out;
+    }
+    app->jobs = jobs_new(JOB_THREADS, app->db_url, cfg->sql_timeout_ms, JOB_QUEUE_MAX, err, sizeof err);
+    if (!app->jobs)
+        goto out;
+    app->writer = writer_start(app, err, sizeof err);
+    if (!app->writer)
+        goto out;
+    log_info("order writer started as consumer \"%s\" of group %s", app->name, KEY_GROUP);
+
+    /* 5. Workers: every one listens before any starts, so a busy port fails cleanly. */
+    rds_addr_t addr;
+    if (rds_parse_url(app->redis_url, &addr) < 0) {
+        snprintf(err, sizeof err, "bad Redis URL \"%s\"", app->redis_url);
+        goto out;
+    }
+    app->workers = calloc((size_t)cfg->threads, sizeof *app->workers);
+    if (!app->workers) {
+        snprintf(err, sizeof err, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < cfg->threads; i++) {
+        app->workers[i] = make_worker(app, i, &addr, err, sizeof err);
+        if (!app->workers[i])
+            goto out;
+        app->nworkers = i + 1;
+    }
+    for (int i = 0; i < app->nworkers; i++) {
+        if (worker_start(app->workers[i], worker_main) != 0) {
+            snprintf(err, sizeof err, "cannot start worker thread %d", i);
+            goto out;
+        }
+        nstarted = i + 1;
+    }
+    print_ready(app, embedded);
+
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    log_info("%s received: stopping (in-flight requests finish, the writer commits what it has)",
+             sig == SIGINT ? "SIGINT" : "SIGTERM");
+    rc = 0;
+
+out:
+    if (rc != 0 && err[0]) {
+        fprintf(stderr, "seckill: %s\n", err);
+        log_error("%s", err);
+    }
+    atomic_store(&app->stopping, 1);
+    for (int i = 0; i < nstarted; i++)
+        worker_post(app->workers[i], worker_stop_fn, NULL);
+    for (int i = 0; i < nstarted; i++)
+        pthread_join(app->workers[i]->thread, NULL);
+    /* The job pool may still hold a job whose completion is posted to a worker, so the
+     * pool goes before the workers are freed. */
+    writer_stop(app->writer);
+    jobs_free(app->jobs);
+    for (int i = 0; i < app->nworkers; i++)
+        free_worker(app->workers[i]);
+    free(app->workers);
+    redis_child_stop(app->child);
+    free(app->metrics);
+    if (rc == 0)
+        log_info("stopped cleanly");
+    free(app);
+    return rc;
+}

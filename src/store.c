@@ -1,0 +1,214 @@
+/* store.c -- the store's front door: picks a SQL backend by URL scheme and forwards
+ * every store.h call to it (store_int.h). Backend-neutral helpers live here too.
+ *
+ *   sqlite:PATH        store_sqlite.c (sqlite:///abs/path and sqlite::memory: also work)
+ *   mysql://...        not built yet: a clear error, so the URL can be documented now */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_int.h"
+
+static const store_ops_t *const backends[] = {
+    &store_sqlite_ops,
+};
+
+int store__fail(store_t *s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->err, sizeof s->err, fmt, ap);
+    va_end(ap);
+    return STORE_ERR;
+}
+
+store_t *store_open(const char *url, int timeout_ms, char *err, size_t errlen)
+{
+    char dummy[8];
+    if (!err || errlen == 0) {
+        err = dummy;
+        errlen = sizeof dummy;
+    }
+    err[0] = '\0';
+    if (!url || !*url) {
+        snprintf(err, errlen, "no database URL (expected sqlite:PATH)");
+        return NULL;
+    }
+    const char *colon = strchr(url, ':');
+    if (!colon || colon == url) {
+        snprintf(err, errlen, "bad database URL '%s' (expected sqlite:PATH)", url);
+        return NULL;
+    }
+    size_t slen = (size_t)(colon - url);
+    for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++) {
+        const store_ops_t *ops = backends[i];
+        if (strlen(ops->scheme) == slen && strncasecmp(url, ops->scheme, slen) == 0) {
+            if (timeout_ms <= 0)
+                timeout_ms = 2000;
+            store_t *s = ops->open(colon + 1, timeout_ms, err, errlen);
+            if (s)
+                s->ops = ops;
+            return s;
+        }
+    }
+    if ((slen == 5 && strncasecmp(url, "mysql", 5) == 0) ||
+        (slen == 7 && strncasecmp(url, "mariadb", 7) == 0)) {
+        snprintf(err, errlen,
+                 "MySQL/MariaDB support is not built yet; use --db sqlite:PATH for now");
+        return NULL;
+    }
+    snprintf(err, errlen, "unknown database URL scheme '%.*s' (expected sqlite:PATH)",
+             (int)(slen > 32 ? 32 : slen), url);
+    return NULL;
+}
+
+void store_close(store_t *s)
+{
+    if (s)
+        s->ops->close(s);
+}
+
+const char *store_errmsg(store_t *s)
+{
+    if (!s)
+        return "no database connection";
+    return s->err[0] ? s->err : "no error";
+}
+
+/* Each forwarder clears the last error, so store_errmsg() describes this call. */
+#define STORE_ENTER(s)                  \
+    do {                                \
+        if (!(s))                       \
+            return STORE_ERR;           \
+        (s)->err[0] = '\0';             \
+    } while (0)
+
+int store_ping(store_t *s)
+{
+    STORE_ENTER(s);
+    return s->ops->ping(s);
+}
+
+int store_user_by_phone(store_t *s, const char *phone, store_user_t *out)
+{
+    STORE_ENTER(s);
+    if (!phone || !out)
+        return store__fail(s, "store_user_by_phone: bad arguments");
+    return s->ops->user_by_phone(s, phone, out);
+}
+
+int store_user_create(store_t *s, const char *phone, const char *nick, store_user_t *out)
+{
+    STORE_ENTER(s);
+    if (!phone || !out)
+        return store__fail(s, "store_user_create: bad arguments");
+    return s->ops->user_create(s, phone, nick ? nick : "", out);
+}
+
+int store_voucher_create(store_t *s, store_voucher_t *v)
+{
+    STORE_ENTER(s);
+    if (!v || !v->title)
+        return store__fail(s, "store_voucher_create: a voucher needs a title");
+    return s->ops->voucher_create(s, v);
+}
+
+int store_voucher_get(store_t *s, int64_t id, store_voucher_t *out)
+{
+    STORE_ENTER(s);
+    if (!out)
+        return store__fail(s, "store_voucher_get: bad arguments");
+    memset(out, 0, sizeof *out);
+    return s->ops->voucher_get(s, id, out);
+}
+
+int store_voucher_list(store_t *s, int64_t shop_id, store_voucher_t **out, size_t *n)
+{
+    if (out)
+        *out = NULL;
+    if (n)
+        *n = 0;
+    STORE_ENTER(s);
+    if (!out || !n)
+        return store__fail(s, "store_voucher_list: bad arguments");
+    return s->ops->voucher_list(s, shop_id, out, n);
+}
+
+int store_seckill_ids(store_t *s, int64_t **ids, size_t *n)
+{
+    if (ids)
+        *ids = NULL;
+    if (n)
+        *n = 0;
+    STORE_ENTER(s);
+    if (!ids || !n)
+        return store__fail(s, "store_seckill_ids: bad arguments");
+    return s->ops->seckill_ids(s, ids, n);
+}
+
+void store_voucher_clear(store_voucher_t *v)
+{
+    if (!v)
+        return;
+    free(v->title);
+    free(v->sub_title);
+    free(v->rules);
+    v->title = v->sub_title = v->rules = NULL;
+}
+
+void store_voucher_list_free(store_voucher_t *v, size_t n)
+{
+    if (!v)
+        return;
+    for (size_t i = 0; i < n; i++)
+        store_voucher_clear(&v[i]);
+    free(v);
+}
+
+int store_orders_write(store_t *s, const store_order_t *orders, size_t n, size_t *inserted,
+                       size_t *conflicts)
+{
+    size_t ins_dummy, conf_dummy;
+    if (!inserted)
+        inserted = &ins_dummy;
+    if (!conflicts)
+        conflicts = &conf_dummy;
+    *inserted = 0;
+    *conflicts = 0;
+    STORE_ENTER(s);
+    if (n == 0)
+        return STORE_OK;
+    if (!orders)
+        return store__fail(s, "store_orders_write: bad arguments");
+    return s->ops->orders_write(s, orders, n, inserted, conflicts);
+}
+
+int store_order_get(store_t *s, int64_t id, store_order_t *out)
+{
+    STORE_ENTER(s);
+    if (!out)
+        return store__fail(s, "store_order_get: bad arguments");
+    return s->ops->order_get(s, id, out);
+}
+
+int store_orders_of_user(store_t *s, int64_t user_id, size_t max, store_order_t **out, size_t *n)
+{
+    if (out)
+        *out = NULL;
+    if (n)
+        *n = 0;
+    STORE_ENTER(s);
+    if (!out || !n)
+        return store__fail(s, "store_orders_of_user: bad arguments");
+    if (max == 0)
+        return STORE_OK;
+    return s->ops->orders_of_user(s, user_id, max, out, n);
+}
+
+int store_voucher_counts(store_t *s, int64_t voucher_id, int64_t *orders, int64_t *stock)
+{
+    int64_t o_dummy, s_dummy;
+    STORE_ENTER(s);
+    return s->ops->voucher_counts(s, voucher_id, orders ? orders : &o_dummy,
+                                  stock ? stock : &s_dummy);
+}

@@ -1,0 +1,94 @@
+/* store.h -- SQL behind one interface: SQLite now, MySQL/MariaDB later.
+ *
+ * A store_t is one connection, used by one thread at a time (the order writer has its
+ * own; each job-pool thread has its own). The backend is chosen by URL scheme
+ * (sqlite:PATH, mysql://...). No engine type leaks out of store_*.c.
+ *
+ * Every call has a deadline (config sql_timeout_ms): it returns STORE_ERR rather than
+ * wait longer (SQLite: busy timeout + progress handler; MariaDB: read/write timeouts).
+ * Calls return STORE_OK, STORE_NOTFOUND or STORE_ERR; on STORE_ERR store_errmsg() says why.
+ *
+ * Schema (sql/schema.sqlite.sql, built in): the course's tb_user, tb_voucher,
+ * tb_seckill_voucher, tb_voucher_order, plus UNIQUE(user_id, voucher_id) on orders.
+ * store_open() creates/migrates it. Times are epoch seconds here; the backends store them
+ * as the engine's own datetime type in server local time. */
+#ifndef SECKILL_STORE_H
+#define SECKILL_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct store store_t;
+
+enum { STORE_OK = 0, STORE_NOTFOUND = 1, STORE_ERR = -1 };
+
+typedef struct store_user {
+    int64_t id;
+    char phone[16];
+    char nick_name[64];
+    char icon[256];
+} store_user_t;
+
+typedef struct store_voucher {
+    int64_t id;                 /* out on create */
+    int64_t shop_id;
+    char *title, *sub_title, *rules;   /* owned by the caller on create; by the list on list */
+    int64_t pay_value, actual_value;
+    int type;                   /* 0 normal, 1 flash sale */
+    int status;                 /* 1 on shelf */
+    int is_seckill;             /* has a tb_seckill_voucher row */
+    int64_t stock;              /* flash sale only */
+    int64_t begin_time, end_time; /* flash sale only, epoch seconds */
+} store_voucher_t;
+
+typedef struct store_order {
+    int64_t id;
+    int64_t user_id;
+    int64_t voucher_id;
+    int status;                 /* 1 unpaid ... 6 refunded */
+    int64_t create_time;        /* epoch seconds */
+} store_order_t;
+
+/* Opens (creating the file and schema if needed). On failure returns NULL and writes a
+ * one-line reason into err. */
+store_t *store_open(const char *url, int timeout_ms, char *err, size_t errlen);
+void store_close(store_t *s);                 /* NULL is fine */
+const char *store_errmsg(store_t *s);        /* last error, valid until the next call */
+int store_ping(store_t *s);
+
+/* Users. */
+int store_user_by_phone(store_t *s, const char *phone, store_user_t *out);
+/* Inserts a user with this phone and nick name (icon ""), filling out. If the phone
+ * exists already (a concurrent login), returns that user instead. */
+int store_user_create(store_t *s, const char *phone, const char *nick, store_user_t *out);
+
+/* Vouchers. Creates tb_voucher (+ tb_seckill_voucher when v->is_seckill) in one
+ * transaction and sets v->id. */
+int store_voucher_create(store_t *s, store_voucher_t *v);
+/* One voucher by id (status any). Strings in out are malloc'ed: free with
+ * store_voucher_clear(). */
+int store_voucher_get(store_t *s, int64_t id, store_voucher_t *out);
+/* All status-1 vouchers of a shop, in id order. *out is a malloc'ed array of *n entries:
+ * free with store_voucher_list_free(). */
+int store_voucher_list(store_t *s, int64_t shop_id, store_voucher_t **out, size_t *n);
+/* Ids of all flash-sale vouchers (for the order writer and for order lookups). */
+int store_seckill_ids(store_t *s, int64_t **ids, size_t *n);   /* free(*ids) */
+void store_voucher_clear(store_voucher_t *v);
+void store_voucher_list_free(store_voucher_t *v, size_t n);
+
+/* Orders. Writes a batch in ONE transaction: each order inserted unless its id or its
+ * (user, voucher) pair exists already (a replay is a no-op), and each voucher's
+ * tb_seckill_voucher.stock decremented by the number of its orders actually inserted.
+ * *inserted receives that number. Either all of it commits or none (STORE_ERR). An id
+ * that exists with a different user/voucher is a collision: counted in *conflicts and
+ * logged, never overwritten. */
+int store_orders_write(store_t *s, const store_order_t *orders, size_t n, size_t *inserted,
+                       size_t *conflicts);
+int store_order_get(store_t *s, int64_t id, store_order_t *out);
+/* A user's orders, newest first, at most max. *out malloc'ed (free()). */
+int store_orders_of_user(store_t *s, int64_t user_id, size_t max, store_order_t **out, size_t *n);
+
+/* For audit and tests: count of orders of a voucher and its SQL stock. */
+int store_voucher_counts(store_t *s, int64_t voucher_id, int64_t *orders, int64_t *stock);
+
+#endif

@@ -1,0 +1,921 @@
+/* store_sqlite.c -- the SQLite backend of store.h (the embedded default).
+ *
+ * One sqlite3 connection per store_t, opened SQLITE_OPEN_NOMUTEX: the store.h contract is
+ * one thread at a time per store_t, so SQLite's own per-connection mutex is not needed.
+ *
+ * Durability: WAL with synchronous=FULL. The order writer XACKs a stream entry only after
+ * the commit that wrote it returns; with synchronous=NORMAL a WAL commit is not fsynced,
+ * so a power loss or OS crash could roll back a transaction whose entries are already
+ * acked -- orders lost with no copy left anywhere. FULL costs one fsync per commit, i.e.
+ * per writer batch (up to writer_batch orders), which the measured drain rate absorbs
+ * (docs/store.md).
+ *
+ * Deadlines: each store call sets deadline = now + timeout_ms. A busy handler (instead of
+ * a fixed busy_timeout, so waiting on locks counts against the same call deadline) sleeps
+ * in short steps while the deadline allows; a progress handler aborts any statement
+ * running past it. Either way the call returns STORE_ERR and says why.
+ *
+ * Times: tables hold TEXT 'YYYY-MM-DD HH:MM:SS' in local time (sql/schema.sqlite.sql);
+ * this file converts from and to the epoch seconds of store.h (localtime_r / mktime).
+ *
+ * Statements are prepared once per connection (SQLITE_PREPARE_PERSISTENT) on first use
+ * and reset after every use, so no read transaction stays open between calls. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <sqlite3.h>
+
+#include "clock.h"
+#include "embedded.h"
+#include "log.h"
+#include "store_int.h"
+
+/* Must equal the PRAGMA user_version that sql/schema.sqlite.sql sets. */
+#define SQLITE_SCHEMA_VERSION 1
+
+/* How many VM instructions between deadline checks. */
+#define PROGRESS_OPS 1000
+
+enum {
+    ST_BEGIN_IMMEDIATE,
+    ST_BEGIN,
+    ST_COMMIT,
+    ST_ROLLBACK,
+    ST_PING,
+    ST_USER_BY_PHONE,
+    ST_USER_INSERT,
+    ST_VOUCHER_INSERT,
+    ST_SECKILL_INSERT,
+    ST_VOUCHER_GET,
+    ST_VOUCHER_LIST,
+    ST_SECKILL_IDS,
+    ST_ORDER_INSERT,
+    ST_ORDER_BY_ID,
+    ST_ORDER_BY_USER_VOUCHER,
+    ST_STOCK_DEC,
+    ST_ORDERS_OF_USER,
+    ST_COUNT_ORDERS,
+    ST_STOCK_GET,
+    ST__COUNT
+};
+
+#define VOUCHER_COLS                                                                    \
+    "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, v.actual_value, " \
+    "v.type, v.status, sv.voucher_id IS NOT NULL, sv.stock, sv.begin_time, sv.end_time "   \
+    "FROM tb_voucher v LEFT JOIN tb_seckill_voucher sv ON sv.voucher_id = v.id "
+
+static const char *const stmt_sql[ST__COUNT] = {
+    [ST_BEGIN_IMMEDIATE] = "BEGIN IMMEDIATE",
+    [ST_BEGIN] = "BEGIN",
+    [ST_COMMIT] = "COMMIT",
+    [ST_ROLLBACK] = "ROLLBACK",
+    [ST_PING] = "SELECT 1",
+    [ST_USER_BY_PHONE] = "SELECT id, phone, nick_name, icon FROM tb_user WHERE phone = ?1",
+    [ST_USER_INSERT] = "INSERT INTO tb_user (phone, password, nick_name, icon, create_time, "
+                       "update_time) VALUES (?1, '', ?2, '', ?3, ?3) "
+                       "ON CONFLICT (phone) DO NOTHING",
+    [ST_VOUCHER_INSERT] = "INSERT INTO tb_voucher (shop_id, title, sub_title, rules, pay_value, "
+                          "actual_value, type, status, create_time, update_time) "
+                          "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)",
+    [ST_SECKILL_INSERT] = "INSERT INTO tb_seckill_voucher (voucher_id, stock, begin_time, "
+                          "end_time, create_time, update_time) VALUES (?1, ?2, ?3, ?4, ?5, ?5)",
+    [ST_VOUCHER_GET] = VOUCHER_COLS "WHERE v.id = ?1",
+    [ST_VOUCHER_LIST] = VOUCHER_COLS "WHERE v.shop_id = ?1 AND v.status = 1 ORDER BY v.id",
+    [ST_SECKILL_IDS] = "SELECT voucher_id FROM tb_seckill_voucher ORDER BY voucher_id",
+    [ST_ORDER_INSERT] = "INSERT INTO tb_voucher_order (id, user_id, voucher_id, create_time, "
+                        "update_time) VALUES (?1, ?2, ?3, ?4, ?4) ON CONFLICT DO NOTHING",
+    [ST_ORDER_BY_ID] = "SELECT user_id, voucher_id FROM tb_voucher_order WHERE id = ?1",
+    [ST_ORDER_BY_USER_VOUCHER] = "SELECT id FROM tb_voucher_order "
+                                 "WHERE user_id = ?1 AND voucher_id = ?2",
+    [ST_STOCK_DEC] = "UPDATE tb_seckill_voucher SET stock = stock - ?1, update_time = ?2 "
+                     "WHERE voucher_id = ?3 RETURNING stock",
+    [ST_ORDERS_OF_USER] = "SELECT id, user_id, voucher_id, status, create_time "
+                          "FROM tb_voucher_order WHERE user_id = ?1 "
+                          "ORDER BY create_time DESC, id DESC LIMIT ?2",
+    [ST_COUNT_ORDERS] = "SELECT count(*) FROM tb_voucher_order WHERE voucher_id = ?1",
+    [ST_STOCK_GET] = "SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?1",
+};
+
+/* store_order_get shares the row shape of ST_ORDERS_OF_USER. */
+static const char order_get_sql[] = "SELECT id, user_id, voucher_id, status, create_time "
+                                    "FROM tb_voucher_order WHERE id = ?1";
+
+typedef struct sq {
+    struct store base;               /* first: a store_t * is an sq_t * */
+    sqlite3 *db;
+    int timeout_ms;
+    uint64_t deadline_ms;            /* of the call in progress (monotonic) */
+    int timed_out;                   /* the busy or progress handler gave up */
+    sqlite3_stmt *st[ST__COUNT];
+    sqlite3_stmt *st_order_get;
+    int64_t tcache_t;                /* last epoch -> text conversion */
+    char tcache_s[32];
+} sq_t;
+
+/* ---------------------------------------------------------------- small helpers */
+
+static void *xrealloc(void *p, size_t n)
+{
+    void *q = realloc(p, n ? n : 1);
+    if (!q) {
+        log_error("out of memory (%zu bytes)", n);
+        abort();
+    }
+    return q;
+}
+
+static char *xstrdup(const char *z)
+{
+    size_t n = strlen(z) + 1;
+    char *p = xrealloc(NULL, n);
+    memcpy(p, z, n);
+    return p;
+}
+
+static void call_begin(sq_t *q)
+{
+    q->deadline_ms = clock_mono_ms() + (uint64_t)q->timeout_ms;
+    q->timed_out = 0;
+}
+
+/* Records why the current call failed. what names the step. */
+static int sq_fail(sq_t *q, const char *what)
+{
+    if (q->timed_out)
+        return store__fail(&q->base, "sqlite: %s: deadline of %d ms passed (%s)", what,
+                           q->timeout_ms, sqlite3_errmsg(q->db));
+    return store__fail(&q->base, "sqlite: %s: %s (code %d)", what, sqlite3_errmsg(q->db),
+                       sqlite3_extended_errcode(q->db));
+}
+
+static int on_progress(void *arg)
+{
+    sq_t *q = arg;
+    if (clock_mono_ms() > q->deadline_ms) {
+        q->timed_out = 1;
+        return 1;
+    }
+    return 0;
+}
+
+/* Waits for a lock in growing steps, but never past the call's deadline. */
+static int on_busy(void *arg, int count)
+{
+    static const int steps_ms[] = {1, 2, 5, 10, 15, 20, 25, 25, 25, 50};
+    sq_t *q = arg;
+    uint64_t now = clock_mono_ms();
+    if (now >= q->deadline_ms) {
+        q->timed_out = 1;
+        return 0;
+    }
+    int n = (int)(sizeof steps_ms / sizeof steps_ms[0]);
+    uint64_t ms = (uint64_t)steps_ms[count < n ? count : n - 1];
+    if (ms > q->deadline_ms - now)
+        ms = q->deadline_ms - now;
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+    return 1;
+}
+
+static sqlite3_stmt *stmt_prepare(sq_t *q, sqlite3_stmt **slot, const char *sql)
+{
+    if (*slot)
+        return *slot;
+    if (sqlite3_prepare_v3(q->db, sql, -1, SQLITE_PREPARE_PERSISTENT, slot, NULL) != SQLITE_OK) {
+        sq_fail(q, "prepare");
+        *slot = NULL;
+    }
+    return *slot;
+}
+
+static sqlite3_stmt *stmt(sq_t *q, int id)
+{
+    return stmt_prepare(q, &q->st[id], stmt_sql[id]);
+}
+
+/* Runs a statement without results (BEGIN, COMMIT, ...). */
+static int exec_stmt(sq_t *q, int id, const char *what)
+{
+    sqlite3_stmt *st = stmt(q, id);
+    if (!st)
+        return STORE_ERR;
+    int rc = sqlite3_step(st);
+    sqlite3_reset(st);
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+        return sq_fail(q, what);
+    return STORE_OK;
+}
+
+/* Rolls back whatever transaction is open. Keeps the current error message. */
+static void rollback(sq_t *q)
+{
+    if (sqlite3_get_autocommit(q->db))
+        return;   /* SQLite already rolled it back (e.g. after an interrupt) */
+    /* The deadline may be what failed: give the rollback its own. */
+    q->deadline_ms = clock_mono_ms() + (uint64_t)q->timeout_ms;
+    sqlite3_stmt *st = stmt(q, ST_ROLLBACK);
+    if (st) {
+        sqlite3_step(st);
+        sqlite3_reset(st);
+    }
+    if (!sqlite3_get_autocommit(q->db))
+        log_error("sqlite: ROLLBACK failed: %s", sqlite3_errmsg(q->db));
+}
+
+/* ---------------------------------------------------------------- time */
+
+static const char *time_text(sq_t *q, int64_t t)
+{
+    if (t != q->tcache_t || !q->tcache_s[0]) {
+        time_t tt = (time_t)t;
+        struct tm tm;
+        if (!localtime_r(&tt, &tm) ||
+            strftime(q->tcache_s, sizeof q->tcache_s, "%Y-%m-%d %H:%M:%S", &tm) == 0)
+            snprintf(q->tcache_s, sizeof q->tcache_s, "1970-01-01 00:00:00");
+        q->tcache_t = t;
+    }
+    return q->tcache_s;
+}
+
+/* Reads a time column: TEXT 'YYYY-MM-DD HH:MM:SS' (or with 'T', optional fraction) in
+ * local time, or a number of epoch seconds. NULL or unreadable -> 0. */
+static int64_t col_time(sqlite3_stmt *st, int col)
+{
+    switch (sqlite3_column_type(st, col)) {
+    case SQLITE_INTEGER:
+    case SQLITE_FLOAT:
+        return sqlite3_column_int64(st, col);
+    case SQLITE_TEXT: {
+        const char *z = (const char *)sqlite3_column_text(st, col);
+        struct tm tm;
+        memset(&tm, 0, sizeof tm);
+        int n = 0;
+        if (!z || sscanf(z, "%4d-%2d-%2d%*1[ T]%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon,
+                         &tm.tm_mday, &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &n) != 6)
+            return 0;
+        tm.tm_year -= 1900;
+        tm.tm_mon -= 1;
+        tm.tm_isdst = -1;
+        time_t t = mktime(&tm);
+        return t == (time_t)-1 ? 0 : (int64_t)t;
+    }
+    default:
+        return 0;
+    }
+}
+
+static void col_copy(sqlite3_stmt *st, int col, char *dst, size_t len)
+{
+    const char *z = (const char *)sqlite3_column_text(st, col);
+    snprintf(dst, len, "%s", z ? z : "");
+}
+
+static char *col_dup(sqlite3_stmt *st, int col)
+{
+    const char *z = (const char *)sqlite3_column_text(st, col);
+    return xstrdup(z ? z : "");
+}
+
+/* ---------------------------------------------------------------- open / close */
+
+static int exec_sql(sq_t *q, const char *sql, const char *what)
+{
+    char *msg = NULL;
+    if (sqlite3_exec(q->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
+        if (q->timed_out)
+            store__fail(&q->base, "sqlite: %s: deadline of %d ms passed (%s)", what,
+                        q->timeout_ms, msg ? msg : "?");
+        else
+            store__fail(&q->base, "sqlite: %s: %s", what, msg ? msg : sqlite3_errmsg(q->db));
+        sqlite3_free(msg);
+        return STORE_ERR;
+    }
+    return STORE_OK;
+}
+
+static int pragma_int(sq_t *q, const char *sql, int *out)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(q->db, sql, -1, &st, NULL) != SQLITE_OK)
+        return sq_fail(q, sql);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        *out = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_ROW)
+        return sq_fail(q, sql);
+    return STORE_OK;
+}
+
+static int journal_wal(sq_t *q)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(q->db, "PRAGMA journal_mode = WAL", -1, &st, NULL) != SQLITE_OK)
+        return sq_fail(q, "PRAGMA journal_mode");
+    int rc = sqlite3_step(st);
+    char mode[16] = "";
+    if (rc == SQLITE_ROW)
+        col_copy(st, 0, mode, sizeof mode);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_ROW)
+        return sq_fail(q, "PRAGMA journal_mode = WAL");
+    /* An in-memory database reports "memory"; anything else on a file is a problem. */
+    if (strcasecmp(mode, "wal") != 0 && strcasecmp(mode, "memory") != 0)
+        return store__fail(&q->base, "sqlite: could not switch to WAL (journal_mode is %s)",
+                           mode);
+    return STORE_OK;
+}
+
+/* Creates or upgrades the schema. Runs the whole schema file in one IMMEDIATE
+ * transaction, re-checking the version inside it, so concurrent first opens are safe. */
+static int schema_ensure(sq_t *q)
+{
+    int v = 0;
+    if (pragma_int(q, "PRAGMA user_version", &v) != STORE_OK)
+        return STORE_ERR;
+    if (v == SQLITE_SCHEMA_VERSION)
+        return STORE_OK;
+    if (v > SQLITE_SCHEMA_VERSION)
+        return store__fail(&q->base,
+                           "sqlite: database schema version %d is newer than this build (%d); "
+                           "use a newer seckill",
+                           v, SQLITE_SCHEMA_VERSION);
+    if (exec_sql(q, "BEGIN IMMEDIATE", "schema: BEGIN") != STORE_OK)
+        return STORE_ERR;
+    if (pragma_int(q, "PRAGMA user_version", &v) != STORE_OK)
+        goto fail;
+    if (v < SQLITE_SCHEMA_VERSION) {
+        if (exec_sql(q, schema_sqlite_sql, "schema") != STORE_OK)
+            goto fail;
+        if (pragma_int(q, "PRAGMA user_version", &v) != STORE_OK)
+            goto fail;
+        if (v != SQLITE_SCHEMA_VERSION) {
+            store__fail(&q->base, "sqlite: schema file set version %d, this build expects %d",
+                        v, SQLITE_SCHEMA_VERSION);
+            goto fail;
+        }
+        log_info("sqlite: schema version %d ready", v);
+    }
+    if (exec_sql(q, "COMMIT", "schema: COMMIT") != STORE_OK)
+        goto fail;
+    return STORE_OK;
+fail:
+    rollback(q);
+    return STORE_ERR;
+}
+
+static void sq_close(store_t *s)
+{
+    sq_t *q = (sq_t *)s;
+    for (int i = 0; i < ST__COUNT; i++)
+        sqlite3_finalize(q->st[i]);
+    sqlite3_finalize(q->st_order_get);
+    if (q->db && sqlite3_close(q->db) != SQLITE_OK)
+        log_error("sqlite: close: %s", sqlite3_errmsg(q->db));
+    free(q);
+}
+
+static store_t *sq_open(const char *rest, int timeout_ms, char *err, size_t errlen)
+{
+    /* sqlite:PATH; sqlite://PATH and sqlite:///abs/path are accepted too. */
+    const char *path = rest;
+    if (strncmp(path, "//", 2) == 0)
+        path += 2;
+    if (!*path) {
+        snprintf(err, errlen, "sqlite: no file name in the database URL");
+        return NULL;
+    }
+    sq_t *q = xrealloc(NULL, sizeof *q);
+    memset(q, 0, sizeof *q);
+    q->timeout_ms = timeout_ms;
+    q->tcache_t = -1;
+    int rc = sqlite3_open_v2(path, &q->db,
+                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                             NULL);
+    if (rc != SQLITE_OK) {
+        snprintf(err, errlen, "sqlite: cannot open %s: %s", path,
+                 q->db ? sqlite3_errmsg(q->db) : sqlite3_errstr(rc));
+        sq_close(&q->base);
+        return NULL;
+    }
+    sqlite3_extended_result_codes(q->db, 1);
+    sqlite3_busy_handler(q->db, on_busy, q);
+    sqlite3_progress_handler(q->db, PROGRESS_OPS, on_progress, q);
+    call_begin(q);
+    if (journal_wal(q) != STORE_OK ||
+        exec_sql(q, "PRAGMA synchronous = FULL; PRAGMA temp_store = MEMORY; "
+                    "PRAGMA cache_size = -8192; PRAGMA foreign_keys = OFF",
+                 "PRAGMA") != STORE_OK ||
+        schema_ensure(q) != STORE_OK) {
+        snprintf(err, errlen, "%s (database %s)", q->base.err, path);
+        sq_close(&q->base);
+        return NULL;
+    }
+    return &q->base;
+}
+
+/* ---------------------------------------------------------------- users */
+
+static int sq_ping(store_t *s)
+{
+    sq_t *q = (sq_t *)s;
+    call_begin(q);
+    return exec_stmt(q, ST_PING, "ping");
+}
+
+static int user_lookup(sq_t *q, const char *phone, store_user_t *out)
+{
+    sqlite3_stmt *st = stmt(q, ST_USER_BY_PHONE);
+    if (!st)
+        return STORE_ERR;
+    sqlite3_bind_text(st, 1, phone, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st), ret;
+    if (rc == SQLITE_ROW) {
+        memset(out, 0, sizeof *out);
+        out->id = sqlite3_column_int64(st, 0);
+        col_copy(st, 1, out->phone, sizeof out->phone);
+        col_copy(st, 2, out->nick_name, sizeof out->nick_name);
+        col_copy(st, 3, out->icon, sizeof out->icon);
+        ret = STORE_OK;
+    } else if (rc == SQLITE_DONE) {
+        ret = STORE_NOTFOUND;
+    } else {
+        ret = sq_fail(q, "user by phone");
+    }
+    sqlite3_reset(st);
+    return ret;
+}
+
+static int sq_user_by_phone(store_t *s, const char *phone, store_user_t *out)
+{
+    sq_t *q = (sq_t *)s;
+    call_begin(q);
+    return user_lookup(q, phone, out);
+}
+
+static int sq_user_create(store_t *s, const char *phone, const char *nick, store_user_t *out)
+{
+    sq_t *q = (sq_t *)s;
+    call_begin(q);
+    /* Look first: an INSERT that hits the UNIQUE phone would still use up an
+     * AUTOINCREMENT id and leave a gap. */
+    int rc = user_lookup(q, phone, out);
+    if (rc != STORE_NOTFOUND)
+        return rc;
+    sqlite3_stmt *st = stmt(q, ST_USER_INSERT);
+    if (!st)
+        return STORE_ERR;
+    sqlite3_bind_text(st, 1, phone, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, nick, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, time_text(q, clock_wall_s()), -1, SQLITE_TRANSIENT);
+    rc = sqlite3_step(st);
+    sqlite3_reset(st);
+    if (rc != SQLITE_DONE)
+        return sq_fail(q, "user insert");
+    /* Inserted, or the phone existed (a concurrent login): either way read it back. */
+    rc = user_lookup(q, phone, out);
+    if (rc == STORE_NOTFOUND)
+        return store__fail(s, "sqlite: user %s vanished after insert", phone);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- vouchers */
+
+static void bind_text_or_null(sqlite3_stmt *st, int i, const char *z)
+{
+    if (z)
+        sqlite3_bind_text(st, i, z, -1, SQLITE_STATIC);
+    else
+        sqlite3_bind_null(st, i);
+}
+
+static int sq_voucher_create(store_t *s, store_voucher_t *v)
+{
+    sq_t *q = (sq_t *)s;
+    call_begin(q);
+    if (exec_stmt(q, ST_BEGIN_IMMEDIATE, "voucher create: BEGIN") != STORE_OK)
+        return STORE_ERR;
+    char now[32];
+    snprintf(now, sizeof now, "%s", time_text(q, clock_wall_s()));
+    sqlite3_stmt *st = stmt(q, ST_VOUCHER_INSERT);
+    if (!st)
+        goto fail;
+    sqlite3_bind_int64(st, 1, v->shop_id);
+    sqlite3_bind_text(st, 2, v->title, -1, SQLITE_STATIC);
+    bind_text_or_null(st, 3, v->sub_title);
+    bind_text_or_null(st, 4, v->rules);
+    sqlite3_bind_int64(st, 5, v->pay_value);
+    sqlite3_bind_int64(st, 6, v->actual_value);
+    sqlite3_bind_int(st, 7, v->type);
+    sqlite3_bind_int(st, 8, v->status > 0 ? v->status : 1);
+    sqlite3_bind_text(st, 9, now, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    if (rc != SQLITE_DONE) {
+        sq_fail(q, "voucher insert");
+        goto fail;
+    }
+    int64_t id = sqlite3_last_insert_rowid(q->db);
+    if (v->is_seckill) {
+        char b[32], e[32];
+        snprintf(b, sizeof b, "%s", time_text(q, v->begin_time));
+        snprintf(e, sizeof e, "%s", time_text(q, v->end_time));
+        st = stmt(q, ST_SECKILL_INSERT);
+        if (!st)
+            goto fail;
+        sqlite3_bind_int64(st, 1, id);
+        sqlite3_bind_int64(st, 2, v->stock);
+        sqlite3_bind_text(st, 3, b, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 4, e, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 5, now, -1, SQLITE_STATIC);
+        rc = sqlite3_step(st);
+        sqlite3_reset(st);
+        if (rc != SQLITE_DONE) {
+            sq_fail(q, "seckill voucher insert");
+            goto fail;
+        }
+    }
+    if (exec_stmt(q, ST_COMMIT, "voucher create: COMMIT") != STORE_OK)
+        goto fail;
+    v->id = id;
+    return STORE_OK;
+fail:
+    rollback(q);
+    return STORE_ERR;
+}
+
+static void voucher_row(sqlite3_stmt *st, store_voucher_t *v)
+{
+    memset(v, 0, sizeof *v);
+    v->id = sqlite3_column_int64(st, 0);
+    v->shop_id = sqlite3_column_int64(st, 1);
+    v->title = col_dup(st, 2);
+    v->sub_title = col_dup(st, 3);
+    v->rules = col_dup(st, 4);
+    v->pay_value = sqlite3_column_int64(st, 5);
+    v->actual_value = sqlite3_column_int64(st, 6);
+    v->type = sqlite3_column_int(st, 7);
+    v->status = sqlite3_column_int(st, 8);
+    v->is_seckill = sqlite3_column_int(st, 9);
+    if (v->is_seckill) {
+        v->stock = sqlite3_column_int64(st, 10);
+        v->begin_time = col_time(st, 11);
+        v->end_time = col_time(st, 12);
+    }
+}
+
+static int sq_voucher_get(store_t *s, int64_t id, store_voucher_t *out)
+{
+    sq_t *q = (sq_t *)s;
+    call_begin(q);
+    sqlite3_stmt *st = stmt(q, ST_VOUCHER_GET);
+    if (!st)
+        return STORE_ERR;
+    sqlite3_bind_int64(st, 1, id);
+    int rc = sqlite3_step(st), ret;
+    if (rc == SQLITE_ROW) {
+        voucher_row(st, out);
+        ret = STORE_OK;
+    } else if (rc == SQLITE_DONE) {
+        ret = STORE_NOTFOUND;
+    } else {
+        ret = sq_fail(q, "voucher get");
+    }
+    sqlite3_reset(st);
+    return ret;
+}
+
+static int sq_voucher_list(store_t *s, int64_t shop_id, store_voucher_t **out, size_t *n)
+{
+    sq_t *q = (sq_t *)s;
+    call_begin(q);
+    sqlite3_stmt *st = stmt(q, ST_VOUCHER_LIST);
+    if (!st)
+        return STORE_ERR;
+    sqlite3_bind_int64(st, 1, shop_id);
+    store_voucher_t *a = NULL;
+    size_t len = 0, cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (len == cap) {
+            cap = cap ? cap * 2 : 8;
+            a = xrealloc(a, cap * sizeof *a);
+        }
+        voucher_row(st, &a[len++]);
+    }
+    sqlite3_reset(st);
+    if (rc != SQLITE_DONE) {
+        store_voucher_list_free(a, len);
+        return sq_fail(q, "voucher list");
+    }
+    *out = a;
+    *n = len;
+    return STORE_OK;
+}
+
+static int sq_seckill_ids(store_t *s, int64_t **ids, size_t *n)
+{
+    sq_t *q = (sq_t *)s;
+    call_begin(q);
+    sqlite3_stmt *st = stmt(q, ST_SECKILL_IDS);
+    if (!st)
+        return STORE_ERR;
+    int64_t *a = NULL;
+    size_t len = 0, cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (len == cap) {
+            cap = cap ? cap * 2 : 16;
+            a = xrealloc(a, cap * sizeof *a);
+        }
+        a[len++] = sqlite3_column_int64(st, 0);
+    }
+    sqlite3_reset(st);
+    if (rc != SQLITE_DONE) {
+        free(a);
+        return sq_fail(q, "seckill ids");
+    }
+    *ids = a;
+    *n = len;
+    return STORE_OK;
+}
+
+/* ---------------------------------------------------------------- orders */
+
+typedef struct tally {
+    int64_t voucher_id;
+    int64_t n;
+} tally_t;
+
+/* An insert that changed nothing: tell a replay (same order, or the user already has an
+ * order of this voucher) from an id collision (the id belongs to another user/voucher).
+ * Returns 1 for a collision, 0 for a replay, STORE_ERR on failure. */
+static int classify_skip(sq_t *q, const store_order_t *o)
+{
+    sqlite3_stmt *st = stmt(q, ST_ORDER_BY_ID);
+    if (!st)
+        return STORE_ERR;
+    sqlite3_bind_int64(st, 1, o->id);
+    int rc = sqlite3_step(st);
+    int64_t u = 0, v = 0;
+    if (rc == SQLITE_ROW) {
+        u = sqlite3_column_int64(st, 0);
+        v = sqlite3_column_int64(st, 1);
+    }
+    sqlite3_reset(st);
+    if (rc == SQLITE_ROW) {
+        if (u == o->user_id && v == o->voucher_id)
+            return 0;
+        log_error("order id collision: order %lld (user %lld, voucher %lld) not written: "
+                  "id already belongs to user %lld, voucher %lld",
+                  (long long)o->id, (long long)o->user_id, (long long)o->voucher_id,
+                  (long long)u, (long long)v);
+        return 1;
+    }
+    if (rc != SQLITE_DONE)
+        return sq_fail(q, "order by id");
+    /* Not the id: so (user, voucher) has an order under another id. */
+    st = stmt(q, ST_ORDER_BY_USER_VOUCHER);
+    if (!st)
+        return STORE_ERR;
+    sqlite3_bind_int64(st, 1, o->user_id);
+    sqlite3_bind_int64(st, 2, o->voucher_id);
+    rc = sqlite3_step(st);
+    int64_t other = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    sqlite3_reset(st);
+    if (rc == SQLITE_ROW)
+        log_warn("order %lld not written: user %lld already has order %lld of voucher %lld",
+                 (long long)o->id, (long long)o->user_id, (long long)other,
+                 (long long)o->voucher_id);
+    else if (rc != SQLITE_DONE)
+        return sq_fail(q, "order by user and voucher");
+    return 0;
+}
+
+static int sq_orders_write(store_t *s, const store_order_t *orders, size_t n, size_t *inserted,
+                           size_t *conflicts)
+{
+    sq_t *q = (sq_t *)s;
+    size_t ins = 0, conf = 0;
+    tally_t small[16], *tl = small;
+    size_t ntl = 0, captl = sizeof small / sizeof small[0];
+
+    call_begin(q);
+    if (exec_stmt(q, ST_BEGIN_IMMEDIATE, "orders: BEGIN IMMEDIATE") != STORE_OK)
+        return STORE_ERR;
+    sqlite3_stmt *st = stmt(q, ST_ORDER_INSERT);
+    if (!st)
+        goto fail;
+    for (size_t i = 0; i < n; i++) {
+        const store_order_t *o = &orders[i];
+        sqlite3_bind_int64(st, 1, o->id);
+        sqlite3_bind_int64(st, 2, o->user_id);
+        sqlite3_bind_int64(st, 3, o->voucher_id);
+        sqlite3_bind_text(st, 4, time_text(q, o->create_time), -1, SQLITE_STATIC);
+        int rc = sqlite3_step(st);
+        sqlite3_reset(st);
+        if (rc != SQLITE_DONE) {
+            sq_fail(q, "order insert");
+            goto fail;
+        }
+        if (sqlite3_changes(q->db) > 0) {
+            ins++;
+            size_t k = 0;
+            while (k < ntl && tl[k].voucher_id != o->voucher_id)
+                k++;
+            if (k == ntl) {
+                if (ntl == captl) {
+                    captl *= 2;
+                    if (tl == small) {
+                        tl = xrealloc(NULL, captl * sizeof *tl);
+                        memcpy(tl, small, sizeof small);
+                    } else {
+                        tl = xrealloc(tl, captl * sizeof *tl);
+                    }
+                }
+                tl[ntl].voucher_id = o->voucher_id;
+                tl[ntl].n = 0;
+                ntl++;
+            }
+            tl[k].n++;
+        } else {
+            int c = classify_skip(q, o);
+            if (c == STORE_ERR)
+                goto fail;
+            conf += (size_t)c;
+        }
+    }
+    /* One UPDATE per voucher per batch: the hot row is touched once, not per order. */
+    if (ntl > 0) {
+        char now[32];
+        snprintf(now, sizeof now, "%s", time_text(q, clock_wall_s()));
+        st = stmt(q, ST_STOCK_DEC);
+        if (!st)
+            goto fail;
+        for (size_t k = 0; k < ntl; k++) {
+            sqlite3_bind_int64(st, 1, tl[k].n);
+            sqlite3_bind_text(st, 2, now, -1, SQLITE_STATIC);
+            sqlite3_bind_int64(st, 3, tl[k].voucher_id);
+            int rc = sqlite3_step(st);
+            int64_t left = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+            int row = rc == SQLITE_ROW;
+            while (rc == SQLITE_ROW)
+                rc = sqlite3_step(st);
+            sqlite3_reset(st);
+            if (rc != SQLITE_DONE) {
+                sq_fail(q, "stock update");
+                goto fail;
+            }
+            /* Neither case may stop the batch: the orders were admitted and are real. */
+            if (!row)
+                log_error("voucher %lld: %lld orders written but it has no "
+                          "tb_seckill_voucher row to take stock from",
+                          (long long)tl[k].voucher_id, (long long)tl[k].n);
+            else if (left < 0)
+                log_error("voucher %lld: SQL stock is now %lld (more orders than stock)",
+                          (long long)tl[k].voucher_id, (long long)left);
+        }
+    }
+    if (exec_stmt(q, ST_COMMIT, "orders: COMMIT") != STORE_OK)
+        goto fail;
+    if (tl != small)
+        free(tl);
+    *inserted = ins;
+    *conflicts = conf;
+    return STORE_OK;
+fail:
+    rollback(q);
+    if (tl != small)
+        free(tl);
+    return STORE_ERR;
+}
+
+static void order_row(sqlite3_stmt *st, store_order_t *o)
+{
+    o->id = sqlite3_column_int64(st, 0);
+    o->user_id = sqlite3_column_int64(st, 1);
+    o->voucher_id = sqlite3_column_int64(st, 2);
+    o->status = sqlite3_column_int(st, 3);
+    o->create_time = col_time(st, 4);
+}
+
+static int sq_order_get(store_t *s, int64_t id, store_order_t *out)
+{
+    sq_t *q = (sq_t *)s;
+    call_begin(q);
+    sqlite3_stmt *st = stmt_prepare(q, &q->st_order_get, order_get_sql);
+    if (!st)
+        return STORE_ERR;
+    sqlite3_bind_int64(st, 1, id);
+    int rc = sqlite3_step(st), ret;
+    if (rc == SQLITE_ROW) {
+        order_row(st, out);
+        ret = STORE_OK;
+    } else if (rc == SQLITE_DONE) {
+        ret = STORE_NOTFOUND;
+    } else {
+        ret = sq_fail(q, "order get");
+    }
+    sqlite3_reset(st);
+    return ret;
+}
+
+static int sq_orders_of_user(store_t *s, int64_t user_id, size_t max, store_order_t **out,
+                             size_t *n)
+{
+    sq_t *q = (sq_t *)s;
+    call_begin(q);
+    sqlite3_stmt *st = stmt(q, ST_ORDERS_OF_USER);
+    if (!st)
+        return STORE_ERR;
+    sqlite3_bind_int64(st, 1, user_id);
+    sqlite3_bind_int64(st, 2, max > (size_t)INT64_MAX ? INT64_MAX : (int64_t)max);
+    store_order_t *a = NULL;
+    size_t len = 0, cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (len == cap) {
+            cap = cap ? cap * 2 : 8;
+            a = xrealloc(a, cap * sizeof *a);
+        }
+        order_row(st, &a[len++]);
+    }
+    sqlite3_reset(st);
+    if (rc != SQLITE_DONE) {
+        free(a);
+        return sq_fail(q, "orders of user");
+    }
+    *out = a;
+    *n = len;
+    return STORE_OK;
+}
+
+static int sq_voucher_counts(store_t *s, int64_t voucher_id, int64_t *orders, int64_t *stock)
+{
+    sq_t *q = (sq_t *)s;
+    call_begin(q);
+    *orders = 0;
+    *stock = 0;
+    /* One read transaction, so the count and the stock are from the same moment. */
+    if (exec_stmt(q, ST_BEGIN, "counts: BEGIN") != STORE_OK)
+        return STORE_ERR;
+    int ret = STORE_ERR, rc;
+    sqlite3_stmt *st = stmt(q, ST_COUNT_ORDERS);
+    if (!st)
+        goto out;
+    sqlite3_bind_int64(st, 1, voucher_id);
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        *orders = sqlite3_column_int64(st, 0);
+    sqlite3_reset(st);
+    if (rc != SQLITE_ROW) {
+        sq_fail(q, "count orders");
+        goto out;
+    }
+    st = stmt(q, ST_STOCK_GET);
+    if (!st)
+        goto out;
+    sqlite3_bind_int64(st, 1, voucher_id);
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        *stock = sqlite3_column_int64(st, 0);
+    sqlite3_reset(st);
+    if (rc == SQLITE_ROW)
+        ret = STORE_OK;
+    else if (rc == SQLITE_DONE)
+        ret = STORE_NOTFOUND;   /* not a flash-sale voucher; *orders is still valid */
+    else
+        sq_fail(q, "stock get");
+out:
+    if (ret == STORE_ERR) {
+        rollback(q);
+        return STORE_ERR;
+    }
+    if (exec_stmt(q, ST_COMMIT, "counts: COMMIT") != STORE_OK) {
+        rollback(q);
+        return STORE_ERR;
+    }
+    return ret;
+}
+
+const store_ops_t store_sqlite_ops = {
+    .scheme = "sqlite",
+    .open = sq_open,
+    .close = sq_close,
+    .ping = sq_ping,
+    .user_by_phone = sq_user_by_phone,
+    .user_create = sq_user_create,
+    .voucher_create = sq_voucher_create,
+    .voucher_get = sq_voucher_get,
+    .voucher_list = sq_voucher_list,
+    .seckill_ids = sq_seckill_ids,
+    .orders_write = sq_orders_write,
+    .order_get = sq_order_get,
+    .orders_of_user = sq_orders_of_user,
+    .voucher_counts = sq_voucher_counts,
+};

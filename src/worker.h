@@ -1,0 +1,54 @@
+/* worker.h -- one worker thread: an event loop and everything that lives on it.
+ *
+ * The service runs N identical workers. Each owns its event loop, its listening socket
+ * (SO_REUSEPORT, so the kernel spreads connections), its Redis connection, its token and
+ * sold-out caches and its metric shard. Nothing in a worker is shared with another
+ * worker, so the hot path takes no locks. Anything a worker needs from another thread
+ * (SQL results from the job pool, a stop request) arrives through worker_post().
+ *
+ * Ownership: server.c creates and frees workers; every other module only borrows them. */
+#ifndef SECKILL_WORKER_H
+#define SECKILL_WORKER_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+struct event_base;
+struct event;
+struct app;
+struct rds;
+struct http_worker;
+struct auth_cache;
+struct adm_cache;
+struct metrics_shard;
+
+typedef struct worker {
+    int id;                          /* 0..N-1, read-only */
+    struct app *app;                 /* read-only: process-wide state */
+    struct event_base *base;         /* this thread's loop */
+    struct rds *rds;                 /* this thread's Redis client */
+    struct http_worker *http;        /* private to http.c */
+    struct auth_cache *auth;         /* private to auth.c */
+    struct adm_cache *adm;           /* private to admission.c */
+    struct metrics_shard *m;         /* this thread's counters (metrics.h) */
+
+    /* cross-thread inbox (worker_post); private to worker.c */
+    pthread_mutex_t inbox_mu;
+    struct worker_msg *inbox_head, *inbox_tail;
+    struct event *inbox_ev;
+    pthread_t thread;
+    char name[16];
+} worker_t;
+
+typedef void (*worker_fn)(worker_t *w, void *arg);
+
+/* Runs fn(w, arg) on w's loop thread, soon. Callable from any thread. fn runs exactly
+ * once, unless the worker has already been freed (then never: do not post after stop). */
+void worker_post(worker_t *w, worker_fn fn, void *arg);
+
+/* Creates the loop and inbox (not the thread). Returns NULL on failure. */
+worker_t *worker_new(struct app *app, int id);
+int worker_start(worker_t *w, void *(*run)(void *));
+void worker_free(worker_t *w);     /* after the thread has been joined; NULL is fine */
+
+#endif

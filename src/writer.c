@@ -1,0 +1,1093 @@
+/* writer.c -- the order writer (writer.h): Redis Stream consumer group -> SQL.
+ *
+ * One thread, one blocking hiredis connection (socket timeouts are the deadlines), one
+ * store connection. The loop, in the order it runs:
+ *
+ *   connect     Redis, with back-off 100 ms doubling to 2 s while it is down; after every
+ *               (re)connect the stream list is re-read and our own pending entries are
+ *               replayed, since XACKs in flight when the connection broke may be lost;
+ *   streams     SMEMBERS seckill:streams -> seckill:stream:{id} for each voucher id, every
+ *               ~1 s and whenever a read comes back empty; XGROUP CREATE key g1 0 MKSTREAM
+ *               for each new one (BUSYGROUP is fine);
+ *   pending     XREADGROUP ... STREAMS k.. 0.. with a per-stream cursor until every stream
+ *               reports nothing left: entries this consumer read and never acked;
+ *   claim       every ~2 s, XAUTOCLAIM k g1 <name> <claim_idle_ms> 0-0 COUNT batch, cursor
+ *               followed to the end: entries of consumers that died holding them;
+ *   metrics     every ~1 s, XINFO GROUPS per stream -> stream_pending, stream_lag;
+ *   read        XREADGROUP GROUP g1 <name> COUNT batch BLOCK block_ms STREAMS k.. >..
+ *
+ * Every batch, whatever its source, goes the same way (handle_batch): parse, write the
+ * orders in ONE transaction (store_orders_write: idempotent inserts + stock decrement),
+ * and only after the commit XACK them. A failed write keeps the batch and retries it
+ * (50 ms doubling to 5 s; writer_failures; sql_up = 0) -- it is never dropped and never
+ * acked unwritten. Replays are harmless: the order id is the primary key and
+ * (user, voucher) is unique.
+ *
+ * An entry that can never parse (missing or non-numeric id/userId/voucherId, or a
+ * voucherId that is not its stream's) would otherwise block the pipeline forever, so it
+ * is moved aside: XADD seckill:dead:{voucher} (stream, entry, reason and its original
+ * fields) and XACK in one MULTI/EXEC, logged and counted. An entry deleted from the
+ * stream while pending (nil fields) has nothing left to write: it is acked and logged.
+ *
+ * writer_stop: the flag is seen within one BLOCK (<= writer_block_ms); the batch in hand
+ * is committed and acked first. If SQL is down at that moment the writer keeps retrying
+ * for STOP_GRACE_MS, then leaves: the batch stays pending in the stream (never lost) and
+ * is written at the next start, or adopted by another instance. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#include "app.h"
+#include "clock.h"
+#include "keys.h"
+#include "log.h"
+#include "metrics.h"
+#include "rds.h"
+#include "store.h"
+#include "writer.h"
+
+#define STREAMS_REFRESH_MS 1000
+#define CLAIM_EVERY_MS 2000
+#define INFO_EVERY_MS 1000
+#define REDIS_BACKOFF_MIN_MS 100
+#define REDIS_BACKOFF_MAX_MS 2000
+#define SQL_BACKOFF_MIN_MS 50
+#define SQL_BACKOFF_MAX_MS 5000
+#define STOP_GRACE_MS 5000
+#define DOWN_LOG_EVERY_MS 30000
+#define DEAD_MAXLEN "100000"
+#define ENTRY_ID_MAX 48
+
+enum { E_ORDER, E_DELETED, E_DEAD };
+
+typedef struct wstream {
+    int64_t vid;
+    char key[64];
+    int group_ok;                    /* XGROUP CREATE done on this connection */
+    char cursor[ENTRY_ID_MAX];       /* pending pass: last entry id seen */
+    int done;                        /* pending pass: nothing more */
+} wstream_t;
+
+typedef struct wentry {
+    size_t si;                       /* index into streams */
+    char id[ENTRY_ID_MAX];           /* stream entry id */
+    int kind;                        /* E_* */
+    store_order_t o;                 /* E_ORDER */
+    const char *reason;              /* E_DEAD */
+    const redisReply *fields;        /* E_DEAD: the original fields (borrowed) */
+} wentry_t;
+
+struct writer {
+    app_t *app;
+    metrics_t *m;
+    metrics_t m_own;                 /* when app->metrics is NULL (tests) */
+    pthread_t tid;
+    atomic_int stop;
+    pthread_mutex_t mu;              /* with cv: sleeps that writer_stop can cut short */
+    pthread_cond_t cv;
+
+    char name[128];                  /* consumer name */
+    int batch, block_ms, claim_idle_ms, redis_timeout_ms, sql_timeout_ms;
+    rds_addr_t addr;
+
+    redisContext *rc;
+    int redis_backoff_ms;
+    uint64_t redis_retry_at;
+    int redis_down;                  /* a failure has been logged, not yet recovered */
+    uint64_t redis_down_logged_at;
+
+    store_t *st;
+    int sql_down;
+
+    wstream_t *streams;
+    size_t nstreams;
+    uint64_t streams_at, claim_at, info_at;
+    int need_pending;
+
+    wentry_t *ents;
+    size_t nents, capents;
+    store_order_t *orders;
+    size_t caporders;
+    const char **argv;               /* command building */
+    size_t *argvlen;
+    size_t capargv;
+
+    uint64_t dead, deleted;          /* counted here (no metric for them yet) */
+};
+
+/* ---------------------------------------------------------------- small helpers */
+
+static void *xrealloc(void *p, size_t n)
+{
+    void *q = realloc(p, n ? n : 1);
+    if (!q) {
+        log_error("writer: out of memory (%zu bytes)", n);
+        abort();
+    }
+    return q;
+}
+
+static int stopping(writer_t *wr)
+{
+    return atomic_load(&wr->stop);
+}
+
+/* Sleeps ms, or less if writer_stop is called. */
+static void nap(writer_t *wr, int ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&wr->mu);
+    while (!stopping(wr) && pthread_cond_timedwait(&wr->cv, &wr->mu, &ts) != ETIMEDOUT) {
+    }
+    pthread_mutex_unlock(&wr->mu);
+}
+
+/* Sleeps ms regardless of stop (SQL retries while finishing the last batch). */
+static void nap_hard(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+static struct timeval tv_ms(int ms)
+{
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    return tv;
+}
+
+/* Strict decimal: digits only, no sign, 1..INT64_MAX. */
+static int parse_pos_i64(const char *z, size_t n, int64_t *out)
+{
+    if (n == 0 || n > 19)
+        return -1;
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (z[i] < '0' || z[i] > '9')
+            return -1;
+        v = v * 10 + (uint64_t)(z[i] - '0');
+    }
+    if (v == 0 || v > (uint64_t)INT64_MAX)
+        return -1;
+    *out = (int64_t)v;
+    return 0;
+}
+
+static int is_str(const redisReply *r)
+{
+    return r && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS);
+}
+
+static int str_eq(const redisReply *r, const char *z)
+{
+    return is_str(r) && r->len == strlen(z) && memcmp(r->str, z, r->len) == 0;
+}
+
+/* Command builder: argv/argvlen grow as needed. */
+static void args_need(writer_t *wr, size_t n)
+{
+    if (n <= wr->capargv)
+        return;
+    size_t cap = wr->capargv ? wr->capargv : 64;
+    while (cap < n)
+        cap *= 2;
+    wr->argv = xrealloc(wr->argv, cap * sizeof *wr->argv);
+    wr->argvlen = xrealloc(wr->argvlen, cap * sizeof *wr->argvlen);
+    wr->capargv = cap;
+}
+
+static void arg(writer_t *wr, size_t *n, const char *z, size_t len)
+{
+    args_need(wr, *n + 1);
+    wr->argv[*n] = z;
+    wr->argvlen[*n] = len;
+    (*n)++;
+}
+
+static void args(writer_t *wr, size_t *n, const char *z)
+{
+    arg(wr, n, z, strlen(z));
+}
+
+/* ---------------------------------------------------------------- Redis connection */
+
+/* Counts one failure towards the back-off (100 ms doubling to 2 s) and logs it: the first
+ * one, then a reminder every DOWN_LOG_EVERY_MS while Redis stays unusable. */
+static void redis_down_step(writer_t *wr, const char *what, const char *why)
+{
+    uint64_t now = clock_mono_ms();
+    if (!wr->redis_down) {
+        log_warn("writer: %s (%s); reconnecting", what, why);
+        wr->redis_down = 1;
+        wr->redis_down_logged_at = now;
+        wr->redis_backoff_ms = REDIS_BACKOFF_MIN_MS;
+    } else if (now - wr->redis_down_logged_at >= DOWN_LOG_EVERY_MS) {
+        log_warn("writer: Redis still unusable (%s); retrying", why);
+        wr->redis_down_logged_at = now;
+    }
+    wr->redis_retry_at = now + (uint64_t)wr->redis_backoff_ms;
+    wr->redis_backoff_ms *= 2;
+    if (wr->redis_backoff_ms > REDIS_BACKOFF_MAX_MS)
+        wr->redis_backoff_ms = REDIS_BACKOFF_MAX_MS;
+}
+
+/* Redis answered a real command after a failure: it is usable again. */
+static void redis_up(writer_t *wr)
+{
+    if (!wr->redis_down)
+        return;
+    log_info("writer: Redis usable again");
+    wr->redis_down = 0;
+    wr->redis_backoff_ms = REDIS_BACKOFF_MIN_MS;
+}
+
+static void redis_drop(writer_t *wr, const char *why)
+{
+    if (!wr->rc)
+        return;
+    redisFree(wr->rc);
+    wr->rc = NULL;
+    redis_down_step(wr, "Redis connection lost", why);
+}
+
+/* For a command that got no reply or an error reply: drops the connection, so the next
+ * loop reconnects and replays what was not acked. */
+static int redis_fail(writer_t *wr, const char *cmd, redisReply *r)
+{
+    char why[256];
+    if (r && r->type == REDIS_REPLY_ERROR)
+        snprintf(why, sizeof why, "%s: %.*s", cmd, (int)(r->len > 200 ? 200 : r->len), r->str);
+    else
+        snprintf(why, sizeof why, "%s: %s", cmd, wr->rc && wr->rc->errstr[0] ? wr->rc->errstr : "no reply");
+    if (r)
+        freeReplyObject(r);
+    redis_drop(wr, why);
+    return -1;
+}
+
+static redisReply *cmd(writer_t *wr, size_t n)
+{
+    return redisCommandArgv(wr->rc, (int)n, wr->argv, wr->argvlen);
+}
+
+static int redis_ensure(writer_t *wr)
+{
+    if (wr->rc)
+        return 0;
+    uint64_t now = clock_mono_ms();
+    if (now < wr->redis_retry_at)
+        return -1;
+    struct timeval tv = tv_ms(wr->redis_timeout_ms);
+    redisContext *c = wr->addr.unix_path[0]
+                          ? redisConnectUnixWithTimeout(wr->addr.unix_path, tv)
+                          : redisConnectWithTimeout(wr->addr.host, wr->addr.port, tv);
+    const char *fail = NULL;
+    char why[256] = "";
+    if (!c) {
+        fail = "out of memory";
+    } else if (c->err) {
+        snprintf(why, sizeof why, "%s", c->errstr);
+        fail = why;
+    } else {
+        redisSetTimeout(c, tv);
+        redisReply *r = NULL;
+        if (wr->addr.password[0]) {
+            r = redisCommand(c, "AUTH %s", wr->addr.password);
+            if (!r || r->type == REDIS_REPLY_ERROR) {
+                snprintf(why, sizeof why, "AUTH: %s", r ? r->str : c->errstr);
+                fail = why;
+            }
+            if (r)
+                freeReplyObject(r);
+        }
+        if (!fail && wr->addr.db > 0) {
+            r = redisCommand(c, "SELECT %d", wr->addr.db);
+            if (!r || r->type == REDIS_REPLY_ERROR) {
+                snprintf(why, sizeof why, "SELECT: %s", r ? r->str : c->errstr);
+                fail = why;
+            }
+            if (r)
+                freeReplyObject(r);
+        }
+    }
+    if (fail) {
+        if (c)
+            redisFree(c);
+        redis_down_step(wr, "cannot reach Redis", fail);
+        return -1;
+    }
+    wr->rc = c;
+    /* Acks may have been lost with the old connection: replay our own pending entries.
+     * And the groups may be gone (a restarted Redis without persistence). */
+    for (size_t i = 0; i < wr->nstreams; i++)
+        wr->streams[i].group_ok = 0;
+    wr->streams_at = 0;
+    wr->need_pending = 1;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- streams */
+
+static int group_create(writer_t *wr, wstream_t *s)
+{
+    size_t n = 0;
+    args(wr, &n, "XGROUP");
+    args(wr, &n, "CREATE");
+    args(wr, &n, s->key);
+    args(wr, &n, KEY_GROUP);
+    args(wr, &n, "0");
+    args(wr, &n, "MKSTREAM");
+    redisReply *r = cmd(wr, n);
+    if (!r)
+        return redis_fail(wr, "XGROUP CREATE", NULL);
+    if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "BUSYGROUP", 9) != 0)
+        return redis_fail(wr, "XGROUP CREATE", r);
+    freeReplyObject(r);
+    s->group_ok = 1;
+    return 0;
+}
+
+/* Re-reads seckill:streams: keeps known streams, adds new ones, drops the ones no longer
+ * registered. Creates missing groups. */
+static int streams_refresh(writer_t *wr)
+{
+    size_t n = 0;
+    args(wr, &n, "SMEMBERS");
+    args(wr, &n, KEY_STREAMS);
+    redisReply *r = cmd(wr, n);
+    if (!r || r->type != REDIS_REPLY_ARRAY)
+        return redis_fail(wr, "SMEMBERS " KEY_STREAMS, r);
+    wstream_t *next = xrealloc(NULL, (r->elements + 1) * sizeof *next);
+    size_t nn = 0;
+    int added = 0;
+    for (size_t i = 0; i < r->elements; i++) {
+        const redisReply *e = r->element[i];
+        int64_t vid;
+        if (!is_str(e) || parse_pos_i64(e->str, e->len, &vid) != 0) {
+            log_debug("writer: ignoring member of %s that is not a voucher id", KEY_STREAMS);
+            continue;
+        }
+        size_t k = 0;
+        while (k < wr->nstreams && wr->streams[k].vid != vid)
+            k++;
+        if (k < wr->nstreams) {
+            next[nn++] = wr->streams[k];
+            continue;
+        }
+        wstream_t *s = &next[nn];
+        memset(s, 0, sizeof *s);
+        s->vid = vid;
+        if (key_stream(s->key, sizeof s->key, vid) < 0)
+            continue;
+        nn++;
+        added++;
+        log_info("writer: reading order stream %s", s->key);
+    }
+    freeReplyObject(r);
+    free(wr->streams);
+    wr->streams = next;
+    wr->nstreams = nn;
+    if (added)
+        wr->need_pending = 1;
+    for (size_t i = 0; i < wr->nstreams; i++)
+        if (!wr->streams[i].group_ok && group_create(wr, &wr->streams[i]) != 0)
+            return -1;
+    wr->streams_at = clock_mono_ms() + STREAMS_REFRESH_MS;
+    redis_up(wr);
+    return 0;
+}
+
+static size_t stream_index(writer_t *wr, const redisReply *key)
+{
+    for (size_t i = 0; i < wr->nstreams; i++)
+        if (str_eq(key, wr->streams[i].key))
+            return i;
+    return (size_t)-1;
+}
+
+/* ---------------------------------------------------------------- parsing */
+
+static wentry_t *ent_new(writer_t *wr)
+{
+    if (wr->nents == wr->capents) {
+        wr->capents = wr->capents ? wr->capents * 2 : 256;
+        wr->ents = xrealloc(wr->ents, wr->capents * sizeof *wr->ents);
+    }
+    wentry_t *e = &wr->ents[wr->nents++];
+    memset(e, 0, sizeof *e);
+    return e;
+}
+
+/* One entry: [id, [field, value, ...] or nil]. Returns 0, or -1 if not even an id. */
+static int parse_entry(writer_t *wr, size_t si, const redisReply *er)
+{
+    if (!er || er->type != REDIS_REPLY_ARRAY || er->elements < 1 || !is_str(er->element[0]) ||
+        er->element[0]->len == 0 || er->element[0]->len >= ENTRY_ID_MAX) {
+        log_error("writer: %s: unreadable stream entry skipped", wr->streams[si].key);
+        return -1;
+    }
+    wentry_t *e = ent_new(wr);
+    e->si = si;
+    memcpy(e->id, er->element[0]->str, er->element[0]->len);
+    e->id[er->element[0]->len] = '\0';
+    const redisReply *f = er->elements > 1 ? er->element[1] : NULL;
+    if (!f || f->type == REDIS_REPLY_NIL) {
+        e->kind = E_DELETED;
+        return 0;
+    }
+    e->kind = E_DEAD;
+    e->fields = f;
+    if (f->type != REDIS_REPLY_ARRAY || f->elements % 2 != 0) {
+        e->fields = NULL;
+        e->reason = "fields are not field/value pairs";
+        return 0;
+    }
+    const redisReply *fid = NULL, *fuser = NULL, *fvoucher = NULL, *fts = NULL;
+    for (size_t i = 0; i + 1 < f->elements; i += 2) {
+        const redisReply *k = f->element[i], *v = f->element[i + 1];
+        if (!is_str(k) || !is_str(v)) {
+            e->reason = "a field or value is not a string";
+            return 0;
+        }
+        if (str_eq(k, "id"))
+            fid = v;
+        else if (str_eq(k, "userId"))
+            fuser = v;
+        else if (str_eq(k, "voucherId"))
+            fvoucher = v;
+        else if (str_eq(k, "ts"))
+            fts = v;
+    }
+    store_order_t *o = &e->o;
+    if (!fid || parse_pos_i64(fid->str, fid->len, &o->id) != 0) {
+        e->reason = "missing or bad id";
+        return 0;
+    }
+    if (!fuser || parse_pos_i64(fuser->str, fuser->len, &o->user_id) != 0) {
+        e->reason = "missing or bad userId";
+        return 0;
+    }
+    if (!fvoucher || parse_pos_i64(fvoucher->str, fvoucher->len, &o->voucher_id) != 0) {
+        e->reason = "missing or bad voucherId";
+        return 0;
+    }
+    if (o->voucher_id != wr->streams[si].vid) {
+        e->reason = "voucherId is not the stream's voucher";
+        return 0;
+    }
+    /* ts is Redis's clock at admission; without it, the entry id's milliseconds. */
+    if (!fts || parse_pos_i64(fts->str, fts->len, &o->create_time) != 0)
+        o->create_time = strtoll(e->id, NULL, 10) / 1000;
+    o->status = 1;
+    e->kind = E_ORDER;
+    e->reason = NULL;
+    return 0;
+}
+
+/* XREADGROUP reply: [[key, [entry...]], ...] or nil. Parses into wr->ents. For the
+ * pending pass, also advances each stream's cursor and marks streams with nothing left. */
+static int parse_read(writer_t *wr, const redisReply *r, int pending)
+{
+    if (r->type == REDIS_REPLY_NIL)
+        return 0;
+    if (r->type != REDIS_REPLY_ARRAY)
+        return -1;
+    for (size_t i = 0; i < r->elements; i++) {
+        const redisReply *sr = r->element[i];
+        if (sr->type != REDIS_REPLY_ARRAY || sr->elements != 2 ||
+            sr->element[1]->type != REDIS_REPLY_ARRAY)
+            return -1;
+        size_t si = stream_index(wr, sr->element[0]);
+        if (si == (size_t)-1)
+            continue;   /* cannot happen: we named the streams */
+        const redisReply *list = sr->element[1];
+        if (pending) {
+            if (list->elements == 0) {
+                wr->streams[si].done = 1;
+                continue;
+            }
+            const redisReply *last = list->element[list->elements - 1];
+            if (last->type == REDIS_REPLY_ARRAY && last->elements >= 1 &&
+                is_str(last->element[0]) && last->element[0]->len < ENTRY_ID_MAX) {
+                memcpy(wr->streams[si].cursor, last->element[0]->str, last->element[0]->len);
+                wr->streams[si].cursor[last->element[0]->len] = '\0';
+            } else {
+                wr->streams[si].done = 1;   /* cannot advance: stop rather than loop */
+            }
+        }
+        for (size_t j = 0; j < list->elements; j++)
+            parse_entry(wr, si, list->element[j]);
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- SQL */
+
+/* Writes wr->orders[0..n) until it commits. Returns 0, or -1 if stopping gave up. */
+static int sql_write(writer_t *wr, size_t n, size_t *inserted, size_t *conflicts)
+{
+    int backoff = SQL_BACKOFF_MIN_MS, fails = 0;
+    uint64_t stop_seen = 0;
+    for (;;) {
+        char err[512] = "";
+        if (!wr->st) {
+            wr->st = store_open(wr->app->db_url, wr->sql_timeout_ms, err, sizeof err);
+        }
+        if (wr->st) {
+            if (store_orders_write(wr->st, wr->orders, n, inserted, conflicts) == STORE_OK) {
+                if (wr->sql_down)
+                    log_info("writer: SQL writes work again (%zu orders written)", *inserted);
+                wr->sql_down = 0;
+                atomic_store(&wr->app->sql_up, 1);
+                return 0;
+            }
+            snprintf(err, sizeof err, "%s", store_errmsg(wr->st));
+        }
+        fails++;
+        wr->sql_down = 1;
+        atomic_store(&wr->app->sql_up, 0);
+        metric_inc(&wr->m->writer_failures);
+        metric_inc(&wr->m->sql_errors);
+        /* A connection that keeps failing is replaced (matters for network databases). */
+        if (fails % 3 == 0 && wr->st) {
+            store_close(wr->st);
+            wr->st = NULL;
+        }
+        uint64_t now = clock_mono_ms();
+        if (stopping(wr)) {
+            if (!stop_seen)
+                stop_seen = now;
+            if (now - stop_seen >= STOP_GRACE_MS) {
+                log_error("writer: stopping with a batch of %zu orders unwritten (%s); it "
+                          "stays pending in the stream and is written on the next start",
+                          n, err);
+                return -1;
+            }
+        }
+        log_warn("writer: batch of %zu orders not written (%s); retry %d in %d ms", n, err,
+                 fails, backoff);
+        nap_hard(stopping(wr) && backoff > 500 ? 500 : backoff);
+        if (backoff < SQL_BACKOFF_MAX_MS) {
+            backoff *= 2;
+            if (backoff > SQL_BACKOFF_MAX_MS)
+                backoff = SQL_BACKOFF_MAX_MS;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- one batch */
+
+/* Appends one XACK key g1 ids... per run of entries of the same stream (a batch holds
+ * each stream's entries together), leaving out E_DEAD ones (acked inside their MULTI).
+ * Returns how many commands were appended. */
+static size_t append_acks(writer_t *wr)
+{
+    size_t cmds = 0;
+    for (size_t i = 0; i < wr->nents;) {
+        size_t si = wr->ents[i].si, n = 0, ids = 0;
+        args(wr, &n, "XACK");
+        args(wr, &n, wr->streams[si].key);
+        args(wr, &n, KEY_GROUP);
+        for (; i < wr->nents && wr->ents[i].si == si; i++)
+            if (wr->ents[i].kind != E_DEAD) {
+                args(wr, &n, wr->ents[i].id);
+                ids++;
+            }
+        if (ids > 0) {
+            redisAppendCommandArgv(wr->rc, (int)n, wr->argv, wr->argvlen);
+            cmds++;
+        }
+    }
+    return cmds;
+}
+
+/* MULTI; XADD seckill:dead:{v} ...; XACK; EXEC -- 4 replies. */
+static void append_dead(writer_t *wr, const wentry_t *e)
+{
+    const wstream_t *s = &wr->streams[e->si];
+    char dkey[96];
+    snprintf(dkey, sizeof dkey, "seckill:dead:{%lld}", (long long)s->vid);
+    size_t n = 0;
+    args(wr, &n, "MULTI");
+    redisAppendCommandArgv(wr->rc, (int)n, wr->argv, wr->argvlen);
+    n = 0;
+    args(wr, &n, "XADD");
+    args(wr, &n, dkey);
+    args(wr, &n, "MAXLEN");
+    args(wr, &n, "~");
+    args(wr, &n, DEAD_MAXLEN);
+    args(wr, &n, "*");
+    args(wr, &n, "stream");
+    args(wr, &n, s->key);
+    args(wr, &n, "entry");
+    args(wr, &n, e->id);
+    args(wr, &n, "reason");
+    args(wr, &n, e->reason);
+    args(wr, &n, "consumer");
+    args(wr, &n, wr->name);
+    /* The original fields follow as "f:<name>" <value>, so they cannot clash with ours.
+     * hiredis copies the arguments when appending, so the names can be freed after. */
+    char *names = NULL;
+    if (e->fields) {
+        size_t total = 0;
+        for (size_t i = 0; i + 1 < e->fields->elements; i += 2)
+            if (is_str(e->fields->element[i]))
+                total += e->fields->element[i]->len + 2;
+        names = xrealloc(NULL, total);
+        char *p = names;
+        for (size_t i = 0; i + 1 < e->fields->elements; i += 2) {
+            const redisReply *k = e->fields->element[i], *v = e->fields->element[i + 1];
+            if (!is_str(k) || !is_str(v))
+                continue;
+            p[0] = 'f';
+            p[1] = ':';
+            memcpy(p + 2, k->str, k->len);
+            arg(wr, &n, p, k->len + 2);
+            arg(wr, &n, v->str, v->len);
+            p += k->len + 2;
+        }
+    }
+    redisAppendCommandArgv(wr->rc, (int)n, wr->argv, wr->argvlen);
+    free(names);
+    n = 0;
+    args(wr, &n, "XACK");
+    args(wr, &n, s->key);
+    args(wr, &n, KEY_GROUP);
+    args(wr, &n, e->id);
+    redisAppendCommandArgv(wr->rc, (int)n, wr->argv, wr->argvlen);
+    n = 0;
+    args(wr, &n, "EXEC");
+    redisAppendCommandArgv(wr->rc, (int)n, wr->argv, wr->argvlen);
+}
+
+/* Writes wr->ents to SQL (one transaction), then acks them. Returns 0; -1 if Redis
+ * failed (connection dropped: the entries stay pending and are replayed); -2 if stopping
+ * gave up on SQL. */
+static int handle_batch(writer_t *wr)
+{
+    if (wr->nents == 0)
+        return 0;
+    if (wr->caporders < wr->nents) {
+        wr->caporders = wr->nents;
+        wr->orders = xrealloc(wr->orders, wr->caporders * sizeof *wr->orders);
+    }
+    size_t n = 0, ndead = 0;
+    for (size_t i = 0; i < wr->nents; i++) {
+        const wentry_t *e = &wr->ents[i];
+        if (e->kind == E_ORDER) {
+            wr->orders[n++] = e->o;
+        } else if (e->kind == E_DEAD) {
+            ndead++;
+            log_error("writer: %s entry %s cannot be an order (%s): moved to "
+                      "seckill:dead:{%lld}",
+                      wr->streams[e->si].key, e->id, e->reason,
+                      (long long)wr->streams[e->si].vid);
+        } else {
+            wr->deleted++;
+            log_error("writer: %s entry %s was deleted from the stream before it was "
+                      "written; acking it",
+                      wr->streams[e->si].key, e->id);
+        }
+    }
+    if (n > 0) {
+        size_t ins = 0, conf = 0;
+        if (sql_write(wr, n, &ins, &conf) != 0)
+            return -2;
+        metric_add(&wr->m->orders_persisted, ins);
+        metric_add(&wr->m->order_id_conflicts, conf);
+        metric_add(&wr->m->orders_replayed, n - ins - conf);
+        metric_inc(&wr->m->writer_batches);
+        metric_add(&wr->m->writer_batch_orders, n);
+    }
+    if (!wr->rc)
+        return -1;
+    /* Only now, after the commit: acks (and dead letters), pipelined. */
+    size_t replies = append_acks(wr);
+    for (size_t i = 0; i < wr->nents; i++)
+        if (wr->ents[i].kind == E_DEAD) {
+            append_dead(wr, &wr->ents[i]);
+            replies += 4;
+        }
+    int ok = 1;
+    for (size_t i = 0; i < replies; i++) {
+        void *rv = NULL;
+        if (redisGetReply(wr->rc, &rv) != REDIS_OK) {
+            return redis_fail(wr, "XACK", NULL);
+        }
+        redisReply *r = rv;
+        if (r->type == REDIS_REPLY_ERROR) {
+            log_error("writer: ack failed: %s", r->str);
+            ok = 0;
+        }
+        freeReplyObject(r);
+    }
+    wr->dead += ndead;
+    if (!ok) {
+        redis_drop(wr, "ack failed");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- the passes */
+
+/* XREADGROUP over all streams (those not done, for the pending pass). ids: ">" for new
+ * entries, else each stream's cursor. Returns entries read (>= 0) or -1 on Redis error.
+ * The reply is kept in *out until the batch is handled (dead letters borrow from it). */
+static int read_group(writer_t *wr, int pending, int block_ms, redisReply **out)
+{
+    char count[16], block[16];
+    snprintf(count, sizeof count, "%d", wr->batch);
+    snprintf(block, sizeof block, "%d", block_ms);
+    size_t n = 0;
+    args(wr, &n, "XREADGROUP");
+    args(wr, &n, "GROUP");
+    args(wr, &n, KEY_GROUP);
+    args(wr, &n, wr->name);
+    args(wr, &n, "COUNT");
+    args(wr, &n, count);
+    if (block_ms > 0) {
+        args(wr, &n, "BLOCK");
+        args(wr, &n, block);
+    }
+    args(wr, &n, "STREAMS");
+    size_t k = 0;
+    for (size_t i = 0; i < wr->nstreams; i++)
+        if (!pending || !wr->streams[i].done) {
+            args(wr, &n, wr->streams[i].key);
+            k++;
+        }
+    if (k == 0)
+        return 0;
+    for (size_t i = 0; i < wr->nstreams; i++)
+        if (!pending || !wr->streams[i].done)
+            args(wr, &n, pending ? wr->streams[i].cursor : ">");
+
+    if (block_ms > 0)
+        redisSetTimeout(wr->rc, tv_ms(block_ms + wr->redis_timeout_ms));
+    redisReply *r = cmd(wr, n);
+    if (block_ms > 0 && wr->rc && !wr->rc->err)
+        redisSetTimeout(wr->rc, tv_ms(wr->redis_timeout_ms));
+    if (!r)
+        return redis_fail(wr, "XREADGROUP", NULL);
+    if (r->type == REDIS_REPLY_ERROR) {
+        if (strncmp(r->str, "NOGROUP", 7) == 0) {
+            /* A stream or its group vanished (deleted key, flushed Redis): recreate. */
+            log_warn("writer: %s; recreating consumer groups", r->str);
+            freeReplyObject(r);
+            for (size_t i = 0; i < wr->nstreams; i++)
+                wr->streams[i].group_ok = 0;
+            wr->streams_at = 0;
+            return 0;
+        }
+        return redis_fail(wr, "XREADGROUP", r);
+    }
+    wr->nents = 0;
+    if (parse_read(wr, r, pending) != 0) {
+        log_error("writer: unexpected XREADGROUP reply shape");
+        return redis_fail(wr, "XREADGROUP", r);
+    }
+    *out = r;
+    return (int)wr->nents;
+}
+
+/* Step 1: this consumer's own pending entries, until none is left. */
+static int pending_pass(writer_t *wr)
+{
+    for (size_t i = 0; i < wr->nstreams; i++) {
+        snprintf(wr->streams[i].cursor, sizeof wr->streams[i].cursor, "0");
+        wr->streams[i].done = 0;
+    }
+    size_t total = 0;
+    for (;;) {
+        redisReply *r = NULL;
+        int got = read_group(wr, 1, 0, &r);
+        if (got < 0)
+            return -1;
+        int rc = handle_batch(wr);
+        total += wr->nents;
+        wr->nents = 0;
+        if (r)
+            freeReplyObject(r);
+        if (rc != 0)
+            return rc;
+        /* Nothing came back for any stream still asked about: all drained. When stopping,
+         * the rest stays pending for the next start. */
+        if (got == 0 || stopping(wr))
+            break;
+    }
+    if (total)
+        log_info("writer: replayed %zu entries this consumer had read but not acked", total);
+    wr->need_pending = 0;
+    return 0;
+}
+
+/* Step 3: adopt entries idle longer than claim_idle_ms, whoever holds them. */
+static int claim_pass(writer_t *wr)
+{
+    char idle[16], count[16];
+    snprintf(idle, sizeof idle, "%d", wr->claim_idle_ms);
+    snprintf(count, sizeof count, "%d", wr->batch);
+    for (size_t si = 0; si < wr->nstreams && !stopping(wr); si++) {
+        char cursor[ENTRY_ID_MAX] = "0-0";
+        for (int rounds = 0; !stopping(wr); rounds++) {
+            size_t n = 0;
+            args(wr, &n, "XAUTOCLAIM");
+            args(wr, &n, wr->streams[si].key);
+            args(wr, &n, KEY_GROUP);
+            args(wr, &n, wr->name);
+            args(wr, &n, idle);
+            args(wr, &n, cursor);
+            args(wr, &n, "COUNT");
+            args(wr, &n, count);
+            redisReply *r = cmd(wr, n);
+            if (!r)
+                return redis_fail(wr, "XAUTOCLAIM", NULL);
+            if (r->type == REDIS_REPLY_ERROR) {
+                if (strncmp(r->str, "NOGROUP", 7) == 0) {
+                    freeReplyObject(r);
+                    wr->streams[si].group_ok = 0;
+                    wr->streams_at = 0;
+                    break;
+                }
+                return redis_fail(wr, "XAUTOCLAIM", r);
+            }
+            /* [next-cursor, [entries], [deleted ids] (Redis >= 7)] */
+            if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || !is_str(r->element[0]) ||
+                r->element[0]->len >= ENTRY_ID_MAX || r->element[1]->type != REDIS_REPLY_ARRAY)
+                return redis_fail(wr, "XAUTOCLAIM (unexpected reply)", r);
+            memcpy(cursor, r->element[0]->str, r->element[0]->len);
+            cursor[r->element[0]->len] = '\0';
+            wr->nents = 0;
+            const redisReply *list = r->element[1];
+            for (size_t j = 0; j < list->elements; j++)
+                parse_entry(wr, si, list->element[j]);
+            if (r->elements >= 3 && r->element[2]->type == REDIS_REPLY_ARRAY &&
+                r->element[2]->elements > 0) {
+                /* Redis removed these from the group's pending list itself. */
+                wr->deleted += r->element[2]->elements;
+                log_error("writer: %s: %zu pending entries were deleted from the stream "
+                          "before anyone wrote them",
+                          wr->streams[si].key, r->element[2]->elements);
+            }
+            size_t claimed = wr->nents;
+            if (claimed) {
+                metric_add(&wr->m->writer_claimed, claimed);
+                log_info("writer: adopted %zu idle entries of %s", claimed,
+                         wr->streams[si].key);
+            }
+            int rc = handle_batch(wr);
+            wr->nents = 0;
+            freeReplyObject(r);
+            if (rc != 0)
+                return rc;
+            if (strcmp(cursor, "0-0") == 0)
+                break;
+        }
+    }
+    return 0;
+}
+
+/* Every ~1 s: pending and lag of g1 summed over the streams (XINFO GROUPS). */
+static int info_pass(writer_t *wr)
+{
+    if (wr->nstreams == 0) {
+        atomic_store(&wr->m->stream_pending, 0);
+        atomic_store(&wr->m->stream_lag, 0);
+        return 0;
+    }
+    for (size_t i = 0; i < wr->nstreams; i++) {
+        size_t n = 0;
+        args(wr, &n, "XINFO");
+        args(wr, &n, "GROUPS");
+        args(wr, &n, wr->streams[i].key);
+        redisAppendCommandArgv(wr->rc, (int)n, wr->argv, wr->argvlen);
+    }
+    int64_t pending = 0, lag = 0;
+    for (size_t i = 0; i < wr->nstreams; i++) {
+        void *rv = NULL;
+        if (redisGetReply(wr->rc, &rv) != REDIS_OK)
+            return redis_fail(wr, "XINFO GROUPS", NULL);
+        redisReply *r = rv;
+        if (r->type == REDIS_REPLY_ARRAY) {
+            for (size_t g = 0; g < r->elements; g++) {
+                const redisReply *gr = r->element[g];
+                if (gr->type != REDIS_REPLY_ARRAY)
+                    continue;
+                int mine = 0;
+                int64_t p = 0, l = 0;
+                for (size_t k = 0; k + 1 < gr->elements; k += 2) {
+                    const redisReply *key = gr->element[k], *val = gr->element[k + 1];
+                    if (str_eq(key, "name"))
+                        mine = str_eq(val, KEY_GROUP);
+                    else if (str_eq(key, "pending") && val->type == REDIS_REPLY_INTEGER)
+                        p = val->integer;
+                    else if (str_eq(key, "lag") && val->type == REDIS_REPLY_INTEGER)
+                        l = val->integer;
+                }
+                if (mine) {
+                    pending += p;
+                    lag += l;
+                }
+            }
+        }
+        freeReplyObject(r);
+    }
+    atomic_store(&wr->m->stream_pending, pending);
+    atomic_store(&wr->m->stream_lag, lag);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- the thread */
+
+static void *writer_main(void *arg)
+{
+    writer_t *wr = arg;
+    log_set_thread_name("writer");
+    log_info("writer: consumer %s of group %s, batch %d, block %d ms, claim idle %d ms",
+             wr->name, KEY_GROUP, wr->batch, wr->block_ms, wr->claim_idle_ms);
+    while (!stopping(wr)) {
+        if (redis_ensure(wr) != 0) {
+            nap(wr, (int)(wr->redis_retry_at > clock_mono_ms()
+                              ? wr->redis_retry_at - clock_mono_ms()
+                              : 10));
+            continue;
+        }
+        uint64_t now = clock_mono_ms();
+        if (now >= wr->streams_at && streams_refresh(wr) != 0)
+            continue;
+        if (wr->nstreams == 0) {
+            if (now >= wr->info_at) {
+                info_pass(wr);
+                wr->info_at = now + INFO_EVERY_MS;
+            }
+            nap(wr, wr->block_ms < STREAMS_REFRESH_MS ? wr->block_ms : STREAMS_REFRESH_MS);
+            wr->streams_at = 0;
+            continue;
+        }
+        int rc = 0;
+        if (wr->need_pending)
+            rc = pending_pass(wr);
+        if (rc == -2)
+            break;
+        if (rc != 0)
+            continue;
+        now = clock_mono_ms();
+        if (now >= wr->claim_at) {
+            wr->claim_at = now + CLAIM_EVERY_MS;
+            rc = claim_pass(wr);
+            if (rc == -2)
+                break;
+            if (rc != 0)
+                continue;
+        }
+        if (now >= wr->info_at) {
+            wr->info_at = now + INFO_EVERY_MS;
+            if (info_pass(wr) != 0)
+                continue;
+        }
+        if (stopping(wr))
+            break;
+        redisReply *r = NULL;
+        int got = read_group(wr, 0, wr->block_ms, &r);
+        if (got < 0)
+            continue;
+        rc = handle_batch(wr);
+        wr->nents = 0;
+        if (r)
+            freeReplyObject(r);
+        if (rc == -2)
+            break;
+        if (got == 0)
+            wr->streams_at = 0;   /* quiet: look for new streams now */
+    }
+    if (wr->dead || wr->deleted)
+        log_warn("writer: %llu entries moved to dead letters, %llu found deleted",
+                 (unsigned long long)wr->dead, (unsigned long long)wr->deleted);
+    log_info("writer: stopped");
+    return NULL;
+}
+
+writer_t *writer_start(struct app *app, char *err, size_t errlen)
+{
+    writer_t *wr = calloc(1, sizeof *wr);
+    if (!wr) {
+        snprintf(err, errlen, "writer: out of memory");
+        return NULL;
+    }
+    wr->app = app;
+    wr->m = app->metrics ? app->metrics : &wr->m_own;
+    const config_t *c = &app->cfg;
+    wr->batch = c->writer_batch > 0 ? c->writer_batch : 512;
+    wr->block_ms = c->writer_block_ms > 0 ? c->writer_block_ms : 1000;
+    wr->claim_idle_ms = c->claim_idle_ms > 0 ? c->claim_idle_ms : 30000;
+    wr->redis_timeout_ms = c->redis_timeout_ms > 0 ? c->redis_timeout_ms : 1000;
+    wr->sql_timeout_ms = c->sql_timeout_ms > 0 ? c->sql_timeout_ms : 2000;
+    if (app->name[0]) {
+        snprintf(wr->name, sizeof wr->name, "%s", app->name);
+    } else {
+        char host[64] = "localhost";
+        gethostname(host, sizeof host - 1);
+        snprintf(wr->name, sizeof wr->name, "%s:%ld", host, (long)getpid());
+    }
+    if (rds_parse_url(app->redis_url, &wr->addr) != 0) {
+        snprintf(err, errlen, "writer: bad Redis URL '%s'", app->redis_url);
+        free(wr);
+        return NULL;
+    }
+    wr->redis_backoff_ms = REDIS_BACKOFF_MIN_MS;
+    wr->need_pending = 1;
+    atomic_init(&wr->stop, 0);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&wr->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&wr->mu, NULL);
+    int rc = pthread_create(&wr->tid, NULL, writer_main, wr);
+    if (rc != 0) {
+        snprintf(err, errlen, "writer: cannot start thread: %s", strerror(rc));
+        pthread_cond_destroy(&wr->cv);
+        pthread_mutex_destroy(&wr->mu);
+        free(wr);
+        return NULL;
+    }
+    return wr;
+}
+
+void writer_stop(writer_t *wr)
+{
+    if (!wr)
+        return;
+    pthread_mutex_lock(&wr->mu);
+    atomic_store(&wr->stop, 1);
+    pthread_cond_broadcast(&wr->cv);
+    pthread_mutex_unlock(&wr->mu);
+    pthread_join(wr->tid, NULL);
+    if (wr->rc)
+        redisFree(wr->rc);
+    store_close(wr->st);
+    free(wr->streams);
+    free(wr->ents);
+    free(wr->orders);
+    free(wr->argv);
+    free(wr->argvlen);
+    pthread_cond_destroy(&wr->cv);
+    pthread_mutex_destroy(&wr->mu);
+    free(wr);
+}

@@ -1,0 +1,1225 @@
+"""harness.py -- shared helpers for the seckill integration tests (Python 3 stdlib only).
+
+Real processes, no mocks: every test starts its own redis-server on a free loopback port in
+its own temp dir, and the seckill binary (SECKILL_BIN, set by tests/run.py) against it.
+
+Pieces:
+  tmpdir()                       the current test's private directory
+  Redis / start_redis()          a redis-server child (AOF everysec, no RDB) + RESP client
+  Resp                           a tiny RESP2 client (socket)
+  Server / start_server()        a seckill child: stderr captured to a file, /health readiness,
+                                 SIGTERM stop with exit-code check, kill -9, log parsing
+  Http                           a keep-alive HTTP/1.1 client on a raw socket (one per thread)
+  login(), create_seckill()...   API helpers
+  Db                             read-only sqlite3 helpers on the server's database
+  wait_until()                   await a condition with an overall timeout (no fixed sleeps)
+
+Every process started here is registered; cleanup() (called by the runner after each test)
+stops what is still running and scan_sanitizers() reads every server's stderr for ASan/UBSan/
+LSan reports.
+"""
+
+import json
+import os
+import random
+import re
+import signal
+import socket
+import sqlite3
+import string
+import subprocess
+import tempfile
+import threading
+import time
+
+ORDERID_EPOCH = 1640995200
+
+SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "runtime error:", "LeakSanitizer",
+                     "ERROR: ThreadSanitizer", "SUMMARY: UndefinedBehaviorSanitizer")
+
+REDIS_SERVER = os.environ.get("REDIS_SERVER_BIN", "/usr/bin/redis-server")
+
+MSG_BAD_PHONE = "手机号格式错误！"
+MSG_BAD_CODE = "验证码错误"
+MSG_SOLD_OUT = "库存不足"
+MSG_DUPLICATE = "不能重复下单"
+MSG_NOT_STARTED = "秒杀尚未开始！"
+MSG_ENDED = "秒杀已经结束！"
+MSG_NO_VOUCHER = "优惠券不存在"
+
+
+class TestFailure(AssertionError):
+    pass
+
+
+# ---------------------------------------------------------------------------------------
+# registry of what the current test started
+
+_registry_lock = threading.Lock()
+_servers = []       # Server objects started in this process
+_redises = []       # Redis objects
+_procs = []         # other Popen objects (e.g. embedded runs)
+_tmp_root = None
+
+
+def binary():
+    b = os.environ.get("SECKILL_BIN")
+    if not b:
+        here = os.path.dirname(os.path.abspath(__file__))
+        b = os.path.join(here, "..", "..", "build", "san", "seckill")
+    b = os.path.abspath(b)
+    if not os.path.exists(b):
+        raise TestFailure("seckill binary not found: %s (build it with make SAN=1)" % b)
+    return b
+
+
+def tmpdir():
+    """The current test's private temp directory (created on first use)."""
+    global _tmp_root
+    if _tmp_root is None:
+        base = os.environ.get("SECKILL_TEST_TMP") or None
+        _tmp_root = tempfile.mkdtemp(prefix="seckill-it-", dir=base)
+    return _tmp_root
+
+
+def subdir(name):
+    d = os.path.join(tmpdir(), name)
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+def log(*args):
+    print("[%s]" % time.strftime("%H:%M:%S"), *args, flush=True)
+
+
+def free_port():
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def wait_until(pred, timeout, interval=0.05, what="condition"):
+    """Polls pred() until it returns a truthy value (returned) or timeout passes (raises)."""
+    deadline = time.monotonic() + timeout
+    last_exc = None
+    while True:
+        try:
+            v = pred()
+            if v:
+                return v
+        except Exception as e:   # a predicate may fail while things come up
+            last_exc = e
+        if time.monotonic() >= deadline:
+            raise TestFailure("timed out after %.1fs waiting for %s%s" % (
+                timeout, what, (" (last error: %r)" % last_exc) if last_exc else ""))
+        time.sleep(interval)
+
+
+def check(cond, msg, *fmt):
+    if not cond:
+        raise TestFailure(msg % fmt if fmt else msg)
+
+
+def eq(got, expected, what):
+    if got != expected:
+        raise TestFailure("%s: expected %r, got %r" % (what, expected, got))
+
+
+# ---------------------------------------------------------------------------------------
+# RESP client
+
+class RedisError(Exception):
+    pass
+
+
+class Resp:
+    """Minimal RESP2 client: cmd(*args) -> str/int/list/None; RedisError on -ERR."""
+
+    def __init__(self, host="127.0.0.1", port=6379, timeout=5.0, unix=None):
+        if unix:
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.settimeout(timeout)
+            self.sock.connect(unix)
+            self.buf = b""
+            return
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = b""
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def _readline(self):
+        while b"\r\n" not in self.buf:
+            d = self.sock.recv(65536)
+            if not d:
+                raise ConnectionError("redis closed the connection")
+            self.buf += d
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+
+    def _readn(self, n):
+        while len(self.buf) < n + 2:
+            d = self.sock.recv(65536)
+            if not d:
+                raise ConnectionError("redis closed the connection")
+            self.buf += d
+        data, self.buf = self.buf[:n], self.buf[n + 2:]
+        return data
+
+    def _read(self):
+        line = self._readline()
+        t, rest = line[:1], line[1:]
+        if t == b"+":
+            return rest.decode()
+        if t == b"-":
+            return RedisError(rest.decode())
+        if t == b":":
+            return int(rest)
+        if t == b"$":
+            n = int(rest)
+            if n < 0:
+                return None
+            return self._readn(n).decode("utf-8", "replace")
+        if t == b"*":
+            n = int(rest)
+            if n < 0:
+                return None
+            return [self._read() for _ in range(n)]
+        raise RedisError("bad RESP type %r" % line)
+
+    def send(self, *args):
+        out = [b"*%d\r\n" % len(args)]
+        for a in args:
+            if isinstance(a, bytes):
+                b = a
+            else:
+                b = str(a).encode()
+            out.append(b"$%d\r\n%s\r\n" % (len(b), b))
+        self.sock.sendall(b"".join(out))
+
+    def cmd(self, *args):
+        self.send(*args)
+        r = self._read()
+        if isinstance(r, RedisError):
+            raise r
+        return r
+
+
+# ---------------------------------------------------------------------------------------
+# redis-server
+
+class Redis:
+    def __init__(self, port, dir_, extra=()):
+        self.port = port
+        self.dir = dir_
+        self.extra = list(extra)
+        self.proc = None
+        self.url = "redis://127.0.0.1:%d" % port
+
+    def argv(self):
+        return [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1",
+                "--dir", self.dir, "--appendonly", "yes", "--appendfsync", "everysec",
+                "--save", "", "--daemonize", "no", "--protected-mode", "no",
+                "--logfile", os.path.join(self.dir, "redis.log")] + self.extra
+
+    def start(self, timeout=20):
+        self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with _registry_lock:
+            if self not in _redises:
+                _redises.append(self)
+
+        def ready():
+            if self.proc.poll() is not None:
+                raise TestFailure("redis-server exited with %s: %s" % (
+                    self.proc.returncode, tail(os.path.join(self.dir, "redis.log"))))
+            try:
+                c = Resp(port=self.port, timeout=1)
+            except OSError:
+                return False
+            try:
+                return c.cmd("PING") == "PONG"
+            except (RedisError, OSError):
+                return False
+            finally:
+                c.close()
+        wait_until(ready, timeout, what="redis-server on port %d" % self.port)
+        return self
+
+    def client(self, timeout=5.0):
+        return Resp(port=self.port, timeout=timeout)
+
+    def cmd(self, *args):
+        c = self.client()
+        try:
+            return c.cmd(*args)
+        finally:
+            c.close()
+
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def shutdown(self, timeout=20):
+        """Clean stop: SHUTDOWN (AOF flushed), wait for the process."""
+        if not self.running():
+            return
+        try:
+            c = self.client()
+            try:
+                c.send("SHUTDOWN")
+                try:
+                    c._read()
+                except (ConnectionError, OSError):
+                    pass
+            finally:
+                c.close()
+        except OSError:
+            self.proc.terminate()
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def kill(self):
+        if self.running():
+            self.proc.kill()
+            self.proc.wait()
+
+    def stop(self):
+        if self.running():
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def setup(settings=None, name=None, threads=2, extra=()):
+    """The usual test start: a fresh redis-server and a seckill against it."""
+    r = start_redis()
+    s = start_server(r, name=name, settings=settings, threads=threads, extra=extra)
+    return r, s
+
+
+def finish(srv):
+    """The server must still be healthy, then stop cleanly with exit 0."""
+    h = Http(srv.port, timeout=10)
+    try:
+        st, _, body = h.request("GET", "/health")
+    finally:
+        h.close()
+    check(st == 200, "GET /health at the end: HTTP %d %r", st, body[:200])
+    srv.stop()
+
+
+def start_redis(name="redis", port=None, extra=()):
+    d = subdir(name)
+    return Redis(port or free_port(), d, extra).start()
+
+
+# ---------------------------------------------------------------------------------------
+# seckill server
+
+def _flag(name):
+    return "--" + name.replace("_", "-")
+
+
+def san_env(env=None):
+    e = dict(os.environ if env is None else env)
+    e.setdefault("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0:halt_on_error=1")
+    e.setdefault("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1")
+    e.setdefault("LSAN_OPTIONS", "")
+    # settings must come from the test's flags only
+    for k in list(e):
+        if k.startswith("SECKILL_") and k not in ("SECKILL_BIN", "SECKILL_TEST_TMP"):
+            del e[k]
+    return e
+
+
+class Server:
+    """One `seckill serve` child. stderr (and stdout) go to files in its data dir."""
+
+    def __init__(self, argv, data_dir, port, admin_token, db_path, name):
+        self.argv = argv
+        self.data_dir = data_dir
+        self.port = port
+        self.admin_token = admin_token
+        self.db_path = db_path
+        self.name = name
+        self.proc = None
+        self.stderr_path = os.path.join(data_dir, "seckill.stderr.%d" % int(time.time() * 1000))
+        self.stdout_path = self.stderr_path.replace("stderr", "stdout")
+        self.exit_code = None
+        self.stopped_by = None
+
+    def start(self, ready_timeout=60, wait_ready=True):
+        self.errf = open(self.stderr_path, "wb")
+        self.outf = open(self.stdout_path, "wb")
+        self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=self.outf,
+                                     stderr=self.errf, env=san_env(), cwd=self.data_dir)
+        with _registry_lock:
+            _servers.append(self)
+        log("started seckill pid %d port %d: %s (stderr %s)" % (
+            self.proc.pid, self.port, " ".join(self.argv[1:]), self.stderr_path))
+        if wait_ready:
+            self.wait_ready(ready_timeout)
+        return self
+
+    def wait_ready(self, timeout=60):
+        def ready():
+            if self.proc.poll() is not None:
+                self.exit_code = self.proc.returncode
+                raise TestFailure("seckill exited with %s before it was ready:\n%s" % (
+                    self.proc.returncode, self.log_tail()))
+            try:
+                h = Http(self.port, timeout=2)
+                try:
+                    st, _, _ = h.request("GET", "/health")
+                finally:
+                    h.close()
+                return st == 200
+            except OSError:
+                return False
+        wait_until(ready, timeout, interval=0.05, what="seckill /health 200 on port %d" % self.port)
+
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def stderr_text(self):
+        try:
+            with open(self.stderr_path, "rb") as f:
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def stdout_text(self):
+        try:
+            with open(self.stdout_path, "rb") as f:
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def log_tail(self, n=40):
+        lines = self.stderr_text().splitlines()
+        out = "\n".join(lines[-n:])
+        so = self.stdout_text().strip()
+        if so:
+            out += "\n-- stdout:\n" + "\n".join(so.splitlines()[-10:])
+        return out
+
+    def log_lines(self, pattern=None):
+        lines = self.stderr_text().splitlines() + self.stdout_text().splitlines()
+        if pattern is None:
+            return lines
+        rx = re.compile(pattern)
+        return [l for l in lines if rx.search(l)]
+
+    def sanitizer_report(self):
+        text = self.stderr_text() + self.stdout_text()
+        for m in SANITIZER_MARKERS:
+            i = text.find(m)
+            if i >= 0:
+                start = text.rfind("\n", 0, max(0, i - 200)) + 1
+                return text[start:start + 6000]
+        return None
+
+    def _close_files(self):
+        for f in (getattr(self, "errf", None), getattr(self, "outf", None)):
+            if f:
+                try:
+                    f.close()
+                except OSError:
+                    pass
+
+    def stop(self, timeout=45, expect_code=0):
+        """SIGTERM, wait, check the exit code and the sanitizer output."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.stopped_by = "SIGTERM"
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                self._close_files()
+                raise TestFailure("seckill did not exit within %ds of SIGTERM:\n%s" % (
+                    timeout, self.log_tail()))
+        self.exit_code = self.proc.returncode
+        self._close_files()
+        rep = self.sanitizer_report()
+        if rep:
+            raise TestFailure("sanitizer report in seckill stderr:\n" + rep)
+        if expect_code is not None and self.exit_code != expect_code:
+            raise TestFailure("seckill exit code %s after %s (expected %s):\n%s" % (
+                self.exit_code, self.stopped_by or "exit", expect_code, self.log_tail()))
+        return self.exit_code
+
+    def kill9(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.stopped_by = "SIGKILL"
+            self.proc.kill()
+            self.proc.wait()
+            self.exit_code = self.proc.returncode
+        self._close_files()
+
+    def http(self, timeout=10.0):
+        return Http(self.port, timeout=timeout)
+
+    def db(self):
+        return Db(self.db_path)
+
+
+def server_argv(port, redis_url, db_path, admin_token, data_dir, threads=2, name=None,
+                settings=None, extra=()):
+    argv = [binary(), "serve", "--listen", "127.0.0.1:%d" % port,
+            "--redis", redis_url, "--db", "sqlite:" + db_path,
+            "--admin-token", admin_token, "--threads", str(threads), "--data-dir", data_dir]
+    if name:
+        argv += ["--name", name]
+    for k, v in (settings or {}).items():
+        argv += [_flag(k), str(v)]
+    argv += list(extra)
+    return argv
+
+
+def start_server(redis, name=None, settings=None, threads=2, data_dir=None, db_path=None,
+                 admin_token=None, port=None, extra=(), ready_timeout=60):
+    """Starts seckill against `redis` (a Redis object or a URL) and waits for /health 200."""
+    data_dir = data_dir or subdir("seckill-data")
+    db_path = db_path or os.path.join(data_dir, "seckill.db")
+    admin_token = admin_token or ("adm" + "".join(random.choice("0123456789abcdef")
+                                                  for _ in range(29)))
+    port = port or free_port()
+    url = redis.url if isinstance(redis, Redis) else redis
+    argv = server_argv(port, url, db_path, admin_token, data_dir, threads, name, settings,
+                       extra)
+    s = Server(argv, data_dir, port, admin_token, db_path, name)
+    return s.start(ready_timeout=ready_timeout)
+
+
+def restart_server(old, name=None, settings=None, same_port=True, extra=(), threads=2):
+    """A new server with the same redis/db/data dir/admin token (old must be stopped)."""
+    port = old.port if same_port else free_port()
+    redis_url = old.argv[old.argv.index("--redis") + 1]
+    argv = server_argv(port, redis_url, old.db_path, old.admin_token, old.data_dir, threads,
+                       name, settings, extra)
+    s = Server(argv, old.data_dir, port, old.admin_token, old.db_path, name)
+    return s.start()
+
+
+# ---------------------------------------------------------------------------------------
+# HTTP/1.1 client on a raw socket
+
+class HttpError(Exception):
+    pass
+
+
+class Http:
+    """Keep-alive HTTP/1.1 client (one per thread). request() reconnects once if the
+    kept-alive connection was closed by the server before the request was sent."""
+
+    def __init__(self, port, host="127.0.0.1", timeout=10.0, connect=True):
+        self.host, self.port, self.timeout = host, port, timeout
+        self.sock = None
+        self.buf = b""
+        if connect:
+            self.connect()
+
+    def connect(self):
+        self.close()
+        self.sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = b""
+
+    def close(self):
+        if self.sock is not None:
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+            self.sock = None
+
+    def settimeout(self, t):
+        self.timeout = t
+        if self.sock:
+            self.sock.settimeout(t)
+
+    @staticmethod
+    def build(method, path, headers=None, body=None, token=None, admin=None):
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body, ensure_ascii=False).encode()
+        elif isinstance(body, str):
+            body = body.encode()
+        h = [("Host", "127.0.0.1")]
+        if token is not None:
+            h.append(("authorization", token))
+        if admin is not None:
+            h.append(("x-admin-token", admin))
+        if body is not None:
+            h.append(("Content-Type", "application/json"))
+            h.append(("Content-Length", str(len(body))))
+        elif method in ("POST", "PUT"):
+            h.append(("Content-Length", "0"))
+        for k, v in (headers or {}).items() if isinstance(headers, dict) else (headers or []):
+            h.append((k, v))
+        head = "%s %s HTTP/1.1\r\n" % (method, path) + "".join(
+            "%s: %s\r\n" % (k, v) for k, v in h) + "\r\n"
+        return head.encode() + (body or b"")
+
+    def send_raw(self, data):
+        if self.sock is None:
+            self.connect()
+        self.sock.sendall(data)
+
+    def _fill(self):
+        d = self.sock.recv(65536)
+        if not d:
+            raise HttpError("connection closed by server")
+        self.buf += d
+
+    def read_response(self, method="GET"):
+        """Reads one response: (status, headers dict lowercased, body bytes)."""
+        while b"\r\n\r\n" not in self.buf:
+            self._fill()
+        head, self.buf = self.buf.split(b"\r\n\r\n", 1)
+        lines = head.decode("latin-1").split("\r\n")
+        m = re.match(r"HTTP/1\.[01] (\d{3})", lines[0])
+        if not m:
+            raise HttpError("bad status line %r" % lines[0])
+        status = int(m.group(1))
+        headers = {}
+        for l in lines[1:]:
+            k, _, v = l.partition(":")
+            headers[k.strip().lower()] = v.strip()
+        if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
+            return status, headers, b""
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            body = b""
+            while True:
+                while b"\r\n" not in self.buf:
+                    self._fill()
+                szline, self.buf = self.buf.split(b"\r\n", 1)
+                sz = int(szline.split(b";")[0], 16)
+                while len(self.buf) < sz + 2:
+                    self._fill()
+                body += self.buf[:sz]
+                self.buf = self.buf[sz + 2:]
+                if sz == 0:
+                    break
+            return status, headers, body
+        if "content-length" in headers:
+            n = int(headers["content-length"])
+            while len(self.buf) < n:
+                self._fill()
+            body, self.buf = self.buf[:n], self.buf[n:]
+            return status, headers, body
+        # read to close
+        while True:
+            try:
+                self._fill()
+            except HttpError:
+                break
+        body, self.buf = self.buf, b""
+        self.close()
+        return status, headers, body
+
+    def request(self, method, path, body=None, token=None, admin=None, headers=None):
+        """One request/response on the kept-alive connection: (status, headers, body).
+        If a reused connection turns out closed before any reply byte arrived (the server
+        closed it while idle), reconnects and sends once more."""
+        data = self.build(method, path, headers, body, token, admin)
+        reused = self.sock is not None
+        if not reused:
+            self.connect()
+        try:
+            self.sock.sendall(data)
+            st, hd, bd = self.read_response(method)
+        except (HttpError, ConnectionResetError, BrokenPipeError) as e:
+            partial = bool(self.buf)
+            self.close()
+            if not reused or partial:
+                raise HttpError("%s %s: %s" % (method, path, e))
+            self.connect()
+            try:
+                self.sock.sendall(data)
+                st, hd, bd = self.read_response(method)
+            except (HttpError, ConnectionResetError, BrokenPipeError) as e2:
+                self.close()
+                raise HttpError("%s %s: %s" % (method, path, e2))
+        if hd.get("connection", "").lower() == "close":
+            self.close()
+        return st, hd, bd
+
+    def api(self, method, path, body=None, token=None, admin=None, headers=None,
+            expect_status=None):
+        """A JSON API call: returns (status, parsed envelope or None for empty body).
+        Checks the envelope rules on every JSON reply."""
+        st, hd, bd = self.request(method, path, body, token, admin, headers)
+        if expect_status is not None and st != expect_status:
+            raise TestFailure("%s %s: HTTP %d, expected %d; body %r" % (
+                method, path, st, expect_status, bd[:300]))
+        if not bd:
+            return st, None
+        try:
+            j = json.loads(bd.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            raise TestFailure("%s %s: HTTP %d with a non-JSON body %r" % (method, path, st,
+                                                                           bd[:300]))
+        check_envelope(j, "%s %s" % (method, path))
+        return st, j
+
+
+ENVELOPE_KEYS = {"success", "errorMsg", "data", "total", "code"}
+
+
+def no_nulls(v, where):
+    if v is None:
+        raise TestFailure("%s: JSON contains null" % where)
+    if isinstance(v, dict):
+        for k, x in v.items():
+            no_nulls(x, where + "." + k)
+    elif isinstance(v, list):
+        for i, x in enumerate(v):
+            no_nulls(x, "%s[%d]" % (where, i))
+
+
+def check_envelope(j, what):
+    check(isinstance(j, dict), "%s: reply is not a JSON object: %r", what, j)
+    check("success" in j and isinstance(j["success"], bool),
+          "%s: envelope without boolean success: %r", what, j)
+    extra = set(j) - ENVELOPE_KEYS
+    check(not extra, "%s: unexpected envelope members %s in %r", what, sorted(extra), j)
+    no_nulls(j, what)
+    if j["success"]:
+        check("errorMsg" not in j, "%s: success with errorMsg: %r", what, j)
+    else:
+        check(isinstance(j.get("errorMsg"), str) and j["errorMsg"],
+              "%s: failure without errorMsg: %r", what, j)
+    if "code" in j:
+        check(isinstance(j["code"], str), "%s: code not a string: %r", what, j)
+
+
+_tls = threading.local()
+
+
+def thread_http(port, timeout=10.0):
+    """A keep-alive client for this thread and port."""
+    d = getattr(_tls, "conns", None)
+    if d is None:
+        d = _tls.conns = {}
+    h = d.get(port)
+    if h is None:
+        h = d[port] = Http(port, timeout=timeout, connect=False)
+    return h
+
+
+# ---------------------------------------------------------------------------------------
+# API helpers
+
+def phone_for(i, prefix="138"):
+    """A valid, unique phone number for index i (0 <= i < 10^8)."""
+    return "%s%08d" % (prefix, i)
+
+
+TOKEN_RE = re.compile(r"^[0-9a-f]{32}$")
+NICK_RE = re.compile(r"^user_[a-z0-9]{10}$")
+
+
+def send_code(srv, redis, phone, http=None):
+    h = http or thread_http(srv.port)
+    st, j = h.api("POST", "/user/code?phone=" + phone)
+    check(st == 200 and j and j["success"], "POST /user/code %s: %r %r", phone, st, j)
+    code = redis.cmd("GET", "login:code:" + phone)
+    check(code is not None, "no login:code:%s in Redis after /user/code", phone)
+    return code
+
+
+def login(srv, redis, phone, http=None):
+    """POST /user/code, read the code from Redis, POST /user/login -> token."""
+    h = http or thread_http(srv.port)
+    code = send_code(srv, redis, phone, h)
+    st, j = h.api("POST", "/user/login", {"phone": phone, "code": code})
+    check(st == 200 and j and j["success"], "POST /user/login %s: %r %r", phone, st, j)
+    tok = j.get("data")
+    check(isinstance(tok, str) and TOKEN_RE.match(tok), "login token not 32 hex: %r", tok)
+    return tok
+
+
+def login_many(srv, redis, n, threads=16, prefix="138", start=0):
+    """Logs in n distinct users concurrently; returns their tokens (index order)."""
+    tokens = [None] * n
+    errors = []
+    idx = iter(range(n))
+    lock = threading.Lock()
+
+    def run():
+        h = Http(srv.port, timeout=30, connect=False)
+        rc = redis.client(timeout=10)
+        try:
+            while True:
+                with lock:
+                    i = next(idx, None)
+                if i is None:
+                    return
+                phone = phone_for(start + i, prefix)
+                try:
+                    st, j = h.api("POST", "/user/code?phone=" + phone)
+                    check(st == 200 and j["success"], "code %s: %r %r", phone, st, j)
+                    code = rc.cmd("GET", "login:code:" + phone)
+                    check(code is not None, "no code for %s", phone)
+                    st, j = h.api("POST", "/user/login", {"phone": phone, "code": code})
+                    check(st == 200 and j["success"] and TOKEN_RE.match(j.get("data", "")),
+                          "login %s: %r %r", phone, st, j)
+                    tokens[i] = j["data"]
+                except Exception as e:
+                    with lock:
+                        errors.append("%s: %r" % (phone, e))
+        finally:
+            h.close()
+            rc.close()
+    ts = [threading.Thread(target=run) for _ in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    check(not errors, "%d logins failed, first: %s", len(errors), errors[:3])
+    check(len(set(tokens)) == n, "duplicate tokens among %d logins", n)
+    return tokens
+
+
+def fmt_time(t):
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(int(t)))
+
+
+def seckill_body(stock=100, begin=None, end=None, shop_id=1, title="100元代金券", **kw):
+    now = time.time()
+    b = {"shopId": shop_id, "title": title, "subTitle": "周一至周五均可使用",
+         "rules": "全场通用\\n无需预约", "payValue": 8000, "actualValue": 10000, "type": 1,
+         "stock": stock,
+         "beginTime": fmt_time(now - 3600 if begin is None else begin),
+         "endTime": fmt_time(now + 3600 if end is None else end)}
+    b.update(kw)
+    return b
+
+
+def create_seckill(srv, stock=100, begin=None, end=None, shop_id=1, http=None, **kw):
+    h = http or thread_http(srv.port)
+    body = seckill_body(stock, begin, end, shop_id, **kw)
+    st, j = h.api("POST", "/voucher/seckill", body, admin=srv.admin_token)
+    check(st == 200 and j and j["success"] and isinstance(j.get("data"), int),
+          "create seckill voucher: %r %r", st, j)
+    return j["data"]
+
+
+def create_voucher(srv, shop_id=1, http=None, **kw):
+    h = http or thread_http(srv.port)
+    body = {"shopId": shop_id, "title": "50元代金券", "subTitle": "周一至周日均可使用",
+            "rules": "全场通用", "payValue": 4750, "actualValue": 5000, "type": 0}
+    body.update(kw)
+    st, j = h.api("POST", "/voucher", body, admin=srv.admin_token)
+    check(st == 200 and j and j["success"] and isinstance(j.get("data"), int),
+          "create voucher: %r %r", st, j)
+    return j["data"]
+
+
+def seckill(srv, token, voucher_id, http=None):
+    """One flash-sale attempt: (status, envelope)."""
+    h = http or thread_http(srv.port)
+    return h.api("POST", "/voucher-order/seckill/%d" % voucher_id, token=token)
+
+
+# ---------------------------------------------------------------------------------------
+# Redis-side helpers (keys.h)
+
+def k_voucher(v):
+    return "seckill:voucher:{%d}" % v
+
+
+def k_buyers(v):
+    return "seckill:order:{%d}" % v
+
+
+def k_stream(v):
+    return "seckill:stream:{%d}" % v
+
+
+def xpending_count(redis, voucher_id, group="g1"):
+    r = redis.cmd("XPENDING", k_stream(voucher_id), group)
+    return int(r[0])
+
+
+def group_lag(redis, voucher_id, group="g1"):
+    """Entries not yet delivered to the group (XINFO GROUPS lag; Redis 7)."""
+    for g in redis.cmd("XINFO", "GROUPS", k_stream(voucher_id)):
+        d = dict(zip(g[::2], g[1::2]))
+        if d.get("name") == group:
+            lag = d.get("lag")
+            if lag is None:
+                # fall back: compare last-delivered-id with the stream's last id
+                info = redis.cmd("XINFO", "STREAM", k_stream(voucher_id))
+                si = dict(zip(info[::2], info[1::2]))
+                return 0 if si.get("last-generated-id") == d.get("last-delivered-id") else 1
+            return int(lag)
+    raise TestFailure("no group %s on %s" % (group, k_stream(voucher_id)))
+
+
+def wait_drained(srv, redis, voucher_id, timeout=90):
+    """Waits until every admitted order (HLEN of the buyers hash) is in SQL and the stream
+    has nothing pending or undelivered. Returns the SQL order count."""
+    db = srv.db() if isinstance(srv, Server) else srv
+
+    def drained():
+        admitted = int(redis.cmd("HLEN", k_buyers(voucher_id)))
+        pend = xpending_count(redis, voucher_id)
+        lag = group_lag(redis, voucher_id)
+        n = db.order_count(voucher_id)
+        return (n == admitted and pend == 0 and lag == 0) and (True, n)
+    try:
+        return wait_until(drained, timeout, interval=0.2,
+                          what="voucher %d drained to SQL" % voucher_id)[1]
+    except TestFailure as e:
+        try:
+            state = "HLEN=%s XPENDING=%s lag=%s sql=%s" % (
+                redis.cmd("HLEN", k_buyers(voucher_id)), xpending_count(redis, voucher_id),
+                group_lag(redis, voucher_id), db.order_count(voucher_id))
+        except Exception as e2:
+            state = repr(e2)
+        raise TestFailure("%s; %s" % (e, state))
+
+
+# ---------------------------------------------------------------------------------------
+# SQLite read helpers
+
+class Db:
+    def __init__(self, path):
+        self.path = path
+
+    def _conn(self):
+        c = sqlite3.connect("file:%s?mode=ro" % self.path, uri=True, timeout=10)
+        return c
+
+    def query(self, sql, *args):
+        c = self._conn()
+        try:
+            return c.execute(sql, args).fetchall()
+        finally:
+            c.close()
+
+    def scalar(self, sql, *args):
+        r = self.query(sql, *args)
+        return r[0][0] if r else None
+
+    def order_count(self, voucher_id):
+        return self.scalar("SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id=?",
+                           voucher_id)
+
+    def orders(self, voucher_id):
+        """[(id, user_id)] of a voucher."""
+        return self.query("SELECT id, user_id FROM tb_voucher_order WHERE voucher_id=?",
+                          voucher_id)
+
+    def per_user_max(self, voucher_id):
+        return self.scalar("SELECT COALESCE(MAX(n),0) FROM (SELECT COUNT(*) n FROM "
+                           "tb_voucher_order WHERE voucher_id=? GROUP BY user_id)", voucher_id)
+
+    def stock(self, voucher_id):
+        return self.scalar("SELECT stock FROM tb_seckill_voucher WHERE voucher_id=?",
+                           voucher_id)
+
+    def user_count(self):
+        return self.scalar("SELECT COUNT(*) FROM tb_user")
+
+
+# ---------------------------------------------------------------------------------------
+# cleanup and sanitizer scan (called by the runner after every test)
+
+def tail(path, n=30):
+    try:
+        with open(path, "rb") as f:
+            lines = f.read().decode("utf-8", "replace").splitlines()
+        return "\n".join(lines[-n:])
+    except OSError:
+        return ""
+
+
+def register_proc(p):
+    with _registry_lock:
+        _procs.append(p)
+    return p
+
+
+def cleanup():
+    """Stops everything the test left running. Returns a list of problems (strings):
+    servers that did not stop cleanly."""
+    problems = []
+    for s in list(_servers):
+        if s.running():
+            try:
+                s.stop()
+            except TestFailure as e:
+                problems.append("server on port %d at cleanup: %s" % (s.port, e))
+        else:
+            s._close_files()
+            if s.exit_code is None and s.stopped_by is None:
+                # it died on its own and the test never looked at how
+                s.exit_code = s.proc.returncode
+                problems.append("seckill on port %d exited by itself with status %s:\n%s" % (
+                    s.port, s.exit_code, s.log_tail()))
+    for p in list(_procs):
+        if p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+    for r in list(_redises):
+        try:
+            r.stop()
+        except Exception as e:
+            problems.append("redis %d: %r" % (r.port, e))
+    return problems
+
+
+def scan_sanitizers():
+    """(server description, report excerpt) for every server whose output has one."""
+    out = []
+    for s in list(_servers):
+        rep = s.sanitizer_report()
+        if rep:
+            out.append(("seckill on port %d (%s)" % (s.port, s.stopped_by or "exited"), rep))
+    for p in list(_procs):
+        path = getattr(p, "stderr_path", None)
+        if path:
+            try:
+                with open(path, "rb") as f:
+                    text = f.read().decode("utf-8", "replace")
+            except OSError:
+                continue
+            for m in SANITIZER_MARKERS:
+                i = text.find(m)
+                if i >= 0:
+                    out.append((path, text[max(0, i - 200):i + 6000]))
+                    break
+    return out
+
+
+def server_tails(n=40):
+    return [("seckill on port %d, %s" % (s.port, s.stderr_path), s.log_tail(n))
+            for s in list(_servers)]
+
+
+def remove_tmp():
+    import shutil
+    global _tmp_root
+    if _tmp_root and os.path.isdir(_tmp_root):
+        shutil.rmtree(_tmp_root, ignore_errors=True)
+    _tmp_root = None
+
+
+# ---------------------------------------------------------------------------------------
+# decorators read by the runner (tests/run.py reads them from the source with ast)
+
+def long_test(fn):
+    """Only runs with run.py --long."""
+    fn.long_test = True
+    return fn
+
+
+def timeout(seconds):
+    """Per-test timeout for the runner (default 240 s)."""
+    def deco(fn):
+        fn.timeout = seconds
+        return fn
+    return deco
+
+
+def rand_hex(n):
+    return "".join(random.choice("0123456789abcdef") for _ in range(n))
+
+
+def rand_str(n):
+    return "".join(random.choice(string.ascii_lowercase) for _ in range(n))
+
+
+# ---------------------------------------------------------------------------------------
+# a concurrent sale
+
+class Rec:
+    """One flash-sale request and its outcome."""
+    __slots__ = ("user", "status", "j", "error", "t_send", "t_recv")
+
+    def __init__(self, user):
+        self.user = user
+        self.status = None
+        self.j = None
+        self.error = None
+        self.t_send = self.t_recv = None
+
+    @property
+    def ok(self):
+        return self.status == 200 and self.j is not None and self.j.get("success") is True
+
+    @property
+    def msg(self):
+        if self.error:
+            return "error: " + self.error
+        if self.j is None:
+            return "HTTP %s (no body)" % self.status
+        if self.j.get("success"):
+            return "success"
+        return self.j.get("errorMsg")
+
+    @property
+    def latency(self):
+        return (self.t_recv or time.monotonic()) - self.t_send
+
+    def __repr__(self):
+        return "Rec(user=%s, status=%s, msg=%r, %.3fs)" % (self.user, self.status, self.msg,
+                                                          self.latency)
+
+
+def run_sale(srv, voucher_id, tokens, attempts=4, nthreads=None, timeout=20.0, users=None):
+    """Every user (index into tokens) sends `attempts` requests at the same moment, each on
+    its own keep-alive connection; threads share the users. Returns the list of Rec."""
+    users = list(range(len(tokens))) if users is None else list(users)
+    nthreads = nthreads or max(1, min(len(users), 100))
+    path = "/voucher-order/seckill/%d" % voucher_id
+    recs = []
+    lock = threading.Lock()
+    go = threading.Event()
+    ready = threading.Semaphore(0)
+    port = srv.port if isinstance(srv, Server) else srv
+
+    def run(tid):
+        conns = [Http(port, timeout=timeout, connect=False) for _ in range(attempts)]
+        for c in conns:
+            try:
+                c.connect()
+            except OSError:
+                pass
+        ready.release()
+        go.wait()
+        mine = []
+        for u in users[tid::nthreads]:
+            data = Http.build("POST", path, token=tokens[u])
+            batch = []
+            for c in conns:
+                rec = Rec(u)
+                rec.t_send = time.monotonic()
+                try:
+                    c.send_raw(data)
+                except OSError as e:
+                    rec.error = "send: %r" % e
+                    c.close()
+                batch.append((c, rec))
+            for c, rec in batch:
+                if rec.error is None:
+                    try:
+                        st, hd, body = c.read_response("POST")
+                        rec.status = st
+                        if body:
+                            rec.j = json.loads(body.decode("utf-8"))
+                            check_envelope(rec.j, "seckill reply")
+                        if hd.get("connection", "").lower() == "close":
+                            c.close()
+                    except socket.timeout:
+                        rec.error = "timeout after %.1fs" % timeout
+                        c.close()
+                    except (OSError, HttpError, ValueError, TestFailure) as e:
+                        rec.error = "%s: %s" % (type(e).__name__, e)
+                        c.close()
+                rec.t_recv = time.monotonic()
+                mine.append(rec)
+        for c in conns:
+            c.close()
+        with lock:
+            recs.extend(mine)
+
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(nthreads)]
+    for t in ts:
+        t.start()
+    for _ in ts:
+        ready.acquire()
+    t0 = time.monotonic()
+    go.set()
+    for t in ts:
+        t.join()
+    log("sale of voucher %d: %d requests from %d users in %.2fs" % (
+        voucher_id, len(recs), len(users), time.monotonic() - t0))
+    return recs
+
+
+def summarize(recs):
+    from collections import Counter
+    return dict(Counter(r.msg for r in recs))
+
+
+def user_ids(redis, tokens):
+    """user id of each token (from the course's Redis login hash)."""
+    c = redis.client()
+    try:
+        return [int(c.cmd("HGET", "login:token:" + t, "id")) for t in tokens]
+    finally:
+        c.close()
+
+
+def check_sale_consistency(srv, redis, voucher_id, initial_stock, recs, tokens,
+                           require_all_answered=True):
+    """After drain: the invariants of seckill-anchors 5.2 against SQL and Redis.
+    Returns the number of orders."""
+    db = srv.db() if isinstance(srv, Server) else srv
+    succ = [r for r in recs if r.ok]
+    ids = [r.j.get("data") for r in succ]
+    check(all(isinstance(i, int) and i > 0 for i in ids), "non-integer order ids: %r",
+          [i for i in ids if not isinstance(i, int)][:5])
+    check(len(ids) == len(set(ids)), "an order id was answered twice: %r",
+          sorted(i for i in set(ids) if ids.count(i) > 1)[:5])
+    per_user = {}
+    for r in succ:
+        per_user.setdefault(r.user, []).append(r.j["data"])
+    twice = {u: v for u, v in per_user.items() if len(v) > 1}
+    check(not twice, "users answered success more than once: %r", list(twice.items())[:5])
+    rows = db.orders(voucher_id)
+    sql_ids = [row[0] for row in rows]
+    n = len(rows)
+    check(n <= initial_stock, "OVERSELL: %d orders for stock %d", n, initial_stock)
+    check(len(sql_ids) == len(set(sql_ids)), "duplicate order ids in SQL")
+    check(db.per_user_max(voucher_id) <= 1, "a user has %d orders", db.per_user_max(voucher_id))
+    missing = set(ids) - set(sql_ids)
+    check(not missing, "%d orders answered success are not in SQL, e.g. %r", len(missing),
+          sorted(missing)[:5])
+    if require_all_answered:
+        extra = set(sql_ids) - set(ids)
+        check(not extra, "%d SQL orders were never answered success, e.g. %r", len(extra),
+              sorted(extra)[:5])
+    # the user of each answered order is the user who asked
+    if succ:
+        uids = user_ids(redis, [tokens[r.user] for r in succ])
+        sql_user = dict(rows)
+        wrong = [(r.j["data"], uid, sql_user.get(r.j["data"])) for r, uid in zip(succ, uids)
+                 if sql_user.get(r.j["data"]) != uid]
+        check(not wrong, "orders stored for the wrong user (id, asked by, stored): %r",
+              wrong[:5])
+    # Redis agrees with SQL
+    hv = redis.cmd("HGETALL", k_buyers(voucher_id)) or []
+    buyers = {int(k): int(v) for k, v in zip(hv[::2], hv[1::2])}
+    sql_buyers = {u: i for i, u in rows}
+    eq(buyers, sql_buyers, "Redis buyers hash vs SQL orders (user -> order id)")
+    rstock = int(redis.cmd("HGET", k_voucher(voucher_id), "stock"))
+    sstock = db.stock(voucher_id)
+    check(rstock >= 0, "Redis stock negative: %d", rstock)
+    eq(sstock, initial_stock - n, "SQL stock (initial - orders)")
+    eq(rstock, sstock, "Redis stock vs SQL stock")
+    eq(xpending_count(redis, voucher_id), 0, "XPENDING after drain")
+    return n

@@ -1,0 +1,368 @@
+#!/usr/bin/env python3
+"""run.py -- the test runner behind `make check` (Python 3 standard library only).
+
+    python3 tests/run.py --bin build/san/seckill --unit-dir build/san/tests [-k PATTERN]... [--long]
+
+1. Unit tests: every executable in --unit-dir (cmocka), each with REDIS_URL pointing at a
+   redis-server this runner starts for them (the lock library's tests need one).
+2. Integration tests: every function test_* in tests/it/test_*.py, each in its own child
+   process (its own process group, so a timeout kills everything it started), with a
+   timeout. After the test the child stops every server the test left running (SIGTERM,
+   exit code checked) and scans each server's stderr for ASan/UBSan/LSan reports; any
+   report fails the test.
+
+Prints `PASS name (1.2s)` / `FAIL name (1.2s)` with the captured output's tail, and ends
+with exactly `N passed, M failed` (plus `, K skipped`). Exit status 1 on any failure.
+
+-k PATTERN selects tests whose name (e.g. `test_api.py::test_login_new_user`, `unit/test_sb`)
+contains PATTERN, or matches it as a glob when it has * ? or [. Tests decorated with
+@harness.long_test run only with --long. --list prints the selection and exits.
+"""
+
+import argparse
+import ast
+import fnmatch
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+IT_DIR = os.path.join(ROOT, "tests", "it")
+DEFAULT_TIMEOUT = 240
+UNIT_TIMEOUT = 300
+TAIL_LINES = 60
+
+SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "runtime error:", "LeakSanitizer",
+                     "ERROR: ThreadSanitizer", "SUMMARY: UndefinedBehaviorSanitizer")
+
+
+# ---------------------------------------------------------------------------------------
+# discovery
+
+def _deco_info(dec):
+    """('long', None) / ('timeout', N) / None for one decorator node."""
+    name = None
+    node = dec.func if isinstance(dec, ast.Call) else dec
+    if isinstance(node, ast.Attribute):
+        name = node.attr
+    elif isinstance(node, ast.Name):
+        name = node.id
+    if name == "long_test":
+        return ("long", None)
+    if name == "timeout" and isinstance(dec, ast.Call) and dec.args:
+        a = dec.args[0]
+        if isinstance(a, ast.Constant) and isinstance(a.value, (int, float)):
+            return ("timeout", a.value)
+    return None
+
+
+def discover_it():
+    tests = []
+    for fn in sorted(os.listdir(IT_DIR)):
+        if not (fn.startswith("test_") and fn.endswith(".py")):
+            continue
+        path = os.path.join(IT_DIR, fn)
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+                t = {"name": "%s::%s" % (fn, node.name), "file": path, "func": node.name,
+                     "long": False, "timeout": DEFAULT_TIMEOUT}
+                for d in node.decorator_list:
+                    info = _deco_info(d)
+                    if info and info[0] == "long":
+                        t["long"] = True
+                    elif info and info[0] == "timeout":
+                        t["timeout"] = info[1]
+                tests.append(t)
+    return tests
+
+
+def discover_unit(unit_dir):
+    if not unit_dir or not os.path.isdir(unit_dir):
+        return []
+    out = []
+    for fn in sorted(os.listdir(unit_dir)):
+        p = os.path.join(unit_dir, fn)
+        if os.path.isfile(p) and os.access(p, os.X_OK) and not fn.endswith((".d", ".o")):
+            out.append({"name": "unit/" + fn, "path": p})
+    return out
+
+
+def selected(name, patterns):
+    if not patterns:
+        return True
+    for p in patterns:
+        if any(c in p for c in "*?["):
+            if fnmatch.fnmatch(name, p) or fnmatch.fnmatch(name, "*" + p + "*"):
+                return True
+        elif p in name:
+            return True
+    return False
+
+
+# ---------------------------------------------------------------------------------------
+# running
+
+def tail_of(text, n=TAIL_LINES):
+    lines = text.splitlines()
+    if len(lines) > n:
+        return "    ... (%d lines before)\n" % (len(lines) - n) + "\n".join(
+            "    " + l for l in lines[-n:])
+    return "\n".join("    " + l for l in lines)
+
+
+def run_group(argv, timeout, env, cwd, out_path):
+    """Runs argv in its own session; on timeout kills the whole process group.
+    Returns (returncode or None on timeout, seconds)."""
+    t0 = time.monotonic()
+    with open(out_path, "wb") as out:
+        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                             env=env, cwd=cwd, start_new_session=True)
+        try:
+            rc = p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+            rc = None
+        # anything the test left behind in its group (it should have cleaned up)
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return rc, time.monotonic() - t0
+
+
+def read_text(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def run_units(units, tmp, results):
+    if not units:
+        return
+    sys.path.insert(0, IT_DIR)
+    import harness
+    os.environ["SECKILL_TEST_TMP"] = tmp
+    redis = None
+    try:
+        redis = harness.start_redis("unit-redis")
+    except Exception as e:
+        print("WARN could not start redis-server for unit tests: %s" % e, flush=True)
+    env = harness.san_env()
+    if redis:
+        env["REDIS_URL"] = redis.url
+    try:
+        for u in units:
+            out_path = os.path.join(tmp, u["name"].replace("/", "_") + ".out")
+            rc, secs = run_group([u["path"]], UNIT_TIMEOUT, env, ROOT, out_path)
+            text = read_text(out_path)
+            why = None
+            if rc is None:
+                why = "timed out after %ds" % UNIT_TIMEOUT
+            elif rc != 0:
+                why = "exit status %d" % rc
+            else:
+                for m in SANITIZER_MARKERS:
+                    if m in text:
+                        why = "sanitizer report (%s)" % m
+                        break
+            report(results, u["name"], why is None, secs, text, why)
+            if redis:   # each binary starts from an empty Redis
+                try:
+                    redis.cmd("FLUSHALL")
+                except Exception:
+                    redis.stop()
+                    redis = harness.start_redis("unit-redis2")
+                    env["REDIS_URL"] = redis.url
+    finally:
+        harness.cleanup()
+
+
+def report(results, name, ok, secs, text, why=None):
+    results.append((name, ok))
+    if ok:
+        print("PASS %s (%.1fs)" % (name, secs), flush=True)
+    else:
+        print("FAIL %s (%.1fs)%s" % (name, secs, (": " + why) if why else ""), flush=True)
+        if text.strip():
+            print(tail_of(text), flush=True)
+
+
+def run_its(tests, args, tmp, results):
+    env = dict(os.environ)
+    env["SECKILL_BIN"] = os.path.abspath(args.bin)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"
+    if args.keep:
+        env["SECKILL_KEEP_TMP"] = "1"
+    for t in tests:
+        out_path = os.path.join(tmp, t["name"].replace("/", "_").replace(":", "_") + ".out")
+        res_path = out_path + ".json"
+        argv = [sys.executable, os.path.abspath(__file__), "--child", t["name"],
+                "--bin", args.bin, "--result", res_path, "--child-timeout",
+                str(t["timeout"])]
+        rc, secs = run_group(argv, t["timeout"] + 60, env, ROOT, out_path)
+        text = read_text(out_path)
+        why = None
+        if rc is None:
+            why = "timed out after %ds (killed)" % (t["timeout"] + 60)
+        else:
+            try:
+                with open(res_path) as f:
+                    res = json.load(f)
+                if not res.get("ok"):
+                    why = res.get("why") or "failed"
+            except (OSError, ValueError):
+                why = "child exited %s without a result" % rc
+            if why is None and rc != 0:
+                why = "child exit status %d" % rc
+        report(results, t["name"], why is None, secs, text, why)
+
+
+# ---------------------------------------------------------------------------------------
+# child: one integration test in this process
+
+def child_main(args):
+    name = args.child
+    fname, func = name.split("::")
+    sys.path.insert(0, IT_DIR)
+    os.environ["SECKILL_BIN"] = os.path.abspath(args.bin)
+    import harness
+    ok, why = True, None
+    t0 = time.monotonic()
+
+    def on_alarm(signum, frame):
+        raise harness.TestFailure("test timed out after %ss" % args.child_timeout)
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(max(1, int(args.child_timeout)))
+    try:
+        spec = importlib.util.spec_from_file_location(fname[:-3], os.path.join(IT_DIR, fname))
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        getattr(mod, func)()
+    except BaseException as e:   # noqa: B036 -- report everything, including timeouts
+        ok = False
+        why = "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+        traceback.print_exc()
+    finally:
+        signal.alarm(0)
+    signal.alarm(60)   # cleanup itself must not hang
+    try:
+        problems = harness.cleanup()
+    except BaseException as e:   # noqa: B036
+        problems = ["cleanup failed: %r" % e]
+    signal.alarm(0)
+    if problems:
+        for p in problems:
+            print("CLEANUP: " + p)
+        if ok:
+            ok, why = False, problems[0].splitlines()[0]
+    sans = harness.scan_sanitizers()
+    for who, rep in sans:
+        print("SANITIZER REPORT from %s:\n%s" % (who, rep))
+    if sans and ok:
+        ok, why = False, "sanitizer report from " + sans[0][0]
+    if not ok:
+        for who, text in harness.server_tails():
+            print("---- log tail of %s\n%s" % (who, text))
+        if harness._tmp_root:
+            print("temp dir kept: %s" % harness._tmp_root)
+    elif not os.environ.get("SECKILL_KEEP_TMP"):
+        harness.remove_tmp()
+    with open(args.result, "w") as f:
+        json.dump({"ok": ok, "why": why, "seconds": time.monotonic() - t0}, f)
+    sys.stdout.flush()
+    return 0 if ok else 1
+
+
+# ---------------------------------------------------------------------------------------
+
+def main():
+    ap = argparse.ArgumentParser(description="seckill unit + integration test runner")
+    ap.add_argument("--bin", default="build/san/seckill")
+    ap.add_argument("--unit-dir", default=None)
+    ap.add_argument("-k", dest="patterns", action="append", default=[])
+    ap.add_argument("--long", action="store_true", help="also run @long_test tests")
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--keep", action="store_true", help="keep temp dirs of passing tests")
+    ap.add_argument("--no-unit", action="store_true")
+    ap.add_argument("--no-it", action="store_true")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--result", help=argparse.SUPPRESS)
+    ap.add_argument("--child-timeout", type=float, default=DEFAULT_TIMEOUT,
+                    help=argparse.SUPPRESS)
+    args = ap.parse_args()
+
+    if args.child:
+        return child_main(args)
+
+    units = [] if args.no_unit else [u for u in discover_unit(args.unit_dir)
+                                     if selected(u["name"], args.patterns)]
+    its = [] if args.no_it else [t for t in discover_it() if selected(t["name"], args.patterns)]
+    skipped = [t for t in its if t["long"] and not args.long]
+    its = [t for t in its if not (t["long"] and not args.long)]
+    if args.list:
+        for u in units:
+            print(u["name"])
+        for t in its:
+            print("%s (timeout %ss)" % (t["name"], t["timeout"]))
+        for t in skipped:
+            print("%s (skipped: needs --long)" % t["name"])
+        return 0
+
+    if args.unit_dir and not os.path.isdir(args.unit_dir) and not args.no_unit:
+        print("WARN unit dir %s does not exist: no unit tests run" % args.unit_dir, flush=True)
+    if its and not os.path.exists(args.bin):
+        print("WARN %s does not exist: integration tests will fail" % args.bin, flush=True)
+    print("running %d unit and %d integration tests (%d skipped)" % (
+        len(units), len(its), len(skipped)), flush=True)
+
+    t0 = time.monotonic()
+    results = []
+    tmp = tempfile.mkdtemp(prefix="seckill-run-")
+    try:
+        run_units(units, tmp, results)
+        run_its(its, args, tmp, results)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+        results.append(("interrupted", False))
+    for t in skipped:
+        print("SKIP %s (needs --long)" % t["name"])
+    passed = sum(1 for _, ok in results if ok)
+    failed = len(results) - passed
+    if failed:
+        print("failed: " + ", ".join(n for n, ok in results if not ok))
+    print("total time %.1fs; outputs in %s" % (time.monotonic() - t0, tmp))
+    line = "%d passed, %d failed" % (passed, failed)
+    if skipped:
+        line += ", %d skipped" % len(skipped)
+    print(line, flush=True)
+    if not failed and not args.keep:
+        import shutil
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,30 @@
+#!/bin/sh
+# Installs the Debian packages seckill needs, skipping those already present.
+#   sh tools/deps.sh          build, run and test
+#   sh tools/deps.sh bench    also wrk and nginx, for `make bench`
+# Runs apt-get as root (through sudo when not root). Safe to run again.
+set -eu
+pkgs="build-essential pkg-config libevent-dev libhiredis-dev libjansson-dev libsqlite3-dev
+      libhttp-parser-dev libcmocka-dev redis-server redis-tools python3 curl sqlite3"
+if [ "${1:-}" = bench ]; then
+    pkgs="$pkgs wrk nginx-light"
+fi
+missing=""
+for p in $pkgs; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+echo "installing:$missing"
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO=sudo
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+# policy-rc.d keeps the packages' own services (redis on 6379, nginx on 80) from
+# starting: seckill and its tests start their own, on ports of their choosing.
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+    $SUDO chmod +x /usr/sbin/policy-rc.d
+    trap '$SUDO rm -f /usr/sbin/policy-rc.d' EXIT
+fi
+# shellcheck disable=SC2086
+$SUDO apt-get install -y -qq --no-install-recommends $missing
