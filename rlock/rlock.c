@@ -182,10 +182,9 @@ static bool load_scripts(rlock__conn_t *cn)
     for (int i = 0; i < RLOCK__NSCRIPTS; i++) {
         redisReply *r = redisCommand(cn->ctx, "SCRIPT LOAD %s", rlock__scripts[i]);
         if (!r || r->type != REDIS_REPLY_STRING || r->len != 40) {
-            if (r) {
-                DBG("SCRIPT LOAD %d: %s\n", i, r->type == REDIS_REPLY_ERROR ? r->str : "?");
-                freeReplyObject(r);
-            }
+            DBG("SCRIPT LOAD %d: %s\n", i,
+                !r ? cn->ctx->errstr : r->type == REDIS_REPLY_ERROR ? r->str : "?");
+            if (r) freeReplyObject(r);
             return false;
         }
         memcpy(cn->sha[i], r->str, 41);
@@ -225,6 +224,7 @@ rlock_status_t rlock__conn_eval(rlock_client_t *c, rlock__conn_t *cn, int script
     for (int attempt = 0; attempt < 2; attempt++) {
         if (!conn_ensure(c, cn)) break;
         argv[1] = cn->sha[script];
+        if (cn == &c->cmd) atomic_fetch_add_explicit(&c->ncommands, 1, memory_order_relaxed);
         redisReply *r = redisCommandArgv(cn->ctx, argc, argv, NULL);
         if (!r) {
             DBG("eval %d: %s\n", script, cn->ctx->errstr);
@@ -254,6 +254,7 @@ static rlock_status_t cmd_argv(rlock_client_t *c, int argc, const char **argv,
     pthread_mutex_lock(&c->cmd_mu);
     rlock_status_t st = RLOCK_REDIS_ERROR;
     if (conn_ensure(c, &c->cmd)) {
+        atomic_fetch_add_explicit(&c->ncommands, 1, memory_order_relaxed);
         redisReply *r = redisCommandArgv(c->cmd.ctx, argc, argv, NULL);
         if (!r) {
             rlock__conn_close(&c->cmd);
@@ -466,6 +467,7 @@ void rlock_client_stats(rlock_client_t *c, rlock_stats_t *out)
     pthread_mutex_lock(&c->mu);
     *out = c->stats;
     out->watched_now = c->wd_count;
+    out->commands = atomic_load(&c->ncommands);
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -834,6 +836,35 @@ static waiter_t *waiter_join(rlock_t *l, int64_t until_us)
     while (s->state != SUB_ACTIVE && !atomic_load(&l->cancel) && !c->stop &&
            rlock__now_us() < limit)
         cond_wait_until(&w->cond, &c->mu, limit);
+    pthread_mutex_unlock(&c->mu);
+    return w;
+}
+
+/*
+ * Fast path for hot locks: if this process is already subscribed to the
+ * channel (other local waiters), register before the first attempt -- a
+ * release after that attempt will reach us, so no re-attempt is needed.
+ */
+static waiter_t *waiter_join_if_active(rlock_t *l)
+{
+    rlock_client_t *c = l->c;
+    size_t n = strlen(l->channel);
+    waiter_t *w = NULL;
+    pthread_mutex_lock(&c->mu);
+    sub_t *s = sub_find(c, l->channel, n);
+    if (s && s->state == SUB_ACTIVE) {
+        w = rlock__xcalloc(1, sizeof *w);
+        cond_init_mono(&w->cond);
+        w->owner = l->owner;
+        idle_unlink(c, s);
+        w->sub = s;
+        w->prev = s->tail;
+        if (s->tail) s->tail->next = w;
+        else s->head = w;
+        s->tail = w;
+        s->nwaiters++;
+        l->waiter = w;
+    }
     pthread_mutex_unlock(&c->mu);
     return w;
 }
@@ -1342,9 +1373,13 @@ static rlock_status_t release(rlock_t *l, char mode, int64_t expected, int64_t *
         break;
     }
     }
-    if (st != RLOCK_OK) return st;
+    if (st != RLOCK_OK) {
+        DBG("release %s mode %c: %s\n", l->name, mode, rlock_status_str(st));
+        return st;
+    }
     long long v;
     bool ok = reply_int(r, &v);
+    if (!ok) DBG("release %s: unexpected reply type %d\n", l->name, r->type);
     freeReplyObject(r);
     if (!ok) return RLOCK_REDIS_ERROR;
     *left = v;
@@ -1374,9 +1409,9 @@ static void undo_acquire(rlock_t *l, int64_t prior)
 {
     int64_t left;
     if (l->kind == RLOCK_SIMPLE && prior > 0) return;
-    for (int i = 0; i < 2; i++)
-        if (release(l, 'u', prior + 1, &left) == RLOCK_OK) break;
-    cancel_wait(l);
+    /* One attempt: if Redis is unreachable this costs a command timeout,
+     * and the key's own lease is the backstop anyway. */
+    if (release(l, 'u', prior + 1, &left) == RLOCK_OK) cancel_wait(l);
 }
 
 rlock_status_t rlock__acquire(rlock_t *l, int64_t wait_ms, int64_t lease_ms)
@@ -1395,14 +1430,27 @@ rlock_status_t rlock__acquire(rlock_t *l, int64_t wait_ms, int64_t lease_ms)
     rlock_status_t st;
     attempt_t a;
     bool got = false;
+    int64_t backoff_us = 0;
+    int nattempts = 0;
+    if (wait_ms != 0) w = waiter_join_if_active(l);
 
     for (;;) {
         int64_t t0 = rlock__now_us();
         st = attempt(l, eff, wait_ms != 0, &a);
+        bool first = nattempts++ == 0;
         if (st != RLOCK_OK) {
             undo_acquire(l, l->holds);
-            break;
+            /* Fail fast when Redis is unusable from the start; once we are
+             * waiting (Redis was reachable), ride out an outage within the
+             * budget and report the error only if the budget ends on it. */
+            int64_t now = rlock__now_us();
+            if (!w || first || now >= deadline || atomic_load(&l->cancel) || c->stop) break;
+            backoff_us = backoff_us ? (backoff_us * 2 > 500000 ? 500000 : backoff_us * 2) : 20000;
+            int64_t until = now + backoff_us < deadline ? now + backoff_us : deadline;
+            waiter_wait(l, w, until);
+            continue;
         }
+        backoff_us = 0;
         if (a.got) {
             got = true;
             if (l->holds == 0 || a.count == 1) {
@@ -1428,8 +1476,10 @@ rlock_status_t rlock__acquire(rlock_t *l, int64_t wait_ms, int64_t lease_ms)
         int64_t hint = a.hint_ms;
         if (hint == -2) {
             until = now;                      /* gone: retry at once */
-        } else if (hint > 0) {
-            if (now + hint * 1000 < until) until = now + hint * 1000;
+        } else if (hint >= 0) {
+            /* the blocker ends in hint ms (0: expiring now); +1 ms so the
+             * server's expiry has happened when we retry */
+            if (now + (hint + 1) * 1000 < until) until = now + (hint + 1) * 1000;
         } else if (hint == -1) {
             if (now + 1000000 < until) until = now + 1000000;  /* no TTL */
         }

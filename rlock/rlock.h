@@ -177,6 +177,8 @@ const char *rlock_client_id(const rlock_client_t *c);
 
 /* Counters, for metrics and tests (monotonic since client creation). */
 typedef struct rlock_stats {
+    uint64_t commands;        /* requests sent on the command connection
+                                 (= round trips; excludes connection setup) */
     uint64_t acquired;        /* successful acquisitions (incl. reentrant) */
     uint64_t released;        /* successful unlocks */
     uint64_t timeouts;        /* acquires that ended RLOCK_TIMEOUT */
@@ -235,6 +237,11 @@ void rlock_close(rlock_t *l);
  * lease_ms > 0 or RLOCK_WATCHDOG.  Reentrant kinds count holds; a reentrant
  * acquire resets the TTL to the new lease (like Redisson).
  * Returns OK, TIMEOUT, REDIS_ERROR, or EINVAL.
+ * Redis errors: if the first attempt fails the call returns REDIS_ERROR at
+ * once (Redis down or misconfigured); an error while already waiting is
+ * retried with back-off (20 ms .. 500 ms) within the budget, so waiters ride
+ * out a restart, and REDIS_ERROR is returned only if the budget ends on an
+ * error (with RLOCK_WAIT_FOREVER the call keeps trying).
  */
 rlock_status_t rlock_try_lock(rlock_t *l, int64_t wait_ms, int64_t lease_ms);
 

@@ -82,6 +82,7 @@ struct rlock_client {
     uint64_t wd_gen;
 
     rlock_stats_t stats;
+    _Atomic uint64_t ncommands;  /* stats.commands, counted without c->mu */
 };
 
 struct rlock {

@@ -420,7 +420,7 @@ static void handshake_step(rds_t *c, rcmd_t *r, redisReply *reply)
         log_info("redis: connected to %s after %d failed attempt%s", c->where, c->failures,
                  c->failures == 1 ? "" : "s");
     } else {
-        log_info("redis: connected to %s", c->where);
+        log_debug("redis: connected to %s", c->where);   /* the usual start: quiet */
     }
     c->was_up = 1;
     c->failures = 0;

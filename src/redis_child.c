@@ -104,8 +104,8 @@ static int mkdir_p(const char *path)
     return stat(tmp, &st) == 0 && S_ISDIR(st.st_mode) ? 0 : -1;
 }
 
-/* The last non-empty line of the file (at most out's size), or "" if none. */
-static void last_line(const char *file, char *out, size_t outlen)
+/* The last non-empty line of what the file gained past offset from, or "" if none. */
+static void last_line(const char *file, off_t from, char *out, size_t outlen)
 {
     out[0] = '\0';
     int fd = open(file, O_RDONLY | O_CLOEXEC);
@@ -114,6 +114,8 @@ static void last_line(const char *file, char *out, size_t outlen)
     char buf[4096];
     off_t end = lseek(fd, 0, SEEK_END);
     off_t start = end > (off_t)sizeof(buf) - 1 ? end - (off_t)sizeof(buf) + 1 : 0;
+    if (start < from)
+        start = from;
     ssize_t n = pread(fd, buf, sizeof(buf) - 1, start);
     close(fd);
     if (n <= 0)
@@ -121,8 +123,13 @@ static void last_line(const char *file, char *out, size_t outlen)
     buf[n] = '\0';
     while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
         buf[--n] = '\0';
-    char *nl = strrchr(buf, '\n');
-    snprintf(out, outlen, "%s", nl ? nl + 1 : buf);
+    const char *line = strrchr(buf, '\n');
+    line = line ? line + 1 : buf;
+    size_t len = strlen(line);
+    if (len >= outlen)
+        len = outlen - 1;
+    memcpy(out, line, len);
+    out[len] = '\0';
 }
 
 /* 1 if a server answers PING on sock ("LOADING" counts as answering), else 0.
@@ -134,7 +141,8 @@ static int ping_sock(const char *sock, int timeout_ms, int *loading)
     int up = 0;
     if (loading)
         *loading = 0;
-    if (ctx && !ctx->err) {
+    /* hiredis 0.14 bounds only the connect of a Unix socket; bound the reply too. */
+    if (ctx && !ctx->err && redisSetTimeout(ctx, tv) == REDIS_OK) {
         redisReply *r = redisCommand(ctx, "PING");
         if (r && r->type == REDIS_REPLY_STATUS && strcmp(r->str, "PONG") == 0) {
             up = 1;
@@ -242,8 +250,8 @@ redis_child_t *redis_child_start(const char *bin, const char *data_dir, int fsyn
         free(c);
         return NULL;
     }
-    snprintf(c->log, sizeof(c->log), "%s/redis.log", c->dir);
-    if ((size_t)snprintf(url, urllen, "unix:%s", c->sock) >= urllen) {
+    if ((size_t)snprintf(c->log, sizeof(c->log), "%s/redis.log", c->dir) >= sizeof(c->log) ||
+        (size_t)snprintf(url, urllen, "unix:%s", c->sock) >= urllen) {
         snprintf(err, errlen, "redis url buffer too small");
         free(c);
         return NULL;
@@ -254,6 +262,7 @@ redis_child_t *redis_child_start(const char *bin, const char *data_dir, int fsyn
     }
 
     int logfd = open(c->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    off_t log_start = logfd >= 0 ? lseek(logfd, 0, SEEK_END) : 0;
     int nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (logfd < 0 || nullfd < 0) {
         snprintf(err, errlen, "cannot open %s: %s", c->log, strerror(errno));
@@ -324,7 +333,7 @@ redis_child_t *redis_child_start(const char *bin, const char *data_dir, int fsyn
         if (waitpid(pid, &st, WNOHANG) == pid) {
             char how[64], line[512];
             describe_status(st, how, sizeof(how));
-            last_line(c->log, line, sizeof(line));
+            last_line(c->log, log_start, line, sizeof(line));
             snprintf(err, errlen, "redis-server exited during start (%s): %s", how,
                      line[0] ? line : "(nothing in its log)");
             free(c);
@@ -349,7 +358,7 @@ redis_child_t *redis_child_start(const char *bin, const char *data_dir, int fsyn
         }
         sleep_ms(POLL_MS);
     }
-    log_info("redis-server started (pid %d, %s, appendfsync %s, log %s)", (int)pid, url,
+    log_debug("redis-server started (pid %d, %s, appendfsync %s, log %s)", (int)pid, url,
              fsync_always ? "always" : "everysec", c->log);
     return c;
 }
@@ -361,11 +370,12 @@ void redis_child_stop(redis_child_t *c)
     int sent = 0;
     struct timeval tv = { 1, 0 };
     redisContext *ctx = redisConnectUnixWithTimeout(c->sock, tv);
-    if (ctx && !ctx->err) {
-        /* Success closes the connection (NULL reply); an error reply means it refused. */
+    if (ctx && !ctx->err && redisSetTimeout(ctx, tv) == REDIS_OK) {
+        /* Success closes the connection (NULL reply, EOF); an error reply means it
+         * refused, and a timeout means it is stuck: both get SIGTERM. */
         redisReply *r = redisCommand(ctx, "SHUTDOWN");
         if (r == NULL) {
-            sent = 1;
+            sent = ctx->err == REDIS_ERR_EOF;
         } else {
             log_warn("redis-server refused SHUTDOWN: %s; sending SIGTERM",
                      r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");

@@ -274,10 +274,11 @@ static void col_copy(sqlite3_stmt *st, int col, char *dst, size_t len)
     snprintf(dst, len, "%s", z ? z : "");
 }
 
+/* A NULL column stays NULL, so the API can omit the member as the course does. */
 static char *col_dup(sqlite3_stmt *st, int col)
 {
     const char *z = (const char *)sqlite3_column_text(st, col);
-    return xstrdup(z ? z : "");
+    return z ? xstrdup(z) : NULL;
 }
 
 /* ---------------------------------------------------------------- open / close */

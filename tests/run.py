@@ -299,6 +299,7 @@ def child_main(args):
 # ---------------------------------------------------------------------------------------
 
 def main():
+    sys.dont_write_bytecode = True
     ap = argparse.ArgumentParser(description="seckill unit + integration test runner")
     ap.add_argument("--bin", default="build/san/seckill")
     ap.add_argument("--unit-dir", default=None)

@@ -346,6 +346,7 @@ def san_env(env=None):
 
 class Server:
     """One `seckill serve` child. stderr (and stdout) go to files in its data dir."""
+    _seq = 0
 
     def __init__(self, argv, data_dir, port, admin_token, db_path, name):
         self.argv = argv
@@ -355,7 +356,9 @@ class Server:
         self.db_path = db_path
         self.name = name
         self.proc = None
-        self.stderr_path = os.path.join(data_dir, "seckill.stderr.%d" % int(time.time() * 1000))
+        Server._seq += 1
+        self.stderr_path = os.path.join(data_dir, "seckill.stderr.%d.%d" % (os.getpid(),
+                                                                          Server._seq))
         self.stdout_path = self.stderr_path.replace("stderr", "stdout")
         self.exit_code = None
         self.stopped_by = None
@@ -991,6 +994,10 @@ def cleanup():
     return problems
 
 
+import atexit  # noqa: E402  -- ad-hoc use (python3 -i, scripts): never leave children behind
+atexit.register(cleanup)
+
+
 def scan_sanitizers():
     """(server description, report excerpt) for every server whose output has one."""
     out = []
@@ -1057,10 +1064,11 @@ def rand_str(n):
 
 class Rec:
     """One flash-sale request and its outcome."""
-    __slots__ = ("user", "status", "j", "error", "t_send", "t_recv")
+    __slots__ = ("user", "status", "j", "error", "t_send", "t_recv", "port")
 
-    def __init__(self, user):
+    def __init__(self, user, port=None):
         self.user = user
+        self.port = port
         self.status = None
         self.j = None
         self.error = None
@@ -1089,9 +1097,12 @@ class Rec:
                                                           self.latency)
 
 
-def run_sale(srv, voucher_id, tokens, attempts=4, nthreads=None, timeout=20.0, users=None):
+def run_sale(srv, voucher_id, tokens, attempts=4, nthreads=None, timeout=20.0, users=None,
+             ports=None, pace=0.0):
     """Every user (index into tokens) sends `attempts` requests at the same moment, each on
-    its own keep-alive connection; threads share the users. Returns the list of Rec."""
+    its own keep-alive connection; threads share the users. With ports, the connections
+    of each thread go round-robin to those servers; pace (seconds) spaces each thread's
+    users out in time. Returns the list of Rec."""
     users = list(range(len(tokens))) if users is None else list(users)
     nthreads = nthreads or max(1, min(len(users), 100))
     path = "/voucher-order/seckill/%d" % voucher_id
@@ -1100,9 +1111,11 @@ def run_sale(srv, voucher_id, tokens, attempts=4, nthreads=None, timeout=20.0, u
     go = threading.Event()
     ready = threading.Semaphore(0)
     port = srv.port if isinstance(srv, Server) else srv
+    ports = list(ports or [port])
 
     def run(tid):
-        conns = [Http(port, timeout=timeout, connect=False) for _ in range(attempts)]
+        conns = [Http(ports[i % len(ports)], timeout=timeout, connect=False)
+                 for i in range(attempts)]
         for c in conns:
             try:
                 c.connect()
@@ -1112,10 +1125,12 @@ def run_sale(srv, voucher_id, tokens, attempts=4, nthreads=None, timeout=20.0, u
         go.wait()
         mine = []
         for u in users[tid::nthreads]:
+            if pace and mine:
+                time.sleep(pace)
             data = Http.build("POST", path, token=tokens[u])
             batch = []
             for c in conns:
-                rec = Rec(u)
+                rec = Rec(u, c.port)
                 rec.t_send = time.monotonic()
                 try:
                     c.send_raw(data)

@@ -76,7 +76,7 @@ def test_kill9_mid_sale():
     vid = H.create_seckill(srv, stock=stock)
     out = {}
     t = threading.Thread(target=lambda: out.setdefault("recs", H.run_sale(
-        srv.port, vid, tokens, attempts=2, nthreads=30, timeout=10)))
+        srv.port, vid, tokens, attempts=2, nthreads=30, timeout=10, pace=0.02)))
     t.start()
     H.wait_until(lambda: r.cmd("HLEN", H.k_buyers(vid)) >= 40, 30, interval=0.002,
                  what="40 admissions")
@@ -165,6 +165,11 @@ def test_redis_restart_mid_sale():
     check(len(during) >= 10, "only %d requests during the outage", len(during))
     wrong = [x for x in during if x.ok or x.status != 503]
     check(not wrong, "replies during the outage that are not 503: %r", wrong[:5])
+    slow = [x for x in during if x.latency > 3.0]
+    check(not slow, "slow failures during the outage (> 3 s), e.g. %r", slow[:5])
+    lat = sorted(x.latency for x in during)
+    H.log("outage: %d replies, median %.1f ms, max %.1f ms" % (
+        len(lat), 1000 * lat[len(lat) // 2], 1000 * lat[-1]))
     errors = [x for x in recs if x.error]
     check(not errors, "%d transport errors (server should answer, not drop): %r",
           len(errors), errors[:5])
@@ -180,4 +185,40 @@ def test_redis_restart_mid_sale():
     eq(n, stock, "orders in SQL (demand exceeds stock)")
     H.check_sale_consistency(srv, r, vid, stock, recs, tokens, require_all_answered=False)
     eq(r.cmd("HGET", H.k_voucher(vid), "stock"), "0", "Redis stock")
+    H.finish(srv)
+
+
+@H.timeout(300)
+def test_repeated_kill9_during_sale():
+    """F1: kill -9 the server several times in the middle of a sale, each time restarting
+    with a new consumer name; pending entries of the dead are adopted (XAUTOCLAIM)."""
+    r, srv = H.setup(name="gen-0", settings={"claim_idle_ms": 500})
+    users, stock, rounds = 400, 300, 4
+    tokens = H.login_many(srv, r, users)
+    vid = H.create_seckill(srv, stock=stock)
+    all_recs = []
+    per_round = users // rounds
+    for k in range(rounds):
+        wave = list(range(k * per_round, (k + 1) * per_round))
+        out = {}
+        t = threading.Thread(target=lambda: out.setdefault("recs", H.run_sale(
+            srv.port, vid, tokens, attempts=2, nthreads=20, timeout=10, users=wave,
+            pace=0.02)))
+        base = r.cmd("HLEN", H.k_buyers(vid))
+        t.start()
+        H.wait_until(lambda: r.cmd("HLEN", H.k_buyers(vid)) >= base + 10, 30, interval=0.002,
+                     what="10 admissions in round %d" % k)
+        srv.kill9()
+        t.join()
+        all_recs += out["recs"]
+        srv = H.restart_server(srv, name="gen-%d" % (k + 1), settings={"claim_idle_ms": 500})
+    # a last wave through the survivor: everyone asks again
+    all_recs += H.run_sale(srv, vid, tokens, attempts=1, nthreads=50)
+    H.log("outcomes: %r" % H.summarize(all_recs))
+    n = H.wait_drained(srv, r, vid, 90)
+    eq(n, stock, "orders (demand exceeds stock)")
+    H.check_sale_consistency(srv, r, vid, stock, all_recs, tokens, require_all_answered=False)
+    for c in r.cmd("XINFO", "CONSUMERS", H.k_stream(vid), "g1"):
+        d = dict(zip(c[::2], c[1::2]))
+        eq(int(d.get("pending", 0)), 0, "pending entries of consumer %s" % d.get("name"))
     H.finish(srv)

@@ -114,7 +114,10 @@ static int run(rlock_kind_t kind, int iters, int64_t lease, int hold_us, int *er
     int overlaps = 0, errors = 0;
     for (int i = 0; i < PROCS; i++) {
         char line[64] = "";
-        assert_true(th_read_line(out[i], line, sizeof line, 60000));
+        if (!th_read_line(out[i], line, sizeof line, 60000)) {
+            fprintf(stderr, "worker %d: no result (exit %d)\n", i, th_wait_exit(pid[i], 5000));
+            fail();
+        }
         int o = -1, e = -1;
         assert_int_equal(sscanf(line, "%d %d", &o, &e), 2);
         overlaps += o;

@@ -1,0 +1,212 @@
+/*
+ * test_fair.c -- fair (FIFO) lock behaviours (locks.md section 3, items
+ * 23-28): strict arrival order, try_lock(0) never waits or queues, a
+ * timed-out waiter leaves the queue, reentrancy, watchdog on a fair lock.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
+#include <cmocka.h>
+
+#include "harness.h"
+
+static rlock_client_t *C;
+
+static int setup(void **state)
+{
+    (void)state;
+    rlock_config_t cfg;
+    rlock_config_init(&cfg);
+    cfg.url = th_url();
+    cfg.watchdog_lease_ms = 300;
+    cfg.fair_waiter_ttl_ms = 1000;
+    cfg.unsubscribe_delay_ms = 200;
+    return rlock_client_new(&cfg, &C) == RLOCK_OK ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    rlock_client_free(C);
+    return 0;
+}
+
+static long long llen(const char *name)
+{
+    redisContext *r = th_connect(th_url());
+    redisReply *x = redisCommand(r, "LLEN rlock:{%s}:f:q", name);
+    long long n = x->integer;
+    freeReplyObject(x);
+    redisFree(r);
+    return n;
+}
+
+/* 23/25: threads arriving 100 ms apart acquire strictly in arrival order */
+#define NFIFO 8
+static int order[NFIFO];
+static int norder;
+static pthread_mutex_t order_mu = PTHREAD_MUTEX_INITIALIZER;
+
+struct fifo_arg {
+    const char *name;
+    int idx;
+    rlock_status_t st;
+};
+
+static void *fifo_thread(void *p)
+{
+    struct fifo_arg *a = p;
+    char owner[16];
+    snprintf(owner, sizeof owner, "w%d", a->idx);
+    rlock_t *l = NULL;
+    rlock_open(C, a->name, RLOCK_FAIR, owner, 0, &l);
+    a->st = rlock_try_lock(l, 10000, 1000);
+    if (a->st == RLOCK_OK) {
+        pthread_mutex_lock(&order_mu);
+        order[norder++] = a->idx;
+        pthread_mutex_unlock(&order_mu);
+        th_sleep_ms(20);
+        rlock_unlock(l);
+    }
+    rlock_close(l);
+    return NULL;
+}
+
+static void test_fifo_order(void **state)
+{
+    (void)state;
+    char name[64];
+    th_name(name, sizeof name, "fifo");
+    rlock_t *h = NULL;
+    assert_int_equal(rlock_open(C, name, RLOCK_FAIR, "holder", 0, &h), RLOCK_OK);
+    assert_int_equal(rlock_lock(h, 10000), RLOCK_OK);
+    pthread_t t[NFIFO];
+    struct fifo_arg a[NFIFO];
+    norder = 0;
+    for (int i = 0; i < NFIFO; i++) {
+        a[i] = (struct fifo_arg){ .name = name, .idx = i };
+        pthread_create(&t[i], NULL, fifo_thread, &a[i]);
+        th_sleep_ms(100);
+    }
+    assert_int_equal(llen(name), NFIFO);
+    assert_int_equal(rlock_unlock(h), RLOCK_OK);
+    for (int i = 0; i < NFIFO; i++) pthread_join(t[i], NULL);
+    assert_int_equal(norder, NFIFO);
+    for (int i = 0; i < NFIFO; i++) {
+        assert_int_equal(a[i].st, RLOCK_OK);
+        assert_int_equal(order[i], i);
+    }
+    assert_int_equal(llen(name), 0);
+    rlock_close(h);
+}
+
+/* 27: try_lock(0) never waits and does not queue; a 200 ms try fails and
+ * leaves the queue; afterwards the lock is free */
+static void test_try_zero_and_timeout(void **state)
+{
+    (void)state;
+    char name[64];
+    th_name(name, sizeof name, "fairtry");
+    rlock_t *h = NULL, *o = NULL;
+    assert_int_equal(rlock_open(C, name, RLOCK_FAIR, "holder", 0, &h), RLOCK_OK);
+    assert_int_equal(rlock_open(C, name, RLOCK_FAIR, "other", 0, &o), RLOCK_OK);
+    assert_int_equal(rlock_lock(h, 5000), RLOCK_OK);
+    int64_t t0 = th_now_ms();
+    assert_int_equal(rlock_try_lock(o, 0, 1000), RLOCK_TIMEOUT);
+    assert_true(th_now_ms() - t0 < 50);
+    assert_int_equal(llen(name), 0);
+    t0 = th_now_ms();
+    assert_int_equal(rlock_try_lock(o, 200, 1000), RLOCK_TIMEOUT);
+    int64_t took = th_now_ms() - t0;
+    assert_true(took >= 200 && took < 300);
+    assert_int_equal(llen(name), 0);   /* the timed-out waiter left the queue */
+    assert_int_equal(rlock_unlock(h), RLOCK_OK);
+    bool v = true;
+    assert_int_equal(rlock_is_locked(o, &v), RLOCK_OK);
+    assert_false(v);
+    assert_int_equal(rlock_try_lock(o, 0, 1000), RLOCK_OK);
+    assert_int_equal(rlock_unlock(o), RLOCK_OK);
+    rlock_close(h);
+    rlock_close(o);
+}
+
+/* reentrancy and watchdog on the fair lock */
+static void test_fair_reentrant_watchdog(void **state)
+{
+    (void)state;
+    char name[64];
+    th_name(name, sizeof name, "fairwd");
+    rlock_t *h = NULL, *o = NULL;
+    assert_int_equal(rlock_open(C, name, RLOCK_FAIR, "holder", 0, &h), RLOCK_OK);
+    assert_int_equal(rlock_open(C, name, RLOCK_FAIR, "other", 0, &o), RLOCK_OK);
+    assert_int_equal(rlock_lock(h, RLOCK_WATCHDOG), RLOCK_OK);
+    assert_int_equal(rlock_lock(h, RLOCK_WATCHDOG), RLOCK_OK);
+    int64_t n = 0;
+    assert_int_equal(rlock_hold_count(h, &n), RLOCK_OK);
+    assert_int_equal(n, 2);
+    th_sleep_ms(1000);   /* > 3 leases */
+    assert_true(rlock_is_valid(h));
+    assert_int_equal(rlock_try_lock(o, 0, 1000), RLOCK_TIMEOUT);
+    assert_int_equal(rlock_unlock(h), RLOCK_OK);
+    assert_int_equal(rlock_unlock(h), RLOCK_OK);
+    assert_int_equal(rlock_unlock(h), RLOCK_NOT_OWNER);
+    assert_int_equal(rlock_try_lock(o, 0, 1000), RLOCK_OK);
+    assert_int_equal(rlock_unlock(o), RLOCK_OK);
+    rlock_close(h);
+    rlock_close(o);
+}
+
+/* A release hands over to the head promptly (notification, not polling). */
+struct ho_arg {
+    const char *name;
+    int64_t got_ms;
+    rlock_status_t st;
+};
+
+static void *handoff_thread(void *p)
+{
+    struct ho_arg *a = p;
+    rlock_t *l = NULL;
+    rlock_open(C, a->name, RLOCK_FAIR, "head", 0, &l);
+    a->st = rlock_try_lock(l, 5000, 1000);
+    a->got_ms = th_now_ms();
+    if (a->st == RLOCK_OK) rlock_unlock(l);
+    rlock_close(l);
+    return NULL;
+}
+
+static void test_fair_handoff_prompt(void **state)
+{
+    (void)state;
+    char name[64];
+    th_name(name, sizeof name, "fairho");
+    rlock_t *h = NULL;
+    assert_int_equal(rlock_open(C, name, RLOCK_FAIR, "holder", 0, &h), RLOCK_OK);
+    assert_int_equal(rlock_lock(h, 10000), RLOCK_OK);
+    struct ho_arg a = { .name = name };
+    pthread_t t;
+    pthread_create(&t, NULL, handoff_thread, &a);
+    th_sleep_ms(200);
+    int64_t t0 = th_now_ms();
+    assert_int_equal(rlock_unlock(h), RLOCK_OK);
+    pthread_join(t, NULL);
+    assert_int_equal(a.st, RLOCK_OK);
+    assert_true(a.got_ms - t0 < 100);   /* heartbeat interval is 333 ms */
+    rlock_close(h);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fifo_order),
+        cmocka_unit_test(test_try_zero_and_timeout),
+        cmocka_unit_test(test_fair_reentrant_watchdog),
+        cmocka_unit_test(test_fair_handoff_prompt),
+    };
+    return cmocka_run_group_tests_name("rlock_fair", tests, setup, teardown);
+}
