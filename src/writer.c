@@ -61,6 +61,7 @@
 #define REDIS_BACKOFF_MAX_MS 2000
 #define SQL_BACKOFF_MIN_MS 50
 #define SQL_BACKOFF_MAX_MS 5000
+#define FINAL_DRAIN_MS 3000    /* clean stop: write what is queued for at most this */
 #define STOP_GRACE_MS 5000
 #define DOWN_LOG_EVERY_MS 30000
 #define DEAD_MAXLEN "100000"
@@ -955,9 +956,34 @@ static int info_pass(writer_t *wr)
 
 /* ---------------------------------------------------------------- the thread */
 
+/* On a clean stop the workers have already stopped admitting (server.c stops them
+ * first), so what the streams hold now is all this instance will add. Write it without
+ * blocking, for a bounded time, so a clean stop leaves nothing behind; whatever is left
+ * stays pending in Redis for the next start or another instance. */
+static void final_drain(writer_t *wr)
+{
+    uint64_t until = clock_mono_ms() + FINAL_DRAIN_MS;
+    size_t total = 0;
+    while (wr->rc && wr->nstreams > 0 && clock_mono_ms() < until) {
+        redisReply *r = NULL;
+        int got = read_group(wr, 0, 0, &r);
+        if (got > 0)
+            total += (size_t)got;
+        int rc = got > 0 ? handle_batch(wr) : 0;
+        wr->nents = 0;
+        if (r)
+            freeReplyObject(r);
+        if (got <= 0 || rc != 0)
+            break;
+    }
+    if (total)
+        log_info("writer: wrote %zu queued orders before stopping", total);
+}
+
 static void *writer_main(void *arg)
 {
     writer_t *wr = arg;
+    int gave_up = 0;
     log_set_thread_name("writer");
     log_info("writer: consumer %s of group %s, batch %d, block %d ms, claim idle %d ms",
              wr->name, KEY_GROUP, wr->batch, wr->block_ms, wr->claim_idle_ms);
@@ -983,16 +1009,20 @@ static void *writer_main(void *arg)
         int rc = 0;
         if (wr->need_pending)
             rc = pending_pass(wr);
-        if (rc == -2)
+        if (rc == -2) {
+            gave_up = 1;
             break;
+        }
         if (rc != 0)
             continue;
         now = clock_mono_ms();
         if (now >= wr->claim_at) {
             wr->claim_at = now + CLAIM_EVERY_MS;
             rc = claim_pass(wr);
-            if (rc == -2)
+            if (rc == -2) {
+                gave_up = 1;
                 break;
+            }
             if (rc != 0)
                 continue;
         }
@@ -1011,11 +1041,15 @@ static void *writer_main(void *arg)
         wr->nents = 0;
         if (r)
             freeReplyObject(r);
-        if (rc == -2)
+        if (rc == -2) {
+            gave_up = 1;
             break;
+        }
         if (got == 0)
             wr->streams_at = 0;   /* quiet: look for new streams now */
     }
+    if (!gave_up)
+        final_drain(wr);
     if (wr->dead || wr->deleted)
         log_warn("writer: %llu entries moved to dead letters, %llu found deleted",
                  (unsigned long long)wr->dead, (unsigned long long)wr->deleted);

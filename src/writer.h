@@ -21,8 +21,9 @@ typedef struct writer writer_t;
 
 /* Starts the thread. Returns NULL with a reason in err if it cannot start. */
 writer_t *writer_start(struct app *app, char *err, size_t errlen);
-/* Asks the thread to finish: it commits and acks what it has read, then returns.
- * Joins it. NULL is fine. */
+/* Asks the thread to finish: it commits and acks what it has read, then writes what is
+ * still queued in the streams (for up to 3 s, without blocking; call it after the workers
+ * have stopped admitting), then returns. Joins it. NULL is fine. */
 void writer_stop(writer_t *wr);
 
 #endif

@@ -36,7 +36,7 @@
 #include "rlock_int.h"
 
 static const char *url;
-static double seconds = 1.0;
+static double seconds = 2.0;
 static int procs = 4, threads = 4, handoffs = 4000;
 
 static int cmp_i64(const void *a, const void *b)
@@ -94,10 +94,11 @@ static const char *vname[NV] = { "baseline SET NX PX + CAD", "reentrant, lease",
                                  "reentrant, watchdog", "simple (SET NX PX)", "fair, lease" };
 
 struct tp_arg {
-    enum variant v;
     int idx;
     double secs;
-    long ops, errors;
+    long ops[NV];
+    int64_t us[NV];
+    long errors;
     rlock_client_t *c;
 };
 
@@ -119,42 +120,56 @@ static rlock_t *open_for(rlock_client_t *c, enum variant v, const char *name)
     return l;
 }
 
+/*
+ * Every thread alternates blocks of 100 ops of each variant and times each
+ * block, so all variants run under the same (noisy, shared-CPU) conditions;
+ * a variant's rate is its ops over the time spent in its blocks.
+ */
 static void *tp_thread(void *p)
 {
     struct tp_arg *a = p;
-    char name[64], key[96], token[96];
-    snprintf(name, sizeof name, "bench-tp-%d-%d", a->idx, (int)a->v);
+    char name[NV][64], key[96], token[96];
+    rlock_t *l[NV];
     snprintf(key, sizeof key, "bench-base-%d", a->idx);
     snprintf(token, sizeof token, "%s:bench", rlock_client_id(a->c));
-    rlock_t *l = open_for(a->c, a->v, name);
-    for (int i = 0; i < 50; i++) one_op(a->c, l, a->v, key, token);   /* warm-up */
-    int64_t end = th_now_us() + (int64_t)(a->secs * 1e6);
+    for (int v = 0; v < NV; v++) {
+        snprintf(name[v], sizeof name[v], "bench-tp-%d-%d", a->idx, v);
+        l[v] = open_for(a->c, (enum variant)v, name[v]);
+        for (int i = 0; i < 50; i++) one_op(a->c, l[v], (enum variant)v, key, token);  /* warm-up */
+    }
+    int64_t end = th_now_us() + (int64_t)(a->secs * NV * 1e6);
     while (th_now_us() < end) {
-        for (int i = 0; i < 64; i++) {
-            if (one_op(a->c, l, a->v, key, token)) a->ops++;
-            else a->errors++;
+        for (int v = 0; v < NV; v++) {
+            int64_t t0 = th_now_us();
+            for (int i = 0; i < 100; i++) {
+                if (one_op(a->c, l[v], (enum variant)v, key, token)) a->ops[v]++;
+                else a->errors++;
+            }
+            a->us[v] += th_now_us() - t0;
         }
     }
-    rlock_close(l);
+    for (int v = 0; v < NV; v++) rlock_close(l[v]);
     return NULL;
 }
 
-static double throughput(enum variant v, int nthreads, rlock_client_t **clients)
+/* rates[v] = sum over threads of ops/s spent in variant v */
+static void throughput(int nthreads, rlock_client_t **clients, double rates[NV])
 {
     pthread_t t[64];
     struct tp_arg a[64];
     for (int i = 0; i < nthreads; i++) {
-        a[i] = (struct tp_arg){ .v = v, .idx = i, .secs = seconds, .c = clients[i] };
+        a[i] = (struct tp_arg){ .idx = i, .secs = seconds, .c = clients[i] };
         pthread_create(&t[i], NULL, tp_thread, &a[i]);
     }
-    long ops = 0, errors = 0;
+    long errors = 0;
+    for (int v = 0; v < NV; v++) rates[v] = 0;
     for (int i = 0; i < nthreads; i++) {
         pthread_join(t[i], NULL);
-        ops += a[i].ops;
         errors += a[i].errors;
+        for (int v = 0; v < NV; v++)
+            if (a[i].us[v] > 0) rates[v] += (double)a[i].ops[v] * 1e6 / (double)a[i].us[v];
     }
-    if (errors) fprintf(stderr, "  (%s: %ld errors)\n", vname[v], errors);
-    return (double)ops / seconds;
+    if (errors) fprintf(stderr, "  (%ld errors)\n", errors);
 }
 
 static void commands_per_op(redisContext *r, rlock_client_t *c)
@@ -343,27 +358,19 @@ int main(int argc, char **argv)
     rlock_client_t *c = th_client(url, 0);
     commands_per_op(r, c);
 
-    printf("2. Uncontended lock+unlock per second (%.1f s per run, each thread its own\n"
-           "   client/connection and key)\n", seconds);
+    printf("2. Uncontended lock+unlock per second (each thread its own client/connection\n"
+           "   and keys)\n");
     int tcounts[2] = { 1, 4 };
     for (int k = 0; k < 2; k++) {
         int nt = tcounts[k];
         rlock_client_t *cl[64];
         for (int i = 0; i < nt; i++) cl[i] = i == 0 ? c : th_client(url, 0);
-        printf("   threads=%d (median of 3 interleaved rounds)\n", nt);
-        double res[NV][3];
-        for (int round = 0; round < 3; round++)
-            for (int v = 0; v < NV; v++) res[v][round] = throughput((enum variant)v, nt, cl);
-        double med[NV];
-        for (int v = 0; v < NV; v++) {
-            double *q = res[v], t;
-            if (q[0] > q[1]) { t = q[0]; q[0] = q[1]; q[1] = t; }
-            if (q[1] > q[2]) { t = q[1]; q[1] = q[2]; q[2] = t; }
-            if (q[0] > q[1]) { t = q[0]; q[0] = q[1]; q[1] = t; }
-            med[v] = q[1];
-            printf("     %-28s %10.0f ops/s  %5.2fx baseline\n", vname[v], med[v],
-                   med[v] / med[V_BASELINE]);
-        }
+        printf("   threads=%d (%.1f s per variant, interleaved in 100-op blocks)\n", nt, seconds);
+        double rates[NV];
+        throughput(nt, cl, rates);
+        for (int v = 0; v < NV; v++)
+            printf("     %-28s %10.0f ops/s  %5.2fx baseline\n", vname[v], rates[v],
+                   rates[v] / rates[V_BASELINE]);
         for (int i = 1; i < nt; i++) rlock_client_free(cl[i]);
     }
     rlock_client_free(c);

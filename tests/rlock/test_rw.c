@@ -68,7 +68,7 @@ static void test_readers_then_writer(void **state)
     th_name(name, sizeof name, "rw");
     rlock_t *r[5];
     for (int i = 0; i < 5; i++) {
-        char o[8];
+        char o[16];
         snprintf(o, sizeof o, "r%d", i);
         r[i] = op(name, RLOCK_READ, o, 0);
         assert_int_equal(rlock_try_lock(r[i], 0, 5000), RLOCK_OK);
@@ -167,7 +167,7 @@ static void test_readers_watchdog(void **state)
     th_name(name, sizeof name, "rwwd");
     rlock_t *r[10];
     for (int i = 0; i < 10; i++) {
-        char o[8];
+        char o[16];
         snprintf(o, sizeof o, "r%d", i);
         r[i] = op(name, RLOCK_READ, o, 0);
         assert_int_equal(rlock_lock(r[i], RLOCK_WATCHDOG), RLOCK_OK);
