@@ -24,7 +24,9 @@
 #include "keys.h"
 #include "log.h"
 #include "orderid.h"
+#include "ordq.h"
 #include "rds.h"
+#include "store.h"
 #include "worker.h"
 
 #define VERDICT_SLOTS 1024u
@@ -43,7 +45,10 @@ typedef struct adm_ctx {
     http_req_t *r;
     admission_cb cb;
     int64_t voucher_id;
+    int64_t user_id;
     int64_t order_id;
+    int64_t now;                /* wall seconds at admission (queue mode's create_time) */
+    struct ordq *q;             /* queue mode: the place held for this order, else NULL */
 } adm_ctx_t;
 
 struct adm_cache {
@@ -229,6 +234,16 @@ static void on_admit(struct redisReply *rep, void *priv)
             }
         }
     }
+    if (c->q != NULL) {
+        /* Queue mode: the place was reserved before asking Redis, so an admitted order
+         * always fits; anything else gives the place back. */
+        if (code == ADMIT_OK) {
+            store_order_t o = {order_id, c->user_id, c->voucher_id, 1, c->now};
+            ordq_push(c->q, &o);
+        } else {
+            ordq_release(c->q);
+        }
+    }
     ctx_put(c);
     cb(r, code, code == ADMIT_OK ? order_id : 0);
 }
@@ -257,17 +272,26 @@ void admission_try(struct http_req *r, int64_t voucher_id, int64_t user_id, admi
         cb(r, ADMIT_UNAVAILABLE, 0);
         return;
     }
-    int64_t order_id = orderid_next(clock_wall_s());
+    c->q = w->app->ordq;
+    if (c->q != NULL && ordq_reserve(c->q) < 0) {
+        ctx_put(c);
+        cb(r, ADMIT_UNAVAILABLE, 0);   /* queue full: refuse before taking stock */
+        return;
+    }
+    int64_t now = clock_wall_s();
+    int64_t order_id = orderid_next(now);
     c->r = r;
     c->cb = cb;
     c->voucher_id = voucher_id;
+    c->user_id = user_id;
     c->order_id = order_id;
+    c->now = now;
     int lu = snprintf(uid, sizeof(uid), "%lld", (long long)user_id);
     int lo = snprintf(oid, sizeof(oid), "%lld", (long long)order_id);
     int li = snprintf(vid, sizeof(vid), "%lld", (long long)voucher_id);
-    const char *argv[6] = { kv, kb, ks, uid, oid, vid };
-    size_t lens[6] = { (size_t)lv, (size_t)lb, (size_t)ls, (size_t)lu, (size_t)lo, (size_t)li };
-    rds_evalsha(w->rds, SCRIPT_ADMIT, on_admit, c, 3, 6, argv, lens);
+    const char *argv[7] = { kv, kb, ks, uid, oid, vid, "queue" };
+    size_t lens[7] = { (size_t)lv, (size_t)lb, (size_t)ls, (size_t)lu, (size_t)lo, (size_t)li, 5 };
+    rds_evalsha(w->rds, SCRIPT_ADMIT, on_admit, c, 3, c->q != NULL ? 7 : 6, argv, lens);
 }
 
 /* ------------------------------------------------------------ publishing */

@@ -14,6 +14,7 @@ struct jobs;
 struct writer;
 struct metrics;
 struct redis_child;
+struct ordq;
 
 typedef struct app {
     config_t cfg;                   /* read-only after start */
@@ -27,6 +28,7 @@ typedef struct app {
     struct worker **workers;
     struct jobs *jobs;              /* blocking SQL calls off the loops (jobs.h) */
     struct writer *writer;          /* the order writer thread (writer.h) */
+    struct ordq *ordq;              /* queue mode only: in-process order queue (ordq.h) */
     struct metrics *metrics;        /* process-wide counters (metrics.h) */
     struct redis_child *child;      /* embedded redis-server, or NULL */
 

@@ -39,6 +39,7 @@ typedef struct config {
     int header_timeout_s;       /* a started request must complete within, default 10 */
     size_t max_header_bytes;    /* default 8192 */
     size_t max_body_bytes;      /* default 65536 */
+    size_t queue_capacity;      /* queue mode: orders the in-process queue holds, default 1048576 */
     int appendfsync_always;     /* embedded redis: appendfsync always instead of everysec */
 } config_t;
 

@@ -31,6 +31,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "orderid.h"
+#include "ordq.h"
 #include "rds.h"
 #include "redis_child.h"
 #include "store.h"
@@ -297,7 +298,7 @@ int server_run(const config_t *cfg)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    if (cfg->mode != MODE_STREAM) {
+    if (cfg->mode == MODE_SYNC) {
         snprintf(err, sizeof err, "mode %s is not available yet: use --mode stream", config_mode_name(cfg->mode));
         goto out;
     }
@@ -370,6 +371,16 @@ int server_run(const config_t *cfg)
     if (!app->writer)
         goto out;
     log_info("order writer started as consumer \"%s\" of group %s", app->name, KEY_GROUP);
+    if (cfg->mode == MODE_QUEUE) {
+        /* The stream writer still runs: it drains any stream entries left from an
+         * earlier run in stream mode. New orders go through the in-process queue. */
+        app->ordq = ordq_start(app, cfg->queue_capacity, err, sizeof err);
+        if (!app->ordq)
+            goto out;
+        log_warn("queue mode: admitted orders wait in this process's memory (capacity %zu) "
+                 "and are LOST if it dies before writing them; stream mode does not lose them",
+                 cfg->queue_capacity);
+    }
 
     /* 5. Workers: every one listens before any starts, so a busy port fails cleanly. */
     rds_addr_t addr;
@@ -415,6 +426,7 @@ out:
         pthread_join(app->workers[i]->thread, NULL);
     /* The job pool may still hold a job whose completion is posted to a worker, so the
      * pool goes before the workers are freed. */
+    ordq_stop(app->ordq);
     writer_stop(app->writer);
     jobs_free(app->jobs);
     for (int i = 0; i < app->nworkers; i++)

@@ -1,0 +1,59 @@
+"""test_modes.py -- the course's order modes other than the default stream mode.
+
+queue: admission in Redis, orders in an in-process queue. It must sell exactly the stock
+       under concurrency like stream mode, and its documented limit -- admitted orders
+       that are not yet written die with the process -- is shown, not hidden.
+"""
+
+import sqlite3
+
+import harness as H
+from harness import check, eq
+
+ALLOWED_FAIL = {H.MSG_SOLD_OUT, H.MSG_DUPLICATE}
+
+
+def _sell_out(mode, users=500, stock=100, attempts=4):
+    r, srv = H.setup(settings={"mode": mode})
+    tokens = H.login_many(srv, r, users)
+    vid = H.create_seckill(srv, stock=stock)
+    recs = H.run_sale(srv, vid, tokens, attempts=attempts)
+    H.log("%s mode outcomes: %r" % (mode, H.summarize(recs)))
+    bad = [x for x in recs if not x.ok and (x.status != 200 or x.msg not in ALLOWED_FAIL)]
+    check(not bad, "%d unexpected replies, e.g. %r", len(bad), bad[:5])
+    eq(len([x for x in recs if x.ok]), stock, "requests answered success")
+    eq(H.wait_drained(srv, r, vid, 90), stock, "orders in SQL after drain")
+    H.check_sale_consistency(srv, r, vid, stock, recs, tokens)
+    eq(srv.db().stock(vid), 0, "tb_seckill_voucher.stock")
+    H.finish(srv)
+
+
+@H.timeout(300)
+def test_queue_mode_sells_out_exactly():
+    _sell_out("queue")
+
+
+@H.timeout(300)
+def test_queue_mode_loses_queued_orders_on_kill9():
+    """The course's in-process queue: kill -9 while orders wait for SQL, and they are gone
+    -- Redis took the stock and recorded the buyers, SQL never hears of the orders."""
+    r, srv = H.setup(settings={"mode": "queue"})
+    users, stock = 60, 40
+    tokens = H.login_many(srv, r, users)
+    vid = H.create_seckill(srv, stock=stock)
+    lock = sqlite3.connect(srv.db_path, timeout=30, isolation_level=None)
+    lock.execute("BEGIN EXCLUSIVE")          # the queue's writer cannot commit
+    try:
+        recs = H.run_sale(srv, vid, tokens, attempts=2)
+        eq(len([x for x in recs if x.ok]), stock, "admitted orders")
+        srv.kill9()
+    finally:
+        lock.rollback()
+        lock.close()
+    eq(int(r.cmd("HLEN", H.k_buyers(vid))), stock, "buyers recorded in Redis")
+    eq(r.cmd("XLEN", H.k_stream(vid)), 0, "stream entries (queue mode writes none)")
+    # A new instance, in the durable mode, has nothing to recover them from.
+    srv2 = H.restart_server(srv)
+    eq(srv2.db().order_count(vid), 0, "orders in SQL: every admitted order was lost")
+    H.log("queue mode lost %d of %d admitted orders to one kill -9" % (stock, stock))
+    H.finish(srv2)
