@@ -3,8 +3,11 @@
 #   make            build/seckill (optimised, -Werror)
 #   make SAN=1      build/san/seckill with ASan+UBSan (what `make check` tests)
 #   make run        start the service on the embedded default
-#   make check      unit + integration tests under ASan+UBSan (the CI command)
-#   make bench      benchmarks (see docs/benchmarks.md)
+#   make check      unit + integration tests under ASan+UBSan (the CI command), then
+#                   (tests/reliability.mk) each fuzz target for 20 s, unit tests and a
+#                   sale under TSan, a sale under valgrind
+#   make fuzz       run the libFuzzer targets (FUZZ_SECONDS=30 each; fuzz/fuzz.mk)
+#   make bench      benchmarks (see docs/bench.md)
 #
 # Dependencies are Debian packages; tools/deps.sh installs whatever is missing.
 
@@ -13,6 +16,21 @@ ifeq ($(SAN),1)
 BUILD ?= build/san
 SANFLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 OPT = -O1
+# (issue 6) SAN=thread: TSan; SAN=valgrind: -O1 without sanitizers, for valgrind;
+# SAN=fuzz: clang with libFuzzer coverage + ASan+UBSan (fuzz/fuzz.mk). docs/reliability.md
+else ifeq ($(SAN),thread)
+BUILD ?= build/tsan
+SANFLAGS = -fsanitize=thread -fno-omit-frame-pointer
+OPT = -O1
+else ifeq ($(SAN),valgrind)
+BUILD ?= build/valgrind
+SANFLAGS =
+OPT = -O1
+else ifeq ($(SAN),fuzz)
+BUILD ?= build/fuzz
+CC = clang
+SANFLAGS = -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+OPT = -O1
 else
 BUILD ?= build
 SANFLAGS =
@@ -20,47 +38,53 @@ OPT = -O2
 endif
 
 CC ?= cc
-PKGS = libevent libevent_pthreads hiredis jansson sqlite3
+PKGS = libevent libevent_pthreads hiredis jansson sqlite3 libmariadb
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 WARN = -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter \
        -Wno-missing-field-initializers -Wformat=2 -Wno-format-nonliteral
 CFLAGS = -std=gnu11 $(OPT) -g $(WARN) $(SANFLAGS) -D_GNU_SOURCE -pthread -MMD -MP \
-         -Isrc -I$(BUILD)/gen $(PKG_CFLAGS) $(EXTRA_CFLAGS)
+         -Isrc -Irlock -I$(BUILD)/gen $(PKG_CFLAGS) $(EXTRA_CFLAGS)
 LDFLAGS = $(SANFLAGS) -pthread
 LIBS = $(PKG_LIBS) -lhttp_parser -lm
 
 SRCS := $(sort $(wildcard src/*.c))
 OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(SRCS)) $(BUILD)/obj/embedded.o
 LIBOBJS := $(filter-out $(BUILD)/obj/main.o,$(OBJS))
-EMBED := scripts/admit.lua sql/schema.sqlite.sql
+EMBED := scripts/admit.lua sql/schema.sqlite.sql sql/schema.mysql.sql
 
 UNIT_SRCS := $(sort $(wildcard tests/unit/test_*.c))
 UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRCS))
 
 # The lock library (issue 3) builds beside the service: it adds its objects and tests.
 -include rlock/rlock.mk
+# Fuzzing, TSan and valgrind runs (issue 6): fuzz/fuzz.mk, tests/reliability.mk.
+-include fuzz/fuzz.mk
+-include tests/reliability.mk
 
 .PHONY: all run check unit it bench clean
 all: $(BUILD)/seckill
 
-$(BUILD)/seckill: $(OBJS)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+# The service links the lock library (sync mode's per-user lock); rlock/rlock.mk builds it.
+$(BUILD)/seckill: $(OBJS) $(RLOCK_LIB)
+	$(CC) $(LDFLAGS) -o $@ $(OBJS) $(RLOCK_LIB) $(LIBS)
 
 $(BUILD)/obj/%.o: src/%.c | $(BUILD)/obj $(BUILD)/gen/embedded.h
 	$(CC) $(CFLAGS) -c -o $@ $<
 
 # Lua scripts and SQL schemas are files in the repo, compiled into the binary.
 $(BUILD)/gen/embedded.c: $(EMBED) tools/embed.sh | $(BUILD)/gen
-	sh tools/embed.sh $@ script_admit_lua=scripts/admit.lua schema_sqlite_sql=sql/schema.sqlite.sql
-$(BUILD)/gen/embedded.h: | $(BUILD)/gen
+	sh tools/embed.sh $@ script_admit_lua=scripts/admit.lua schema_sqlite_sql=sql/schema.sqlite.sql \
+	  schema_mysql_sql=sql/schema.mysql.sql
+$(BUILD)/gen/embedded.h: Makefile | $(BUILD)/gen
 	printf '%s\n' '/* Generated: built-in scripts and schemas (tools/embed.sh). */' \
-	  'extern const char script_admit_lua[];' 'extern const char schema_sqlite_sql[];' > $@
+	  'extern const char script_admit_lua[];' 'extern const char schema_sqlite_sql[];' \
+	  'extern const char schema_mysql_sql[];' > $@
 $(BUILD)/obj/embedded.o: $(BUILD)/gen/embedded.c $(BUILD)/gen/embedded.h | $(BUILD)/obj
 	$(CC) $(CFLAGS) -c -o $@ $<
 
-$(BUILD)/tests/%: tests/unit/%.c $(LIBOBJS) | $(BUILD)/tests
-	$(CC) $(CFLAGS) -o $@ $< $(LIBOBJS) $(LDFLAGS) $(LIBS) -lcmocka
+$(BUILD)/tests/%: tests/unit/%.c $(LIBOBJS) $(RLOCK_LIB) | $(BUILD)/tests
+	$(CC) $(CFLAGS) -o $@ $< $(LIBOBJS) $(RLOCK_LIB) $(LDFLAGS) $(LIBS) -lcmocka
 
 $(BUILD)/obj $(BUILD)/gen $(BUILD)/tests:
 	mkdir -p $@
@@ -74,7 +98,8 @@ unit: $(UNIT_BINS)
 # The CI command: everything under ASan+UBSan.
 check:
 	$(MAKE) SAN=1 all unit-bins
-	python3 tests/run.py --bin build/san/seckill --unit-dir build/san/tests
+	$(MAKE) reliability-builds
+	python3 tests/run.py --bin build/san/seckill --unit-dir build/san/tests --db both $(RELIABILITY_ARGS)
 
 unit-bins: $(UNIT_BINS)
 

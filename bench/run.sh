@@ -1,30 +1,42 @@
 #!/bin/sh
-# bench/run.sh -- the issue-2 benchmark: the service beside its ceilings, in one run.
+# bench/run.sh -- `make bench`: the service beside the machine's ceilings, in one run.
 #
-# Starts its own redis-server (AOF everysec), nginx (static 200) and seckill on free
-# loopback ports, then measures with the same wrk settings:
-#   1. redis-benchmark EVALSHA of scripts/admit.lua, -P 1 and -P 16 (64 clients)
-#   2. nginx returning a static 200, 2 workers
-#   3. seckill grab: stock never runs out, a new user on every request
-#   4. seckill sold out: stock 0
-#   5. the order writer's drain rate into SQLite after the grab
-# and the server's and redis-server's CPU time per request (from /proc). Results go to
-# stdout and to build/bench/results.txt. Env: DURATION (s, default 10), CONNS (64).
+#   1. ceilings   redis-benchmark EVALSHA of scripts/admit.lua (-P 1 and -P 16, 64 clients)
+#                 on the service's own redis-server (its unix socket); nginx returning a
+#                 static 200 with 1 and with 2 workers (wrk -t2 -c64)
+#   2. service    `seckill serve` on its embedded default (private redis-server over a
+#                 unix socket, AOF everysec; SQLite), driven by `seckill bench` and,
+#                 independently, by wrk with bench/grab.lua (a distinct token per request):
+#                   grab      stock never runs out, every request a new user
+#                   sold out  stock 0, every request a new user
+#                 plus sales with 10x more buyers than stock, open loop at fixed rates
+#                 (seckill bench --rate: latency from each request's due time), audited
+#   3. writer     drain rate into SQLite: the grab voucher's orders deleted from SQL and its
+#                 consumer group rewound, timed from the first to the last row written
+#   4. ratios     grab / redis-benchmark -P16, sold out / nginx static, and a final
+#                 `seckill audit` of everything the run sold
+# CPU time per request of the server and of redis-server comes from /proc/PID/stat over
+# each run. Results: stdout and build/bench/results.txt (docs/bench.md quotes them).
+#
+# Env: DURATION (s per run, 10), CONNS (64), USERS (tokens per tool, 600000),
+#      SALE_STOCK (20000; buyers = 10x), SALE_RATES (req/s, "10000 20000"), BIN (build/seckill).
 set -eu
 cd "$(dirname "$0")/.."
 DURATION=${DURATION:-10}
 CONNS=${CONNS:-64}
 USERS=${USERS:-600000}
+SALE_STOCK=${SALE_STOCK:-20000}
+SALE_RATES=${SALE_RATES:-10000 20000}
 BIN=${BIN:-build/seckill}
 OUT=build/bench
 mkdir -p "$OUT"
-TMP=$(mktemp -d /tmp/seckill-bench.XXXXXX)
 RES="$OUT/results.txt"
+TMP=$(mktemp -d /tmp/skbench.XXXXXX)   # short: the Redis socket path must fit in 107 bytes
 : > "$RES"
 pids=""
 cleanup() {
     for p in $pids; do kill "$p" 2>/dev/null || true; done
-    sleep 0.3
+    sleep 0.5
     for p in $pids; do kill -9 "$p" 2>/dev/null || true; done
     rm -rf "$TMP"
 }
@@ -32,37 +44,64 @@ trap cleanup EXIT INT TERM
 
 say() { echo "$*" | tee -a "$RES"; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 tick_us() { echo $((1000000 / $(getconf CLK_TCK))); }
+# CPU ticks (utime + stime) of the given processes, summed
+cpu_ticks() { t=0; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo $t; }
+per_req() { python3 -c "import sys; t,n,us=map(float,sys.argv[1:]); print('%.1f' % (t*us/n if n else 0))" "$1" "$2" "$(tick_us)"; }
+jget() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); v=d
+for k in sys.argv[2].split('.'): v=v[k]
+print(v)" "$1" "$2"; }
 
 [ -x "$BIN" ] || make -s
-RP=$(free_port); HP=$(free_port); NP=$(free_port)
+for t in redis-benchmark redis-cli nginx wrk curl sqlite3; do
+    command -v $t >/dev/null || { echo "bench: $t not found (sh tools/deps.sh bench)"; exit 2; }
+done
 
-redis-server --port "$RP" --bind 127.0.0.1 --dir "$TMP" --appendonly yes --appendfsync everysec \
-    --save '' --daemonize no --logfile "$TMP/redis.log" &
-RPID=$!; pids="$pids $RPID"
-R="redis-cli -p $RP"
-until $R ping >/dev/null 2>&1; do sleep 0.05; done
+# ---- the service on its embedded default -------------------------------------------------
+HP=$(free_port); NP=$(free_port)
+D="$TMP/d"
+mkdir -p "$D"
+"$BIN" serve --data-dir "$D" --listen "127.0.0.1:$HP" --log-level warn \
+    > "$TMP/seckill.out" 2> "$TMP/seckill.err" &
+SPID=$!; pids="$pids $SPID"
+until curl -s "http://127.0.0.1:$HP/health" | grep -q '"success":true'; do
+    kill -0 "$SPID" 2>/dev/null || { cat "$TMP/seckill.err"; exit 1; }
+    sleep 0.1
+done
+SOCK="$D/redis/redis.sock"
+R="redis-cli -s $SOCK"
+RPID=$($R info server | tr -d '\r' | awk -F: '/^process_id:/ {print $2}')
+ADMIN=$(cat "$D/admin-token")
+URL="http://127.0.0.1:$HP"
 
-say "# seckill benchmark $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(nproc) cores; wrk -t2 -c$CONNS -d${DURATION}s"
+say "# seckill benchmark, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+say "# machine: $(nproc) cores, $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo), kernel $(uname -r)"
+say "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg) (the cores are shared: compare, don't trust absolutes)"
+say "# $(redis-server --version | cut -d' ' -f1-3), AOF everysec over a unix socket; SQLite $(sqlite3 --version | cut -d' ' -f1) (WAL, synchronous=FULL); $(nginx -v 2>&1 | cut -d' ' -f3); wrk -t2 -c$CONNS -d${DURATION}s"
+say "# service: seckill serve --data-dir (embedded default: private redis-server + SQLite), $(nproc) worker threads"
+say ""
 
-# 1. redis-benchmark of the admission script itself, on a voucher that never sells out.
+# ---- 1. ceilings ------------------------------------------------------------------------
 SHA=$($R script load "$(cat scripts/admit.lua)")
 $R hset 'seckill:voucher:{1}' stock 1000000000 begin 0 end 4102444800 >/dev/null
 for P in 1 16; do
-    line=$(redis-benchmark -p "$RP" -c 64 -n $((P == 1 ? 200000 : 1000000)) -P $P -r 1000000000 -q \
+    N=$((P == 1 ? 300000 : 2000000))
+    r0=$(cpu_ticks "$RPID")
+    line=$(redis-benchmark -s "$SOCK" -c 64 -n $N -P $P -r 1000000000 -q \
         EVALSHA "$SHA" 3 'seckill:voucher:{1}' 'seckill:order:{1}' 'seckill:stream:{1}' \
         __rand_int__ __rand_int__ 1 | tr '\r' '\n' | grep -a 'requests per second' | tail -1)
+    r1=$(cpu_ticks "$RPID")
     rps=$(echo "$line" | sed -n 's/.*: \([0-9.]*\) requests per second.*/\1/p')
-    say "redis-benchmark EVALSHA admit.lua -c64 -P$P: $rps req/s"
+    say "ceiling  redis-benchmark EVALSHA admit.lua -c64 -P$P: $rps req/s; redis CPU $(per_req $((r1 - r0)) $N) us/req"
     eval "RB_P$P=$rps"
+    $R del 'seckill:order:{1}' 'seckill:stream:{1}' >/dev/null
 done
-$R del 'seckill:voucher:{1}' 'seckill:order:{1}' 'seckill:stream:{1}' >/dev/null
+$R del 'seckill:voucher:{1}' >/dev/null
 
-# 2. nginx static 200.
-mkdir -p "$TMP/nginx/logs"
-cat > "$TMP/nginx/nginx.conf" <<NGX
-worker_processes 2;
+mkdir -p "$TMP/nginx"
+for W in 1 2; do
+    cat > "$TMP/nginx/nginx.conf" <<NGX
+worker_processes $W;
 pid $TMP/nginx/nginx.pid;
 error_log $TMP/nginx/error.log;
 daemon off;
@@ -71,66 +110,118 @@ http {
     access_log off;
     client_body_temp_path $TMP/nginx; proxy_temp_path $TMP/nginx;
     fastcgi_temp_path $TMP/nginx; uwsgi_temp_path $TMP/nginx; scgi_temp_path $TMP/nginx;
-    server { listen 127.0.0.1:$NP; keepalive_requests 1000000;
-             location / { default_type application/json; return 200 '{"success":true}'; } }
+    server { listen 127.0.0.1:$NP; keepalive_requests 100000000;
+             location / { default_type application/json; return 200 '{"success":false,"errorMsg":"sold out","code":"SOLD_OUT"}'; } }
 }
 NGX
-nginx -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" &
-pids="$pids $!"
-until curl -s "http://127.0.0.1:$NP/" >/dev/null; do sleep 0.05; done
-NGINX=$(wrk -t2 -c"$CONNS" -d"${DURATION}s" "http://127.0.0.1:$NP/" | awk '/Requests\/sec/ {print $2}')
-say "nginx static 200 (2 workers): $NGINX req/s"
+    nginx -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" &
+    NGPID=$!; pids="$pids $NGPID"
+    until curl -s "http://127.0.0.1:$NP/" >/dev/null; do sleep 0.05; done
+    NGW=$(ps -o pid= --ppid "$NGPID" | tr '\n' ' ')
+    n0=$(cpu_ticks $NGPID $NGW)
+    wrk -t2 -c"$CONNS" -d"${DURATION}s" "http://127.0.0.1:$NP/" > "$TMP/wrk.txt"
+    n1=$(cpu_ticks $NGPID $NGW)
+    rps=$(awk '/Requests\/sec/ {print $2}' "$TMP/wrk.txt")
+    n=$(awk '/requests in/ {print $1}' "$TMP/wrk.txt")
+    say "ceiling  nginx static 200 ($W worker$([ $W = 2 ] && echo s || true)): $rps req/s; nginx CPU $(per_req $((n1 - n0)) "$n") us/req"
+    eval "NGINX_$W=$rps"
+    kill "$NGPID"; wait "$NGPID" 2>/dev/null || true
+done
+say ""
 
-# 3. seckill.
-ADMIN=benchadmintoken0123456789
-"$BIN" serve --redis "redis://127.0.0.1:$RP" --db "sqlite:$TMP/seckill.db" --data-dir "$TMP" \
-    --listen "127.0.0.1:$HP" --admin-token "$ADMIN" --threads 2 --log-level warn \
-    > "$TMP/seckill.out" 2> "$TMP/seckill.err" &
-SPID=$!; pids="$pids $SPID"
-until curl -s "http://127.0.0.1:$HP/health" | grep -q '"success":true'; do sleep 0.05; done
+# ---- 2. the service, driven by seckill bench ----------------------------------------------
+bench() {  # $1 label, rest: extra flags. Leaves $TMP/$1.json
+    label=$1; shift
+    brc=0
+    "$BIN" bench --target "$URL" --data-dir "$D" --seed-tokens --conns "$CONNS" --quiet \
+        --json "$TMP/$label.json" "$@" > "$TMP/$label.txt" 2>&1 || brc=$?
+    cp "$TMP/$label.txt" "$OUT/bench-$label.txt"
+    if [ "$brc" -ge 2 ]; then cat "$TMP/$label.txt"; echo "bench: seckill bench $label failed"; exit 1; fi
+    j="$TMP/$label.json"
+    say "seckill-bench $label: $(jget "$j" rps | cut -d. -f1) req/s, p50 $(jget "$j" latency_us.p50) us, p99 $(jget "$j" latency_us.p99) us, p99.9 $(jget "$j" latency_us.p99_9) us; server CPU $(jget "$j" server_cpu_us_per_request) us/req, redis CPU $(jget "$j" redis_cpu_us_per_request) us/req, bench CPU $(jget "$j" bench_cpu_us_per_request) us/req ($(jget "$j" requests) requests: $(jget "$j" outcomes.success) success, $(jget "$j" outcomes.sold_out) sold out, $(jget "$j" outcomes.duplicate) duplicate, $(jget "$j" outcomes.no_answer) unanswered)"
+}
+bench grab --users "$USERS" --stock 100000000 --dup 0 --burst-share 0 --duration "$DURATION" --no-audit
+GRAB_V=$(jget "$TMP/grab.json" voucher)
+BG=$(jget "$TMP/grab.json" rps)
+bench soldout --users "$USERS" --stock 0 --dup 0 --burst-share 0 --duration "$DURATION" --no-audit
+BS=$(jget "$TMP/soldout.json" rps)
+
+# ---- 2b. the same two scenarios, driven by wrk ---------------------------------------------
+python3 bench/seed_tokens.py "$USERS" | $R --pipe >/dev/null
 mk() {
-    curl -s -X POST "http://127.0.0.1:$HP/voucher/seckill" -H "x-admin-token: $ADMIN" -d \
-      "{\"shopId\":1,\"title\":\"bench\",\"payValue\":100,\"actualValue\":200,\"type\":1,\"stock\":$1,\"beginTime\":\"2020-01-01T00:00:00\",\"endTime\":\"2099-01-01T00:00:00\"}" |
+    curl -s -X POST "$URL/voucher/seckill" -H "x-admin-token: $ADMIN" -d \
+      "{\"shopId\":1,\"title\":\"wrk\",\"payValue\":100,\"actualValue\":200,\"type\":1,\"stock\":$1,\"beginTime\":\"2020-01-01T00:00:00\",\"endTime\":\"2099-01-01T00:00:00\"}" |
       sed -n 's/.*"data":\([0-9]*\).*/\1/p'
 }
-GRAB=$(mk 100000000); SOLD=$(mk 0)
-python3 bench/seed_tokens.py "$USERS" | $R --pipe >/dev/null
-
 run_wrk() {  # $1 voucher, $2 label
     s0=$(cpu_ticks "$SPID"); r0=$(cpu_ticks "$RPID")
-    VOUCHER=$1 USERS=$USERS wrk -t2 -c"$CONNS" -d"${DURATION}s" --latency -s bench/grab.lua \
-        "http://127.0.0.1:$HP" > "$TMP/wrk.txt"
+    VOUCHER=$1 USERS=$USERS wrk -t2 -c"$CONNS" -d"${DURATION}s" --latency -s bench/grab.lua "$URL" \
+        > "$TMP/wrk.txt"
     s1=$(cpu_ticks "$SPID"); r1=$(cpu_ticks "$RPID")
     rps=$(awk '/Requests\/sec/ {print $2}' "$TMP/wrk.txt")
     n=$(awk '/requests in/ {print $1}' "$TMP/wrk.txt")
     p50=$(awk '$1=="50%" {print $2}' "$TMP/wrk.txt"); p99=$(awk '$1=="99%" {print $2}' "$TMP/wrk.txt")
     errs=$(grep -E 'Non-2xx|Socket errors' "$TMP/wrk.txt" | tr '\n' ' ' || true)
-    us=$(tick_us)
-    say "seckill $2: $rps req/s, p50 $p50, p99 $p99; server CPU $(( (s1 - s0) * us / (n > 0 ? n : 1) )) us/req, redis CPU $(( (r1 - r0) * us / (n > 0 ? n : 1) )) us/req ($n requests) $errs"
-    eval "RPS_$2=$rps"
+    say "wrk           $2: $rps req/s, p50 $p50, p99 $p99; server CPU $(per_req $((s1 - s0)) "$n") us/req, redis CPU $(per_req $((r1 - r0)) "$n") us/req ($n requests) $errs"
+    eval "WRK_$2=$rps"
 }
-run_wrk "$GRAB" grab
-ADMITTED=$($R hlen "seckill:order:{$GRAB}")
-run_wrk "$SOLD" soldout
+run_wrk "$(mk 100000000)" grab
+run_wrk "$(mk 0)" soldout
+say ""
 
-# 5. drain rate from a full backlog: stop the server, empty the orders table, rewind the
-#    consumer group so every grab order is delivered again, start it, time until all are in.
-kill "$SPID"; wait "$SPID" 2>/dev/null || true
-sqlite3 "$TMP/seckill.db" "delete from tb_voucher_order; update tb_seckill_voucher set stock = 100000000 where voucher_id = $GRAB"
-$R xgroup setid "seckill:stream:{$GRAB}" g1 0 >/dev/null
-count() { sqlite3 "$TMP/seckill.db" "select count(*) from tb_voucher_order where voucher_id=$GRAB" 2>/dev/null || echo 0; }
-t0=$(date +%s.%N)
-"$BIN" serve --redis "redis://127.0.0.1:$RP" --db "sqlite:$TMP/seckill.db" --data-dir "$TMP" \
-    --listen "127.0.0.1:$HP" --admin-token "$ADMIN" --threads 2 --log-level warn --name bench \
-    > "$TMP/seckill.out" 2>> "$TMP/seckill.err" &
-SPID=$!; pids="$pids $SPID"
-while [ "$(count)" -lt "$ADMITTED" ]; do sleep 0.05; done
-t1=$(date +%s.%N)
-DRAIN=$(python3 -c "print(round($ADMITTED / max($t1 - $t0, 1e-3)))")
-say "writer: drained a backlog of $ADMITTED orders into SQLite at $DRAIN orders/s (server start included)"
+# ---- 2c. sales with 10x more buyers than stock, open loop, then drain + audit --------------
+SALE_P99=""
+for rate in $SALE_RATES; do
+    bench "sale-$rate" --users $((SALE_STOCK * 10)) --stock "$SALE_STOCK" --rate "$rate" --dup 0.1 \
+        --burst-share 0.05 --conns 256
+    j="$TMP/sale-$rate.json"
+    say "              sale-$rate: $SALE_STOCK stock, $((SALE_STOCK * 10)) buyers (+10% repeats, 5% sent 3x at once) at $rate req/s open loop; latency from send p99 $(jget "$j" latency_from_send_us.p99) us; drained $(jget "$j" drain.seconds) s after the last answer; audit status $(jget "$j" audit) (0 = no violation)"
+    SALE_P99="$SALE_P99 $rate:$(jget "$j" latency_us.p99)"
+done
 
-python3 - "$RPS_grab" "$RB_P16" "$RB_P1" "$RPS_soldout" "$NGINX" <<'PY' | tee -a "$RES"
-import sys
-g, p16, p1, s, n = map(float, sys.argv[1:])
-print("ratios: grab / redis-benchmark -P16 = %.2f; grab / redis-benchmark -P1 = %.2f; sold out / nginx = %.2f" % (g / p16, g / p1, s / n))
+# ---- 3. writer drain rate from a full backlog ---------------------------------------------
+N=$(sqlite3 "$D/seckill.db" "select count(*) from tb_voucher_order where voucher_id=$GRAB_V")
+sqlite3 "$D/seckill.db" ".timeout 10000" "begin immediate; delete from tb_voucher_order where voucher_id=$GRAB_V; update tb_seckill_voucher set stock = stock + $N where voucher_id=$GRAB_V; commit;"
+$R xgroup setid "seckill:stream:{$GRAB_V}" g1 0 >/dev/null
+DRAIN=$(python3 - "$D/seckill.db" "$GRAB_V" "$N" <<'PY'
+import sqlite3, sys, time
+db, vid, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+c = sqlite3.connect("file:%s?mode=ro" % db, uri=True, timeout=30)
+q = "select count(*) from tb_voucher_order where voucher_id=%d" % vid
+t_first = c_first = None
+deadline = time.monotonic() + 120
+while True:
+    k = c.execute(q).fetchone()[0]
+    now = time.monotonic()
+    if k > 0 and t_first is None:
+        t_first, c_first = now, k
+    if k >= n or now > deadline:
+        break
+    time.sleep(0.005)
+rate = (k - c_first) / (now - t_first) if t_first and now > t_first else 0
+print("%d %.0f %.2f" % (k, rate, now - (t_first or now)))
 PY
+)
+set -- $DRAIN
+say "writer        drained a backlog of $N orders into SQLite at $2 orders/s ($1 written, $3 s from the first to the last batch)"
+DRAIN_RATE=$2
+
+# ---- 4. ratios, and the audit of everything sold ------------------------------------------
+"$BIN" audit --data-dir "$D" --wait-drain 60 > "$TMP/audit.txt" 2>&1 && AUD=0 || AUD=$?
+say "audit         of every voucher of this run: $(tail -1 "$TMP/audit.txt") (exit $AUD)"
+say ""
+python3 - "$BG" "$RB_P16" "$RB_P1" "$BS" "$NGINX_1" "$NGINX_2" "$WRK_grab" "$WRK_soldout" \
+    "$DRAIN_RATE" "$SALE_P99" <<'PY' | tee -a "$RES"
+import sys
+bg, p16, p1, bs, n1, n2, wg, ws, dr = map(float, sys.argv[1:10])
+p99 = ", ".join("%s req/s: %.2f ms" % (r, int(v) / 1000) for r, v in
+                (x.split(":") for x in sys.argv[10].split()))
+print("ratios   grab / redis-benchmark -P16 = %.2f (seckill bench), %.2f (wrk)   [target >= 0.6]" % (bg / p16, wg / p16))
+print("         grab / redis-benchmark -P1  = %.2f (seckill bench), %.2f (wrk)" % (bg / p1, wg / p1))
+print("         sold out / nginx static (1 worker)  = %.2f (seckill bench), %.2f (wrk)" % (bs / n1, ws / n1))
+print("         sold out / nginx static (2 workers) = %.2f (seckill bench), %.2f (wrk)   [target >= 0.8]" % (bs / n2, ws / n2))
+print("         writer drain %.0f orders/s   [target >= 10000]" % dr)
+print("         sale p99 (10x buyers, open loop) %s   [target < 5 ms]" % p99)
+PY
+kill "$SPID"; wait "$SPID" 2>/dev/null || true
+echo "results: $RES"

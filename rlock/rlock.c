@@ -108,9 +108,13 @@ static void cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t unt
 
 static bool debug_on(void)
 {
-    static int on = -1;
-    if (on < 0) on = getenv("RLOCK_DEBUG") != NULL;
-    return on;
+    static atomic_int on = -1;   /* read from every thread */
+    int v = atomic_load_explicit(&on, memory_order_relaxed);
+    if (v < 0) {
+        v = getenv("RLOCK_DEBUG") != NULL;
+        atomic_store_explicit(&on, v, memory_order_relaxed);
+    }
+    return v;
 }
 
 #define DBG(...) do { if (debug_on()) fprintf(stderr, "rlock: " __VA_ARGS__); } while (0)
@@ -151,16 +155,18 @@ static bool simple_cmd(redisContext *ctx, int argc, const char **argv)
 /* Open a connection with the client's timeouts, AUTH and SELECT. */
 static redisContext *open_ctx(rlock_client_t *c)
 {
-    redisContext *ctx = redisConnectWithTimeout(c->host, c->cfg.port,
-                                                ms_tv(c->cfg.connect_timeout_ms));
+    struct timeval tv = ms_tv(c->cfg.connect_timeout_ms);
+    redisContext *ctx = c->unix_path ? redisConnectUnixWithTimeout(c->unix_path, tv)
+                                     : redisConnectWithTimeout(c->host, c->cfg.port, tv);
     if (!ctx) return NULL;
     if (ctx->err) {
-        DBG("connect %s:%d: %s\n", c->host, c->cfg.port, ctx->errstr);
+        DBG("connect %s:%d: %s\n", c->unix_path ? c->unix_path : c->host, c->cfg.port,
+            ctx->errstr);
         redisFree(ctx);
         return NULL;
     }
     redisSetTimeout(ctx, ms_tv(c->cfg.command_timeout_ms));
-    redisEnableKeepAlive(ctx);
+    if (!c->unix_path) redisEnableKeepAlive(ctx);
     if (c->password) {
         const char *argv[] = { "AUTH", c->password };
         if (!simple_cmd(ctx, 2, argv)) goto fail;
@@ -177,18 +183,93 @@ fail:
     return NULL;
 }
 
-static bool load_scripts(rlock__conn_t *cn)
+/* SCRIPT LOAD one script on cn and remember its SHA1 for every connection. */
+static bool load_script(rlock_client_t *c, rlock__conn_t *cn, int i)
 {
-    for (int i = 0; i < RLOCK__NSCRIPTS; i++) {
-        redisReply *r = redisCommand(cn->ctx, "SCRIPT LOAD %s", rlock__scripts[i]);
-        if (!r || r->type != REDIS_REPLY_STRING || r->len != 40) {
-            DBG("SCRIPT LOAD %d: %s\n", i,
-                !r ? cn->ctx->errstr : r->type == REDIS_REPLY_ERROR ? r->str : "?");
-            if (r) freeReplyObject(r);
-            return false;
+    redisReply *r = redisCommand(cn->ctx, "SCRIPT LOAD %s", rlock__scripts[i]);
+    bool ok = r && r->type == REDIS_REPLY_STRING && r->len == 40;
+    if (!ok) {
+        DBG("SCRIPT LOAD %d: %s\n", i,
+            !r ? cn->ctx->errstr : r->type == REDIS_REPLY_ERROR ? r->str : "?");
+        if (!r) rlock__conn_close(cn);
+    } else {
+        pthread_mutex_lock(&c->sha_mu);
+        memcpy(c->sha[i], r->str, 41);
+        pthread_mutex_unlock(&c->sha_mu);
+    }
+    if (r) freeReplyObject(r);
+    return ok;
+}
+
+/* The script's SHA1 into buf, loading it first if this client never did. */
+static bool script_sha(rlock_client_t *c, rlock__conn_t *cn, int i, char buf[41])
+{
+    pthread_mutex_lock(&c->sha_mu);
+    memcpy(buf, c->sha[i], 41);
+    pthread_mutex_unlock(&c->sha_mu);
+    if (buf[0]) return true;
+    if (!load_script(c, cn, i)) return false;
+    pthread_mutex_lock(&c->sha_mu);
+    memcpy(buf, c->sha[i], 41);
+    pthread_mutex_unlock(&c->sha_mu);
+    return true;
+}
+
+/* Remember the current connection as one to fence off, then close it. */
+static void conn_fail(rlock__conn_t *cn)
+{
+    if (cn->id > 0 && cn->run_id[0]) {
+        if (cn->ndead == RLOCK__MAX_DEAD) {   /* drop the oldest */
+            memmove(&cn->dead_id[0], &cn->dead_id[1], sizeof cn->dead_id[0] * (RLOCK__MAX_DEAD - 1));
+            memmove(&cn->dead_run_id[0], &cn->dead_run_id[1],
+                    sizeof cn->dead_run_id[0] * (RLOCK__MAX_DEAD - 1));
+            cn->ndead--;
         }
-        memcpy(cn->sha[i], r->str, 41);
-        freeReplyObject(r);
+        cn->dead_id[cn->ndead] = cn->id;
+        memcpy(cn->dead_run_id[cn->ndead], cn->run_id, 41);
+        cn->ndead++;
+    }
+    rlock__conn_close(cn);
+}
+
+/* CLIENT ID and the server's run_id of a fresh connection (one round trip). */
+static bool conn_identify(rlock__conn_t *cn)
+{
+    redisAppendCommand(cn->ctx, "CLIENT ID");
+    redisAppendCommand(cn->ctx, "INFO server");
+    redisReply *a = NULL, *b = NULL;
+    bool ok = redisGetReply(cn->ctx, (void **)&a) == REDIS_OK &&
+              redisGetReply(cn->ctx, (void **)&b) == REDIS_OK;
+    cn->id = 0;
+    cn->run_id[0] = 0;
+    if (ok && a->type == REDIS_REPLY_INTEGER) cn->id = a->integer;
+    if (ok && b->type == REDIS_REPLY_STRING) {
+        const char *p = strstr(b->str, "run_id:");
+        if (p && strlen(p + 7) >= 40) {
+            memcpy(cn->run_id, p + 7, 40);
+            cn->run_id[40] = 0;
+        }
+    }
+    if (a) freeReplyObject(a);
+    if (b) freeReplyObject(b);
+    return ok;
+}
+
+/* Fence off failed connections to this same server process. */
+static bool conn_kill_dead(rlock__conn_t *cn)
+{
+    while (cn->ndead > 0) {
+        int i = cn->ndead - 1;
+        if (cn->run_id[0] && strcmp(cn->dead_run_id[i], cn->run_id) == 0) {
+            redisReply *r = redisCommand(cn->ctx, "CLIENT KILL ID %lld", cn->dead_id[i]);
+            if (!r) return false;   /* keep it for the next connection */
+            DBG("fenced off connection %lld: %s\n", cn->dead_id[i],
+                r->type == REDIS_REPLY_ERROR ? r->str : "killed");
+            freeReplyObject(r);
+        }
+        /* a different run_id: that server process is gone, and its ids may
+         * be reused by the new one -- nothing to kill, nothing to risk */
+        cn->ndead--;
     }
     return true;
 }
@@ -199,16 +280,68 @@ static bool conn_ensure(rlock_client_t *c, rlock__conn_t *cn)
     rlock__conn_close(cn);
     cn->ctx = open_ctx(c);
     if (!cn->ctx) return false;
-    if (!load_scripts(cn)) {
+    if (!conn_identify(cn) || !conn_kill_dead(cn)) {
         rlock__conn_close(cn);
         return false;
     }
     return true;
 }
 
-rlock_status_t rlock__conn_eval(rlock_client_t *c, rlock__conn_t *cn, int script,
-                                int nkeys, const char **keys, int nargs,
-                                const char **args, redisReply **out)
+/*
+ * Send argv (an EVALSHA of `script`, or a plain command when script < 0) on
+ * cn and read its reply.  With acks != NULL and replica sync configured, a
+ * WAIT is pipelined behind it (same round trip) and *acks gets its answer.
+ * NOSCRIPT reloads the scripts and retries once.
+ */
+static rlock_status_t conn_exec(rlock_client_t *c, rlock__conn_t *cn, int script, int argc,
+                                const char **argv, redisReply **out, long long *acks)
+{
+    rlock_status_t st = RLOCK_REDIS_ERROR;
+    bool wait = acks && c->cfg.replica_acks > 0;
+    char sha[41];
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (!conn_ensure(c, cn)) break;
+        if (script >= 0) {
+            if (!script_sha(c, cn, script, sha)) break;
+            argv[1] = sha;
+        }
+        if (cn == &c->cmd)
+            atomic_fetch_add_explicit(&c->ncommands, wait ? 2 : 1, memory_order_relaxed);
+        redisAppendCommandArgv(cn->ctx, argc, argv, NULL);
+        if (wait)
+            redisAppendCommand(cn->ctx, "WAIT %d %lld", c->cfg.replica_acks,
+                               (long long)c->cfg.replica_timeout_ms);
+        redisReply *r = NULL, *w = NULL;
+        if (redisGetReply(cn->ctx, (void **)&r) != REDIS_OK ||
+            (wait && redisGetReply(cn->ctx, (void **)&w) != REDIS_OK)) {
+            DBG("%s %d: %s\n", argv[0], script, cn->ctx->errstr);
+            if (r) freeReplyObject(r);
+            conn_fail(cn);   /* the request may still run: fence it off */
+            break;
+        }
+        if (r->type == REDIS_REPLY_ERROR) {
+            bool noscript = script >= 0 && strncmp(r->str, "NOSCRIPT", 8) == 0;
+            DBG("%s %d: %s\n", argv[0], script, r->str);
+            freeReplyObject(r);
+            if (w) freeReplyObject(w);
+            /* flushed or restarted server: load it again and retry once */
+            if (noscript && load_script(c, cn, script)) continue;
+            break;
+        }
+        if (wait) {
+            *acks = w->type == REDIS_REPLY_INTEGER ? w->integer : -1;
+            freeReplyObject(w);
+        }
+        *out = r;
+        st = RLOCK_OK;
+        break;
+    }
+    return st;
+}
+
+static rlock_status_t conn_eval_ex(rlock_client_t *c, rlock__conn_t *cn, int script,
+                                   int nkeys, const char **keys, int nargs,
+                                   const char **args, redisReply **out, long long *acks)
 {
     const char *stack_argv[32];
     int argc = 3 + nkeys + nargs;
@@ -219,53 +352,40 @@ rlock_status_t rlock__conn_eval(rlock_client_t *c, rlock__conn_t *cn, int script
     argv[2] = nk;
     for (int i = 0; i < nkeys; i++) argv[3 + i] = keys[i];
     for (int i = 0; i < nargs; i++) argv[3 + nkeys + i] = args[i];
-
-    rlock_status_t st = RLOCK_REDIS_ERROR;
-    for (int attempt = 0; attempt < 2; attempt++) {
-        if (!conn_ensure(c, cn)) break;
-        argv[1] = cn->sha[script];
-        if (cn == &c->cmd) atomic_fetch_add_explicit(&c->ncommands, 1, memory_order_relaxed);
-        redisReply *r = redisCommandArgv(cn->ctx, argc, argv, NULL);
-        if (!r) {
-            DBG("eval %d: %s\n", script, cn->ctx->errstr);
-            rlock__conn_close(cn);
-            break;
-        }
-        if (r->type == REDIS_REPLY_ERROR) {
-            bool noscript = strncmp(r->str, "NOSCRIPT", 8) == 0;
-            DBG("eval %d: %s\n", script, r->str);
-            freeReplyObject(r);
-            if (noscript && load_scripts(cn)) continue;
-            if (noscript) rlock__conn_close(cn);
-            break;
-        }
-        *out = r;
-        st = RLOCK_OK;
-        break;
-    }
+    rlock_status_t st = conn_exec(c, cn, script, argc, argv, out, acks);
     if (argv != stack_argv) free(argv);
     return st;
 }
 
-/* A plain command on the client's command connection. */
+rlock_status_t rlock__conn_eval(rlock_client_t *c, rlock__conn_t *cn, int script,
+                                int nkeys, const char **keys, int nargs,
+                                const char **args, redisReply **out)
+{
+    return conn_eval_ex(c, cn, script, nkeys, keys, nargs, args, out, NULL);
+}
+
+/* A plain command on the client's command connection (acks: see conn_exec). */
+static rlock_status_t cmd_argv_ex(rlock_client_t *c, int argc, const char **argv,
+                                  redisReply **out, long long *acks)
+{
+    pthread_mutex_lock(&c->cmd_mu);
+    rlock_status_t st = conn_exec(c, &c->cmd, -1, argc, argv, out, acks);
+    pthread_mutex_unlock(&c->cmd_mu);
+    return st;
+}
+
 static rlock_status_t cmd_argv(rlock_client_t *c, int argc, const char **argv,
                                redisReply **out)
 {
+    return cmd_argv_ex(c, argc, argv, out, NULL);
+}
+
+static rlock_status_t cmd_eval_ex(rlock_client_t *c, int script, int nkeys,
+                                  const char **keys, int nargs, const char **args,
+                                  redisReply **out, long long *acks)
+{
     pthread_mutex_lock(&c->cmd_mu);
-    rlock_status_t st = RLOCK_REDIS_ERROR;
-    if (conn_ensure(c, &c->cmd)) {
-        atomic_fetch_add_explicit(&c->ncommands, 1, memory_order_relaxed);
-        redisReply *r = redisCommandArgv(c->cmd.ctx, argc, argv, NULL);
-        if (!r) {
-            rlock__conn_close(&c->cmd);
-        } else if (r->type == REDIS_REPLY_ERROR) {
-            DBG("%s: %s\n", argv[0], r->str);
-            freeReplyObject(r);
-        } else {
-            *out = r;
-            st = RLOCK_OK;
-        }
-    }
+    rlock_status_t st = conn_eval_ex(c, &c->cmd, script, nkeys, keys, nargs, args, out, acks);
     pthread_mutex_unlock(&c->cmd_mu);
     return st;
 }
@@ -312,12 +432,21 @@ void rlock_config_init(rlock_config_t *cfg)
     cfg->fair_waiter_ttl_ms = 5000;
     cfg->unsubscribe_delay_ms = 2000;
     cfg->drift_factor = 0.01;
+    cfg->replica_acks = 0;
+    cfg->replica_timeout_ms = 1000;
 }
 
-/* redis://[user][:password@]host[:port][/db] */
-static bool parse_url(const char *url, char **host, int *port, char **password, int *db)
+/* redis://[user][:password@]host[:port][/db]  or  unix:///path */
+static bool parse_url(const char *url, char **host, int *port, char **password, int *db,
+                      char **unix_path)
 {
     const char *p = url;
+    if (strncmp(p, "unix://", 7) == 0) {
+        if (p[7] != '/' || strlen(p + 7) > 1000) return false;
+        *unix_path = rlock__xstrdup(p + 7);
+        *host = rlock__xstrdup("localhost");
+        return true;
+    }
     if (strncmp(p, "redis://", 8) != 0) return false;
     p += 8;
     const char *at = strchr(p, '@');
@@ -371,23 +500,32 @@ rlock_status_t rlock_client_new(const rlock_config_t *cfg_in, rlock_client_t **o
     if (cfg.unsubscribe_delay_ms < 0) cfg.unsubscribe_delay_ms = def.unsubscribe_delay_ms;
     if (cfg.drift_factor < 0 || cfg.drift_factor >= 0.5) return RLOCK_EINVAL;
     if (cfg.watchdog_lease_ms < 30 || cfg.fair_waiter_ttl_ms < 30) return RLOCK_EINVAL;
+    if (cfg.replica_acks < 0) return RLOCK_EINVAL;
+    if (cfg.replica_acks > 0) {
+        if (cfg.replica_timeout_ms <= 0) cfg.replica_timeout_ms = def.replica_timeout_ms;
+        /* WAIT blocks up to its timeout: the socket deadline must be longer */
+        if (cfg.command_timeout_ms <= cfg.replica_timeout_ms) return RLOCK_EINVAL;
+    }
 
     rlock_client_t *c = rlock__xcalloc(1, sizeof *c);
     if (cfg.url) {
-        if (!parse_url(cfg.url, &c->host, &cfg.port, &c->password, &cfg.db)) {
+        if (!parse_url(cfg.url, &c->host, &cfg.port, &c->password, &cfg.db, &c->unix_path)) {
             free(c->host);
             free(c->password);
+            free(c->unix_path);
             free(c);
             return RLOCK_EINVAL;
         }
     } else {
         c->host = rlock__xstrdup(cfg.host ? cfg.host : "127.0.0.1");
         if (cfg.password) c->password = rlock__xstrdup(cfg.password);
+        if (cfg.unix_path && *cfg.unix_path) c->unix_path = rlock__xstrdup(cfg.unix_path);
         if (cfg.port <= 0 || cfg.port > 65535) cfg.port = 6379;
     }
     cfg.url = NULL;
     cfg.host = c->host;
     cfg.password = c->password;
+    cfg.unix_path = c->unix_path;
     c->cfg = cfg;
 
     unsigned char rnd[16];
@@ -402,6 +540,7 @@ rlock_status_t rlock_client_new(const rlock_config_t *cfg_in, rlock_client_t **o
     for (size_t i = 0; i < sizeof rnd; i++) snprintf(c->id + 2 * i, 3, "%02x", rnd[i]);
 
     pthread_mutex_init(&c->cmd_mu, NULL);
+    pthread_mutex_init(&c->sha_mu, NULL);
     pthread_mutex_init(&c->mu, NULL);
     pthread_mutex_init(&c->cb_mu, NULL);
     cond_init_mono(&c->wd_cond);
@@ -450,10 +589,12 @@ void rlock_client_free(rlock_client_t *c)
     close(c->evfd);
     pthread_cond_destroy(&c->wd_cond);
     pthread_mutex_destroy(&c->cmd_mu);
+    pthread_mutex_destroy(&c->sha_mu);
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->cb_mu);
     free(c->host);
     free(c->password);
+    free(c->unix_path);
     free(c);
 }
 
@@ -473,7 +614,8 @@ void rlock_client_stats(rlock_client_t *c, rlock_stats_t *out)
 
 void rlock__client_addr(const rlock_client_t *c, char *buf, size_t len)
 {
-    snprintf(buf, len, "%s:%05d/%d", c->host, c->cfg.port, c->cfg.db);
+    if (c->unix_path) snprintf(buf, len, "unix:%s/%d", c->unix_path, c->cfg.db);
+    else snprintf(buf, len, "%s:%05d/%d", c->host, c->cfg.port, c->cfg.db);
 }
 
 /* ======================================================================== */
@@ -954,10 +1096,11 @@ static void wd_register(rlock_t *l)
     l->wd_next = c->wd_head;
     if (c->wd_head) c->wd_head->wd_prev = l;
     c->wd_head = l;
-    if (c->wd_count++ == 0) {
-        c->wd_next_us = rlock__now_us() + c->cfg.watchdog_lease_ms * 1000 / 3;
-        pthread_cond_signal(&c->wd_cond);
-    }
+    /* No wake-up: the watchdog thread ticks every lease/3 even when idle,
+     * so a new hold is renewed within one period (its TTL is then still
+     * 2/3 of the lease).  Signalling here would cost a context switch on
+     * every uncontended lock. */
+    c->wd_count++;
 }
 
 static void wd_unregister(rlock_t *l)
@@ -996,14 +1139,15 @@ static void *wd_main(void *arg)
     if (retry < 20000) retry = 20000;
 
     pthread_mutex_lock(&c->mu);
+    c->wd_next_us = rlock__now_us() + period;
     while (!c->stop) {
-        if (c->wd_count == 0) {
-            pthread_cond_wait(&c->wd_cond, &c->mu);
-            continue;
-        }
         int64_t now = rlock__now_us();
         if (now < c->wd_next_us) {
             cond_wait_until(&c->wd_cond, &c->mu, c->wd_next_us);
+            continue;
+        }
+        if (c->wd_count == 0) {   /* idle tick */
+            c->wd_next_us = now + period;
             continue;
         }
         /* Snapshot the registered holds; refs keep them alive unlocked. */
@@ -1246,8 +1390,11 @@ static void count_stat(rlock_client_t *c, uint64_t *field)
 /* Acquire                                                                   */
 /* ======================================================================== */
 
+static void count_stat(rlock_client_t *c, uint64_t *field);
+
 typedef struct attempt {
     bool got;
+    bool sync_failed;  /* granted, but too few replicas acknowledged it */
     int64_t count;
     uint64_t fence;
     int64_t hint_ms;   /* see rlock_scripts.c */
@@ -1269,6 +1416,22 @@ static bool parse_acq(const redisReply *r, attempt_t *a)
     return true;
 }
 
+/*
+ * Replica sync policy for a granted acquire: fewer than replica_acks
+ * replicas acknowledged it -> REDIS_ERROR; the caller's error path undoes
+ * the grant (fail-and-release), so a lock that might not survive a
+ * failover is never reported as held.
+ */
+static rlock_status_t sync_check(rlock_t *l, long long acks, attempt_t *a)
+{
+    rlock_client_t *c = l->c;
+    if (c->cfg.replica_acks <= 0 || acks >= c->cfg.replica_acks) return RLOCK_OK;
+    a->sync_failed = true;
+    DBG("%s: %lld of %d replicas acknowledged the acquire\n", l->name, acks, c->cfg.replica_acks);
+    count_stat(c, &c->stats.sync_failures);
+    return RLOCK_REDIS_ERROR;
+}
+
 static rlock_status_t attempt(rlock_t *l, int64_t lease_ms, bool waiting, attempt_t *a)
 {
     rlock_client_t *c = l->c;
@@ -1277,6 +1440,7 @@ static rlock_status_t attempt(rlock_t *l, int64_t lease_ms, bool waiting, attemp
     snprintf(wttl, sizeof wttl, "%" PRId64, c->cfg.fair_waiter_ttl_ms);
     redisReply *r = NULL;
     rlock_status_t st;
+    long long acks = LLONG_MAX;
     memset(a, 0, sizeof *a);
 
     switch (l->kind) {
@@ -1284,17 +1448,17 @@ static rlock_status_t attempt(rlock_t *l, int64_t lease_ms, bool waiting, attemp
         if (l->flags & RLOCK_F_FENCED) {
             const char *keys[] = { l->key, l->fence_key };
             const char *args[] = { l->owner, lease };
-            st = cmd_eval(c, RLOCK__S_SACQ_FENCED, 2, keys, 2, args, &r);
+            st = cmd_eval_ex(c, RLOCK__S_SACQ_FENCED, 2, keys, 2, args, &r, &acks);
             break;
         } else {
             const char *argv[] = { "SET", l->key, l->owner, "NX", "PX", lease };
-            st = cmd_argv(c, 6, argv, &r);
+            st = cmd_argv_ex(c, 6, argv, &r, &acks);
             if (st != RLOCK_OK) return st;
             if (r->type == REDIS_REPLY_STATUS) {
                 a->got = true;
                 a->count = 1;
                 freeReplyObject(r);
-                return RLOCK_OK;
+                return sync_check(l, acks, a);
             }
             freeReplyObject(r);
             a->hint_ms = -3;
@@ -1310,13 +1474,13 @@ static rlock_status_t attempt(rlock_t *l, int64_t lease_ms, bool waiting, attemp
     case RLOCK_REENTRANT: {
         const char *keys[] = { l->key, l->fence_key };
         const char *args[] = { l->owner, lease };
-        st = cmd_eval(c, RLOCK__S_ACQ, 2, keys, 2, args, &r);
+        st = cmd_eval_ex(c, RLOCK__S_ACQ, 2, keys, 2, args, &r, &acks);
         break;
     }
     case RLOCK_FAIR: {
         const char *keys[] = { l->key, l->key2, l->key3, l->fence_key, l->channel };
         const char *args[] = { l->owner, lease, wttl, waiting ? "1" : "0" };
-        st = cmd_eval(c, RLOCK__S_FACQ, 5, keys, 4, args, &r);
+        st = cmd_eval_ex(c, RLOCK__S_FACQ, 5, keys, 4, args, &r, &acks);
         break;
     }
     default: {
@@ -1324,14 +1488,15 @@ static rlock_status_t attempt(rlock_t *l, int64_t lease_ms, bool waiting, attemp
         const char *args[] = { l->owner, l->kind == RLOCK_READ ? "r" : "w", lease,
                                (l->flags & RLOCK_F_WRITER_PREF) ? "1" : "0",
                                waiting ? "1" : "0", wttl };
-        st = cmd_eval(c, RLOCK__S_RWACQ, 5, keys, 6, args, &r);
+        st = cmd_eval_ex(c, RLOCK__S_RWACQ, 5, keys, 6, args, &r, &acks);
         break;
     }
     }
     if (st != RLOCK_OK) return st;
     bool ok = parse_acq(r, a);
     freeReplyObject(r);
-    return ok ? RLOCK_OK : RLOCK_REDIS_ERROR;
+    if (!ok) return RLOCK_REDIS_ERROR;
+    return a->got ? sync_check(l, acks, a) : RLOCK_OK;
 }
 
 /*
@@ -1347,29 +1512,30 @@ static rlock_status_t release(rlock_t *l, char mode, int64_t expected, int64_t *
     snprintf(lease, sizeof lease, "%" PRId64, l->lease_ms > 0 ? l->lease_ms : 1);
     redisReply *r = NULL;
     rlock_status_t st;
+    long long acks = 0;   /* the release happened on the master either way */
     switch (l->kind) {
     case RLOCK_SIMPLE: {
         const char *keys[] = { l->key, l->channel };
         const char *args[] = { l->owner };
-        st = cmd_eval(c, RLOCK__S_SREL, 2, keys, 1, args, &r);
+        st = cmd_eval_ex(c, RLOCK__S_SREL, 2, keys, 1, args, &r, &acks);
         break;
     }
     case RLOCK_REENTRANT: {
         const char *keys[] = { l->key, l->channel };
         const char *args[] = { l->owner, m, exp, lease };
-        st = cmd_eval(c, RLOCK__S_REL, 2, keys, 4, args, &r);
+        st = cmd_eval_ex(c, RLOCK__S_REL, 2, keys, 4, args, &r, &acks);
         break;
     }
     case RLOCK_FAIR: {
         const char *keys[] = { l->key, l->key2, l->key3, l->channel };
         const char *args[] = { l->owner, m, exp, lease };
-        st = cmd_eval(c, RLOCK__S_FREL, 4, keys, 4, args, &r);
+        st = cmd_eval_ex(c, RLOCK__S_FREL, 4, keys, 4, args, &r, &acks);
         break;
     }
     default: {
         const char *keys[] = { l->key, l->key2, l->key3, l->fence_key, l->channel };
         const char *args[] = { l->owner, l->kind == RLOCK_READ ? "r" : "w", m, exp };
-        st = cmd_eval(c, RLOCK__S_RWREL, 5, keys, 4, args, &r);
+        st = cmd_eval_ex(c, RLOCK__S_RWREL, 5, keys, 4, args, &r, &acks);
         break;
     }
     }
@@ -1382,6 +1548,10 @@ static rlock_status_t release(rlock_t *l, char mode, int64_t expected, int64_t *
     if (!ok) DBG("release %s: unexpected reply type %d\n", l->name, r->type);
     freeReplyObject(r);
     if (!ok) return RLOCK_REDIS_ERROR;
+    if (v <= -10) {   /* replay of an unlock that had applied */
+        v = -10 - v;
+        count_stat(c, &c->stats.unlock_replays);
+    }
     *left = v;
     return RLOCK_OK;
 }
@@ -1409,9 +1579,16 @@ static void undo_acquire(rlock_t *l, int64_t prior)
 {
     int64_t left;
     if (l->kind == RLOCK_SIMPLE && prior > 0) return;
-    /* One attempt: if Redis is unreachable this costs a command timeout,
-     * and the key's own lease is the backstop anyway. */
-    if (release(l, 'u', prior + 1, &left) == RLOCK_OK) cancel_wait(l);
+    /* Two attempts (each fences off the failed connections first, so the
+     * lost acquire cannot run after a successful undo).  If Redis stays
+     * unreachable this costs up to two command timeouts, and the key's own
+     * lease is the backstop: it is never renewed. */
+    for (int i = 0; i < 2; i++) {
+        if (release(l, 'u', prior + 1, &left) == RLOCK_OK) {
+            cancel_wait(l);
+            break;
+        }
+    }
 }
 
 rlock_status_t rlock__acquire(rlock_t *l, int64_t wait_ms, int64_t lease_ms)
@@ -1442,9 +1619,16 @@ rlock_status_t rlock__acquire(rlock_t *l, int64_t wait_ms, int64_t lease_ms)
             undo_acquire(l, l->holds);
             /* Fail fast when Redis is unusable from the start; once we are
              * waiting (Redis was reachable), ride out an outage within the
-             * budget and report the error only if the budget ends on it. */
+             * budget and report the error only if the budget ends on it.  A
+             * replica-sync shortfall means Redis is up: retry it too. */
             int64_t now = rlock__now_us();
-            if (!w || first || now >= deadline || atomic_load(&l->cancel) || c->stop) break;
+            if ((first && !a.sync_failed) || wait_ms == 0 || now >= deadline ||
+                atomic_load(&l->cancel) || c->stop)
+                break;
+            if (!w) {
+                w = waiter_join(l, deadline);
+                continue;
+            }
             backoff_us = backoff_us ? (backoff_us * 2 > 500000 ? 500000 : backoff_us * 2) : 20000;
             int64_t until = now + backoff_us < deadline ? now + backoff_us : deadline;
             waiter_wait(l, w, until);
@@ -1460,7 +1644,10 @@ rlock_status_t rlock__acquire(rlock_t *l, int64_t wait_ms, int64_t lease_ms)
                 l->lease_ms = eff;
             }
             atomic_store(&l->fence, a.fence);
-            set_holds(l, a.count, t0, true);
+            /* Count holds locally (two handles may share an owner, so the
+             * server's count can be higher); a server count of 1 means a
+             * fresh hold whatever we believed before (the old one was lost). */
+            set_holds(l, a.count == 1 ? 1 : l->holds + 1, t0, true);
             break;
         }
         int64_t now = rlock__now_us();
@@ -1542,10 +1729,15 @@ rlock_status_t rlock_unlock(rlock_t *l)
         count_stat(c, &c->stats.lost);
         return RLOCK_LOST;
     }
-    if (left < 0) left = 0;
+    /* Local accounting: our holds minus one.  If the server says nothing is
+     * left, nothing is.  If it says more is left than we hold (a hold of
+     * another handle with the same owner, or one an undo could not remove),
+     * we still stop renewing at zero: that residue expires with its lease. */
+    int64_t mine = left <= 0 ? 0 : l->holds - 1;
+    if (mine < 0) mine = 0;
     /* reentrant/fair partial releases refresh the lease (like Redisson) */
-    bool refresh = left > 0 && (l->kind == RLOCK_REENTRANT || l->kind == RLOCK_FAIR);
-    set_holds(l, left, t0, refresh);
+    bool refresh = mine > 0 && (l->kind == RLOCK_REENTRANT || l->kind == RLOCK_FAIR);
+    set_holds(l, mine, t0, refresh);
     count_stat(c, &c->stats.released);
     return RLOCK_OK;
 }

@@ -38,7 +38,8 @@
  *     rlock:{N}           reentrant lock (hash owner -> hold count)
  *     rlock:{N}:s         simple lock (string = owner token)
  *     rlock:{N}:f, :f:q, :f:t        fair lock hash, wait queue, waiter deadlines
- *     rlock:{N}:rw, :rw:r            read-write lock hash, reader deadlines
+ *     rlock:{N}:rw, :rw:r, :rw:w     read-write lock hash, reader deadlines,
+ *                                    waiting writers (writer preference)
  *     <lock key>:ch       release notification channel
  * Names must be non-empty, at most 512 bytes and must not contain '{' or '}'.
  *
@@ -65,9 +66,10 @@
  * Waiting
  * ---------------------------------------------------------------------------
  * wait_ms == 0 is a single attempt; wait_ms > 0 is a budget; RLOCK_WAIT_FOREVER
- * waits until acquired or a Redis error.  A waiter subscribes (through the
- * client's one pub/sub connection, channels ref-counted, unsubscribed a while
- * after the last local waiter leaves), re-attempts after the subscription is
+ * waits until acquired (Redis errors: see rlock_try_lock).  A waiter
+ * subscribes (through the client's one pub/sub connection, channels
+ * ref-counted, unsubscribed a while after the last local waiter leaves),
+ * re-attempts after the subscription is
  * confirmed, then sleeps until a release message or min(holder's PTTL,
  * remaining budget) -- never busy-polls and cannot miss a release.  A release
  * wakes one local waiter per process (a read-write release wakes all; a fair
@@ -90,7 +92,9 @@
  * waiter removes itself from the queue.
  *
  * Unlock is idempotent under the library's own retry: the script gets the
- * expected hold count, so a replayed unlock is a no-op (no extra key).
+ * expected hold count, so a replayed unlock is a no-op (no extra key); and a
+ * failed connection is fenced off (CLIENT KILL ID, same server run_id only)
+ * before the retry, so the original cannot run after it.
  */
 #ifndef RLOCK_H
 #define RLOCK_H
@@ -134,10 +138,14 @@ const char *rlock_status_str(rlock_status_t st);
 typedef struct rlock_client rlock_client_t;
 
 typedef struct rlock_config {
-    const char *url;               /* "redis://[:password@]host[:port][/db]";
-                                      when NULL, host/port/password/db are used */
+    const char *url;               /* "redis://[:password@]host[:port][/db]" or
+                                      "unix:///path/to/redis.sock";
+                                      when NULL, host/port/unix_path/password/db
+                                      are used */
     const char *host;              /* default "127.0.0.1" */
     int port;                      /* default 6379 */
+    const char *unix_path;         /* connect through this Unix socket instead
+                                      of host/port; default NULL (TCP) */
     const char *password;          /* default NULL (no AUTH) */
     int db;                        /* default 0 */
     int64_t connect_timeout_ms;    /* default 1000 */
@@ -152,6 +160,17 @@ typedef struct rlock_config {
                                       (avoids churn on hot locks); default 2000 */
     double drift_factor;           /* validity = lease*(1-drift_factor) - 2 ms;
                                       default 0.01 */
+    int replica_acks;              /* replica sync: > 0 pipelines "WAIT
+                                      replica_acks replica_timeout_ms" behind
+                                      every acquire and unlock (same round
+                                      trip).  An acquire acknowledged by fewer
+                                      replicas is released again and reported
+                                      RLOCK_REDIS_ERROR (fail-and-release); an
+                                      unlock is reported as it happened on the
+                                      master.  Renewals do not wait.  Default 0
+                                      (off).  Requires command_timeout_ms >
+                                      replica_timeout_ms. */
+    int64_t replica_timeout_ms;    /* WAIT timeout; default 1000 */
 } rlock_config_t;
 
 /* Fill *cfg with the defaults above. */
@@ -181,10 +200,14 @@ typedef struct rlock_stats {
                                  (= round trips; excludes connection setup) */
     uint64_t acquired;        /* successful acquisitions (incl. reentrant) */
     uint64_t released;        /* successful unlocks */
+    uint64_t unlock_replays;  /* retried unlocks whose first send had applied
+                                 (detected, not applied twice) */
     uint64_t timeouts;        /* acquires that ended RLOCK_TIMEOUT */
     uint64_t lost;            /* locks reported lost (unlock or watchdog) */
     uint64_t renewals;        /* renewal scripts sent by the watchdog */
     uint64_t renew_failures;  /* renewal scripts that failed (Redis error) */
+    uint64_t sync_failures;   /* acquires released because too few replicas
+                                 acknowledged them (replica_acks) */
     uint64_t wakeups;         /* waiters woken by a release message */
     uint64_t subscribes;      /* SUBSCRIBE commands sent */
     uint64_t unsubscribes;    /* UNSUBSCRIBE commands sent */
@@ -241,7 +264,9 @@ void rlock_close(rlock_t *l);
  * once (Redis down or misconfigured); an error while already waiting is
  * retried with back-off (20 ms .. 500 ms) within the budget, so waiters ride
  * out a restart, and REDIS_ERROR is returned only if the budget ends on an
- * error (with RLOCK_WAIT_FOREVER the call keeps trying).
+ * error (with RLOCK_WAIT_FOREVER the call keeps trying).  A replica-sync
+ * shortfall (replica_acks) is retried within the budget even on the first
+ * attempt: Redis is up, a replica is slow.
  */
 rlock_status_t rlock_try_lock(rlock_t *l, int64_t wait_ms, int64_t lease_ms);
 

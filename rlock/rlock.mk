@@ -33,11 +33,12 @@ $(RLOCK_LIB): $(RLOCK_OBJS)
 $(RLOCK_HARNESS_OBJ): tests/rlock/harness.c tests/rlock/harness.h | $(BUILD)/rlock/tests
 	$(CC) $(CFLAGS) -Irlock -Itests/rlock -c -o $@ $<
 
-$(BUILD)/tests/rlock_test_%: tests/rlock/test_%.c $(RLOCK_HARNESS_OBJ) $(RLOCK_LIB) | $(BUILD)/tests
-	$(CC) $(CFLAGS) -Irlock -Itests/rlock -o $@ $< $(RLOCK_HARNESS_OBJ) $(LDFLAGS) $(RLOCK_LIBS) -lcmocka
+# Dependency files go to $(BUILD)/rlock/tests, not next to the test binaries.
+$(BUILD)/tests/rlock_test_%: tests/rlock/test_%.c $(RLOCK_HARNESS_OBJ) $(RLOCK_LIB) | $(BUILD)/tests $(BUILD)/rlock/tests
+	$(CC) $(CFLAGS) -MF $(BUILD)/rlock/tests/test_$*.d -Irlock -Itests/rlock -o $@ $< $(RLOCK_HARNESS_OBJ) $(LDFLAGS) $(RLOCK_LIBS) -lcmocka
 
-$(BUILD)/rlock_bench: tests/rlock/bench.c $(RLOCK_HARNESS_OBJ) $(RLOCK_LIB)
-	$(CC) $(CFLAGS) -Irlock -Itests/rlock -o $@ $< $(RLOCK_HARNESS_OBJ) $(LDFLAGS) $(RLOCK_LIBS) -lm
+$(BUILD)/rlock_bench: tests/rlock/bench.c $(RLOCK_HARNESS_OBJ) $(RLOCK_LIB) | $(BUILD)/rlock/tests
+	$(CC) $(CFLAGS) -MF $(BUILD)/rlock/tests/bench.d -Irlock -Itests/rlock -o $@ $< $(RLOCK_HARNESS_OBJ) $(LDFLAGS) $(RLOCK_LIBS) -lm
 
 $(BUILD)/rlock $(BUILD)/rlock/tests:
 	mkdir -p $@
@@ -50,4 +51,4 @@ rlock-check: $(RLOCK_TEST_BINS)
 rlock-bench: $(BUILD)/rlock_bench
 	./$(BUILD)/rlock_bench
 
--include $(RLOCK_OBJS:.o=.d) $(RLOCK_HARNESS_OBJ:.o=.d)
+-include $(RLOCK_OBJS:.o=.d) $(wildcard $(BUILD)/rlock/tests/*.d)

@@ -41,10 +41,24 @@ enum {
 
 extern const char *const rlock__scripts[RLOCK__NSCRIPTS];
 
-/* One blocking connection and the SHA1s of the scripts loaded on it. */
+/*
+ * One blocking connection.  When a request on it fails (timeout, reset)
+ * the request may still be queued at the server and run later -- after a
+ * retry or an undo sent on a new connection.  So the connection is
+ * remembered as "dead" and, before anything else is sent on the next
+ * connection to the same server process (same run_id), it is fenced off
+ * with CLIENT KILL ID: Redis is single-threaded, so the old request then
+ * has either already run (the scripts' expected-count check detects that)
+ * or never will.
+ */
+#define RLOCK__MAX_DEAD 4
 typedef struct rlock__conn {
     redisContext *ctx;
-    char sha[RLOCK__NSCRIPTS][41];
+    long long id;                          /* CLIENT ID of ctx */
+    char run_id[41];                       /* server run_id when ctx connected */
+    int ndead;
+    long long dead_id[RLOCK__MAX_DEAD];    /* failed connections to fence off */
+    char dead_run_id[RLOCK__MAX_DEAD][41];
 } rlock__conn_t;
 
 struct rlock__sub;
@@ -54,11 +68,17 @@ struct rlock__waiter;
 
 struct rlock_client {
     rlock_config_t cfg;          /* copy; string fields point at ours below */
-    char *host, *password;
+    char *host, *password, *unix_path;
     char id[33];
 
     pthread_mutex_t cmd_mu;      /* guards cmd */
     rlock__conn_t cmd;
+
+    /* SHA1s of the scripts, learnt from SCRIPT LOAD on first use (or after
+     * NOSCRIPT) and shared by all connections: a new connection costs no
+     * extra round trips. */
+    pthread_mutex_t sha_mu;
+    char sha[RLOCK__NSCRIPTS][41];
 
     pthread_mutex_t mu;          /* see the file comment */
     bool stop;

@@ -10,7 +10,8 @@
  *   - release scripts take (owner, mode, expected) where mode is
  *       'n' normal:  drop one hold,
  *       'r' retry:   a hold count of expected-1 means the first send already
- *                    applied (idempotent replay without a latch key),
+ *                    applied (idempotent replay without a latch key); this is
+ *                    reported as -10 - remaining,
  *       'u' undo:    drop one hold only if the count is exactly `expected`
  *                    (compensates an acquire whose reply was lost),
  *     and return the remaining count (>= 0), -1 when the owner holds nothing,
@@ -23,16 +24,15 @@
 
 /* KEYS[1] lock hash, KEYS[2] fence; ARGV[1] owner, ARGV[2] lease ms */
 static const char acq_lua[] =
-    "local c = redis.call('hget', KEYS[1], ARGV[1])\n"
-    "if c then\n"
-    "  c = redis.call('hincrby', KEYS[1], ARGV[1], 1)\n"
-    "  redis.call('pexpire', KEYS[1], ARGV[2])\n"
-    "  return {1, c, tonumber(redis.call('get', KEYS[2]) or '0')}\n"
-    "end\n"
     "if redis.call('exists', KEYS[1]) == 0 then\n"
     "  redis.call('hset', KEYS[1], ARGV[1], 1)\n"
     "  redis.call('pexpire', KEYS[1], ARGV[2])\n"
     "  return {1, 1, redis.call('incr', KEYS[2])}\n"
+    "end\n"
+    "if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then\n"
+    "  local c = redis.call('hincrby', KEYS[1], ARGV[1], 1)\n"
+    "  redis.call('pexpire', KEYS[1], ARGV[2])\n"
+    "  return {1, c, tonumber(redis.call('get', KEYS[2]) or '0')}\n"
     "end\n"
     "return {0, redis.call('pttl', KEYS[1])}\n";
 
@@ -41,7 +41,7 @@ static const char rel_lua[] =
     "local c = tonumber(redis.call('hget', KEYS[1], ARGV[1]))\n"
     "if not c then return -1 end\n"
     "local e = tonumber(ARGV[3])\n"
-    "if ARGV[2] == 'r' and c == e - 1 then return c end\n"
+    "if ARGV[2] == 'r' and c == e - 1 then return -10 - c end\n"
     "if ARGV[2] == 'u' and c ~= e then return -3 end\n"
     "if c > 1 then\n"
     "  redis.call('hincrby', KEYS[1], ARGV[1], -1)\n"
@@ -142,7 +142,7 @@ static const char frel_lua[] =
     "local c = tonumber(redis.call('hget', KEYS[1], ARGV[1]))\n"
     "if not c then return -1 end\n"
     "local e = tonumber(ARGV[3])\n"
-    "if ARGV[2] == 'r' and c == e - 1 then return c end\n"
+    "if ARGV[2] == 'r' and c == e - 1 then return -10 - c end\n"
     "if ARGV[2] == 'u' and c ~= e then return -3 end\n"
     "if c > 1 then\n"
     "  redis.call('hincrby', KEYS[1], ARGV[1], -1)\n"
@@ -261,7 +261,7 @@ static const char rwrel_lua[] =
     "  if redis.call('hget', H, 'w') == me then c = tonumber(redis.call('hget', H, 'wc')) end\n"
     "end\n"
     "if not c then return -1 end\n"
-    "if ARGV[3] == 'r' and c == e - 1 then return c end\n"
+    "if ARGV[3] == 'r' and c == e - 1 then return -10 - c end\n"
     "if ARGV[3] == 'u' and c ~= e then return -3 end\n"
     "if c > 1 then\n"
     "  redis.call('hincrby', H, f, -1)\n"

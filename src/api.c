@@ -23,6 +23,7 @@
 #include "auth.h"
 #include "clock.h"
 #include "metrics.h"
+#include "sb.h"
 #include "worker.h"
 
 typedef void (*route_fn)(http_req_t *r, int64_t id);
@@ -128,15 +129,25 @@ static const route_t *route_find(const http_req_t *r, int *path_known)
 
 /* -------------------------------------------------------------- the envelope */
 
-/* Escaped length of z as JSON string content (without quotes). */
+/* Escaped length of z as JSON string content (without quotes). A byte that does not
+ * start a valid UTF-8 sequence is written as U+FFFD (3 bytes): messages may quote client
+ * input -- jansson's "near '...'" cuts a multi-byte character in half (issue 6: found by
+ * fuzz_json) -- and the reply must stay valid JSON. */
 static size_t json_esc_len(const char *z)
 {
-    size_t n = 0;
-    for (const unsigned char *p = (const unsigned char *)z; *p; p++) {
+    size_t n = 0, left = strlen(z);
+    for (const unsigned char *p = (const unsigned char *)z; *p; p++, left--) {
         if (*p == '"' || *p == '\\') {
             n += 2;
         } else if (*p < 0x20) {
             n += 6;
+        } else if (*p >= 0x80) {
+            size_t k = sb_utf8_len((const char *)p, left);
+            n += k > 0 ? k : 3;
+            if (k > 1) {
+                p += k - 1;
+                left -= k - 1;
+            }
         } else {
             n += 1;
         }
@@ -147,7 +158,8 @@ static size_t json_esc_len(const char *z)
 static char *json_esc(char *o, const char *z)
 {
     static const char hex[] = "0123456789abcdef";
-    for (const unsigned char *p = (const unsigned char *)z; *p; p++) {
+    size_t left = strlen(z);
+    for (const unsigned char *p = (const unsigned char *)z; *p; p++, left--) {
         if (*p == '"' || *p == '\\') {
             *o++ = '\\';
             *o++ = (char)*p;
@@ -156,6 +168,17 @@ static char *json_esc(char *o, const char *z)
             o[4] = hex[*p >> 4];
             o[5] = hex[*p & 15];
             o += 6;
+        } else if (*p >= 0x80) {
+            size_t k = sb_utf8_len((const char *)p, left);
+            if (k == 0) {
+                memcpy(o, "\xEF\xBF\xBD", 3);
+                o += 3;
+            } else {
+                memcpy(o, p, k);
+                o += k;
+                p += k - 1;
+                left -= k - 1;
+            }
         } else {
             *o++ = (char)*p;
         }

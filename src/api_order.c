@@ -26,9 +26,11 @@
 #include "log.h"
 #include "metrics.h"
 #include "orderid.h"
+#include "ratelimit.h"
 #include "rds.h"
 #include "sb.h"
 #include "store.h"
+#include "sync_order.h"
 #include "worker.h"
 
 #define ORDERS_OF_ME_MAX 100
@@ -61,7 +63,17 @@ void api_order_seckill(http_req_t *r, int64_t voucher_id)
         api_unauthorized(r);
         return;
     }
-    admission_try(r, voucher_id, u->id, on_admitted);
+    /* Abuse limits (ratelimit.h), before Redis is asked anything. */
+    if (!ratelimit_allow_peer(r, RL_IP_SECKILL) ||
+        !ratelimit_allow(r, RL_USER_SECKILL, (uint64_t)u->id)) {
+        metrics_seckill_done(r->w->m, OUT_RATE_LIMITED, clock_mono_ns() - r->start_ns);
+        ratelimit_reply(r);
+        return;
+    }
+    if (r->w->app->cfg.mode == MODE_SYNC)
+        sync_order_try(r, voucher_id, u->id, on_admitted);
+    else
+        admission_try(r, voucher_id, u->id, on_admitted);
 }
 
 /* ------------------------------------------------------------ order lookups */

@@ -18,6 +18,7 @@
 #include "jobs.h"
 #include "keys.h"
 #include "log.h"
+#include "ratelimit.h"
 #include "rds.h"
 #include "sb.h"
 #include "store.h"
@@ -76,9 +77,17 @@ static void on_code_set(struct redisReply *rep, void *priv)
 void api_user_code(http_req_t *r)
 {
     char phone[32];
+    if (!ratelimit_allow_peer(r, RL_IP_CODE)) {   /* abuse limits: ratelimit.h */
+        ratelimit_reply(r);
+        return;
+    }
     int n = http_query_get(r->query, "phone", phone, sizeof(phone));
     if (n != 11 || !api_phone_valid(phone)) {
         api_fail(r, MSG_BAD_PHONE, "INVALID_PHONE");
+        return;
+    }
+    if (!ratelimit_allow(r, RL_PHONE_CODE, rl_key_digits(phone))) {
+        ratelimit_reply(r);
         return;
     }
     code_ctx_t *c = calloc(1, sizeof(*c));

@@ -15,6 +15,7 @@ struct writer;
 struct metrics;
 struct redis_child;
 struct ordq;
+struct rlock_client;
 
 typedef struct app {
     config_t cfg;                   /* read-only after start */
@@ -29,6 +30,7 @@ typedef struct app {
     struct jobs *jobs;              /* blocking SQL calls off the loops (jobs.h) */
     struct writer *writer;          /* the order writer thread (writer.h) */
     struct ordq *ordq;              /* queue mode only: in-process order queue (ordq.h) */
+    struct rlock_client *locks;     /* sync mode only: distributed lock client (rlock.h) */
     struct metrics *metrics;        /* process-wide counters (metrics.h) */
     struct redis_child *child;      /* embedded redis-server, or NULL */
 

@@ -18,7 +18,7 @@
 
 #include "log.h"
 
-typedef enum { T_STR, T_INT, T_SIZE, T_LISTEN, T_MODE, T_LEVEL, T_BOOL } ctype_t;
+typedef enum { T_STR, T_INT, T_SIZE, T_LISTEN, T_MODE, T_LEVEL, T_BOOL, T_RATE } ctype_t;
 
 typedef struct setting {
     const char *name;      /* flag without "--", file key */
@@ -85,6 +85,15 @@ static const setting_t settings[] = {
       "request line plus headers at most"),
     S("max-body-bytes", "SECKILL_MAX_BODY_BYTES", T_SIZE, max_body_bytes, "65536", 1024, 67108864,
       "request body at most"),
+    /* Abuse limits (ratelimit.h): N[/s|/m|/h][:BURST], 0 = off. */
+    S("rate-user-seckill", "SECKILL_RATE_USER_SECKILL", T_RATE, rate_user_seckill, "20/s:40", 0, 0,
+      "flash-sale requests per user (per instance; each worker gets 1/threads)"),
+    S("rate-ip-seckill", "SECKILL_RATE_IP_SECKILL", T_RATE, rate_ip_seckill, "0", 0, 0,
+      "flash-sale requests per client IP (0 = off; per instance, 1/threads per worker)"),
+    S("rate-ip-code", "SECKILL_RATE_IP_CODE", T_RATE, rate_ip_code, "0", 0, 0,
+      "/user/code requests per client IP (0 = off; exact per instance)"),
+    S("rate-phone-code", "SECKILL_RATE_PHONE_CODE", T_RATE, rate_phone_code, "1/m:3", 0, 0,
+      "login codes per phone number (0 = off; exact per instance)"),
 };
 #define NSETTINGS (sizeof(settings) / sizeof(settings[0]))
 
@@ -111,6 +120,41 @@ static int parse_long(const char *v, long *out)
     if (errno || end == v || *end != '\0')
         return -1;
     *out = x;
+    return 0;
+}
+
+/* "N[/s|/m|/h][:BURST]" -> rate; N and BURST whole numbers, "0" = off. Without a
+ * burst, one period's worth (at least 1). Returns 0 or -1. */
+#define RATE_MAX 1000000L
+static int parse_rate(const char *v, config_rate_t *out)
+{
+    char *end;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (errno || end == v || !isdigit((unsigned char)v[0]) || n < 0 || n > RATE_MAX)
+        return -1;
+    double period = 1;
+    if (*end == '/') {
+        switch (end[1]) {
+        case 's': period = 1; break;
+        case 'm': period = 60; break;
+        case 'h': period = 3600; break;
+        default: return -1;
+        }
+        end += 2;
+    }
+    long burst = n > 0 ? n : 1;
+    if (*end == ':') {
+        const char *b = end + 1;
+        errno = 0;
+        burst = strtol(b, &end, 10);
+        if (errno || end == b || !isdigit((unsigned char)b[0]) || burst < 1 || burst > RATE_MAX)
+            return -1;
+    }
+    if (*end != '\0')
+        return -1;
+    out->per_s = n == 0 ? 0 : (double)n / period;
+    out->burst = n == 0 ? 0 : (double)burst;
     return 0;
 }
 
@@ -174,6 +218,13 @@ static int apply(config_t *cfg, const setting_t *s, const char *v, const char *f
             }
         snprintf(err, errlen, "%s: mode must be stream, queue or sync, not \"%s\"", from, v);
         return -1;
+    case T_RATE:
+        if (parse_rate(v, (config_rate_t *)field) < 0) {
+            snprintf(err, errlen, "%s: %s must be N[/s|/m|/h][:BURST] (e.g. 20/s:40, 1/m:3, 0 = off), "
+                     "not \"%s\"", from, s->name, v);
+            return -1;
+        }
+        return 0;
     case T_LEVEL: {
         static const char *levels[] = {"debug", "info", "warn", "error"};
         for (int i = 0; i < 4; i++)

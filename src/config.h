@@ -11,6 +11,13 @@
 
 typedef enum { MODE_STREAM = 0, MODE_QUEUE, MODE_SYNC } order_mode_t;
 
+/* A rate limit (ratelimit.h): per_s tokens per second, burst at most; per_s 0 = off.
+ * Written "N[/s|/m|/h][:BURST]", e.g. 20/s:40, 1/m:3, 0. */
+typedef struct config_rate {
+    double per_s;
+    double burst;
+} config_rate_t;
+
 typedef struct config {
     char listen_host[256];      /* listen: HOST:PORT, default 127.0.0.1:8081 */
     int listen_port;
@@ -41,6 +48,12 @@ typedef struct config {
     size_t max_body_bytes;      /* default 65536 */
     size_t queue_capacity;      /* queue mode: orders the in-process queue holds, default 1048576 */
     int appendfsync_always;     /* embedded redis: appendfsync always instead of everysec */
+
+    /* abuse limits (ratelimit.h) */
+    config_rate_t rate_user_seckill;  /* flash-sale orders per user, default 20/s:40 */
+    config_rate_t rate_ip_seckill;    /* flash-sale orders per client IP, default off */
+    config_rate_t rate_ip_code;       /* /user/code per client IP, default off */
+    config_rate_t rate_phone_code;    /* /user/code per phone, default 1/m:3 */
 } config_t;
 
 /* Fills cfg from defaults, file, environment and argv (argv[0] is the subcommand name,

@@ -1,12 +1,14 @@
 /* main.c -- the `seckill` command: one binary, one subcommand per job.
  *
  *   seckill serve   the flash-sale service (server.c)
- *   seckill bench   load generator (issue 4: not built yet)
- *   seckill audit   invariant checker (issue 4: not built yet)
+ *   seckill bench   flash-sale rehearsal and load generator (bench.c)
+ *   seckill audit   invariant checker (audit.c)
  */
 #include <stdio.h>
 #include <string.h>
 
+#include "audit.h"
+#include "bench.h"
 #include "config.h"
 #include "server.h"
 
@@ -19,8 +21,10 @@ static void usage(FILE *f)
             "usage: seckill <command> [options]\n\n"
             "commands:\n"
             "  serve     run the service (with no options: embedded Redis + SQLite under ./var)\n"
+            "  bench     rehearse a flash sale against a running service, then audit it\n"
+            "  audit     check Redis and SQL for oversell, duplicates, lost orders\n"
             "  version   print the version\n\n"
-            "`seckill serve --help` lists every option.\n",
+            "`seckill <command> --help` lists its options.\n",
             SECKILL_VERSION);
 }
 
@@ -53,10 +57,10 @@ int main(int argc, char **argv)
         usage(stdout);
         return 0;
     }
-    if (strcmp(cmd, "bench") == 0 || strcmp(cmd, "audit") == 0) {
-        fprintf(stderr, "seckill: `%s` is not built yet; see the README's roadmap\n", cmd);
-        return 2;
-    }
+    if (strcmp(cmd, "bench") == 0)
+        return bench_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "audit") == 0)
+        return audit_main(argc - 1, argv + 1);
     fprintf(stderr, "seckill: unknown command \"%s\"\n\n", cmd);
     usage(stderr);
     return 2;

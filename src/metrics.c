@@ -35,6 +35,12 @@ static const char *const outcome_name[OUT__COUNT] = {
     [OUT_BAD_REQUEST] = "bad_request",
     [OUT_UNAVAILABLE] = "unavailable",
     [OUT_OTHER] = "other",
+    [OUT_RATE_LIMITED] = "rate_limited",
+};
+
+/* rl_kind_t order (ratelimit.h). */
+static const char *const rl_name[METRICS_RL_KINDS] = {
+    "user_seckill", "ip_seckill", "ip_code", "phone_code",
 };
 
 void metrics_seckill_done(metrics_shard_t *m, outcome_t o, uint64_t latency_ns)
@@ -80,6 +86,7 @@ void metrics_render(struct app *app, struct sb *out)
     uint64_t seck[OUT__COUNT] = { 0 }, bucket[METRICS_LAT_BUCKETS] = { 0 };
     uint64_t requests = 0, lat_sum_us = 0, soldout_local = 0, token_hits = 0;
     uint64_t redis_errors = 0, redis_reconnects = 0, rate_limited = 0;
+    uint64_t rl_by[METRICS_RL_KINDS] = { 0 };
 
     for (int i = 0; i < app->nworkers; i++) {
         worker_t *w = app->workers != NULL ? app->workers[i] : NULL;
@@ -100,6 +107,9 @@ void metrics_render(struct app *app, struct sb *out)
         redis_errors += ld(&m->redis_errors);
         redis_reconnects += ld(&m->redis_reconnects);
         rate_limited += ld(&m->rate_limited);
+        for (int k = 0; k < METRICS_RL_KINDS; k++) {
+            rl_by[k] += ld(&m->rate_limited_by[k]);
+        }
     }
 
     head(out, "seckill_seckill_requests_total", "counter",
@@ -134,6 +144,12 @@ void metrics_render(struct app *app, struct sb *out)
         redis_reconnects);
     one(out, "seckill_rate_limited_total", "counter", "Requests refused by rate limiting.",
         rate_limited);
+    head(out, "seckill_rate_limited_by_limit_total", "counter",
+         "Requests refused by each rate limit (--rate-*).");
+    for (int k = 0; k < METRICS_RL_KINDS; k++) {
+        sb_printf(out, "seckill_rate_limited_by_limit_total{limit=\"%s\"} %llu\n", rl_name[k],
+                  (unsigned long long)rl_by[k]);
+    }
 
     metrics_t *g = app->metrics;
     if (g != NULL) {

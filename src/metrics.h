@@ -24,9 +24,11 @@ typedef enum {
     OUT_BAD_REQUEST,     /* 4xx for malformed input */
     OUT_UNAVAILABLE,     /* Redis/SQL down or late: 503 */
     OUT_OTHER,           /* any other request (non-seckill endpoints) */
+    OUT_RATE_LIMITED,    /* 429: a rate limit refused it (ratelimit.h) */
     OUT__COUNT
 } outcome_t;
 
+#define METRICS_RL_KINDS 4       /* the limits of ratelimit.h (RL__COUNT) */
 #define METRICS_LAT_BUCKETS 16   /* upper bounds in metrics.c: 0.1 ms .. 5 s, +Inf */
 
 typedef struct metrics_shard {
@@ -39,6 +41,7 @@ typedef struct metrics_shard {
     _Atomic uint64_t redis_errors;            /* timeouts, disconnects, error replies */
     _Atomic uint64_t redis_reconnects;
     _Atomic uint64_t rate_limited;
+    _Atomic uint64_t rate_limited_by[METRICS_RL_KINDS];  /* by limit: rl_kind_t order */
     char pad[64];
 } metrics_shard_t;
 

@@ -123,6 +123,40 @@ const char *sb_cstr(sb_t *s)
     return s->buf;           /* the invariant keeps buf[len] == '\0' */
 }
 
+size_t sb_utf8_len(const char *z, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)z;
+    if (n == 0)
+        return 0;
+    if (p[0] < 0x80)
+        return 1;
+    size_t k;
+    unsigned lo = 0x80, hi = 0xBF;   /* the allowed range of the second byte */
+    if (p[0] >= 0xC2 && p[0] <= 0xDF) {
+        k = 2;
+    } else if (p[0] >= 0xE0 && p[0] <= 0xEF) {
+        k = 3;
+        if (p[0] == 0xE0)
+            lo = 0xA0;               /* no overlong forms */
+        else if (p[0] == 0xED)
+            hi = 0x9F;               /* no surrogates */
+    } else if (p[0] >= 0xF0 && p[0] <= 0xF4) {
+        k = 4;
+        if (p[0] == 0xF0)
+            lo = 0x90;
+        else if (p[0] == 0xF4)
+            hi = 0x8F;               /* nothing above U+10FFFF */
+    } else {
+        return 0;                    /* 0x80..0xC1, 0xF5..0xFF */
+    }
+    if (n < k || p[1] < lo || p[1] > hi)
+        return 0;
+    for (size_t i = 2; i < k; i++)
+        if ((p[i] & 0xC0) != 0x80)
+            return 0;
+    return k;
+}
+
 void sb_json_str(sb_t *s, const char *z, size_t n)
 {
     static const char hex[] = "0123456789abcdef";
@@ -131,6 +165,17 @@ void sb_json_str(sb_t *s, const char *z, size_t n)
     size_t run = 0;          /* start of the pending run of bytes that need no escape */
     for (size_t i = 0; i < n; i++) {
         unsigned char ch = (unsigned char)z[i];
+        if (ch >= 0x80) {
+            size_t k = sb_utf8_len(z + i, n - i);
+            if (k > 0) {
+                i += k - 1;          /* a whole valid character: keep it as it is */
+                continue;
+            }
+            sb_append(s, z + run, i - run);
+            run = i + 1;
+            sb_append(s, "\xEF\xBF\xBD", 3);   /* U+FFFD for the bad byte */
+            continue;
+        }
         if (ch >= 0x20 && ch != '"' && ch != '\\')
             continue;
         sb_append(s, z + run, i - run);

@@ -29,8 +29,15 @@ void sb_i64(sb_t *s, int64_t v);
 const char *sb_cstr(sb_t *s);                 /* always NUL-terminated, never NULL */
 
 /* Appends z (n bytes, UTF-8 passed through) as a quoted JSON string, escaping
- * quotes, backslashes and control characters. */
+ * quotes, backslashes and control characters. A byte that does not start a valid UTF-8
+ * sequence becomes U+FFFD, so the output is valid JSON whatever z holds (issue 6: found
+ * by fuzz_redis_reply with a nickName from Redis). */
 void sb_json_str(sb_t *s, const char *z, size_t n);
+
+/* Length (1..4) of the valid UTF-8 sequence at z[0..n), or 0 if z does not start with
+ * one: a stray continuation byte, an overlong form, a surrogate, a code point above
+ * U+10FFFF, or a sequence cut short. n == 0 gives 0. */
+size_t sb_utf8_len(const char *z, size_t n);
 
 /* Local date-time "yyyy-MM-ddTHH:mm:ss" (server time zone) for epoch seconds t, quoted. */
 void sb_json_datetime(sb_t *s, int64_t t);

@@ -35,12 +35,54 @@
 #include "rds.h"
 #include "redis_child.h"
 #include "store.h"
+#include "sync_order.h"
 #include "worker.h"
 #include "writer.h"
 
 #define SHUTDOWN_GRACE_MS 5000
 #define JOB_THREADS 2
 #define JOB_QUEUE_MAX 4096
+
+/* (issue 6) A URL as it may be logged or shown: the password of
+ * scheme://user:PASSWORD@host... (up to the last '@', as rds_parse_url reads it) and of a
+ * "password=" query parameter become "***". Secrets never reach the log. */
+static void put_part(char *out, size_t n, size_t *o, const char *z, size_t len)
+{
+    if (*o + 1 >= n)
+        return;
+    if (len > n - 1 - *o)
+        len = n - 1 - *o;
+    memcpy(out + *o, z, len);
+    *o += len;
+    out[*o] = '\0';
+}
+
+static const char *redact_url(const char *url, char *out, size_t n)
+{
+    const char *u = url ? url : "";
+    size_t o = 0, len = strlen(u);
+    if (n == 0)
+        return "";
+    out[0] = '\0';
+    const char *auth = strstr(u, "://");
+    const char *at = auth ? strrchr(auth + 3, '@') : NULL;
+    const char *colon = at ? memchr(auth + 3, ':', (size_t)(at - (auth + 3))) : NULL;
+    const char *pw = strstr(at ? at : u, "password=");
+    const char *pw_end = pw ? pw + 9 + strcspn(pw + 9, "&") : NULL;
+    const char *p = u;
+    if (colon && at > colon + 1) {
+        put_part(out, n, &o, p, (size_t)(colon + 1 - p));
+        put_part(out, n, &o, "***", 3);
+        p = at;
+    }
+    if (pw && pw_end > pw + 9) {
+        put_part(out, n, &o, p, (size_t)(pw + 9 - p));
+        put_part(out, n, &o, "***", 3);
+        p = pw_end;
+    }
+    put_part(out, n, &o, p, (size_t)(u + len - p));
+    return out;
+}
 
 /* mkdir -p */
 static int make_dirs(const char *path)
@@ -109,7 +151,10 @@ static void embedded_admin_token(app_t *app)
 static redisContext *connect_blocking(const char *url, int timeout_ms, char *err, size_t errlen)
 {
     rds_addr_t a;
-    if (rds_parse_url(url, &a) < 0) {
+    char shown[600];
+    const char *raw = url;
+    url = redact_url(raw, shown, sizeof shown);   /* only for messages from here on */
+    if (rds_parse_url(raw, &a) < 0) {
         snprintf(err, errlen, "bad Redis URL \"%s\": use redis://[:password@]host:port[/db] or unix:PATH", url);
         return NULL;
     }
@@ -298,10 +343,6 @@ int server_run(const config_t *cfg)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    if (cfg->mode == MODE_SYNC) {
-        snprintf(err, sizeof err, "mode %s is not available yet: use --mode stream", config_mode_name(cfg->mode));
-        goto out;
-    }
     if (make_dirs(cfg->data_dir) < 0) {
         snprintf(err, sizeof err, "cannot create data directory %s: %s", cfg->data_dir, strerror(errno));
         goto out;
@@ -323,7 +364,9 @@ int server_run(const config_t *cfg)
     if (redis_prepare(app, err, sizeof err) < 0)
         goto out;
     orderid_init(app->instance_slot);
-    log_info("redis %s reachable; order-id slot %u", app->redis_url, app->instance_slot);
+    char shown[1100];
+    log_info("redis %s reachable; order-id slot %u", redact_url(app->redis_url, shown, sizeof shown),
+             app->instance_slot);
 
     /* 2. SQL: open once here so schema problems stop us before we listen. */
     if (cfg->db_url[0])
@@ -337,7 +380,7 @@ int server_run(const config_t *cfg)
         store_close(s);
     }
     atomic_store(&app->sql_up, 1);
-    log_info("database %s ready (schema checked)", app->db_url);
+    log_info("database %s ready (schema checked)", redact_url(app->db_url, shown, sizeof shown));
 
     /* 3. Identity: admin token and consumer name. */
     if (cfg->admin_token[0])
@@ -371,6 +414,11 @@ int server_run(const config_t *cfg)
     if (!app->writer)
         goto out;
     log_info("order writer started as consumer \"%s\" of group %s", app->name, KEY_GROUP);
+    if (cfg->mode == MODE_SYNC) {
+        if (sync_order_init(app, err, sizeof err) < 0)
+            goto out;
+        log_info("sync mode: every order is one SQL transaction under a per-user lock");
+    }
     if (cfg->mode == MODE_QUEUE) {
         /* The stream writer still runs: it drains any stream entries left from an
          * earlier run in stream mode. New orders go through the in-process queue. */
@@ -385,7 +433,8 @@ int server_run(const config_t *cfg)
     /* 5. Workers: every one listens before any starts, so a busy port fails cleanly. */
     rds_addr_t addr;
     if (rds_parse_url(app->redis_url, &addr) < 0) {
-        snprintf(err, sizeof err, "bad Redis URL \"%s\"", app->redis_url);
+        snprintf(err, sizeof err, "bad Redis URL \"%s\"",
+                 redact_url(app->redis_url, shown, sizeof shown));
         goto out;
     }
     app->workers = calloc((size_t)cfg->threads, sizeof *app->workers);
@@ -429,6 +478,7 @@ out:
     ordq_stop(app->ordq);
     writer_stop(app->writer);
     jobs_free(app->jobs);
+    sync_order_free(app);   /* after the pool: its jobs hold the locks */
     for (int i = 0; i < app->nworkers; i++)
         free_worker(app->workers[i]);
     free(app->workers);

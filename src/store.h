@@ -91,4 +91,28 @@ int store_orders_of_user(store_t *s, int64_t user_id, size_t max, store_order_t 
 /* For audit and tests: count of orders of a voucher and its SQL stock. */
 int store_voucher_counts(store_t *s, int64_t voucher_id, int64_t *orders, int64_t *stock);
 
+/* The `sync` order mode (the course's database-only flash sale): in ONE transaction,
+ * check the sale window and stock, check that the user has no order for the voucher,
+ * take one stock with a guarded `stock = stock - 1 WHERE stock > 0`, and insert the order.
+ * *result is one of STORE_SYNC_*. Callers serialise a user's attempts with a per-user
+ * lock (the unique (user, voucher) key stops a second order regardless). */
+enum {
+    STORE_SYNC_OK = 0, STORE_SYNC_SOLD_OUT = 1, STORE_SYNC_DUPLICATE = 2,
+    STORE_SYNC_NOT_STARTED = 3, STORE_SYNC_ENDED = 4, STORE_SYNC_NO_VOUCHER = 5
+};
+int store_order_sync(store_t *s, const store_order_t *o, int *result);
+
+/* ==== audit additions (issue 4: `seckill audit`) ====
+ * Read-only queries for the invariant checker. A backend that does not implement one
+ * leaves its ops member NULL: the call then fails with "not supported by this backend".
+ * Both backends implement them (store_sqlite.c, store_mysql.c). */
+
+/* Orders of one voucher with id > after_id, in ascending id order, at most max; page
+ * through a large voucher by passing the last id seen. *out is malloc'ed (free()), *n
+ * rows; *n < max means the end was reached. Fields: id, user_id, voucher_id, status,
+ * create_time (epoch seconds). */
+int store_voucher_orders(store_t *s, int64_t voucher_id, int64_t after_id, size_t max,
+                         store_order_t **out, size_t *n);
+/* ==== end of audit additions ==== */
+
 #endif

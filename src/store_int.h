@@ -42,6 +42,12 @@ typedef struct store_ops {
     int (*orders_of_user)(store_t *s, int64_t user_id, size_t max, store_order_t **out,
                           size_t *n);
     int (*voucher_counts)(store_t *s, int64_t voucher_id, int64_t *orders, int64_t *stock);
+    /* optional (NULL: "not supported by this backend") */
+    int (*order_sync)(store_t *s, const store_order_t *o, int *result);
+    /* ==== audit additions (issue 4): optional, NULL = "not supported by this backend" */
+    int (*voucher_orders)(store_t *s, int64_t voucher_id, int64_t after_id, size_t max,
+                          store_order_t **out, size_t *n);
+    /* ==== end of audit additions ==== */
 } store_ops_t;
 
 extern const store_ops_t store_sqlite_ops;

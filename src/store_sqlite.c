@@ -111,6 +111,7 @@ typedef struct sq {
     int timed_out;                   /* the busy or progress handler gave up */
     sqlite3_stmt *st[ST__COUNT];
     sqlite3_stmt *st_order_get;
+    sqlite3_stmt *st_sync[4];        /* sync order mode (sq_order_sync) */
     int64_t tcache_t;                /* last epoch -> text conversion */
     char tcache_s[32];
 } sq_t;
@@ -375,6 +376,8 @@ static void sq_close(store_t *s)
     for (int i = 0; i < ST__COUNT; i++)
         sqlite3_finalize(q->st[i]);
     sqlite3_finalize(q->st_order_get);
+    for (int i = 0; i < 4; i++)
+        sqlite3_finalize(q->st_sync[i]);
     if (q->db && sqlite3_close(q->db) != SQLITE_OK)
         log_error("sqlite: close: %s", sqlite3_errmsg(q->db));
     free(q);
@@ -904,6 +907,164 @@ out:
     return ret;
 }
 
+/* ---------------------------------------------------------------- sync order mode */
+
+/* The course's DB-only order, in one IMMEDIATE transaction (the write lock is taken up
+ * front, so the checks and the writes see one state). Statements are prepared once per
+ * connection like the others, kept apart so the main table stays the writer's. */
+enum { SY_VOUCHER, SY_HAS_ORDER, SY_TAKE, SY_INSERT, SY__COUNT };
+static const char *const sync_sql[SY__COUNT] = {
+    [SY_VOUCHER] = "SELECT stock, begin_time, end_time FROM tb_seckill_voucher "
+                   "WHERE voucher_id = ?1",
+    [SY_HAS_ORDER] = "SELECT count(*) FROM tb_voucher_order WHERE user_id = ?1 AND voucher_id = ?2",
+    [SY_TAKE] = "UPDATE tb_seckill_voucher SET stock = stock - 1, update_time = ?2 "
+                "WHERE voucher_id = ?1 AND stock > 0",
+    [SY_INSERT] = "INSERT INTO tb_voucher_order (id, user_id, voucher_id, create_time, "
+                  "update_time) VALUES (?1, ?2, ?3, ?4, ?4)",
+};
+
+static int sq_order_sync(store_t *s, const store_order_t *o, int *result)
+{
+    sq_t *q = (sq_t *)s;
+    sqlite3_stmt *st;
+    int rc;
+    call_begin(q);
+    if (exec_stmt(q, ST_BEGIN_IMMEDIATE, "sync order: BEGIN IMMEDIATE") != STORE_OK)
+        return STORE_ERR;
+    for (int i = 0; i < SY__COUNT; i++)
+        if (!stmt_prepare(q, &q->st_sync[i], sync_sql[i]))
+            goto fail;
+
+    st = q->st_sync[SY_VOUCHER];
+    sqlite3_bind_int64(st, 1, o->voucher_id);
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_DONE) {
+        sqlite3_reset(st);
+        *result = STORE_SYNC_NO_VOUCHER;
+        goto done;
+    }
+    if (rc != SQLITE_ROW) {
+        sqlite3_reset(st);
+        sq_fail(q, "sync order: voucher");
+        goto fail;
+    }
+    int64_t stock = sqlite3_column_int64(st, 0);
+    int64_t begin = col_time(st, 1), end = col_time(st, 2);
+    sqlite3_reset(st);
+    if (o->create_time < begin) {
+        *result = STORE_SYNC_NOT_STARTED;
+        goto done;
+    }
+    if (o->create_time >= end) {
+        *result = STORE_SYNC_ENDED;
+        goto done;
+    }
+    if (stock < 1) {
+        *result = STORE_SYNC_SOLD_OUT;
+        goto done;
+    }
+
+    st = q->st_sync[SY_HAS_ORDER];
+    sqlite3_bind_int64(st, 1, o->user_id);
+    sqlite3_bind_int64(st, 2, o->voucher_id);
+    rc = sqlite3_step(st);
+    int64_t has = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    sqlite3_reset(st);
+    if (rc != SQLITE_ROW) {
+        sq_fail(q, "sync order: count");
+        goto fail;
+    }
+    if (has > 0) {
+        *result = STORE_SYNC_DUPLICATE;
+        goto done;
+    }
+
+    char now[32];
+    snprintf(now, sizeof now, "%s", time_text(q, o->create_time));
+    st = q->st_sync[SY_TAKE];
+    sqlite3_bind_int64(st, 1, o->voucher_id);
+    sqlite3_bind_text(st, 2, now, -1, SQLITE_TRANSIENT);
+    rc = sqlite3_step(st);
+    sqlite3_reset(st);
+    if (rc != SQLITE_DONE) {
+        sq_fail(q, "sync order: take stock");
+        goto fail;
+    }
+    if (sqlite3_changes(q->db) == 0) {   /* the guard: nobody can take the last one twice */
+        *result = STORE_SYNC_SOLD_OUT;
+        goto done;
+    }
+
+    st = q->st_sync[SY_INSERT];
+    sqlite3_bind_int64(st, 1, o->id);
+    sqlite3_bind_int64(st, 2, o->user_id);
+    sqlite3_bind_int64(st, 3, o->voucher_id);
+    sqlite3_bind_text(st, 4, now, -1, SQLITE_TRANSIENT);
+    rc = sqlite3_step(st);
+    sqlite3_reset(st);
+    if (rc == SQLITE_CONSTRAINT) {
+        /* UNIQUE(user_id, voucher_id): a concurrent order of this user won. Undo. */
+        rollback(q);
+        *result = STORE_SYNC_DUPLICATE;
+        return STORE_OK;
+    }
+    if (rc != SQLITE_DONE) {
+        sq_fail(q, "sync order: insert");
+        goto fail;
+    }
+    *result = STORE_SYNC_OK;
+done:
+    if (exec_stmt(q, ST_COMMIT, "sync order: COMMIT") != STORE_OK)
+        goto fail;
+    return STORE_OK;
+fail:
+    rollback(q);
+    return STORE_ERR;
+}
+
+/* ==== audit additions (issue 4: `seckill audit`) ====
+ * Read-only; prepared per call (the audit pages through a voucher a few times, it is not
+ * a hot path), so the connection struct needs no new statement slot. */
+
+static int sq_voucher_orders(store_t *s, int64_t voucher_id, int64_t after_id, size_t max,
+                             store_order_t **out, size_t *n)
+{
+    sq_t *q = (sq_t *)s;
+    call_begin(q);
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(q->db,
+                           "SELECT id, user_id, voucher_id, status, create_time "
+                           "FROM tb_voucher_order WHERE voucher_id = ?1 AND id > ?2 "
+                           "ORDER BY id LIMIT ?3",
+                           -1, &st, NULL) != SQLITE_OK)
+        return sq_fail(q, "prepare voucher orders");
+    sqlite3_bind_int64(st, 1, voucher_id);
+    sqlite3_bind_int64(st, 2, after_id);
+    sqlite3_bind_int64(st, 3, max > (size_t)INT64_MAX ? INT64_MAX : (int64_t)max);
+    store_order_t *a = NULL;
+    size_t len = 0, cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (len == cap) {
+            cap = cap ? cap * 2 : 256;
+            a = xrealloc(a, cap * sizeof *a);
+        }
+        order_row(st, &a[len++]);
+    }
+    if (rc != SQLITE_DONE) {
+        sq_fail(q, "voucher orders");
+        sqlite3_finalize(st);
+        free(a);
+        return STORE_ERR;
+    }
+    sqlite3_finalize(st);
+    *out = a;
+    *n = len;
+    return STORE_OK;
+}
+
+/* ==== end of audit additions ==== */
+
 const store_ops_t store_sqlite_ops = {
     .scheme = "sqlite",
     .open = sq_open,
@@ -919,4 +1080,6 @@ const store_ops_t store_sqlite_ops = {
     .order_get = sq_order_get,
     .orders_of_user = sq_orders_of_user,
     .voucher_counts = sq_voucher_counts,
+    .order_sync = sq_order_sync,
+    .voucher_orders = sq_voucher_orders,   /* audit addition (issue 4) */
 };

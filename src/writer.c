@@ -434,11 +434,28 @@ static wentry_t *ent_new(writer_t *wr)
     return e;
 }
 
+/* A stream entry id as Redis writes them: <ms>-<seq>, both decimal. Anything else (a
+ * NUL inside, say) could not be acked and would be retried for ever (issue 6: found by
+ * fuzz_redis_reply). */
+static int entry_id_ok(const redisReply *r)
+{
+    if (!is_str(r) || r->len < 3 || r->len >= ENTRY_ID_MAX)
+        return 0;
+    size_t i = 0, dash = 0;
+    for (; i < r->len; i++) {
+        if (r->str[i] == '-' && dash == 0 && i > 0)
+            dash = i;
+        else if (r->str[i] < '0' || r->str[i] > '9')
+            return 0;
+    }
+    return dash > 0 && dash + 1 < r->len;
+}
+
 /* One entry: [id, [field, value, ...] or nil]. Returns 0, or -1 if not even an id. */
 static int parse_entry(writer_t *wr, size_t si, const redisReply *er)
 {
-    if (!er || er->type != REDIS_REPLY_ARRAY || er->elements < 1 || !is_str(er->element[0]) ||
-        er->element[0]->len == 0 || er->element[0]->len >= ENTRY_ID_MAX) {
+    if (!er || er->type != REDIS_REPLY_ARRAY || er->elements < 1 ||
+        !entry_id_ok(er->element[0])) {
         log_error("writer: %s: unreadable stream entry skipped", wr->streams[si].key);
         return -1;
     }
@@ -524,7 +541,7 @@ static int parse_read(writer_t *wr, const redisReply *r, int pending)
             }
             const redisReply *last = list->element[list->elements - 1];
             if (last->type == REDIS_REPLY_ARRAY && last->elements >= 1 &&
-                is_str(last->element[0]) && last->element[0]->len < ENTRY_ID_MAX) {
+                entry_id_ok(last->element[0])) {
                 memcpy(wr->streams[si].cursor, last->element[0]->str, last->element[0]->len);
                 wr->streams[si].cursor[last->element[0]->len] = '\0';
             } else {

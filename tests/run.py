@@ -2,14 +2,24 @@
 """run.py -- the test runner behind `make check` (Python 3 standard library only).
 
     python3 tests/run.py --bin build/san/seckill --unit-dir build/san/tests [-k PATTERN]... [--long]
+                         [--db sqlite|mysql|both]
 
 1. Unit tests: every executable in --unit-dir (cmocka), each with REDIS_URL pointing at a
-   redis-server this runner starts for them (the lock library's tests need one).
+   redis-server this runner starts for them (the lock library's tests need one), and, when
+   MariaDB is part of the run, MYSQL_URL (mysql://user:pass@127.0.0.1:port/unit).
 2. Integration tests: every function test_* in tests/it/test_*.py, each in its own child
    process (its own process group, so a timeout kills everything it started), with a
    timeout. After the test the child stops every server the test left running (SIGTERM,
    exit code checked) and scans each server's stderr for ASan/UBSan/LSan reports; any
    report fails the test.
+
+--db picks the SQL backend of the integration tests: sqlite (default), mysql, or both (the
+whole suite once per backend; `make check` runs both). With mysql, the runner starts ONE
+private mariadbd for the run (mariadb-install-db into a temp datadir, a free loopback port,
+a user with a password) and each test gets its own database t_<n> (harness.db_url_for).
+Tests of the MariaDB pass are named `file::test[mysql]`. A test file may declare
+`DB_BACKENDS = ("sqlite",)` (or ("mysql",)) at module level to run on those only; the
+other pass lists it as skipped.
 
 Prints `PASS name (1.2s)` / `FAIL name (1.2s)` with the captured output's tail, and ends
 with exactly `N passed, M failed` (plus `, K skipped`). Exit status 1 on any failure.
@@ -32,6 +42,9 @@ import tempfile
 import time
 import traceback
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import reliability  # noqa: E402  -- tests/reliability.py: fuzz, TSan, valgrind stages
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IT_DIR = os.path.join(ROOT, "tests", "it")
 DEFAULT_TIMEOUT = 240
@@ -39,6 +52,7 @@ UNIT_TIMEOUT = 300
 TAIL_LINES = 60
 
 SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "runtime error:", "LeakSanitizer",
+                     "WARNING: ThreadSanitizer",
                      "ERROR: ThreadSanitizer", "SUMMARY: UndefinedBehaviorSanitizer")
 
 
@@ -62,6 +76,16 @@ def _deco_info(dec):
     return None
 
 
+def _db_backends(tree):
+    """The module's DB_BACKENDS = ("sqlite", ...) if it sets one, else both."""
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and
+                isinstance(node.targets[0], ast.Name) and node.targets[0].id == "DB_BACKENDS"):
+            v = ast.literal_eval(node.value)
+            return tuple([v] if isinstance(v, str) else v)
+    return ("sqlite", "mysql")
+
+
 def discover_it():
     tests = []
     for fn in sorted(os.listdir(IT_DIR)):
@@ -70,10 +94,11 @@ def discover_it():
         path = os.path.join(IT_DIR, fn)
         with open(path, encoding="utf-8") as f:
             tree = ast.parse(f.read(), path)
+        backends = _db_backends(tree)
         for node in tree.body:
             if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
                 t = {"name": "%s::%s" % (fn, node.name), "file": path, "func": node.name,
-                     "long": False, "timeout": DEFAULT_TIMEOUT}
+                     "long": False, "timeout": DEFAULT_TIMEOUT, "backends": backends}
                 for d in node.decorator_list:
                     info = _deco_info(d)
                     if info and info[0] == "long":
@@ -158,7 +183,7 @@ def read_text(path):
         return ""
 
 
-def run_units(units, tmp, results):
+def run_units(units, tmp, results, maria=None, prefix="", extra_env=None):
     if not units:
         return
     sys.path.insert(0, IT_DIR)
@@ -170,11 +195,15 @@ def run_units(units, tmp, results):
     except Exception as e:
         print("WARN could not start redis-server for unit tests: %s" % e, flush=True)
     env = harness.san_env()
+    env.pop("MYSQL_URL", None)
     if redis:
         env["REDIS_URL"] = redis.url
+    if maria:
+        env["MYSQL_URL"] = maria.url("unit")
+    env.update(extra_env or {})   # reliability.py: TSAN_OPTIONS
     try:
         for u in units:
-            out_path = os.path.join(tmp, u["name"].replace("/", "_") + ".out")
+            out_path = os.path.join(tmp, (prefix + u["name"]).replace("/", "_") + ".out")
             rc, secs = run_group([u["path"]], UNIT_TIMEOUT, env, ROOT, out_path)
             text = read_text(out_path)
             why = None
@@ -187,7 +216,7 @@ def run_units(units, tmp, results):
                     if m in text:
                         why = "sanitizer report (%s)" % m
                         break
-            report(results, u["name"], why is None, secs, text, why)
+            report(results, prefix + u["name"], why is None, secs, text, why)
             if redis:   # each binary starts from an empty Redis
                 try:
                     redis.cmd("FLUSHALL")
@@ -209,18 +238,30 @@ def report(results, name, ok, secs, text, why=None):
             print(tail_of(text), flush=True)
 
 
-def run_its(tests, args, tmp, results):
+def run_its(tests, args, tmp, results, maria=None, prefix="", bin_path=None,
+            extra_env=None):
+    """prefix, bin_path, extra_env: the TSan and valgrind stages of reliability.py run
+    tests again against another binary, under names starting with prefix."""
+    bin_path = bin_path or args.bin
     env = dict(os.environ)
-    env["SECKILL_BIN"] = os.path.abspath(args.bin)
+    env["SECKILL_BIN"] = os.path.abspath(bin_path)
+    env.update(extra_env or {})
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["PYTHONUNBUFFERED"] = "1"
     if args.keep:
         env["SECKILL_KEEP_TMP"] = "1"
-    for t in tests:
-        out_path = os.path.join(tmp, t["name"].replace("/", "_").replace(":", "_") + ".out")
+    for seq, t in enumerate(tests, 1):
+        env["SECKILL_TEST_DB"] = t["db"]
+        env["SECKILL_TEST_SEQ"] = str(seq)
+        if maria:
+            env["SECKILL_TEST_MYSQL"] = maria.base_url
+        else:
+            env.pop("SECKILL_TEST_MYSQL", None)
+        safe = t["name"].replace("/", "_").replace(":", "_").replace("[", "_").replace("]", "")
+        out_path = os.path.join(tmp, prefix.replace("/", "_") + safe + ".out")
         res_path = out_path + ".json"
         argv = [sys.executable, os.path.abspath(__file__), "--child", t["name"],
-                "--bin", args.bin, "--result", res_path, "--child-timeout",
+                "--bin", bin_path, "--result", res_path, "--child-timeout",
                 str(t["timeout"])]
         rc, secs = run_group(argv, t["timeout"] + 60, env, ROOT, out_path)
         text = read_text(out_path)
@@ -237,7 +278,7 @@ def run_its(tests, args, tmp, results):
                 why = "child exited %s without a result" % rc
             if why is None and rc != 0:
                 why = "child exit status %d" % rc
-        report(results, t["name"], why is None, secs, text, why)
+        report(results, prefix + t["name"], why is None, secs, text, why)
 
 
 # ---------------------------------------------------------------------------------------
@@ -245,7 +286,7 @@ def run_its(tests, args, tmp, results):
 
 def child_main(args):
     name = args.child
-    fname, func = name.split("::")
+    fname, func = name.split("[")[0].split("::")
     sys.path.insert(0, IT_DIR)
     os.environ["SECKILL_BIN"] = os.path.abspath(args.bin)
     import harness
@@ -296,6 +337,17 @@ def child_main(args):
     return 0 if ok else 1
 
 
+def start_run_mariadb(tmp):
+    """The run's one mariadbd (tests/it/harness.py MariaDB), outside any test's registry."""
+    sys.path.insert(0, IT_DIR)
+    import harness
+    t0 = time.monotonic()
+    m = harness.MariaDB(os.path.join(tmp, "mariadb"), register=False).start()
+    print("mariadbd for this run: %s (datadir %s, %.1fs)" % (
+        m.base_url.split("@")[-1], m.datadir, time.monotonic() - t0), flush=True)
+    return m
+
+
 # ---------------------------------------------------------------------------------------
 
 def main():
@@ -309,6 +361,9 @@ def main():
     ap.add_argument("--keep", action="store_true", help="keep temp dirs of passing tests")
     ap.add_argument("--no-unit", action="store_true")
     ap.add_argument("--no-it", action="store_true")
+    ap.add_argument("--db", choices=("sqlite", "mysql", "both"), default="sqlite",
+                    help="SQL backend(s) of the integration tests (default sqlite)")
+    reliability.add_args(ap)   # --fuzz-dir, --tsan-bin, --valgrind-bin ... (issue 6)
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     ap.add_argument("--child-timeout", type=float, default=DEFAULT_TIMEOUT,
@@ -318,18 +373,32 @@ def main():
     if args.child:
         return child_main(args)
 
+    dbs = ["sqlite", "mysql"] if args.db == "both" else [args.db]
     units = [] if args.no_unit else [u for u in discover_unit(args.unit_dir)
                                      if selected(u["name"], args.patterns)]
-    its = [] if args.no_it else [t for t in discover_it() if selected(t["name"], args.patterns)]
-    skipped = [t for t in its if t["long"] and not args.long]
-    its = [t for t in its if not (t["long"] and not args.long)]
+    its, skipped = [], []
+    for db in dbs:
+        for t in ([] if args.no_it else discover_it()):
+            t = dict(t, db=db)
+            if db != "sqlite":
+                t["name"] += "[%s]" % db
+            if not selected(t["name"], args.patterns):
+                continue
+            if db not in t["backends"]:
+                t["why"] = "%s only" % "/".join(t["backends"])
+                skipped.append(t)
+            elif t["long"] and not args.long:
+                t["why"] = "needs --long"
+                skipped.append(t)
+            else:
+                its.append(t)
     if args.list:
         for u in units:
             print(u["name"])
         for t in its:
             print("%s (timeout %ss)" % (t["name"], t["timeout"]))
         for t in skipped:
-            print("%s (skipped: needs --long)" % t["name"])
+            print("%s (skipped: %s)" % (t["name"], t["why"]))
         return 0
 
     if args.unit_dir and not os.path.isdir(args.unit_dir) and not args.no_unit:
@@ -342,14 +411,25 @@ def main():
     t0 = time.monotonic()
     results = []
     tmp = tempfile.mkdtemp(prefix="seckill-run-")
+    maria = None
     try:
-        run_units(units, tmp, results)
-        run_its(its, args, tmp, results)
+        if "mysql" in dbs and (its or units):
+            maria = start_run_mariadb(tmp)
+        run_units(units, tmp, results, maria)
+        run_its(its, args, tmp, results, maria)
+        if reliability.wanted(args):
+            reliability.run(args, tmp, results, sys.modules[__name__])
     except KeyboardInterrupt:
         print("interrupted", flush=True)
         results.append(("interrupted", False))
+    except Exception as e:   # e.g. mariadbd would not start: nothing ran, say so
+        print("FAIL run setup: %s: %s" % (type(e).__name__, e), flush=True)
+        results.append(("run setup", False))
+    finally:
+        if maria:
+            maria.stop()
     for t in skipped:
-        print("SKIP %s (needs --long)" % t["name"])
+        print("SKIP %s (%s)" % (t["name"], t["why"]))
     passed = sum(1 for _, ok in results if ok)
     failed = len(results) - passed
     if failed:

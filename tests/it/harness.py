@@ -11,8 +11,18 @@ Pieces:
                                  SIGTERM stop with exit-code check, kill -9, log parsing
   Http                           a keep-alive HTTP/1.1 client on a raw socket (one per thread)
   login(), create_seckill()...   API helpers
-  Db                             read-only sqlite3 helpers on the server's database
+  Db                             read-only SQL helpers on the server's database (SQLite or
+                                 MariaDB: the same methods, `?` placeholders on both)
+  hold_db_lock()                 another session that blocks the order writer's inserts
+  MariaDB / start_mariadb()      a private mariadbd (own datadir, loopback port, real user)
+  Nginx / start_nginx()          nginx from deploy/nginx.conf.in in front of instances
   wait_until()                   await a condition with an overall timeout (no fixed sleeps)
+
+The database backend of a run: SECKILL_TEST_DB=sqlite (default) or mysql. With mysql,
+SECKILL_TEST_MYSQL is the URL of a MariaDB server (mysql://user:pass@127.0.0.1:port, no
+database; tests/run.py starts one per run) and each test gets its own database t_<n>
+(n = SECKILL_TEST_SEQ, set by the runner per test), created by seckill's store_open.
+A test file whose module sets DB_BACKENDS = ("sqlite",) (or ("mysql",)) runs only there.
 
 Every process started here is registered; cleanup() (called by the runner after each test)
 stops what is still running and scan_sanitizers() reads every server's stderr for ASan/UBSan/
@@ -35,9 +45,17 @@ import time
 ORDERID_EPOCH = 1640995200
 
 SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "runtime error:", "LeakSanitizer",
-                     "ERROR: ThreadSanitizer", "SUMMARY: UndefinedBehaviorSanitizer")
+                     "ERROR: ThreadSanitizer", "WARNING: ThreadSanitizer",
+                     "SUMMARY: UndefinedBehaviorSanitizer")
 
 REDIS_SERVER = os.environ.get("REDIS_SERVER_BIN", "/usr/bin/redis-server")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# The database backend the servers of this run use (see the module docstring).
+DB_KIND = os.environ.get("SECKILL_TEST_DB", "sqlite")
+MYSQL_BASE = os.environ.get("SECKILL_TEST_MYSQL", "")
+if DB_KIND not in ("sqlite", "mysql"):
+    raise RuntimeError("SECKILL_TEST_DB must be sqlite or mysql, not %r" % DB_KIND)
 
 MSG_BAD_PHONE = "手机号格式错误！"
 MSG_BAD_CODE = "验证码错误"
@@ -348,12 +366,13 @@ class Server:
     """One `seckill serve` child. stderr (and stdout) go to files in its data dir."""
     _seq = 0
 
-    def __init__(self, argv, data_dir, port, admin_token, db_path, name):
+    def __init__(self, argv, data_dir, port, admin_token, db_path, name, db_url=None):
         self.argv = argv
         self.data_dir = data_dir
         self.port = port
         self.admin_token = admin_token
         self.db_path = db_path
+        self.db_url = db_url or ("sqlite:" + db_path if db_path else None)
         self.name = name
         self.proc = None
         Server._seq += 1
@@ -479,13 +498,16 @@ class Server:
         return Http(self.port, timeout=timeout)
 
     def db(self):
-        return Db(self.db_path)
+        return Db(self.db_url)
 
 
-def server_argv(port, redis_url, db_path, admin_token, data_dir, threads=2, name=None,
+def server_argv(port, redis_url, db_url, admin_token, data_dir, threads=2, name=None,
                 settings=None, extra=()):
+    """db_url: a database URL (sqlite:PATH, mysql://...); a bare path means sqlite:PATH."""
+    if ":" not in db_url.split("/")[0]:
+        db_url = "sqlite:" + db_url
     argv = [binary(), "serve", "--listen", "127.0.0.1:%d" % port,
-            "--redis", redis_url, "--db", "sqlite:" + db_path,
+            "--redis", redis_url, "--db", db_url,
             "--admin-token", admin_token, "--threads", str(threads), "--data-dir", data_dir]
     if name:
         argv += ["--name", name]
@@ -496,17 +518,19 @@ def server_argv(port, redis_url, db_path, admin_token, data_dir, threads=2, name
 
 
 def start_server(redis, name=None, settings=None, threads=2, data_dir=None, db_path=None,
-                 admin_token=None, port=None, extra=(), ready_timeout=60):
-    """Starts seckill against `redis` (a Redis object or a URL) and waits for /health 200."""
+                 admin_token=None, port=None, extra=(), ready_timeout=60, db_url=None):
+    """Starts seckill against `redis` (a Redis object or a URL) and waits for /health 200.
+    The database: db_url if given, else the run's backend for db_path (db_url_for)."""
     data_dir = data_dir or subdir("seckill-data")
     db_path = db_path or os.path.join(data_dir, "seckill.db")
     admin_token = admin_token or ("adm" + "".join(random.choice("0123456789abcdef")
                                                   for _ in range(29)))
     port = port or free_port()
     url = redis.url if isinstance(redis, Redis) else redis
-    argv = server_argv(port, url, db_path, admin_token, data_dir, threads, name, settings,
+    db_url = db_url or db_url_for(db_path)
+    argv = server_argv(port, url, db_url, admin_token, data_dir, threads, name, settings,
                        extra)
-    s = Server(argv, data_dir, port, admin_token, db_path, name)
+    s = Server(argv, data_dir, port, admin_token, db_path, name, db_url=db_url)
     return s.start(ready_timeout=ready_timeout)
 
 
@@ -514,10 +538,39 @@ def restart_server(old, name=None, settings=None, same_port=True, extra=(), thre
     """A new server with the same redis/db/data dir/admin token (old must be stopped)."""
     port = old.port if same_port else free_port()
     redis_url = old.argv[old.argv.index("--redis") + 1]
-    argv = server_argv(port, redis_url, old.db_path, old.admin_token, old.data_dir, threads,
+    argv = server_argv(port, redis_url, old.db_url, old.admin_token, old.data_dir, threads,
                        name, settings, extra)
-    s = Server(argv, old.data_dir, port, old.admin_token, old.db_path, name)
+    s = Server(argv, old.data_dir, port, old.admin_token, old.db_path, name,
+               db_url=old.db_url)
     return s.start()
+
+
+# ---------------------------------------------------------------------------------------
+# the database of a test
+
+_mysql_dbs = {}     # db_path -> MariaDB database name, for this test
+
+
+def run_seq():
+    """This test's number in the run (the runner's SECKILL_TEST_SEQ; else the pid)."""
+    return os.environ.get("SECKILL_TEST_SEQ") or str(os.getpid())
+
+
+def db_url_for(db_path):
+    """The database URL a server of this run uses for db_path (a SQLite file name). On
+    SQLite that file; on MariaDB one database per distinct path in this test: t_<n> for
+    the first, t_<n>_<k> after it, so servers given the same path share a database, as
+    they share the file on SQLite."""
+    if DB_KIND == "sqlite":
+        return "sqlite:" + db_path
+    check(MYSQL_BASE, "SECKILL_TEST_DB=mysql needs SECKILL_TEST_MYSQL (tests/run.py sets it)")
+    name = _mysql_dbs.get(db_path)
+    if name is None:
+        name = "t_%s" % run_seq()
+        if _mysql_dbs:
+            name += "_%d" % len(_mysql_dbs)
+        _mysql_dbs[db_path] = name
+    return MYSQL_BASE.rstrip("/") + "/" + name
 
 
 # ---------------------------------------------------------------------------------------
@@ -901,19 +954,70 @@ def wait_drained(srv, redis, voucher_id, timeout=90):
 
 
 # ---------------------------------------------------------------------------------------
-# SQLite read helpers
+# SQL read helpers (SQLite or MariaDB)
+
+def pymysql():
+    """The pymysql module (Debian's python3-pymysql). The interpreter running the tests may
+    not be Debian's (pyenv), so Debian's dist-packages is tried as a fallback."""
+    try:
+        import pymysql as m
+    except ImportError:
+        import sys
+        for d in ("/usr/lib/python3/dist-packages",):
+            if d not in sys.path:
+                sys.path.append(d)
+        try:
+            import pymysql as m
+        except ImportError:
+            raise TestFailure("pymysql is not installed (apt-get install python3-pymysql)")
+    return m
+
+
+def mysql_params(url):
+    """mysql://user:pass@host:port/db[?socket=P] -> keyword arguments of pymysql.connect."""
+    from urllib.parse import urlsplit, unquote, parse_qs
+    u = urlsplit(url)
+    check(u.scheme in ("mysql", "mariadb"), "not a mysql URL: %r", url)
+    kw = {"host": u.hostname or "127.0.0.1", "port": u.port or 3306,
+          "user": unquote(u.username or ""), "password": unquote(u.password or ""),
+          "database": u.path.lstrip("/") or None, "charset": "utf8mb4", "autocommit": True,
+          "connect_timeout": 10, "read_timeout": 60, "write_timeout": 60}
+    sock = parse_qs(u.query).get("socket")
+    if sock:
+        kw["unix_socket"] = sock[0]
+    return kw
+
+
+def mysql_connect(url, **over):
+    kw = mysql_params(url)
+    kw.update(over)
+    return pymysql().connect(**kw)
+
 
 class Db:
-    def __init__(self, path):
-        self.path = path
+    """Read helpers on a server's database. url: sqlite:PATH, a bare SQLite path, or
+    mysql://... SQL is written once with `?` placeholders and SQL both engines accept."""
+
+    def __init__(self, url):
+        if url.startswith("sqlite:"):
+            url = url[len("sqlite:"):]
+        self.url = url
+        self.kind = "mysql" if url.startswith(("mysql:", "mariadb:")) else "sqlite"
+        self.path = url if self.kind == "sqlite" else None
 
     def _conn(self):
+        if self.kind == "mysql":
+            return mysql_connect(self.url)
         c = sqlite3.connect("file:%s?mode=ro" % self.path, uri=True, timeout=10)
         return c
 
     def query(self, sql, *args):
         c = self._conn()
         try:
+            if self.kind == "mysql":
+                cur = c.cursor()
+                cur.execute(sql.replace("%", "%%").replace("?", "%s"), args)
+                return [tuple(r) for r in cur.fetchall()]
             return c.execute(sql, args).fetchall()
         finally:
             c.close()
@@ -933,7 +1037,8 @@ class Db:
 
     def per_user_max(self, voucher_id):
         return self.scalar("SELECT COALESCE(MAX(n),0) FROM (SELECT COUNT(*) n FROM "
-                           "tb_voucher_order WHERE voucher_id=? GROUP BY user_id)", voucher_id)
+                           "tb_voucher_order WHERE voucher_id=? GROUP BY user_id) t",
+                           voucher_id)
 
     def stock(self, voucher_id):
         return self.scalar("SELECT stock FROM tb_seckill_voucher WHERE voucher_id=?",
@@ -941,6 +1046,257 @@ class Db:
 
     def user_count(self):
         return self.scalar("SELECT COUNT(*) FROM tb_user")
+
+
+class _MysqlLock:
+    """LOCK TABLES tb_voucher_order WRITE from another session, with the part of the
+    sqlite3.Connection interface the tests use (execute(...).fetchone(), rollback, close)."""
+
+    def __init__(self, url):
+        self.c = mysql_connect(url)
+        self.cur = self.c.cursor()
+        self.cur.execute("LOCK TABLES tb_voucher_order WRITE")
+
+    def execute(self, sql, args=()):
+        self.cur.execute(sql.replace("%", "%%").replace("?", "%s"), args)
+        return self.cur
+
+    def rollback(self):
+        try:
+            self.cur.execute("UNLOCK TABLES")
+        except Exception:
+            pass
+
+    def close(self):
+        try:
+            self.c.close()
+        except Exception:
+            pass
+
+
+def hold_db_lock(srv):
+    """Another session that keeps the server's order writer from committing, until
+    .rollback() (then .close()). SQLite: BEGIN EXCLUSIVE on the file. MariaDB: LOCK TABLES
+    tb_voucher_order WRITE -- the writer's INSERT waits on the table lock and gives up at
+    its deadline (lock_wait_timeout), as it does on SQLite's busy lock."""
+    url = srv.db_url if isinstance(srv, Server) else srv
+    if url.startswith(("mysql:", "mariadb:")):
+        return _MysqlLock(url)
+    path = url[len("sqlite:"):] if url.startswith("sqlite:") else url
+    c = sqlite3.connect(path, timeout=30, isolation_level=None)
+    c.execute("BEGIN EXCLUSIVE")
+    return c
+
+
+# ---------------------------------------------------------------------------------------
+# MariaDB server
+
+MARIADBD = os.environ.get("MARIADBD_BIN", "/usr/sbin/mariadbd")
+MARIADB_INSTALL_DB = os.environ.get("MARIADB_INSTALL_DB_BIN", "/usr/bin/mariadb-install-db")
+
+
+def _die_with_parent():
+    """preexec_fn: the child gets SIGTERM when the process that started it dies."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+class MariaDB:
+    """A private mariadbd: its own datadir (made by mariadb-install-db), a loopback port and
+    a Unix socket, and a user with a password (seckill connects as that user, over TCP).
+    Never port 3306, never the system's service."""
+    USER = "seckill"
+    PASSWORD = "seckill-test"
+
+    def __init__(self, dir_, port=None, register=True):
+        self.dir = dir_
+        self.port = port or free_port()
+        self.datadir = os.path.join(dir_, "data")
+        self.socket = os.path.join(dir_, "mysqld.sock")
+        self.log = os.path.join(dir_, "mariadbd.err")
+        self.proc = None
+        self.register = register
+        self.base_url = "mysql://%s:%s@127.0.0.1:%d" % (self.USER, self.PASSWORD, self.port)
+
+    def url(self, db):
+        return "%s/%s" % (self.base_url, db)
+
+    def _install(self):
+        argv = [MARIADB_INSTALL_DB, "--no-defaults", "--datadir=" + self.datadir,
+                "--auth-root-authentication-method=normal", "--skip-test-db",
+                "--skip-name-resolve"]
+        if os.geteuid() == 0:
+            argv.append("--user=root")
+        out = os.path.join(self.dir, "install-db.log")
+        with open(out, "wb") as f:
+            rc = subprocess.call(argv, stdout=f, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL)
+        if rc != 0:
+            raise TestFailure("mariadb-install-db exited %d: %s" % (rc, tail(out)))
+
+    def argv(self):
+        a = [MARIADBD, "--no-defaults", "--datadir=" + self.datadir, "--socket=" + self.socket,
+             "--port=%d" % self.port, "--bind-address=127.0.0.1", "--skip-name-resolve",
+             "--pid-file=" + os.path.join(self.dir, "mariadbd.pid"), "--log-error=" + self.log,
+             "--tmpdir=" + self.dir, "--innodb-buffer-pool-size=256M",
+             "--innodb-log-file-size=64M", "--innodb-flush-log-at-trx-commit=1",
+             "--max-connections=1000", "--performance-schema=OFF",
+             "--character-set-server=utf8mb4", "--collation-server=utf8mb4_general_ci"]
+        if os.geteuid() == 0:
+            a.append("--user=root")
+        return a
+
+    def start(self, timeout=60):
+        os.makedirs(self.dir, exist_ok=True)
+        fresh = not os.path.isdir(os.path.join(self.datadir, "mysql"))
+        if fresh:
+            self._install()
+        self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     preexec_fn=_die_with_parent)
+        self.proc.stderr_path = self.log
+        if self.register:
+            register_proc(self.proc)
+
+        def ready():
+            if self.proc.poll() is not None:
+                raise TestFailure("mariadbd exited with %s: %s" % (self.proc.returncode,
+                                                                   tail(self.log)))
+            try:
+                c = pymysql().connect(unix_socket=self.socket, user="root", password="",
+                                      connect_timeout=2)
+            except Exception:
+                return False
+            c.close()
+            return True
+        wait_until(ready, timeout, interval=0.1, what="mariadbd on port %d" % self.port)
+        if fresh:
+            c = pymysql().connect(unix_socket=self.socket, user="root", password="",
+                                  autocommit=True)
+            try:
+                cur = c.cursor()
+                cur.execute("CREATE USER IF NOT EXISTS '%s'@'%%' IDENTIFIED BY '%s'" % (
+                    self.USER, self.PASSWORD))
+                cur.execute("GRANT ALL PRIVILEGES ON *.* TO '%s'@'%%' WITH GRANT OPTION" %
+                            self.USER)
+            finally:
+                c.close()
+        return self
+
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def root(self):
+        """A root session over the Unix socket (autocommit)."""
+        return pymysql().connect(unix_socket=self.socket, user="root", password="",
+                                 autocommit=True)
+
+    def stop(self, timeout=60):
+        if self.running():
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def kill(self):
+        if self.running():
+            self.proc.kill()
+            self.proc.wait()
+
+
+def start_mariadb(name="mariadb", port=None):
+    """A private MariaDB for this test (most tests use the run's: SECKILL_TEST_MYSQL)."""
+    return MariaDB(subdir(name), port).start()
+
+
+# ---------------------------------------------------------------------------------------
+# nginx in front of instances (deploy/nginx.conf.in, the config the deploy example uses)
+
+NGINX = os.environ.get("NGINX_BIN", "/usr/sbin/nginx")
+# An instance nginx failed to reach is left out this long (max_fails=1), then tried again:
+# nginx (open source) has no active health checks. A rolling restart waits this long after
+# an instance is back before it stops the next one (deploy/cluster.sh restart does too).
+NGINX_FAIL_TIMEOUT_S = 1
+
+
+def render_nginx_conf(prefix, listen, backends, workers=2, html=None):
+    """deploy/nginx.conf.in with its @PLACEHOLDERS@ filled (deploy/cluster.sh does the
+    same with sed)."""
+    with open(os.path.join(ROOT, "deploy", "nginx.conf.in"), encoding="utf-8") as f:
+        conf = f.read()
+    upstreams = "\n".join("        server %s max_fails=1 fail_timeout=%ds;" % (
+        b, NGINX_FAIL_TIMEOUT_S) for b in backends)
+    if not html:
+        html = os.path.join(prefix, "html")
+        os.makedirs(html, exist_ok=True)
+        with open(os.path.join(html, "index.html"), "w") as f:
+            f.write("<!doctype html><title>seckill</title><p>seckill cluster</p>\n")
+    for k, v in (("@PREFIX@", prefix), ("@LISTEN@", listen), ("@WORKERS@", str(workers)),
+                 ("@UPSTREAMS@", upstreams), ("@HTML@", html)):
+        conf = conf.replace(k, v)
+    left = re.findall(r"@[A-Z_]+@", re.sub(r"#[^\n]*", "", conf))
+    check(not left, "unfilled placeholders in the nginx config: %r", left)
+    return conf
+
+
+class Nginx:
+    def __init__(self, dir_, port, backends, workers=2):
+        self.dir = dir_
+        self.port = port
+        self.backends = list(backends)
+        self.workers = workers
+        self.proc = None
+        self.conf = os.path.join(dir_, "nginx.conf")
+
+    def write_conf(self):
+        os.makedirs(os.path.join(self.dir, "logs"), exist_ok=True)
+        with open(self.conf, "w", encoding="utf-8") as f:
+            f.write(render_nginx_conf(self.dir, "127.0.0.1:%d" % self.port, self.backends,
+                                      self.workers))
+
+    def start(self, timeout=20):
+        self.write_conf()
+        err = os.path.join(self.dir, "nginx.stderr")
+        with open(err, "wb") as ef:
+            self.proc = subprocess.Popen([NGINX, "-p", self.dir, "-c", self.conf,
+                                          "-g", "daemon off;"], stdin=subprocess.DEVNULL,
+                                         stdout=ef, stderr=ef, preexec_fn=_die_with_parent)
+        self.proc.stderr_path = err
+        register_proc(self.proc)
+
+        def ready():
+            if self.proc.poll() is not None:
+                raise TestFailure("nginx exited with %s: %s %s" % (
+                    self.proc.returncode, tail(err), tail(os.path.join(self.dir, "error.log"))))
+            try:
+                Http(self.port, timeout=1).close()
+                return True
+            except OSError:
+                return False
+        wait_until(ready, timeout, what="nginx on port %d" % self.port)
+        return self
+
+    def error_log(self):
+        return tail(os.path.join(self.dir, "error.log"), 200)
+
+    def stop(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def start_nginx(backends, name="nginx", port=None, workers=2):
+    """nginx on a free loopback port proxying to backends (host:port strings)."""
+    return Nginx(subdir(name), port or free_port(), backends, workers).start()
 
 
 # ---------------------------------------------------------------------------------------
@@ -1098,14 +1454,15 @@ class Rec:
 
 
 def run_sale(srv, voucher_id, tokens, attempts=4, nthreads=None, timeout=20.0, users=None,
-             ports=None, pace=0.0):
+             ports=None, pace=0.0, prefix=""):
     """Every user (index into tokens) sends `attempts` requests at the same moment, each on
     its own keep-alive connection; threads share the users. With ports, the connections
     of each thread go round-robin to those servers; pace (seconds) spaces each thread's
-    users out in time. Returns the list of Rec."""
+    users out in time; prefix goes before the path ("/api" through nginx, as the course's
+    pages call it). Returns the list of Rec."""
     users = list(range(len(tokens))) if users is None else list(users)
     nthreads = nthreads or max(1, min(len(users), 100))
-    path = "/voucher-order/seckill/%d" % voucher_id
+    path = prefix + "/voucher-order/seckill/%d" % voucher_id
     recs = []
     lock = threading.Lock()
     go = threading.Event()
@@ -1173,6 +1530,21 @@ def run_sale(srv, voucher_id, tokens, attempts=4, nthreads=None, timeout=20.0, u
     log("sale of voucher %d: %d requests from %d users in %.2fs" % (
         voucher_id, len(recs), len(users), time.monotonic() - t0))
     return recs
+
+
+def audit(redis, db_url, voucher_id=None, wait_drain=60):
+    """`seckill audit` on this Redis and database: (exit status, output). The audit is
+    read-only and exits 1 on any violated invariant."""
+    url = redis.url if isinstance(redis, Redis) else redis
+    argv = [binary(), "audit", "--redis", url, "--db", db_url, "--wait-drain", str(wait_drain)]
+    if voucher_id is not None:
+        argv += ["--voucher", str(voucher_id)]
+    p = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, env=san_env(), timeout=wait_drain + 120)
+    out = p.stdout.decode("utf-8", "replace")
+    for m in SANITIZER_MARKERS:
+        check(m not in out, "sanitizer report from seckill audit:\n%s", out[-6000:])
+    return p.returncode, out
 
 
 def summarize(recs):

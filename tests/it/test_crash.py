@@ -4,7 +4,6 @@ written twice; no oversell; SQL and Redis agree after the writer drains.
 """
 
 import json
-import sqlite3
 import threading
 import time
 
@@ -12,11 +11,10 @@ import harness as H
 from harness import check, eq
 
 
-def _hold_db_lock(db_path):
-    """An exclusive SQLite transaction on the server's database: its writer cannot commit."""
-    c = sqlite3.connect(db_path, timeout=30, isolation_level=None)
-    c.execute("BEGIN EXCLUSIVE")
-    return c
+def _hold_db_lock(srv):
+    """A session holding a lock on the server's database: its writer cannot commit
+    (SQLite: BEGIN EXCLUSIVE; MariaDB: LOCK TABLES tb_voucher_order WRITE)."""
+    return H.hold_db_lock(srv)
 
 
 def _kill9_with_pending(new_name, settings):
@@ -24,7 +22,7 @@ def _kill9_with_pending(new_name, settings):
     users, stock = 80, 50
     tokens = H.login_many(srv, r, users)          # logins write SQL: before the lock
     vid = H.create_seckill(srv, stock=stock)
-    lock = _hold_db_lock(srv.db_path)
+    lock = _hold_db_lock(srv)
     try:
         recs = H.run_sale(srv, vid, tokens, attempts=2)
         H.log("outcomes: %r" % H.summarize(recs))
@@ -233,7 +231,7 @@ def test_clean_stop_writes_queued_orders():
     users, stock = 60, 40
     tokens = H.login_many(srv, r, users)
     vid = H.create_seckill(srv, stock=stock)
-    lock = _hold_db_lock(srv.db_path)
+    lock = _hold_db_lock(srv)
     try:
         recs = H.run_sale(srv, vid, tokens, attempts=2)
         eq(len([x for x in recs if x.ok]), stock, "admitted orders while SQL is locked")
@@ -244,10 +242,5 @@ def test_clean_stop_writes_queued_orders():
         lock.rollback()
         lock.close()
     srv.stop()   # SIGTERM right after the lock is gone; exit status 0 is checked
-    c = sqlite3.connect("file:%s?mode=ro" % srv.db_path, uri=True)
-    try:
-        eq(c.execute("SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id=?",
-                     (vid,)).fetchone()[0], stock, "orders in SQL after a clean stop")
-    finally:
-        c.close()
+    eq(srv.db().order_count(vid), stock, "orders in SQL after a clean stop")
     eq(H.xpending_count(r, vid) + H.group_lag(r, vid), 0, "stream entries left un-persisted")

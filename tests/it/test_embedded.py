@@ -12,6 +12,9 @@ import time
 import harness as H
 from harness import check, eq
 
+# The embedded default is SQLite by definition (the file under --data-dir is checked).
+DB_BACKENDS = ("sqlite",)
+
 TOKEN_LINE = re.compile(r"admin[ _-]?token[^:=\n]*[:=]\s*['\"]?([A-Za-z0-9_\-.]{8,})", re.I)
 
 

@@ -5,8 +5,6 @@ queue: admission in Redis, orders in an in-process queue. It must sell exactly t
        that are not yet written die with the process -- is shown, not hidden.
 """
 
-import sqlite3
-
 import harness as H
 from harness import check, eq
 
@@ -41,8 +39,7 @@ def test_queue_mode_loses_queued_orders_on_kill9():
     users, stock = 60, 40
     tokens = H.login_many(srv, r, users)
     vid = H.create_seckill(srv, stock=stock)
-    lock = sqlite3.connect(srv.db_path, timeout=30, isolation_level=None)
-    lock.execute("BEGIN EXCLUSIVE")          # the queue's writer cannot commit
+    lock = H.hold_db_lock(srv)               # the queue's writer cannot commit
     try:
         recs = H.run_sale(srv, vid, tokens, attempts=2)
         eq(len([x for x in recs if x.ok]), stock, "admitted orders")
@@ -57,3 +54,47 @@ def test_queue_mode_loses_queued_orders_on_kill9():
     eq(srv2.db().order_count(vid), 0, "orders in SQL: every admitted order was lost")
     H.log("queue mode lost %d of %d admitted orders to one kill -9" % (stock, stock))
     H.finish(srv2)
+
+
+@H.timeout(300)
+def test_sync_mode_sells_out_exactly():
+    """sync: every request is an SQL transaction under a per-user rlock. Same sale, same
+    invariants, checked in SQL alone (Redis holds no orders in this mode)."""
+    r, srv = H.setup(settings={"mode": "sync"})
+    users, stock, attempts = 300, 100, 4
+    tokens = H.login_many(srv, r, users)
+    vid = H.create_seckill(srv, stock=stock)
+    recs = H.run_sale(srv, vid, tokens, attempts=attempts)
+    H.log("sync mode outcomes: %r" % H.summarize(recs))
+    bad = [x for x in recs if not x.ok and (x.status != 200 or x.msg not in ALLOWED_FAIL)]
+    check(not bad, "%d unexpected replies, e.g. %r", len(bad), bad[:5])
+    succ = [x for x in recs if x.ok]
+    eq(len(succ), stock, "requests answered success")
+    eq(len({x.user for x in succ}), stock, "distinct users answered success")
+    db = srv.db()
+    rows = db.orders(vid)                       # (order id, user id), already committed
+    eq(len(rows), stock, "orders in SQL")
+    eq(db.per_user_max(vid), 1, "orders of the busiest user")
+    eq({x.j["data"] for x in succ}, {row[0] for row in rows},
+       "order ids answered success vs SQL orders")
+    eq(db.stock(vid), 0, "tb_seckill_voucher.stock")
+    # the per-user locks were all released (nothing left behind in Redis)
+    eq(r.cmd("KEYS", "rlock:*order:*}"), [], "lock keys left in Redis")
+    H.finish(srv)
+
+
+@H.timeout(240)
+def test_sync_mode_window_and_unknown_voucher():
+    import time
+    r, srv = H.setup(settings={"mode": "sync"})
+    tokens = H.login_many(srv, r, 3)
+    now = time.time()
+    future = H.create_seckill(srv, stock=5, begin=now + 3600, end=now + 7200)
+    past = H.create_seckill(srv, stock=5, begin=now - 7200, end=now - 3600)
+    for vid, msg in ((future, H.MSG_NOT_STARTED), (past, H.MSG_ENDED),
+                     (999999, H.MSG_NO_VOUCHER)):
+        status, j = H.seckill(srv, tokens[0], vid)
+        eq((status, j.get("success"), j.get("errorMsg")), (200, False, msg),
+           "reply for voucher %d" % vid)
+    eq(srv.db().order_count(future) + srv.db().order_count(past), 0, "orders outside the window")
+    H.finish(srv)

@@ -160,13 +160,11 @@ def test_two_instances_one_sale():
 def test_sql_locked_during_sale():
     """The database refuses writes during the sale (F2): admissions go on, the writer backs
     off and catches up once SQL is back; nothing lost, nothing twice."""
-    import sqlite3
     r, srv = H.setup()
     users, stock = 200, 100
     tokens = H.login_many(srv, r, users)
     vid = H.create_seckill(srv, stock=stock)
-    lock = sqlite3.connect(srv.db_path, timeout=30, isolation_level=None)
-    lock.execute("BEGIN EXCLUSIVE")
+    lock = H.hold_db_lock(srv)   # SQLite: BEGIN EXCLUSIVE; MariaDB: LOCK TABLES ... WRITE
     try:
         recs = H.run_sale(srv, vid, tokens, attempts=3)
         _no_errors(recs, ALLOWED_FAIL)

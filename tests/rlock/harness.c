@@ -100,8 +100,9 @@ static bool ping(int port, int64_t timeout_ms)
 
 static bool launch(th_server_t *s)
 {
-    char port[16];
+    char port[16], mport[16];
     snprintf(port, sizeof port, "%d", s->port);
+    snprintf(mport, sizeof mport, "%d", s->master_port);
     pid_t pid = fork();
     if (pid < 0) return false;
     if (pid == 0) {
@@ -111,10 +112,23 @@ static bool launch(th_server_t *s)
             dup2(devnull, 0);
             dup2(devnull, 1);
         }
-        execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1",
-               "--save", "", "--appendonly", "no", "--dir", s->dir, "--daemonize", "no",
-               "--protected-mode", "no", "--logfile", "", "--loglevel", "warning",
-               (char *)NULL);
+        char sock[128];
+        snprintf(sock, sizeof sock, "%s/redis.sock", s->dir);
+        if (s->master_port < 0)
+            execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1",
+                   "--save", "", "--appendonly", "no", "--dir", s->dir, "--daemonize", "no",
+                   "--protected-mode", "no", "--logfile", "", "--loglevel", "warning",
+                   "--unixsocket", sock, "--unixsocketperm", "700", (char *)NULL);
+        else if (s->master_port > 0)
+            execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1",
+                   "--save", "", "--appendonly", "no", "--dir", s->dir, "--daemonize", "no",
+                   "--protected-mode", "no", "--logfile", "", "--loglevel", "warning",
+                   "--replicaof", "127.0.0.1", mport, (char *)NULL);
+        else
+            execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1",
+                   "--save", "", "--appendonly", "no", "--dir", s->dir, "--daemonize", "no",
+                   "--protected-mode", "no", "--logfile", "", "--loglevel", "warning",
+                   (char *)NULL);
         _exit(127);
     }
     s->pid = pid;
@@ -133,9 +147,54 @@ static bool launch(th_server_t *s)
     return ping(s->port, 5000);
 }
 
+static bool start_impl(th_server_t *s, int master_port);
+
 bool th_server_start(th_server_t *s)
 {
+    return start_impl(s, 0);
+}
+
+bool th_server_start_unix(th_server_t *s)
+{
+    return start_impl(s, -1);
+}
+
+bool th_server_start_replica(th_server_t *s, const th_server_t *master)
+{
+    /* Redis 7 delays a diskless full sync by 5 s by default */
+    redisContext *m = th_connect(master->url);
+    if (m) {
+        redisReply *x = redisCommand(m, "CONFIG SET repl-diskless-sync-delay 0");
+        if (x) freeReplyObject(x);
+        redisFree(m);
+    }
+    if (!start_impl(s, master->port)) return false;
+    redisContext *r = th_connect(s->url);
+    bool up = false;
+    for (int i = 0; r && i < 500 && !up; i++) {
+        redisReply *x = redisCommand(r, "INFO replication");
+        up = x && x->type == REDIS_REPLY_STRING && strstr(x->str, "master_link_status:up");
+        if (x) freeReplyObject(x);
+        if (!up) th_sleep_ms(20);
+    }
+    if (r) redisFree(r);
+    /* ...and the master must count it (online, acknowledging) for WAIT */
+    redisContext *m2 = up ? th_connect(master->url) : NULL;
+    bool online = false;
+    for (int i = 0; m2 && i < 500 && !online; i++) {
+        redisReply *x = redisCommand(m2, "WAIT 1 100");
+        online = x && x->type == REDIS_REPLY_INTEGER && x->integer >= 1;
+        if (x) freeReplyObject(x);
+        if (!online) th_sleep_ms(20);
+    }
+    if (m2) redisFree(m2);
+    return up && online;
+}
+
+static bool start_impl(th_server_t *s, int master_port)
+{
     memset(s, 0, sizeof *s);
+    s->master_port = master_port;
     snprintf(s->dir, sizeof s->dir, "/tmp/rlock-test-XXXXXX");
     if (!mkdtemp(s->dir)) return false;
     for (int tries = 0; tries < 5; tries++) {

@@ -23,9 +23,15 @@ typedef struct th_server {
     int port;
     char dir[64];
     char url[64];
+    int master_port;   /* > 0: started as a replica of 127.0.0.1:master_port;
+                          -1: also listens on <dir>/redis.sock */
 } th_server_t;
 
 bool th_server_start(th_server_t *s);
+/* Start with a Unix socket at <dir>/redis.sock as well. */
+bool th_server_start_unix(th_server_t *s);
+/* Start a replica of `master` and wait until its link is up. */
+bool th_server_start_replica(th_server_t *s, const th_server_t *master);
 /* Start again on the same port (after th_server_kill or stop). */
 bool th_server_restart(th_server_t *s);
 void th_server_stop(th_server_t *s);          /* SIGTERM + wait */

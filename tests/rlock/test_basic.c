@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "harness.h"
+#include "rlock_int.h"   /* white-box: the release scripts' modes */
 
 static rlock_client_t *C;   /* default watchdog (30 s) */
 static rlock_client_t *W;   /* watchdog lease 300 ms */
@@ -326,14 +327,14 @@ static void test_lease_not_renewed(void **state)
 }
 
 /* Lost callback + is_valid when the lock disappears under a watchdog hold */
-static int lost_calls;
-static rlock_lost_reason_t lost_why;
+static int lost_calls;   /* written by the watchdog thread: atomics only */
+static int lost_why;
 static void on_lost(rlock_t *l, rlock_lost_reason_t why, void *arg)
 {
     (void)l;
     (void)arg;
+    __atomic_store_n(&lost_why, (int)why, __ATOMIC_SEQ_CST);
     __atomic_add_fetch(&lost_calls, 1, __ATOMIC_SEQ_CST);
-    lost_why = why;
 }
 
 static void test_lost_callback(void **state)
@@ -343,7 +344,7 @@ static void test_lost_callback(void **state)
     th_name(name, sizeof name, "lostcb");
     rlock_t *a = open_lock(W, name, RLOCK_REENTRANT, "a");
     rlock_t *b = open_lock(C, name, RLOCK_REENTRANT, "b");
-    lost_calls = 0;
+    __atomic_store_n(&lost_calls, 0, __ATOMIC_SEQ_CST);
     rlock_set_lost_cb(a, on_lost, NULL);
     assert_int_equal(rlock_lock(a, RLOCK_WATCHDOG), RLOCK_OK);
     assert_int_equal(rlock_force_unlock(b, NULL), RLOCK_OK);
@@ -351,9 +352,9 @@ static void test_lost_callback(void **state)
     int64_t t0 = th_now_ms();
     while (__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST) == 0 && th_now_ms() - t0 < 1000)
         th_sleep_ms(5);
-    assert_int_equal(lost_calls, 1);
+    assert_int_equal(__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST), 1);
     assert_true(th_now_ms() - t0 <= 150);        /* within one renewal period */
-    assert_int_equal(lost_why, RLOCK_LOST_NOT_OWNER);
+    assert_int_equal(__atomic_load_n(&lost_why, __ATOMIC_SEQ_CST), RLOCK_LOST_NOT_OWNER);
     assert_false(rlock_is_valid(a));
     assert_int_equal(rlock_unlock(a), RLOCK_LOST);
     bool v;
@@ -602,6 +603,70 @@ static void test_pubsub_hygiene(void **state)
     assert_int_equal(s.subscribed_now, 0);
 }
 
+/* Scripts are loaded lazily and their SHA1s cached per client; after a
+ * SCRIPT FLUSH (or a restart) NOSCRIPT makes the client reload and retry. */
+static void test_script_flush(void **state)
+{
+    (void)state;
+    char name[64];
+    th_name(name, sizeof name, "flush");
+    rlock_t *a = open_lock(C, name, RLOCK_REENTRANT, "a");
+    assert_int_equal(rlock_lock(a, 5000), RLOCK_OK);
+    redisContext *r = th_connect(th_url());
+    redisReply *x = redisCommand(r, "SCRIPT FLUSH");
+    freeReplyObject(x);
+    assert_int_equal(rlock_lock(a, 5000), RLOCK_OK);    /* NOSCRIPT -> reload */
+    x = redisCommand(r, "SCRIPT FLUSH");
+    freeReplyObject(x);
+    assert_int_equal(rlock_unlock(a), RLOCK_OK);
+    assert_int_equal(rlock_unlock(a), RLOCK_OK);
+    bool v = true;
+    assert_int_equal(rlock_is_locked(a, &v), RLOCK_OK);
+    assert_false(v);
+    redisFree(r);
+    rlock_close(a);
+}
+
+/* The release script's modes, driven directly: 'n' drops one hold, 'r'
+ * (retry) detects a replay by the expected count, 'u' (undo) drops a hold
+ * only if the count is exactly the expected one. */
+static long long rel(redisContext *r, const char *key, const char *owner, const char *mode,
+                     int expected)
+{
+    redisReply *x = redisCommand(r, "EVAL %s 2 %s %s:ch %s %s %d 10000",
+                                 rlock__scripts[RLOCK__S_REL], key, key, owner, mode, expected);
+    assert_non_null(x);
+    assert_int_equal(x->type, REDIS_REPLY_INTEGER);
+    long long v = x->integer;
+    freeReplyObject(x);
+    return v;
+}
+
+static void test_release_modes(void **state)
+{
+    (void)state;
+    char name[64], key[96];
+    th_name(name, sizeof name, "modes");
+    snprintf(key, sizeof key, "rlock:{%s}", name);
+    redisContext *r = th_connect(th_url());
+    redisReply *x = redisCommand(r, "HSET %s o 3", key);
+    freeReplyObject(x);
+    assert_int_equal(rel(r, key, "o", "n", 3), 2);       /* normal: 3 -> 2 */
+    assert_int_equal(rel(r, key, "o", "r", 3), -10 - 2); /* replay of it: no-op */
+    x = redisCommand(r, "HGET %s o", key);
+    assert_string_equal(x->str, "2");
+    freeReplyObject(x);
+    assert_int_equal(rel(r, key, "o", "r", 2), 1);       /* a retry that had not applied */
+    assert_int_equal(rel(r, key, "o", "u", 2), -3);      /* undo: count 1 != 2, no-op */
+    assert_int_equal(rel(r, key, "o", "u", 1), 0);       /* undo: matches, released */
+    assert_int_equal(rel(r, key, "o", "r", 1), -1);      /* gone */
+    assert_int_equal(rel(r, key, "x", "n", 1), -1);      /* never held */
+    x = redisCommand(r, "EXISTS %s", key);
+    assert_int_equal(x->integer, 0);
+    freeReplyObject(x);
+    redisFree(r);
+}
+
 static void test_bad_args(void **state)
 {
     (void)state;
@@ -647,6 +712,8 @@ int main(void)
         cmocka_unit_test(test_simple_lock),
         cmocka_unit_test(test_fencing_tokens),
         cmocka_unit_test(test_pubsub_hygiene),
+        cmocka_unit_test(test_script_flush),
+        cmocka_unit_test(test_release_modes),
     };
     return cmocka_run_group_tests_name("rlock_basic", tests, setup, teardown);
 }

@@ -91,6 +91,10 @@ static void test_fifo_order(void **state)
     for (int i = 0; i < NFIFO; i++) {
         a[i] = (struct fifo_arg){ .name = name, .idx = i };
         pthread_create(&t[i], NULL, fifo_thread, &a[i]);
+        /* arrival order = queue order: start the next one only after this
+         * one is queued (a loaded machine may delay a thread's start) */
+        for (int k = 0; k < 500 && llen(name) < i + 1; k++) th_sleep_ms(5);
+        assert_int_equal(llen(name), i + 1);
         th_sleep_ms(100);
     }
     assert_int_equal(llen(name), NFIFO);

@@ -254,13 +254,13 @@ static void test_multi_budget_vs_lease(void **state)
 }
 
 /* Redis restarted (state lost) under a watchdog hold. */
-static volatile int lost_fired;
+static int lost_fired;   /* written by the watchdog thread: atomics only */
 static void on_lost(rlock_t *l, rlock_lost_reason_t why, void *arg)
 {
     (void)l;
     (void)why;
     (void)arg;
-    lost_fired = 1;
+    __atomic_store_n(&lost_fired, 1, __ATOMIC_SEQ_CST);
 }
 
 struct wait_arg {
@@ -289,7 +289,7 @@ static void test_redis_restart(void **state)
     assert_int_equal(rlock_open(CL[0], name, RLOCK_REENTRANT, "a", 0, &l), RLOCK_OK);
     assert_int_equal(rlock_open(CL[0], other, RLOCK_REENTRANT, "h", 0, &h), RLOCK_OK);
     rlock_set_lost_cb(l, on_lost, NULL);
-    lost_fired = 0;
+    __atomic_store_n(&lost_fired, 0, __ATOMIC_SEQ_CST);
     assert_int_equal(rlock_lock(l, RLOCK_WATCHDOG), RLOCK_OK);
     /* a waiter on another lock, across the restart */
     assert_int_equal(rlock_lock(h, 1500), RLOCK_OK);
@@ -301,10 +301,10 @@ static void test_redis_restart(void **state)
     th_server_kill(&S[0], SIGKILL);
     int64_t t0 = th_now_ms();
     assert_true(th_server_restart(&S[0]));
-    while (!lost_fired && th_now_ms() - t0 < 3000) th_sleep_ms(5);
+    while (!__atomic_load_n(&lost_fired, __ATOMIC_SEQ_CST) && th_now_ms() - t0 < 3000) th_sleep_ms(5);
     int64_t took = th_now_ms() - t0;
     printf("    lost callback %lld ms after the restart began\n", (long long)took);
-    assert_true(lost_fired);
+    assert_true(__atomic_load_n(&lost_fired, __ATOMIC_SEQ_CST));
     assert_true(took < 1000);
     assert_false(rlock_is_valid(l));
     assert_int_equal(rlock_unlock(l), RLOCK_LOST);
@@ -326,6 +326,322 @@ static void test_redis_restart(void **state)
     rlock_close(h);
 }
 
+/*
+ * S7: lost replies.  CLIENT PAUSE makes the server sit on our commands
+ * longer than the client's 200 ms command timeout, so the reply is lost
+ * and the library retries (unlock) or undoes (acquire) on a new
+ * connection.  Whether the first send was executed or discarded, the
+ * invariants must hold: a retried unlock drops exactly one hold, and a
+ * failed acquire leaves nothing renewed and nothing held past its lease.
+ */
+static void pause_server(int i, int ms)
+{
+    redisContext *r = th_connect(S[i].url);
+    redisReply *x = redisCommand(r, "CLIENT PAUSE %d ALL", ms);
+    assert_non_null(x);
+    freeReplyObject(x);
+    redisFree(r);
+}
+
+static void test_lost_replies(void **state)
+{
+    (void)state;
+    rlock_config_t cfg;
+    rlock_config_init(&cfg);
+    cfg.url = S[0].url;
+    cfg.command_timeout_ms = 200;
+    cfg.watchdog_lease_ms = 600;
+    rlock_client_t *c = NULL;
+    assert_int_equal(rlock_client_new(&cfg, &c), RLOCK_OK);
+    char name[64];
+    rlock_t *l = NULL, *o = NULL;
+
+    for (int round = 0; round < 3; round++) {
+        th_name(name, sizeof name, "lostreply");
+        assert_int_equal(rlock_open(c, name, RLOCK_REENTRANT, "a", 0, &l), RLOCK_OK);
+        assert_int_equal(rlock_open(CL[0], name, RLOCK_REENTRANT, "o", 0, &o), RLOCK_OK);
+        assert_int_equal(rlock_lock(l, RLOCK_WATCHDOG), RLOCK_OK);
+        assert_int_equal(rlock_lock(l, RLOCK_WATCHDOG), RLOCK_OK);
+        pause_server(0, 150 + 100 * round);
+        rlock_status_t st = rlock_unlock(l);   /* first reply lost, retried */
+        int64_t n = -1;
+        assert_int_equal(rlock_hold_count(l, &n), RLOCK_OK);
+        if (st == RLOCK_OK) {
+            assert_int_equal(n, 1);            /* exactly one hold dropped */
+            assert_int_equal(rlock_local_holds(l), 1);
+            assert_int_equal(rlock_try_lock(o, 0, 1000), RLOCK_TIMEOUT);
+            assert_int_equal(rlock_unlock(l), RLOCK_OK);
+        } else {
+            /* both sends lost: renewal stopped, at most one hold dropped */
+            assert_int_equal(st, RLOCK_REDIS_ERROR);
+            assert_true(n >= 1 || n == 0);
+        }
+        assert_int_equal(rlock_local_holds(l), 0);
+
+        /* acquire whose reply is lost: REDIS_ERROR, and nothing renewed */
+        pause_server(0, 150 + 100 * round);
+        st = rlock_try_lock(l, 0, RLOCK_WATCHDOG);
+        if (st != RLOCK_OK) {
+            assert_int_equal(st, RLOCK_REDIS_ERROR);
+            assert_int_equal(rlock_local_holds(l), 0);
+            rlock_stats_t s;
+            rlock_client_stats(c, &s);
+            assert_int_equal(s.watched_now, 0);
+            /* held at most until its lease (600 ms), then free for others */
+            assert_int_equal(rlock_try_lock(o, 1500, 1000), RLOCK_OK);
+            assert_int_equal(rlock_unlock(o), RLOCK_OK);
+        } else {
+            assert_int_equal(rlock_unlock(l), RLOCK_OK);
+        }
+        rlock_close(l);
+        rlock_close(o);
+        th_sleep_ms(300);   /* let the pause end */
+    }
+    rlock_client_free(c);
+}
+
+/* Keep server i busy in a script for `ms` (from another thread): commands
+ * sent meanwhile are executed afterwards, even if their client gave up. */
+struct busy_arg {
+    int i, ms;
+};
+
+static void *busy_thread(void *p)
+{
+    struct busy_arg *b = p;
+    redisContext *r = th_connect(S[b->i].url);
+    static const char busy_lua[] =
+        "local function now() local t = redis.call('time') "
+        "return t[1] * 1000000 + t[2] end "
+        "local e = now() + tonumber(ARGV[1]) * 1000 "
+        "while now() < e do end return 1";
+    redisReply *x = redisCommand(r, "EVAL %s 0 %d", busy_lua, b->ms);
+    if (!x || x->type == REDIS_REPLY_ERROR)
+        fprintf(stderr, "busy script failed: %s\n", x ? x->str : r->errstr);
+    if (x) freeReplyObject(x);
+    redisFree(r);
+    return NULL;
+}
+
+/* Start the busy script on server i and return once the server is really
+ * stuck in it (a PING with a 30 ms timeout does not come back). */
+static void start_busy(pthread_t *t, struct busy_arg *b)
+{
+    pthread_create(t, NULL, busy_thread, b);
+    for (int k = 0; k < 100; k++) {
+        th_sleep_ms(5);
+        struct timeval tv = { 0, 30000 };
+        char host[64];
+        int port;
+        th_parse_url(S[b->i].url, host, sizeof host, &port);
+        redisContext *r = redisConnectWithTimeout(host, port, tv);
+        if (!r) continue;
+        redisSetTimeout(r, tv);
+        redisReply *x = r->err ? NULL : redisCommand(r, "PING");
+        bool busy = !x;
+        if (x) freeReplyObject(x);
+        redisFree(r);
+        if (busy) return;
+    }
+    fail_msg("server never became busy");
+}
+
+/* The unlock is executed (or still queued) when its reply is lost; the
+ * retry must neither drop a second hold nor be overtaken by the original.
+ * Then the same for an acquire and its undo. */
+static void test_unlock_replay_detected(void **state)
+{
+    (void)state;
+    rlock_config_t cfg;
+    rlock_config_init(&cfg);
+    cfg.url = S[0].url;
+    cfg.command_timeout_ms = 200;
+    cfg.watchdog_lease_ms = 1500;
+    rlock_client_t *c = NULL;
+    assert_int_equal(rlock_client_new(&cfg, &c), RLOCK_OK);
+    char name[64];
+    th_name(name, sizeof name, "replay");
+    rlock_t *l = NULL, *o = NULL;
+    assert_int_equal(rlock_open(c, name, RLOCK_REENTRANT, "a", 0, &l), RLOCK_OK);
+    assert_int_equal(rlock_open(CL[0], name, RLOCK_REENTRANT, "o", 0, &o), RLOCK_OK);
+    assert_int_equal(rlock_lock(l, 10000), RLOCK_OK);
+    assert_int_equal(rlock_lock(l, 10000), RLOCK_OK);
+    assert_int_equal(rlock_lock(l, 10000), RLOCK_OK);
+    /* busy 400 ms vs a 200 ms timeout: the first request times out and the
+     * retry / undo (sent at ~200 ms) gets through, for any detection delay
+     * of start_busy() below 200 ms */
+    struct busy_arg b = { .i = 0, .ms = 400 };
+    pthread_t t;
+    start_busy(&t, &b);
+    rlock_status_t ust = rlock_unlock(l);           /* 3 -> 2, reply lost, retried */
+    pthread_join(t, NULL);
+    if (ust != RLOCK_OK) {
+        /* both sends lost (overloaded machine): the old request is fenced off
+         * or has run -- never both it and the retry */
+        int64_t n = -1;
+        assert_int_equal(ust, RLOCK_REDIS_ERROR);
+        assert_int_equal(rlock_hold_count(l, &n), RLOCK_OK);
+        assert_true(n == 2 || n == 3);
+        printf("    lost unlock reply: retry lost too; holds left %lld (never 1)\n", (long long)n);
+        bool was;
+        rlock_force_unlock(l, &was);
+        rlock_close(l);
+        rlock_close(o);
+        rlock_client_free(c);
+        return;
+    }
+    rlock_stats_t s;
+    rlock_client_stats(c, &s);
+    /* Two orders are possible once the server is free again: the old
+     * request runs first (the retry detects the replay), or the retry's
+     * connection is served first and fences the old one off (CLIENT KILL)
+     * so it never runs.  Either way exactly one hold is dropped. */
+    printf("    lost unlock reply: %s\n", s.unlock_replays ? "replay detected by the retry"
+                                                         : "old request fenced off");
+    assert_true(s.unlock_replays <= 1);
+    int64_t n = -1;
+    assert_int_equal(rlock_hold_count(l, &n), RLOCK_OK);
+    assert_int_equal(n, 2);                          /* not 1: no double decrement */
+    assert_int_equal(rlock_local_holds(l), 2);
+    assert_int_equal(rlock_unlock(l), RLOCK_OK);
+    assert_int_equal(rlock_try_lock(o, 0, 1000), RLOCK_TIMEOUT);
+    assert_int_equal(rlock_unlock(l), RLOCK_OK);
+    assert_int_equal(rlock_try_lock(o, 0, 1000), RLOCK_OK);
+    assert_int_equal(rlock_unlock(o), RLOCK_OK);
+
+    /* The undo branch: an acquire that runs after its client gave up
+     * (lease 1.5 s, and watchdog mode with a 1.5 s watchdog lease) is undone
+     * or fenced off, so the key is normally gone at once; if even the undo
+     * cannot get through (an overloaded machine) the guarantee is weaker but
+     * still holds: never renewed, gone when its lease ends. */
+    for (int k = 0; k < 2; k++) {
+        start_busy(&t, &b);
+        int64_t t0 = th_now_ms();
+        rlock_status_t st = rlock_try_lock(l, 0, k == 0 ? 1500 : RLOCK_WATCHDOG);
+        pthread_join(t, NULL);
+        if (st == RLOCK_OK) {   /* busy window missed on a loaded machine */
+            printf("    lost acquire reply: not provoked (busy window missed)\n");
+            assert_int_equal(rlock_unlock(l), RLOCK_OK);
+            continue;
+        }
+        assert_int_equal(st, RLOCK_REDIS_ERROR);
+        assert_int_equal(rlock_local_holds(l), 0);
+        rlock_client_stats(c, &s);
+        assert_int_equal(s.watched_now, 0);
+        bool locked = true;
+        assert_int_equal(rlock_is_locked(o, &locked), RLOCK_OK);
+        printf("    lost acquire reply (%s): %s\n", k == 0 ? "lease" : "watchdog",
+               locked ? "undo did not get through; waiting for the lease" : "undone at once");
+        if (locked) {
+            int64_t left = 1500 - (th_now_ms() - t0) + 100;
+            assert_int_equal(rlock_try_lock(o, left > 0 ? left : 0, 1000), RLOCK_OK);
+        } else {
+            assert_int_equal(rlock_try_lock(o, 0, 1000), RLOCK_OK);
+        }
+        assert_int_equal(rlock_unlock(o), RLOCK_OK);
+    }
+    rlock_close(l);
+    rlock_close(o);
+    rlock_client_free(c);
+}
+
+/*
+ * Replica sync (locks.md 1.7 / 6.1): WAIT pipelined behind acquire and
+ * unlock.  With the replica up the lock is on the replica when lock()
+ * returns; with the replica stopped an acquire is released again and
+ * reported REDIS_ERROR -- never a lock that would not survive a failover.
+ */
+static void test_replica_sync(void **state)
+{
+    (void)state;
+    static th_server_t rep;
+    assert_true(th_server_start_replica(&rep, &S[1]));
+    rlock_config_t cfg;
+    rlock_config_init(&cfg);
+    cfg.url = S[1].url;
+    cfg.replica_acks = 1;
+    cfg.replica_timeout_ms = 500;
+    cfg.command_timeout_ms = 500;
+    rlock_client_t *c = NULL;
+    assert_int_equal(rlock_client_new(&cfg, &c), RLOCK_EINVAL);  /* timeout <= WAIT's */
+    cfg.command_timeout_ms = 1500;
+    assert_int_equal(rlock_client_new(&cfg, &c), RLOCK_OK);
+    char name[64];
+    th_name(name, sizeof name, "synced");
+    rlock_t *l = NULL;
+    assert_int_equal(rlock_open(c, name, RLOCK_REENTRANT, "a", 0, &l), RLOCK_OK);
+    redisContext *rr = th_connect(rep.url);
+
+    rlock_stats_t s0, s1;
+    /* a budget: a slow replica (loaded machine) is retried within it */
+    assert_int_equal(rlock_try_lock(l, 5000, 10000), RLOCK_OK);
+    assert_int_equal(rlock_unlock(l), RLOCK_OK);
+    int64_t best = INT64_MAX;
+    for (int k = 0; k < 5 && best != 4; k++) {
+        rlock_client_stats(c, &s0);
+        assert_int_equal(rlock_try_lock(l, 5000, 10000), RLOCK_OK);
+        redisReply *x = redisCommand(rr, "HGET rlock:{%s} %s", name, rlock_owner(l));
+        assert_int_equal(x->type, REDIS_REPLY_STRING);   /* already on the replica */
+        assert_string_equal(x->str, "1");
+        freeReplyObject(x);
+        assert_int_equal(rlock_unlock(l), RLOCK_OK);
+        rlock_client_stats(c, &s1);
+        int64_t n = (int64_t)(s1.commands - s0.commands);
+        if (n < best) best = n;
+    }
+    assert_int_equal(best, 4);   /* 2 x (EVALSHA + WAIT) in 2 round trips */
+
+    th_server_kill(&rep, SIGSTOP);
+    int64_t t0 = th_now_ms();
+    assert_int_equal(rlock_try_lock(l, 0, 10000), RLOCK_REDIS_ERROR);
+    int64_t took = th_now_ms() - t0;
+    assert_true(took >= 490 && took < 3000);
+    assert_int_equal(rlock_local_holds(l), 0);
+    assert_int_equal(exists_on(1, name), 0);          /* released again */
+    rlock_client_stats(c, &s1);
+    assert_true(s1.sync_failures >= 1);
+    th_server_kill(&rep, SIGCONT);
+
+    assert_int_equal(rlock_try_lock(l, 2000, 10000), RLOCK_OK);
+    assert_int_equal(rlock_unlock(l), RLOCK_OK);
+    redisFree(rr);
+    rlock_close(l);
+    rlock_client_free(c);
+    th_server_stop(&rep);
+}
+
+/* Unix-socket connections (url "unix:///..." and the unix_path field). */
+static void test_unix_socket(void **state)
+{
+    (void)state;
+    static th_server_t us;
+    assert_true(th_server_start_unix(&us));
+    char url[160];
+    snprintf(url, sizeof url, "unix://%s/redis.sock", us.dir);
+    for (int k = 0; k < 2; k++) {
+        rlock_config_t cfg;
+        rlock_config_init(&cfg);
+        char path[160];
+        snprintf(path, sizeof path, "%s/redis.sock", us.dir);
+        if (k == 0) cfg.url = url;
+        else cfg.unix_path = path;
+        rlock_client_t *c = NULL;
+        assert_int_equal(rlock_client_new(&cfg, &c), RLOCK_OK);
+        rlock_t *a = NULL, *b = NULL;
+        assert_int_equal(rlock_open(c, "unix", RLOCK_REENTRANT, "a", 0, &a), RLOCK_OK);
+        assert_int_equal(rlock_open(c, "unix", RLOCK_REENTRANT, "b", 0, &b), RLOCK_OK);
+        assert_int_equal(rlock_lock(a, 5000), RLOCK_OK);
+        assert_int_equal(rlock_try_lock(b, 0, 5000), RLOCK_TIMEOUT);
+        assert_int_equal(rlock_unlock(a), RLOCK_OK);
+        assert_int_equal(rlock_try_lock(b, 1000, 5000), RLOCK_OK);
+        assert_int_equal(rlock_unlock(b), RLOCK_OK);
+        rlock_close(a);
+        rlock_close(b);
+        rlock_client_free(c);
+    }
+    th_server_stop(&us);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -334,6 +650,10 @@ int main(void)
         cmocka_unit_test(test_multi_one_server_down),
         cmocka_unit_test(test_multi_budget_vs_lease),
         cmocka_unit_test(test_redis_restart),
+        cmocka_unit_test(test_lost_replies),
+        cmocka_unit_test(test_unlock_replay_detected),
+        cmocka_unit_test(test_replica_sync),
+        cmocka_unit_test(test_unix_socket),
     };
     return cmocka_run_group_tests_name("rlock_multi", tests, setup, teardown);
 }

@@ -32,13 +32,13 @@
 
 /* ---- worker: holder ---- */
 
-static volatile int lost_cb_fired;
+static int lost_cb_fired;   /* written by the watchdog thread: atomics only */
 static void on_lost(rlock_t *l, rlock_lost_reason_t why, void *arg)
 {
     (void)l;
     (void)why;
     (void)arg;
-    lost_cb_fired = 1;
+    __atomic_store_n(&lost_cb_fired, 1, __ATOMIC_SEQ_CST);
 }
 
 /* argv: holder <url> <name> <lease: "wd" or ms> */
@@ -63,7 +63,7 @@ static int holder_main(char **argv)
     if (!th_read_line(0, line, sizeof line, 60000)) return 5;   /* "GO" after SIGCONT */
     int64_t t0 = th_now_ms();
     bool valid_at_resume = rlock_is_valid(l);
-    while (wd && !lost_cb_fired && th_now_ms() - t0 < 2000) th_sleep_ms(2);
+    while (wd && !__atomic_load_n(&lost_cb_fired, __ATOMIC_SEQ_CST) && th_now_ms() - t0 < 2000) th_sleep_ms(2);
     int64_t cb_ms = th_now_ms() - t0;
     bool valid = rlock_is_valid(l);
     /* the paused holder "finishes its work": a fenced write... */
@@ -71,7 +71,7 @@ static int holder_main(char **argv)
     /* ...and its unlock */
     rlock_status_t ust = rlock_unlock(l);
     printf("RESUMED cb=%d cb_ms=%lld valid_at_resume=%d valid=%d write_st=%d accepted=%d unlock=%s\n",
-           lost_cb_fired, (long long)cb_ms, valid_at_resume, valid, (int)wst, acc,
+           __atomic_load_n(&lost_cb_fired, __ATOMIC_SEQ_CST), (long long)cb_ms, valid_at_resume, valid, (int)wst, acc,
            rlock_status_str(ust));
     fflush(stdout);
     rlock_close(l);

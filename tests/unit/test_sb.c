@@ -108,6 +108,26 @@ static void test_json_escaping(void **state)
     check_json("秒杀尚未开始！", strlen("秒杀尚未开始！"), "\"秒杀尚未开始！\"");
 }
 
+/* issue 6: bytes that are not UTF-8 become U+FFFD, so the output is always valid JSON */
+static void test_json_bad_utf8(void **state)
+{
+    (void)state;
+    check_json("a\xff" "b", 3, "\"a\xef\xbf\xbd" "b\"");
+    check_json("\xe5\x85", 2, "\"\xef\xbf\xbd\xef\xbf\xbd\"");            /* cut short */
+    check_json("\xe5\x85\x83!", 4, "\"\xe5\x85\x83!\"");                   /* whole: kept */
+    check_json("\xc0\x80", 2, "\"\xef\xbf\xbd\xef\xbf\xbd\"");            /* overlong NUL */
+    check_json("\xed\xa0\x80", 3, "\"\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\""); /* surrogate */
+    check_json("\xf0\x9f\x98\x80", 4, "\"\xf0\x9f\x98\x80\"");
+    check_json("\xf4\x90\x80\x80", 4,
+               "\"\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\"");       /* > U+10FFFF */
+    assert_int_equal(sb_utf8_len("", 0), 0);
+    assert_int_equal(sb_utf8_len("a", 1), 1);
+    assert_int_equal(sb_utf8_len("\xc3\xa9", 2), 2);
+    assert_int_equal(sb_utf8_len("\xc3\xa9", 1), 0);
+    assert_int_equal(sb_utf8_len("\x80", 1), 0);
+    assert_int_equal(sb_utf8_len("\xf5\x80\x80\x80", 4), 0);
+}
+
 static void test_json_appends(void **state)
 {
     (void)state;
@@ -245,6 +265,7 @@ int main(void)
         cmocka_unit_test(test_growth),
         cmocka_unit_test(test_i64),
         cmocka_unit_test(test_json_escaping),
+        cmocka_unit_test(test_json_bad_utf8),
         cmocka_unit_test(test_json_appends),
         cmocka_unit_test(test_datetime_known_values),
         cmocka_unit_test(test_datetime_round_trip),

@@ -1,0 +1,94 @@
+-- schema.mysql.sql -- the flash-sale tables on MySQL/MariaDB (built into the binary).
+--
+-- The course's four tables (hm-dianping, db `hmdp`, hmdp-spec §4), InnoDB and utf8mb4, kept
+-- column for column, plus what the course lacks: UNIQUE (user_id, voucher_id) on orders, so
+-- one-order-per-user holds in the database and a replayed stream entry changes nothing.
+-- The same schema as sql/schema.sqlite.sql, in MySQL's types.
+--
+-- store_open() (src/store_mysql.c) runs this file, one statement at a time, as prepared
+-- statements, under the named lock GET_LOCK('seckill.schema') so instances starting at
+-- once do not race, whenever schema_version holds a version below MYSQL_SCHEMA_VERSION.
+-- It must stay idempotent (IF NOT EXISTS, upserts). A future change appends the statements
+-- that take version N to N+1 (each safe to run again) and raises the number in the last
+-- statement together with MYSQL_SCHEMA_VERSION in src/store_mysql.c.
+--
+-- File rules (the loader splits naively): statements end with ';' at the end of a line;
+-- '--' starts a comment to the end of the line; no ';' or '--' inside string literals.
+--
+-- Times are DATETIME in the writing server's local time zone (what the SQLite schema holds
+-- as text), not the course's TIMESTAMP: no session time-zone conversion, no 2038 limit, and
+-- every instance behind nginx writes what its own clock says. store.h speaks epoch seconds;
+-- src/store_mysql.c converts. Money is in cents.
+
+CREATE TABLE IF NOT EXISTS schema_version (
+    id          TINYINT UNSIGNED NOT NULL,
+    version     INT              NOT NULL,
+    update_time DATETIME         NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
+    PRIMARY KEY (id)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_general_ci;
+
+-- The course's AUTO_INCREMENT starting points: the first self-registered user is 1010.
+CREATE TABLE IF NOT EXISTS tb_user (
+    id          BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
+    phone       VARCHAR(11)     NOT NULL,
+    password    VARCHAR(128)    NULL DEFAULT '',
+    nick_name   VARCHAR(32)     NULL DEFAULT '',
+    icon        VARCHAR(255)    NULL DEFAULT '',
+    create_time DATETIME        NOT NULL DEFAULT CURRENT_TIMESTAMP,
+    update_time DATETIME        NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
+    PRIMARY KEY (id),
+    UNIQUE KEY uniqe_key_phone (phone)
+) ENGINE = InnoDB AUTO_INCREMENT = 1010 DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_general_ci;
+
+-- ... and the first voucher is 10.
+CREATE TABLE IF NOT EXISTS tb_voucher (
+    id           BIGINT UNSIGNED  NOT NULL AUTO_INCREMENT,
+    shop_id      BIGINT UNSIGNED  NULL DEFAULT NULL,
+    title        VARCHAR(255)     NOT NULL,
+    sub_title    VARCHAR(255)     NULL DEFAULT NULL,
+    rules        VARCHAR(1024)    NULL DEFAULT NULL,
+    pay_value    BIGINT UNSIGNED  NOT NULL,            -- cents
+    actual_value BIGINT           NOT NULL,            -- cents
+    type         TINYINT UNSIGNED NOT NULL DEFAULT 0,  -- 0 normal, 1 flash sale
+    status       TINYINT UNSIGNED NOT NULL DEFAULT 1,  -- 1 on shelf, 2 off shelf, 3 expired
+    create_time  DATETIME         NOT NULL DEFAULT CURRENT_TIMESTAMP,
+    update_time  DATETIME         NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
+    PRIMARY KEY (id),
+    KEY idx_voucher_shop (shop_id, status)
+) ENGINE = InnoDB AUTO_INCREMENT = 10 DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_general_ci;
+
+-- One row per flash-sale voucher (1:1 with tb_voucher). stock is what SQL has not yet
+-- sold: the order writer lowers it by the orders it inserts, in the same transaction.
+-- No CHECK (stock >= 0): see docs/store.md.
+CREATE TABLE IF NOT EXISTS tb_seckill_voucher (
+    voucher_id  BIGINT UNSIGNED NOT NULL,
+    stock       INT             NOT NULL,
+    create_time DATETIME        NOT NULL DEFAULT CURRENT_TIMESTAMP,
+    begin_time  DATETIME        NOT NULL DEFAULT CURRENT_TIMESTAMP,
+    end_time    DATETIME        NOT NULL DEFAULT CURRENT_TIMESTAMP,
+    update_time DATETIME        NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
+    PRIMARY KEY (voucher_id)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_general_ci;
+
+-- id comes from the order-id generator (orderid.h), never from the database. The unique
+-- key is ordered by user_id first, so it also serves "orders of a user";
+-- idx_order_voucher serves per-voucher counts (audit, store_voucher_counts).
+CREATE TABLE IF NOT EXISTS tb_voucher_order (
+    id          BIGINT           NOT NULL,
+    user_id     BIGINT UNSIGNED  NOT NULL,
+    voucher_id  BIGINT UNSIGNED  NOT NULL,
+    pay_type    TINYINT UNSIGNED NOT NULL DEFAULT 1,  -- 1 balance, 2 Alipay, 3 WeChat
+    status      TINYINT UNSIGNED NOT NULL DEFAULT 1,  -- 1 unpaid 2 paid 3 used 4 cancelled 5 refunding 6 refunded
+    create_time DATETIME         NOT NULL DEFAULT CURRENT_TIMESTAMP,
+    pay_time    DATETIME         NULL DEFAULT NULL,
+    use_time    DATETIME         NULL DEFAULT NULL,
+    refund_time DATETIME         NULL DEFAULT NULL,
+    update_time DATETIME         NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
+    PRIMARY KEY (id),
+    UNIQUE KEY uniq_order_user_voucher (user_id, voucher_id),
+    KEY idx_order_voucher (voucher_id)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_general_ci;
+
+-- Last: the version this file brings the database to (MYSQL_SCHEMA_VERSION).
+INSERT INTO schema_version (id, version) VALUES (1, 1)
+    ON DUPLICATE KEY UPDATE version = GREATEST(version, 1);

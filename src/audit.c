@@ -1,0 +1,1203 @@
+/* audit.c -- `seckill audit`: the flash-sale invariants, checked from Redis and SQL.
+ *
+ * Per voucher the audit reads, in this order (the order is what makes it safe on a live
+ * deployment, where orders keep moving from Redis to SQL while it reads):
+ *
+ *   1. the stream's consumer-group position: smallest pending id and last-delivered id.
+ *      Every entry below both was acked at that moment, and the writer acks only after
+ *      its SQL commit -- so such an order is already in SQL when step 2 reads;
+ *   2. SQL: the voucher row, its (order count, stock) pair in one read transaction, and
+ *      every order of the voucher (paged by id);
+ *   3. Redis, in one MULTI/EXEC: voucher hash (stock, begin, end), buyer count, stream
+ *      length, dead letters -- so (stock, admitted) is one moment;
+ *   4. the buyer hash (HSCAN; buyers are never removed, so every buyer present at step 2
+ *      is returned) and the whole stream (XRANGE in pages).
+ *
+ * Then: an SQL order must be a buyer (buyers only grow, and were read after SQL). A buyer
+ * missing from SQL is excused only if its stream entry was in flight at step 1 (pending,
+ * or after the last-delivered id); once drained, nothing is excused. Each store's
+ * (stock, count) pair is atomic, so stock equations hold exactly at any time.
+ *
+ * Everything is compared by sorting arrays of 64-bit pairs and merging: no hash tables,
+ * a million orders cost a few tens of MB and well under a second. */
+#include "audit.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#include "bench_redis.h"
+#include "clock.h"
+#include "keys.h"
+#include "sb.h"
+#include "store.h"
+
+#define PAGE 10000
+#define DETAIL 400
+#define MAX_CHECKS 32
+
+/* ==== small helpers ==== */
+
+static void *xalloc(void *p, size_t n)
+{
+    void *q = realloc(p, n ? n : 1);
+    if (!q) {
+        fprintf(stderr, "seckill audit: out of memory (%zu bytes)\n", n);
+        abort();
+    }
+    return q;
+}
+
+typedef struct pair {
+    int64_t a, b;
+} pair_t;
+
+typedef struct pairs {
+    pair_t *v;
+    size_t n, cap;
+} pairs_t;
+
+static void pairs_push(pairs_t *p, int64_t a, int64_t b)
+{
+    if (p->n == p->cap) {
+        p->cap = p->cap ? p->cap * 2 : 1024;
+        p->v = xalloc(p->v, p->cap * sizeof *p->v);
+    }
+    p->v[p->n].a = a;
+    p->v[p->n].b = b;
+    p->n++;
+}
+
+static void pairs_free(pairs_t *p)
+{
+    free(p->v);
+    memset(p, 0, sizeof *p);
+}
+
+static int cmp_ab(const void *x, const void *y)
+{
+    const pair_t *p = x, *q = y;
+    if (p->a != q->a)
+        return p->a < q->a ? -1 : 1;
+    if (p->b != q->b)
+        return p->b < q->b ? -1 : 1;
+    return 0;
+}
+
+static void pairs_sort(pairs_t *p)
+{
+    if (p->n > 1)
+        qsort(p->v, p->n, sizeof *p->v, cmp_ab);
+}
+
+/* Index of the first pair with .a == key in a sorted array, or -1. */
+static ssize_t pairs_find(const pairs_t *p, int64_t key)
+{
+    size_t lo = 0, hi = p->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (p->v[mid].a < key)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < p->n && p->v[lo].a == key ? (ssize_t)lo : -1;
+}
+
+/* Keys (.a) that occur more than once in a sorted array: how many keys, first example. */
+static int64_t pairs_dups(const pairs_t *p, int64_t *example)
+{
+    int64_t n = 0;
+    for (size_t i = 1; i < p->n; i++)
+        if (p->v[i].a == p->v[i - 1].a && (i < 2 || p->v[i - 2].a != p->v[i].a)) {
+            if (n == 0 && example)
+                *example = p->v[i].a;
+            n++;
+        }
+    return n;
+}
+
+static int parse_i64(const char *z, int64_t *out)
+{
+    if (!z || !*z)
+        return -1;
+    char *end;
+    errno = 0;
+    long long v = strtoll(z, &end, 10);
+    if (errno || *end != '\0')
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static void fmt_time(int64_t t, char *buf, size_t len)
+{
+    time_t tt = (time_t)t;
+    struct tm tm;
+    if (!localtime_r(&tt, &tm) || strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm) == 0)
+        snprintf(buf, len, "@%lld", (long long)t);
+}
+
+/* ==== the record file ==== */
+
+int audit_record_read(const char *path, audit_record_t *rec, char *err, size_t errlen)
+{
+    memset(rec, 0, sizeof *rec);
+    rec->voucher_id = rec->stock = rec->unanswered = -1;
+    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "r");
+    if (!f) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    char line[512];
+    size_t cap = 0, lineno = 0;
+    int rc = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        if (line[0] == '#') {
+            char *p;
+            long long v;
+            int c;
+            if ((p = strstr(line, "voucher=")) && sscanf(p + 8, "%lld", &v) == 1)
+                rec->voucher_id = v;
+            if ((p = strstr(line, "stock=")) && sscanf(p + 6, "%lld", &v) == 1)
+                rec->stock = v;
+            if ((p = strstr(line, "unanswered=")) && sscanf(p + 11, "%lld", &v) == 1)
+                rec->unanswered = v;
+            if ((p = strstr(line, "complete=")) && sscanf(p + 9, "%d", &c) == 1)
+                rec->complete = c != 0;
+            continue;
+        }
+        long long oid = 0, uid = 0;
+        int k = sscanf(line, "%lld %lld", &oid, &uid);
+        if (k < 1) {
+            if (strspn(line, " \t\r\n") == strlen(line))
+                continue;
+            snprintf(err, errlen, "%s:%zu: expected '<order id> [<user id>]'", path, lineno);
+            rc = -1;
+            break;
+        }
+        if (rec->n == cap) {
+            cap = cap ? cap * 2 : 1024;
+            rec->answers = xalloc(rec->answers, cap * sizeof *rec->answers);
+        }
+        rec->answers[rec->n].order_id = oid;
+        rec->answers[rec->n].user_id = k == 2 ? uid : 0;
+        rec->n++;
+    }
+    if (f != stdin)
+        fclose(f);
+    if (rc < 0) {
+        free(rec->answers);
+        rec->answers = NULL;
+        rec->n = 0;
+    }
+    return rc;
+}
+
+int audit_record_write(const char *path, const audit_record_t *rec, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    fprintf(f, "# seckill-bench-record v1 voucher=%lld stock=%lld complete=%d unanswered=%lld\n",
+            (long long)rec->voucher_id, (long long)rec->stock, rec->complete ? 1 : 0,
+            (long long)rec->unanswered);
+    for (size_t i = 0; i < rec->n; i++)
+        fprintf(f, "%lld %lld\n", (long long)rec->answers[i].order_id,
+                (long long)rec->answers[i].user_id);
+    if (fclose(f) != 0) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* ==== reading one voucher ==== */
+
+typedef struct vdata {
+    int64_t vid;
+    char kv[64], kb[64], ks[64], kd[64];
+
+    /* step 1: stream position */
+    int group_found;
+    int64_t pending, lag;             /* lag -1 = unknown */
+    int have_smallest;
+    sid_t smallest, last_delivered;
+
+    /* step 2: SQL */
+    int64_t sql_begin, sql_end, sql_stock, sql_count;
+    pairs_t sql_by_id;                /* (order id, user id), ascending id */
+    pairs_t sql_by_user;              /* (user id, order id) */
+    int64_t sql_outside, sql_outside_example;
+
+    /* step 3: Redis snapshot */
+    int r_exists, r_has_window;
+    int64_t r_stock, r_begin, r_end, admitted, xlen, dead;
+
+    /* step 4 */
+    pairs_t buyers;                   /* (user id, order id), sorted by user */
+    pairs_t buyers_by_order;          /* (order id, user id) */
+    pairs_t st_by_user;               /* stream entries (user id, order id) */
+    pairs_t st_by_order;              /* (order id, user id) */
+    pairs_t inflight_users;           /* (user id, order id) of entries in flight at step 1 */
+    pairs_t inflight_orders;          /* (order id, user id) */
+    int64_t st_outside, st_outside_example, st_bad;
+} vdata_t;
+
+static void vdata_free(vdata_t *d)
+{
+    pairs_free(&d->sql_by_id);
+    pairs_free(&d->sql_by_user);
+    pairs_free(&d->buyers);
+    pairs_free(&d->buyers_by_order);
+    pairs_free(&d->st_by_user);
+    pairs_free(&d->st_by_order);
+    pairs_free(&d->inflight_users);
+    pairs_free(&d->inflight_orders);
+}
+
+/* Value of a field in a flat [k, v, k, v...] reply array. */
+static const redisReply *field(const redisReply *arr, const char *name)
+{
+    if (!arr || arr->type != REDIS_REPLY_ARRAY)
+        return NULL;
+    for (size_t i = 0; i + 1 < arr->elements; i += 2) {
+        const redisReply *k = arr->element[i];
+        if (k && (k->type == REDIS_REPLY_STRING || k->type == REDIS_REPLY_STATUS) &&
+            strcmp(k->str, name) == 0)
+            return arr->element[i + 1];
+    }
+    return NULL;
+}
+
+typedef struct sgroup {
+    int found;
+    int64_t pending, lag;             /* lag -1 when Redis does not know it */
+    sid_t last_delivered;
+    int have_smallest;
+    sid_t smallest;
+} sgroup_t;
+
+/* XINFO GROUPS + XPENDING (+ XINFO STREAM when lag is unknown). 0, or -1 + err. */
+static int read_group(redisContext *c, const char *ks, sgroup_t *g, char *err, size_t errlen)
+{
+    memset(g, 0, sizeof *g);
+    g->lag = -1;
+    char why[256];
+    redisReply *r = bredis_cmdf(c, why, sizeof why, "XINFO GROUPS %s", ks);
+    if (!r) {
+        if (strstr(why, "no such key"))
+            return 0;   /* no stream: nothing was ever admitted (or it was deleted) */
+        snprintf(err, errlen, "XINFO GROUPS %s: %s", ks, why);
+        return -1;
+    }
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
+        const redisReply *gr = r->element[i];
+        const redisReply *name = field(gr, "name");
+        if (!name || name->type != REDIS_REPLY_STRING || strcmp(name->str, KEY_GROUP) != 0)
+            continue;
+        g->found = 1;
+        bredis_int(field(gr, "pending"), &g->pending);
+        const redisReply *ld = field(gr, "last-delivered-id");
+        if (ld && ld->type == REDIS_REPLY_STRING)
+            sid_parse(ld->str, &g->last_delivered);
+        const redisReply *lag = field(gr, "lag");
+        int64_t v;
+        if (lag && bredis_int(lag, &v) == 0)
+            g->lag = v;
+    }
+    freeReplyObject(r);
+    if (!g->found)
+        return 0;
+    if (g->lag < 0) {
+        /* Redis < 7, or lag unknown after deletions: compare with the last entry id. */
+        r = bredis_cmdf(c, why, sizeof why, "XINFO STREAM %s", ks);
+        if (!r) {
+            snprintf(err, errlen, "XINFO STREAM %s: %s", ks, why);
+            return -1;
+        }
+        const redisReply *lg = field(r, "last-generated-id");
+        sid_t last;
+        if (lg && lg->type == REDIS_REPLY_STRING && sid_parse(lg->str, &last) == 0)
+            g->lag = sid_cmp(last, g->last_delivered) > 0 ? 1 : 0;
+        freeReplyObject(r);
+    }
+    r = bredis_cmdf(c, why, sizeof why, "XPENDING %s %s", ks, KEY_GROUP);
+    if (!r) {
+        snprintf(err, errlen, "XPENDING %s: %s", ks, why);
+        return -1;
+    }
+    if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2) {
+        bredis_int(r->element[0], &g->pending);
+        const redisReply *sm = r->element[1];
+        if (sm && sm->type == REDIS_REPLY_STRING && sid_parse(sm->str, &g->smallest) == 0)
+            g->have_smallest = 1;
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+static int read_sql(store_t *st, vdata_t *d, char *err, size_t errlen)
+{
+    store_voucher_t v;
+    int rc = store_voucher_get(st, d->vid, &v);
+    if (rc == STORE_NOTFOUND || (rc == STORE_OK && !v.is_seckill)) {
+        if (rc == STORE_OK)
+            store_voucher_clear(&v);
+        snprintf(err, errlen, "voucher %lld is not a flash-sale voucher in SQL", (long long)d->vid);
+        return -1;
+    }
+    if (rc != STORE_OK) {
+        snprintf(err, errlen, "SQL: %s", store_errmsg(st));
+        return -1;
+    }
+    d->sql_begin = v.begin_time;
+    d->sql_end = v.end_time;
+    store_voucher_clear(&v);
+    if (store_voucher_counts(st, d->vid, &d->sql_count, &d->sql_stock) != STORE_OK) {
+        snprintf(err, errlen, "SQL counts: %s", store_errmsg(st));
+        return -1;
+    }
+    int64_t after = INT64_MIN;
+    for (;;) {
+        store_order_t *o = NULL;
+        size_t n = 0;
+        if (store_voucher_orders(st, d->vid, after, PAGE, &o, &n) != STORE_OK) {
+            snprintf(err, errlen, "SQL orders: %s", store_errmsg(st));
+            return -1;
+        }
+        for (size_t i = 0; i < n; i++) {
+            pairs_push(&d->sql_by_id, o[i].id, o[i].user_id);
+            pairs_push(&d->sql_by_user, o[i].user_id, o[i].id);
+            if (o[i].create_time < d->sql_begin || o[i].create_time >= d->sql_end) {
+                if (d->sql_outside++ == 0)
+                    d->sql_outside_example = o[i].id;
+            }
+        }
+        if (n > 0)
+            after = o[n - 1].id;
+        free(o);
+        if (n < PAGE)
+            break;
+    }
+    pairs_sort(&d->sql_by_user);
+    return 0;
+}
+
+static int read_redis_snapshot(redisContext *c, vdata_t *d, char *err, size_t errlen)
+{
+    char why[256];
+    redisAppendCommand(c, "MULTI");
+    redisAppendCommand(c, "EXISTS %s", d->kv);
+    redisAppendCommand(c, "HMGET %s stock begin end", d->kv);
+    redisAppendCommand(c, "HLEN %s", d->kb);
+    redisAppendCommand(c, "XLEN %s", d->ks);
+    redisAppendCommand(c, "XLEN %s", d->kd);
+    redisAppendCommand(c, "EXEC");
+    redisReply *r = NULL;
+    for (int i = 0; i < 6; i++) {   /* +OK and five +QUEUED */
+        if (redisGetReply(c, (void **)&r) != REDIS_OK) {
+            snprintf(err, errlen, "Redis: %s", c->errstr);
+            return -1;
+        }
+        int bad = r->type == REDIS_REPLY_ERROR;
+        if (bad)
+            snprintf(why, sizeof why, "%s", r->str);
+        freeReplyObject(r);
+        if (bad) {
+            snprintf(err, errlen, "Redis MULTI: %s", why);
+            redisGetReply(c, (void **)&r);   /* EXEC answers EXECABORT */
+            if (r)
+                freeReplyObject(r);
+            return -1;
+        }
+    }
+    if (redisGetReply(c, (void **)&r) != REDIS_OK) {
+        snprintf(err, errlen, "Redis: %s", c->errstr);
+        return -1;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 5) {
+        snprintf(err, errlen, "Redis EXEC: unexpected reply");
+        freeReplyObject(r);
+        return -1;
+    }
+    int64_t v;
+    d->r_exists = bredis_int(r->element[0], &v) == 0 && v > 0;
+    const redisReply *h = r->element[1];
+    d->r_stock = 0;
+    d->r_has_window = 0;
+    if (h->type == REDIS_REPLY_ARRAY && h->elements == 3) {
+        bredis_int(h->element[0], &d->r_stock);
+        d->r_has_window = bredis_int(h->element[1], &d->r_begin) == 0 &&
+                          bredis_int(h->element[2], &d->r_end) == 0;
+    }
+    bredis_int(r->element[2], &d->admitted);
+    bredis_int(r->element[3], &d->xlen);
+    bredis_int(r->element[4], &d->dead);
+    freeReplyObject(r);
+    return 0;
+}
+
+static int read_buyers(redisContext *c, vdata_t *d, char *err, size_t errlen)
+{
+    char why[256], cursor[32] = "0";
+    do {
+        redisReply *r = bredis_cmdf(c, why, sizeof why, "HSCAN %s %s COUNT %d", d->kb, cursor, PAGE);
+        if (!r) {
+            snprintf(err, errlen, "HSCAN %s: %s", d->kb, why);
+            return -1;
+        }
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+            r->element[0]->type != REDIS_REPLY_STRING) {
+            freeReplyObject(r);
+            snprintf(err, errlen, "HSCAN %s: unexpected reply", d->kb);
+            return -1;
+        }
+        snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
+        const redisReply *a = r->element[1];
+        for (size_t i = 0; a->type == REDIS_REPLY_ARRAY && i + 1 < a->elements; i += 2) {
+            int64_t u = 0, o = 0;
+            if (bredis_int(a->element[i], &u) != 0 || bredis_int(a->element[i + 1], &o) != 0)
+                u = o = -1;   /* not numbers: will not match anything in SQL */
+            pairs_push(&d->buyers, u, o);
+        }
+        freeReplyObject(r);
+    } while (strcmp(cursor, "0") != 0);
+    /* HSCAN may return an element twice; the hash holds each user once. */
+    pairs_sort(&d->buyers);
+    size_t w = 0;
+    for (size_t i = 0; i < d->buyers.n; i++)
+        if (w == 0 || cmp_ab(&d->buyers.v[i], &d->buyers.v[w - 1]) != 0)
+            d->buyers.v[w++] = d->buyers.v[i];
+    d->buyers.n = w;
+    for (size_t i = 0; i < d->buyers.n; i++)
+        pairs_push(&d->buyers_by_order, d->buyers.v[i].b, d->buyers.v[i].a);
+    pairs_sort(&d->buyers_by_order);
+    return 0;
+}
+
+static int in_flight(const vdata_t *d, sid_t id)
+{
+    if (!d->group_found)
+        return 1;   /* no consumer group: nothing was ever delivered */
+    if (d->have_smallest && sid_cmp(id, d->smallest) >= 0)
+        return 1;
+    return sid_cmp(id, d->last_delivered) > 0;
+}
+
+static int read_stream(redisContext *c, vdata_t *d, char *err, size_t errlen)
+{
+    char why[256], start[64] = "-";
+    for (;;) {
+        redisReply *r = bredis_cmdf(c, why, sizeof why, "XRANGE %s %s + COUNT %d", d->ks, start, PAGE);
+        if (!r) {
+            snprintf(err, errlen, "XRANGE %s: %s", d->ks, why);
+            return -1;
+        }
+        if (r->type != REDIS_REPLY_ARRAY) {
+            freeReplyObject(r);
+            snprintf(err, errlen, "XRANGE %s: unexpected reply", d->ks);
+            return -1;
+        }
+        size_t n = r->elements;
+        for (size_t i = 0; i < n; i++) {
+            const redisReply *e = r->element[i];
+            if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
+                e->element[0]->type != REDIS_REPLY_STRING)
+                continue;
+            const char *eid = e->element[0]->str;
+            if (i + 1 == n)
+                snprintf(start, sizeof start, "(%s", eid);
+            sid_t sid;
+            if (sid_parse(eid, &sid) != 0)
+                continue;
+            int64_t user = 0, oid = 0, ts = 0, vid = 0;
+            int ok = bredis_int(field(e->element[1], "userId"), &user) == 0 &&
+                     bredis_int(field(e->element[1], "id"), &oid) == 0 &&
+                     bredis_int(field(e->element[1], "voucherId"), &vid) == 0 &&
+                     vid == d->vid;
+            if (!ok) {
+                d->st_bad++;
+                continue;
+            }
+            pairs_push(&d->st_by_user, user, oid);
+            pairs_push(&d->st_by_order, oid, user);
+            if (bredis_int(field(e->element[1], "ts"), &ts) != 0)
+                ts = (int64_t)(sid.ms / 1000);
+            if (d->r_has_window && (ts < d->r_begin || ts >= d->r_end)) {
+                if (d->st_outside++ == 0)
+                    d->st_outside_example = oid;
+            }
+            if (in_flight(d, sid)) {
+                pairs_push(&d->inflight_users, user, oid);
+                pairs_push(&d->inflight_orders, oid, user);
+            }
+        }
+        freeReplyObject(r);
+        if (n < PAGE)
+            break;
+    }
+    pairs_sort(&d->st_by_user);
+    pairs_sort(&d->st_by_order);
+    pairs_sort(&d->inflight_users);
+    pairs_sort(&d->inflight_orders);
+    return 0;
+}
+
+/* ==== checks and the report ==== */
+
+enum { C_OK, C_FAIL, C_INFO, C_SKIP };
+static const char *const cstat[] = {"ok", "FAIL", "info", "skip"};
+
+typedef struct check {
+    const char *inv;                  /* "I1".."I5" or "--" */
+    const char *id;
+    int status;
+    char detail[DETAIL];
+} check_t;
+
+typedef struct report {
+    check_t c[MAX_CHECKS];
+    int n;
+    int violations;
+} report_t;
+
+static void add(report_t *rp, const char *inv, const char *id, int status, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static void add(report_t *rp, const char *inv, const char *id, int status, const char *fmt, ...)
+{
+    if (rp->n >= MAX_CHECKS)
+        return;
+    check_t *c = &rp->c[rp->n++];
+    c->inv = inv;
+    c->id = id;
+    c->status = status;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->detail, sizeof c->detail, fmt, ap);
+    va_end(ap);
+    if (status == C_FAIL)
+        rp->violations++;
+}
+
+#define LL(x) ((long long)(x))
+
+static void check_voucher(const audit_opts_t *o, vdata_t *d, int drained_wanted, report_t *rp)
+{
+    int64_t S = o->initial_stock;
+    int known = S >= 0;
+    int drained = d->pending == 0 && d->lag == 0;   /* at step 1 */
+
+    /* ---- I1 ---- */
+    if (known)
+        add(rp, "I1", "no-oversell", d->sql_count <= S && d->admitted <= S ? C_OK : C_FAIL,
+            "SQL orders %lld, admitted %lld, initial stock %lld", LL(d->sql_count),
+            LL(d->admitted), LL(S));
+    else
+        add(rp, "I1", "no-oversell", C_SKIP,
+            "initial stock not given (--stock): only stock-nonneg and stock-agree apply; "
+            "derived initial %lld", LL(d->r_stock + d->admitted));
+    add(rp, "I1", "stock-nonneg", d->r_stock >= 0 && d->sql_stock >= 0 ? C_OK : C_FAIL,
+        "Redis stock %lld, SQL stock %lld", LL(d->r_stock), LL(d->sql_stock));
+    if (known) {
+        add(rp, "I1", "redis-stock", d->r_stock == S - d->admitted ? C_OK : C_FAIL,
+            "Redis stock %lld %s initial %lld - admitted %lld = %lld", LL(d->r_stock),
+            d->r_stock == S - d->admitted ? "=" : "!=", LL(S), LL(d->admitted),
+            LL(S - d->admitted));
+        add(rp, "I1", "sql-stock", d->sql_stock == S - d->sql_count ? C_OK : C_FAIL,
+            "SQL stock %lld %s initial %lld - persisted %lld = %lld", LL(d->sql_stock),
+            d->sql_stock == S - d->sql_count ? "=" : "!=", LL(S), LL(d->sql_count),
+            LL(S - d->sql_count));
+    } else {
+        add(rp, "I1", "redis-stock", C_SKIP, "needs --stock");
+        add(rp, "I1", "sql-stock", C_SKIP, "needs --stock");
+    }
+    int64_t ir = d->r_stock + d->admitted, is = d->sql_stock + d->sql_count;
+    add(rp, "I1", "stock-agree", ir == is ? C_OK : C_FAIL,
+        "Redis stock + admitted = %lld %s SQL stock + persisted = %lld%s", LL(ir),
+        ir == is ? "=" : "!=", LL(is), ir == is ? "" : " (stock drift or an order outside "
+                                                        "the pipeline)");
+    add(rp, "I1", "stream-entries", d->xlen == d->admitted ? C_OK : C_FAIL,
+        "stream entries %lld %s admitted %lld%s", LL(d->xlen), d->xlen == d->admitted ? "=" : "!=",
+        LL(d->admitted), d->st_bad ? " (some entries unreadable)" : "");
+
+    /* ---- I2 ---- */
+    int64_t ex = 0;
+    int64_t dsql = pairs_dups(&d->sql_by_user, &ex);
+    if (dsql)
+        add(rp, "I2", "dup-sql", C_FAIL, "%lld users have more than one SQL order, e.g. user %lld",
+            LL(dsql), LL(ex));
+    else
+        add(rp, "I2", "dup-sql", C_OK, "%lld SQL orders, %lld distinct users", LL(d->sql_by_user.n),
+            LL(d->sql_by_user.n));
+    int64_t dbo = pairs_dups(&d->buyers_by_order, &ex);
+    if (dbo)
+        add(rp, "I2", "dup-buyers", C_FAIL, "%lld order ids belong to more than one buyer, e.g. %lld",
+            LL(dbo), LL(ex));
+    else
+        add(rp, "I2", "dup-buyers", C_OK, "%lld buyers, %lld distinct order ids", LL(d->buyers.n),
+            LL(d->buyers_by_order.n));
+    int64_t exo = 0;
+    int64_t dsu = pairs_dups(&d->st_by_user, &ex), dso = pairs_dups(&d->st_by_order, &exo);
+    if (dsu || dso)
+        add(rp, "I2", "dup-stream", C_FAIL,
+            "%lld users with more than one stream entry (e.g. user %lld), %lld order ids "
+            "queued twice (e.g. %lld)", LL(dsu), LL(ex), LL(dso), LL(exo));
+    else
+        add(rp, "I2", "dup-stream", C_OK, "%lld entries, one per user and per order id",
+            LL(d->st_by_user.n));
+    pairs_t ans = {0}, ans_user = {0};
+    if (o->have_answers) {
+        for (size_t i = 0; i < o->nanswers; i++) {
+            pairs_push(&ans, o->answers[i].order_id, o->answers[i].user_id);
+            if (o->answers[i].user_id)
+                pairs_push(&ans_user, o->answers[i].user_id, o->answers[i].order_id);
+        }
+        pairs_sort(&ans);
+        pairs_sort(&ans_user);
+        int64_t da = pairs_dups(&ans, &ex), du = pairs_dups(&ans_user, &exo);
+        if (da || du)
+            add(rp, "I2", "dup-answers", C_FAIL,
+                "%lld order ids answered success twice (e.g. %lld), %lld users answered "
+                "success twice (e.g. %lld)", LL(da), LL(ex), LL(du), LL(exo));
+        else
+            add(rp, "I2", "dup-answers", C_OK, "%lld success answers, all distinct%s", LL(ans.n),
+                ans_user.n ? " (orders and users)" : "");
+    } else {
+        add(rp, "I2", "dup-answers", C_SKIP, "no record of answers (--orders)");
+    }
+
+    /* ---- I3 ---- */
+    int64_t not_admitted = 0, other_id = 0, ex_na = 0;
+    for (size_t i = 0; i < d->sql_by_user.n; i++) {
+        ssize_t k = pairs_find(&d->buyers, d->sql_by_user.v[i].a);
+        if (k < 0) {
+            if (not_admitted++ == 0)
+                ex_na = d->sql_by_user.v[i].b;
+        } else if (d->buyers.v[k].b != d->sql_by_user.v[i].b) {
+            if (not_admitted + other_id++ == 0)
+                ex_na = d->sql_by_user.v[i].b;
+        }
+    }
+    if (not_admitted || other_id)
+        add(rp, "I3", "sql-admitted", C_FAIL,
+            "%lld SQL orders were never admitted in Redis, %lld carry another order id than "
+            "the buyer hash (e.g. order %lld)", LL(not_admitted), LL(other_id), LL(ex_na));
+    else
+        add(rp, "I3", "sql-admitted", C_OK, "all %lld SQL orders are buyers in Redis with the "
+                                            "same order id", LL(d->sql_by_user.n));
+    int64_t missing = 0, excused = 0, ex_m = 0;
+    for (size_t i = 0; i < d->buyers.n; i++) {
+        if (pairs_find(&d->sql_by_user, d->buyers.v[i].a) >= 0)
+            continue;
+        missing++;
+        if (pairs_find(&d->inflight_users, d->buyers.v[i].a) >= 0)
+            excused++;
+        else if (missing - excused == 1)
+            ex_m = d->buyers.v[i].b;
+    }
+    char ebuf[64] = "";
+    int mfail = missing - excused > 0 || (drained_wanted && missing > 0);
+    if (mfail && missing - excused > 0)
+        snprintf(ebuf, sizeof ebuf, "; e.g. order %lld", LL(ex_m));
+    add(rp, "I3", "admitted-persisted", mfail ? C_FAIL : C_OK,
+        "%lld buyers, %lld SQL orders: %lld admitted orders not in SQL, of which %lld still in "
+        "the stream%s%s",
+        LL(d->buyers.n), LL(d->sql_by_user.n), LL(missing), LL(excused),
+        drained_wanted && missing ? " (after drain: none may be)" : "", ebuf);
+    if (o->have_answers) {
+        int64_t lost = 0, inflight = 0, wrong_user = 0, ex_l = 0;
+        for (size_t i = 0; i < ans.n; i++) {
+            if (i > 0 && ans.v[i].a == ans.v[i - 1].a)
+                continue;
+            ssize_t k = pairs_find(&d->sql_by_id, ans.v[i].a);
+            if (k < 0) {
+                if (!drained_wanted && pairs_find(&d->inflight_orders, ans.v[i].a) >= 0)
+                    inflight++;
+                else if (lost++ == 0)
+                    ex_l = ans.v[i].a;
+            } else if (ans.v[i].b && d->sql_by_id.v[k].b != ans.v[i].b) {
+                if (lost + wrong_user++ == 0)
+                    ex_l = ans.v[i].a;
+            }
+        }
+        ebuf[0] = '\0';
+        if (lost || wrong_user)
+            snprintf(ebuf, sizeof ebuf, "; e.g. order %lld", LL(ex_l));
+        add(rp, "I3", "answered-persisted", lost || wrong_user ? C_FAIL : C_OK,
+            "%lld answered success: %lld not in SQL, %lld stored for another user, %lld still "
+            "in the stream%s",
+            LL(ans.n), LL(lost), LL(wrong_user), LL(inflight), ebuf);
+        if (o->answers_complete) {
+            int64_t never = 0, ex_n = 0;
+            for (size_t i = 0; i < d->sql_by_id.n; i++)
+                if (pairs_find(&ans, d->sql_by_id.v[i].a) < 0 && never++ == 0)
+                    ex_n = d->sql_by_id.v[i].a;
+            int64_t tol = o->unanswered > 0 ? o->unanswered : 0;
+            ebuf[0] = '\0';
+            if (never)
+                snprintf(ebuf, sizeof ebuf, "; e.g. order %lld", LL(ex_n));
+            add(rp, "I3", "persisted-answered", never > tol ? C_FAIL : C_OK,
+                "%lld SQL orders were never answered success (answers the client lost: "
+                "%lld)%s",
+                LL(never), LL(tol), ebuf);
+        } else {
+            add(rp, "I3", "persisted-answered", C_SKIP,
+                "the record does not cover every request to this voucher");
+        }
+    } else {
+        add(rp, "I3", "answered-persisted", C_SKIP, "no record of answers (--orders)");
+        add(rp, "I3", "persisted-answered", C_SKIP, "no record of answers (--orders)");
+    }
+    pairs_free(&ans);
+    pairs_free(&ans_user);
+
+    /* ---- I5 ---- */
+    char b[32], e[32];
+    fmt_time(d->sql_begin, b, sizeof b);
+    fmt_time(d->sql_end, e, sizeof e);
+    if (d->sql_outside || d->st_outside)
+        add(rp, "I5", "window", C_FAIL,
+            "%lld SQL orders and %lld stream entries outside [%s, %s), e.g. order %lld",
+            LL(d->sql_outside), LL(d->st_outside), b, e,
+            LL(d->sql_outside ? d->sql_outside_example : d->st_outside_example));
+    else
+        add(rp, "I5", "window", C_OK, "every order created in [%s, %s)", b, e);
+    if (!d->r_has_window)
+        add(rp, "I5", "window-agree", d->r_exists ? C_FAIL : C_SKIP,
+            d->r_exists ? "Redis voucher hash has no begin/end" : "voucher not in Redis");
+    else
+        add(rp, "I5", "window-agree",
+            d->r_begin == d->sql_begin && d->r_end == d->sql_end ? C_OK : C_FAIL,
+            "Redis [%lld, %lld) vs SQL [%lld, %lld)", LL(d->r_begin), LL(d->r_end),
+            LL(d->sql_begin), LL(d->sql_end));
+
+    /* ---- stream ---- */
+    if (drained_wanted)
+        add(rp, "--", "stream-drained", drained ? C_OK : C_FAIL, "pending %lld, lag %lld",
+            LL(d->pending), LL(d->lag));
+    else
+        add(rp, "--", "stream-drained", C_INFO, "pending %lld, lag %lld%s", LL(d->pending),
+            LL(d->lag), drained ? " (drained)" : " (orders still on their way to SQL)");
+    add(rp, "--", "dead-letters", d->dead == 0 ? C_OK : C_FAIL,
+        "%lld entries in %s%s", LL(d->dead), d->kd, d->dead ? " (admitted orders the writer "
+                                                              "could not write)" : "");
+}
+
+static void print_report(FILE *out, const vdata_t *d, const audit_opts_t *o, const report_t *rp)
+{
+    char b[32], e[32];
+    fmt_time(d->sql_begin, b, sizeof b);
+    fmt_time(d->sql_end, e, sizeof e);
+    fprintf(out, "voucher %lld: window [%s, %s), initial stock %s\n", LL(d->vid), b, e,
+            o->initial_stock >= 0 ? "given" : "not given");
+    fprintf(out, "  Redis: stock %lld, admitted %lld, stream %lld entries (pending %lld, lag "
+                 "%lld), dead letters %lld%s\n",
+            LL(d->r_stock), LL(d->admitted), LL(d->xlen), LL(d->pending), LL(d->lag), LL(d->dead),
+            d->r_exists ? "" : " [no voucher hash]");
+    fprintf(out, "  SQL:   stock %lld, orders %lld\n", LL(d->sql_stock), LL(d->sql_count));
+    for (int i = 0; i < rp->n; i++)
+        fprintf(out, "  %-4s  %s %-19s %s\n", cstat[rp->c[i].status], rp->c[i].inv, rp->c[i].id,
+                rp->c[i].detail);
+}
+
+static void json_report(sb_t *j, const vdata_t *d, const audit_opts_t *o, const report_t *rp)
+{
+    sb_printf(j,
+              "{\"voucher\":%lld,\"initial_stock\":%lld,\"begin\":%lld,\"end\":%lld,"
+              "\"redis\":{\"stock\":%lld,\"admitted\":%lld,\"stream_entries\":%lld,"
+              "\"pending\":%lld,\"lag\":%lld,\"dead_letters\":%lld},"
+              "\"sql\":{\"stock\":%lld,\"orders\":%lld},\"violations\":%d,\"checks\":[",
+              LL(d->vid), LL(o->initial_stock), LL(d->sql_begin), LL(d->sql_end), LL(d->r_stock),
+              LL(d->admitted), LL(d->xlen), LL(d->pending), LL(d->lag), LL(d->dead),
+              LL(d->sql_stock), LL(d->sql_count), rp->violations);
+    for (int i = 0; i < rp->n; i++) {
+        sb_printf(j, "%s{\"invariant\":\"%s\",\"check\":\"%s\",\"status\":\"%s\",\"detail\":",
+                  i ? "," : "", rp->c[i].inv, rp->c[i].id, rp->c[i].status == C_FAIL ? "fail"
+                                                           : rp->c[i].status == C_OK  ? "ok"
+                                                           : rp->c[i].status == C_INFO ? "info"
+                                                                                       : "skip");
+        sb_json_str(j, rp->c[i].detail, strlen(rp->c[i].detail));
+        sb_puts(j, "}");
+    }
+    sb_puts(j, "]}");
+}
+
+/* ==== the run ==== */
+
+static int voucher_keys(vdata_t *d)
+{
+    char dead[64];
+    snprintf(dead, sizeof dead, "seckill:dead:{%lld}", LL(d->vid));
+    snprintf(d->kd, sizeof d->kd, "%s", dead);
+    return key_voucher(d->kv, sizeof d->kv, d->vid) < 0 || key_buyers(d->kb, sizeof d->kb, d->vid) < 0 ||
+                   key_stream(d->ks, sizeof d->ks, d->vid) < 0
+               ? -1
+               : 0;
+}
+
+/* SQLite: refuse a file that does not exist (store_open would create one). */
+static int db_exists(const char *url, char *err, size_t errlen)
+{
+    if (strncasecmp(url, "sqlite:", 7) != 0)
+        return 0;
+    const char *p = url + 7;
+    if (strncmp(p, "//", 2) == 0)
+        p += 2;
+    if (strcmp(p, ":memory:") == 0)
+        return 0;
+    struct stat st;
+    if (stat(p, &st) != 0) {
+        snprintf(err, errlen, "no database at %s: %s", p, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+int audit_wait_drain(const char *redis_url, const char *db_url, int64_t vid, int timeout_ms,
+                     audit_drain_t *d, char *err, size_t errlen)
+{
+    memset(d, 0, sizeof *d);
+    if (db_exists(db_url, err, errlen) < 0)
+        return -1;
+    redisContext *c = bredis_open(redis_url, 5000, err, errlen);
+    if (!c)
+        return -1;
+    store_t *st = store_open(db_url, 10000, err, errlen);
+    if (!st) {
+        bredis_close(c);
+        return -1;
+    }
+    vdata_t v;
+    memset(&v, 0, sizeof v);
+    v.vid = vid;
+    voucher_keys(&v);
+    uint64_t t0 = clock_mono_ns(), first = 0, last = 0;
+    int64_t prev = -1;
+    int rc = 0;
+    for (;;) {
+        sgroup_t g;
+        if (read_group(c, v.ks, &g, err, errlen) < 0) {
+            rc = -1;
+            break;
+        }
+        int64_t count = 0, stock = 0;
+        if (store_voucher_counts(st, vid, &count, &stock) == STORE_ERR) {
+            snprintf(err, errlen, "SQL: %s", store_errmsg(st));
+            rc = -1;
+            break;
+        }
+        uint64_t now = clock_mono_ns();
+        if (prev < 0) {
+            d->persisted_start = count;
+        } else if (count != prev) {
+            if (!first)
+                first = now;
+            last = now;
+        }
+        prev = count;
+        d->persisted_end = count;
+        d->pending = g.pending;
+        d->lag = g.lag;
+        if (!g.found) {
+            /* no group (yet): undelivered = every entry of the stream */
+            char why[128];
+            redisReply *r = bredis_cmdf(c, why, sizeof why, "XLEN %s", v.ks);
+            d->lag = 0;
+            if (r) {
+                bredis_int(r, &d->lag);
+                freeReplyObject(r);
+            }
+        }
+        d->drained = d->pending == 0 && d->lag == 0;
+        if (d->drained || now - t0 >= (uint64_t)timeout_ms * 1000000u)
+            break;
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    d->seconds = (double)(clock_mono_ns() - t0) / 1e9;
+    d->active_seconds = first ? (double)(last - first) / 1e9 : 0;
+    if (rc == 0) {
+        char why[128];
+        redisReply *r = bredis_cmdf(c, why, sizeof why, "HLEN %s", v.kb);
+        if (r) {
+            bredis_int(r, &d->admitted);
+            freeReplyObject(r);
+        }
+    }
+    store_close(st);
+    bredis_close(c);
+    return rc;
+}
+
+int audit_run(const audit_opts_t *o)
+{
+    FILE *out = o->out ? o->out : stdout;
+    char err[512];
+    int timeout = o->timeout_ms > 0 ? o->timeout_ms : 10000;
+    if (!o->redis_url || !o->db_url) {
+        fprintf(stderr, "seckill audit: needs --redis and --db (or --data-dir)\n");
+        return 2;
+    }
+    if (db_exists(o->db_url, err, sizeof err) < 0) {
+        fprintf(stderr, "seckill audit: %s\n", err);
+        return 2;
+    }
+    store_t *st = store_open(o->db_url, timeout, err, sizeof err);
+    if (!st) {
+        fprintf(stderr, "seckill audit: %s\n", err);
+        return 2;
+    }
+    redisContext *c = bredis_open(o->redis_url, timeout, err, sizeof err);
+    if (!c) {
+        fprintf(stderr, "seckill audit: %s\n", err);
+        store_close(st);
+        return 2;
+    }
+    int64_t *all = NULL;
+    const int64_t *vids = o->vouchers;
+    size_t nv = o->nvouchers;
+    if (!vids || nv == 0) {
+        if (store_seckill_ids(st, &all, &nv) != STORE_OK) {
+            fprintf(stderr, "seckill audit: SQL: %s\n", store_errmsg(st));
+            store_close(st);
+            bredis_close(c);
+            return 2;
+        }
+        vids = all;
+    }
+    if ((o->initial_stock >= 0 || o->have_answers) && nv != 1) {
+        fprintf(stderr, "seckill audit: --stock and --orders describe one voucher: give --voucher\n");
+        free(all);
+        store_close(st);
+        bredis_close(c);
+        return 2;
+    }
+    int status = 0, total_viol = 0;
+    sb_t j = SB_INIT;
+    sb_puts(&j, "{\"vouchers\":[");
+    for (size_t i = 0; i < nv && status != 2; i++) {
+        vdata_t d;
+        memset(&d, 0, sizeof d);
+        d.vid = vids[i];
+        if (voucher_keys(&d) < 0) {
+            fprintf(stderr, "seckill audit: bad voucher id\n");
+            status = 2;
+            break;
+        }
+        int drained_wanted = 0;
+        if (o->wait_drain_ms > 0) {
+            audit_drain_t dr;
+            if (audit_wait_drain(o->redis_url, o->db_url, d.vid, o->wait_drain_ms, &dr, err,
+                                 sizeof err) < 0) {
+                fprintf(stderr, "seckill audit: voucher %lld: %s\n", LL(d.vid), err);
+                status = 2;
+                break;
+            }
+            drained_wanted = 1;
+        }
+        sgroup_t g;
+        int rc = read_group(c, d.ks, &g, err, sizeof err);
+        if (rc == 0) {
+            d.group_found = g.found;
+            d.pending = g.pending;
+            d.lag = g.found ? g.lag : 0;
+            d.have_smallest = g.have_smallest;
+            d.smallest = g.smallest;
+            d.last_delivered = g.last_delivered;
+            rc = read_sql(st, &d, err, sizeof err);
+        }
+        if (rc == 0)
+            rc = read_redis_snapshot(c, &d, err, sizeof err);
+        if (rc == 0 && !d.group_found)
+            d.lag = d.xlen;   /* no consumer group: nothing was ever delivered to a writer */
+        if (rc == 0)
+            rc = read_buyers(c, &d, err, sizeof err);
+        if (rc == 0)
+            rc = read_stream(c, &d, err, sizeof err);
+        if (rc < 0) {
+            fprintf(stderr, "seckill audit: voucher %lld: %s\n", LL(d.vid), err);
+            vdata_free(&d);
+            status = 2;
+            break;
+        }
+        if (!d.r_exists && d.admitted == 0 && d.xlen == 0 && d.sql_count == 0 && !o->vouchers) {
+            fprintf(out, "voucher %lld: not published to Redis and nothing sold: skipped\n",
+                    LL(d.vid));
+            vdata_free(&d);
+            continue;
+        }
+        report_t *rp = calloc(1, sizeof *rp);
+        if (!rp)
+            abort();
+        check_voucher(o, &d, drained_wanted, rp);
+        print_report(out, &d, o, rp);
+        if (j.len > strlen("{\"vouchers\":["))
+            sb_puts(&j, ",");
+        json_report(&j, &d, o, rp);
+        total_viol += rp->violations;
+        if (rp->violations)
+            status = 1;
+        free(rp);
+        vdata_free(&d);
+    }
+    sb_printf(&j, "],\"violations\":%d,\"status\":%d}\n", total_viol, status);
+    if (status != 2) {
+        fprintf(out, "audit: %d violation%s\n", total_viol, total_viol == 1 ? "" : "s");
+        if (o->json)
+            fputs(sb_cstr(&j), o->json);
+    }
+    fflush(out);
+    sb_free(&j);
+    free(all);
+    store_close(st);
+    bredis_close(c);
+    return status;
+}
+
+/* ==== command line ==== */
+
+static void audit_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: seckill audit [options]\n\n"
+            "Checks a deployment's Redis and SQL for the flash-sale invariants (no oversell,\n"
+            "no duplicate, no lost admission, sale window, stream drained) and prints each\n"
+            "check with its figures. Read-only. Exit status 0 = all hold, 1 = violation,\n"
+            "2 = could not audit.\n\n"
+            "  --data-dir DIR       the embedded default's files: Redis unix:DIR/redis/redis.sock,\n"
+            "                       SQL sqlite:DIR/seckill.db (default ./var when neither\n"
+            "                       --redis nor --db is given)\n"
+            "  --redis URL          redis://[:password@]host:port[/db] or unix:PATH\n"
+            "  --db URL             sqlite:PATH (or the URL the service uses)\n"
+            "  --voucher ID         audit this voucher (repeatable); default: every flash-sale voucher\n"
+            "  --stock N            its initial stock: enables no-oversell, redis-stock, sql-stock\n"
+            "  --orders FILE        the record `seckill bench --record` wrote: success answers;\n"
+            "                       its header supplies --voucher, --stock and --unanswered\n"
+            "  --unanswered N       requests whose answer was lost (excused in persisted-answered)\n"
+            "  --wait-drain SEC     first wait up to SEC for the order stream to drain; then it\n"
+            "                       must be drained and every admitted order must be in SQL\n"
+            "  --json FILE          also write a JSON report (- = stdout)\n"
+            "  --timeout-ms N       deadline of each Redis command and SQL call [10000]\n");
+}
+
+int audit_main(int argc, char **argv)
+{
+    audit_opts_t o;
+    memset(&o, 0, sizeof o);
+    o.initial_stock = -1;
+    o.unanswered = -1;
+    const char *data_dir = NULL, *redis = NULL, *db = NULL, *orders = NULL, *json = NULL;
+    int64_t vids[64];
+    size_t nv = 0;
+    int64_t wait_s = 0, tmo = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            audit_usage(stdout);
+            return 0;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "seckill audit: %s needs a value (see --help)\n", a);
+            return 2;
+        }
+        const char *v = argv[++i];
+        int64_t x;
+        if (strcmp(a, "--data-dir") == 0)
+            data_dir = v;
+        else if (strcmp(a, "--redis") == 0)
+            redis = v;
+        else if (strcmp(a, "--db") == 0)
+            db = v;
+        else if (strcmp(a, "--orders") == 0)
+            orders = v;
+        else if (strcmp(a, "--json") == 0)
+            json = v;
+        else if (strcmp(a, "--voucher") == 0 && parse_i64(v, &x) == 0 && x > 0 && nv < 64)
+            vids[nv++] = x;
+        else if (strcmp(a, "--stock") == 0 && parse_i64(v, &x) == 0 && x >= 0)
+            o.initial_stock = x;
+        else if (strcmp(a, "--unanswered") == 0 && parse_i64(v, &x) == 0 && x >= 0)
+            o.unanswered = x;
+        else if (strcmp(a, "--wait-drain") == 0 && parse_i64(v, &x) == 0 && x >= 0 && x <= 86400)
+            wait_s = x;
+        else if (strcmp(a, "--timeout-ms") == 0 && parse_i64(v, &x) == 0 && x >= 10 && x <= 600000)
+            tmo = x;
+        else {
+            fprintf(stderr, "seckill audit: bad option or value: %s %s (see --help)\n", a, v);
+            return 2;
+        }
+    }
+    char rbuf[700], dbuf[700];
+    if (data_dir || (!redis && !db)) {
+        const char *dd = data_dir ? data_dir : "./var";
+        char abs[512];
+        if (!realpath(dd, abs)) {
+            fprintf(stderr, "seckill audit: data dir %s: %s\n", dd, strerror(errno));
+            return 2;
+        }
+        if (!redis) {
+            snprintf(rbuf, sizeof rbuf, "unix:%s/redis/redis.sock", abs);
+            redis = rbuf;
+        }
+        if (!db) {
+            snprintf(dbuf, sizeof dbuf, "sqlite:%s/seckill.db", abs);
+            db = dbuf;
+        }
+    }
+    if (!redis || !db) {
+        fprintf(stderr, "seckill audit: give both --redis and --db, or --data-dir\n");
+        return 2;
+    }
+    audit_record_t rec;
+    memset(&rec, 0, sizeof rec);
+    if (orders) {
+        char err[512];
+        if (audit_record_read(orders, &rec, err, sizeof err) < 0) {
+            fprintf(stderr, "seckill audit: %s\n", err);
+            return 2;
+        }
+        if (nv == 0 && rec.voucher_id > 0)
+            vids[nv++] = rec.voucher_id;
+        if (o.initial_stock < 0 && rec.stock >= 0)
+            o.initial_stock = rec.stock;
+        if (o.unanswered < 0)
+            o.unanswered = rec.unanswered;
+        o.answers = rec.answers;
+        o.nanswers = rec.n;
+        o.have_answers = 1;
+        o.answers_complete = rec.complete;
+    }
+    FILE *jf = NULL;
+    if (json) {
+        jf = strcmp(json, "-") == 0 ? stdout : fopen(json, "w");
+        if (!jf) {
+            fprintf(stderr, "seckill audit: %s: %s\n", json, strerror(errno));
+            free(rec.answers);
+            return 2;
+        }
+    }
+    o.redis_url = redis;
+    o.db_url = db;
+    o.vouchers = nv ? vids : NULL;
+    o.nvouchers = nv;
+    o.wait_drain_ms = (int)(wait_s * 1000);
+    o.timeout_ms = (int)tmo;
+    o.json = jf;
+    o.out = jf == stdout ? stderr : stdout;
+    int rc = audit_run(&o);
+    if (jf && jf != stdout)
+        fclose(jf);
+    free(rec.answers);
+    return rc;
+}

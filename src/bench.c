@@ -1,0 +1,947 @@
+/* bench.c -- `seckill bench`: a flash-sale rehearsal over the public HTTP API (bench.h).
+ *
+ * The run, in order:
+ *   1. options; --data-dir fills in the embedded default's Redis socket, SQLite file and
+ *      admin token;
+ *   2. the voucher: --voucher ID, or a new one through POST /voucher/seckill (admin token)
+ *      with --stock and a window opening --begin-in seconds from now;
+ *   3. the users (bench_users.c): API login, --seed-tokens or --tokens FILE;
+ *   4. the load (bench_load.c), with a live progress line on stderr;
+ *   5. the report: outcomes, requests/s, latency percentiles, and the server's and
+ *      redis-server's CPU time per request when their /proc/PID/stat can be read;
+ *      --json for machines, --record for `seckill audit --orders`;
+ *   6. wait for the order writer to drain the voucher's stream, then run the audit
+ *      (audit.c) with the record of every success answer. Exit 1 if it finds anything. */
+#include "bench.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <netdb.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+#include <http_parser.h>
+
+#include "audit.h"
+#include "bench_hist.h"
+#include "bench_redis.h"
+#include "clock.h"
+
+/* ==== options ==== */
+
+typedef enum { A_STR, A_I64, A_INT, A_DBL, A_SET } atype_t;
+
+typedef struct bopt {
+    const char *name;
+    atype_t type;
+    size_t off;
+    size_t size;            /* A_STR: buffer size; A_SET: the value to store (int) */
+    double min, max;
+    const char *arg, *help;
+} bopt_t;
+
+#define F(field) offsetof(bench_opts_t, field), sizeof(((bench_opts_t *)0)->field)
+#define SET(field, v) offsetof(bench_opts_t, field), (size_t)(v)
+
+static const bopt_t bopts[] = {
+    {"target", A_STR, F(target), 0, 0, "URL", "the service [http://127.0.0.1:8081]"},
+    {"data-dir", A_STR, F(data_dir), 0, 0, "DIR",
+     "an embedded default's data dir: its Redis socket, SQLite file and admin token"},
+    {"redis", A_STR, F(redis_url), 0, 0, "URL", "Redis: login codes or seeding, drain, audit"},
+    {"db", A_STR, F(db_url), 0, 0, "URL", "SQL store: drain and audit"},
+    {"admin-token", A_STR, F(admin_token), 0, 0, "T", "to create the voucher"},
+    {"voucher", A_I64, F(voucher), 1, 9e18, "ID", "use this voucher instead of creating one"},
+    {"stock", A_I64, F(stock), 0, 1e8, "N", "initial stock (of the new voucher, or of --voucher) [1000]"},
+    {"begin-in", A_INT, F(begin_in_s), 0, 86400, "S", "the new sale opens S seconds from now [0]"},
+    {"window", A_INT, F(window_s), 1, 1e8, "S", "the new sale lasts S seconds [3600]"},
+    {"users", A_I64, F(users), 1, 1e8, "U", "buyers [10000]"},
+    {"user-base", A_I64, F(user_base), 0, 1e9, "N", "first user index (phones, seeded ids) [0]"},
+    {"conns", A_INT, F(conns), 1, 100000, "C", "keep-alive connections [64]"},
+    {"pipeline", A_INT, F(pipeline), 1, 1024, "P", "requests in flight per connection [1]"},
+    {"threads", A_INT, F(threads), 1, 64, "T", "event-loop threads [1]"},
+    {"duration", A_DBL, F(duration_s), 0, 86400, "S", "stop after S seconds [until every user tried]"},
+    {"rate", A_DBL, F(rate), 0, 1e8, "R", "open loop: R requests/s in total [closed loop]"},
+    {"dup", A_DBL, F(dup), 0, 10, "F", "sequential repeat attempts, per user [0.1]"},
+    {"burst-share", A_DBL, F(burst_share), 0, 1, "F",
+     "share of users whose first try is sent as concurrent copies [0.05]"},
+    {"burst", A_INT, F(burst), 1, 64, "K", "copies in such a try [3]"},
+    {"seed-tokens", A_SET, SET(login, LOGIN_SEED), 0, 0, NULL,
+     "prepare users by writing login tokens straight into Redis (needs --redis)"},
+    {"tokens", A_STR, F(tokens_file), 0, 0, "FILE", "use these tokens, one per line [API login]"},
+    {"token-ttl", A_INT, F(token_ttl_s), 10, 1e8, "S", "TTL of seeded tokens [7200]"},
+    {"record", A_STR, F(record), 0, 0, "FILE", "write every success answer (for audit --orders)"},
+    {"json", A_STR, F(json), 0, 0, "FILE", "also write the results as JSON (- = stdout)"},
+    {"server-pid", A_INT, F(server_pid), 1, INT_MAX, "PID", "for CPU/request [the listener's]"},
+    {"redis-pid", A_INT, F(redis_pid), 1, INT_MAX, "PID", "for CPU/request [from INFO, if local]"},
+    {"no-audit", A_SET, SET(audit, 0), 0, 0, NULL, "skip the drain wait and the audit"},
+    {"drain-timeout", A_INT, F(drain_timeout_s), 1, 86400, "S", "wait for the writer at most [60]"},
+    {"timeout", A_INT, F(timeout_s), 1, 3600, "S", "wait for answers after the last send [10]"},
+    {"seed", A_I64, F(seed), 0, 9e18, "N", "random seed of the schedule [time]"},
+    {"quiet", A_SET, SET(progress, 0), 0, 0, NULL, "no live progress line"},
+};
+#define NBOPTS (sizeof bopts / sizeof bopts[0])
+
+void bench_usage(void)
+{
+    printf("usage: seckill bench [options]\n\n"
+           "Rehearses a flash sale against a running service over its public HTTP API:\n"
+           "creates a voucher (or uses --voucher), prepares buyers, sends every buyer's\n"
+           "order at least once (plus repeats and concurrent copies), reports outcomes,\n"
+           "requests/s, latency and CPU per request, then waits for the order writer and\n"
+           "runs `seckill audit`. Exit status 0 = clean, 1 = the audit found a violation,\n"
+           "2 = could not run.\n\n");
+    for (size_t i = 0; i < NBOPTS; i++) {
+        char flag[48];
+        snprintf(flag, sizeof flag, "--%s%s%s", bopts[i].name, bopts[i].arg ? " " : "",
+                 bopts[i].arg ? bopts[i].arg : "");
+        printf("  %-22s %s\n", flag, bopts[i].help);
+    }
+    printf("\nExamples:\n"
+           "  seckill bench --data-dir ./var --users 2000 --stock 500\n"
+           "  seckill bench --data-dir ./var --seed-tokens --users 1000000 --stock 100000 \\\n"
+           "                --rate 50000 --dup 0.1\n"
+           "  seckill bench --target http://10.0.0.5:8081 --tokens tokens.txt --voucher 12 --no-audit\n");
+}
+
+static int parse_target(bench_opts_t *o, char *err, size_t errlen)
+{
+    const char *p = o->target;
+    if (strncmp(p, "http://", 7) != 0) {
+        snprintf(err, errlen, "--target must be http://HOST:PORT, not \"%s\"", o->target);
+        return -1;
+    }
+    p += 7;
+    const char *hs = p, *he;
+    if (*p == '[') {
+        hs = p + 1;
+        he = strchr(hs, ']');
+        if (!he) {
+            snprintf(err, errlen, "--target: unclosed [ in \"%s\"", o->target);
+            return -1;
+        }
+        p = he + 1;
+    } else {
+        while (*p && *p != ':' && *p != '/')
+            p++;
+        he = p;
+    }
+    if (he == hs || (size_t)(he - hs) >= sizeof o->host) {
+        snprintf(err, errlen, "--target: no host in \"%s\"", o->target);
+        return -1;
+    }
+    memcpy(o->host, hs, (size_t)(he - hs));
+    o->host[he - hs] = '\0';
+    o->port = 80;
+    if (*p == ':') {
+        char *end;
+        errno = 0;
+        long port = strtol(p + 1, &end, 10);
+        if (errno || end == p + 1 || port < 1 || port > 65535 || (*end && strcmp(end, "/") != 0)) {
+            snprintf(err, errlen, "--target: bad port in \"%s\"", o->target);
+            return -1;
+        }
+        o->port = (int)port;
+    } else if (*p && strcmp(p, "/") != 0) {
+        snprintf(err, errlen, "--target: only http://HOST:PORT is understood, not \"%s\"",
+                 o->target);
+        return -1;
+    }
+    return 0;
+}
+
+int bench_parse_args(int argc, char **argv, bench_opts_t *o, char *err, size_t errlen)
+{
+    memset(o, 0, sizeof *o);
+    snprintf(o->target, sizeof o->target, "http://127.0.0.1:8081");
+    o->stock = -1;
+    o->window_s = 3600;
+    o->users = 10000;
+    o->conns = 64;
+    o->pipeline = 1;
+    o->threads = 1;
+    o->dup = 0.1;
+    o->burst_share = 0.05;
+    o->burst = 3;
+    o->token_ttl_s = 7200;
+    o->audit = 1;
+    o->drain_timeout_s = 60;
+    o->timeout_s = 10;
+    o->progress = 1;
+    int seed_given = 0, seed_tokens = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
+            return 1;
+        if (strncmp(a, "--", 2) != 0) {
+            snprintf(err, errlen, "unexpected argument \"%s\" (see --help)", a);
+            return -1;
+        }
+        a += 2;
+        const char *eq = strchr(a, '=');
+        size_t n = eq ? (size_t)(eq - a) : strlen(a);
+        const bopt_t *b = NULL;
+        for (size_t k = 0; k < NBOPTS; k++)
+            if (strlen(bopts[k].name) == n && memcmp(bopts[k].name, a, n) == 0)
+                b = &bopts[k];
+        if (!b) {
+            snprintf(err, errlen, "unknown option \"%s\" (see --help)", argv[i]);
+            return -1;
+        }
+        char *field = (char *)o + b->off;
+        if (b->type == A_SET) {
+            if (eq) {
+                snprintf(err, errlen, "--%s takes no value", b->name);
+                return -1;
+            }
+            *(int *)field = (int)b->size;
+            if (strcmp(b->name, "seed-tokens") == 0)
+                seed_tokens = 1;
+            continue;
+        }
+        const char *v;
+        if (eq) {
+            v = eq + 1;
+        } else if (i + 1 < argc) {
+            v = argv[++i];
+        } else {
+            snprintf(err, errlen, "--%s needs a value", b->name);
+            return -1;
+        }
+        if (b->type == A_STR) {
+            if (strlen(v) >= b->size || !*v) {
+                snprintf(err, errlen, "--%s: value empty or too long", b->name);
+                return -1;
+            }
+            memcpy(field, v, strlen(v) + 1);
+            if (strcmp(b->name, "tokens") == 0)
+                o->login = LOGIN_FILE;
+            continue;
+        }
+        char *end;
+        errno = 0;
+        double x = strtod(v, &end);
+        int integral = b->type != A_DBL;
+        if (errno || end == v || *end || !isfinite(x) || x < b->min || x > b->max ||
+            (integral && x != floor(x))) {
+            snprintf(err, errlen, "--%s must be %s from %g to %g, not \"%s\"", b->name,
+                     integral ? "a whole number" : "a number", b->min, b->max, v);
+            return -1;
+        }
+        if (b->type == A_INT) {
+            *(int *)field = (int)x;
+        } else if (b->type == A_I64) {
+            /* integers beyond 2^53 would lose digits through strtod */
+            errno = 0;
+            long long ll = strtoll(v, &end, 10);
+            if (errno || *end) {
+                snprintf(err, errlen, "--%s: bad number \"%s\"", b->name, v);
+                return -1;
+            }
+            *(int64_t *)field = ll;
+            if (strcmp(b->name, "seed") == 0)
+                seed_given = 1;
+        } else {
+            *(double *)field = x;
+        }
+    }
+    if (parse_target(o, err, errlen) < 0)
+        return -1;
+    if (seed_tokens && o->tokens_file[0]) {
+        snprintf(err, errlen, "--seed-tokens and --tokens exclude each other");
+        return -1;
+    }
+    if (o->users > 4000000000LL) {
+        snprintf(err, errlen, "--users: at most 4000000000");
+        return -1;
+    }
+    if (!seed_given)
+        o->seed = clock_mono_ns() ^ ((uint64_t)getpid() << 32);
+    return 0;
+}
+
+/* ==== small helpers ==== */
+
+static void fmt_count(uint64_t v, char *buf, size_t len)
+{
+    char raw[32];
+    int n = snprintf(raw, sizeof raw, "%llu", (unsigned long long)v);
+    size_t j = 0;
+    for (int i = 0; i < n && j + 2 < len; i++) {
+        if (i > 0 && (n - i) % 3 == 0)
+            buf[j++] = ',';
+        buf[j++] = raw[i];
+    }
+    buf[j] = '\0';
+}
+
+/* utime + stime of a process, in microseconds; -1 if unreadable. */
+static int64_t proc_cpu_us(int pid)
+{
+    if (pid <= 0)
+        return -1;
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')');   /* the command name may hold spaces */
+    if (!p)
+        return -1;
+    unsigned long long ut = 0, st = 0;
+    /* after ")": state(3) ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt
+     * utime(14) stime(15) */
+    if (sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+        return -1;
+    long hz = sysconf(_SC_CLK_TCK);
+    if (hz <= 0)
+        hz = 100;
+    return (int64_t)((ut + st) * 1000000ull / (unsigned long long)hz);
+}
+
+/* The pid of the process listening on TCP port `port` on this host, or 0. Reads
+ * /proc/net/tcp{,6} for the socket inodes, then every /proc/PID/fd for them. */
+static int listener_pid(int port)
+{
+    unsigned long inodes[64];
+    int ni = 0;
+    const char *files[] = {"/proc/net/tcp", "/proc/net/tcp6"};
+    for (int f = 0; f < 2; f++) {
+        FILE *fp = fopen(files[f], "r");
+        if (!fp)
+            continue;
+        char line[512];
+        if (!fgets(line, sizeof line, fp)) {
+            fclose(fp);
+            continue;
+        }
+        while (fgets(line, sizeof line, fp) && ni < 64) {
+            char local[128];
+            unsigned st;
+            unsigned long inode;
+            if (sscanf(line, " %*d: %127s %*s %x %*s %*s %*s %*d %*d %lu", local, &st, &inode) != 3)
+                continue;
+            const char *colon = strrchr(local, ':');
+            if (!colon || st != 0x0A)
+                continue;
+            if ((int)strtol(colon + 1, NULL, 16) == port && inode)
+                inodes[ni++] = inode;
+        }
+        fclose(fp);
+    }
+    if (ni == 0)
+        return 0;
+    DIR *d = opendir("/proc");
+    if (!d)
+        return 0;
+    int found = 0;
+    struct dirent *e;
+    while (!found && (e = readdir(d))) {
+        if (!isdigit((unsigned char)e->d_name[0]))
+            continue;
+        int pid = atoi(e->d_name);
+        if (pid == getpid())
+            continue;
+        char fdp[64];
+        snprintf(fdp, sizeof fdp, "/proc/%d/fd", pid);
+        DIR *fd = opendir(fdp);
+        if (!fd)
+            continue;
+        struct dirent *x;
+        while (!found && (x = readdir(fd))) {
+            char lp[320], target[64];
+            snprintf(lp, sizeof lp, "%s/%s", fdp, x->d_name);
+            ssize_t n = readlink(lp, target, sizeof target - 1);
+            if (n <= 0)
+                continue;
+            target[n] = '\0';
+            unsigned long ino;
+            if (sscanf(target, "socket:[%lu]", &ino) != 1)
+                continue;
+            for (int i = 0; i < ni; i++)
+                if (inodes[i] == ino)
+                    found = pid;
+        }
+        closedir(fd);
+    }
+    closedir(d);
+    return found;
+}
+
+/* One blocking HTTP request (Connection: close) for set-up calls. */
+typedef struct simple_resp {
+    int status;
+    char body[4096];
+    size_t blen;
+    int done;
+} simple_resp_t;
+
+static int sr_body(http_parser *p, const char *at, size_t n)
+{
+    simple_resp_t *r = p->data;
+    size_t room = sizeof r->body - 1 - r->blen;
+    if (n > room)
+        n = room;
+    memcpy(r->body + r->blen, at, n);
+    r->blen += n;
+    r->body[r->blen] = '\0';
+    return 0;
+}
+
+static int sr_complete(http_parser *p)
+{
+    simple_resp_t *r = p->data;
+    r->status = (int)p->status_code;
+    r->done = 1;
+    return 0;
+}
+
+static int http_simple(const bench_load_t *P, const char *req, size_t len, simple_resp_t *r,
+                       char *err, size_t errlen)
+{
+    memset(r, 0, sizeof *r);
+    int fd = socket(P->addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        snprintf(err, errlen, "socket: %s", strerror(errno));
+        return -1;
+    }
+    struct timeval tv = {10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    if (connect(fd, (const struct sockaddr *)&P->addr, P->addrlen) < 0) {
+        snprintf(err, errlen, "cannot connect to %s: %s", P->hosthdr, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    size_t off = 0;
+    while (off < len) {
+        ssize_t n = send(fd, req + off, len - off, MSG_NOSIGNAL);
+        if (n <= 0) {
+            snprintf(err, errlen, "send to %s: %s", P->hosthdr, strerror(errno));
+            close(fd);
+            return -1;
+        }
+        off += (size_t)n;
+    }
+    http_parser hp;
+    http_parser_init(&hp, HTTP_RESPONSE);
+    hp.data = r;
+    http_parser_settings s;
+    memset(&s, 0, sizeof s);
+    s.on_body = sr_body;
+    s.on_message_complete = sr_complete;
+    char buf[4096];
+    while (!r->done) {
+        ssize_t n = recv(fd, buf, sizeof buf, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            http_parser_execute(&hp, &s, buf, 0);   /* EOF may complete a body */
+            break;
+        }
+        if (http_parser_execute(&hp, &s, buf, (size_t)n) != (size_t)n)
+            break;
+    }
+    close(fd);
+    if (!r->done) {
+        snprintf(err, errlen, "no complete answer from %s", P->hosthdr);
+        return -1;
+    }
+    return 0;
+}
+
+static void local_time(int64_t t, char *buf, size_t len)
+{
+    time_t tt = (time_t)t;
+    struct tm tm;
+    localtime_r(&tt, &tm);
+    strftime(buf, len, "%Y-%m-%dT%H:%M:%S", &tm);
+}
+
+static int create_voucher(const bench_opts_t *o, const bench_load_t *P, int64_t stock,
+                          int64_t *id, int64_t *begin, int64_t *end, char *err, size_t errlen)
+{
+    int64_t now = clock_wall_s();
+    *begin = o->begin_in_s > 0 ? now + o->begin_in_s : now - 60;
+    *end = (o->begin_in_s > 0 ? *begin : now) + o->window_s;
+    char b[32], e[32], body[512], req[2048];
+    local_time(*begin, b, sizeof b);
+    local_time(*end, e, sizeof e);
+    int bl = snprintf(body, sizeof body,
+                      "{\"shopId\":1,\"title\":\"seckill bench\",\"subTitle\":\"rehearsal\","
+                      "\"rules\":\"one per user\",\"payValue\":100,\"actualValue\":1000,\"type\":1,"
+                      "\"stock\":%lld,\"beginTime\":\"%s\",\"endTime\":\"%s\"}",
+                      (long long)stock, b, e);
+    int n = snprintf(req, sizeof req,
+                     "POST /voucher/seckill HTTP/1.1\r\nHost: %s\r\nx-admin-token: %s\r\n"
+                     "Content-Type: application/json\r\nContent-Length: %d\r\n"
+                     "Connection: close\r\n\r\n%s",
+                     P->hosthdr, o->admin_token, bl, body);
+    simple_resp_t r;
+    if (http_simple(P, req, (size_t)n, &r, err, errlen) < 0)
+        return -1;
+    const char *d = strstr(r.body, "\"data\":");
+    if (r.status != 200 || !strstr(r.body, "\"success\":true") || !d) {
+        snprintf(err, errlen, "POST /voucher/seckill: HTTP %d %.300s", r.status, r.body);
+        return -1;
+    }
+    *id = strtoll(d + 7, NULL, 10);
+    return *id > 0 ? 0 : -1;
+}
+
+static int read_admin_token(const char *dir, char *out, size_t len)
+{
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/admin-token", dir);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    char buf[256] = "";
+    int ok = fgets(buf, sizeof buf, f) != NULL;
+    fclose(f);
+    buf[strcspn(buf, "\r\n")] = '\0';
+    if (!ok || !buf[0] || strlen(buf) >= len)
+        return -1;
+    memcpy(out, buf, strlen(buf) + 1);
+    return 0;
+}
+
+/* ==== progress and report ==== */
+
+typedef struct prog {
+    int tty;
+    uint64_t last_done;
+    double last_t;
+} prog_t;
+
+static void sum_counters(const bench_load_t *L, uint64_t out[BO__COUNT], uint64_t *sent,
+                         uint64_t kinds[3], uint64_t *p99, uint64_t *backlog)
+{
+    memset(out, 0, sizeof(uint64_t) * BO__COUNT);
+    if (kinds)
+        memset(kinds, 0, sizeof(uint64_t) * 3);
+    *sent = 0;
+    if (p99)
+        *p99 = 0;
+    if (backlog)
+        *backlog = 0;
+    for (int t = 0; t < L->threads; t++) {
+        bench_counters_t *c = &L->ctr[t];
+        *sent += atomic_load_explicit(&c->sent, memory_order_relaxed);
+        for (int i = 0; i < BO__COUNT; i++)
+            out[i] += atomic_load_explicit(&c->out[i], memory_order_relaxed);
+        for (int i = 0; kinds && i < 3; i++)
+            kinds[i] += atomic_load_explicit(&c->by_kind[i], memory_order_relaxed);
+        uint64_t p = atomic_load_explicit(&c->p99_us, memory_order_relaxed);
+        if (p99 && p > *p99)
+            *p99 = p;
+        if (backlog)
+            *backlog += atomic_load_explicit(&c->backlog, memory_order_relaxed);
+    }
+}
+
+static void on_progress(bench_load_t *L, double t, void *arg)
+{
+    prog_t *p = arg;
+    uint64_t out[BO__COUNT], sent, p99, backlog;
+    sum_counters(L, out, &sent, NULL, &p99, &backlog);
+    uint64_t done = 0;
+    for (int i = 0; i < BO__COUNT; i++)
+        done += out[i];
+    double rps = t > p->last_t ? (double)(done - p->last_done) / (t - p->last_t) : 0;
+    p->last_done = done;
+    p->last_t = t;
+    char a[32], b[32], c[32], d[32], bl[48] = "";
+    fmt_count((uint64_t)rps, a, sizeof a);
+    fmt_count(out[BO_SUCCESS], b, sizeof b);
+    fmt_count(out[BO_SOLD_OUT], c, sizeof c);
+    fmt_count(out[BO_DUPLICATE], d, sizeof d);
+    if (backlog)
+        snprintf(bl, sizeof bl, " | backlog %llu", (unsigned long long)backlog);
+    uint64_t errs = out[BO_ERROR] + out[BO_OTHER] + out[BO_UNAVAILABLE] + out[BO_UNAUTHORIZED];
+    fprintf(stderr, "%s[%5.1fs] %9s req/s | success %s | sold out %s | duplicate %s | errors %llu | "
+                    "p99 %.2f ms | in flight %llu%s%s",
+            p->tty ? "\r" : "", t, a, b, c, d, (unsigned long long)errs, (double)p99 / 1000.0,
+            (unsigned long long)(sent - done), bl, p->tty ? "\033[K" : "\n");
+}
+
+typedef struct results {
+    uint64_t out[BO__COUNT], sent, kinds[3], answered;
+    double seconds, rps;
+    hist_t *h, *hs;                     /* hs: open loop, from the actual send */
+    int64_t server_cpu_us, redis_cpu_us, self_cpu_us;
+    int server_pid, redis_pid;
+    double server_us_req, redis_us_req, self_us_req;
+} results_t;
+
+static int64_t own_cpu_us(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return 0;
+    return (int64_t)ru.ru_utime.tv_sec * 1000000 + ru.ru_utime.tv_usec +
+           (int64_t)ru.ru_stime.tv_sec * 1000000 + ru.ru_stime.tv_usec;
+}
+
+static void print_report(FILE *f, const bench_opts_t *o, const bench_load_t *L, int64_t vid,
+                         int64_t stock, int created, const char *login, const results_t *r)
+{
+    char a[32], b[32], c[32], d[32];
+    fprintf(f, "\nseckill bench: %s, voucher %lld (stock %lld, %s), %llu users (%s)\n", o->target,
+            (long long)vid, (long long)stock, created ? "created" : "given",
+            (unsigned long long)o->users, login);
+    if (o->rate > 0)
+        fprintf(f, "  load        open loop at %.0f req/s, %d connections x %d in flight, %d thread%s\n",
+                o->rate, o->conns, o->pipeline, o->threads, o->threads > 1 ? "s" : "");
+    else
+        fprintf(f, "  load        closed loop, %d connections x %d in flight, %d thread%s\n", o->conns,
+                o->pipeline, o->threads, o->threads > 1 ? "s" : "");
+    fmt_count(r->answered, a, sizeof a);
+    fmt_count((uint64_t)r->rps, b, sizeof b);
+    fprintf(f, "  requests    %s answered in %.2f s = %s req/s\n", a, r->seconds, b);
+    fmt_count(r->kinds[K_FIRST], a, sizeof a);
+    fmt_count(r->kinds[K_BURST], c, sizeof c);
+    fmt_count(r->kinds[K_REPEAT], d, sizeof d);
+    fprintf(f, "  sent        %s first tries, %s concurrent copies, %s repeats\n", a, c, d);
+    fprintf(f, "  outcome            count    share\n");
+    for (int i = 0; i < BO__COUNT; i++) {
+        if (r->out[i] == 0 && i != BO_SUCCESS && i != BO_SOLD_OUT && i != BO_DUPLICATE)
+            continue;
+        fmt_count(r->out[i], a, sizeof a);
+        fprintf(f, "    %-12s %11s  %6.2f%%\n", bench_outcome_names[i], a,
+                100.0 * (double)r->out[i] / (double)(r->sent ? r->sent : 1));
+    }
+    fprintf(f, "  latency ms  p50 %.3f  p90 %.3f  p99 %.3f  p99.9 %.3f  max %.3f  (mean %.3f%s)\n",
+            (double)hist_percentile(r->h, 50) / 1000, (double)hist_percentile(r->h, 90) / 1000,
+            (double)hist_percentile(r->h, 99) / 1000, (double)hist_percentile(r->h, 99.9) / 1000,
+            (double)r->h->max / 1000, hist_mean(r->h) / 1000,
+            o->rate > 0 ? "; from each request's due time" : "");
+    if (r->hs && r->hs->count)
+        fprintf(f, "  from send   p50 %.3f  p90 %.3f  p99 %.3f  p99.9 %.3f  max %.3f  (the part spent "
+                   "in the network and the server)\n",
+                (double)hist_percentile(r->hs, 50) / 1000, (double)hist_percentile(r->hs, 90) / 1000,
+                (double)hist_percentile(r->hs, 99) / 1000, (double)hist_percentile(r->hs, 99.9) / 1000,
+                (double)r->hs->max / 1000);
+    if (r->server_pid && r->seconds < 1.0)
+        fprintf(f, "  server CPU  run too short to measure (/proc counts in %ld ms ticks)\n",
+                1000 / (sysconf(_SC_CLK_TCK) > 0 ? sysconf(_SC_CLK_TCK) : 100));
+    else if (r->server_pid)
+        fprintf(f, "  server CPU  %.1f us/request (pid %d, %.2f s of CPU)\n", r->server_us_req,
+                r->server_pid, (double)r->server_cpu_us / 1e6);
+    else
+        fprintf(f, "  server CPU  not readable (not local? give --server-pid)\n");
+    if (r->redis_pid && r->seconds >= 1.0)
+        fprintf(f, "  redis CPU   %.1f us/request (pid %d, %.2f s of CPU)\n", r->redis_us_req,
+                r->redis_pid, (double)r->redis_cpu_us / 1e6);
+    fprintf(f, "  bench CPU   %.1f us/request (this load generator: %.0f%% of one core)\n",
+            r->self_us_req, r->seconds > 0 ? 100.0 * (double)r->self_cpu_us / 1e6 / r->seconds : 0.0);
+    if (L->unanswered)
+        fprintf(f, "  unanswered  %llu requests lost their connection before an answer\n",
+                (unsigned long long)L->unanswered);
+}
+
+static void json_results(FILE *f, const bench_opts_t *o, const bench_load_t *L, int64_t vid,
+                         int64_t stock, const char *login, const results_t *r,
+                         const audit_drain_t *dr, int have_drain, int audit_status)
+{
+    fprintf(f, "{\"target\":\"%s\",\"voucher\":%lld,\"stock\":%lld,\"users\":%lld,\"login\":\"%s\","
+               "\"conns\":%d,\"pipeline\":%d,\"threads\":%d,\"mode\":\"%s\",\"rate\":%.0f,"
+               "\"requests\":%llu,\"seconds\":%.3f,\"rps\":%.1f,\"unanswered\":%llu,\"outcomes\":{",
+            o->target, (long long)vid, (long long)stock, (long long)o->users, login, o->conns,
+            o->pipeline, o->threads, o->rate > 0 ? "open" : "closed", o->rate,
+            (unsigned long long)r->answered, r->seconds, r->rps, (unsigned long long)L->unanswered);
+    for (int i = 0; i < BO__COUNT; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "%s", bench_outcome_names[i]);
+        for (char *p = key; *p; p++)
+            if (*p == ' ')
+                *p = '_';
+        fprintf(f, "%s\"%s\":%llu", i ? "," : "", key, (unsigned long long)r->out[i]);
+    }
+    fprintf(f, "},\"latency_us\":{\"p50\":%llu,\"p90\":%llu,\"p99\":%llu,\"p99_9\":%llu,"
+               "\"max\":%llu,\"mean\":%.1f},",
+            (unsigned long long)hist_percentile(r->h, 50), (unsigned long long)hist_percentile(r->h, 90),
+            (unsigned long long)hist_percentile(r->h, 99),
+            (unsigned long long)hist_percentile(r->h, 99.9), (unsigned long long)r->h->max,
+            hist_mean(r->h));
+    if (r->hs && r->hs->count)
+        fprintf(f, "\"latency_from_send_us\":{\"p50\":%llu,\"p90\":%llu,\"p99\":%llu,\"p99_9\":%llu,"
+                   "\"max\":%llu},",
+                (unsigned long long)hist_percentile(r->hs, 50),
+                (unsigned long long)hist_percentile(r->hs, 90),
+                (unsigned long long)hist_percentile(r->hs, 99),
+                (unsigned long long)hist_percentile(r->hs, 99.9), (unsigned long long)r->hs->max);
+    fprintf(f, "\"server_cpu_us_per_request\":%.2f,\"redis_cpu_us_per_request\":%.2f,"
+               "\"bench_cpu_us_per_request\":%.2f",
+            r->server_pid ? r->server_us_req : -1.0, r->redis_pid ? r->redis_us_req : -1.0,
+            r->self_us_req);
+    if (have_drain)
+        fprintf(f, ",\"drain\":{\"drained\":%s,\"seconds\":%.3f,\"persisted\":%lld,\"pending\":%lld,"
+                   "\"lag\":%lld}",
+                dr->drained ? "true" : "false", dr->seconds, (long long)dr->persisted_end,
+                (long long)dr->pending, (long long)dr->lag);
+    fprintf(f, ",\"audit\":%d}\n", audit_status);
+}
+
+/* ==== main ==== */
+
+int bench_main(int argc, char **argv)
+{
+    bench_opts_t o;
+    char err[1024];
+    int rc = bench_parse_args(argc, argv, &o, err, sizeof err);
+    if (rc == 1) {
+        bench_usage();
+        return 0;
+    }
+    if (rc < 0) {
+        fprintf(stderr, "seckill bench: %s\n", err);
+        return 2;
+    }
+    if (o.data_dir[0]) {
+        char abs[PATH_MAX];
+        if (!realpath(o.data_dir, abs)) {
+            fprintf(stderr, "seckill bench: data dir %s: %s\n", o.data_dir, strerror(errno));
+            return 2;
+        }
+        if (!o.redis_url[0])
+            snprintf(o.redis_url, sizeof o.redis_url, "unix:%.600s/redis/redis.sock", abs);
+        if (!o.db_url[0])
+            snprintf(o.db_url, sizeof o.db_url, "sqlite:%.600s/seckill.db", abs);
+        if (!o.admin_token[0])
+            read_admin_token(abs, o.admin_token, sizeof o.admin_token);
+    }
+    if ((o.login == LOGIN_SEED || o.login == LOGIN_API) && !o.redis_url[0]) {
+        fprintf(stderr, "seckill bench: %s needs Redis: give --redis URL or --data-dir DIR "
+                        "(or --tokens FILE)\n",
+                o.login == LOGIN_SEED ? "--seed-tokens" : "logging in through the API (the "
+                                                          "login code is only in Redis)");
+        return 2;
+    }
+
+    /* the target */
+    bench_load_t L;
+    memset(&L, 0, sizeof L);
+    struct addrinfo hints, *ai = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_socktype = SOCK_STREAM;
+    char port[8];
+    snprintf(port, sizeof port, "%d", o.port);
+    int gai = getaddrinfo(o.host, port, &hints, &ai);
+    if (gai != 0 || !ai) {
+        fprintf(stderr, "seckill bench: %s: %s\n", o.host, gai_strerror(gai));
+        return 2;
+    }
+    memcpy(&L.addr, ai->ai_addr, ai->ai_addrlen);
+    L.addrlen = ai->ai_addrlen;
+    freeaddrinfo(ai);
+    snprintf(L.hosthdr, sizeof L.hosthdr, "%s:%d", o.host, o.port);
+
+    /* the voucher */
+    int created = 0;
+    int64_t vid = o.voucher, stock = o.stock, begin = 0, end = 0;
+    if (!vid) {
+        if (!o.admin_token[0]) {
+            fprintf(stderr, "seckill bench: creating a voucher needs --admin-token (or --data-dir "
+                            "of an embedded default), or pass --voucher ID\n");
+            return 2;
+        }
+        if (stock < 0)
+            stock = 1000;
+        if (create_voucher(&o, &L, stock, &vid, &begin, &end, err, sizeof err) < 0) {
+            fprintf(stderr, "seckill bench: %s\n", err);
+            return 2;
+        }
+        created = 1;
+        if (o.progress)
+            fprintf(stderr, "seckill bench: voucher %lld, stock %lld, sale %s\n", (long long)vid,
+                    (long long)stock, o.begin_in_s ? "opens shortly" : "open");
+    }
+
+    /* the users */
+    const char *login = o.login == LOGIN_SEED ? "seeded tokens"
+                        : o.login == LOGIN_FILE ? "tokens file" : "API login";
+    bench_users_t users;
+    uint64_t t0 = clock_mono_ns();
+    if (bench_users_prepare(&o, &L, &users, err, sizeof err) < 0) {
+        fprintf(stderr, "seckill bench: preparing users: %s\n", err);
+        return 2;
+    }
+    o.users = (int64_t)users.n;
+    if (o.progress)
+        fprintf(stderr, "seckill bench: %zu users ready (%s) in %.2f s\n", users.n, login,
+                (double)(clock_mono_ns() - t0) / 1e9);
+
+    /* CPU accounting */
+    results_t r;
+    memset(&r, 0, sizeof r);
+    r.server_pid = o.server_pid ? o.server_pid : listener_pid(o.port);
+    if (o.redis_pid) {
+        r.redis_pid = o.redis_pid;
+    } else if (o.redis_url[0]) {
+        redisContext *rc2 = bredis_open(o.redis_url, 2000, err, sizeof err);
+        if (rc2) {
+            r.redis_pid = bredis_local_pid(rc2, o.redis_url);
+            bredis_close(rc2);
+        }
+    }
+    int64_t s0 = proc_cpu_us(r.server_pid), r0 = proc_cpu_us(r.redis_pid), b0 = own_cpu_us();
+    if (s0 < 0)
+        r.server_pid = 0;
+    if (r0 < 0)
+        r.redis_pid = 0;
+
+    /* the sale */
+    L.o = &o;
+    L.job = JOB_SALE;
+    L.voucher = vid;
+    L.user_lo = 0;
+    L.user_hi = (uint32_t)users.n;
+    L.tokens = users.tokens;
+    L.user_base = o.user_base;
+    L.threads = o.threads;
+    L.conns = o.conns;
+    L.pipeline = o.pipeline;
+    L.rate = o.rate;
+    L.duration_s = o.duration_s;
+    L.dup = o.dup;
+    L.burst_share = o.burst_share;
+    L.burst = o.burst;
+    L.timeout_s = o.timeout_s;
+    L.seed = o.seed;
+    prog_t prog = {isatty(2), 0, 0};
+    if (bench_load_run(&L, o.progress ? on_progress : NULL, &prog, err, sizeof err) < 0) {
+        fprintf(stderr, "\nseckill bench: %s\n", err);
+        bench_load_free(&L);
+        bench_users_free(&users);
+        return 2;
+    }
+    if (o.progress && prog.tty)
+        fprintf(stderr, "\n");
+    int64_t s1 = proc_cpu_us(r.server_pid), r1 = proc_cpu_us(r.redis_pid);
+    r.self_cpu_us = own_cpu_us() - b0;
+
+    sum_counters(&L, r.out, &r.sent, r.kinds, NULL, NULL);
+    for (int i = 0; i < BO__COUNT; i++)
+        if (i != BO_ERROR)
+            r.answered += r.out[i];
+    r.seconds = L.t_last_ns > L.t_first_ns ? (double)(L.t_last_ns - L.t_first_ns) / 1e9 : 0;
+    r.rps = r.seconds > 0 ? (double)r.answered / r.seconds : 0;
+    r.h = hist_new();
+    for (int i = 0; i < L.threads; i++)
+        hist_merge(r.h, L.hist[i]);
+    if (L.hist_send) {
+        r.hs = hist_new();
+        for (int i = 0; i < L.threads; i++)
+            hist_merge(r.hs, L.hist_send[i]);
+    }
+    r.self_us_req = r.answered ? (double)r.self_cpu_us / (double)r.answered : 0;
+    if (r.server_pid && s1 >= s0) {
+        r.server_cpu_us = s1 - s0;
+        r.server_us_req = r.answered ? (double)r.server_cpu_us / (double)r.answered : 0;
+    } else {
+        r.server_pid = 0;
+    }
+    if (r.redis_pid && r1 >= r0) {
+        r.redis_cpu_us = r1 - r0;
+        r.redis_us_req = r.answered ? (double)r.redis_cpu_us / (double)r.answered : 0;
+    } else {
+        r.redis_pid = 0;
+    }
+    /* With --json -, stdout carries the JSON alone and the report goes to stderr. */
+    FILE *hout = strcmp(o.json, "-") == 0 ? stderr : stdout;
+    print_report(hout, &o, &L, vid, stock, created, login, &r);
+
+    /* the record of success answers */
+    audit_record_t rec;
+    memset(&rec, 0, sizeof rec);
+    rec.voucher_id = vid;
+    rec.stock = stock;
+    rec.complete = created;
+    rec.unanswered = (int64_t)L.unanswered;
+    rec.n = L.nsucc;
+    rec.answers = calloc(L.nsucc ? L.nsucc : 1, sizeof *rec.answers);
+    if (!rec.answers)
+        abort();
+    for (size_t i = 0; i < L.nsucc; i++) {
+        rec.answers[i].order_id = L.succ[i].order_id;
+        rec.answers[i].user_id = users.user_ids[L.succ[i].user];
+    }
+    int status = 0;
+    if (o.record[0] && audit_record_write(o.record, &rec, err, sizeof err) < 0) {
+        fprintf(stderr, "seckill bench: %s\n", err);
+        status = 2;
+    }
+
+    /* drain and audit */
+    audit_drain_t dr;
+    memset(&dr, 0, sizeof dr);
+    int have_drain = 0, audit_status = -1;
+    if (o.audit && o.redis_url[0] && o.db_url[0]) {
+        if (audit_wait_drain(o.redis_url, o.db_url, vid, o.drain_timeout_s * 1000, &dr, err,
+                             sizeof err) < 0) {
+            fprintf(stderr, "seckill bench: waiting for the order writer: %s\n", err);
+            status = 2;
+        } else {
+            have_drain = 1;
+            int64_t moved = dr.persisted_end - dr.persisted_start;
+            fprintf(hout, "  drain       %s after %.2f s: %lld orders in SQL, %lld written while waiting",
+                   dr.drained ? "drained" : "NOT drained", dr.seconds, (long long)dr.persisted_end,
+                   (long long)moved);
+            if (moved > 0 && dr.active_seconds > 0.05)
+                fprintf(hout, " (%.0f orders/s)", (double)moved / dr.active_seconds);
+            fprintf(hout, "\n\n");
+            fflush(hout);
+            audit_opts_t ao;
+            memset(&ao, 0, sizeof ao);
+            ao.redis_url = o.redis_url;
+            ao.db_url = o.db_url;
+            ao.vouchers = &vid;
+            ao.nvouchers = 1;
+            ao.initial_stock = stock;
+            ao.answers = rec.answers;
+            ao.nanswers = rec.n;
+            ao.have_answers = 1;
+            ao.answers_complete = created;
+            ao.unanswered = (int64_t)L.unanswered;
+            ao.wait_drain_ms = 1;   /* already waited: now it must be drained */
+            ao.out = hout;
+            audit_status = audit_run(&ao);
+            if (audit_status > status)
+                status = audit_status;
+        }
+    } else if (o.audit) {
+        fprintf(hout, "  audit       skipped: needs --redis and --db (or --data-dir)\n");
+    }
+
+    if (o.json[0]) {
+        FILE *jf = strcmp(o.json, "-") == 0 ? stdout : fopen(o.json, "w");
+        if (!jf) {
+            fprintf(stderr, "seckill bench: %s: %s\n", o.json, strerror(errno));
+            status = 2;
+        } else {
+            json_results(jf, &o, &L, vid, stock, login, &r, &dr, have_drain, audit_status);
+            if (jf != stdout)
+                fclose(jf);
+        }
+    }
+    free(rec.answers);
+    hist_free(r.h);
+    hist_free(r.hs);
+    bench_load_free(&L);
+    bench_users_free(&users);
+    return status;
+}

@@ -1,0 +1,246 @@
+/* bench_users.c -- preparing the buyers of `seckill bench` (bench.h).
+ *
+ * Three ways, one result (a token per user, and the user id where it is known):
+ *
+ *   API login (default)  POST /user/code for each phone, the code read from Redis
+ *                        (login:code:<phone> -- there is no SMS gateway; read-only), then
+ *                        POST /user/login. Real users in tb_user; costs two requests and a
+ *                        SQL lookup/insert per user, so it is for thousands, not millions.
+ *                        Done in chunks of 10,000 so codes (valid 2 minutes) never expire.
+ *   --seed-tokens        writes login:token:<token> hashes (id, nickName, icon) straight into
+ *                        Redis, pipelined: a million users in seconds. User ids are
+ *                        10^12 + user-base + i, far from real ones; no tb_user rows.
+ *   --tokens FILE        tokens made elsewhere, one per line ("<token> [<user id>]"): the
+ *                        only way that needs nothing but the public API. */
+#include "bench.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#include "bench_redis.h"
+#include "clock.h"
+
+#define SEED_USER_ID_BASE 1000000000000LL
+#define CHUNK 10000
+#define PIPE 1000
+
+static void *xcalloc(size_t n, size_t size)
+{
+    void *p = calloc(n ? n : 1, size);
+    if (!p) {
+        fprintf(stderr, "seckill bench: out of memory\n");
+        abort();
+    }
+    return p;
+}
+
+void bench_users_free(bench_users_t *u)
+{
+    free(u->tokens);
+    free(u->user_ids);
+    memset(u, 0, sizeof *u);
+}
+
+static int seed_tokens(const bench_opts_t *o, bench_users_t *u, char *err, size_t errlen)
+{
+    redisContext *c = bredis_open(o->redis_url, 10000, err, errlen);
+    if (!c)
+        return -1;
+    uint8_t rnd[8];
+    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
+        uint64_t x = clock_mono_ns() ^ (uint64_t)getpid();
+        memcpy(rnd, &x, sizeof rnd);
+    }
+    char prefix[17];
+    for (int i = 0; i < 8; i++)
+        snprintf(prefix + 2 * i, 3, "%02x", rnd[i]);
+    char ttl[16];
+    snprintf(ttl, sizeof ttl, "%d", o->token_ttl_s > 0 ? o->token_ttl_s : 7200);
+    int rc = 0;
+    for (size_t lo = 0; lo < u->n && rc == 0; lo += PIPE) {
+        size_t hi = lo + PIPE < u->n ? lo + PIPE : u->n;
+        for (size_t i = lo; i < hi; i++) {
+            int64_t idx = o->user_base + (int64_t)i;
+            snprintf(u->tokens[i], 33, "%s%016llx", prefix, (unsigned long long)idx);
+            u->user_ids[i] = SEED_USER_ID_BASE + idx;
+            char key[64], id[24], nick[32];
+            snprintf(key, sizeof key, "login:token:%s", u->tokens[i]);
+            snprintf(id, sizeof id, "%lld", (long long)u->user_ids[i]);
+            snprintf(nick, sizeof nick, "bench_%lld", (long long)idx);
+            const char *hset[] = {"HSET", key, "id", id, "nickName", nick, "icon", ""};
+            const char *exp[] = {"EXPIRE", key, ttl};
+            redisAppendCommandArgv(c, 8, hset, NULL);
+            redisAppendCommandArgv(c, 3, exp, NULL);
+        }
+        for (size_t i = lo; i < hi && rc == 0; i++)
+            for (int k = 0; k < 2; k++) {
+                redisReply *r = NULL;
+                if (redisGetReply(c, (void **)&r) != REDIS_OK) {
+                    snprintf(err, errlen, "seeding tokens: %s", c->errstr);
+                    rc = -1;
+                    break;
+                }
+                if (r->type == REDIS_REPLY_ERROR) {
+                    snprintf(err, errlen, "seeding tokens: %s", r->str);
+                    rc = -1;
+                }
+                freeReplyObject(r);
+            }
+    }
+    bredis_close(c);
+    return rc;
+}
+
+static int tokens_file(const bench_opts_t *o, bench_users_t *u, char *err, size_t errlen)
+{
+    FILE *f = fopen(o->tokens_file, "r");
+    if (!f) {
+        snprintf(err, errlen, "%s: %s", o->tokens_file, strerror(errno));
+        return -1;
+    }
+    char line[256];
+    size_t n = 0;
+    while (n < u->n && fgets(line, sizeof line, f)) {
+        char tok[64];
+        long long uid = 0;
+        int k = sscanf(line, "%63s %lld", tok, &uid);
+        if (k < 1 || tok[0] == '#')
+            continue;
+        if (strlen(tok) != 32) {
+            snprintf(err, errlen, "%s: token '%.40s' is not 32 characters", o->tokens_file, tok);
+            fclose(f);
+            return -1;
+        }
+        memcpy(u->tokens[n], tok, 33);
+        u->user_ids[n] = k == 2 ? uid : 0;
+        n++;
+    }
+    fclose(f);
+    if (n == 0) {
+        snprintf(err, errlen, "%s: no tokens", o->tokens_file);
+        return -1;
+    }
+    if (n < u->n) {
+        fprintf(stderr, "seckill bench: %s has %zu tokens: %zu users instead of %zu\n",
+                o->tokens_file, n, n, u->n);
+        u->n = n;
+    }
+    return 0;
+}
+
+static int read_codes(redisContext *c, const bench_opts_t *o, char (*codes)[8], size_t lo,
+                      size_t hi, char *err, size_t errlen)
+{
+    const char **argv = xcalloc(PIPE + 1, sizeof *argv);
+    char(*keys)[32] = xcalloc(PIPE, sizeof *keys);
+    int rc = 0;
+    for (size_t a = lo; a < hi && rc == 0; a += PIPE) {
+        size_t b = a + PIPE < hi ? a + PIPE : hi;
+        argv[0] = "MGET";
+        for (size_t i = a; i < b; i++) {
+            char phone[16];
+            bench_phone(o->user_base + (int64_t)i, phone);
+            snprintf(keys[i - a], sizeof keys[0], "login:code:%s", phone);
+            argv[1 + i - a] = keys[i - a];
+        }
+        redisReply *r = bredis_cmd(c, err, errlen, (int)(1 + b - a), argv);
+        if (!r) {
+            rc = -1;
+            break;
+        }
+        for (size_t i = a; i < b; i++) {
+            const redisReply *e = r->type == REDIS_REPLY_ARRAY && i - a < r->elements
+                                      ? r->element[i - a] : NULL;
+            if (!e || e->type != REDIS_REPLY_STRING || e->len >= 8) {
+                snprintf(err, errlen, "no login code in Redis for user %zu (%s)", i,
+                         keys[i - a]);
+                rc = -1;
+                break;
+            }
+            memcpy(codes[i], e->str, e->len + 1);
+        }
+        freeReplyObject(r);
+    }
+    free(argv);
+    free(keys);
+    return rc;
+}
+
+static int api_login(const bench_opts_t *o, const bench_load_t *proto, bench_users_t *u, char *err,
+                     size_t errlen)
+{
+    redisContext *c = bredis_open(o->redis_url, 10000, err, errlen);
+    if (!c)
+        return -1;
+    char(*codes)[8] = xcalloc(u->n, sizeof *codes);
+    int rc = 0;
+    uint64_t t0 = clock_mono_ns();
+    for (size_t lo = 0; lo < u->n && rc == 0; lo += CHUNK) {
+        size_t hi = lo + CHUNK < u->n ? lo + CHUNK : u->n;
+        for (int job = JOB_CODE; job <= JOB_LOGIN && rc == 0; job++) {
+            bench_load_t L;
+            memset(&L, 0, sizeof L);
+            L.o = o;
+            L.job = job;
+            L.addr = proto->addr;
+            L.addrlen = proto->addrlen;
+            memcpy(L.hosthdr, proto->hosthdr, sizeof L.hosthdr);
+            L.user_lo = (uint32_t)lo;
+            L.user_hi = (uint32_t)hi;
+            L.tokens = u->tokens;
+            L.codes = codes;
+            L.user_base = o->user_base;
+            L.threads = 1;
+            L.conns = o->conns < 32 ? o->conns : 32;
+            L.pipeline = 1;
+            L.timeout_s = o->timeout_s;
+            L.seed = 1;
+            if (bench_load_run(&L, NULL, NULL, err, errlen) < 0) {
+                rc = -1;
+            } else if (L.failed_users > 0) {
+                snprintf(err, errlen, "%d of %zu users could not %s (see above)", L.failed_users,
+                         hi - lo, job == JOB_CODE ? "get a login code" : "log in");
+                rc = -1;
+            }
+            bench_load_free(&L);
+            if (rc == 0 && job == JOB_CODE)
+                rc = read_codes(c, o, codes, lo, hi, err, errlen);
+        }
+        if (o->progress && u->n > CHUNK)
+            fprintf(stderr, "seckill bench: logged in %zu of %zu users (%.1f s)\n", hi, u->n,
+                    (double)(clock_mono_ns() - t0) / 1e9);
+    }
+    free(codes);
+    bredis_close(c);
+    return rc;
+}
+
+int bench_users_prepare(const bench_opts_t *o, const bench_load_t *proto, bench_users_t *u,
+                        char *err, size_t errlen)
+{
+    memset(u, 0, sizeof *u);
+    u->n = (size_t)o->users;
+    u->tokens = xcalloc(u->n, sizeof *u->tokens);
+    u->user_ids = xcalloc(u->n, sizeof *u->user_ids);
+    int rc;
+    switch (o->login) {
+    case LOGIN_SEED:
+        rc = seed_tokens(o, u, err, errlen);
+        break;
+    case LOGIN_FILE:
+        rc = tokens_file(o, u, err, errlen);
+        break;
+    default:
+        rc = api_login(o, proto, u, err, errlen);
+        break;
+    }
+    if (rc < 0)
+        bench_users_free(u);
+    return rc;
+}

@@ -1,0 +1,96 @@
+/* ratelimit.h -- abuse limits: token buckets keyed by user id, client IP or phone.
+ *
+ * Four limits (config.h, `--rate-*`), each a token bucket of RATE tokens per second and
+ * BURST tokens at most; a request takes one token, and a request finding less than one
+ * is refused with HTTP 429 {"success":false,"errorMsg":"请求过于频繁，请稍后再试",
+ * "code":"RATE_LIMITED"} and counted in /metrics.
+ *
+ *   limit              key          where             table              default
+ *   rate-user-seckill  user id      flash-sale order  per worker thread  20/s:40
+ *   rate-ip-seckill    client IP    flash-sale order  per worker thread  0 (off)
+ *   rate-ip-code       client IP    /user/code        per instance       0 (off)
+ *   rate-phone-code    phone        /user/code        per instance       1/m:3
+ *
+ * Flash-sale limits are on the hot path, so they take no lock: each worker thread has
+ * its own table and refills at RATE / threads with BURST / threads (at least 1) tokens.
+ * A client whose connections all land on one worker gets 1/threads of the configured
+ * rate; one spread over every worker gets at most the configured rate: the instance as a
+ * whole never lets a key through faster than configured. With M instances behind a
+ * balancer a key can get up to M times the rate (each instance counts alone).
+ * The /user/code limits are not on the hot path (the endpoint waits for Redis anyway):
+ * one table per instance behind a mutex, so they are exact per instance -- which matters
+ * for phone codes, where every code is an SMS somebody pays for.
+ *
+ * Keys are exact 64-bit values, no hashing of text: a user id, a phone's 11 digits as a
+ * number, an IPv4 address, or the /64 prefix of an IPv6 address (one host usually owns a
+ * whole /64). The client IP is the TCP peer: behind a reverse proxy every request comes
+ * from the proxy, so leave the per-IP limits off there and limit at the proxy.
+ *
+ * Memory is bounded: RL_ENTRIES buckets per table (24 bytes each), 8-way set-associative
+ * with a per-table random seed choosing the set. A new key takes a free way, else a way
+ * whose bucket has refilled to BURST (forgetting it changes nothing), else the least
+ * recently used one -- whose owner then starts again from a full bucket. A busy abuser
+ * keeps its own bucket fresh and is never the one evicted. */
+#ifndef SECKILL_RATELIMIT_H
+#define SECKILL_RATELIMIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct http_req;
+
+typedef enum {
+    RL_USER_SECKILL = 0,
+    RL_IP_SECKILL,
+    RL_IP_CODE,
+    RL_PHONE_CODE,
+    RL__COUNT
+} rl_kind_t;
+
+#define RL_ENTRIES 8192   /* buckets per table */
+
+#define RL_MSG "请求过于频繁，请稍后再试"
+#define RL_CODE "RATE_LIMITED"
+
+/* ---- the bucket table (no locking; the caller owns it) */
+
+typedef struct rl_table rl_table_t;
+
+/* per_s > 0 tokens per second, burst >= 1 tokens at most; entries is rounded up to a
+ * multiple of the 8 ways. Returns NULL when out of memory. */
+rl_table_t *rl_table_new(double per_s, double burst, size_t entries, uint64_t seed);
+void rl_table_free(rl_table_t *t);   /* NULL is fine */
+
+/* Takes one token from key's bucket (key != 0) at now_ms (monotonic; a time earlier than
+ * the bucket's last use counts as no time passed). Returns 1 if allowed, 0 if limited. */
+int rl_table_take(rl_table_t *t, uint64_t key, uint64_t now_ms);
+
+/* ---- keys */
+
+/* The key of a client address as text ("127.0.0.1", "::1", "::ffff:10.0.0.1"): IPv4
+ * exactly, IPv6 by its /64 prefix; anything else (e.g. "unknown") is key 1. Never 0. */
+uint64_t rl_key_ip(const char *peer);
+/* The key of a phone number: its digits as a number (1..10^19-1); 0 if not all digits
+ * or empty or longer than 19. */
+uint64_t rl_key_digits(const char *z);
+
+/* ---- the service's limits */
+
+/* Applies limit kind to key for request r (on a worker thread). Returns 1 if allowed
+ * (always when the limit is off), 0 if limited: then the refusal is counted in the
+ * worker's metrics and the caller answers with ratelimit_reply(). */
+int ratelimit_allow(struct http_req *r, rl_kind_t kind, uint64_t key);
+
+/* The same with the key of the client's address (r->peer), parsed only when the limit
+ * is on. */
+int ratelimit_allow_peer(struct http_req *r, rl_kind_t kind);
+
+/* The 429 reply (ends the request). */
+void ratelimit_reply(struct http_req *r);
+
+/* The per-worker rate and burst of a limit from its configuration (exposed for tests):
+ * divides by threads, burst at least 1. */
+void ratelimit_per_worker(double per_s, double burst, int threads, double *w_per_s,
+                          double *w_burst);
+
+#endif

@@ -1,0 +1,133 @@
+/* sync_order.c -- the `sync` order mode (sync_order.h).
+ *
+ * The course's createVoucherOrder, fixed where the course's versions break:
+ *   - the lock is per user and distributed (rlock, Redisson's reentrant model), not a JVM
+ *     `synchronized`, so two instances cannot both pass the count check for one user;
+ *   - the lock is taken with no wait, as the course's tryLock(): a second concurrent
+ *     attempt of the same user is refused with the duplicate message at once;
+ *   - the lease is fixed (no watchdog) and longer than the SQL deadline, so a stalled
+ *     holder's lock expires by itself; and the database's UNIQUE(user_id, voucher_id) is
+ *     the last line of defence if a lock is ever lost;
+ *   - the stock update is guarded (`WHERE stock > 0`), inside the same transaction as the
+ *     count check and the insert.
+ * Runs on the job pool (blocking calls), never on an event loop. */
+#include "sync_order.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "app.h"
+#include "clock.h"
+#include "http.h"
+#include "jobs.h"
+#include "log.h"
+#include "orderid.h"
+#include "rds.h"
+#include "rlock.h"
+#include "store.h"
+#include "worker.h"
+
+typedef struct sync_job {
+    http_req_t *r;
+    admission_cb cb;
+    app_t *app;
+    store_order_t o;
+    int code;
+} sync_job_t;
+
+static void sync_run(store_t *s, void *arg)
+{
+    sync_job_t *j = arg;
+    j->code = ADMIT_UNAVAILABLE;
+    if (!s)
+        return;
+    char name[48];
+    snprintf(name, sizeof name, "order:%lld", (long long)j->o.user_id);
+    rlock_t *l = NULL;
+    /* Owner NULL: this pool thread. Two pool threads are two owners, so they exclude
+     * each other like two instances do. */
+    if (rlock_open(j->app->locks, name, RLOCK_REENTRANT, NULL, 0, &l) != RLOCK_OK)
+        return;
+    int64_t lease = j->app->cfg.sql_timeout_ms * 3LL;
+    if (lease < 10000)
+        lease = 10000;
+    rlock_status_t st = rlock_try_lock(l, 0, lease);
+    if (st == RLOCK_TIMEOUT) {
+        j->code = ADMIT_DUPLICATE;   /* the same user's other attempt holds the lock */
+    } else if (st == RLOCK_OK) {
+        int res;
+        if (store_order_sync(s, &j->o, &res) == STORE_OK)
+            j->code = res;   /* STORE_SYNC_* == ADMIT_* */
+        else
+            log_warn("sync order: %s", store_errmsg(s));
+        st = rlock_unlock(l);
+        if (st == RLOCK_LOST)
+            log_error("sync order: the lock of user %lld expired during its transaction",
+                      (long long)j->o.user_id);
+    } else {
+        log_warn("sync order: lock of user %lld: %s", (long long)j->o.user_id,
+                 rlock_status_str(st));
+    }
+    rlock_close(l);
+}
+
+static void sync_done(worker_t *w, void *arg)
+{
+    sync_job_t *j = arg;
+    http_req_t *r = j->r;
+    admission_cb cb = j->cb;
+    int code = j->code;
+    int64_t id = j->o.id;
+    free(j);
+    cb(r, code, code == ADMIT_OK ? id : 0);
+}
+
+void sync_order_try(struct http_req *r, int64_t voucher_id, int64_t user_id, admission_cb cb)
+{
+    app_t *app = r->w->app;
+    sync_job_t *j = calloc(1, sizeof *j);
+    if (!j) {
+        cb(r, ADMIT_UNAVAILABLE, 0);
+        return;
+    }
+    j->r = r;
+    j->cb = cb;
+    j->app = app;
+    j->o.create_time = clock_wall_s();
+    j->o.id = orderid_next(j->o.create_time);
+    j->o.user_id = user_id;
+    j->o.voucher_id = voucher_id;
+    j->o.status = 1;
+    if (jobs_submit(app->jobs, r->w, sync_run, sync_done, j) != 0) {
+        free(j);
+        cb(r, ADMIT_UNAVAILABLE, 0);
+    }
+}
+
+int sync_order_init(struct app *app, char *err, size_t errlen)
+{
+    rds_addr_t a;
+    if (rds_parse_url(app->redis_url, &a) < 0) {
+        snprintf(err, errlen, "sync mode: bad Redis URL %s", app->redis_url);
+        return -1;
+    }
+    rlock_config_t cfg;
+    rlock_config_init(&cfg);
+    cfg.host = a.host;
+    cfg.port = a.port;
+    cfg.unix_path = a.unix_path[0] ? a.unix_path : NULL;
+    cfg.password = a.password[0] ? a.password : NULL;
+    cfg.db = a.db;
+    cfg.command_timeout_ms = app->cfg.redis_timeout_ms;
+    if (rlock_client_new(&cfg, &app->locks) != RLOCK_OK) {
+        snprintf(err, errlen, "sync mode: cannot create the lock client for %s", app->redis_url);
+        return -1;
+    }
+    return 0;
+}
+
+void sync_order_free(struct app *app)
+{
+    rlock_client_free(app->locks);
+    app->locks = NULL;
+}

@@ -1,0 +1,501 @@
+"""test_security.py -- abuse and security (issue 6): hostile input in every string field,
+oversized and malformed requests, wrong credentials, rate limits, secrets kept out of the
+log, Redis AUTH.
+
+Every reply checked here must still be the API's envelope (harness.check_envelope), and
+every server must stop cleanly afterwards with no sanitizer report (the runner checks).
+"""
+
+import json
+import os
+import re
+import socket
+import subprocess
+import time
+import urllib.parse
+
+import harness as H
+from harness import check, eq
+
+SQL_META = [
+    "'; DROP TABLE tb_voucher; --",
+    "\" OR \"1\"=\"1",
+    "1' OR '1'='1' /*",
+    "\\'; SELECT sleep(5); -- \\\\",
+    "%_%' ESCAPE '\\'",
+    "`tb_user`; DELETE FROM tb_user WHERE 1=1; #",
+    "Robert'); DROP TABLE tb_voucher_order;--",
+    "0x27 CHAR(39) || '--",
+    "中文'; --秒杀",
+]
+
+RATE_MSG = "请求过于频繁，请稍后再试"
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _raw(port, data, timeout=5):
+    """Sends raw bytes on a fresh connection; returns (status, headers, body)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    s.sendall(data)
+    c = H.Http(port, connect=False)
+    c.sock = s
+    try:
+        return c.read_response()
+    finally:
+        c.close()
+
+
+def _json(body, what):
+    try:
+        j = json.loads(body.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise H.TestFailure("%s: reply is not valid UTF-8 JSON (%s): %r" % (what, e, body[:300]))
+    H.check_envelope(j, what)
+    return j
+
+
+def _tables_intact(srv):
+    db = srv.db()
+    for t in ("tb_voucher", "tb_seckill_voucher", "tb_user", "tb_voucher_order"):
+        db.scalar("SELECT COUNT(*) FROM %s" % t)   # raises if a table is gone
+
+
+# ---------------------------------------------------------------------------------------
+# hostile strings
+
+def test_sql_metacharacters_in_every_string_field():
+    r, srv = H.setup(settings={"token_cache_ms": 0})   # /user/me reads Redis every time
+    h = srv.http()
+    # title, subTitle, rules: stored and read back byte for byte (prepared statements)
+    made = []
+    for i, s in enumerate(SQL_META):
+        vid = H.create_seckill(srv, stock=5, shop_id=77, title=s, subTitle=s[::-1],
+                               rules=s + "\n" + s, http=h)
+        nid = H.create_voucher(srv, shop_id=77, title=s, subTitle=s, rules=s, http=h)
+        made += [(vid, s, s[::-1], s + "\n" + s), (nid, s, s, s)]
+    st, j = h.api("GET", "/voucher/list/77")
+    eq(st, 200, "list status")
+    got = {v["id"]: (v["title"], v.get("subTitle"), v.get("rules")) for v in j["data"]}
+    for vid, t, sub, rules in made:
+        eq(got.get(vid), (t, sub, rules), "voucher %d read back" % vid)
+    eq(srv.db().scalar("SELECT COUNT(*) FROM tb_voucher WHERE shop_id=77"), len(made),
+       "vouchers in SQL")
+    # phone (query and body) and code: refused as input, never reach SQL
+    for s in SQL_META + ["13800000000' OR '1'='1", "1380000000%27", "13800000000;--"]:
+        st, j = h.api("POST", "/user/code?phone=" + urllib.parse.quote(s, safe=""))
+        check(st == 200 and j["success"] is False and j["errorMsg"] == H.MSG_BAD_PHONE,
+              "phone %r: %r %r", s, st, j)
+        st, j = h.api("POST", "/user/login", {"phone": s, "code": "123456"})
+        check(st == 200 and j["success"] is False and j["errorMsg"] == H.MSG_BAD_PHONE,
+              "login phone %r: %r %r", s, st, j)
+    phone = "13900000042"
+    code = H.send_code(srv, r, phone, h)
+    for s in SQL_META + ["' OR ''='", code + "' OR '1'='1", code + "\u0000"]:
+        st, j = h.api("POST", "/user/login", {"phone": phone, "code": s})
+        check(st in (200, 400) and j["success"] is False, "login code %r: %r %r", s, st, j)
+    eq(srv.db().user_count(), 0, "users created by hostile logins")
+    # nickName / icon come from Redis (the course's Java side writes them too): whatever
+    # bytes they hold, /user/me answers valid JSON with them intact or replaced
+    tok = H.login(srv, r, phone, h)
+    for nick in SQL_META + ["<script>alert(1)</script>", "\"}],\"success\":true,{\""]:
+        r.cmd("HSET", "login:token:" + tok, "nickName", nick, "icon", nick)
+        st, hd, body = srv.http().request("GET", "/user/me", token=tok)
+        j = _json(body, "/user/me with nickName %r" % nick)
+        eq((j["data"]["nickName"], j["data"]["icon"]), (nick, nick), "nickName/icon echoed")
+    r.cmd("HSET", "login:token:" + tok, "nickName", b"bad \xff\xfe utf-8 \xe4\xb8", "icon",
+          b"\xc0\x80")
+    st, hd, body = srv.http().request("GET", "/user/me", token=tok)
+    j = _json(body, "/user/me with invalid UTF-8 in Redis")
+    check("\ufffd" in j["data"]["nickName"], "invalid bytes not replaced: %r", j)
+    # and a flash sale still works afterwards
+    vid = made[0][0]
+    st, j = H.seckill(srv, tok, vid, h)
+    check(st == 200 and j["success"], "seckill after the hostile input: %r %r", st, j)
+    _tables_intact(srv)
+    H.finish(srv)
+
+
+# ---------------------------------------------------------------------------------------
+# oversized and malformed
+
+def test_oversized_and_malformed_inputs():
+    r, srv = H.setup()
+    h = srv.http()
+    adm = srv.admin_token
+    # string fields over their limits (characters, not bytes)
+    for field, n in (("title", 256), ("subTitle", 256), ("rules", 1025)):
+        st, j = h.api("POST", "/voucher/seckill", H.seckill_body(**{field: "券" * n}), admin=adm)
+        check(st == 400 and field in j["errorMsg"], "%s of %d chars: %r %r", field, n, st, j)
+        st, j = h.api("POST", "/voucher/seckill", H.seckill_body(**{field: "券" * (n - 1)}),
+                      admin=adm)
+        check(st == 200 and j["success"], "%s of %d chars: %r %r", field, n - 1, st, j)
+    # numbers out of range or of the wrong type
+    big = object()   # a number JSON can write but no integer holds
+    for k, v in (("stock", -1), ("stock", 10 ** 12), ("stock", big), ("shopId", 0),
+                 ("shopId", 2 ** 63), ("payValue", "100"), ("type", 7), ("stock", True),
+                 ("payValue", 1.5), ("beginTime", "2024-13-01T00:00:00"), ("endTime", 12345)):
+        b = H.seckill_body()
+        b[k] = 424242 if v is big else v
+        raw = json.dumps(b)
+        if v is big:
+            raw = raw.replace('"%s": 424242' % k, '"%s": 1e999' % k)
+        st, hd, body = h.request("POST", "/voucher/seckill", raw, admin=adm)
+        j = _json(body, "%s=%r" % (k, v))
+        check(st == 400 and j["success"] is False, "%s=%r: %r %r", k, v, st, j)
+    # malformed JSON: every error reply is valid UTF-8 JSON, even when the parser's
+    # message quotes the broken input (a multi-byte character cut in half)
+    for raw in (b'{"title":"\xe5\x85\xa8\\\xe6\xa8\x97"}',   # found by fuzz_json
+                b'{"title":"\xe5\x85\x83', b'{"rules":"\xe5\\x"}', b'{"a":"\xff\xfe"}',
+                b'{"title":"\\ud800"}', b'{"title":"a\\u0000b"}', b"[" * 60000,
+                b'{"phone":"13800000000","code":"1"' + b" " * 1000, b"\x00\x01\x02",
+                b'{"shopId":1,' * 5000, b"\xef\xbb\xbf{}"):
+        for path in ("/voucher/seckill", "/voucher", "/user/login"):
+            st, hd, body = h.request("POST", path, raw, admin=adm)
+            j = _json(body, "%s with %r" % (path, raw[:30]))
+            check(st == 400 and j["success"] is False, "%s %r: %r %r", path, raw[:30], st, j)
+    # request line, headers and body over their limits: refused, connection closed, the
+    # server stays up (test_api.py checks the exact statuses)
+    for raw in (b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+                b"GET /health HTTP/1.1\r\n" + b"X: " + b"b" * 9000 + b"\r\n\r\n",
+                b"GET /health HTTP/1.1\r\n" + b"".join(b"H%d: v\r\n" % i for i in range(150))
+                + b"\r\n",
+                b"POST /user/login HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n",
+                b"POST /user/login HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                b"FFFFFFFFFFFFFFFF\r\n",
+                b"GET /health HTTP/1.1\r\nHost: a\r\nHost: b\r\nContent-Length: 1\r\n"
+                b"Content-Length: 2\r\n\r\nab"):
+        st, hd, body = _raw(srv.port, raw)
+        check(400 <= st < 500, "%r...: HTTP %d", raw[:40], st)
+        if body:
+            _json(body, "error reply to %r" % raw[:40])
+    # phone and code of absurd length
+    st, j = h.api("POST", "/user/code?phone=" + "1" * 5000)
+    check(j["success"] is False, "5000-digit phone: %r", j)
+    st, j = h.api("POST", "/user/login", {"phone": "13800000000", "code": "1" * 60000})
+    check(j["success"] is False and j["errorMsg"] == H.MSG_BAD_CODE, "60k code: %r", j)
+    _tables_intact(srv)
+    H.finish(srv)
+
+
+# ---------------------------------------------------------------------------------------
+# credentials
+
+def test_wrong_admin_tokens():
+    r, srv = H.setup()
+    adm = srv.admin_token
+    body = json.dumps(H.seckill_body(shop_id=9), ensure_ascii=False).encode()
+    flip = adm[:5] + ("0" if adm[5] != "0" else "1") + adm[6:]
+    wrong = ["", " ", adm[:-1], adm + "x", flip, adm.upper(), adm * 2, "x" * 4000,
+             adm[:16], "Bearer " + adm, adm + "%0d%0a", adm + "\\r\\n"]
+    h = srv.http()
+    for w in wrong:
+        st, hd, b = h.request("POST", "/voucher/seckill", body, admin=w)
+        eq(st, 403, "x-admin-token %r" % w[:40])
+        _json(b, "403 reply")
+    # CR/LF tricks: a folded value that adds to the token or splits it, a bare CR inside
+    # it, two token headers (whichever comes first): refused
+    for head in (b"x-admin-token: " + adm.encode() + b"\r\n x-extra",
+                 b"x-admin-token: " + adm[:10].encode() + b"\r\n\t" + adm[10:].encode(),
+                 b"x-admin-token: " + adm.encode() + b"\rX: y",
+                 b"x-admin-token: wrong\r\nx-admin-token: " + adm.encode(),
+                 b"x-admin-token: " + adm.encode() + b"\r\nX-Admin-Token: " + adm.encode(),
+                 b"x-admin-token: " + adm.encode() + b"\r\nx-admin-token: wrong"):
+        raw = (b"POST /voucher/seckill HTTP/1.1\r\nHost: x\r\n" + head + b"\r\n"
+               b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        st, hd, b = _raw(srv.port, raw)
+        check(st in (400, 403), "admin header %r: HTTP %d %r", head[:60], st, b[:200])
+    eq(srv.db().scalar("SELECT COUNT(*) FROM tb_voucher"), 0, "vouchers made with bad tokens")
+    # forms HTTP allows for the *right* token (a bare LF line end; an obs-fold, which is
+    # read as a space and trimmed): accepted or refused, never anything else
+    for head in (b"x-admin-token: " + adm.encode() + b"\nX: y",
+                 b"x-admin-token:\r\n " + adm.encode()):
+        raw = (b"POST /voucher/seckill HTTP/1.1\r\nHost: x\r\n" + head + b"\r\n"
+               b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        st, hd, b = _raw(srv.port, raw)
+        check(st in (200, 400), "admin header %r: HTTP %d %r", head[:60], st, b[:200])
+    # the right one, with the whitespace HTTP allows around a value, works
+    st, hd, b = h.request("POST", "/voucher/seckill", body, admin=" " + adm + " ")
+    check(st == 200 and _json(b, "create")["success"], "padded admin token: %d %r", st, b)
+    H.finish(srv)
+
+
+def test_admin_token_compared_in_constant_time():
+    """api_voucher.c compares the admin token without an early exit: every byte of the
+    configured token is looked at whatever the given one holds (read from the source, as
+    a timing test would be flaky)."""
+    with open(os.path.join(ROOT, "src", "api_voucher.c"), encoding="utf-8") as f:
+        src = f.read()
+    m = re.search(r"static int admin_token_ok\([^)]*\)\s*\{(.*?)\n\}", src, re.S)
+    check(m is not None, "admin_token_ok not found in src/api_voucher.c")
+    fn = m.group(1)
+    for bad in ("strcmp", "strncmp", "memcmp", "strcasecmp", "bcmp"):
+        check(bad not in fn, "admin_token_ok uses %s (stops at the first difference)", bad)
+    loop = re.search(r"for \(size_t i = 0; i < wl; i\+\+\) \{(.*?)\}", fn, re.S)
+    check(loop is not None, "admin_token_ok: no loop over the whole configured token")
+    check("return" not in loop.group(1) and "break" not in loop.group(1),
+          "admin_token_ok leaves the loop early")
+    check("|=" in loop.group(1), "admin_token_ok does not accumulate the difference")
+
+
+def test_wrong_user_tokens():
+    r, srv = H.setup()
+    h = srv.http()
+    tok = H.login(srv, r, "13700000001", h)
+    vid = H.create_seckill(srv, stock=5)
+    unknown = "0123456789abcdef0123456789abcdef"
+    for bad in ("", " ", "null", unknown, tok.upper(), tok[:-1], tok + "0", "Bearer " + tok,
+                tok[:16] + "-" + tok[17:], "../" + tok, "x" * 4000, tok + ";" + tok,
+                "' OR '1'='1", tok + "%0d%0a"):
+        for method, path in (("GET", "/user/me"), ("POST", "/voucher-order/seckill/%d" % vid),
+                             ("GET", "/voucher-order/of/me")):
+            st, hd, b = srv.http().request(method, path, token=bad)
+            eq((st, b), (401, b""), "%s %s with token %r" % (method, path, bad[:40]))
+    for head in (b"authorization: " + tok.encode() + b"\r\n junk",
+                 b"authorization: " + tok[:10].encode() + b"\r\n\t" + tok[10:].encode(),
+                 b"authorization: " + tok.encode() + b"\rX: y",
+                 b"authorization: " + unknown.encode() + b"\r\nAuthorization: " +
+                 tok.encode()):
+        raw = (b"GET /user/me HTTP/1.1\r\nHost: x\r\n" + head + b"\r\n\r\n")
+        st, hd, b = _raw(srv.port, raw)
+        check(st in (400, 401), "authorization header %r: HTTP %d %r", head[:60], st, b[:200])
+    eq(srv.db().order_count(vid), 0, "orders made with bad tokens")
+    st, j = H.seckill(srv, tok, vid, h)
+    check(st == 200 and j["success"], "the real token still works: %r %r", st, j)
+    H.finish(srv)
+
+
+# ---------------------------------------------------------------------------------------
+# rate limits
+
+def _metric(srv, name, labels=None):
+    st, hd, body = srv.http().request("GET", "/metrics")
+    total = 0
+    for line in body.decode().splitlines():
+        if not line.startswith(name):
+            continue
+        m = re.match(r"^(\w+)(\{[^}]*\})? (\S+)$", line)
+        if not m or m.group(1) != name:
+            continue
+        if labels and not all('%s="%s"' % kv in (m.group(2) or "") for kv in labels.items()):
+            continue
+        total += float(m.group(3))
+    return total
+
+
+def _is_limited(st, j):
+    return st == 429 and j == {"success": False, "errorMsg": RATE_MSG, "code": "RATE_LIMITED"}
+
+
+def test_rate_limit_seckill_per_user():
+    r, srv = H.setup(threads=1, settings={"rate_user_seckill": "1/s:5"})
+    a, b = (H.login(srv, r, p, srv.http()) for p in ("13600000001", "13600000002"))
+    vid = H.create_seckill(srv, stock=10)
+    h = srv.http()
+    got = [H.seckill(srv, a, vid, h) for _ in range(8)]
+    ok = [x for x in got if x[0] == 200]
+    limited = [x for x in got if _is_limited(*x)]
+    check(len(ok) == 5 and len(limited) == 3, "burst 5 then 429: %r", got)
+    check(ok[0][1]["success"] and all(x[1]["errorMsg"] == H.MSG_DUPLICATE for x in ok[1:]),
+          "the allowed ones: %r", ok)
+    # another user has a bucket of his own
+    st, j = H.seckill(srv, b, vid, h)
+    check(st == 200 and j["success"], "user b: %r %r", st, j)
+    # refill: 1/s, so within a second a request is allowed again
+    t0 = time.monotonic()
+    H.wait_until(lambda: H.seckill(srv, a, vid, h)[0] == 200, 5, interval=0.05,
+                 what="user a allowed again after the refill")
+    H.log("user a allowed again after %.2fs" % (time.monotonic() - t0))
+    check(_metric(srv, "seckill_rate_limited_total") >= 3, "rate_limited metric")
+    check(_metric(srv, "seckill_rate_limited_by_limit_total", {"limit": "user_seckill"}) >= 3,
+          "per-limit metric")
+    check(_metric(srv, "seckill_seckill_requests_total", {"outcome": "rate_limited"}) >= 3,
+          "seckill outcome rate_limited")
+    eq(H.wait_drained(srv, r, vid, 60), 2, "orders after drain")
+    eq(srv.db().per_user_max(vid), 1, "orders per user")
+    H.finish(srv)
+
+
+def test_rate_limit_seckill_per_worker_bound():
+    """With 2 workers each gets half the burst; however the client spreads its connections,
+    the instance lets through at most the configured burst."""
+    r, srv = H.setup(threads=2, settings={"rate_user_seckill": "1/m:10"})
+    tok = H.login(srv, r, "13600000003", srv.http())
+    vid = H.create_seckill(srv, stock=10)
+    conns = [srv.http() for _ in range(12)]
+    got = []
+    for _ in range(3):
+        for c in conns:
+            got.append(H.seckill(srv, tok, vid, c))
+    allowed = sum(1 for st, j in got if st == 200)
+    limited = sum(1 for st, j in got if _is_limited(st, j))
+    eq(allowed + limited, len(got), "every reply is an answer or a 429")
+    check(5 <= allowed <= 10, "allowed %d of %d (burst 10 over 2 workers)", allowed, len(got))
+    H.finish(srv)
+
+
+def test_rate_limit_seckill_per_ip():
+    r, srv = H.setup(threads=1, settings={"rate_ip_seckill": "1/s:3"})
+    toks = [H.login(srv, r, H.phone_for(i, "135"), srv.http()) for i in range(5)]
+    vid = H.create_seckill(srv, stock=10)
+    h = srv.http()
+    got = [H.seckill(srv, t, vid, h) for t in toks]
+    eq([st for st, j in got], [200, 200, 200, 429, 429], "statuses from one IP")
+    check(all(_is_limited(*x) for x in got[3:]), "429 bodies: %r", got[3:])
+    H.wait_until(lambda: H.seckill(srv, toks[4], vid, h)[0] == 200, 5,
+                 what="the IP allowed again")
+    check(_metric(srv, "seckill_rate_limited_by_limit_total", {"limit": "ip_seckill"}) >= 2,
+          "per-IP metric")
+    H.finish(srv)
+
+
+def test_rate_limit_login_codes():
+    r, srv = H.setup(settings={"rate_ip_code": "1/s:6", "rate_phone_code": "1/m:2"})
+    h = srv.http()
+    phone = "13400000001"
+    got = [h.api("POST", "/user/code?phone=" + phone) for _ in range(3)]
+    check([st for st, j in got] == [200, 200, 429] and _is_limited(*got[2]),
+          "codes for one phone (1/m:2): %r", got)
+    st, j = h.api("POST", "/user/code?phone=13400000002")
+    check(st == 200 and j["success"], "another phone: %r %r", st, j)
+    # the limit is per instance, whichever worker gets the connection
+    st, j = srv.http().api("POST", "/user/code?phone=" + phone)
+    check(_is_limited(st, j), "same phone on a new connection: %r %r", st, j)
+    # per IP: 6 in a burst (3 above + 3 here), then 429 whatever the phone
+    got = [h.api("POST", "/user/code?phone=1340000001%d" % i) for i in range(3)]
+    check(any(_is_limited(*x) for x in got), "IP limit never reached: %r", got)
+    H.wait_until(lambda: h.api("POST", "/user/code?phone=13400000099")[0] == 200, 5,
+                 what="the IP allowed again")
+    check(_metric(srv, "seckill_rate_limited_by_limit_total", {"limit": "phone_code"}) >= 2,
+          "per-phone metric")
+    check(_metric(srv, "seckill_rate_limited_by_limit_total", {"limit": "ip_code"}) >= 1,
+          "per-IP code metric")
+    H.finish(srv)
+
+
+def test_rate_limit_defaults():
+    """Defaults: per user 20/s:40 on the flash sale, 1/m:3 codes per phone, per-IP off --
+    a sale from one address (all tests run from 127.0.0.1) is never limited by IP."""
+    r, srv = H.setup(threads=1)
+    h = srv.http()
+    got = [h.api("POST", "/user/code?phone=13300000001") for _ in range(4)]
+    eq([st for st, j in got], [200, 200, 200, 429], "default per-phone limit")
+    toks = H.login_many(srv, r, 60, prefix="133", start=100)
+    vid = H.create_seckill(srv, stock=100)
+    got = [H.seckill(srv, t, vid, h) for t in toks]
+    check(all(st == 200 and j["success"] for st, j in got), "60 users from one IP: %r",
+          [x for x in got if x[0] != 200][:3])
+    t0 = time.monotonic()
+    got = [H.seckill(srv, toks[0], vid, h) for _ in range(100)]
+    elapsed = time.monotonic() - t0
+    allowed = sum(1 for st, j in got if st == 200)
+    check(allowed + sum(1 for x in got if _is_limited(*x)) == len(got), "odd replies: %r",
+          [x for x in got if x[0] not in (200, 429)][:3])
+    check(39 <= allowed <= 40 + 20 * elapsed + 1,
+          "one user, 100 requests in %.2fs: %d allowed (burst 40, 20/s)", elapsed, allowed)
+    H.finish(srv)
+
+
+# ---------------------------------------------------------------------------------------
+# secrets and the log
+
+def test_tokens_never_logged():
+    r, srv = H.setup(settings={"log_level": "debug"})
+    h = srv.http()
+    toks = [H.login(srv, r, p, h) for p in ("13200000001", "13200000002")]
+    vid = H.create_seckill(srv, stock=3)
+    for t in toks:
+        H.seckill(srv, t, vid, h)
+        h.api("GET", "/user/me", token=t)
+        h.api("GET", "/voucher-order/of/me", token=t)
+    guess = "guessed-admin-token-1234567890"
+    h.api("POST", "/voucher/seckill", H.seckill_body(), admin=guess)
+    h.api("GET", "/user/me", token="ffffffffffffffffffffffffffffffff")
+    h.api("POST", "/user/logout", token=toks[1])
+    H.wait_drained(srv, r, vid, 60)
+    srv.stop()
+    text = srv.stderr_text() + srv.stdout_text()
+    check("verification code" in text, "the log is not the one expected (no code lines)")
+    for secret in toks + [srv.admin_token, guess, "ffffffffffffffffffffffffffffffff"]:
+        check(secret not in text, "a token is in the server's log: %s...", secret[:8])
+
+
+class AuthRedis(H.Redis):
+    """A redis-server with --requirepass; its client authenticates."""
+
+    def __init__(self, port, dir_, password):
+        super().__init__(port, dir_, ["--requirepass", password])
+        self.password = password
+        self.url = "redis://:%s@127.0.0.1:%d" % (password, port)
+
+    def client(self, timeout=5.0):
+        c = H.Resp(port=self.port, timeout=timeout)
+        c.cmd("AUTH", self.password)
+        return c
+
+    def start(self, timeout=20):
+        self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with H._registry_lock:
+            H._redises.append(self)
+
+        def ready():
+            if self.proc.poll() is not None:
+                raise H.TestFailure("redis-server exited: %s" % H.tail(
+                    os.path.join(self.dir, "redis.log")))
+            try:
+                c = self.client(timeout=1)
+            except (OSError, H.RedisError):
+                return False
+            try:
+                return c.cmd("PING") == "PONG"
+            finally:
+                c.close()
+        H.wait_until(ready, timeout, what="redis-server with a password")
+        return self
+
+
+def test_redis_auth():
+    pw = "s3cret-" + H.rand_hex(12)
+    red = AuthRedis(H.free_port(), H.subdir("redis-auth"), pw).start()
+    # without the password Redis refuses everything
+    c = H.Resp(port=red.port)
+    try:
+        c.cmd("GET", "x")
+        raise H.TestFailure("redis-server accepted a command without AUTH")
+    except H.RedisError as e:
+        check("NOAUTH" in str(e), "unexpected error %s", e)
+    finally:
+        c.close()
+    # a wrong password: seckill refuses to start, says why, and does not print it
+    d = H.subdir("bad")
+    argv = [H.binary(), "serve", "--listen", "127.0.0.1:%d" % H.free_port(),
+            "--redis", "redis://:wrong-%s@127.0.0.1:%d" % (pw, red.port),
+            "--db", "sqlite:" + os.path.join(d, "x.db"), "--admin-token", "adm" + H.rand_hex(29),
+            "--threads", "1", "--data-dir", d]
+    p = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, env=H.san_env(), cwd=d, timeout=60)
+    text = p.stdout.decode("utf-8", "replace")
+    check(p.returncode != 0, "seckill started with a wrong Redis password:\n%s", text)
+    for m in H.SANITIZER_MARKERS:
+        check(m not in text, "sanitizer report from the refused start:\n%s", text)
+    check("password" in text.lower() or "auth" in text.lower(), "no reason given: %s", text)
+    check(pw not in text, "the Redis password is in the log")
+    # the right one: a whole login and sale through an authenticated Redis
+    srv = H.start_server(red)
+    h = srv.http()
+    tok = H.login(srv, red, "13100000001", h)
+    vid = H.create_seckill(srv, stock=2)
+    st, j = H.seckill(srv, tok, vid, h)
+    check(st == 200 and j["success"], "seckill through AUTH: %r %r", st, j)
+    eq(H.wait_drained(srv, red, vid, 60), 1, "orders written through AUTH")
+    # Redis restarts: the workers reconnect and authenticate again
+    red.shutdown()
+    red.start()
+    H.wait_until(lambda: srv.http().request("GET", "/health")[0] == 200, 30,
+                 what="/health after Redis came back")
+    tok2 = H.login(srv, red, "13100000002", srv.http())
+    st, j = H.seckill(srv, tok2, vid, srv.http())
+    check(st == 200 and j["success"], "seckill after the restart: %r %r", st, j)
+    srv.stop()
+    text = srv.stderr_text() + srv.stdout_text()
+    check(pw not in text, "the Redis password is in the server's log")

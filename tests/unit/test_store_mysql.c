@@ -1,0 +1,663 @@
+/* test_store_mysql.c -- the MySQL/MariaDB store (store_mysql.c) against a real server.
+ *
+ * MYSQL_URL (mysql://user:password@host:port/anything, set by tests/run.py when MariaDB is
+ * part of the run) names the server; without it every test is skipped. Each test gets a
+ * fresh database ut_<pid>_<n>, created by store_open itself and dropped afterwards.
+ *
+ * Covers what test_store.c covers for SQLite (schema, ids from 1010/10, users, vouchers,
+ * the order batch: multi-row inserts, replays, collisions, stock) plus what only a network
+ * database has: URL forms, percent-encoded passwords, a deadline while another session
+ * holds LOCK TABLES, reconnect-and-retry after the server kills the connection (and no
+ * retry for the order batch), the sync order mode, paging through a voucher's orders. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <mysql.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "store.h"
+
+static struct {
+    int ok;
+    char user[128], pass[128], host[128];
+    unsigned port;
+    char base[512];       /* mysql://user:pass@host:port */
+} srv;
+
+typedef struct fx {
+    char db[64];
+    char url[640];
+    store_t *s;
+} fx_t;
+
+static int seq;
+
+static store_t *open_ok(const char *url, int timeout_ms)
+{
+    char err[512] = "";
+    store_t *s = store_open(url, timeout_ms, err, sizeof err);
+    if (!s)
+        fail_msg("store_open(%s): %s", url, err);
+    return s;
+}
+
+/* An admin session of our own (plain libmariadb), for what the store does not offer. */
+static MYSQL *admin(const char *db)
+{
+    MYSQL *m = mysql_init(NULL);
+    assert_non_null(m);
+    if (!mysql_real_connect(m, srv.host, srv.user, srv.pass, db, srv.port, NULL, 0))
+        fail_msg("admin connect: %s", mysql_error(m));
+    return m;
+}
+
+static void sql(MYSQL *m, const char *q)
+{
+    if (mysql_query(m, q) != 0)
+        fail_msg("%s: %s", q, mysql_error(m));
+    MYSQL_RES *r = mysql_store_result(m);
+    if (r)
+        mysql_free_result(r);
+}
+
+static long long sql_int(MYSQL *m, const char *q)
+{
+    if (mysql_query(m, q) != 0)
+        fail_msg("%s: %s", q, mysql_error(m));
+    MYSQL_RES *r = mysql_store_result(m);
+    assert_non_null(r);
+    MYSQL_ROW row = mysql_fetch_row(r);
+    long long v = row && row[0] ? atoll(row[0]) : -1;
+    mysql_free_result(r);
+    return v;
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    const char *u = getenv("MYSQL_URL");
+    if (!u || !*u)
+        return 0;
+    char db[64];
+    if (sscanf(u, "mysql://%127[^:]:%127[^@]@%127[^:]:%u/%63s", srv.user, srv.pass, srv.host,
+               &srv.port, db) != 5) {
+        fprintf(stderr, "MYSQL_URL not of the form mysql://user:pass@host:port/db: %s\n", u);
+        return -1;
+    }
+    snprintf(srv.base, sizeof srv.base, "mysql://%s:%s@%s:%u", srv.user, srv.pass, srv.host,
+             srv.port);
+    srv.ok = 1;
+    return 0;
+}
+
+static int setup(void **state)
+{
+    if (!srv.ok) {
+        *state = NULL;
+        return 0;
+    }
+    fx_t *f = calloc(1, sizeof *f);
+    snprintf(f->db, sizeof f->db, "ut_%d_%d", (int)getpid(), ++seq);
+    snprintf(f->url, sizeof f->url, "%s/%s", srv.base, f->db);
+    f->s = open_ok(f->url, 2000);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fx_t *f = *state;
+    if (!f)
+        return 0;
+    store_close(f->s);
+    MYSQL *m = admin(NULL);
+    char q[128];
+    snprintf(q, sizeof q, "DROP DATABASE IF EXISTS `%s`", f->db);
+    sql(m, q);
+    mysql_close(m);
+    free(f);
+    return 0;
+}
+
+#define NEED_SERVER(f)                                                    \
+    do {                                                                  \
+        if (!(f))                                                         \
+            skip();                                                       \
+    } while (0)
+
+static int64_t create_seckill_at(store_t *s, int64_t shop, int64_t stock, int64_t begin,
+                                 int64_t end)
+{
+    store_voucher_t v = {0};
+    v.shop_id = shop;
+    v.title = "100元代金券";
+    v.sub_title = "周一至周五均可使用";
+    v.rules = "全场通用\\n无需预约";
+    v.pay_value = 8000;
+    v.actual_value = 10000;
+    v.type = 1;
+    v.status = 1;
+    v.is_seckill = 1;
+    v.stock = stock;
+    v.begin_time = begin;
+    v.end_time = end;
+    assert_int_equal(store_voucher_create(s, &v), STORE_OK);
+    assert_true(v.id > 0);
+    return v.id;
+}
+
+static int64_t create_seckill(store_t *s, int64_t shop, int64_t stock)
+{
+    return create_seckill_at(s, shop, stock, 1700000000, 1700086400);
+}
+
+static store_order_t mk(int64_t id, int64_t user, int64_t voucher, int64_t t)
+{
+    store_order_t o = {0};
+    o.id = id;
+    o.user_id = user;
+    o.voucher_id = voucher;
+    o.create_time = t;
+    return o;
+}
+
+static void test_schema_idempotent(void **state)
+{
+    fx_t *f = *state;
+    NEED_SERVER(f);
+    store_t *s2 = open_ok(f->url, 2000);
+    store_close(s2);
+    s2 = open_ok(f->url, 2000);
+    store_user_t u;
+    assert_int_equal(store_user_create(s2, "13800000001", "user_a", &u), STORE_OK);
+    assert_int_equal(u.id, 1010);
+    assert_int_equal(create_seckill(s2, 1, 5), 10);
+    store_close(s2);
+    assert_int_equal(store_ping(f->s), STORE_OK);
+
+    /* The schema run again (version reset by hand): nothing changes, nothing fails. */
+    MYSQL *m = admin(f->db);
+    assert_int_equal(sql_int(m, "SELECT version FROM schema_version WHERE id = 1"), 1);
+    assert_int_equal(sql_int(m, "SELECT COUNT(*) FROM information_schema.tables WHERE "
+                                "table_schema = DATABASE() AND engine = 'InnoDB' AND "
+                                "table_collation LIKE 'utf8mb4%'"),
+                     5);
+    sql(m, "UPDATE schema_version SET version = 0");
+    s2 = open_ok(f->url, 2000);
+    assert_int_equal(sql_int(m, "SELECT version FROM schema_version WHERE id = 1"), 1);
+    assert_int_equal(store_user_by_phone(s2, "13800000001", &u), STORE_OK);
+    assert_int_equal(u.id, 1010);
+    assert_int_equal(store_user_create(s2, "13800000002", "user_b", &u), STORE_OK);
+    assert_int_equal(u.id, 1011);
+    store_close(s2);
+
+    /* A database from a newer build is refused. */
+    sql(m, "UPDATE schema_version SET version = 99");
+    char err[512] = "";
+    assert_null(store_open(f->url, 2000, err, sizeof err));
+    assert_non_null(strstr(err, "newer"));
+    sql(m, "UPDATE schema_version SET version = 1");
+    mysql_close(m);
+}
+
+static void test_urls(void **state)
+{
+    fx_t *f = *state;
+    NEED_SERVER(f);
+    char err[512] = "", url[700];
+    assert_null(store_open("mysql:host/db", 1000, err, sizeof err));
+    assert_non_null(strstr(err, "mysql://"));
+    assert_null(store_open("mysql://u:p@127.0.0.1:3306", 1000, err, sizeof err));
+    assert_non_null(strstr(err, "no database"));
+    assert_null(store_open("mysql://u:p@127.0.0.1:99999/db", 1000, err, sizeof err));
+    assert_non_null(strstr(err, "port"));
+    assert_null(store_open("mysql://u:p@127.0.0.1:3306/d-b", 1000, err, sizeof err));
+    assert_non_null(strstr(err, "database name"));
+    assert_null(store_open("mysql://u:p@127.0.0.1:3306/db?sslmode=1", 1000, err, sizeof err));
+    assert_non_null(strstr(err, "unknown option"));
+    assert_null(store_open("mysql://u:p%zz@127.0.0.1:3306/db", 1000, err, sizeof err));
+    /* Nothing listens on port 1: a clear error, quickly, without the password. */
+    uint64_t t0 = clock_mono_ms();
+    assert_null(store_open("mysql://u:secretpw@127.0.0.1:1/db", 1000, err, sizeof err));
+    assert_true(clock_mono_ms() - t0 < 3000);
+    assert_non_null(strstr(err, "cannot connect"));
+    assert_null(strstr(err, "secretpw"));
+    /* Wrong password. */
+    snprintf(url, sizeof url, "mysql://%s:wrong@%s:%u/%s", srv.user, srv.host, srv.port, f->db);
+    assert_null(store_open(url, 1000, err, sizeof err));
+    assert_non_null(strstr(err, "denied"));
+
+    /* mariadb:// is the same backend. */
+    snprintf(url, sizeof url, "mariadb://%s:%s@%s:%u/%s", srv.user, srv.pass, srv.host, srv.port,
+             f->db);
+    store_t *s = open_ok(url, 1000);
+    assert_int_equal(store_ping(s), STORE_OK);
+    store_close(s);
+
+    /* A password with URL characters, percent-encoded. */
+    MYSQL *m = admin(NULL);
+    char q[256];
+    snprintf(q, sizeof q, "CREATE USER IF NOT EXISTS 'ut_enc_%d'@'%%' IDENTIFIED BY 'p@ss:w/rd%%'",
+             (int)getpid());
+    sql(m, q);
+    snprintf(q, sizeof q, "GRANT ALL ON `%s`.* TO 'ut_enc_%d'@'%%'", f->db, (int)getpid());
+    sql(m, q);
+    snprintf(url, sizeof url, "mysql://ut_enc_%d:p%%40ss%%3Aw%%2Frd%%25@%s:%u/%s", (int)getpid(),
+             srv.host, srv.port, f->db);
+    s = open_ok(url, 1000);
+    assert_int_equal(store_ping(s), STORE_OK);
+    store_close(s);
+    snprintf(q, sizeof q, "DROP USER 'ut_enc_%d'@'%%'", (int)getpid());
+    sql(m, q);
+    mysql_close(m);
+}
+
+static void test_users(void **state)
+{
+    fx_t *f = *state;
+    NEED_SERVER(f);
+    store_user_t u, u2;
+    assert_int_equal(store_user_by_phone(f->s, "13912345678", &u), STORE_NOTFOUND);
+    assert_int_equal(store_user_create(f->s, "13912345678", "user_abcdefghij", &u), STORE_OK);
+    assert_int_equal(u.id, 1010);
+    assert_string_equal(u.phone, "13912345678");
+    assert_string_equal(u.nick_name, "user_abcdefghij");
+    assert_string_equal(u.icon, "");
+    assert_int_equal(store_user_by_phone(f->s, "13912345678", &u2), STORE_OK);
+    assert_int_equal(u2.id, u.id);
+    assert_int_equal(store_user_create(f->s, "13912345678", "user_other", &u2), STORE_OK);
+    assert_int_equal(u2.id, 1010);
+    assert_string_equal(u2.nick_name, "user_abcdefghij");
+    assert_int_equal(store_user_create(f->s, "13912345679", "user_2", &u2), STORE_OK);
+    assert_int_equal(u2.id, 1011);
+}
+
+static void test_vouchers(void **state)
+{
+    fx_t *f = *state;
+    NEED_SERVER(f);
+    store_voucher_t v = {0};
+    v.shop_id = 1;
+    v.title = "50元代金券";
+    v.sub_title = NULL;   /* a NULL column stays NULL */
+    v.rules = "全场通用";
+    v.pay_value = 4750;
+    v.actual_value = 5000;
+    v.type = 0;
+    v.status = 1;
+    assert_int_equal(store_voucher_create(f->s, &v), STORE_OK);
+    assert_int_equal(v.id, 10);
+    int64_t sk = create_seckill(f->s, 1, 100);
+    assert_int_equal(sk, 11);
+    store_voucher_t off = v;
+    off.title = "off shelf";
+    off.status = 2;
+    assert_int_equal(store_voucher_create(f->s, &off), STORE_OK);
+    assert_int_equal(off.id, 12);
+    store_voucher_t other = v;
+    other.shop_id = 2;
+    assert_int_equal(store_voucher_create(f->s, &other), STORE_OK);
+
+    store_voucher_t *list;
+    size_t n;
+    assert_int_equal(store_voucher_list(f->s, 1, &list, &n), STORE_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(list[0].id, 10);
+    assert_int_equal(list[0].is_seckill, 0);
+    assert_string_equal(list[0].title, "50元代金券");
+    assert_null(list[0].sub_title);
+    assert_string_equal(list[0].rules, "全场通用");
+    assert_int_equal(list[0].pay_value, 4750);
+    assert_int_equal(list[1].id, 11);
+    assert_int_equal(list[1].is_seckill, 1);
+    assert_int_equal(list[1].type, 1);
+    assert_int_equal(list[1].stock, 100);
+    assert_int_equal(list[1].begin_time, 1700000000);
+    assert_int_equal(list[1].end_time, 1700086400);
+    assert_string_equal(list[1].sub_title, "周一至周五均可使用");
+    assert_string_equal(list[1].rules, "全场通用\\n无需预约");
+    store_voucher_list_free(list, n);
+
+    assert_int_equal(store_voucher_list(f->s, 999, &list, &n), STORE_OK);
+    assert_int_equal(n, 0);
+    store_voucher_list_free(list, n);
+
+    store_voucher_t g;
+    assert_int_equal(store_voucher_get(f->s, 12, &g), STORE_OK);
+    assert_int_equal(g.status, 2);
+    assert_string_equal(g.title, "off shelf");
+    assert_int_equal(g.is_seckill, 0);
+    store_voucher_clear(&g);
+    assert_int_equal(store_voucher_get(f->s, 11, &g), STORE_OK);
+    assert_int_equal(g.is_seckill, 1);
+    assert_int_equal(g.stock, 100);
+    store_voucher_clear(&g);
+    assert_int_equal(store_voucher_get(f->s, 4242, &g), STORE_NOTFOUND);
+
+    /* The longest texts the columns take (utf8mb4, 3-byte characters). */
+    char title[255 * 3 + 1] = "", rules[1024 * 3 + 1] = "";
+    for (int i = 0; i < 255; i++)
+        strcat(title, "券");
+    for (int i = 0; i < 1024; i++)
+        strcat(rules, "规");
+    store_voucher_t big = v;
+    big.title = title;
+    big.rules = rules;
+    assert_int_equal(store_voucher_create(f->s, &big), STORE_OK);
+    assert_int_equal(store_voucher_get(f->s, big.id, &g), STORE_OK);
+    assert_string_equal(g.title, title);
+    assert_string_equal(g.rules, rules);
+    store_voucher_clear(&g);
+
+    int64_t *ids;
+    assert_int_equal(store_seckill_ids(f->s, &ids, &n), STORE_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(ids[0], 11);
+    free(ids);
+
+    int64_t orders, stock;
+    assert_int_equal(store_voucher_counts(f->s, 11, &orders, &stock), STORE_OK);
+    assert_int_equal(orders, 0);
+    assert_int_equal(stock, 100);
+    assert_int_equal(store_voucher_counts(f->s, 10, &orders, &stock), STORE_NOTFOUND);
+}
+
+static void test_orders_idempotent(void **state)
+{
+    fx_t *f = *state;
+    NEED_SERVER(f);
+    int64_t a = create_seckill(f->s, 1, 1000);
+    int64_t b = create_seckill(f->s, 1, 10);
+    /* 1000 = 512 + 256 + 128 + 64 + 32 + 8: six multi-row statements. */
+    enum { N = 1000 };
+    store_order_t *batch = calloc(N, sizeof *batch);
+    int64_t t0 = 1700000100;
+    for (int i = 0; i < N; i++)   /* ids not in order: the backend sorts them */
+        batch[i] = mk(1000000 + (i * 7919) % N, 5000 + i, i % 3 == 0 ? b : a, t0 + i % 7);
+    size_t ins = 99, conf = 99;
+    assert_int_equal(store_orders_write(f->s, batch, N, &ins, &conf), STORE_OK);
+    assert_int_equal(ins, N);
+    assert_int_equal(conf, 0);
+    /* The same batch again: a replay, nothing inserted, stock untouched. */
+    assert_int_equal(store_orders_write(f->s, batch, N, &ins, &conf), STORE_OK);
+    assert_int_equal(ins, 0);
+    assert_int_equal(conf, 0);
+    int64_t orders, stock;
+    assert_int_equal(store_voucher_counts(f->s, a, &orders, &stock), STORE_OK);
+    assert_int_equal(orders, 666);
+    assert_int_equal(stock, 334);
+    /* 334 orders for b, which has stock 10: SQL stock goes negative (logged), the orders
+     * are never refused. */
+    assert_int_equal(store_voucher_counts(f->s, b, &orders, &stock), STORE_OK);
+    assert_int_equal(orders, 334);
+    assert_int_equal(stock, -324);
+
+    /* Half old, half new: only the new ones count. */
+    store_order_t mixed[4] = {batch[0], batch[1], mk(3000001, 8001, a, t0),
+                              mk(3000002, 8002, a, t0)};
+    assert_int_equal(store_orders_write(f->s, mixed, 4, &ins, &conf), STORE_OK);
+    assert_int_equal(ins, 2);
+    assert_int_equal(conf, 0);
+
+    /* A batch that repeats an order inside itself counts it once. */
+    store_order_t twice[3] = {mk(2000001, 9001, a, t0), mk(2000001, 9001, a, t0),
+                              mk(2000002, 9002, a, t0)};
+    assert_int_equal(store_orders_write(f->s, twice, 3, &ins, &conf), STORE_OK);
+    assert_int_equal(ins, 2);
+    assert_int_equal(conf, 0);
+    assert_int_equal(store_voucher_counts(f->s, a, &orders, &stock), STORE_OK);
+    assert_int_equal(orders, 670);
+    assert_int_equal(stock, 330);
+
+    assert_int_equal(store_orders_write(f->s, batch, 0, &ins, &conf), STORE_OK);
+    assert_int_equal(ins, 0);
+
+    store_order_t o;
+    assert_int_equal(store_order_get(f->s, batch[1].id, &o), STORE_OK);
+    assert_int_equal(o.user_id, batch[1].user_id);
+    assert_int_equal(o.voucher_id, a);
+    assert_int_equal(o.status, 1);
+    assert_int_equal(o.create_time, batch[1].create_time);
+    assert_int_equal(store_order_get(f->s, 42, &o), STORE_NOTFOUND);
+    free(batch);
+
+    /* Paging through a voucher's orders in id order. */
+    int64_t after = 0, last = 0;
+    size_t total = 0, n;
+    store_order_t *page;
+    for (;;) {
+        assert_int_equal(store_voucher_orders(f->s, b, after, 100, &page, &n), STORE_OK);
+        for (size_t i = 0; i < n; i++) {
+            assert_true(page[i].id > last);
+            assert_int_equal(page[i].voucher_id, b);
+            last = page[i].id;
+        }
+        total += n;
+        if (n)
+            after = page[n - 1].id;
+        free(page);
+        if (n < 100)
+            break;
+    }
+    assert_int_equal(total, 334);
+}
+
+static void test_orders_dup_and_conflict(void **state)
+{
+    fx_t *f = *state;
+    NEED_SERVER(f);
+    int64_t v = create_seckill(f->s, 1, 100);
+    int64_t t = clock_wall_s();
+    store_order_t first[2] = {mk(7001, 1010, v, t), mk(7002, 1011, v, t)};
+    size_t ins, conf;
+    assert_int_equal(store_orders_write(f->s, first, 2, &ins, &conf), STORE_OK);
+    assert_int_equal(ins, 2);
+
+    store_order_t dup = mk(7003, 1010, v, t);
+    assert_int_equal(store_orders_write(f->s, &dup, 1, &ins, &conf), STORE_OK);
+    assert_int_equal(ins, 0);
+    assert_int_equal(conf, 0);
+    store_order_t o;
+    assert_int_equal(store_order_get(f->s, 7003, &o), STORE_NOTFOUND);
+
+    store_order_t coll[2] = {mk(7001, 2222, v, t), mk(7004, 1012, v, t)};
+    assert_int_equal(store_orders_write(f->s, coll, 2, &ins, &conf), STORE_OK);
+    assert_int_equal(ins, 1);
+    assert_int_equal(conf, 1);
+    assert_int_equal(store_order_get(f->s, 7001, &o), STORE_OK);
+    assert_int_equal(o.user_id, 1010);
+
+    int64_t orders, stock;
+    assert_int_equal(store_voucher_counts(f->s, v, &orders, &stock), STORE_OK);
+    assert_int_equal(orders, 3);
+    assert_int_equal(stock, 97);
+
+    store_order_t lone = mk(7100, 1010, 987654, t);
+    assert_int_equal(store_orders_write(f->s, &lone, 1, &ins, &conf), STORE_OK);
+    assert_int_equal(ins, 1);
+}
+
+static void test_orders_of_user(void **state)
+{
+    fx_t *f = *state;
+    NEED_SERVER(f);
+    int64_t v1 = create_seckill(f->s, 1, 10);
+    int64_t v2 = create_seckill(f->s, 1, 10);
+    int64_t v3 = create_seckill(f->s, 1, 10);
+    store_order_t b[4] = {mk(300, 1010, v1, 1700000000), mk(301, 1010, v2, 1700000500),
+                          mk(302, 1010, v3, 1700000200), mk(303, 1099, v1, 1700000900)};
+    size_t ins, conf;
+    assert_int_equal(store_orders_write(f->s, b, 4, &ins, &conf), STORE_OK);
+    assert_int_equal(ins, 4);
+    store_order_t *out;
+    size_t n;
+    assert_int_equal(store_orders_of_user(f->s, 1010, 10, &out, &n), STORE_OK);
+    assert_int_equal(n, 3);
+    assert_int_equal(out[0].id, 301);
+    assert_int_equal(out[1].id, 302);
+    assert_int_equal(out[2].id, 300);
+    assert_int_equal(out[0].create_time, 1700000500);
+    free(out);
+    assert_int_equal(store_orders_of_user(f->s, 1010, 2, &out, &n), STORE_OK);
+    assert_int_equal(n, 2);
+    free(out);
+    assert_int_equal(store_orders_of_user(f->s, 5555, 10, &out, &n), STORE_OK);
+    assert_int_equal(n, 0);
+    free(out);
+}
+
+static void test_deadline_under_lock(void **state)
+{
+    fx_t *f = *state;
+    NEED_SERVER(f);
+    int64_t v = create_seckill(f->s, 1, 10);
+    store_t *s = open_ok(f->url, 1000);
+    MYSQL *m = admin(f->db);
+    sql(m, "LOCK TABLES tb_voucher_order WRITE");
+    store_order_t o = mk(1, 2, v, 1700000000);
+    size_t ins = 7, conf = 7;
+    uint64_t t0 = clock_mono_ms();
+    assert_int_equal(store_orders_write(s, &o, 1, &ins, &conf), STORE_ERR);
+    uint64_t took = clock_mono_ms() - t0;
+    print_message("orders_write under LOCK TABLES failed after %llu ms: %s\n",
+                  (unsigned long long)took, store_errmsg(s));
+    assert_true(took >= 900 && took < 2500);
+    assert_int_equal(ins, 0);
+    assert_non_null(strstr(store_errmsg(s), "deadline"));
+    /* Reads of other tables are not held up. */
+    store_user_t u;
+    assert_int_equal(store_user_by_phone(s, "13800000000", &u), STORE_NOTFOUND);
+    sql(m, "UNLOCK TABLES");
+    mysql_close(m);
+    assert_int_equal(store_orders_write(s, &o, 1, &ins, &conf), STORE_OK);
+    assert_int_equal(ins, 1);
+    int64_t orders, stock;
+    assert_int_equal(store_voucher_counts(s, v, &orders, &stock), STORE_OK);
+    assert_int_equal(stock, 9);
+    store_close(s);
+}
+
+/* Kills every server connection of our user to this test's database. */
+static int kill_store_connections(const char *db)
+{
+    MYSQL *m = admin(NULL);
+    char q[256];
+    snprintf(q, sizeof q,
+             "SELECT id FROM information_schema.processlist WHERE db = '%s' "
+             "AND id <> CONNECTION_ID()",
+             db);
+    if (mysql_query(m, q) != 0)
+        fail_msg("%s: %s", q, mysql_error(m));
+    MYSQL_RES *r = mysql_store_result(m);
+    MYSQL_ROW row;
+    long long ids[64];
+    int n = 0;
+    while ((row = mysql_fetch_row(r)) && n < 64)
+        ids[n++] = atoll(row[0]);
+    mysql_free_result(r);
+    for (int i = 0; i < n; i++) {
+        snprintf(q, sizeof q, "KILL %lld", ids[i]);
+        mysql_query(m, q);
+    }
+    mysql_close(m);
+    return n;
+}
+
+static void test_reconnect(void **state)
+{
+    fx_t *f = *state;
+    NEED_SERVER(f);
+    int64_t v = create_seckill(f->s, 1, 10);
+    store_user_t u;
+    assert_int_equal(store_user_create(f->s, "13800000009", "user_r", &u), STORE_OK);
+
+    /* Idempotent calls: the dead connection is noticed, replaced, the call retried. */
+    assert_true(kill_store_connections(f->db) >= 1);
+    assert_int_equal(store_ping(f->s), STORE_OK);
+    assert_true(kill_store_connections(f->db) >= 1);
+    assert_int_equal(store_user_by_phone(f->s, "13800000009", &u), STORE_OK);
+    assert_int_equal(u.id, 1010);
+    assert_true(kill_store_connections(f->db) >= 1);
+    int64_t orders, stock;
+    assert_int_equal(store_voucher_counts(f->s, v, &orders, &stock), STORE_OK);
+    assert_int_equal(stock, 10);
+    /* Voucher create: the connection broke before its COMMIT, so it is retried. */
+    assert_true(kill_store_connections(f->db) >= 1);
+    assert_true(create_seckill(f->s, 1, 3) > v);
+
+    /* The order batch is not retried here: STORE_ERR, and the writer's next attempt (a
+     * new connection) goes through. */
+    assert_true(kill_store_connections(f->db) >= 1);
+    store_order_t o = mk(5, 6, v, 1700000000);
+    size_t ins = 7, conf = 7;
+    assert_int_equal(store_orders_write(f->s, &o, 1, &ins, &conf), STORE_ERR);
+    print_message("order batch on a killed connection: %s\n", store_errmsg(f->s));
+    assert_int_equal(ins, 0);
+    assert_int_equal(store_orders_write(f->s, &o, 1, &ins, &conf), STORE_OK);
+    assert_int_equal(ins, 1);
+    assert_int_equal(store_voucher_counts(f->s, v, &orders, &stock), STORE_OK);
+    assert_int_equal(orders, 1);
+    assert_int_equal(stock, 9);
+}
+
+static void test_sync_order(void **state)
+{
+    fx_t *f = *state;
+    NEED_SERVER(f);
+    int64_t now = clock_wall_s();
+    int64_t v = create_seckill_at(f->s, 1, 2, now - 3600, now + 3600);
+    int64_t later = create_seckill_at(f->s, 1, 2, now + 3600, now + 7200);
+    int64_t over = create_seckill_at(f->s, 1, 2, now - 7200, now - 3600);
+    int r = -1;
+    store_order_t o = mk(100, 2001, v, now);
+    assert_int_equal(store_order_sync(f->s, &o, &r), STORE_OK);
+    assert_int_equal(r, STORE_SYNC_OK);
+    o = mk(101, 2001, v, now);
+    assert_int_equal(store_order_sync(f->s, &o, &r), STORE_OK);
+    assert_int_equal(r, STORE_SYNC_DUPLICATE);
+    o = mk(102, 2002, v, now);
+    assert_int_equal(store_order_sync(f->s, &o, &r), STORE_OK);
+    assert_int_equal(r, STORE_SYNC_OK);
+    o = mk(103, 2003, v, now);
+    assert_int_equal(store_order_sync(f->s, &o, &r), STORE_OK);
+    assert_int_equal(r, STORE_SYNC_SOLD_OUT);
+    o = mk(104, 2003, later, now);
+    assert_int_equal(store_order_sync(f->s, &o, &r), STORE_OK);
+    assert_int_equal(r, STORE_SYNC_NOT_STARTED);
+    o = mk(105, 2003, over, now);
+    assert_int_equal(store_order_sync(f->s, &o, &r), STORE_OK);
+    assert_int_equal(r, STORE_SYNC_ENDED);
+    o = mk(106, 2003, 999999, now);
+    assert_int_equal(store_order_sync(f->s, &o, &r), STORE_OK);
+    assert_int_equal(r, STORE_SYNC_NO_VOUCHER);
+    int64_t orders, stock;
+    assert_int_equal(store_voucher_counts(f->s, v, &orders, &stock), STORE_OK);
+    assert_int_equal(orders, 2);
+    assert_int_equal(stock, 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_schema_idempotent, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_urls, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_users, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_vouchers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_orders_idempotent, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_orders_dup_and_conflict, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_orders_of_user, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_deadline_under_lock, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reconnect, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sync_order, setup, teardown),
+    };
+    if (!getenv("MYSQL_URL") || !*getenv("MYSQL_URL"))
+        fprintf(stderr, "MYSQL_URL is not set: every test here is skipped\n");
+    return cmocka_run_group_tests(tests, group_setup, NULL);
+}
