@@ -10,8 +10,11 @@
 #   sold out: a voucher with stock 0 (answered from each worker's memory)
 # and reads each process's CPU time from /proc, so the table says who used the 2 cores (the
 # rest of the busy time is wrk itself and the kernel's loopback networking).
+# Each figure is the best of TRIES runs (the least disturbed: this box is shared); "other"
+# is busy CPU not charged to any of our processes nor wrk -- the kernel's loopback work,
+# and anything else that ran meanwhile.
 # Env: DURATION (s, 10), CONNS (64), COUNTS ("1 2 3"), THREADS (2), NGINX_WORKERS (2),
-# USERS (600000), BIN (build/seckill). Results: stdout and build/bench/cluster.txt.
+# TRIES (3), USERS (1000000), BIN (build/seckill). Results: stdout and build/bench/cluster.txt.
 set -eu
 cd "$(dirname "$0")/.."
 DURATION=${DURATION:-10}
@@ -19,7 +22,8 @@ CONNS=${CONNS:-64}
 COUNTS=${COUNTS:-1 2 3}
 THREADS=${THREADS:-2}
 NGINX_WORKERS=${NGINX_WORKERS:-2}
-USERS=${USERS:-600000}
+USERS=${USERS:-1000000}
+TRIES=${TRIES:-3}
 BIN=${BIN:-build/seckill}
 OUT=build/bench
 mkdir -p "$OUT"
@@ -70,7 +74,7 @@ DB="mysql://seckill:benchpw@127.0.0.1:$MP/hmdp"
 
 python3 bench/seed_tokens.py "$USERS" | $R --pipe >/dev/null
 ADMIN=benchadmintoken0123456789
-say "# seckill cluster benchmark $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores, wrk -t2 -c$CONNS -d${DURATION}s, instances --threads $THREADS, nginx $NGINX_WORKERS workers, MariaDB"
+say "# seckill cluster benchmark $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores, wrk -t2 -c$CONNS -d${DURATION}s (best of $TRIES), instances --threads $THREADS, nginx $NGINX_WORKERS workers, MariaDB"
 
 start_instances() {  # $1 = N; sets IPIDS, PORTS
     IPIDS=""; PORTS=""
@@ -110,10 +114,22 @@ mk() {  # $1 port, $2 stock -> voucher id
       "{\"shopId\":1,\"title\":\"bench\",\"payValue\":100,\"actualValue\":200,\"type\":1,\"stock\":$2,\"beginTime\":\"2020-01-01T00:00:00\",\"endTime\":\"2099-01-01T00:00:00\"}" |
       sed -n 's/.*"data":\([0-9]*\).*/\1/p'
 }
-run_wrk() {  # $1 url, $2 voucher, $3 label, $4 pids of nginx (or "")
+run_wrk() {  # $1 url, $2 stock (a new voucher per try), $3 label, $4 nginx pids: best of $TRIES
+    best=0; bestline=""
+    t=1
+    while [ "$t" -le "$TRIES" ]; do
+        wrk_once "$@"
+        if [ "$rps" -gt "$best" ]; then best=$rps; bestline=$line; fi
+        t=$((t + 1))
+    done
+    say "$bestline"
+}
+wrk_once() {
+    V=$(mk "$first" "$2"); [ -n "$V" ] || { echo "voucher create failed" >&2; exit 1; }
+    [ "$2" -gt 0 ] && GRABS="$GRABS $V"
     s0=$(ticks $IPIDS); r0=$(ticks "$RPID"); n0=$(ticks $4); m0=$(ticks "$MPID"); i0=$(idle); b0=$(busy)
     # wrk's own CPU time comes from its rusage (python runs it and reports it in seconds)
-    wsec=$(VOUCHER=$2 USERS=$USERS python3 -c 'import resource, subprocess, sys
+    wsec=$(VOUCHER=$V USERS=$USERS python3 -c 'import resource, subprocess, sys
 with open(sys.argv[1], "wb") as f:
     subprocess.run(sys.argv[2:], stdout=f)
 r = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -126,27 +142,30 @@ print(r.ru_utime + r.ru_stime)' "$TMP/wrk.txt" wrk -t2 -c"$CONNS" -d"${DURATION}
     # other = busy time of the box not accounted to ours or wrk: the kernel's share of
     # loopback networking, and anything else running (a busy box shows up here)
     other=$(python3 -c "print('%.2f' % ((($b1 - $b0) - ($s1 - $s0) - ($r1 - $r0) - ($n1 - $n0) - ($m1 - $m0)) / $hz / $DURATION - $wsec / $DURATION))")
-    say "$(printf '%-34s %7s req/s  p50 %-8s p99 %-8s cores: seckill %s nginx %s redis %s mariadb %s wrk %s other %s idle %s %s' \
+    line="$(printf '%-34s %7s req/s  p50 %-8s p99 %-8s cores: seckill %s nginx %s redis %s mariadb %s wrk %s other %s idle %s %s' \
         "$3" "$rps" "$p50" "$p99" "$(cores "$s0" "$s1")" "$(cores "$n0" "$n1")" "$(cores "$r0" "$r1")" \
         "$(cores "$m0" "$m1")" "$(python3 -c "print('%.2f' % ($wsec / $DURATION))")" "$other" \
         "$(cores "$i0" "$i1")" "$errs")"
+    echo "   (try: $line)" >&2
 }
 
 for n in $COUNTS; do
     start_instances "$n"
     first=$(echo "$PORTS" | awk '{print $1}')
-    GRAB=$(mk "$first" 100000000); SOLD=$(mk "$first" 0)
+    GRABS=""
     if [ "$n" = 1 ]; then
-        run_wrk "http://127.0.0.1:$first" "$GRAB" "1 instance, no nginx: grab" ""
-        run_wrk "http://127.0.0.1:$first" "$SOLD" "1 instance, no nginx: sold out" ""
+        run_wrk "http://127.0.0.1:$first" 100000000 "1 instance, no nginx: grab" ""
+        run_wrk "http://127.0.0.1:$first" 0 "1 instance, no nginx: sold out" ""
     fi
     start_nginx
-    run_wrk "http://127.0.0.1:$NPORT" "$GRAB" "$n instance(s) via nginx: grab" "$NPIDS"
-    run_wrk "http://127.0.0.1:$NPORT" "$SOLD" "$n instance(s) via nginx: sold out" "$NPIDS"
+    run_wrk "http://127.0.0.1:$NPORT" 100000000 "$n instance(s) via nginx: grab" "$NPIDS"
+    run_wrk "http://127.0.0.1:$NPORT" 0 "$n instance(s) via nginx: sold out" "$NPIDS"
     stop_nginx
     stop_instances
-    # orders admitted by the grab runs: all persisted by the writers before they stopped?
-    adm=$($R hlen "seckill:order:{$GRAB}")
-    sql=$(mariadb --no-defaults -S "$MD/sock" -uroot -N -e "select count(*) from hmdp.tb_voucher_order where voucher_id=$GRAB")
+    # the orders the grab runs admitted: all in MariaDB once the instances have stopped?
+    adm=0
+    for g in $GRABS; do adm=$((adm + $($R hlen "seckill:order:{$g}"))); done
+    ids=$(echo $GRABS | tr ' ' ',')
+    sql=$(mariadb --no-defaults -S "$MD/sock" -uroot -N -e "select count(*) from hmdp.tb_voucher_order where voucher_id in ($ids)")
     say "   grab orders admitted $adm, in MariaDB after the instances stopped: $sql"
 done

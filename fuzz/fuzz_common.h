@@ -40,6 +40,7 @@ fz_env_t *fz_env(const char *const *extra_argv);
 extern int fz_async;                       /* 0: before returning; 1: from the loop */
 extern int fz_jobs_run;                    /* 0: jobs_submit refuses; 1: runs them */
 extern const struct redisReply *fz_reply;  /* what every Redis command gets (NULL: down) */
+extern const struct redisReply *fz_eval_reply;  /* if set, what EVALSHA gets instead */
 extern unsigned long fz_redis_calls, fz_jobs_calls;
 
 /* Runs w's loop until no event is pending or active (bounded; aborts if it never ends,

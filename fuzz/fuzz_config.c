@@ -114,6 +114,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_rate(&cfg.rate_ip_seckill, "rate-ip-seckill");
         check_rate(&cfg.rate_ip_code, "rate-ip-code");
         check_rate(&cfg.rate_phone_code, "rate-phone-code");
+        check_rate(&cfg.rate_phone_login, "rate-phone-login");
     } else if (rc != 1) {
         fprintf(stderr, "fuzz_config: config_load returned %d\n", rc);
         abort();

@@ -13,8 +13,9 @@
  * Input: byte 0 = flags, the rest = what the client sends.
  *   bit 0  Redis and jobs answer later, from the loop (else at once)
  *   bit 1  jobs run (else the job queue is full)
- *   bit 2  every Redis command gets a login hash {id:7,...} (else: Redis down)
- *   bits 3-7  s: the client sends in pieces of s*s*4 bytes (s = 0: all at once)
+ *   bit 2  every Redis command gets a login hash {id:7,...} (else: Redis down) ...
+ *   bit 3  ... and the admission script answers 0 "admitted" (else 1 "sold out")
+ *   bits 4-7  s: the client sends in pieces of s*s*16 bytes (s = 0: all at once)
  * Checks: the connection is always freed once the client has sent everything and shut
  * down its side; nothing hangs; the server only ever writes HTTP/1.1 responses; no
  * handler replies twice (fuzz_common.c); ASan/UBSan/LSan see nothing. */
@@ -25,7 +26,7 @@
 #include "api.h"
 #include "fuzz_common.h"
 
-static redisReply *user_reply;
+static redisReply *user_reply, *admit_ok, *admit_soldout;
 
 static http_worker_t *setup(void)
 {
@@ -46,7 +47,9 @@ static http_worker_t *setup(void)
             "*6\r\n$2\r\nid\r\n$1\r\n7\r\n$8\r\nnickName\r\n$4\r\nfuzz\r\n$4\r\nicon\r\n$0\r\n\r\n";
         size_t used;
         user_reply = fz_parse_resp((const uint8_t *)hash, sizeof(hash) - 1, &used);
-        if (user_reply == NULL) {
+        admit_ok = fz_parse_resp((const uint8_t *)":0\r\n", 4, &used);
+        admit_soldout = fz_parse_resp((const uint8_t *)":1\r\n", 4, &used);
+        if (user_reply == NULL || admit_ok == NULL || admit_soldout == NULL) {
             abort();
         }
     }
@@ -57,10 +60,17 @@ static http_worker_t *setup(void)
 static void read_replies(int fd, size_t *total, char *head, size_t headcap)
 {
     char buf[65536];
+    static int dump = -1;
+    if (dump < 0) {
+        dump = getenv("FUZZ_DUMP") != NULL;   /* FUZZ_DUMP=1: the replies to stderr */
+    }
     for (;;) {
         ssize_t n = recv(fd, buf, sizeof(buf), 0);
         if (n <= 0) {
             return;
+        }
+        if (dump) {
+            fwrite(buf, 1, (size_t)n, stderr);
         }
         for (ssize_t i = 0; i < n && *total + (size_t)i < headcap; i++) {
             head[*total + (size_t)i] = buf[i];
@@ -82,8 +92,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fz_async = flags & 1;
     fz_jobs_run = (flags >> 1) & 1;
     fz_reply = (flags & 4) ? user_reply : NULL;
-    unsigned s = flags >> 3;
-    size_t chunk = s == 0 ? size : (size_t)s * s * 4;
+    fz_eval_reply = (flags & 4) ? ((flags & 8) ? admit_ok : admit_soldout) : NULL;
+    unsigned s = flags >> 4;
+    size_t chunk = s == 0 ? size : (size_t)s * s * 16;
     if (chunk == 0) {
         chunk = 1;
     }

@@ -37,13 +37,15 @@ http = {
                                 ["authorization: " + TOKEN], ""),
     "order-async": b"\x05" + req("POST", "/voucher-order/seckill/42",
                                  ["authorization: " + TOKEN], ""),
+    "order-ok": b"\x0d" + req("POST", "/voucher-order/seckill/42",
+                              ["authorization: " + TOKEN], "") * 2,
     "me": b"\x04" + req("GET", "/user/me", ["authorization: " + TOKEN]),
     "of-me": b"\x07" + req("GET", "/voucher-order/of/me", ["authorization: " + TOKEN]),
     "order-get": b"\x07" + req("GET", "/voucher-order/123", ["authorization: " + TOKEN]),
     "logout": b"\x05" + req("POST", "/user/logout", ["authorization: " + TOKEN], ""),
     "pipeline": b"\x01" + req("GET", "/health") + req("POST", "/user/code?phone=13800000001",
                                                       body="") + req("GET", "/nope"),
-    "pipeline-chunks": b"\x19" + req("GET", "/metrics") * 3,
+    "pipeline-chunks": b"\x31" + req("GET", "/metrics") * 3,
     "chunked": b"\x00" + (b"POST /user/login HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked"
                           b"\r\n\r\n5\r\n{\"pho\r\n22\r\nne\":\"13800000000\",\"code\":\"123456\"}"
                           b"\r\n0\r\n\r\n"),
@@ -58,7 +60,7 @@ http = {
     "upgrade": b"\x00" + req("GET", "/health", ["Upgrade: websocket", "Connection: Upgrade"]),
     "garbage": b"\x00GET / HTTP/1.1\r\nHost x\r\n\r\n",
     "big-header": b"\x00" + req("GET", "/health", ["X-Pad: " + "a" * 5000]),
-    "big-body": b"\x08" + req("POST", "/user/login", [], "x" * 9000),
+    "big-body": b"\x10" + req("POST", "/user/login", [], "x" * 9000),
     "crlf-token": b"\x04" + b"GET /user/me HTTP/1.1\r\nauthorization: " + TOKEN.encode() +
                   b"\r\n x-admin-token: evil\r\n\r\n",
 }

@@ -273,6 +273,12 @@ void api_user_login(http_req_t *r)
         api_fail(r, MSG_BAD_CODE, "INVALID_CODE");
         return;
     }
+    /* Attempts per phone are limited: a 6-digit code must not be guessable (ratelimit.h). */
+    if (!ratelimit_allow(r, RL_PHONE_LOGIN, rl_key_digits(phone))) {
+        json_decref(root);
+        ratelimit_reply(r);
+        return;
+    }
     login_ctx_t *L = calloc(1, sizeof(*L));
     if (L == NULL) {
         json_decref(root);

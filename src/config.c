@@ -94,6 +94,8 @@ static const setting_t settings[] = {
       "/user/code requests per client IP (0 = off; exact per instance)"),
     S("rate-phone-code", "SECKILL_RATE_PHONE_CODE", T_RATE, rate_phone_code, "1/m:3", 0, 0,
       "login codes per phone number (0 = off; exact per instance)"),
+    S("rate-phone-login", "SECKILL_RATE_PHONE_LOGIN", T_RATE, rate_phone_login, "10/m:10", 0, 0,
+      "login attempts per phone number: caps code guessing (0 = off; exact per instance)"),
 };
 #define NSETTINGS (sizeof(settings) / sizeof(settings[0]))
 

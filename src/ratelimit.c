@@ -9,8 +9,8 @@
  *   - flash-sale limits: one table per limit per worker thread, found through a
  *     pthread key and created on the thread's first use; the key's destructor frees them
  *     when the thread ends. No lock, no sharing.
- *   - /user/code limits: one table per limit per process, created on first use, guarded
- *     by one mutex, freed by a destructor at exit.
+ *   - /user/code and /user/login limits: one table per limit per process, created on
+ *     first use, guarded by one mutex, freed by a destructor at exit.
  * Rates come from the configuration of the request's app when a table is created; a
  * process serves one configuration, so the tables never need to change. */
 #include "ratelimit.h"
@@ -211,6 +211,7 @@ static const config_rate_t *limit_of(const config_t *cfg, rl_kind_t kind)
     case RL_IP_SECKILL: return &cfg->rate_ip_seckill;
     case RL_IP_CODE: return &cfg->rate_ip_code;
     case RL_PHONE_CODE: return &cfg->rate_phone_code;
+    case RL_PHONE_LOGIN: return &cfg->rate_phone_login;
     default: return NULL;
     }
 }
@@ -254,7 +255,7 @@ static void thread_key_make(void)
     pthread_key_create(&thread_key, thread_free);
 }
 
-/* Per-process tables of the /user/code limits. */
+/* Per-process tables of the /user/code and /user/login limits. */
 static pthread_mutex_t shared_mu = PTHREAD_MUTEX_INITIALIZER;
 static rl_table_t *shared_t[RL__COUNT];
 static int shared_tried[RL__COUNT];

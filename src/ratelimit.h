@@ -10,6 +10,7 @@
  *   rate-ip-seckill    client IP    flash-sale order  per worker thread  0 (off)
  *   rate-ip-code       client IP    /user/code        per instance       0 (off)
  *   rate-phone-code    phone        /user/code        per instance       1/m:3
+ *   rate-phone-login   phone        /user/login       per instance       10/m:10
  *
  * Flash-sale limits are on the hot path, so they take no lock: each worker thread has
  * its own table and refills at RATE / threads with BURST / threads (at least 1) tokens.
@@ -17,9 +18,10 @@
  * rate; one spread over every worker gets at most the configured rate: the instance as a
  * whole never lets a key through faster than configured. With M instances behind a
  * balancer a key can get up to M times the rate (each instance counts alone).
- * The /user/code limits are not on the hot path (the endpoint waits for Redis anyway):
- * one table per instance behind a mutex, so they are exact per instance -- which matters
- * for phone codes, where every code is an SMS somebody pays for.
+ * The login limits are not on the hot path (those endpoints wait for Redis anyway): one
+ * table per instance behind a mutex, so they are exact per instance -- which matters for
+ * phone codes, where every code is an SMS somebody pays for, and for login attempts,
+ * which are what stands between a 6-digit code and guessing it.
  *
  * Keys are exact 64-bit values, no hashing of text: a user id, a phone's 11 digits as a
  * number, an IPv4 address, or the /64 prefix of an IPv6 address (one host usually owns a
@@ -44,6 +46,7 @@ typedef enum {
     RL_IP_SECKILL,
     RL_IP_CODE,
     RL_PHONE_CODE,
+    RL_PHONE_LOGIN,
     RL__COUNT
 } rl_kind_t;
 

@@ -21,6 +21,11 @@ Tests of the MariaDB pass are named `file::test[mysql]`. A test file may declare
 `DB_BACKENDS = ("sqlite",)` (or ("mysql",)) at module level to run on those only; the
 other pass lists it as skipped.
 
+3. (issue 6, tests/reliability.py) With --fuzz-dir, --tsan-bin/--tsan-unit-dir and
+   --valgrind-bin: each libFuzzer target for a bounded time (`fuzz/<target>`), the unit
+   tests and one sale against the TSan build (`tsan/...`), one sale with the server under
+   valgrind (`valgrind/...`). `make check` passes all three.
+
 Prints `PASS name (1.2s)` / `FAIL name (1.2s)` with the captured output's tail, and ends
 with exactly `N passed, M failed` (plus `, K skipped`). Exit status 1 on any failure.
 

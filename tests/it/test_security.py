@@ -64,7 +64,8 @@ def _tables_intact(srv):
 # hostile strings
 
 def test_sql_metacharacters_in_every_string_field():
-    r, srv = H.setup(settings={"token_cache_ms": 0})   # /user/me reads Redis every time
+    # /user/me reads Redis every time; many login attempts on one phone are the point here
+    r, srv = H.setup(settings={"token_cache_ms": 0, "rate_phone_login": 0})
     h = srv.http()
     # title, subTitle, rules: stored and read back byte for byte (prepared statements)
     made = []
@@ -369,6 +370,31 @@ def test_rate_limit_login_codes():
           "per-phone metric")
     check(_metric(srv, "seckill_rate_limited_by_limit_total", {"limit": "ip_code"}) >= 1,
           "per-IP code metric")
+    H.finish(srv)
+
+
+def test_rate_limit_login_attempts():
+    """Guessing a code: attempts per phone are limited, the right code included once the
+    limit is reached; other phones are not affected; refused attempts never reach Redis."""
+    r, srv = H.setup(settings={"rate_phone_login": "1/m:4"})
+    h = srv.http()
+    phone = "13500000001"
+    code = H.send_code(srv, r, phone, h)
+    wrong = ["%06d" % ((int(code) + k) % 1000000) for k in range(1, 5)]
+    got = [h.api("POST", "/user/login", {"phone": phone, "code": w}) for w in wrong]
+    check(all(st == 200 and j["errorMsg"] == H.MSG_BAD_CODE for st, j in got),
+          "4 wrong codes: %r", got)
+    st, j = h.api("POST", "/user/login", {"phone": phone, "code": code})
+    check(_is_limited(st, j), "5th attempt (the right code) not limited: %r %r", st, j)
+    # attempts that cannot be a code are refused before they count
+    for c in ("", "1" * 65):
+        st, j = h.api("POST", "/user/login", {"phone": "13500000002", "code": c})
+        eq(j["errorMsg"], H.MSG_BAD_CODE, "shapeless code")
+    tok = H.login(srv, r, "13500000002", h)
+    check(H.TOKEN_RE.match(tok), "another phone logs in: %r", tok)
+    check(_metric(srv, "seckill_rate_limited_by_limit_total", {"limit": "phone_login"}) >= 1,
+          "per-phone login metric")
+    eq(srv.db().user_count(), 1, "users")
     H.finish(srv)
 
 

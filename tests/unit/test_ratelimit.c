@@ -135,6 +135,7 @@ static void test_config(void **state)
     assert_true(cfg.rate_ip_seckill.per_s == 0);
     assert_true(cfg.rate_ip_code.per_s == 0);
     assert_true(cfg.rate_phone_code.per_s == 1.0 / 60 && cfg.rate_phone_code.burst == 3);
+    assert_true(cfg.rate_phone_login.per_s == 10.0 / 60 && cfg.rate_phone_login.burst == 10);
 
     assert_int_equal(load(&cfg, "--rate-ip-code", "30/m", err, sizeof(err)), 0);
     assert_true(cfg.rate_ip_code.per_s == 0.5 && cfg.rate_ip_code.burst == 30);
