@@ -108,7 +108,8 @@ int sync_order_init(struct app *app, char *err, size_t errlen)
 {
     rds_addr_t a;
     if (rds_parse_url(app->redis_url, &a) < 0) {
-        snprintf(err, errlen, "sync mode: bad Redis URL %s", app->redis_url);
+        /* Never print the URL: it may hold a password. */
+        snprintf(err, errlen, "sync mode: the Redis URL cannot be parsed");
         return -1;
     }
     rlock_config_t cfg;
@@ -120,7 +121,7 @@ int sync_order_init(struct app *app, char *err, size_t errlen)
     cfg.db = a.db;
     cfg.command_timeout_ms = app->cfg.redis_timeout_ms;
     if (rlock_client_new(&cfg, &app->locks) != RLOCK_OK) {
-        snprintf(err, errlen, "sync mode: cannot create the lock client for %s", app->redis_url);
+        snprintf(err, errlen, "sync mode: cannot create the lock client (rlock) for the configured Redis");
         return -1;
     }
     return 0;
