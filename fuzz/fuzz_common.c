@@ -235,7 +235,9 @@ void __wrap_log_msg(int level, const char *fmt, ...)
 static int huge_array(const uint8_t *data, size_t size)
 {
     for (size_t i = 0; i < size; i++) {
-        if (data[i] != '*' || (i > 0 && data[i - 1] != '\n')) {
+        /* Any '*', not only at a line start: hiredis 0.14 does not check the "\r\n"
+         * after a bulk string, so a type byte can follow arbitrary content. */
+        if (data[i] != '*') {
             continue;
         }
         unsigned long n = 0;
