@@ -570,7 +570,23 @@ typedef struct report {
     check_t c[MAX_CHECKS];
     int n;
     int violations;
+    /* Every order answered success that is in neither SQL nor the stream: the exact
+     * list a reader needs after a Redis crash (F3), not just a count. Owned; freed with
+     * the report. */
+    int64_t *vanished;
+    size_t nvanished, capvanished;
 } report_t;
+
+static void report_vanished(report_t *rp, int64_t id)
+{
+    if (rp->nvanished == rp->capvanished) {
+        rp->capvanished = rp->capvanished ? rp->capvanished * 2 : 64;
+        rp->vanished = realloc(rp->vanished, rp->capvanished * sizeof *rp->vanished);
+        if (!rp->vanished)
+            abort();
+    }
+    rp->vanished[rp->nvanished++] = id;
+}
 
 static void add(report_t *rp, const char *inv, const char *id, int status, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
@@ -722,10 +738,13 @@ static void check_voucher(const audit_opts_t *o, vdata_t *d, int drained_wanted,
                 continue;
             ssize_t k = pairs_find(&d->sql_by_id, ans.v[i].a);
             if (k < 0) {
-                if (!drained_wanted && pairs_find(&d->inflight_orders, ans.v[i].a) >= 0)
+                if (!drained_wanted && pairs_find(&d->inflight_orders, ans.v[i].a) >= 0) {
                     inflight++;
-                else if (lost++ == 0)
-                    ex_l = ans.v[i].a;
+                } else {
+                    if (lost++ == 0)
+                        ex_l = ans.v[i].a;
+                    report_vanished(rp, ans.v[i].a);
+                }
             } else if (ans.v[i].b && d->sql_by_id.v[k].b != ans.v[i].b) {
                 if (lost + wrong_user++ == 0)
                     ex_l = ans.v[i].a;
@@ -830,6 +849,9 @@ static void json_report(sb_t *j, const vdata_t *d, const audit_opts_t *o, const 
         sb_json_str(j, rp->c[i].detail, strlen(rp->c[i].detail));
         sb_puts(j, "}");
     }
+    sb_puts(j, "],\"vanished\":[");
+    for (size_t k = 0; k < rp->nvanished; k++)
+        sb_printf(j, "%s%lld", k ? "," : "", LL(rp->vanished[k]));
     sb_puts(j, "]}");
 }
 
@@ -1042,12 +1064,20 @@ int audit_run(const audit_opts_t *o)
             abort();
         check_voucher(o, &d, drained_wanted, rp);
         print_report(out, &d, o, rp);
+        if (rp->nvanished) {
+            fprintf(out, "voucher %lld: %zu orders answered success are in neither SQL nor "
+                    "the stream:", LL(d.vid), rp->nvanished);
+            for (size_t k = 0; k < rp->nvanished; k++)
+                fprintf(out, " %lld", LL(rp->vanished[k]));
+            fputc('\n', out);
+        }
         if (j.len > strlen("{\"vouchers\":["))
             sb_puts(&j, ",");
         json_report(&j, &d, o, rp);
         total_viol += rp->violations;
         if (rp->violations)
             status = 1;
+        free(rp->vanished);
         free(rp);
         vdata_free(&d);
     }

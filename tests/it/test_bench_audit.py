@@ -269,10 +269,20 @@ def test_audit_catches_each_corruption():
 
     # a missing order: admitted and answered, gone from SQL
     c = fresh()
-    c.sql("DELETE FROM tb_voucher_order WHERE id = (SELECT max(id) FROM tb_voucher_order "
-          "WHERE voucher_id = %d)" % vid)
+    gone = c.one("SELECT max(id) FROM tb_voucher_order WHERE voucher_id = %d" % vid)[0]
+    c.sql("DELETE FROM tb_voucher_order WHERE id = %d" % gone)
     expect("missing order", c, ["admitted-persisted", "answered-persisted", "sql-stock",
                                 "stock-agree"])
+    # ... and it names exactly which order vanished, in the text and in the JSON report
+    jpath = os.path.join(H.tmpdir(), "missing.json")
+    rc, out, err = c.audit("--orders", rec, "--json", jpath)
+    m = re.search(r"answered success are in neither SQL nor the stream: ([\d ]+)", out)
+    check(m is not None, "no list of vanished orders in:\n%s", out)
+    eq([int(x) for x in m.group(1).split()], [gone], "vanished orders listed")
+    with open(jpath) as f:
+        rep = json.load(f)
+    eq([v.get("vanished") for v in rep["vouchers"] if v["voucher"] == vid], [[gone]],
+       "vanished orders in the JSON report")
 
     # stock drift, in Redis and in SQL; without --stock the cross-check still sees it
     c = fresh()
