@@ -65,6 +65,7 @@
 #include <mysql.h>
 #include <mysqld_error.h>
 
+#include "xmem.h"
 #include "clock.h"
 #include "embedded.h"
 #include "log.h"
@@ -184,24 +185,6 @@ typedef struct my {
 } my_t;
 
 /* ---------------------------------------------------------------- small helpers */
-
-static void *xrealloc(void *p, size_t n)
-{
-    void *q = realloc(p, n ? n : 1);
-    if (!q) {
-        log_error("out of memory (%zu bytes)", n);
-        abort();
-    }
-    return q;
-}
-
-static char *xstrdup(const char *z)
-{
-    size_t n = strlen(z) + 1;
-    char *p = xrealloc(NULL, n);
-    memcpy(p, z, n);
-    return p;
-}
 
 /* Copies z into dst (cap bytes), cut short if it must be. */
 static void copy_str(char *dst, size_t cap, const char *z)

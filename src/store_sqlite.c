@@ -28,6 +28,7 @@
 
 #include <sqlite3.h>
 
+#include "xmem.h"
 #include "clock.h"
 #include "embedded.h"
 #include "log.h"
@@ -117,24 +118,6 @@ typedef struct sq {
 } sq_t;
 
 /* ---------------------------------------------------------------- small helpers */
-
-static void *xrealloc(void *p, size_t n)
-{
-    void *q = realloc(p, n ? n : 1);
-    if (!q) {
-        log_error("out of memory (%zu bytes)", n);
-        abort();
-    }
-    return q;
-}
-
-static char *xstrdup(const char *z)
-{
-    size_t n = strlen(z) + 1;
-    char *p = xrealloc(NULL, n);
-    memcpy(p, z, n);
-    return p;
-}
 
 static void call_begin(sq_t *q)
 {

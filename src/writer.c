@@ -45,6 +45,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "xmem.h"
 #include "app.h"
 #include "clock.h"
 #include "keys.h"
@@ -125,16 +126,6 @@ struct writer {
 };
 
 /* ---------------------------------------------------------------- small helpers */
-
-static void *xrealloc(void *p, size_t n)
-{
-    void *q = realloc(p, n ? n : 1);
-    if (!q) {
-        log_error("writer: out of memory (%zu bytes)", n);
-        abort();
-    }
-    return q;
-}
 
 static int stopping(writer_t *wr)
 {
