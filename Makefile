@@ -7,7 +7,7 @@
 #                   (tests/reliability.mk) each fuzz target for 20 s, unit tests and a
 #                   sale under TSan, a sale under valgrind
 #   make fuzz       run the libFuzzer targets (FUZZ_SECONDS=30 each; fuzz/fuzz.mk)
-#   make bench      benchmarks (see docs/bench.md)
+#   make perf       the service beside redis-benchmark and nginx (perf/; docs/bench.md)
 #
 # Dependencies are Debian packages; tools/deps.sh installs whatever is missing.
 
@@ -16,7 +16,7 @@ ifeq ($(SAN),1)
 BUILD ?= build/san
 SANFLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 OPT = -O1
-# (issue 6) SAN=thread: TSan; SAN=valgrind: -O1 without sanitizers, for valgrind;
+# SAN=thread: TSan; SAN=valgrind: -O1 without sanitizers, for valgrind;
 # SAN=fuzz: clang with libFuzzer coverage + ASan+UBSan (fuzz/fuzz.mk). docs/reliability.md
 else ifeq ($(SAN),thread)
 BUILD ?= build/tsan
@@ -48,7 +48,9 @@ CFLAGS = -std=gnu11 $(OPT) -g $(WARN) $(SANFLAGS) -D_GNU_SOURCE -pthread -MMD -M
 LDFLAGS = $(SANFLAGS) -pthread
 LIBS = $(PKG_LIBS) -lhttp_parser -lm
 
-SRCS := $(sort $(wildcard src/*.c))
+# src/ is the service; src/tools/ the `seckill bench` and `seckill audit` tools linked into
+# the same binary (objects in $(BUILD)/obj/tools/).
+SRCS := $(sort $(wildcard src/*.c src/tools/*.c))
 OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(SRCS)) $(BUILD)/obj/embedded.o
 LIBOBJS := $(filter-out $(BUILD)/obj/main.o,$(OBJS))
 EMBED := scripts/admit.lua sql/schema.sqlite.sql sql/schema.mysql.sql
@@ -56,20 +58,20 @@ EMBED := scripts/admit.lua sql/schema.sqlite.sql sql/schema.mysql.sql
 UNIT_SRCS := $(sort $(wildcard tests/unit/test_*.c))
 UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRCS))
 
-# The lock library (issue 3) builds beside the service: it adds its objects and tests.
--include rlock/rlock.mk
-# Fuzzing, TSan and valgrind runs (issue 6): fuzz/fuzz.mk, tests/reliability.mk.
--include fuzz/fuzz.mk
--include tests/reliability.mk
+# The lock library builds beside the service: it adds its objects and tests.
+include rlock/rlock.mk
+# Fuzzing, TSan and valgrind runs: fuzz/fuzz.mk, tests/reliability.mk.
+include fuzz/fuzz.mk
+include tests/reliability.mk
 
-.PHONY: all run check unit it bench clean
+.PHONY: all run check unit it perf clean
 all: $(BUILD)/seckill
 
 # The service links the lock library (sync mode's per-user lock); rlock/rlock.mk builds it.
 $(BUILD)/seckill: $(OBJS) $(RLOCK_LIB)
 	$(CC) $(LDFLAGS) -o $@ $(OBJS) $(RLOCK_LIB) $(LIBS)
 
-$(BUILD)/obj/%.o: src/%.c | $(BUILD)/obj $(BUILD)/gen/embedded.h
+$(BUILD)/obj/%.o: src/%.c | $(BUILD)/obj $(BUILD)/obj/tools $(BUILD)/gen/embedded.h
 	$(CC) $(CFLAGS) -c -o $@ $<
 
 # Lua scripts and SQL schemas are files in the repo, compiled into the binary.
@@ -86,7 +88,7 @@ $(BUILD)/obj/embedded.o: $(BUILD)/gen/embedded.c $(BUILD)/gen/embedded.h | $(BUI
 $(BUILD)/tests/%: tests/unit/%.c $(LIBOBJS) $(RLOCK_LIB) | $(BUILD)/tests
 	$(CC) $(CFLAGS) -o $@ $< $(LIBOBJS) $(RLOCK_LIB) $(LDFLAGS) $(LIBS) -lcmocka
 
-$(BUILD)/obj $(BUILD)/gen $(BUILD)/tests:
+$(BUILD)/obj $(BUILD)/obj/tools $(BUILD)/gen $(BUILD)/tests:
 	mkdir -p $@
 
 run: $(BUILD)/seckill
@@ -103,8 +105,9 @@ check:
 
 unit-bins: $(UNIT_BINS)
 
-bench: $(BUILD)/seckill
-	sh bench/run.sh
+# The service beside redis-benchmark and nginx (perf/run.sh; docs/bench.md).
+perf: $(BUILD)/seckill
+	sh perf/run.sh
 
 clean:
 	rm -rf build

@@ -5,7 +5,7 @@
 # Starts its own redis-server (AOF everysec), a private MariaDB and nginx (from
 # deploy/nginx.conf.in) on free loopback ports under a temp dir, and the -O2 build. For each
 # N in $COUNTS it starts N instances (names inst-1..N, --threads $THREADS) behind nginx and
-# runs wrk the way bench/run.sh does (bench/grab.lua, tokens from bench/seed_tokens.py):
+# runs wrk the way perf/run.sh does (perf/grab.lua, tokens from perf/seed_tokens.py):
 #   grab:     a voucher that never sells out, a new user on every request
 #   sold out: a voucher with stock 0 (answered from each worker's memory)
 # and reads each process's CPU time from /proc, so the table says who used the 2 cores (the
@@ -14,7 +14,7 @@
 # is busy CPU not charged to any of our processes nor wrk -- the kernel's loopback work,
 # and anything else that ran meanwhile.
 # Env: DURATION (s, 10), CONNS (64), COUNTS ("1 2 3"), THREADS (2), NGINX_WORKERS (2),
-# TRIES (3), USERS (1000000), BIN (build/seckill). Results: stdout and build/bench/cluster.txt.
+# TRIES (3), USERS (1000000), BIN (build/seckill). Results: stdout and build/perf/cluster.txt.
 set -eu
 cd "$(dirname "$0")/.."
 DURATION=${DURATION:-10}
@@ -25,7 +25,7 @@ NGINX_WORKERS=${NGINX_WORKERS:-2}
 USERS=${USERS:-1000000}
 TRIES=${TRIES:-3}
 BIN=${BIN:-build/seckill}
-OUT=build/bench
+OUT=build/perf
 mkdir -p "$OUT"
 RES="$OUT/cluster.txt"
 : > "$RES"
@@ -46,7 +46,7 @@ busy() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8}' /proc/stat; }   # user nic
 ticks() { t=0; for p in "$@"; do [ -r "/proc/$p/stat" ] && t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo $t; }
 hz=$(getconf CLK_TCK)
 [ -x "$BIN" ] || make -s
-command -v wrk >/dev/null || { echo "wrk missing: sh tools/deps.sh bench" >&2; exit 1; }
+command -v wrk >/dev/null || { echo "wrk missing: sh tools/deps.sh perf" >&2; exit 1; }
 
 # Redis
 RP=$(free_port)
@@ -72,7 +72,7 @@ mariadb --no-defaults -S "$MD/sock" -uroot -e \
     "CREATE USER 'seckill'@'127.0.0.1' IDENTIFIED BY 'benchpw'; GRANT ALL ON *.* TO 'seckill'@'127.0.0.1'"
 DB="mysql://seckill:benchpw@127.0.0.1:$MP/hmdp"
 
-python3 bench/seed_tokens.py "$USERS" | $R --pipe >/dev/null
+python3 perf/seed_tokens.py "$USERS" | $R --pipe >/dev/null
 ADMIN=benchadmintoken0123456789
 say "# seckill cluster benchmark $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores, wrk -t2 -c$CONNS -d${DURATION}s (best of $TRIES), instances --threads $THREADS, nginx $NGINX_WORKERS workers, MariaDB"
 
@@ -133,7 +133,7 @@ wrk_once() {
 with open(sys.argv[1], "wb") as f:
     subprocess.run(sys.argv[2:], stdout=f)
 r = resource.getrusage(resource.RUSAGE_CHILDREN)
-print(r.ru_utime + r.ru_stime)' "$TMP/wrk.txt" wrk -t2 -c"$CONNS" -d"${DURATION}s" --latency -s bench/grab.lua "$1")
+print(r.ru_utime + r.ru_stime)' "$TMP/wrk.txt" wrk -t2 -c"$CONNS" -d"${DURATION}s" --latency -s perf/grab.lua "$1")
     s1=$(ticks $IPIDS); r1=$(ticks "$RPID"); n1=$(ticks $4); m1=$(ticks "$MPID"); i1=$(idle); b1=$(busy)
     rps=$(awk '/Requests\/sec/ {printf "%d", $2}' "$TMP/wrk.txt")
     p50=$(awk '$1=="50%" {print $2}' "$TMP/wrk.txt"); p99=$(awk '$1=="99%" {print $2}' "$TMP/wrk.txt")

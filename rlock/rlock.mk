@@ -37,8 +37,8 @@ $(RLOCK_HARNESS_OBJ): tests/rlock/harness.c tests/rlock/harness.h | $(BUILD)/rlo
 $(BUILD)/tests/rlock_test_%: tests/rlock/test_%.c $(RLOCK_HARNESS_OBJ) $(RLOCK_LIB) | $(BUILD)/tests $(BUILD)/rlock/tests
 	$(CC) $(CFLAGS) -MF $(BUILD)/rlock/tests/test_$*.d -Irlock -Itests/rlock -o $@ $< $(RLOCK_HARNESS_OBJ) $(LDFLAGS) $(RLOCK_LIBS) -lcmocka
 
-$(BUILD)/rlock_bench: tests/rlock/bench.c $(RLOCK_HARNESS_OBJ) $(RLOCK_LIB) | $(BUILD)/rlock/tests
-	$(CC) $(CFLAGS) -MF $(BUILD)/rlock/tests/bench.d -Irlock -Itests/rlock -o $@ $< $(RLOCK_HARNESS_OBJ) $(LDFLAGS) $(RLOCK_LIBS) -lm
+$(BUILD)/rlock_bench: tests/rlock/lock_bench.c $(RLOCK_HARNESS_OBJ) $(RLOCK_LIB) | $(BUILD)/rlock/tests
+	$(CC) $(CFLAGS) -MF $(BUILD)/rlock/tests/lock_bench.d -Irlock -Itests/rlock -o $@ $< $(RLOCK_HARNESS_OBJ) $(LDFLAGS) $(RLOCK_LIBS) -lm
 
 $(BUILD)/rlock $(BUILD)/rlock/tests:
 	mkdir -p $@

@@ -7,8 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "audit.h"
-#include "bench.h"
+#include "tools/audit.h"
+#include "tools/bench.h"
 #include "config.h"
 #include "server.h"
 

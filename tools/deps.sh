@@ -3,7 +3,7 @@
 #   sh tools/deps.sh          build, run and test (MariaDB and nginx included: the test
 #                             suite runs on SQLite and on MariaDB, and the cluster tests
 #                             put nginx in front of three instances)
-#   sh tools/deps.sh bench    also wrk, for `make bench`
+#   sh tools/deps.sh perf     also wrk, for `make perf`
 # Runs apt-get as root (through sudo when not root). Safe to run again.
 set -eu
 pkgs="build-essential pkg-config libevent-dev libhiredis-dev libjansson-dev libsqlite3-dev
@@ -11,7 +11,7 @@ pkgs="build-essential pkg-config libevent-dev libhiredis-dev libjansson-dev libs
       libmariadb-dev mariadb-server mariadb-client python3-pymysql nginx-light"
 # make check also fuzzes (clang's libFuzzer), runs TSan (gcc's libtsan) and valgrind (issue 6)
 pkgs="$pkgs clang libclang-rt-dev valgrind"
-if [ "${1:-}" = bench ]; then
+if [ "${1:-}" = perf ]; then
     pkgs="$pkgs wrk"
 fi
 missing=""

@@ -1,5 +1,5 @@
 /*
- * bench.c -- rlock benchmark (not a test): `make rlock-bench` or
+ * lock_bench.c -- rlock benchmark (not a test): `make rlock-bench` or
  *   build/rlock_bench [--url redis://...] [--seconds S] [--procs P]
  *                     [--threads T] [--handoffs N]
  * Without --url / $REDIS_URL it starts its own redis-server on a free

@@ -1,12 +1,12 @@
 #!/bin/sh
-# bench/run.sh -- `make bench`: the service beside the machine's ceilings, in one run.
+# perf/run.sh -- `make perf`: the service beside the machine's ceilings, in one run.
 #
 #   1. ceilings   redis-benchmark EVALSHA of scripts/admit.lua (-P 1 and -P 16, 64 clients)
 #                 on the service's own redis-server (its unix socket); nginx returning a
 #                 static 200 with 1 and with 2 workers (wrk -t2 -c64)
 #   2. service    `seckill serve` on its embedded default (private redis-server over a
 #                 unix socket, AOF everysec; SQLite), driven by `seckill bench` and,
-#                 independently, by wrk with bench/grab.lua (a distinct token per request):
+#                 independently, by wrk with perf/grab.lua (a distinct token per request):
 #                   grab      stock never runs out, every request a new user
 #                   sold out  stock 0, every request a new user
 #                 plus sales with 10x more buyers than stock, open loop at fixed rates
@@ -16,7 +16,7 @@
 #   4. ratios     grab / redis-benchmark -P16, sold out / nginx static, and a final
 #                 `seckill audit` of everything the run sold
 # CPU time per request of the server and of redis-server comes from /proc/PID/stat over
-# each run. Results: stdout and build/bench/results.txt (docs/bench.md quotes them).
+# each run. Results: stdout and build/perf/results.txt (docs/bench.md quotes them).
 #
 # Env: DURATION (s per run, 10), CONNS (64), USERS (tokens per tool, 600000),
 #      SALE_STOCK (20000; buyers = 10x), SALE_RATES (req/s, "10000 20000"), BIN (build/seckill).
@@ -28,7 +28,7 @@ USERS=${USERS:-600000}
 SALE_STOCK=${SALE_STOCK:-20000}
 SALE_RATES=${SALE_RATES:-10000 20000}
 BIN=${BIN:-build/seckill}
-OUT=build/bench
+OUT=build/perf
 mkdir -p "$OUT"
 RES="$OUT/results.txt"
 TMP=$(mktemp -d /tmp/skbench.XXXXXX)   # short: the Redis socket path must fit in 107 bytes
@@ -54,7 +54,7 @@ print(v)" "$1" "$2"; }
 
 [ -x "$BIN" ] || make -s
 for t in redis-benchmark redis-cli nginx wrk curl sqlite3; do
-    command -v $t >/dev/null || { echo "bench: $t not found (sh tools/deps.sh bench)"; exit 2; }
+    command -v $t >/dev/null || { echo "perf: $t not found (sh tools/deps.sh perf)"; exit 2; }
 done
 
 # ---- the service on its embedded default -------------------------------------------------
@@ -147,7 +147,7 @@ bench soldout --users "$USERS" --stock 0 --dup 0 --burst-share 0 --duration "$DU
 BS=$(jget "$TMP/soldout.json" rps)
 
 # ---- 2b. the same two scenarios, driven by wrk ---------------------------------------------
-python3 bench/seed_tokens.py "$USERS" | $R --pipe >/dev/null
+python3 perf/seed_tokens.py "$USERS" | $R --pipe >/dev/null
 mk() {
     curl -s -X POST "$URL/voucher/seckill" -H "x-admin-token: $ADMIN" -d \
       "{\"shopId\":1,\"title\":\"wrk\",\"payValue\":100,\"actualValue\":200,\"type\":1,\"stock\":$1,\"beginTime\":\"2020-01-01T00:00:00\",\"endTime\":\"2099-01-01T00:00:00\"}" |
@@ -155,7 +155,7 @@ mk() {
 }
 run_wrk() {  # $1 voucher, $2 label
     s0=$(cpu_ticks "$SPID"); r0=$(cpu_ticks "$RPID")
-    VOUCHER=$1 USERS=$USERS wrk -t2 -c"$CONNS" -d"${DURATION}s" --latency -s bench/grab.lua "$URL" \
+    VOUCHER=$1 USERS=$USERS wrk -t2 -c"$CONNS" -d"${DURATION}s" --latency -s perf/grab.lua "$URL" \
         > "$TMP/wrk.txt"
     s1=$(cpu_ticks "$SPID"); r1=$(cpu_ticks "$RPID")
     rps=$(awk '/Requests\/sec/ {print $2}' "$TMP/wrk.txt")

@@ -1,20 +1,20 @@
 #!/bin/sh
-# bench/profile.sh -- where the CPU goes: perf profiles of seckill serve and of its
+# perf/profile.sh -- where the CPU goes: perf profiles of seckill serve and of its
 # redis-server while `seckill bench` drives one scenario (the analysis in docs/bench.md).
 #
-#   sh bench/profile.sh [grab|soldout|sale]     (default grab)
+#   sh perf/profile.sh [grab|soldout|sale]     (default grab)
 #
 # Starts the service on its embedded default in a temp dir, seeds tokens, runs the
 # scenario for DURATION seconds (default 8) and records both processes with
 # `perf record -g` during the middle of the run. Prints, per process, the split by thread
-# and by library and the top symbols; the raw data stays in build/bench/perf.*.data for
+# and by library and the top symbols; the raw data stays in build/perf/perf.*.data for
 # `perf report -i ...`. Needs perf (linux-perf) and a build with symbols (make: -g).
 set -eu
 cd "$(dirname "$0")/.."
 SCEN=${1:-grab}
 DURATION=${DURATION:-8}
 BIN=${BIN:-build/seckill}
-OUT=build/bench
+OUT=build/perf
 mkdir -p "$OUT"
 [ -x "$BIN" ] || make -s
 command -v perf >/dev/null || { echo "profile: perf not found"; exit 2; }

@@ -2,7 +2,7 @@
 """Print Redis protocol that creates N login tokens (for redis-cli --pipe).
 
 Token n is the 32-hex form of n; its hash is the course's login:token:<token>
-{id, nickName, icon}. Used by bench/run.sh so that a benchmark can use hundreds of
+{id, nickName, icon}. Used by perf/run.sh so that a benchmark can use hundreds of
 thousands of distinct users without logging each one in through the API.
 """
 import sys

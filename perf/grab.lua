@@ -1,5 +1,5 @@
 -- grab.lua: wrk script for POST /voucher-order/seckill/<id>, a distinct user per request.
--- Tokens are seeded into Redis by bench/run.sh as login:token:<32 hex of n>, n = 1..USERS.
+-- Tokens are seeded into Redis by perf/run.sh as login:token:<32 hex of n>, n = 1..USERS.
 -- Env: VOUCHER (id), USERS (number of seeded tokens). Each wrk thread walks its own
 -- residue class of n, so no two requests share a user until USERS is used up.
 local counter = 0
