@@ -280,10 +280,9 @@ static void put_reply(conn_t *c, int status, const char *ctype, const char *body
         sb_append(o, body, len);
 }
 
-static void count_request(http_worker_t *hw)
+static void count_request(http_worker_t *hw, int status)
 {
-    if (hw->w->m)
-        metric_inc(&hw->w->m->requests);
+    metrics_http_done(hw->w->m, status);
 }
 
 /* Refuses the request being parsed: JSON error, then close (the rest of the input
@@ -304,7 +303,7 @@ static void reply_error(conn_t *c, int status)
     c->in_msg = 0;
     c->closing = 1;
     c->want_linger = 1;
-    count_request(c->hw);
+    count_request(c->hw, status);
 }
 
 /* Frees request buffers that grew large, so an idle connection stays small. */
@@ -329,7 +328,7 @@ void http_reply(http_req_t *r, int status, const char *content_type, const char 
         return;
     }
     c->in_flight = 0;
-    count_request(hw);
+    count_request(hw, status);
     if (!c->dead) {
         int keep = c->keep_alive && !hw->stopping;
         put_reply(c, status, content_type, body, len, keep);  /* copies body before end_request */

@@ -60,6 +60,16 @@ void metrics_seckill_done(metrics_shard_t *m, outcome_t o, uint64_t latency_ns)
     metric_add(&m->lat_sum_us, latency_ns / 1000u);
 }
 
+void metrics_http_done(metrics_shard_t *m, int status)
+{
+    if (m == NULL) {
+        return;
+    }
+    int cls = status / 100;
+    metric_inc(&m->requests);
+    metric_inc(&m->http_class[cls >= 1 && cls <= 5 ? cls : 5]);
+}
+
 static uint64_t ld(_Atomic uint64_t *c)
 {
     return atomic_load_explicit(c, memory_order_relaxed);
@@ -86,7 +96,7 @@ void metrics_render(struct app *app, struct sb *out)
     uint64_t seck[OUT__COUNT] = { 0 }, bucket[METRICS_LAT_BUCKETS] = { 0 };
     uint64_t requests = 0, lat_sum_us = 0, soldout_local = 0, token_hits = 0;
     uint64_t redis_errors = 0, redis_reconnects = 0, rate_limited = 0;
-    uint64_t rl_by[METRICS_RL_KINDS] = { 0 };
+    uint64_t rl_by[METRICS_RL_KINDS] = { 0 }, http_class[6] = { 0 };
 
     for (int i = 0; i < app->nworkers; i++) {
         worker_t *w = app->workers != NULL ? app->workers[i] : NULL;
@@ -101,6 +111,9 @@ void metrics_render(struct app *app, struct sb *out)
             bucket[b] += ld(&m->lat_bucket[b]);
         }
         requests += ld(&m->requests);
+        for (int c = 1; c <= 5; c++) {
+            http_class[c] += ld(&m->http_class[c]);
+        }
         lat_sum_us += ld(&m->lat_sum_us);
         soldout_local += ld(&m->soldout_local);
         token_hits += ld(&m->token_cache_hits);
@@ -134,6 +147,12 @@ void metrics_render(struct app *app, struct sb *out)
 
     one(out, "seckill_http_requests_total", "counter", "HTTP requests answered.",
         requests);
+    head(out, "seckill_http_responses_total", "counter",
+         "HTTP answers by status class (2xx, 4xx, 5xx, ...).");
+    for (int c = 1; c <= 5; c++) {
+        sb_printf(out, "seckill_http_responses_total{code=\"%dxx\"} %llu\n", c,
+                  (unsigned long long)http_class[c]);
+    }
     one(out, "seckill_soldout_local_total", "counter",
         "Flash-sale requests answered from a worker's verdict cache.", soldout_local);
     one(out, "seckill_token_cache_hits_total", "counter",

@@ -34,6 +34,7 @@ typedef enum {
 typedef struct metrics_shard {
     _Atomic uint64_t seckill[OUT__COUNT];     /* flash-sale requests by outcome */
     _Atomic uint64_t requests;                /* all HTTP requests answered */
+    _Atomic uint64_t http_class[6];           /* answers by status class: [5] = 5xx */
     _Atomic uint64_t lat_bucket[METRICS_LAT_BUCKETS]; /* flash-sale latency histogram */
     _Atomic uint64_t lat_sum_us;
     _Atomic uint64_t soldout_local;           /* answered from the local sold-out flag */
@@ -69,6 +70,9 @@ static inline void metric_add(_Atomic uint64_t *c, uint64_t n)
 
 /* Counts one finished flash-sale request with its outcome and latency. */
 void metrics_seckill_done(metrics_shard_t *m, outcome_t o, uint64_t latency_ns);
+
+/* Counts one HTTP answer with its status (any path; 5xx feeds the error-rate alert). */
+void metrics_http_done(metrics_shard_t *m, int status);
 
 /* Appends the Prometheus text of the whole process to out. */
 void metrics_render(struct app *app, struct sb *out);

@@ -11,6 +11,8 @@ pkgs="build-essential pkg-config libevent-dev libhiredis-dev libjansson-dev libs
       libmariadb-dev mariadb-server mariadb-client python3-pymysql nginx-light"
 # make check also fuzzes (clang's libFuzzer), runs TSan (gcc's libtsan) and valgrind (issue 6)
 pkgs="$pkgs clang libclang-rt-dev valgrind"
+# operators' tooling (issue 14): prometheus + promtool for deploy/prometheus/ and its test
+pkgs="$pkgs prometheus"
 if [ "${1:-}" = perf ]; then
     pkgs="$pkgs wrk"
 fi
