@@ -8,6 +8,7 @@
 #                   sale under TSan, a sale under valgrind
 #   make fuzz       run the libFuzzer targets (FUZZ_SECONDS=30 each; fuzz/fuzz.mk)
 #   make perf       the service beside redis-benchmark and nginx (perf/; docs/bench.md)
+#   make deb        the Debian package build/deb/seckill_VERSION_ARCH.deb (tools/mkdeb.sh)
 #
 # Dependencies are Debian packages; tools/deps.sh installs whatever is missing.
 
@@ -45,7 +46,7 @@ WARN = -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter 
        -Wno-missing-field-initializers -Wformat=2 -Wno-format-nonliteral
 CFLAGS = -std=gnu11 $(OPT) -g $(WARN) $(SANFLAGS) -D_GNU_SOURCE -pthread -MMD -MP \
          -Isrc -Irlock -I$(BUILD)/gen $(PKG_CFLAGS) $(EXTRA_CFLAGS)
-LDFLAGS = $(SANFLAGS) -pthread
+LDFLAGS = $(SANFLAGS) -pthread $(EXTRA_LDFLAGS)
 LIBS = $(PKG_LIBS) -lhttp_parser -lm
 
 # src/ is the service; src/tools/ the `seckill bench` and `seckill audit` tools linked into
@@ -108,6 +109,14 @@ unit-bins: $(UNIT_BINS)
 # The service beside redis-benchmark and nginx (perf/run.sh; docs/bench.md).
 perf: $(BUILD)/seckill
 	sh perf/run.sh
+
+# The Debian package (tools/mkdeb.sh, deploy/deb/): build/deb/seckill_VERSION_ARCH.deb.
+# Its binary is built apart (build/pkg) with Debian's hardening flags.
+DEB_HARDEN = EXTRA_CFLAGS="-D_FORTIFY_SOURCE=2 -fstack-protector-strong" \
+             EXTRA_LDFLAGS="-Wl,-z,relro,-z,now"
+deb:
+	$(MAKE) BUILD=build/pkg $(DEB_HARDEN) build/pkg/seckill
+	sh tools/mkdeb.sh build/pkg/seckill build/deb
 
 clean:
 	rm -rf build

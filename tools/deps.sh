@@ -13,6 +13,8 @@ pkgs="build-essential pkg-config libevent-dev libhiredis-dev libjansson-dev libs
 pkgs="$pkgs clang libclang-rt-dev valgrind"
 # operators' tooling (issue 14): prometheus + promtool for deploy/prometheus/ and its test
 pkgs="$pkgs prometheus"
+# make deb and its test: dpkg-shlibdeps (dpkg-dev), lintian, man (man-db)
+pkgs="$pkgs dpkg-dev lintian man-db"
 if [ "${1:-}" = perf ]; then
     pkgs="$pkgs wrk"
 fi
