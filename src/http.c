@@ -53,6 +53,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "sb.h"
+#include "url.h"
 #include "worker.h"
 
 enum {
@@ -1252,48 +1253,7 @@ int http_worker_port(const worker_t *w)
 
 /* ==== Query strings ==== */
 
-static int hexval(int ch)
-{
-    if (ch >= '0' && ch <= '9')
-        return ch - '0';
-    if (ch >= 'a' && ch <= 'f')
-        return ch - 'a' + 10;
-    if (ch >= 'A' && ch <= 'F')
-        return ch - 'A' + 10;
-    return -1;
-}
-
-/* Percent-decodes src[0..n) into out (NUL-terminated), '+' as space. A '%' not followed
- * by two hex digits is kept as is (lenient, like most servers). "%00" is refused: the
- * callers use the result as a C string, and an embedded NUL would let "138...%00junk"
- * pass a check on the first part. Returns the length or -1. */
-static int pct_decode(const char *src, size_t n, char *out, size_t cap)
-{
-    if (cap == 0)
-        return -1;
-    size_t o = 0;
-    for (size_t i = 0; i < n; i++) {
-        int ch = (unsigned char)src[i];
-        if (ch == '+') {
-            ch = ' ';
-        } else if (ch == '%' && i + 2 < n) {
-            int hi = hexval((unsigned char)src[i + 1]);
-            int lo = hexval((unsigned char)src[i + 2]);
-            if (hi >= 0 && lo >= 0) {
-                ch = hi * 16 + lo;
-                if (ch == 0)
-                    return -1;
-                i += 2;
-            }
-        }
-        if (o + 1 >= cap)
-            return -1;
-        out[o++] = (char)ch;
-    }
-    out[o] = '\0';
-    return o > (size_t)0x7fffffff ? -1 : (int)o;
-}
-
+/* Keys and values are form-decoded (url.h): '+' is a space, a stray '%' stays. */
 int http_query_get(const char *query, const char *key, char *out, size_t outlen)
 {
     if (!query || !key || !out || outlen == 0)
@@ -1305,13 +1265,13 @@ int http_query_get(const char *query, const char *key, char *out, size_t outlen)
         const char *eq = memchr(p, '=', (size_t)(end - p));
         const char *kend = eq ? eq : end;
         char kbuf[128];
-        int kl = kend > p ? pct_decode(p, (size_t)(kend - p), kbuf, sizeof kbuf) : -1;
+        int kl = kend > p ? url_pct_decode(p, (size_t)(kend - p), kbuf, sizeof kbuf, URL_PCT_FORM) : -1;
         if (kl >= 0 && (size_t)kl == klen && memcmp(kbuf, key, klen) == 0) {
             if (!eq) {
                 out[0] = '\0';
                 return 0;
             }
-            return pct_decode(eq + 1, (size_t)(end - eq - 1), out, outlen);
+            return url_pct_decode(eq + 1, (size_t)(end - eq - 1), out, outlen, URL_PCT_FORM);
         }
         if (*end == '\0')
             return -1;

@@ -20,6 +20,8 @@
 
 #include <stddef.h>
 
+#include "url.h"
+
 struct worker;
 struct redisReply;
 
@@ -33,19 +35,9 @@ typedef enum {
     SCRIPT_COUNT
 } script_id_t;
 
-/* Parses a Redis URL: redis://[:password@]host[:port][/db] or unix:PATH[?db=N].
- * Returns 0 or -1. Fields the URL lacks get defaults (127.0.0.1, 6379, db 0). */
-typedef struct rds_addr {
-    char host[256];
-    int port;
-    char unix_path[512];   /* non-empty for unix: URLs */
-    char password[256];
-    int db;
-} rds_addr_t;
-int rds_parse_url(const char *url, rds_addr_t *out);
 
 /* Creates the client on w's loop and starts connecting (it does not wait). */
-rds_t *rds_new(struct worker *w, const rds_addr_t *addr, int timeout_ms);
+rds_t *rds_new(struct worker *w, const url_redis_t *addr, int timeout_ms);
 void rds_free(rds_t *c);   /* pending callbacks get NULL first; NULL is fine */
 
 /* 1 when connected and scripts are loaded. */

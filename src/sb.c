@@ -29,19 +29,33 @@ static void reserve(sb_t *s, size_t n)
     size_t cap = s->cap ? s->cap : 64;
     while (cap < need)
         cap *= 2;
-    char *p = realloc(s->buf, cap);
+    char *p = realloc(s->borrowed ? NULL : s->buf, cap);
     if (!p)
         oom(cap);
+    if (s->borrowed)
+        memcpy(p, s->buf, s->len + 1);
+    s->borrowed = 0;
     s->buf = p;
     s->cap = cap;
 }
 
+void sb_init_on(sb_t *s, char *buf, size_t cap)
+{
+    s->buf = buf;
+    s->len = 0;
+    s->cap = cap;
+    s->borrowed = 1;
+    buf[0] = '\0';
+}
+
 void sb_free(sb_t *s)
 {
-    free(s->buf);
+    if (!s->borrowed)
+        free(s->buf);
     s->buf = NULL;
     s->len = 0;
     s->cap = 0;
+    s->borrowed = 0;
 }
 
 void sb_reset(sb_t *s)

@@ -16,9 +16,14 @@ typedef struct sb {
     char *buf;      /* NUL-terminated when len > 0 or after sb_cstr() */
     size_t len;
     size_t cap;
+    int borrowed;   /* buf is the caller's (sb_init_on), not ours to free */
 } sb_t;
 
-#define SB_INIT {NULL, 0, 0}
+#define SB_INIT {NULL, 0, 0, 0}
+
+/* Starts s on the caller's buffer buf (cap > 0 bytes, e.g. on the stack), which s never
+ * frees; s moves to the heap only if it must grow past cap. Still call sb_free(). */
+void sb_init_on(sb_t *s, char *buf, size_t cap);
 
 void sb_free(sb_t *s);
 void sb_reset(sb_t *s);                       /* len = 0, keeps the memory */

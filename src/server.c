@@ -32,57 +32,18 @@
 #include "metrics.h"
 #include "orderid.h"
 #include "ordq.h"
+#include "rconn.h"
 #include "rds.h"
 #include "redis_child.h"
 #include "store.h"
 #include "sync_order.h"
+#include "url.h"
 #include "worker.h"
 #include "writer.h"
 
 #define SHUTDOWN_GRACE_MS 5000
 #define JOB_THREADS 2
 #define JOB_QUEUE_MAX 4096
-
-/* (issue 6) A URL as it may be logged or shown: the password of
- * scheme://user:PASSWORD@host... (up to the last '@', as rds_parse_url reads it) and of a
- * "password=" query parameter become "***". Secrets never reach the log. */
-static void put_part(char *out, size_t n, size_t *o, const char *z, size_t len)
-{
-    if (*o + 1 >= n)
-        return;
-    if (len > n - 1 - *o)
-        len = n - 1 - *o;
-    memcpy(out + *o, z, len);
-    *o += len;
-    out[*o] = '\0';
-}
-
-static const char *redact_url(const char *url, char *out, size_t n)
-{
-    const char *u = url ? url : "";
-    size_t o = 0, len = strlen(u);
-    if (n == 0)
-        return "";
-    out[0] = '\0';
-    const char *auth = strstr(u, "://");
-    const char *at = auth ? strrchr(auth + 3, '@') : NULL;
-    const char *colon = at ? memchr(auth + 3, ':', (size_t)(at - (auth + 3))) : NULL;
-    const char *pw = strstr(at ? at : u, "password=");
-    const char *pw_end = pw ? pw + 9 + strcspn(pw + 9, "&") : NULL;
-    const char *p = u;
-    if (colon && at > colon + 1) {
-        put_part(out, n, &o, p, (size_t)(colon + 1 - p));
-        put_part(out, n, &o, "***", 3);
-        p = at;
-    }
-    if (pw && pw_end > pw + 9) {
-        put_part(out, n, &o, p, (size_t)(pw + 9 - p));
-        put_part(out, n, &o, "***", 3);
-        p = pw_end;
-    }
-    put_part(out, n, &o, p, (size_t)(u + len - p));
-    return out;
-}
 
 /* mkdir -p */
 static int make_dirs(const char *path)
@@ -147,60 +108,16 @@ static void embedded_admin_token(app_t *app)
     }
 }
 
-/* One blocking connection for start-up checks; NULL with a reason on failure. */
-static redisContext *connect_blocking(const char *url, int timeout_ms, char *err, size_t errlen)
-{
-    rds_addr_t a;
-    char shown[600];
-    const char *raw = url;
-    url = redact_url(raw, shown, sizeof shown);   /* only for messages from here on */
-    if (rds_parse_url(raw, &a) < 0) {
-        snprintf(err, errlen, "bad Redis URL \"%s\": use redis://[:password@]host:port[/db] or unix:PATH", url);
-        return NULL;
-    }
-    struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
-    redisContext *c = a.unix_path[0] ? redisConnectUnixWithTimeout(a.unix_path, tv)
-                                     : redisConnectWithTimeout(a.host, a.port, tv);
-    if (!c || c->err) {
-        snprintf(err, errlen, "cannot reach Redis at %s (%s): start redis-server there, or omit --redis to let seckill run a private one",
-                 url, c ? c->errstr : "out of memory");
-        redisFree(c);
-        return NULL;
-    }
-    redisSetTimeout(c, tv);
-    redisReply *r = NULL;
-    if (a.password[0])
-        r = redisCommand(c, "AUTH %s", a.password);
-    if (r && r->type == REDIS_REPLY_ERROR) {
-        snprintf(err, errlen, "Redis at %s refused the password: %s", url, r->str);
-        freeReplyObject(r);
-        redisFree(c);
-        return NULL;
-    }
-    freeReplyObject(r);
-    r = NULL;
-    if (a.db)
-        r = redisCommand(c, "SELECT %d", a.db);
-    freeReplyObject(r);
-    r = redisCommand(c, "PING");
-    if (!r || r->type == REDIS_REPLY_ERROR) {
-        snprintf(err, errlen, "Redis at %s does not answer PING: %s", url,
-                 r ? r->str : c->errstr);
-        freeReplyObject(r);
-        redisFree(c);
-        return NULL;
-    }
-    freeReplyObject(r);
-    return c;
-}
-
 /* Leases this process's order-id slot (orderid.h) and checks the Redis version: streams
  * with XAUTOCLAIM need Redis >= 6.2. */
 static int redis_prepare(app_t *app, char *err, size_t errlen)
 {
-    redisContext *c = connect_blocking(app->redis_url, app->cfg.redis_timeout_ms, err, errlen);
-    if (!c)
+    char why[900];
+    redisContext *c = rconn_open_url(app->redis_url, app->cfg.redis_timeout_ms, why, sizeof why);
+    if (!c) {
+        snprintf(err, errlen, "%s (start redis-server there, or omit --redis to let seckill run a private one)", why);
         return -1;
+    }
     redisReply *r = redisCommand(c, "INCR %s", KEY_INSTANCE);
     if (!r || r->type != REDIS_REPLY_INTEGER) {
         snprintf(err, errlen, "Redis INCR %s failed: %s", KEY_INSTANCE,
@@ -263,7 +180,7 @@ static void free_worker(worker_t *w)
     worker_free(w);
 }
 
-static worker_t *make_worker(app_t *app, int id, const rds_addr_t *addr, char *err, size_t errlen)
+static worker_t *make_worker(app_t *app, int id, const url_redis_t *addr, char *err, size_t errlen)
 {
     worker_t *w = worker_new(app, id);
     if (!w) {
@@ -365,7 +282,7 @@ int server_run(const config_t *cfg)
         goto out;
     orderid_init(app->instance_slot);
     char shown[1100];
-    log_info("redis %s reachable; order-id slot %u", redact_url(app->redis_url, shown, sizeof shown),
+    log_info("redis %s reachable; order-id slot %u", url_redact(app->redis_url, shown, sizeof shown),
              app->instance_slot);
 
     /* 2. SQL: open once here so schema problems stop us before we listen. */
@@ -380,7 +297,7 @@ int server_run(const config_t *cfg)
         store_close(s);
     }
     atomic_store(&app->sql_up, 1);
-    log_info("database %s ready (schema checked)", redact_url(app->db_url, shown, sizeof shown));
+    log_info("database %s ready (schema checked)", url_redact(app->db_url, shown, sizeof shown));
 
     /* 3. Identity: admin token and consumer name. */
     if (cfg->admin_token[0])
@@ -431,10 +348,10 @@ int server_run(const config_t *cfg)
     }
 
     /* 5. Workers: every one listens before any starts, so a busy port fails cleanly. */
-    rds_addr_t addr;
-    if (rds_parse_url(app->redis_url, &addr) < 0) {
+    url_redis_t addr;
+    if (url_parse_redis(app->redis_url, &addr) < 0) {
         snprintf(err, sizeof err, "bad Redis URL \"%s\"",
-                 redact_url(app->redis_url, shown, sizeof shown));
+                 url_redact(app->redis_url, shown, sizeof shown));
         goto out;
     }
     app->workers = calloc((size_t)cfg->threads, sizeof *app->workers);

@@ -53,7 +53,7 @@ store_t *store_open(const char *url, int timeout_ms, char *err, size_t errlen)
         if (strlen(ops->scheme) == slen && strncasecmp(url, ops->scheme, slen) == 0) {
             if (timeout_ms <= 0)
                 timeout_ms = 2000;
-            store_t *s = ops->open(colon + 1, timeout_ms, err, errlen);
+            store_t *s = ops->open(url, timeout_ms, err, errlen);
             if (s)
                 s->ops = ops;
             return s;

@@ -26,8 +26,8 @@ struct store {
  * and the out pointers the header says are required). */
 typedef struct store_ops {
     const char *scheme;              /* e.g. "sqlite" */
-    /* rest is the URL after "scheme:" */
-    store_t *(*open)(const char *rest, int timeout_ms, char *err, size_t errlen);
+    /* url is the whole database URL (the scheme matched this backend) */
+    store_t *(*open)(const char *url, int timeout_ms, char *err, size_t errlen);
     void (*close)(store_t *s);
     int (*ping)(store_t *s);
     int (*user_by_phone)(store_t *s, const char *phone, store_user_t *out);

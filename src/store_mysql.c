@@ -70,6 +70,7 @@
 #include "embedded.h"
 #include "log.h"
 #include "store_int.h"
+#include "url.h"
 
 /* Must equal the version the last statement of sql/schema.mysql.sql writes. */
 #define MYSQL_SCHEMA_VERSION 1
@@ -156,19 +157,10 @@ static const char *const stmt_sql[ST__COUNT] = {
     [ST_VOUCHER_ORDERS] = ORDER_COLS "WHERE voucher_id = ? AND id > ? ORDER BY id LIMIT ?",
 };
 
-typedef struct my_url {
-    char host[256];
-    unsigned port;
-    char user[128];
-    char pass[256];
-    char dbname[65];
-    char socket[512];
-} my_url_t;
-
 typedef struct my {
     struct store base;               /* first: a store_t * is a my_t * */
     MYSQL *db;                       /* NULL while disconnected */
-    my_url_t url;
+    url_mysql_t url;
     char where[1024];                /* user@host:port/db, for messages (no password) */
     int timeout_ms;
     int mariadb;                     /* server flavour, from the handshake */
@@ -210,158 +202,6 @@ static void lib_init(void)
 {
     /* Not thread-safe itself, so once per process before any mysql_init(). */
     lib_ok = mysql_library_init(0, NULL, NULL) == 0;
-}
-
-/* ---------------------------------------------------------------- URL */
-
-static int hexval(int c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    c = tolower(c);
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    return -1;
-}
-
-/* Copies [s, e) percent-decoded into dst (cap bytes). -1 on a bad escape or overflow. */
-static int pct_copy(char *dst, size_t cap, const char *s, const char *e)
-{
-    size_t n = 0;
-    while (s < e) {
-        int c = (unsigned char)*s++;
-        if (c == '%') {
-            if (e - s < 2 || hexval(s[0]) < 0 || hexval(s[1]) < 0)
-                return -1;
-            c = hexval(s[0]) * 16 + hexval(s[1]);
-            s += 2;
-            if (c == 0)
-                return -1;
-        }
-        if (n + 1 >= cap)
-            return -1;
-        dst[n++] = (char)c;
-    }
-    dst[n] = '\0';
-    return 0;
-}
-
-/* rest = "//user:pass@host:port/db?socket=..." (what follows "mysql:"). */
-static int url_parse(const char *rest, my_url_t *u, char *err, size_t errlen)
-{
-    memset(u, 0, sizeof *u);
-    u->port = 3306;
-    if (strncmp(rest, "//", 2) != 0) {
-        snprintf(err, errlen, "mysql: URL must look like mysql://user:password@host:port/db");
-        return -1;
-    }
-    const char *p = rest + 2;
-    const char *end = p + strlen(p);
-    const char *q = strchr(p, '?');
-    const char *path_end = q ? q : end;
-    const char *slash = memchr(p, '/', (size_t)(path_end - p));
-    const char *auth_end = slash ? slash : path_end;
-    /* userinfo: up to the LAST '@' before the path (a password may hold a raw '@') */
-    const char *at = NULL;
-    for (const char *c = p; c < auth_end; c++)
-        if (*c == '@')
-            at = c;
-    const char *hp = p;
-    if (at) {
-        const char *colon = memchr(p, ':', (size_t)(at - p));
-        if (pct_copy(u->user, sizeof u->user, p, colon ? colon : at) != 0 ||
-            (colon && pct_copy(u->pass, sizeof u->pass, colon + 1, at) != 0)) {
-            snprintf(err, errlen, "mysql: bad user or password in the database URL");
-            return -1;
-        }
-        hp = at + 1;
-    }
-    /* host[:port], host may be [v6] */
-    const char *host_end = auth_end, *port_s = NULL;
-    if (hp < auth_end && *hp == '[') {
-        const char *rb = memchr(hp, ']', (size_t)(auth_end - hp));
-        if (!rb) {
-            snprintf(err, errlen, "mysql: bad IPv6 host in the database URL");
-            return -1;
-        }
-        if (pct_copy(u->host, sizeof u->host, hp + 1, rb) != 0)
-            goto bad_host;
-        if (rb + 1 < auth_end) {
-            if (rb[1] != ':')
-                goto bad_host;
-            port_s = rb + 2;
-        }
-    } else {
-        const char *colon = memchr(hp, ':', (size_t)(auth_end - hp));
-        if (colon) {
-            host_end = colon;
-            port_s = colon + 1;
-        }
-        if (pct_copy(u->host, sizeof u->host, hp, host_end) != 0)
-            goto bad_host;
-    }
-    if (port_s) {
-        char *e2;
-        errno = 0;
-        long v = strtol(port_s, &e2, 10);
-        if (port_s == auth_end || e2 != auth_end || errno || v < 1 || v > 65535) {
-            snprintf(err, errlen, "mysql: bad port in the database URL");
-            return -1;
-        }
-        u->port = (unsigned)v;
-    }
-    if (!u->host[0])
-        snprintf(u->host, sizeof u->host, "localhost");
-    /* /db: a plain identifier, so it can be quoted for CREATE DATABASE safely */
-    if (!slash || slash + 1 >= path_end) {
-        snprintf(err, errlen, "mysql: the database URL names no database (mysql://.../DB)");
-        return -1;
-    }
-    size_t dl = (size_t)(path_end - slash - 1);
-    if (dl >= sizeof u->dbname) {
-        snprintf(err, errlen, "mysql: database name longer than 64 characters");
-        return -1;
-    }
-    for (size_t i = 0; i < dl; i++) {
-        int c = (unsigned char)slash[1 + i];
-        if (!(isalnum(c) || c == '_' || c == '$')) {
-            snprintf(err, errlen,
-                     "mysql: database name may only hold letters, digits, '_' and '$'");
-            return -1;
-        }
-    }
-    memcpy(u->dbname, slash + 1, dl);
-    u->dbname[dl] = '\0';
-    /* ?key=value&... */
-    if (q) {
-        const char *s = q + 1;
-        while (s < end) {
-            const char *amp = strchr(s, '&');
-            const char *pe = amp ? amp : end;
-            const char *eq = memchr(s, '=', (size_t)(pe - s));
-            if (!eq) {
-                snprintf(err, errlen, "mysql: bad option '%.*s' in the database URL",
-                         (int)(pe - s), s);
-                return -1;
-            }
-            if ((size_t)(eq - s) == 6 && strncmp(s, "socket", 6) == 0) {
-                if (pct_copy(u->socket, sizeof u->socket, eq + 1, pe) != 0 || !u->socket[0]) {
-                    snprintf(err, errlen, "mysql: bad socket path in the database URL");
-                    return -1;
-                }
-            } else {
-                snprintf(err, errlen,
-                         "mysql: unknown option '%.*s' in the database URL (known: socket)",
-                         (int)(eq - s), s);
-                return -1;
-            }
-            s = pe + 1;
-        }
-    }
-    return 0;
-bad_host:
-    snprintf(err, errlen, "mysql: bad host in the database URL");
-    return -1;
 }
 
 /* ---------------------------------------------------------------- errors */
@@ -1054,7 +894,7 @@ static void my_close(store_t *s)
     free(m);
 }
 
-static store_t *my_open(const char *rest, int timeout_ms, char *err, size_t errlen)
+static store_t *my_open(const char *url, int timeout_ms, char *err, size_t errlen)
 {
     pthread_once(&lib_once, lib_init);
     if (!lib_ok) {
@@ -1063,7 +903,7 @@ static store_t *my_open(const char *rest, int timeout_ms, char *err, size_t errl
     }
     my_t *m = xrealloc(NULL, sizeof *m);
     memset(m, 0, sizeof *m);
-    if (url_parse(rest, &m->url, err, errlen) != 0) {
+    if (url_parse_mysql(url, &m->url, err, errlen) != 0) {
         free(m);
         return NULL;
     }

@@ -33,6 +33,7 @@
 #include "embedded.h"
 #include "log.h"
 #include "store_int.h"
+#include "url.h"
 
 /* Must equal the PRAGMA user_version that sql/schema.sqlite.sql sets. */
 #define SQLITE_SCHEMA_VERSION 1
@@ -366,13 +367,10 @@ static void sq_close(store_t *s)
     free(q);
 }
 
-static store_t *sq_open(const char *rest, int timeout_ms, char *err, size_t errlen)
+static store_t *sq_open(const char *url, int timeout_ms, char *err, size_t errlen)
 {
-    /* sqlite:PATH; sqlite://PATH and sqlite:///abs/path are accepted too. */
-    const char *path = rest;
-    if (strncmp(path, "//", 2) == 0)
-        path += 2;
-    if (!*path) {
+    const char *path = url_sqlite_path(url);
+    if (!path) {
         snprintf(err, errlen, "sqlite: no file name in the database URL");
         return NULL;
     }

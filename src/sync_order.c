@@ -22,9 +22,9 @@
 #include "jobs.h"
 #include "log.h"
 #include "orderid.h"
-#include "rds.h"
 #include "rlock.h"
 #include "store.h"
+#include "url.h"
 #include "worker.h"
 
 typedef struct sync_job {
@@ -106,8 +106,8 @@ void sync_order_try(struct http_req *r, int64_t voucher_id, int64_t user_id, adm
 
 int sync_order_init(struct app *app, char *err, size_t errlen)
 {
-    rds_addr_t a;
-    if (rds_parse_url(app->redis_url, &a) < 0) {
+    url_redis_t a;
+    if (url_parse_redis(app->redis_url, &a) < 0) {
         /* Never print the URL: it may hold a password. */
         snprintf(err, errlen, "sync mode: the Redis URL cannot be parsed");
         return -1;

@@ -51,8 +51,9 @@
 #include "keys.h"
 #include "log.h"
 #include "metrics.h"
-#include "rds.h"
+#include "rconn.h"
 #include "store.h"
+#include "url.h"
 #include "writer.h"
 
 #define STREAMS_REFRESH_MS 1000
@@ -98,7 +99,7 @@ struct writer {
 
     char name[128];                  /* consumer name */
     int batch, block_ms, claim_idle_ms, redis_timeout_ms, sql_timeout_ms;
-    rds_addr_t addr;
+    url_redis_t addr;
 
     redisContext *rc;
     int redis_backoff_ms;
@@ -284,43 +285,10 @@ static int redis_ensure(writer_t *wr)
     uint64_t now = clock_mono_ms();
     if (now < wr->redis_retry_at)
         return -1;
-    struct timeval tv = tv_ms(wr->redis_timeout_ms);
-    redisContext *c = wr->addr.unix_path[0]
-                          ? redisConnectUnixWithTimeout(wr->addr.unix_path, tv)
-                          : redisConnectWithTimeout(wr->addr.host, wr->addr.port, tv);
-    const char *fail = NULL;
-    char why[256] = "";
+    char why[256];
+    redisContext *c = rconn_open(&wr->addr, wr->redis_timeout_ms, why, sizeof why);
     if (!c) {
-        fail = "out of memory";
-    } else if (c->err) {
-        snprintf(why, sizeof why, "%s", c->errstr);
-        fail = why;
-    } else {
-        redisSetTimeout(c, tv);
-        redisReply *r = NULL;
-        if (wr->addr.password[0]) {
-            r = redisCommand(c, "AUTH %s", wr->addr.password);
-            if (!r || r->type == REDIS_REPLY_ERROR) {
-                snprintf(why, sizeof why, "AUTH: %s", r ? r->str : c->errstr);
-                fail = why;
-            }
-            if (r)
-                freeReplyObject(r);
-        }
-        if (!fail && wr->addr.db > 0) {
-            r = redisCommand(c, "SELECT %d", wr->addr.db);
-            if (!r || r->type == REDIS_REPLY_ERROR) {
-                snprintf(why, sizeof why, "SELECT: %s", r ? r->str : c->errstr);
-                fail = why;
-            }
-            if (r)
-                freeReplyObject(r);
-        }
-    }
-    if (fail) {
-        if (c)
-            redisFree(c);
-        redis_down_step(wr, "cannot reach Redis", fail);
+        redis_down_step(wr, "cannot reach Redis", why);
         return -1;
     }
     wr->rc = c;
@@ -1087,7 +1055,7 @@ writer_t *writer_start(struct app *app, char *err, size_t errlen)
         gethostname(host, sizeof host - 1);
         snprintf(wr->name, sizeof wr->name, "%s:%ld", host, (long)getpid());
     }
-    if (rds_parse_url(app->redis_url, &wr->addr) != 0) {
+    if (url_parse_redis(app->redis_url, &wr->addr) != 0) {
         snprintf(err, errlen, "writer: bad Redis URL '%s'", app->redis_url);
         free(wr);
         return NULL;

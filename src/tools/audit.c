@@ -34,6 +34,7 @@
 #include <hiredis/hiredis.h>
 
 #include "bench_redis.h"
+#include "rconn.h"
 #include "clock.h"
 #include "keys.h"
 #include "sb.h"
@@ -294,7 +295,7 @@ static int read_group(redisContext *c, const char *ks, sgroup_t *g, char *err, s
     memset(g, 0, sizeof *g);
     g->lag = -1;
     char why[256];
-    redisReply *r = bredis_cmdf(c, why, sizeof why, "XINFO GROUPS %s", ks);
+    redisReply *r = rconn_cmdf(c, why, sizeof why, "XINFO GROUPS %s", ks);
     if (!r) {
         if (strstr(why, "no such key"))
             return 0;   /* no stream: nothing was ever admitted (or it was deleted) */
@@ -307,13 +308,13 @@ static int read_group(redisContext *c, const char *ks, sgroup_t *g, char *err, s
         if (!name || name->type != REDIS_REPLY_STRING || strcmp(name->str, KEY_GROUP) != 0)
             continue;
         g->found = 1;
-        bredis_int(field(gr, "pending"), &g->pending);
+        rconn_int(field(gr, "pending"), &g->pending);
         const redisReply *ld = field(gr, "last-delivered-id");
         if (ld && ld->type == REDIS_REPLY_STRING)
             sid_parse(ld->str, &g->last_delivered);
         const redisReply *lag = field(gr, "lag");
         int64_t v;
-        if (lag && bredis_int(lag, &v) == 0)
+        if (lag && rconn_int(lag, &v) == 0)
             g->lag = v;
     }
     freeReplyObject(r);
@@ -321,7 +322,7 @@ static int read_group(redisContext *c, const char *ks, sgroup_t *g, char *err, s
         return 0;
     if (g->lag < 0) {
         /* Redis < 7, or lag unknown after deletions: compare with the last entry id. */
-        r = bredis_cmdf(c, why, sizeof why, "XINFO STREAM %s", ks);
+        r = rconn_cmdf(c, why, sizeof why, "XINFO STREAM %s", ks);
         if (!r) {
             snprintf(err, errlen, "XINFO STREAM %s: %s", ks, why);
             return -1;
@@ -332,13 +333,13 @@ static int read_group(redisContext *c, const char *ks, sgroup_t *g, char *err, s
             g->lag = sid_cmp(last, g->last_delivered) > 0 ? 1 : 0;
         freeReplyObject(r);
     }
-    r = bredis_cmdf(c, why, sizeof why, "XPENDING %s %s", ks, KEY_GROUP);
+    r = rconn_cmdf(c, why, sizeof why, "XPENDING %s %s", ks, KEY_GROUP);
     if (!r) {
         snprintf(err, errlen, "XPENDING %s: %s", ks, why);
         return -1;
     }
     if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2) {
-        bredis_int(r->element[0], &g->pending);
+        rconn_int(r->element[0], &g->pending);
         const redisReply *sm = r->element[1];
         if (sm && sm->type == REDIS_REPLY_STRING && sid_parse(sm->str, &g->smallest) == 0)
             g->have_smallest = 1;
@@ -432,18 +433,18 @@ static int read_redis_snapshot(redisContext *c, vdata_t *d, char *err, size_t er
         return -1;
     }
     int64_t v;
-    d->r_exists = bredis_int(r->element[0], &v) == 0 && v > 0;
+    d->r_exists = rconn_int(r->element[0], &v) == 0 && v > 0;
     const redisReply *h = r->element[1];
     d->r_stock = 0;
     d->r_has_window = 0;
     if (h->type == REDIS_REPLY_ARRAY && h->elements == 3) {
-        bredis_int(h->element[0], &d->r_stock);
-        d->r_has_window = bredis_int(h->element[1], &d->r_begin) == 0 &&
-                          bredis_int(h->element[2], &d->r_end) == 0;
+        rconn_int(h->element[0], &d->r_stock);
+        d->r_has_window = rconn_int(h->element[1], &d->r_begin) == 0 &&
+                          rconn_int(h->element[2], &d->r_end) == 0;
     }
-    bredis_int(r->element[2], &d->admitted);
-    bredis_int(r->element[3], &d->xlen);
-    bredis_int(r->element[4], &d->dead);
+    rconn_int(r->element[2], &d->admitted);
+    rconn_int(r->element[3], &d->xlen);
+    rconn_int(r->element[4], &d->dead);
     freeReplyObject(r);
     return 0;
 }
@@ -452,7 +453,7 @@ static int read_buyers(redisContext *c, vdata_t *d, char *err, size_t errlen)
 {
     char why[256], cursor[32] = "0";
     do {
-        redisReply *r = bredis_cmdf(c, why, sizeof why, "HSCAN %s %s COUNT %d", d->kb, cursor, PAGE);
+        redisReply *r = rconn_cmdf(c, why, sizeof why, "HSCAN %s %s COUNT %d", d->kb, cursor, PAGE);
         if (!r) {
             snprintf(err, errlen, "HSCAN %s: %s", d->kb, why);
             return -1;
@@ -467,7 +468,7 @@ static int read_buyers(redisContext *c, vdata_t *d, char *err, size_t errlen)
         const redisReply *a = r->element[1];
         for (size_t i = 0; a->type == REDIS_REPLY_ARRAY && i + 1 < a->elements; i += 2) {
             int64_t u = 0, o = 0;
-            if (bredis_int(a->element[i], &u) != 0 || bredis_int(a->element[i + 1], &o) != 0)
+            if (rconn_int(a->element[i], &u) != 0 || rconn_int(a->element[i + 1], &o) != 0)
                 u = o = -1;   /* not numbers: will not match anything in SQL */
             pairs_push(&d->buyers, u, o);
         }
@@ -499,7 +500,7 @@ static int read_stream(redisContext *c, vdata_t *d, char *err, size_t errlen)
 {
     char why[256], start[64] = "-";
     for (;;) {
-        redisReply *r = bredis_cmdf(c, why, sizeof why, "XRANGE %s %s + COUNT %d", d->ks, start, PAGE);
+        redisReply *r = rconn_cmdf(c, why, sizeof why, "XRANGE %s %s + COUNT %d", d->ks, start, PAGE);
         if (!r) {
             snprintf(err, errlen, "XRANGE %s: %s", d->ks, why);
             return -1;
@@ -522,9 +523,9 @@ static int read_stream(redisContext *c, vdata_t *d, char *err, size_t errlen)
             if (sid_parse(eid, &sid) != 0)
                 continue;
             int64_t user = 0, oid = 0, ts = 0, vid = 0;
-            int ok = bredis_int(field(e->element[1], "userId"), &user) == 0 &&
-                     bredis_int(field(e->element[1], "id"), &oid) == 0 &&
-                     bredis_int(field(e->element[1], "voucherId"), &vid) == 0 &&
+            int ok = rconn_int(field(e->element[1], "userId"), &user) == 0 &&
+                     rconn_int(field(e->element[1], "id"), &oid) == 0 &&
+                     rconn_int(field(e->element[1], "voucherId"), &vid) == 0 &&
                      vid == d->vid;
             if (!ok) {
                 d->st_bad++;
@@ -532,7 +533,7 @@ static int read_stream(redisContext *c, vdata_t *d, char *err, size_t errlen)
             }
             pairs_push(&d->st_by_user, user, oid);
             pairs_push(&d->st_by_order, oid, user);
-            if (bredis_int(field(e->element[1], "ts"), &ts) != 0)
+            if (rconn_int(field(e->element[1], "ts"), &ts) != 0)
                 ts = (int64_t)(sid.ms / 1000);
             if (d->r_has_window && (ts < d->r_begin || ts >= d->r_end)) {
                 if (d->st_outside++ == 0)
@@ -892,12 +893,12 @@ int audit_wait_drain(const char *redis_url, const char *db_url, int64_t vid, int
     memset(d, 0, sizeof *d);
     if (db_exists(db_url, err, errlen) < 0)
         return -1;
-    redisContext *c = bredis_open(redis_url, 5000, err, errlen);
+    redisContext *c = rconn_open_url(redis_url, 5000, err, errlen);
     if (!c)
         return -1;
     store_t *st = store_open(db_url, 10000, err, errlen);
     if (!st) {
-        bredis_close(c);
+        rconn_close(c);
         return -1;
     }
     vdata_t v;
@@ -934,10 +935,10 @@ int audit_wait_drain(const char *redis_url, const char *db_url, int64_t vid, int
         if (!g.found) {
             /* no group (yet): undelivered = every entry of the stream */
             char why[128];
-            redisReply *r = bredis_cmdf(c, why, sizeof why, "XLEN %s", v.ks);
+            redisReply *r = rconn_cmdf(c, why, sizeof why, "XLEN %s", v.ks);
             d->lag = 0;
             if (r) {
-                bredis_int(r, &d->lag);
+                rconn_int(r, &d->lag);
                 freeReplyObject(r);
             }
         }
@@ -951,14 +952,14 @@ int audit_wait_drain(const char *redis_url, const char *db_url, int64_t vid, int
     d->active_seconds = first ? (double)(last - first) / 1e9 : 0;
     if (rc == 0) {
         char why[128];
-        redisReply *r = bredis_cmdf(c, why, sizeof why, "HLEN %s", v.kb);
+        redisReply *r = rconn_cmdf(c, why, sizeof why, "HLEN %s", v.kb);
         if (r) {
-            bredis_int(r, &d->admitted);
+            rconn_int(r, &d->admitted);
             freeReplyObject(r);
         }
     }
     store_close(st);
-    bredis_close(c);
+    rconn_close(c);
     return rc;
 }
 
@@ -980,7 +981,7 @@ int audit_run(const audit_opts_t *o)
         fprintf(stderr, "seckill audit: %s\n", err);
         return 2;
     }
-    redisContext *c = bredis_open(o->redis_url, timeout, err, sizeof err);
+    redisContext *c = rconn_open_url(o->redis_url, timeout, err, sizeof err);
     if (!c) {
         fprintf(stderr, "seckill audit: %s\n", err);
         store_close(st);
@@ -993,7 +994,7 @@ int audit_run(const audit_opts_t *o)
         if (store_seckill_ids(st, &all, &nv) != STORE_OK) {
             fprintf(stderr, "seckill audit: SQL: %s\n", store_errmsg(st));
             store_close(st);
-            bredis_close(c);
+            rconn_close(c);
             return 2;
         }
         vids = all;
@@ -1002,7 +1003,7 @@ int audit_run(const audit_opts_t *o)
         fprintf(stderr, "seckill audit: --stock and --orders describe one voucher: give --voucher\n");
         free(all);
         store_close(st);
-        bredis_close(c);
+        rconn_close(c);
         return 2;
     }
     int status = 0, total_viol = 0;
@@ -1091,7 +1092,7 @@ int audit_run(const audit_opts_t *o)
     sb_free(&j);
     free(all);
     store_close(st);
-    bredis_close(c);
+    rconn_close(c);
     return status;
 }
 

@@ -36,6 +36,7 @@
 #include "audit.h"
 #include "bench_hist.h"
 #include "bench_redis.h"
+#include "rconn.h"
 #include "clock.h"
 
 /* ==== options ==== */
@@ -792,10 +793,10 @@ int bench_main(int argc, char **argv)
     if (o.redis_pid) {
         r.redis_pid = o.redis_pid;
     } else if (o.redis_url[0]) {
-        redisContext *rc2 = bredis_open(o.redis_url, 2000, err, sizeof err);
+        redisContext *rc2 = rconn_open_url(o.redis_url, 2000, err, sizeof err);
         if (rc2) {
             r.redis_pid = bredis_local_pid(rc2, o.redis_url);
-            bredis_close(rc2);
+            rconn_close(rc2);
         }
     }
     int64_t s0 = proc_cpu_us(r.server_pid), r0 = proc_cpu_us(r.redis_pid), b0 = own_cpu_us();

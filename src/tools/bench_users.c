@@ -24,6 +24,7 @@
 #include <hiredis/hiredis.h>
 
 #include "bench_redis.h"
+#include "rconn.h"
 #include "clock.h"
 
 #define SEED_USER_ID_BASE 1000000000000LL
@@ -49,7 +50,7 @@ void bench_users_free(bench_users_t *u)
 
 static int seed_tokens(const bench_opts_t *o, bench_users_t *u, char *err, size_t errlen)
 {
-    redisContext *c = bredis_open(o->redis_url, 10000, err, errlen);
+    redisContext *c = rconn_open_url(o->redis_url, 10000, err, errlen);
     if (!c)
         return -1;
     uint8_t rnd[8];
@@ -93,7 +94,7 @@ static int seed_tokens(const bench_opts_t *o, bench_users_t *u, char *err, size_
                 freeReplyObject(r);
             }
     }
-    bredis_close(c);
+    rconn_close(c);
     return rc;
 }
 
@@ -149,7 +150,7 @@ static int read_codes(redisContext *c, const bench_opts_t *o, char (*codes)[8], 
             snprintf(keys[i - a], sizeof keys[0], "login:code:%s", phone);
             argv[1 + i - a] = keys[i - a];
         }
-        redisReply *r = bredis_cmd(c, err, errlen, (int)(1 + b - a), argv);
+        redisReply *r = rconn_cmd(c, err, errlen, (int)(1 + b - a), argv, NULL);
         if (!r) {
             rc = -1;
             break;
@@ -175,7 +176,7 @@ static int read_codes(redisContext *c, const bench_opts_t *o, char (*codes)[8], 
 static int api_login(const bench_opts_t *o, const bench_load_t *proto, bench_users_t *u, char *err,
                      size_t errlen)
 {
-    redisContext *c = bredis_open(o->redis_url, 10000, err, errlen);
+    redisContext *c = rconn_open_url(o->redis_url, 10000, err, errlen);
     if (!c)
         return -1;
     char(*codes)[8] = xcalloc(u->n, sizeof *codes);
@@ -217,7 +218,7 @@ static int api_login(const bench_opts_t *o, const bench_load_t *proto, bench_use
                     (double)(clock_mono_ns() - t0) / 1e9);
     }
     free(codes);
-    bredis_close(c);
+    rconn_close(c);
     return rc;
 }
 
