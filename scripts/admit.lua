@@ -5,7 +5,9 @@
 -- KEYS[3] seckill:stream:{id}   the voucher's order stream (consumer group g1)
 -- ARGV[1] userId, ARGV[2] orderId, ARGV[3] voucherId
 -- ARGV[4] optional: 'queue' = do not append to the stream (queue mode: the server keeps
---         the order in its own memory instead; see src/ordq.h for what that costs)
+--         the order in its own memory instead; see src/ordq.h for what that costs);
+--         'list' / 'pubsub' = the lab's transports: LPUSH to / PUBLISH on KEYS[3] the
+--         message "orderId userId voucherId ts" instead (src/lab_mq.c)
 --
 -- Returns 0 admitted, 1 sold out, 2 already bought, 3 not started, 4 ended,
 -- 5 no such flash-sale voucher. The checks run in the course's order (stock before
@@ -22,7 +24,11 @@ if now >= tonumber(v[3]) then return 4 end
 if stock <= 0 then return 1 end
 if redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2]) == 0 then return 2 end
 redis.call('HINCRBY', KEYS[1], 'stock', -1)
-if ARGV[4] ~= 'queue' then
+if ARGV[4] == 'list' or ARGV[4] == 'pubsub' then
+  -- the lab's transports (src/lab_mq.c): KEYS[3] is then the list / the channel
+  local msg = ARGV[2] .. ' ' .. ARGV[1] .. ' ' .. ARGV[3] .. ' ' .. now
+  if ARGV[4] == 'list' then redis.call('LPUSH', KEYS[3], msg) else redis.call('PUBLISH', KEYS[3], msg) end
+elseif ARGV[4] ~= 'queue' then
   redis.call('XADD', KEYS[3], '*', 'id', ARGV[2], 'userId', ARGV[1], 'voucherId', ARGV[3], 'ts', now)
 end
 return 0

@@ -289,9 +289,20 @@ void admission_try(struct http_req *r, int64_t voucher_id, int64_t user_id, admi
     int lu = snprintf(uid, sizeof(uid), "%lld", (long long)user_id);
     int lo = snprintf(oid, sizeof(oid), "%lld", (long long)order_id);
     int li = snprintf(vid, sizeof(vid), "%lld", (long long)voucher_id);
-    const char *argv[7] = { kv, kb, ks, uid, oid, vid, "queue" };
-    size_t lens[7] = { (size_t)lv, (size_t)lb, (size_t)ls, (size_t)lu, (size_t)lo, (size_t)li, 5 };
-    rds_evalsha(w->rds, SCRIPT_ADMIT, on_admit, c, 3, c->q != NULL ? 7 : 6, argv, lens);
+    /* ARGV[4] names the transport when it is not the stream (admit.lua); the lab's list
+     * and pubsub get their list key / channel in place of the stream key. */
+    order_mode_t mode = w->app->cfg.mode;
+    const char *tr = c->q != NULL ? "queue" : mode == MODE_LIST ? "list"
+                     : mode == MODE_PUBSUB ? "pubsub" : NULL;
+    const char *k3 = ks;
+    if (mode == MODE_LIST || mode == MODE_PUBSUB) {
+        k3 = mode == MODE_LIST ? KEY_LAB_LIST : KEY_LAB_CHANNEL;
+        ls = (int)strlen(k3);
+    }
+    const char *argv[7] = { kv, kb, k3, uid, oid, vid, tr ? tr : "" };
+    size_t lens[7] = { (size_t)lv, (size_t)lb, (size_t)ls, (size_t)lu, (size_t)lo, (size_t)li,
+                       tr ? strlen(tr) : 0 };
+    rds_evalsha(w->rds, SCRIPT_ADMIT, on_admit, c, 3, tr ? 7 : 6, argv, lens);
 }
 
 /* ------------------------------------------------------------ publishing */

@@ -23,6 +23,7 @@
 #include "clock.h"
 #include "jobs.h"
 #include "keys.h"
+#include "lab.h"
 #include "log.h"
 #include "metrics.h"
 #include "orderid.h"
@@ -72,6 +73,8 @@ void api_order_seckill(http_req_t *r, int64_t voucher_id)
     }
     if (r->w->app->cfg.mode == MODE_SYNC)
         sync_order_try(r, voucher_id, u->id, on_admitted);
+    else if (lab_mode_is_sql(r->w->app->cfg.mode))
+        lab_sql_try(r, voucher_id, u->id, on_admitted);
     else
         admission_try(r, voucher_id, u->id, on_admitted);
 }

@@ -16,6 +16,8 @@ struct metrics;
 struct redis_child;
 struct ordq;
 struct rlock_client;
+struct lab_sql;
+struct lab_mq;
 
 typedef struct app {
     config_t cfg;                   /* read-only after start */
@@ -30,7 +32,9 @@ typedef struct app {
     struct jobs *jobs;              /* blocking SQL calls off the loops (jobs.h) */
     struct writer *writer;          /* the order writer thread (writer.h) */
     struct ordq *ordq;              /* queue mode only: in-process order queue (ordq.h) */
-    struct rlock_client *locks;     /* sync mode only: distributed lock client (rlock.h) */
+    struct rlock_client *locks;     /* sync and reentrant modes: distributed lock client (rlock.h) */
+    struct lab_sql *lab;            /* the lab's SQL steps only (lab_sql.c) */
+    struct lab_mq *lab_mq;          /* the lab's list / pubsub consumer only (lab_mq.c) */
     struct metrics *metrics;        /* process-wide counters (metrics.h) */
     struct redis_child *child;      /* embedded redis-server, or NULL */
 

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "lab.h"
 #include "log.h"
 
 typedef enum { T_STR, T_INT, T_SIZE, T_LISTEN, T_MODE, T_LEVEL, T_BOOL, T_RATE } ctype_t;
@@ -46,7 +47,8 @@ static const setting_t settings[] = {
     S("data-dir", "SECKILL_DATA_DIR", T_STR, data_dir, "./var", 0, 0,
       "directory for the SQLite file and the private redis-server's data"),
     S("mode", "SECKILL_MODE", T_MODE, mode, "stream", 0, 0,
-      "order mode: stream (Redis Stream, durable), queue (in-process, loses orders on a crash) or sync (SQL under a per-user lock)"),
+      "order mode: stream (Redis Stream, durable), queue (in-process, loses orders on a crash) or sync (SQL under a per-user lock); "
+      "the lab's course steps: naive, cas-stock-eq, cas-stock-gt0, local-lock, setnx, setnx-owner, lua-unlock, reentrant, list, pubsub (docs/lab.md)"),
     S("admin-token", "SECKILL_ADMIN_TOKEN", T_STR, admin_token, "", 0, 0,
       "token for x-admin-token (voucher creation); generated on the embedded default"),
     S("name", "SECKILL_NAME", T_STR, name, "", 0, 0,
@@ -75,6 +77,10 @@ static const setting_t settings[] = {
       "adopt stream entries left pending this long by a dead instance"),
     S("queue-capacity", "SECKILL_QUEUE_CAPACITY", T_SIZE, queue_capacity, "1048576", 1, 100000000,
       "queue mode: admitted orders the in-process queue holds (the course's 1024*1024)"),
+    S("lab-pause", "SECKILL_LAB_PAUSE", T_STR, lab_pause, "", 0, 0,
+      "lab modes only: POINT:MS[,...] delays at check-write, get-del, unlock, pop-write, subscribe (docs/lab.md)"),
+    S("lab-lease-ms", "SECKILL_LAB_LEASE_MS", T_INT, lab_lease_ms, "1200000", 1, 86400000,
+      "lab lock modes (setnx, setnx-owner, lua-unlock): the lock's lease (the course's tryLock(1200) s)"),
     S("max-conns", "SECKILL_MAX_CONNS", T_INT, max_conns, "10000", 1, 1000000,
       "open connections per worker thread"),
     S("idle-timeout-s", "SECKILL_IDLE_TIMEOUT_S", T_INT, idle_timeout_s, "60", 1, 86400,
@@ -99,11 +105,13 @@ static const setting_t settings[] = {
 };
 #define NSETTINGS (sizeof(settings) / sizeof(settings[0]))
 
-static const char *mode_names[] = {"stream", "queue", "sync"};
+static const char *mode_names[MODE__COUNT] = {
+    "stream", "queue", "sync", "naive", "cas-stock-eq", "cas-stock-gt0", "local-lock", "setnx",
+    "setnx-owner", "lua-unlock", "reentrant", "list", "pubsub"};
 
 const char *config_mode_name(order_mode_t m)
 {
-    return (unsigned)m < 3 ? mode_names[m] : "?";
+    return (unsigned)m < MODE__COUNT ? mode_names[m] : "?";
 }
 
 static const setting_t *find_setting(const char *name, size_t n)
@@ -213,12 +221,14 @@ static int apply(config_t *cfg, const setting_t *s, const char *v, const char *f
         return 0;
     }
     case T_MODE:
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < MODE__COUNT; i++)
             if (strcmp(v, mode_names[i]) == 0) {
                 cfg->mode = (order_mode_t)i;
                 return 0;
             }
-        snprintf(err, errlen, "%s: mode must be stream, queue or sync, not \"%s\"", from, v);
+        snprintf(err, errlen, "%s: mode must be stream, queue, sync or a lab step (naive, "
+                 "cas-stock-eq, cas-stock-gt0, local-lock, setnx, setnx-owner, lua-unlock, "
+                 "reentrant, list, pubsub), not \"%s\"", from, v);
         return -1;
     case T_RATE:
         if (parse_rate(v, (config_rate_t *)field) < 0) {
@@ -360,6 +370,10 @@ int config_load(config_t *cfg, int argc, char **argv, char *err, size_t errlen)
             return -1;
     }
 
+    /* Delay injection exists to make the course's races happen on demand; a service
+     * that runs for real must not be able to turn it on. */
+    if (lab_config_check(cfg, err, errlen) < 0)
+        return -1;
     if (cfg->threads == 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         cfg->threads = n > 0 ? (int)(n > 64 ? 64 : n) : 1;

@@ -9,7 +9,18 @@
 
 #include <stddef.h>
 
-typedef enum { MODE_STREAM = 0, MODE_QUEUE, MODE_SYNC } order_mode_t;
+/* stream, queue and sync are the service's modes; the rest are the course's steps, run
+ * by the lab (src/lab.h, docs/lab.md) to show how each one breaks. */
+typedef enum {
+    MODE_STREAM = 0, MODE_QUEUE, MODE_SYNC,
+    MODE_NAIVE, MODE_CAS_EQ, MODE_CAS_GT0, MODE_LOCAL_LOCK, MODE_SETNX, MODE_SETNX_OWNER,
+    MODE_LUA_UNLOCK, MODE_REENTRANT, MODE_LIST, MODE_PUBSUB,
+    MODE__COUNT
+} order_mode_t;
+
+/* Lab delay injection points (--lab-pause POINT:MS; lab.h says where each one is). */
+enum { LAB_P_CHECK_WRITE = 0, LAB_P_GET_DEL, LAB_P_UNLOCK, LAB_P_POP_WRITE, LAB_P_SUBSCRIBE,
+       LAB_P__COUNT };
 
 /* A rate limit (ratelimit.h): per_s tokens per second, burst at most; per_s 0 = off.
  * Written "N[/s|/m|/h][:BURST]", e.g. 20/s:40, 1/m:3, 0. */
@@ -48,6 +59,9 @@ typedef struct config {
     size_t max_body_bytes;      /* default 65536 */
     size_t queue_capacity;      /* queue mode: orders the in-process queue holds, default 1048576 */
     int appendfsync_always;     /* embedded redis: appendfsync always instead of everysec */
+    char lab_pause[256];        /* lab modes: POINT:MS[,POINT:MS...] as given */
+    int lab_pause_ms[LAB_P__COUNT];   /* parsed from lab_pause; 0 = no pause there */
+    int lab_lease_ms;           /* lab lock modes: the lock's lease (setnx's EX) */
 
     /* abuse limits (ratelimit.h) */
     config_rate_t rate_user_seckill;  /* flash-sale orders per user, default 20/s:40 */

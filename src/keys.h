@@ -21,6 +21,12 @@
 #define KEY_GROUP "g1"
 #define KEY_STREAMS "seckill:streams"
 #define KEY_INSTANCE "seckill:instance"
+/* The lab's course steps (lab.h): the course's lock key prefix (SimpleRedisLock's
+ * "lock:" + "order:" + userId), and one order list / channel for all vouchers, like the
+ * course's single queue. */
+#define KEY_LAB_LOCK_PREFIX "lock:order:"
+#define KEY_LAB_LIST "seckill:lab:orders"
+#define KEY_LAB_CHANNEL "seckill:lab:orders"
 
 /* Each writes a NUL-terminated key into buf and returns its length (or -1 if too small). */
 int key_voucher(char *buf, size_t len, int64_t voucher_id);

@@ -28,6 +28,7 @@
 #include "http.h"
 #include "jobs.h"
 #include "keys.h"
+#include "lab.h"
 #include "log.h"
 #include "metrics.h"
 #include "orderid.h"
@@ -324,7 +325,9 @@ int server_run(const config_t *cfg)
         snprintf(err, sizeof err, "out of memory");
         goto out;
     }
-    app->jobs = jobs_new(JOB_THREADS, app->db_url, cfg->sql_timeout_ms, JOB_QUEUE_MAX, err, sizeof err);
+    /* The lab's SQL steps block a pool thread per request, as the course's servlet
+     * threads do: they get as many threads as their requests should overlap. */
+    app->jobs = jobs_new(lab_mode_is_sql(cfg->mode) ? LAB_JOB_THREADS : JOB_THREADS, app->db_url, cfg->sql_timeout_ms, JOB_QUEUE_MAX, err, sizeof err);
     if (!app->jobs)
         goto out;
     app->writer = writer_start(app, err, sizeof err);
@@ -335,6 +338,19 @@ int server_run(const config_t *cfg)
         if (sync_order_init(app, err, sizeof err) < 0)
             goto out;
         log_info("sync mode: every order is one SQL transaction under a per-user lock");
+    }
+    if (lab_mode_is_sql(cfg->mode)) {
+        if (lab_sql_init(app, err, sizeof err) < 0)
+            goto out;
+        log_warn("%s mode: the course's step, run to show how it fails (docs/lab.md); "
+                 "orders go to lab_voucher_order", config_mode_name(cfg->mode));
+    }
+    if (lab_mode_is_mq(cfg->mode)) {
+        app->lab_mq = lab_mq_start(app, err, sizeof err);
+        if (!app->lab_mq)
+            goto out;
+        log_warn("%s mode: the course's message queue without acks, run to show how it loses "
+                 "orders (docs/lab.md)", config_mode_name(cfg->mode));
     }
     if (cfg->mode == MODE_QUEUE) {
         /* The stream writer still runs: it drains any stream entries left from an
@@ -395,7 +411,9 @@ out:
     ordq_stop(app->ordq);
     writer_stop(app->writer);
     jobs_free(app->jobs);
+    lab_mq_stop(app->lab_mq);
     sync_order_free(app);   /* after the pool: its jobs hold the locks */
+    lab_sql_free(app);      /* after the pool too: its jobs use its connections */
     for (int i = 0; i < app->nworkers; i++)
         free_worker(app->workers[i]);
     free(app->workers);

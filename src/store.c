@@ -246,3 +246,39 @@ int store_voucher_orders(store_t *s, int64_t voucher_id, int64_t after_id, size_
 }
 
 /* ==== end of audit additions ==== */
+
+/* ==== lab additions ==== */
+
+#define LAB_ENTER(s, op)                                                                 \
+    do {                                                                                 \
+        STORE_ENTER(s);                                                                  \
+        if (!(s)->ops->op)                                                               \
+            return store__fail((s), "%s: the lab modes are not supported by this backend " \
+                               "(use sqlite:)", (s)->ops->scheme);                       \
+    } while (0)
+
+int store_lab_take_stock(store_t *s, int64_t voucher_id, int guard, int64_t old, int *taken)
+{
+    LAB_ENTER(s, lab_take_stock);
+    if (!taken || guard < STORE_LAB_TAKE_ANY || guard > STORE_LAB_TAKE_IF_POSITIVE)
+        return store__fail(s, "store_lab_take_stock: bad arguments");
+    return s->ops->lab_take_stock(s, voucher_id, guard, old, taken);
+}
+
+int store_lab_user_orders(store_t *s, int64_t user_id, int64_t voucher_id, int64_t *n)
+{
+    LAB_ENTER(s, lab_user_orders);
+    if (!n)
+        return store__fail(s, "store_lab_user_orders: bad arguments");
+    return s->ops->lab_user_orders(s, user_id, voucher_id, n);
+}
+
+int store_lab_insert(store_t *s, const store_order_t *o)
+{
+    LAB_ENTER(s, lab_insert);
+    if (!o)
+        return store__fail(s, "store_lab_insert: bad arguments");
+    return s->ops->lab_insert(s, o);
+}
+
+/* ==== end of lab additions ==== */

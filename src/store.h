@@ -115,4 +115,22 @@ int store_voucher_orders(store_t *s, int64_t voucher_id, int64_t after_id, size_
                          store_order_t **out, size_t *n);
 /* ==== end of audit additions ==== */
 
+/* ==== lab additions: the course's steps (lab.h, docs/lab.md) ====
+ * Each call is ONE autocommit statement, as the course's MyBatis-Plus calls are under
+ * MySQL's default isolation: nothing the course's checks read stays locked until its
+ * write, which is exactly the race the lab shows (one SQLite transaction around the
+ * whole order would serialise it away). Orders go to lab_voucher_order, the course's
+ * order table without the UNIQUE(user, voucher) key. SQLite only; other backends
+ * answer "not supported". */
+enum { STORE_LAB_TAKE_ANY = 0,          /* stock = stock - 1 (naive) */
+       STORE_LAB_TAKE_IF_EQ = 1,        /* ... WHERE stock = old (cas-stock-eq) */
+       STORE_LAB_TAKE_IF_POSITIVE = 2   /* ... WHERE stock > 0 (everything after) */
+};
+/* *taken = 1 if the row changed. */
+int store_lab_take_stock(store_t *s, int64_t voucher_id, int guard, int64_t old, int *taken);
+/* The course's count(): orders of this user for this voucher in lab_voucher_order. */
+int store_lab_user_orders(store_t *s, int64_t user_id, int64_t voucher_id, int64_t *n);
+int store_lab_insert(store_t *s, const store_order_t *o);
+/* ==== end of lab additions ==== */
+
 #endif

@@ -48,6 +48,10 @@ typedef struct store_ops {
     int (*voucher_orders)(store_t *s, int64_t voucher_id, int64_t after_id, size_t max,
                           store_order_t **out, size_t *n);
     /* ==== end of audit additions ==== */
+    /* lab additions (store.h): optional, NULL = "not supported by this backend" */
+    int (*lab_take_stock)(store_t *s, int64_t voucher_id, int guard, int64_t old, int *taken);
+    int (*lab_user_orders)(store_t *s, int64_t user_id, int64_t voucher_id, int64_t *n);
+    int (*lab_insert)(store_t *s, const store_order_t *o);
 } store_ops_t;
 
 extern const store_ops_t store_sqlite_ops;

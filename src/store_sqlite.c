@@ -36,7 +36,7 @@
 #include "url.h"
 
 /* Must equal the PRAGMA user_version that sql/schema.sqlite.sql sets. */
-#define SQLITE_SCHEMA_VERSION 1
+#define SQLITE_SCHEMA_VERSION 2
 
 /* How many VM instructions between deadline checks. */
 #define PROGRESS_OPS 1000
@@ -97,7 +97,9 @@ static const char *const stmt_sql[ST__COUNT] = {
     [ST_ORDERS_OF_USER] = "SELECT id, user_id, voucher_id, status, create_time "
                           "FROM tb_voucher_order WHERE user_id = ?1 "
                           "ORDER BY create_time DESC, id DESC LIMIT ?2",
-    [ST_COUNT_ORDERS] = "SELECT count(*) FROM tb_voucher_order WHERE voucher_id = ?1",
+    /* Both tables: the lab's course steps write lab_voucher_order (schema file). */
+    [ST_COUNT_ORDERS] = "SELECT (SELECT count(*) FROM tb_voucher_order WHERE voucher_id = ?1) + "
+                        "(SELECT count(*) FROM lab_voucher_order WHERE voucher_id = ?1)",
     [ST_STOCK_GET] = "SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?1",
 };
 
@@ -1014,8 +1016,11 @@ static int sq_voucher_orders(store_t *s, int64_t voucher_id, int64_t after_id, s
     call_begin(q);
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(q->db,
+                           "SELECT id, user_id, voucher_id, status, create_time FROM ("
                            "SELECT id, user_id, voucher_id, status, create_time "
-                           "FROM tb_voucher_order WHERE voucher_id = ?1 AND id > ?2 "
+                           "FROM tb_voucher_order WHERE voucher_id = ?1 AND id > ?2 UNION ALL "
+                           "SELECT id, user_id, voucher_id, status, create_time "
+                           "FROM lab_voucher_order WHERE voucher_id = ?1 AND id > ?2) "
                            "ORDER BY id LIMIT ?3",
                            -1, &st, NULL) != SQLITE_OK)
         return sq_fail(q, "prepare voucher orders");
@@ -1046,6 +1051,74 @@ static int sq_voucher_orders(store_t *s, int64_t voucher_id, int64_t after_id, s
 
 /* ==== end of audit additions ==== */
 
+/* ==== lab additions: the course's steps, one autocommit statement each (store.h) ==== */
+
+static int lab_exec(sq_t *q, const char *sql, const char *what, int64_t a, int64_t b,
+                    int64_t c, const char *text, int64_t *out)
+{
+    call_begin(q);
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(q->db, sql, -1, &st, NULL) != SQLITE_OK)
+        return sq_fail(q, what);
+    int np = sqlite3_bind_parameter_count(st);
+    if (np >= 1)
+        sqlite3_bind_int64(st, 1, a);
+    if (np >= 2)
+        sqlite3_bind_int64(st, 2, b);
+    if (np >= 3)
+        sqlite3_bind_int64(st, 3, c);
+    if (np >= 4)
+        sqlite3_bind_text(st, 4, text ? text : "", -1, SQLITE_TRANSIENT);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW && out)
+        *out = sqlite3_column_int64(st, 0);
+    else if (rc == SQLITE_DONE && out)
+        *out = sqlite3_changes(q->db);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+        sq_fail(q, what);
+        sqlite3_finalize(st);
+        return STORE_ERR;
+    }
+    sqlite3_finalize(st);
+    return STORE_OK;
+}
+
+static int sq_lab_take_stock(store_t *s, int64_t voucher_id, int guard, int64_t old, int *taken)
+{
+    static const char *const sql[] = {
+        [STORE_LAB_TAKE_ANY] = "UPDATE tb_seckill_voucher SET stock = stock - 1 "
+                               "WHERE voucher_id = ?1",
+        [STORE_LAB_TAKE_IF_EQ] = "UPDATE tb_seckill_voucher SET stock = stock - 1 "
+                                 "WHERE voucher_id = ?1 AND stock = ?2",
+        [STORE_LAB_TAKE_IF_POSITIVE] = "UPDATE tb_seckill_voucher SET stock = stock - 1 "
+                                       "WHERE voucher_id = ?1 AND stock > 0",
+    };
+    int64_t changed = 0;
+    int rc = lab_exec((sq_t *)s, sql[guard], "lab: take stock", voucher_id, old, 0, NULL, &changed);
+    *taken = changed > 0;
+    return rc;
+}
+
+static int sq_lab_user_orders(store_t *s, int64_t user_id, int64_t voucher_id, int64_t *n)
+{
+    *n = 0;
+    return lab_exec((sq_t *)s, "SELECT count(*) FROM lab_voucher_order "
+                               "WHERE voucher_id = ?2 AND user_id = ?1",
+                    "lab: count orders", user_id, voucher_id, 0, NULL, n);
+}
+
+static int sq_lab_insert(store_t *s, const store_order_t *o)
+{
+    sq_t *q = (sq_t *)s;
+    char now[32];
+    snprintf(now, sizeof now, "%s", time_text(q, o->create_time));
+    return lab_exec(q, "INSERT INTO lab_voucher_order (id, user_id, voucher_id, create_time, "
+                       "update_time) VALUES (?1, ?2, ?3, ?4, ?4)",
+                    "lab: insert order", o->id, o->user_id, o->voucher_id, now, NULL);
+}
+
+/* ==== end of lab additions ==== */
+
 const store_ops_t store_sqlite_ops = {
     .scheme = "sqlite",
     .open = sq_open,
@@ -1063,4 +1136,7 @@ const store_ops_t store_sqlite_ops = {
     .voucher_counts = sq_voucher_counts,
     .order_sync = sq_order_sync,
     .voucher_orders = sq_voucher_orders,   /* audit addition (issue 4) */
+    .lab_take_stock = sq_lab_take_stock,
+    .lab_user_orders = sq_lab_user_orders,
+    .lab_insert = sq_lab_insert,
 };

@@ -158,7 +158,7 @@ int audit_record_read(const char *path, audit_record_t *rec, char *err, size_t e
         return -1;
     }
     char line[512];
-    size_t cap = 0, lineno = 0;
+    size_t cap = 0, capso = 0, lineno = 0;
     int rc = 0;
     while (fgets(line, sizeof line, f)) {
         lineno++;
@@ -177,6 +177,19 @@ int audit_record_read(const char *path, audit_record_t *rec, char *err, size_t e
             continue;
         }
         long long oid = 0, uid = 0;
+        if (strncmp(line, "soldout ", 8) == 0) {   /* a buyer answered sold out (v2) */
+            if (sscanf(line + 8, "%lld", &uid) != 1) {
+                snprintf(err, errlen, "%s:%zu: expected 'soldout <user id>'", path, lineno);
+                rc = -1;
+                break;
+            }
+            if (rec->nsoldout == capso) {
+                capso = capso ? capso * 2 : 1024;
+                rec->soldout = xalloc(rec->soldout, capso * sizeof *rec->soldout);
+            }
+            rec->soldout[rec->nsoldout++] = uid;
+            continue;
+        }
         int k = sscanf(line, "%lld %lld", &oid, &uid);
         if (k < 1) {
             if (strspn(line, " \t\r\n") == strlen(line))
@@ -199,6 +212,9 @@ int audit_record_read(const char *path, audit_record_t *rec, char *err, size_t e
         free(rec->answers);
         rec->answers = NULL;
         rec->n = 0;
+        free(rec->soldout);
+        rec->soldout = NULL;
+        rec->nsoldout = 0;
     }
     return rc;
 }
@@ -216,6 +232,8 @@ int audit_record_write(const char *path, const audit_record_t *rec, char *err, s
     for (size_t i = 0; i < rec->n; i++)
         fprintf(f, "%lld %lld\n", (long long)rec->answers[i].order_id,
                 (long long)rec->answers[i].user_id);
+    for (size_t i = 0; i < rec->nsoldout; i++)
+        fprintf(f, "soldout %lld\n", (long long)rec->soldout[i]);
     if (fclose(f) != 0) {
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
         return -1;
@@ -576,6 +594,8 @@ typedef struct report {
      * the report. */
     int64_t *vanished;
     size_t nvanished, capvanished;
+    /* The lab's figures (lab_figures): what each course step got wrong, as numbers. */
+    int64_t lab_oversold, lab_dup_buyers, lab_lost, lab_refused_in_stock, lab_buyers;
 } report_t;
 
 static void report_vanished(report_t *rp, int64_t id)
@@ -814,6 +834,54 @@ static void check_voucher(const audit_opts_t *o, vdata_t *d, int drained_wanted,
                                                               "could not write)" : "");
 }
 
+/* The lab's figures (docs/lab.md), from the same data the checks use:
+ *   oversold          SQL orders beyond the initial stock
+ *   duplicate buyers  users with more than one SQL order
+ *   lost              admitted orders (buyer hash) or success answers not in SQL
+ *   refused in stock  buyers answered "sold out" who have no order, while stock is left
+ *                     at the end: stock only goes down, so every such refusal happened
+ *                     while stock remained. The stock that decided is Redis's where the
+ *                     voucher is sold through Redis, else SQL's: the smaller of the two. */
+static void lab_figures(const audit_opts_t *o, const vdata_t *d, report_t *rp)
+{
+    int64_t ex = 0;
+    rp->lab_oversold = o->initial_stock >= 0 && d->sql_count > o->initial_stock
+                           ? d->sql_count - o->initial_stock : 0;
+    rp->lab_dup_buyers = pairs_dups(&d->sql_by_user, &ex);
+    pairs_t lost = {0};
+    for (size_t i = 0; i < d->buyers.n; i++)
+        if (pairs_find(&d->sql_by_user, d->buyers.v[i].a) < 0)
+            pairs_push(&lost, d->buyers.v[i].b, 0);
+    for (size_t i = 0; o->have_answers && i < o->nanswers; i++)
+        if (pairs_find(&d->sql_by_id, o->answers[i].order_id) < 0)
+            pairs_push(&lost, o->answers[i].order_id, 0);
+    pairs_sort(&lost);
+    rp->lab_lost = 0;
+    for (size_t i = 0; i < lost.n; i++)
+        if (i == 0 || lost.v[i].a != lost.v[i - 1].a)
+            rp->lab_lost++;
+    pairs_free(&lost);
+    int64_t left = d->sql_stock;
+    if (d->r_exists && d->r_stock < left)
+        left = d->r_stock;
+    rp->lab_refused_in_stock = 0;
+    if (left > 0 && o->nsoldout > 0) {
+        pairs_t ref = {0};
+        for (size_t i = 0; i < o->nsoldout; i++)
+            if (pairs_find(&d->sql_by_user, o->soldout_users[i]) < 0)
+                pairs_push(&ref, o->soldout_users[i], 0);
+        pairs_sort(&ref);
+        for (size_t i = 0; i < ref.n; i++)
+            if (i == 0 || ref.v[i].a != ref.v[i - 1].a)
+                rp->lab_refused_in_stock++;
+        pairs_free(&ref);
+    }
+    rp->lab_buyers = 0;   /* distinct users with an order */
+    for (size_t i = 0; i < d->sql_by_user.n; i++)
+        if (i == 0 || d->sql_by_user.v[i].a != d->sql_by_user.v[i - 1].a)
+            rp->lab_buyers++;
+}
+
 static void print_report(FILE *out, const vdata_t *d, const audit_opts_t *o, const report_t *rp)
 {
     char b[32], e[32];
@@ -829,6 +897,10 @@ static void print_report(FILE *out, const vdata_t *d, const audit_opts_t *o, con
     for (int i = 0; i < rp->n; i++)
         fprintf(out, "  %-4s  %s %-19s %s\n", cstat[rp->c[i].status], rp->c[i].inv, rp->c[i].id,
                 rp->c[i].detail);
+    fprintf(out, "  lab:  oversold %lld, duplicate buyers %lld, lost admitted orders %lld, "
+                 "refused while stock remained %lld (%lld buyers with an order)\n",
+            LL(rp->lab_oversold), LL(rp->lab_dup_buyers), LL(rp->lab_lost),
+            LL(rp->lab_refused_in_stock), LL(rp->lab_buyers));
 }
 
 static void json_report(sb_t *j, const vdata_t *d, const audit_opts_t *o, const report_t *rp)
@@ -850,7 +922,11 @@ static void json_report(sb_t *j, const vdata_t *d, const audit_opts_t *o, const 
         sb_json_str(j, rp->c[i].detail, strlen(rp->c[i].detail));
         sb_puts(j, "}");
     }
-    sb_puts(j, "],\"vanished\":[");
+    sb_printf(j, "],\"lab\":{\"oversold\":%lld,\"duplicate_buyers\":%lld,\"lost\":%lld,"
+                 "\"refused_in_stock\":%lld,\"buyers\":%lld}",
+              LL(rp->lab_oversold), LL(rp->lab_dup_buyers), LL(rp->lab_lost),
+              LL(rp->lab_refused_in_stock), LL(rp->lab_buyers));
+    sb_puts(j, ",\"vanished\":[");
     for (size_t k = 0; k < rp->nvanished; k++)
         sb_printf(j, "%s%lld", k ? "," : "", LL(rp->vanished[k]));
     sb_puts(j, "]}");
@@ -1064,6 +1140,7 @@ int audit_run(const audit_opts_t *o)
         if (!rp)
             abort();
         check_voucher(o, &d, drained_wanted, rp);
+        lab_figures(o, &d, rp);
         print_report(out, &d, o, rp);
         if (rp->nvanished) {
             fprintf(out, "voucher %lld: %zu orders answered success are in neither SQL nor "
@@ -1208,6 +1285,8 @@ int audit_main(int argc, char **argv)
         o.nanswers = rec.n;
         o.have_answers = 1;
         o.answers_complete = rec.complete;
+        o.soldout_users = rec.soldout;
+        o.nsoldout = rec.nsoldout;
     }
     FILE *jf = NULL;
     if (json) {
@@ -1215,6 +1294,7 @@ int audit_main(int argc, char **argv)
         if (!jf) {
             fprintf(stderr, "seckill audit: %s: %s\n", json, strerror(errno));
             free(rec.answers);
+            free(rec.soldout);
             return 2;
         }
     }
@@ -1230,5 +1310,6 @@ int audit_main(int argc, char **argv)
     if (jf && jf != stdout)
         fclose(jf);
     free(rec.answers);
+    free(rec.soldout);
     return rc;
 }

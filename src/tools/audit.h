@@ -26,7 +26,9 @@
  *   I5 window-agree        Redis and SQL hold the same sale window
  *   -- stream-drained      pending 0 and lag 0 (a violation only when drain was awaited)
  *   -- dead-letters        nothing in seckill:dead:{id}
- * "admitted" is the buyer hash's size (HLEN), "persisted" the SQL order count. */
+ * "admitted" is the buyer hash's size (HLEN), "persisted" the SQL order count.
+ * Besides the checks, each voucher gets the lab's figures (docs/lab.md): oversold,
+ * duplicate buyers, lost admitted orders, buyers refused while stock remained. */
 #ifndef SECKILL_AUDIT_H
 #define SECKILL_AUDIT_H
 
@@ -52,6 +54,8 @@ typedef struct audit_opts {
     int have_answers;
     int answers_complete;         /* the record covers every request ever made to it */
     int64_t unanswered;           /* requests whose answer the client never got */
+    const int64_t *soldout_users; /* users the client saw answered sold out (the lab's */
+    size_t nsoldout;              /* "refused while stock remained"), or NULL */
     int wait_drain_ms;            /* > 0: wait up to this for pending = lag = 0 first */
     int timeout_ms;               /* per Redis command / SQL call; 0 = 10 s */
     FILE *out;                    /* the human report; NULL = stdout */
@@ -80,6 +84,7 @@ int audit_wait_drain(const char *redis_url, const char *db_url, int64_t voucher_
 /* The record file `seckill bench --record` writes and `audit --orders` reads:
  *   # seckill-bench-record v1 voucher=<id> stock=<n> complete=<0|1> unanswered=<n>
  *   <order id> <user id>          (one line per success answer; user id 0 if unknown)
+ *   soldout <user id>             (one line per sold-out answer, for the lab's figures)
  * Header values are -1 when unknown. Returns 0 or -1 with a reason in err; *out is
  * malloc'ed (free()). */
 typedef struct audit_record {
@@ -87,6 +92,8 @@ typedef struct audit_record {
     int complete;
     audit_answer_t *answers;
     size_t n;
+    int64_t *soldout;             /* users answered sold out (0 where not known) */
+    size_t nsoldout;
 } audit_record_t;
 int audit_record_read(const char *path, audit_record_t *rec, char *err, size_t errlen);
 int audit_record_write(const char *path, const audit_record_t *rec, char *err, size_t errlen);

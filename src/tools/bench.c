@@ -57,6 +57,8 @@ typedef struct bopt {
 
 static const bopt_t bopts[] = {
     {"target", A_STR, F(target), 0, 0, "URL", "the service [http://127.0.0.1:8081]"},
+    {"also-target", A_STR, F(target2), 0, 0, "URL",
+     "a second instance: every other sale connection goes there (the lab's two instances)"},
     {"data-dir", A_STR, F(data_dir), 0, 0, "DIR",
      "an embedded default's data dir: its Redis socket, SQLite file and admin token"},
     {"redis", A_STR, F(redis_url), 0, 0, "URL", "Redis: login codes or seeding, drain, audit"},
@@ -115,11 +117,13 @@ void bench_usage(void)
            "  seckill bench --target http://10.0.0.5:8081 --tokens tokens.txt --voucher 12 --no-audit\n");
 }
 
-static int parse_target(bench_opts_t *o, char *err, size_t errlen)
+/* http://HOST:PORT into host and *port (flag names the option, for messages). */
+static int parse_target(const char *flag, const char *url, char *host, size_t hostlen, int *port,
+                        char *err, size_t errlen)
 {
-    const char *p = o->target;
+    const char *p = url;
     if (strncmp(p, "http://", 7) != 0) {
-        snprintf(err, errlen, "--target must be http://HOST:PORT, not \"%s\"", o->target);
+        snprintf(err, errlen, "%s must be http://HOST:PORT, not \"%s\"", flag, url);
         return -1;
     }
     p += 7;
@@ -128,7 +132,7 @@ static int parse_target(bench_opts_t *o, char *err, size_t errlen)
         hs = p + 1;
         he = strchr(hs, ']');
         if (!he) {
-            snprintf(err, errlen, "--target: unclosed [ in \"%s\"", o->target);
+            snprintf(err, errlen, "%s: unclosed [ in \"%s\"", flag, url);
             return -1;
         }
         p = he + 1;
@@ -137,25 +141,25 @@ static int parse_target(bench_opts_t *o, char *err, size_t errlen)
             p++;
         he = p;
     }
-    if (he == hs || (size_t)(he - hs) >= sizeof o->host) {
-        snprintf(err, errlen, "--target: no host in \"%s\"", o->target);
+    if (he == hs || (size_t)(he - hs) >= hostlen) {
+        snprintf(err, errlen, "%s: no host in \"%s\"", flag, url);
         return -1;
     }
-    memcpy(o->host, hs, (size_t)(he - hs));
-    o->host[he - hs] = '\0';
-    o->port = 80;
+    memcpy(host, hs, (size_t)(he - hs));
+    host[he - hs] = '\0';
+    *port = 80;
     if (*p == ':') {
         char *end;
         errno = 0;
-        long port = strtol(p + 1, &end, 10);
-        if (errno || end == p + 1 || port < 1 || port > 65535 || (*end && strcmp(end, "/") != 0)) {
-            snprintf(err, errlen, "--target: bad port in \"%s\"", o->target);
+        long pnum = strtol(p + 1, &end, 10);
+        if (errno || end == p + 1 || pnum < 1 || pnum > 65535 || (*end && strcmp(end, "/") != 0)) {
+            snprintf(err, errlen, "%s: bad port in \"%s\"", flag, url);
             return -1;
         }
-        o->port = (int)port;
+        *port = (int)pnum;
     } else if (*p && strcmp(p, "/") != 0) {
-        snprintf(err, errlen, "--target: only http://HOST:PORT is understood, not \"%s\"",
-                 o->target);
+        snprintf(err, errlen, "%s: only http://HOST:PORT is understood, not \"%s\"",
+                 flag, url);
         return -1;
     }
     return 0;
@@ -256,7 +260,10 @@ int bench_parse_args(int argc, char **argv, bench_opts_t *o, char *err, size_t e
             *(double *)field = x;
         }
     }
-    if (parse_target(o, err, errlen) < 0)
+    if (parse_target("--target", o->target, o->host, sizeof o->host, &o->port, err, errlen) < 0)
+        return -1;
+    if (o->target2[0] && parse_target("--also-target", o->target2, o->host2, sizeof o->host2,
+                                      &o->port2, err, errlen) < 0)
         return -1;
     if (seed_tokens && o->tokens_file[0]) {
         snprintf(err, errlen, "--seed-tokens and --tokens exclude each other");
@@ -749,6 +756,17 @@ int bench_main(int argc, char **argv)
     memcpy(&L.addr, ai->ai_addr, ai->ai_addrlen);
     L.addrlen = ai->ai_addrlen;
     freeaddrinfo(ai);
+    if (o.target2[0]) {
+        snprintf(port, sizeof port, "%d", o.port2);
+        gai = getaddrinfo(o.host2, port, &hints, &ai);
+        if (gai != 0 || !ai) {
+            fprintf(stderr, "seckill bench: %s: %s\n", o.host2, gai_strerror(gai));
+            return 2;
+        }
+        memcpy(&L.addr2, ai->ai_addr, ai->ai_addrlen);
+        L.addrlen2 = ai->ai_addrlen;
+        freeaddrinfo(ai);
+    }
     snprintf(L.hosthdr, sizeof L.hosthdr, "%s:%d", o.host, o.port);
 
     /* the voucher */
@@ -881,6 +899,12 @@ int bench_main(int argc, char **argv)
         rec.answers[i].order_id = L.succ[i].order_id;
         rec.answers[i].user_id = users.user_ids[L.succ[i].user];
     }
+    rec.nsoldout = L.nsoldout;
+    rec.soldout = calloc(L.nsoldout ? L.nsoldout : 1, sizeof *rec.soldout);
+    if (!rec.soldout)
+        abort();
+    for (size_t i = 0; i < L.nsoldout; i++)
+        rec.soldout[i] = users.user_ids[L.soldout[i]];
     int status = 0;
     if (o.record[0] && audit_record_write(o.record, &rec, err, sizeof err) < 0) {
         fprintf(stderr, "seckill bench: %s\n", err);
@@ -918,6 +942,8 @@ int bench_main(int argc, char **argv)
             ao.have_answers = 1;
             ao.answers_complete = created;
             ao.unanswered = (int64_t)L.unanswered;
+            ao.soldout_users = rec.soldout;
+            ao.nsoldout = rec.nsoldout;
             ao.wait_drain_ms = 1;   /* already waited: now it must be drained */
             ao.out = hout;
             audit_status = audit_run(&ao);
@@ -940,6 +966,7 @@ int bench_main(int argc, char **argv)
         }
     }
     free(rec.answers);
+    free(rec.soldout);
     hist_free(r.h);
     hist_free(r.hs);
     bench_load_free(&L);

@@ -28,6 +28,9 @@ enum { LOGIN_API = 0, LOGIN_SEED, LOGIN_FILE };
 
 typedef struct bench_opts {
     char target[300];           /* --target http://HOST:PORT [http://127.0.0.1:8081] */
+    char target2[300];          /* --also-target URL: half the sale connections go there */
+    char host2[256];            /*   parsed */
+    int port2;
     char host[256];             /*   parsed */
     int port;
     char data_dir[512];         /* --data-dir: the embedded default's Redis, SQLite, admin token */
@@ -114,6 +117,8 @@ typedef struct bench_load {
     int job;                            /* JOB_* */
     struct sockaddr_storage addr;
     socklen_t addrlen;
+    struct sockaddr_storage addr2;      /* --also-target (addrlen2 0 = none) */
+    socklen_t addrlen2;
     char hosthdr[300];                  /* "host:port" */
     int64_t voucher;
     uint32_t user_lo, user_hi;          /* users [lo, hi) take part */
@@ -130,6 +135,8 @@ typedef struct bench_load {
     struct hist **hist_send;            /* open loop: per thread, from the actual send */
     bench_success_t *succ;              /* JOB_SALE: every success answer */
     size_t nsucc;
+    uint32_t *soldout;                  /* JOB_SALE: the user of every sold-out answer */
+    size_t nsoldout;
     uint64_t t_first_ns, t_last_ns;     /* first send, last answer */
     uint64_t unanswered;                /* requests whose answer never came */
     int failed_users;                   /* JOB_CODE / JOB_LOGIN: users without success */

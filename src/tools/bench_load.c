@@ -117,6 +117,8 @@ typedef struct bench_thread {
     uint64_t first_ns, last_ns, last_progress_ns, p99_at;
     bench_success_t *succ;
     size_t nsucc, capsucc;
+    uint32_t *sold;                    /* users answered sold out (the lab's under-sell) */
+    size_t nsold, capsold;
     uint64_t unanswered;
     int failed_users;
 
@@ -497,6 +499,12 @@ static void on_response(bconn_t *c, uint64_t now)
             t->succ[t->nsucc].order_id = oid;
             t->succ[t->nsucc].user = r->user;
             t->nsucc++;
+        } else if (o == BO_SOLD_OUT) {
+            if (t->nsold == t->capsold) {
+                t->capsold = t->capsold ? t->capsold * 2 : 4096;
+                t->sold = xalloc(t->sold, t->capsold * sizeof *t->sold);
+            }
+            t->sold[t->nsold++] = r->user;
         }
         return;
     }
@@ -640,7 +648,11 @@ static void conn_connect(bconn_t *c, uint64_t now)
 {
     bench_thread_t *t = c->t;
     bench_load_t *L = t->L;
-    c->fd = socket(L->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    /* --also-target: every other connection goes to the second instance. */
+    int second = L->addrlen2 && ((c - t->c) + t->id) % 2 == 1;
+    const struct sockaddr_storage *addr = second ? &L->addr2 : &L->addr;
+    socklen_t addrlen = second ? L->addrlen2 : L->addrlen;
+    c->fd = socket(addr->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (c->fd < 0) {
         c->retry_at = now + RECONNECT_NS;
         return;
@@ -657,7 +669,7 @@ static void conn_connect(bconn_t *c, uint64_t now)
         c->retry_at = now + RECONNECT_NS;
         return;
     }
-    int rc = connect(c->fd, (struct sockaddr *)&L->addr, L->addrlen);
+    int rc = connect(c->fd, (const struct sockaddr *)addr, addrlen);
     if (rc < 0 && errno != EINPROGRESS) {
         conn_close(c);
         c->retry_at = now + RECONNECT_NS;
@@ -824,6 +836,7 @@ static void thread_free(bench_thread_t *t)
         event_base_free(t->base);
     free(t->bl);
     free(t->succ);
+    free(t->sold);
 }
 
 static int thread_init(bench_load_t *L, bench_thread_t *t, int id, uint64_t start, char *err,
@@ -947,11 +960,19 @@ int bench_load_run(bench_load_t *L, void (*progress)(bench_load_t *L, double ela
     for (int i = 0; i < T; i++)
         total += L->th[i].nsucc;
     L->succ = xalloc(NULL, (total ? total : 1) * sizeof *L->succ);
+    size_t tsold = 0;
+    for (int i = 0; i < T; i++)
+        tsold += L->th[i].nsold;
+    L->soldout = xalloc(NULL, (tsold ? tsold : 1) * sizeof *L->soldout);
+    L->nsoldout = 0;
     for (int i = 0; i < T; i++) {
         bench_thread_t *t = &L->th[i];
         if (t->nsucc)
             memcpy(L->succ + L->nsucc, t->succ, t->nsucc * sizeof *t->succ);
         L->nsucc += t->nsucc;
+        if (t->nsold)
+            memcpy(L->soldout + L->nsoldout, t->sold, t->nsold * sizeof *t->sold);
+        L->nsoldout += t->nsold;
         L->unanswered += t->unanswered;
         L->failed_users += t->failed_users;
         if (t->overflow)
@@ -988,4 +1009,7 @@ void bench_load_free(bench_load_t *L)
     free(L->succ);
     L->succ = NULL;
     L->nsucc = 0;
+    free(L->soldout);
+    L->soldout = NULL;
+    L->nsoldout = 0;
 }

@@ -1393,6 +1393,20 @@ def remove_tmp():
 # ---------------------------------------------------------------------------------------
 # decorators read by the runner (tests/run.py reads them from the source with ast)
 
+def run_tool(args, timeout=120):
+    """Runs `seckill <args>` (the binary under test, sanitizer env); (rc, stdout, stderr)."""
+    argv = [binary()] + [str(a) for a in args]
+    log("run: " + " ".join(argv[1:]))
+    p = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout,
+                       env=san_env(), cwd=tmpdir())
+    out = p.stdout.decode("utf-8", "replace")
+    err = p.stderr.decode("utf-8", "replace")
+    for m in SANITIZER_MARKERS:
+        check(m not in err and m not in out, "sanitizer report from seckill %s:\n%s", args[0],
+              err[-6000:])
+    return p.returncode, out, err
+
+
 def long_test(fn):
     """Only runs with run.py --long."""
     fn.long_test = True

@@ -22,18 +22,7 @@ from harness import check, eq
 DB_BACKENDS = ("sqlite", "mysql")
 
 
-def run_tool(args, timeout=120):
-    """Runs `seckill <args>` (the binary under test, sanitizer env); (rc, stdout, stderr)."""
-    argv = [H.binary()] + [str(a) for a in args]
-    H.log("run: " + " ".join(argv[1:]))
-    p = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout,
-                       env=H.san_env(), cwd=H.tmpdir())
-    out = p.stdout.decode("utf-8", "replace")
-    err = p.stderr.decode("utf-8", "replace")
-    for m in H.SANITIZER_MARKERS:
-        check(m not in err and m not in out, "sanitizer report from seckill %s:\n%s", args[0],
-              err[-6000:])
-    return p.returncode, out, err
+run_tool = H.run_tool
 
 
 def fails(out):
