@@ -25,7 +25,7 @@
 #include <hiredis/hiredis.h>
 
 #include "app.h"
-#include "bench_redis.h"
+#include "tools/bench_redis.h"
 #include "clock.h"
 #include "keys.h"
 #include "log.h"

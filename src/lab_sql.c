@@ -26,7 +26,7 @@
 #include <hiredis/hiredis.h>
 
 #include "app.h"
-#include "bench_redis.h"
+#include "tools/bench_redis.h"
 #include "clock.h"
 #include "http.h"
 #include "jobs.h"
