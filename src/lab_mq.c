@@ -25,7 +25,7 @@
 #include <hiredis/hiredis.h>
 
 #include "app.h"
-#include "tools/bench_redis.h"
+#include "rconn.h"
 #include "clock.h"
 #include "keys.h"
 #include "log.h"
@@ -111,7 +111,7 @@ static void handle_payload(struct lab_mq *mq, const redisReply *p)
 
 static void drop_conn(struct lab_mq *mq)
 {
-    bredis_close(mq->c);
+    rconn_close(mq->c);
     mq->c = NULL;
 }
 
@@ -120,7 +120,7 @@ static void list_step(struct lab_mq *mq)
 {
     char err[256];
     const char *argv[] = {"BRPOP", KEY_LAB_LIST, BRPOP_S};
-    redisReply *r = bredis_cmd(mq->c, err, sizeof err, 3, argv);
+    redisReply *r = rconn_cmd(mq->c, err, sizeof err, 3, argv, NULL);
     if (!r) {
         log_warn("list: BRPOP: %s", err);
         drop_conn(mq);
@@ -162,14 +162,14 @@ static int connect_mq(struct lab_mq *mq)
     app_t *app = mq->app;
     char err[256];
     /* BRPOP blocks for a second: the socket deadline is the command's plus that. */
-    mq->c = bredis_open(app->redis_url, app->cfg.redis_timeout_ms + 1000, err, sizeof err);
+    mq->c = rconn_open_url(app->redis_url, app->cfg.redis_timeout_ms + 1000, err, sizeof err);
     if (!mq->c) {
         log_warn("%s: redis: %s", config_mode_name(app->cfg.mode), err);
         return -1;
     }
     if (app->cfg.mode == MODE_PUBSUB) {
         const char *argv[] = {"SUBSCRIBE", KEY_LAB_CHANNEL};
-        redisReply *r = bredis_cmd(mq->c, err, sizeof err, 2, argv);
+        redisReply *r = rconn_cmd(mq->c, err, sizeof err, 2, argv, NULL);
         if (!r) {
             log_warn("pubsub: SUBSCRIBE: %s", err);
             drop_conn(mq);

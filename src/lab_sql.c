@@ -26,7 +26,7 @@
 #include <hiredis/hiredis.h>
 
 #include "app.h"
-#include "tools/bench_redis.h"
+#include "rconn.h"
 #include "clock.h"
 #include "http.h"
 #include "jobs.h"
@@ -77,7 +77,7 @@ static redisContext *redis_take(app_t *app)
     if (c)
         return c;
     char err[256];
-    c = bredis_open(app->redis_url, app->cfg.redis_timeout_ms, err, sizeof err);
+    c = rconn_open_url(app->redis_url, app->cfg.redis_timeout_ms, err, sizeof err);
     if (!c)
         log_warn("lab: redis: %s", err);
     return c;
@@ -97,7 +97,7 @@ static void redis_give(app_t *app, redisContext *c, int ok)
         }
         pthread_mutex_unlock(&L->mu);
     }
-    bredis_close(c);
+    rconn_close(c);
 }
 
 /* ------------------------------------------------------------ the course's steps */
@@ -203,7 +203,7 @@ static int run_simple_redis_lock(store_t *s, lab_job_t *j)
     char lease[24];
     snprintf(lease, sizeof lease, "%d", app->cfg.lab_lease_ms);
     const char *set[] = {"SET", key, val, "NX", "PX", lease};
-    redisReply *rep = bredis_cmd(c, err, sizeof err, 6, set);
+    redisReply *rep = rconn_cmd(c, err, sizeof err, 6, set, NULL);
     if (!rep) {
         log_warn("lab: SET NX: %s", err);
         redis_give(app, c, 0);
@@ -221,10 +221,10 @@ static int run_simple_redis_lock(store_t *s, lab_job_t *j)
     err[0] = '\0';
     if (mode == MODE_SETNX) {
         const char *del[] = {"DEL", key};
-        rep = bredis_cmd(c, err, sizeof err, 2, del);
+        rep = rconn_cmd(c, err, sizeof err, 2, del, NULL);
     } else if (mode == MODE_SETNX_OWNER) {
         const char *get[] = {"GET", key};
-        rep = bredis_cmd(c, err, sizeof err, 2, get);
+        rep = rconn_cmd(c, err, sizeof err, 2, get, NULL);
         int mine = rep && rep->type == REDIS_REPLY_STRING && strcmp(rep->str, val) == 0;
         int got = rep != NULL;
         if (rep)
@@ -233,7 +233,7 @@ static int run_simple_redis_lock(store_t *s, lab_job_t *j)
         if (mine) {
             lab_pause(app, LAB_P_GET_DEL);   /* the course's "Full GC" after the compare */
             const char *del[] = {"DEL", key};
-            rep = bredis_cmd(c, err, sizeof err, 2, del);
+            rep = rconn_cmd(c, err, sizeof err, 2, del, NULL);
         } else if (!got) {
             ok = 0;
         }
@@ -242,7 +242,7 @@ static int run_simple_redis_lock(store_t *s, lab_job_t *j)
          * one script: nothing can come between them. */
         lab_pause(app, LAB_P_GET_DEL);
         const char *ev[] = {"EVAL", unlock_lua, "1", key, val};
-        rep = bredis_cmd(c, err, sizeof err, 5, ev);
+        rep = rconn_cmd(c, err, sizeof err, 5, ev, NULL);
     }
     if (rep) {
         freeReplyObject(rep);
@@ -387,7 +387,7 @@ void lab_sql_free(struct app *app)
     if (!L)
         return;
     for (int i = 0; i < L->nidle; i++)
-        bredis_close(L->idle[i]);
+        rconn_close(L->idle[i]);
     for (int i = 0; i < LOCAL_STRIPES; i++)
         pthread_mutex_destroy(&L->stripes[i]);
     pthread_mutex_destroy(&L->mu);
