@@ -52,6 +52,7 @@
 #include "embedded.h"
 #include "log.h"
 #include "metrics.h"
+#include "rds_cluster.h"
 #include "worker.h"
 
 #define TICK_MS 25
@@ -143,6 +144,7 @@ typedef struct rcmd {
 enum { OP_AUTH = 0, OP_SELECT, OP_LOAD };
 
 struct rds {
+    rcla_t *cl;                 /* a redis+cluster:// client: everything goes there */
     worker_t *w;
     struct event_base *base;
     url_redis_t addr;
@@ -593,6 +595,15 @@ rds_t *rds_new(struct worker *w, const url_redis_t *addr, int timeout_ms)
     rds_t *c = calloc(1, sizeof(*c));
     if (c == NULL)
         return NULL;
+    if (addr->cluster) {
+        /* A facade: rds_cluster.c routes to one plain rds_t per node. */
+        c->cl = rcla_new(w, addr, timeout_ms);
+        if (c->cl == NULL) {
+            free(c);
+            return NULL;
+        }
+        return c;
+    }
     c->w = w;
     c->base = w->base;
     c->addr = *addr;
@@ -616,6 +627,11 @@ void rds_free(rds_t *c)
 {
     if (c == NULL || c->closing)
         return;
+    if (c->cl) {
+        rcla_free(c->cl);
+        free(c);
+        return;
+    }
     c->closing = 1;
     c->zombie = 1;
     event_del(c->retry);
@@ -629,12 +645,28 @@ void rds_free(rds_t *c)
 
 int rds_is_up(const rds_t *c)
 {
+    if (c != NULL && c->cl)
+        return rcla_is_up(c->cl);
     return c != NULL && c->state == ST_UP;
+}
+
+void rds_command_at(rds_t *c, const char *key, size_t keylen, rds_cb cb, void *priv, int argc,
+                    const char **argv, const size_t *argvlen)
+{
+    if (c != NULL && c->cl) {
+        rcla_command(c->cl, key, keylen, cb, priv, argc, argv, argvlen);
+        return;
+    }
+    rds_command(c, cb, priv, argc, argv, argvlen);
 }
 
 void rds_command(rds_t *c, rds_cb cb, void *priv, int argc, const char **argv,
                  const size_t *argvlen)
 {
+    if (c != NULL && c->cl) {
+        rcla_command(c->cl, NULL, 0, cb, priv, argc, argv, argvlen);
+        return;
+    }
     if (c == NULL || c->state != ST_UP || argc <= 0) {
         if (cb)
             cb(NULL, priv);
@@ -659,6 +691,10 @@ void rds_command(rds_t *c, rds_cb cb, void *priv, int argc, const char **argv,
 void rds_evalsha(rds_t *c, script_id_t s, rds_cb cb, void *priv, int numkeys, int argc,
                  const char **argv, const size_t *argvlen)
 {
+    if (c != NULL && c->cl) {
+        rcla_evalsha(c->cl, s, cb, priv, numkeys, argc, argv, argvlen);
+        return;
+    }
     const char *sha = rds_script_sha(s);
     if (c == NULL || c->state != ST_UP || sha == NULL || numkeys < 0 || argc < numkeys ||
         argc > INT_MAX - 3) {

@@ -11,6 +11,10 @@
  *     returns), so requests get a fast 503 instead of waiting for a deadline;
  *   - EVALSHA of a built-in script with a transparent EVAL fallback on NOSCRIPT.
  *
+ * With a redis+cluster:// address the client is a Redis Cluster client (rds_cluster.c):
+ * one connection like the above per node, commands routed by their key's hash slot,
+ * MOVED/ASK/TRYAGAIN/CLUSTERDOWN handled inside; the contract below is the same.
+ *
  * Callback contract: every accepted command calls its callback exactly once, on the
  * worker's thread; reply is NULL on timeout, disconnect or when Redis is down, else the
  * hiredis reply, valid only during the callback (do not free it). Redis error replies
@@ -47,6 +51,11 @@ int rds_is_up(const rds_t *c);
  * deadline still applies). If the client is down, cb(NULL, priv) runs before this
  * returns: callers send the command as their last step and touch nothing afterwards. */
 void rds_command(rds_t *c, rds_cb cb, void *priv, int argc, const char **argv, const size_t *argvlen);
+
+/* The same, routed by key on a cluster (for commands without a key of their own that
+ * must reach the node holding key, e.g. WAIT after a write); on one Redis, rds_command. */
+void rds_command_at(rds_t *c, const char *key, size_t keylen, rds_cb cb, void *priv, int argc,
+                    const char **argv, const size_t *argvlen);
 
 /* EVALSHA script with numkeys keys followed by the args (argv holds keys then args). */
 void rds_evalsha(rds_t *c, script_id_t s, rds_cb cb, void *priv, int numkeys, int argc,

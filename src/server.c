@@ -33,6 +33,7 @@
 #include "metrics.h"
 #include "orderid.h"
 #include "ordq.h"
+#include "rcl_sync.h"
 #include "rconn.h"
 #include "rds.h"
 #include "redis_child.h"
@@ -109,10 +110,47 @@ static void embedded_admin_token(app_t *app)
     }
 }
 
+/* Redis Cluster: the same lease, routed to the node that holds KEY_INSTANCE. Every
+ * master must be >= 6.2 too, but they are checked by the cluster itself (a mixed-version
+ * cluster is the operator's business); the node answering INFO stands for them. */
+static int cluster_prepare(app_t *app, const url_redis_t *a, const char *shown, char *err,
+                           size_t errlen)
+{
+    char why[512];
+    rcs_t *s = rcs_open(a, app->cfg.redis_timeout_ms, why, sizeof why);
+    if (!s) {
+        snprintf(err, errlen, "cannot read the slot map of the Redis Cluster at %s (%s): start "
+                 "it (deploy/redis-cluster.sh) or check the seed addresses", shown, why);
+        return -1;
+    }
+    if (rcs_map(s)->nslots != RCL_SLOTS)
+        log_warn("redis cluster %s: only %d of %d slots are served now", shown,
+                 rcs_map(s)->nslots, RCL_SLOTS);
+    const char *incr[2] = { "INCR", KEY_INSTANCE };
+    redisReply *r = rcs_command(s, NULL, 0, 2, incr, NULL, why, sizeof why);
+    if (!r || r->type != REDIS_REPLY_INTEGER) {
+        snprintf(err, errlen, "Redis INCR %s failed: %s", KEY_INSTANCE,
+                 r && r->type == REDIS_REPLY_ERROR ? r->str : why);
+        freeReplyObject(r);
+        rcs_close(s);
+        return -1;
+    }
+    app->instance_slot = (uint32_t)(r->integer % (1 << ORDERID_SLOT_BITS));
+    freeReplyObject(r);
+    rcs_close(s);
+    return 0;
+}
+
 /* Leases this process's order-id slot (orderid.h) and checks the Redis version: streams
  * with XAUTOCLAIM need Redis >= 6.2. */
 static int redis_prepare(app_t *app, char *err, size_t errlen)
 {
+    url_redis_t a;
+    if (url_parse_redis(app->redis_url, &a) == 0 && a.cluster) {
+        char shown[600];
+        return cluster_prepare(app, &a, url_redact(app->redis_url, shown, sizeof shown), err,
+                               errlen);
+    }
     char why[900];
     redisContext *c = rconn_open_url(app->redis_url, app->cfg.redis_timeout_ms, why, sizeof why);
     if (!c) {
@@ -335,6 +373,12 @@ int server_run(const config_t *cfg)
         goto out;
     log_info("order writer started as consumer \"%s\" of group %s", app->name, KEY_GROUP);
     if (cfg->mode == MODE_SYNC) {
+        url_redis_t ra;
+        if (url_parse_redis(app->redis_url, &ra) == 0 && ra.cluster) {
+            snprintf(err, sizeof err, "sync mode does not run on a Redis Cluster yet (its lock "
+                     "library, rlock, talks to one Redis): use --mode stream");
+            goto out;
+        }
         if (sync_order_init(app, err, sizeof err) < 0)
             goto out;
         log_info("sync mode: every order is one SQL transaction under a per-user lock");

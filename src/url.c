@@ -249,6 +249,30 @@ int url_parse_redis(const char *url, url_redis_t *out)
             return -1;
         a.port = (int)port;
         a.db = (int)db;
+    } else if (span_is(p.scheme, "redis+cluster") && p.authority) {
+        if (p.user.b &&
+            (span_len(p.pass) == 0 || decode(p.pass, a.password, sizeof a.password) < 0))
+            return -1;
+        if (p.query.b || (span_len(p.path) > 0 && !span_is(p.path, "0")))
+            return -1;   /* a cluster has db 0 only */
+        a.cluster = 1;
+        for (const char *s = p.host.b;;) {
+            const char *comma = memchr(s, ',', (size_t)(p.host.e - s));
+            const char *e = comma ? comma : p.host.e;
+            if (e == s || a.nseeds >= URL_MAX_SEEDS)
+                return -1;
+            struct url_seed *sd = &a.seeds[a.nseeds++];
+            snprintf(sd->host, sizeof sd->host, "127.0.0.1");
+            long port = 6379;
+            if (host_port((span_t){s, e}, 0, sd->host, sizeof sd->host, &port) < 0)
+                return -1;
+            sd->port = (int)port;
+            if (comma == NULL)
+                break;
+            s = comma + 1;
+        }
+        snprintf(a.host, sizeof a.host, "%s", a.seeds[0].host);
+        a.port = a.seeds[0].port;
     } else {
         return -1;
     }

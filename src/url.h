@@ -4,6 +4,8 @@
  * The shapes:
  *   redis://[[user]:password@]host[:port][/db]   host may be [IPv6]; defaults 127.0.0.1:6379/0
  *   unix:PATH[?db=N[&password=P]]                 (unix://PATH too)
+ *   redis+cluster://[[user]:password@]h1[:p1][,h2[:p2]...]   a Redis Cluster's seed
+ *                                                 nodes (up to 16; each as redis://)
  *   mysql://[user[:password]@]host[:port]/db[?socket=PATH]   default port 3306
  *   sqlite:PATH                                   (sqlite://PATH, sqlite:///abs/path too)
  *
@@ -32,13 +34,21 @@ enum {
 };
 int url_pct_decode(const char *s, size_t n, char *out, size_t cap, int mode);
 
-/* A Redis address (redis:// or unix:). */
+/* A Redis address (redis://, unix:, or redis+cluster://). For a cluster, host/port are
+ * the first seed and db is 0 (a cluster has no other). */
+#define URL_MAX_SEEDS 16
 typedef struct url_redis {
     char host[256];
     int port;
     char unix_path[512];   /* non-empty for unix: URLs */
     char password[256];    /* empty: no AUTH */
     int db;
+    int cluster;           /* redis+cluster://[[user]:password@]h1[:p1],h2[:p2],... */
+    int nseeds;            /* cluster: seeds[0..nseeds) */
+    struct url_seed {
+        char host[256];
+        int port;
+    } seeds[URL_MAX_SEEDS];
 } url_redis_t;
 /* Returns 0, or -1 leaving *out untouched. */
 int url_parse_redis(const char *url, url_redis_t *out);

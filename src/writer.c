@@ -29,6 +29,17 @@
  * fields) and XACK in one MULTI/EXEC, logged and counted. An entry deleted from the
  * stream while pending (nil fields) has nothing left to write: it is acked and logged.
  *
+ * Redis Cluster (a redis+cluster:// URL): writer_start starts a supervisor instead, which
+ * runs one writer like the above per master ("sub-writer": its connection goes to that
+ * node only, and it keeps only the streams whose slot that node owns, so its one
+ * XREADGROUP names only keys of one node). Every second the supervisor re-reads the
+ * slot map and starts a sub-writer for a new master (a promoted replica) and stops the
+ * one of a node that owns no slot any more. All sub-writers use the instance's consumer
+ * name: a stream that moves to another node (reshard, failover) is picked up there with
+ * its pending entries, which the new owner's sub-writer replays (idempotently) as for any
+ * stream it starts reading. seckill:streams is read through the cluster client
+ * (rcl_sync.h), wherever its slot lives.
+ *
  * writer_stop: the flag is seen within one BLOCK (<= writer_block_ms); the batch in hand
  * is committed and acked first. If SQL is down at that moment the writer keeps retrying
  * for STOP_GRACE_MS, then leaves: the batch stays pending in the stream (never lost) and
@@ -51,6 +62,7 @@
 #include "keys.h"
 #include "log.h"
 #include "metrics.h"
+#include "rcl_sync.h"
 #include "rconn.h"
 #include "store.h"
 #include "url.h"
@@ -68,6 +80,9 @@
 #define DOWN_LOG_EVERY_MS 30000
 #define DEAD_MAXLEN "100000"
 #define ENTRY_ID_MAX 48
+#define CLUSTER_CHECK_MS 1000
+#define IDLE_MIN_MS 5          /* sub-writer poll interval while quiet: 5 ms doubling ... */
+#define IDLE_MAX_MS 100        /* ... to 100 ms */
 
 enum { E_ORDER, E_DELETED, E_DEAD };
 
@@ -124,6 +139,15 @@ struct writer {
     size_t capargv;
 
     uint64_t dead, deleted;          /* counted here (no metric for them yet) */
+
+    /* Redis Cluster. The supervisor (cluster = 1) owns subs; a sub-writer (node_mode = 1)
+     * has addr = its node and rcs for the slot map and seckill:streams. */
+    int cluster;
+    struct writer **subs;
+    size_t nsubs;
+    int node_mode;
+    url_redis_t cluster_addr;
+    rcs_t *rcs;
 };
 
 /* ---------------------------------------------------------------- small helpers */
@@ -324,14 +348,56 @@ static int group_create(writer_t *wr, wstream_t *s)
 
 /* Re-reads seckill:streams: keeps known streams, adds new ones, drops the ones no longer
  * registered. Creates missing groups. */
+/* Sub-writer: 1 if stream key lives on this sub-writer's node (per the last map). */
+static int mine(writer_t *wr, const char *key)
+{
+    int o = rcs_owner(wr->rcs, key, strlen(key));
+    if (o < 0)
+        return 0;
+    const rcl_node_t *n = &rcs_map(wr->rcs)->nodes[o];
+    return n->port == wr->addr.port && strcmp(n->host, wr->addr.host) == 0;
+}
+
+/* Sub-writer: the slot map and SMEMBERS seckill:streams through the cluster client. */
+static redisReply *cluster_streams(writer_t *wr)
+{
+    char why[300];
+    if (wr->rcs == NULL)
+        wr->rcs = rcs_open(&wr->cluster_addr, wr->redis_timeout_ms, why, sizeof why);
+    else
+        (void)rcs_refresh(wr->rcs, why, sizeof why);   /* on failure the old map stays;
+                                                        * SMEMBERS below tells */
+    if (wr->rcs == NULL) {
+        redis_down_step(wr, "cannot read the cluster's slot map", why);
+        return NULL;
+    }
+    const char *argv[2] = { "SMEMBERS", KEY_STREAMS };
+    redisReply *r = rcs_command(wr->rcs, NULL, 0, 2, argv, NULL, why, sizeof why);
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
+        redis_down_step(wr, "SMEMBERS " KEY_STREAMS, r && r->type == REDIS_REPLY_ERROR ? r->str : why);
+        freeReplyObject(r);
+        return NULL;
+    }
+    return r;
+}
+
 static int streams_refresh(writer_t *wr)
 {
     size_t n = 0;
-    args(wr, &n, "SMEMBERS");
-    args(wr, &n, KEY_STREAMS);
-    redisReply *r = cmd(wr, n);
-    if (!r || r->type != REDIS_REPLY_ARRAY)
-        return redis_fail(wr, "SMEMBERS " KEY_STREAMS, r);
+    redisReply *r;
+    if (wr->node_mode) {
+        r = cluster_streams(wr);
+        if (r == NULL) {
+            wr->streams_at = clock_mono_ms() + STREAMS_REFRESH_MS;
+            return -1;
+        }
+    } else {
+        args(wr, &n, "SMEMBERS");
+        args(wr, &n, KEY_STREAMS);
+        r = cmd(wr, n);
+        if (!r || r->type != REDIS_REPLY_ARRAY)
+            return redis_fail(wr, "SMEMBERS " KEY_STREAMS, r);
+    }
     wstream_t *next = xrealloc(NULL, (r->elements + 1) * sizeof *next);
     size_t nn = 0;
     int added = 0;
@@ -346,7 +412,10 @@ static int streams_refresh(writer_t *wr)
         while (k < wr->nstreams && wr->streams[k].vid != vid)
             k++;
         if (k < wr->nstreams) {
-            next[nn++] = wr->streams[k];
+            if (!wr->node_mode || mine(wr, wr->streams[k].key))
+                next[nn++] = wr->streams[k];
+            else
+                log_info("writer: order stream %s moved to another node", wr->streams[k].key);
             continue;
         }
         wstream_t *s = &next[nn];
@@ -354,9 +423,15 @@ static int streams_refresh(writer_t *wr)
         s->vid = vid;
         if (key_stream(s->key, sizeof s->key, vid) < 0)
             continue;
+        if (wr->node_mode && !mine(wr, s->key))
+            continue;
         nn++;
         added++;
-        log_info("writer: reading order stream %s", s->key);
+        if (wr->node_mode)
+            log_info("writer: reading order stream %s on %s:%d", s->key, wr->addr.host,
+                     wr->addr.port);
+        else
+            log_info("writer: reading order stream %s", s->key);
     }
     freeReplyObject(r);
     free(wr->streams);
@@ -726,8 +801,100 @@ static int handle_batch(writer_t *wr)
 /* XREADGROUP over all streams (those not done, for the pending pass). ids: ">" for new
  * entries, else each stream's cursor. Returns entries read (>= 0) or -1 on Redis error.
  * The reply is kept in *out until the batch is handled (dead letters borrow from it). */
+/* A sub-writer's read: Redis Cluster refuses a multi-key XREADGROUP whose keys are in
+ * different slots (CROSSSLOT) even on one node, and every voucher has its own slot. So
+ * one non-blocking XREADGROUP per stream goes out in one pipeline, and the answers are
+ * put together into one reply of the usual shape ([key, entries] per stream) for
+ * parse_read. A stream that moved (MOVED/ASK) or lost its group is skipped and the
+ * stream list re-read; the caller naps when nothing came back. */
+static int read_group_node(writer_t *wr, int pending, redisReply **out)
+{
+    char count[16];
+    snprintf(count, sizeof count, "%d", wr->batch);
+    size_t sent = 0;
+    for (size_t i = 0; i < wr->nstreams; i++) {
+        if (pending && wr->streams[i].done)
+            continue;
+        size_t n = 0;
+        args(wr, &n, "XREADGROUP");
+        args(wr, &n, "GROUP");
+        args(wr, &n, KEY_GROUP);
+        args(wr, &n, wr->name);
+        args(wr, &n, "COUNT");
+        args(wr, &n, count);
+        args(wr, &n, "STREAMS");
+        args(wr, &n, wr->streams[i].key);
+        args(wr, &n, pending ? wr->streams[i].cursor : ">");
+        redisAppendCommandArgv(wr->rc, (int)n, wr->argv, wr->argvlen);
+        sent++;
+    }
+    if (sent == 0)
+        return 0;
+    redisReply *all = calloc(1, sizeof *all);
+    redisReply **els = calloc(sent, sizeof *els);
+    if (all == NULL || els == NULL) {
+        free(all);
+        free(els);
+        return redis_fail(wr, "XREADGROUP (out of memory)", NULL);
+    }
+    all->type = REDIS_REPLY_ARRAY;
+    all->element = els;
+    int failed = 0;
+    char why[256] = "";
+    for (size_t k = 0; k < sent; k++) {
+        void *rv = NULL;
+        if (redisGetReply(wr->rc, &rv) != REDIS_OK) {
+            freeReplyObject(all);
+            return redis_fail(wr, "XREADGROUP", NULL);
+        }
+        redisReply *r = rv;
+        if (r->type == REDIS_REPLY_ERROR) {
+            if (strncmp(r->str, "NOGROUP", 7) == 0 || strncmp(r->str, "MOVED", 5) == 0 ||
+                strncmp(r->str, "ASK", 3) == 0 || strncmp(r->str, "TRYAGAIN", 8) == 0 ||
+                strncmp(r->str, "CLUSTERDOWN", 11) == 0) {
+                /* The stream is elsewhere now, or its group must be made again. */
+                if (wr->streams_at != 0)
+                    log_info("writer: %s on %s:%d; re-reading the stream list", r->str,
+                             wr->addr.host, wr->addr.port);
+                for (size_t i = 0; i < wr->nstreams; i++)
+                    wr->streams[i].group_ok = 0;
+                wr->streams_at = 0;
+            } else if (!failed) {
+                failed = 1;
+                snprintf(why, sizeof why, "XREADGROUP: %.200s", r->str);
+            }
+            freeReplyObject(r);
+            continue;
+        }
+        if (r->type == REDIS_REPLY_ARRAY && r->elements == 1) {
+            els[all->elements++] = r->element[0];   /* moved into all */
+            r->elements = 0;
+        } else if (r->type != REDIS_REPLY_NIL) {
+            failed = 1;
+            snprintf(why, sizeof why, "XREADGROUP: unexpected reply shape");
+        }
+        freeReplyObject(r);
+    }
+    if (failed) {
+        freeReplyObject(all);
+        redis_drop(wr, why);
+        return -1;
+    }
+    wr->nents = 0;
+    if (parse_read(wr, all, pending) != 0) {
+        log_error("writer: unexpected XREADGROUP reply shape");
+        freeReplyObject(all);
+        redis_drop(wr, "XREADGROUP: unexpected reply shape");
+        return -1;
+    }
+    *out = all;
+    return (int)wr->nents;
+}
+
 static int read_group(writer_t *wr, int pending, int block_ms, redisReply **out)
 {
+    if (wr->node_mode)
+        return read_group_node(wr, pending, out);
     char count[16], block[16];
     snprintf(count, sizeof count, "%d", wr->batch);
     snprintf(block, sizeof block, "%d", block_ms);
@@ -960,6 +1127,7 @@ static void *writer_main(void *arg)
 {
     writer_t *wr = arg;
     int gave_up = 0;
+    int idle_ms = 0;   /* sub-writer: current poll interval while quiet */
     log_set_thread_name("writer");
     log_info("writer: consumer %s of group %s, batch %d, block %d ms, claim idle %d ms",
              wr->name, KEY_GROUP, wr->batch, wr->block_ms, wr->claim_idle_ms);
@@ -1021,6 +1189,22 @@ static void *writer_main(void *arg)
             gave_up = 1;
             break;
         }
+        if (wr->node_mode) {
+            /* No BLOCK across slots (read_group_node): poll, backing off while quiet
+             * from IDLE_MIN_MS to IDLE_MAX_MS (never beyond block_ms). */
+            if (got > 0) {
+                idle_ms = 0;
+            } else {
+                idle_ms = idle_ms ? idle_ms * 2 : IDLE_MIN_MS;
+                int cap = wr->block_ms < IDLE_MAX_MS ? wr->block_ms : IDLE_MAX_MS;
+                if (idle_ms > cap)
+                    idle_ms = cap;
+                nap(wr, idle_ms);
+            }
+            if (got == 0 && clock_mono_ms() >= wr->streams_at)
+                wr->streams_at = 0;
+            continue;
+        }
         if (got == 0)
             wr->streams_at = 0;   /* quiet: look for new streams now */
     }
@@ -1033,13 +1217,13 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
-writer_t *writer_start(struct app *app, char *err, size_t errlen)
+/* A writer (not yet running) for app; addr is its Redis (a node of a cluster for a
+ * sub-writer). */
+static writer_t *writer_new(struct app *app, const url_redis_t *addr)
 {
     writer_t *wr = calloc(1, sizeof *wr);
-    if (!wr) {
-        snprintf(err, errlen, "writer: out of memory");
+    if (!wr)
         return NULL;
-    }
     wr->app = app;
     wr->m = app->metrics ? app->metrics : &wr->m_own;
     const config_t *c = &app->cfg;
@@ -1055,11 +1239,7 @@ writer_t *writer_start(struct app *app, char *err, size_t errlen)
         gethostname(host, sizeof host - 1);
         snprintf(wr->name, sizeof wr->name, "%s:%ld", host, (long)getpid());
     }
-    if (url_parse_redis(app->redis_url, &wr->addr) != 0) {
-        snprintf(err, errlen, "writer: bad Redis URL '%s'", app->redis_url);
-        free(wr);
-        return NULL;
-    }
+    wr->addr = *addr;
     wr->redis_backoff_ms = REDIS_BACKOFF_MIN_MS;
     wr->need_pending = 1;
     atomic_init(&wr->stop, 0);
@@ -1069,12 +1249,131 @@ writer_t *writer_start(struct app *app, char *err, size_t errlen)
     pthread_cond_init(&wr->cv, &ca);
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&wr->mu, NULL);
-    int rc = pthread_create(&wr->tid, NULL, writer_main, wr);
+    return wr;
+}
+
+static void writer_free(writer_t *wr)
+{
+    if (wr->rc)
+        redisFree(wr->rc);
+    rcs_close(wr->rcs);
+    store_close(wr->st);
+    free(wr->streams);
+    free(wr->ents);
+    free(wr->orders);
+    free(wr->argv);
+    free(wr->argvlen);
+    free(wr->subs);
+    pthread_cond_destroy(&wr->cv);
+    pthread_mutex_destroy(&wr->mu);
+    free(wr);
+}
+
+/* ---------------------------------------------------------------- cluster supervisor */
+
+static int sub_index(const writer_t *sup, const rcl_node_t *n)
+{
+    for (size_t i = 0; i < sup->nsubs; i++)
+        if (sup->subs[i]->addr.port == n->port && strcmp(sup->subs[i]->addr.host, n->host) == 0)
+            return (int)i;
+    return -1;
+}
+
+static void sub_start(writer_t *sup, const rcl_node_t *n)
+{
+    url_redis_t a = sup->addr;
+    a.cluster = 0;
+    a.nseeds = 0;
+    a.db = 0;
+    a.unix_path[0] = '\0';
+    snprintf(a.host, sizeof a.host, "%s", n->host);
+    a.port = n->port;
+    writer_t *sub = writer_new(sup->app, &a);
+    if (sub == NULL)
+        return;
+    sub->node_mode = 1;
+    sub->cluster_addr = sup->addr;
+    if (pthread_create(&sub->tid, NULL, writer_main, sub) != 0) {
+        log_error("writer: cannot start the writer of node %s:%d", n->host, n->port);
+        writer_free(sub);
+        return;
+    }
+    sup->subs = xrealloc(sup->subs, (sup->nsubs + 1) * sizeof *sup->subs);
+    sup->subs[sup->nsubs++] = sub;
+    log_info("writer: reading the order streams of master %s:%d", n->host, n->port);
+}
+
+/* One pass: a sub-writer for every master, none for a node that owns no slot. */
+static void supervise(writer_t *sup)
+{
+    char why[300];
+    if (sup->rcs == NULL) {
+        sup->rcs = rcs_open(&sup->addr, sup->redis_timeout_ms, why, sizeof why);
+        if (sup->rcs == NULL) {
+            redis_down_step(sup, "cannot read the cluster's slot map", why);
+            return;
+        }
+    } else if (rcs_refresh(sup->rcs, why, sizeof why) != 0) {
+        redis_down_step(sup, "cannot read the cluster's slot map", why);
+        return;
+    }
+    redis_up(sup);
+    const rcl_map_t *m = rcs_map(sup->rcs);
+    int ms[RCL_MAX_NODES];
+    int n = rcl_map_masters(m, ms);
+    for (int i = 0; i < n; i++)
+        if (sub_index(sup, &m->nodes[ms[i]]) < 0)
+            sub_start(sup, &m->nodes[ms[i]]);
+    for (size_t i = 0; i < sup->nsubs;) {
+        int still = 0;
+        for (int k = 0; k < n && !still; k++)
+            still = sup->subs[i]->addr.port == m->nodes[ms[k]].port &&
+                    strcmp(sup->subs[i]->addr.host, m->nodes[ms[k]].host) == 0;
+        if (still) {
+            i++;
+            continue;
+        }
+        /* What it read and did not ack stays pending under our consumer name; the node's
+         * slots' new owner replays it. */
+        writer_t *sub = sup->subs[i];
+        log_info("writer: %s:%d owns no slot any more; its writer stops", sub->addr.host,
+                 sub->addr.port);
+        sup->subs[i] = sup->subs[--sup->nsubs];
+        writer_stop(sub);
+    }
+}
+
+static void *supervisor_main(void *arg)
+{
+    writer_t *sup = arg;
+    log_set_thread_name("writer");
+    log_info("writer: Redis Cluster: one writer per master, consumer %s of group %s", sup->name,
+             KEY_GROUP);
+    while (!stopping(sup)) {
+        supervise(sup);
+        nap(sup, CLUSTER_CHECK_MS);
+    }
+    /* writer_stop joins the sub-writers (each finishes its batch and drains). */
+    return NULL;
+}
+
+writer_t *writer_start(struct app *app, char *err, size_t errlen)
+{
+    url_redis_t addr;
+    if (url_parse_redis(app->redis_url, &addr) != 0) {
+        snprintf(err, errlen, "writer: bad Redis URL");
+        return NULL;
+    }
+    writer_t *wr = writer_new(app, &addr);
+    if (!wr) {
+        snprintf(err, errlen, "writer: out of memory");
+        return NULL;
+    }
+    wr->cluster = addr.cluster;
+    int rc = pthread_create(&wr->tid, NULL, wr->cluster ? supervisor_main : writer_main, wr);
     if (rc != 0) {
         snprintf(err, errlen, "writer: cannot start thread: %s", strerror(rc));
-        pthread_cond_destroy(&wr->cv);
-        pthread_mutex_destroy(&wr->mu);
-        free(wr);
+        writer_free(wr);
         return NULL;
     }
     return wr;
@@ -1089,15 +1388,14 @@ void writer_stop(writer_t *wr)
     pthread_cond_broadcast(&wr->cv);
     pthread_mutex_unlock(&wr->mu);
     pthread_join(wr->tid, NULL);
-    if (wr->rc)
-        redisFree(wr->rc);
-    store_close(wr->st);
-    free(wr->streams);
-    free(wr->ents);
-    free(wr->orders);
-    free(wr->argv);
-    free(wr->argvlen);
-    pthread_cond_destroy(&wr->cv);
-    pthread_mutex_destroy(&wr->mu);
-    free(wr);
+    /* A supervisor: its sub-writers stop together (each sees the flag within a BLOCK). */
+    for (size_t i = 0; i < wr->nsubs; i++) {
+        pthread_mutex_lock(&wr->subs[i]->mu);
+        atomic_store(&wr->subs[i]->stop, 1);
+        pthread_cond_broadcast(&wr->subs[i]->cv);
+        pthread_mutex_unlock(&wr->subs[i]->mu);
+    }
+    for (size_t i = 0; i < wr->nsubs; i++)
+        writer_stop(wr->subs[i]);
+    writer_free(wr);
 }

@@ -34,6 +34,7 @@
 #include <hiredis/hiredis.h>
 
 #include "bench_redis.h"
+#include "rcl_sync.h"
 #include "rconn.h"
 #include "clock.h"
 #include "keys.h"
@@ -969,18 +970,24 @@ int audit_wait_drain(const char *redis_url, const char *db_url, int64_t vid, int
     memset(d, 0, sizeof *d);
     if (db_exists(db_url, err, errlen) < 0)
         return -1;
-    redisContext *c = rconn_open_url(redis_url, 5000, err, errlen);
-    if (!c)
+    rcs_route_t rt;
+    if (rcs_route_open(redis_url, 5000, &rt, err, errlen) < 0)
         return -1;
     store_t *st = store_open(db_url, 10000, err, errlen);
     if (!st) {
-        rconn_close(c);
+        rcs_route_close(&rt);
         return -1;
     }
     vdata_t v;
     memset(&v, 0, sizeof v);
     v.vid = vid;
     voucher_keys(&v);
+    redisContext *c = rcs_route_key(&rt, v.ks, err, errlen);
+    if (!c) {
+        store_close(st);
+        rcs_route_close(&rt);
+        return -1;
+    }
     uint64_t t0 = clock_mono_ns(), first = 0, last = 0;
     int64_t prev = -1;
     int rc = 0;
@@ -1035,7 +1042,7 @@ int audit_wait_drain(const char *redis_url, const char *db_url, int64_t vid, int
         }
     }
     store_close(st);
-    rconn_close(c);
+    rcs_route_close(&rt);
     return rc;
 }
 
@@ -1057,8 +1064,8 @@ int audit_run(const audit_opts_t *o)
         fprintf(stderr, "seckill audit: %s\n", err);
         return 2;
     }
-    redisContext *c = rconn_open_url(o->redis_url, timeout, err, sizeof err);
-    if (!c) {
+    rcs_route_t rt;
+    if (rcs_route_open(o->redis_url, timeout, &rt, err, sizeof err) < 0) {
         fprintf(stderr, "seckill audit: %s\n", err);
         store_close(st);
         return 2;
@@ -1070,7 +1077,7 @@ int audit_run(const audit_opts_t *o)
         if (store_seckill_ids(st, &all, &nv) != STORE_OK) {
             fprintf(stderr, "seckill audit: SQL: %s\n", store_errmsg(st));
             store_close(st);
-            rconn_close(c);
+            rcs_route_close(&rt);
             return 2;
         }
         vids = all;
@@ -1079,7 +1086,7 @@ int audit_run(const audit_opts_t *o)
         fprintf(stderr, "seckill audit: --stock and --orders describe one voucher: give --voucher\n");
         free(all);
         store_close(st);
-        rconn_close(c);
+        rcs_route_close(&rt);
         return 2;
     }
     int status = 0, total_viol = 0;
@@ -1104,6 +1111,14 @@ int audit_run(const audit_opts_t *o)
                 break;
             }
             drained_wanted = 1;
+        }
+        /* Every key of the voucher shares its hash tag: one node answers them all. */
+        redisContext *c = rcs_route_key(&rt, d.ks, err, sizeof err);
+        if (!c) {
+            fprintf(stderr, "seckill audit: voucher %lld: %s\n", LL(d.vid), err);
+            vdata_free(&d);
+            status = 2;
+            break;
         }
         sgroup_t g;
         int rc = read_group(c, d.ks, &g, err, sizeof err);
@@ -1169,7 +1184,7 @@ int audit_run(const audit_opts_t *o)
     sb_free(&j);
     free(all);
     store_close(st);
-    rconn_close(c);
+    rcs_route_close(&rt);
     return status;
 }
 

@@ -344,6 +344,137 @@ def start_redis(name="redis", port=None, extra=()):
 
 
 # ---------------------------------------------------------------------------------------
+# Redis Cluster (deploy/redis-cluster.sh forms it; the nodes are ordinary Redis objects,
+# so cleanup and kill -9 work as for a single redis-server)
+
+CLUSTER_SCRIPT = os.path.join(ROOT, "deploy", "redis-cluster.sh")
+
+
+def cluster_ports(n):
+    """n free loopback ports <= 55535 whose cluster bus port (+10000) is free too."""
+    out = []
+    while len(out) < n:
+        p = free_port()
+        if p > 55535 or p in out:
+            continue
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.bind(("127.0.0.1", p + 10000))
+        except OSError:
+            continue
+        finally:
+            s.close()
+        out.append(p)
+    return out
+
+
+class RedisCluster:
+    """A test cluster: .nodes (Redis objects), .url (redis+cluster://...), and cmd(*args),
+    which follows MOVED/ASK like a cluster client, so the single-node helpers (login,
+    k_voucher reads...) work against it."""
+
+    def __init__(self, nodes):
+        self.nodes = nodes
+        self.url = "redis+cluster://" + ",".join("127.0.0.1:%d" % r.port for r in nodes)
+        self.port = nodes[0].port
+
+    def alive(self):
+        return [r for r in self.nodes if r.running()]
+
+    def masters(self):
+        """Redis objects that are masters now (ROLE)."""
+        out = []
+        for r in self.alive():
+            try:
+                if r.cmd("ROLE")[0] == "master":
+                    out.append(r)
+            except (RedisError, OSError):
+                pass
+        return out
+
+    def node_for(self, key):
+        """The Redis object owning key's slot (CLUSTER KEYSLOT + CLUSTER SLOTS)."""
+        r0 = self.alive()[0]
+        slot = r0.cmd("CLUSTER", "KEYSLOT", key)
+        for lo, hi, master, *_ in r0.cmd("CLUSTER", "SLOTS"):
+            if lo <= slot <= hi:
+                port = int(master[1])
+                return next(r for r in self.nodes if r.port == port)
+        raise TestFailure("slot %d of %r has no owner" % (slot, key))
+
+    def cmd(self, *args):
+        target = self.alive()[0].port
+        asking = False
+        for _ in range(8):
+            c = Resp(port=target)
+            try:
+                if asking:
+                    c.cmd("ASKING")
+                c.send(*args)
+                r = c._read()
+            finally:
+                c.close()
+            if isinstance(r, RedisError):
+                msg = str(r)
+                if msg.startswith(("MOVED ", "ASK ")):
+                    asking = msg.startswith("ASK ")
+                    target = int(msg.rsplit(":", 1)[1])
+                    continue
+                if msg.startswith(("TRYAGAIN", "CLUSTERDOWN")):
+                    time.sleep(0.05)
+                    continue
+                raise r
+            return r
+        raise TestFailure("cluster command %r: too many redirects" % (args,))
+
+    def client(self, timeout=5.0):
+        """Something with cmd() and close(), as Redis.client() returns (routes per call)."""
+        return _ClusterClient(self)
+
+    def wait_ok(self, timeout=30):
+        def ok():
+            for r in self.alive():
+                info = r.cmd("CLUSTER", "INFO")
+                if "cluster_state:ok" not in info or "cluster_slots_ok:16384" not in info:
+                    return False
+            return True
+        wait_until(ok, timeout, what="cluster state ok on every live node")
+
+
+class _ClusterClient:
+    def __init__(self, cluster):
+        self.cluster = cluster
+
+    def cmd(self, *args):
+        return self.cluster.cmd(*args)
+
+    def close(self):
+        pass
+
+
+def start_redis_cluster(masters=3, replicas=1, node_timeout_ms=1000, extra=()):
+    """masters x (1 + replicas) cluster nodes on free ports, formed by
+    deploy/redis-cluster.sh create; waits for state ok and replicas in sync."""
+    n = masters * (1 + replicas)
+    ports = cluster_ports(n)
+    nodes = []
+    for p in ports:
+        d = subdir("cluster-%d" % p)
+        nodes.append(Redis(p, d, ["--cluster-enabled", "yes",
+                                  "--cluster-config-file", os.path.join(d, "nodes.conf"),
+                                  "--cluster-node-timeout", str(node_timeout_ms)] +
+                           list(extra)).start())
+    env = dict(os.environ, REPLICAS=str(replicas),
+               CREATE_LOG=os.path.join(tmpdir(), "cluster-create.log"))
+    p = subprocess.run(["sh", CLUSTER_SCRIPT, "create"] + [str(x) for x in ports], env=env,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+    if p.returncode != 0:
+        raise TestFailure("redis-cluster.sh create failed: %s\n%s" % (
+            p.stdout.decode(errors="replace"), tail(env["CREATE_LOG"])))
+    return RedisCluster(nodes)
+
+
+# ---------------------------------------------------------------------------------------
 # seckill server
 
 def _flag(name):
@@ -1549,7 +1680,7 @@ def run_sale(srv, voucher_id, tokens, attempts=4, nthreads=None, timeout=20.0, u
 def audit(redis, db_url, voucher_id=None, wait_drain=60):
     """`seckill audit` on this Redis and database: (exit status, output). The audit is
     read-only and exits 1 on any violated invariant."""
-    url = redis.url if isinstance(redis, Redis) else redis
+    url = redis.url if isinstance(redis, (Redis, RedisCluster)) else redis
     argv = [binary(), "audit", "--redis", url, "--db", db_url, "--wait-drain", str(wait_drain)]
     if voucher_id is not None:
         argv += ["--voucher", str(voucher_id)]

@@ -243,6 +243,44 @@ static void test_pct(void **state)
 }
 
 /* Whatever the parser takes as the password, redaction hides, and nothing else. */
+static void test_cluster_forms(void **state)
+{
+    (void)state;
+    url_redis_t a = parse_ok("redis+cluster://127.0.0.1:7000,127.0.0.1:7001,10.0.0.3");
+    assert_int_equal(a.cluster, 1);
+    assert_int_equal(a.nseeds, 3);
+    assert_string_equal(a.seeds[0].host, "127.0.0.1");
+    assert_int_equal(a.seeds[0].port, 7000);
+    assert_int_equal(a.seeds[1].port, 7001);
+    assert_string_equal(a.seeds[2].host, "10.0.0.3");
+    assert_int_equal(a.seeds[2].port, 6379);
+    assert_string_equal(a.host, "127.0.0.1");
+    assert_int_equal(a.port, 7000);
+    assert_int_equal(a.db, 0);
+    assert_string_equal(a.password, "");
+    a = parse_ok("redis+cluster://:p%40ss@[::1]:7000");
+    assert_int_equal(a.nseeds, 1);
+    assert_string_equal(a.seeds[0].host, "::1");
+    assert_string_equal(a.password, "p@ss");
+    a = parse_ok("redis+cluster://h:1/0");
+    assert_int_equal(a.seeds[0].port, 1);
+    a = parse_ok("redis://h:1");   /* plain URLs are not cluster URLs */
+    assert_int_equal(a.cluster, 0);
+    static const char *const bad[] = {
+        "redis+cluster://", "redis+cluster://h:1,", "redis+cluster://,h:1",
+        "redis+cluster://h:1,,h:2", "redis+cluster://h:1/2", "redis+cluster://h:0",
+        "redis+cluster://h:1,h:x", "redis+cluster://user@h:1", "redis+cluster://h 1",
+        "redis+cluster://h:1?db=1", "redis+cluster:h:1",
+        "redis+cluster://h:1,h:2,h:3,h:4,h:5,h:6,h:7,h:8,h:9,h:10,h:11,h:12,h:13,h:14,h:15,"
+        "h:16,h:17",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        url_redis_t b;
+        if (url_parse_redis(bad[i], &b) == 0)
+            fail_msg("accepted: %s", bad[i]);
+    }
+}
+
 static void test_redact(void **state)
 {
     (void)state;
@@ -261,6 +299,7 @@ static void test_redact(void **state)
         {"redis://:pw@h:bad", "redis://:***@h:bad"},
         {"unix:/x?password=pw&", "unix:/x?password=***&"},
         {"no-scheme@host", "***@host"},
+        {"redis+cluster://:pw@h:1,h:2", "redis+cluster://:***@h:1,h:2"},
         {"", ""},
     };
     char out[128];
@@ -289,6 +328,7 @@ int main(void)
         cmocka_unit_test(test_sqlite),
         cmocka_unit_test(test_pct),
         cmocka_unit_test(test_redact),
+        cmocka_unit_test(test_cluster_forms),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,64 @@
+/* rcl_sync.h -- a blocking Redis Cluster client, for threads that are not event loops:
+ * the order writer's cluster supervisor, start-up checks, `seckill audit` and `bench`.
+ *
+ * One hiredis redisContext per node (socket timeouts as deadlines), opened on first use,
+ * and a slot map (rcluster.h) from CLUSTER SLOTS. rcs_command routes by key and follows
+ * MOVED (map updated), ASK (ASKING first) and TRYAGAIN/CLUSTERDOWN (short naps) until the
+ * command's deadline. For pipelines, rcs_ctx() hands out a node's context: everything in
+ * one pipeline must then belong to that node (keys of one hash tag do).
+ *
+ * Not thread-safe: one rcs_t per thread. Ownership: the caller owns the rcs_t and every
+ * reply it returns (freeReplyObject); contexts from rcs_ctx stay owned by the rcs_t. */
+#ifndef SECKILL_RCL_SYNC_H
+#define SECKILL_RCL_SYNC_H
+
+#include <stddef.h>
+
+#include "rcluster.h"
+#include "url.h"
+
+struct redisContext;
+struct redisReply;
+
+typedef struct rcs rcs_t;
+
+/* a must be a cluster address (url_parse_redis of redis+cluster://). Reads the slot map
+ * from the first seed that answers; NULL with a reason in err if none does. */
+rcs_t *rcs_open(const url_redis_t *a, int timeout_ms, char *err, size_t errlen);
+void rcs_close(rcs_t *s);                                     /* NULL is fine */
+
+/* Re-reads the slot map from any node that answers. 0 or -1 (err says why). */
+int rcs_refresh(rcs_t *s, char *err, size_t errlen);
+const rcl_map_t *rcs_map(const rcs_t *s);
+/* The node owning key's slot (index into rcs_map()->nodes) or -1. */
+int rcs_owner(const rcs_t *s, const char *key, size_t len);
+
+/* The node's connection, connected and authenticated on first use; NULL with err. */
+struct redisContext *rcs_ctx(rcs_t *s, int node, char *err, size_t errlen);
+/* Forgets a node's connection after a transport error on it (the next rcs_ctx
+ * reconnects). */
+void rcs_drop(rcs_t *s, int node);
+
+/* One command routed by key (NULL: the command's own key per rcl_key_index, or the first
+ * master for keyless commands). Returns the reply -- error replies included, except
+ * redirects, which are followed -- or NULL with a reason in err on a transport failure
+ * or when the deadline passes. */
+struct redisReply *rcs_command(rcs_t *s, const char *key, size_t keylen, int argc,
+                               const char **argv, const size_t *argvlen, char *err,
+                               size_t errlen);
+
+/* A connection per key, for the tools that read one voucher at a time (audit, bench):
+ * on one Redis it is the one context (rconn.h); on a cluster, the context of the node
+ * that owns the key's slot. All keys of one voucher share a hash tag, so a voucher's
+ * reads -- a MULTI/EXEC included -- go to one node. */
+typedef struct rcs_route {
+    struct redisContext *one;    /* one Redis */
+    rcs_t *cl;                   /* a cluster */
+} rcs_route_t;
+int rcs_route_open(const char *url, int timeout_ms, rcs_route_t *out, char *err,
+                   size_t errlen);
+/* The context for key (owned by r; do not free). NULL with err. */
+struct redisContext *rcs_route_key(rcs_route_t *r, const char *key, char *err, size_t errlen);
+void rcs_route_close(rcs_route_t *r);   /* NULL members are fine */
+
+#endif
