@@ -54,7 +54,7 @@ LIBS = $(PKG_LIBS) -lhttp_parser -lm
 SRCS := $(sort $(wildcard src/*.c src/tools/*.c))
 OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(SRCS)) $(BUILD)/obj/embedded.o
 LIBOBJS := $(filter-out $(BUILD)/obj/main.o,$(OBJS))
-EMBED := scripts/admit.lua sql/schema.sqlite.sql sql/schema.mysql.sql
+EMBED := scripts/admit.lua scripts/login_code.lua sql/schema.sqlite.sql sql/schema.mysql.sql
 
 UNIT_SRCS := $(sort $(wildcard tests/unit/test_*.c))
 UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRCS))
@@ -77,11 +77,13 @@ $(BUILD)/obj/%.o: src/%.c | $(BUILD)/obj $(BUILD)/obj/tools $(BUILD)/gen/embedde
 
 # Lua scripts and SQL schemas are files in the repo, compiled into the binary.
 $(BUILD)/gen/embedded.c: $(EMBED) tools/embed.sh | $(BUILD)/gen
-	sh tools/embed.sh $@ script_admit_lua=scripts/admit.lua schema_sqlite_sql=sql/schema.sqlite.sql \
+	sh tools/embed.sh $@ script_admit_lua=scripts/admit.lua script_login_code_lua=scripts/login_code.lua \
+	  schema_sqlite_sql=sql/schema.sqlite.sql \
 	  schema_mysql_sql=sql/schema.mysql.sql
 $(BUILD)/gen/embedded.h: Makefile | $(BUILD)/gen
 	printf '%s\n' '/* Generated: built-in scripts and schemas (tools/embed.sh). */' \
-	  'extern const char script_admit_lua[];' 'extern const char schema_sqlite_sql[];' \
+	  'extern const char script_admit_lua[];' 'extern const char script_login_code_lua[];' \
+	  'extern const char schema_sqlite_sql[];' \
 	  'extern const char schema_mysql_sql[];' > $@
 $(BUILD)/obj/embedded.o: $(BUILD)/gen/embedded.c $(BUILD)/gen/embedded.h | $(BUILD)/obj
 	$(CC) $(CFLAGS) -c -o $@ $<

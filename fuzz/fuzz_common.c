@@ -18,6 +18,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "rds.h"
+#include "ratelimit.h"
 #include "worker.h"
 
 int fz_async;
@@ -58,7 +59,9 @@ fz_env_t *fz_env(const char *const *extra_argv)
         abort();
     }
     memset(w->m, 0, sizeof(*w->m));
-    if (auth_cache_init(w) != 0 || adm_cache_init(w) != 0) {
+    app->nworkers = 1;
+    if (auth_cache_init(w) != 0 || adm_cache_init(w) != 0 || ratelimit_app_init(app) != 0 ||
+        ratelimit_worker_init(w) != 0) {
         abort();
     }
     workers[0] = w;

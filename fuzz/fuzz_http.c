@@ -34,6 +34,7 @@ static http_worker_t *setup(void)
         "--token-cache-ms", "0", "--soldout-cache-ms", "0",      /* no state across inputs */
         "--rate-user-seckill", "1000000/s:1000000", "--rate-ip-seckill", "1000000/s:1000000",
         "--rate-ip-code", "1000000/s:1000000", "--rate-phone-code", "1000000/s:1000000",
+        "--rate-phone-login", "1000000/s:1000000", "--rate-ip-login", "1000000/s:1000000",
         "--max-header-bytes", "4096", "--max-body-bytes", "8192", NULL
     };
     fz_env_t *e = fz_env(extra);

@@ -9,7 +9,7 @@
  *   bits 0-1  0 login, 1 voucher, 2 flash-sale voucher, 3 /user/code
  *   bit 2     wrong admin token
  *   bit 3     jobs run (else the queue is full)
- *   bit 4     Redis answers GET with the code "123456" (else Redis is down)
+ *   bit 4     Redis says the code is right (login_code.lua's 1; else Redis is down)
  * Checks: exactly one reply per request; every JSON reply is a valid object (UTF-8,
  * escaped) with a boolean "success", a non-empty string "errorMsg" when it is false, and
  * only the envelope's members; status is one the API documents. */
@@ -90,12 +90,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static const char *const extra[] = {
         "--token-cache-ms", "0", "--soldout-cache-ms", "0",
-        "--rate-ip-code", "0", "--rate-phone-code", "0", NULL
+        "--rate-ip-code", "0", "--rate-phone-code", "0", "--rate-phone-login", "0",
+        "--rate-ip-login", "0", NULL
     };
     static redisReply *code_reply;
     fz_env_t *e = fz_env(extra);
     if (code_reply == NULL) {
-        static const char resp[] = "$6\r\n123456\r\n";
+        static const char resp[] = ":1\r\n";   /* login_code.lua: the right code */
         size_t used;
         code_reply = fz_parse_resp((const uint8_t *)resp, sizeof(resp) - 1, &used);
     }
@@ -115,6 +116,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fz_async = 0;
     fz_jobs_run = (sel >> 3) & 1;
     fz_reply = (sel & 16) ? code_reply : NULL;
+    fz_eval_reply = NULL;
     memset(&req, 0, sizeof(req));
     req.w = e->w;
     req.method = HM_POST;

@@ -10,8 +10,8 @@
  *   3     the login lookup (auth_resolve -> HGETALL reply -> user), and the user's
  *         nickName and icon written as JSON the way /user/me does;
  *   4     publishing a voucher (XGROUP CREATE, SADD, HSET replies);
- *   5     login: the stored code (GET reply) compared with the submitted one;
- *   6     /user/code: the SET reply;
+ *   5     login: the code check's verdict (EVALSHA login_code.lua 'check' reply);
+ *   6     /user/code: the code's store (EVALSHA login_code.lua 'issue' reply);
  *   7     /health: the PING reply.
  * writer.c is #included for its statics (seam: none in writer.c itself); its commands
  * to Redis are only formatted (--wrap=redisAppendCommandArgv), never sent. The others go
@@ -188,7 +188,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static const char *const extra[] = {
         "--token-cache-ms", "0", "--soldout-cache-ms", "0",
-        "--rate-ip-code", "0", "--rate-phone-code", "0", NULL
+        "--rate-ip-code", "0", "--rate-phone-code", "0", "--rate-phone-login", "0",
+        "--rate-ip-login", "0", NULL
     };
     fz_env_t *e = fz_env(extra);
     if (size < 1) {

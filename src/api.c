@@ -176,6 +176,12 @@ void api_unauthorized(http_req_t *r)
     http_reply(r, 401, NULL, "", 0);
 }
 
+void api_rate_limited(http_req_t *r, int kind)
+{
+    (void)kind;
+    envelope(r, 429, 0, "请求过于频繁，请稍后再试", NULL, 0, "RATE_LIMITED");
+}
+
 void api_unavailable(http_req_t *r, const char *what)
 {
     envelope(r, 503, 0, what != NULL ? what : "服务器异常", NULL, 0, "UNAVAILABLE");

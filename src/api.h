@@ -46,6 +46,10 @@ void api_order_of_me(http_req_t *r);
 void api_health(http_req_t *r);
 void api_metrics(http_req_t *r);
 
+/* The 429 reply of a rate limit (ratelimit.h): {"success":false,"errorMsg":
+ * "请求过于频繁，请稍后再试","code":"RATE_LIMITED"}; kind is the limit that refused. */
+void api_rate_limited(http_req_t *r, int kind);
+
 /* The course's phone rule, RegexUtils.isPhoneInvalid inverted. */
 int api_phone_valid(const char *z);
 

@@ -65,10 +65,10 @@ void api_order_seckill(http_req_t *r, int64_t voucher_id)
         return;
     }
     /* Abuse limits (ratelimit.h), before Redis is asked anything. */
-    if (!ratelimit_allow_peer(r, RL_IP_SECKILL) ||
-        !ratelimit_allow(r, RL_USER_SECKILL, (uint64_t)u->id)) {
+    int ip_ok = ratelimit_allow_peer(r, RL_IP_SECKILL);
+    if (!ip_ok || !ratelimit_allow(r, RL_USER_SECKILL, (uint64_t)u->id)) {
         metrics_seckill_done(r->w->m, OUT_RATE_LIMITED, clock_mono_ns() - r->start_ns);
-        ratelimit_reply(r);
+        api_rate_limited(r, ip_ok ? RL_USER_SECKILL : RL_IP_SECKILL);
         return;
     }
     if (r->w->app->cfg.mode == MODE_SYNC)

@@ -18,6 +18,7 @@ struct ordq;
 struct rlock_client;
 struct lab_sql;
 struct lab_mq;
+struct rl_shared;
 
 typedef struct app {
     config_t cfg;                   /* read-only after start */
@@ -37,6 +38,7 @@ typedef struct app {
     struct lab_mq *lab_mq;          /* the lab's list / pubsub consumer only (lab_mq.c) */
     struct metrics *metrics;        /* process-wide counters (metrics.h) */
     struct redis_child *child;      /* embedded redis-server, or NULL */
+    struct rl_shared *rl;           /* per-instance rate-limit tables (ratelimit.h) */
 
     atomic_int sql_up;              /* last SQL call (writer or jobs) succeeded: 1/0 */
     atomic_int stopping;            /* set once on SIGINT/SIGTERM */

@@ -102,6 +102,8 @@ static const setting_t settings[] = {
       "login codes per phone number (0 = off; exact per instance)"),
     S("rate-phone-login", "SECKILL_RATE_PHONE_LOGIN", T_RATE, rate_phone_login, "10/m:10", 0, 0,
       "login attempts per phone number: caps code guessing (0 = off; exact per instance)"),
+    S("rate-ip-login", "SECKILL_RATE_IP_LOGIN", T_RATE, rate_ip_login, "10/s:100", 0, 0,
+      "/user/login requests per client IP (0 = off; exact per instance)"),
 };
 #define NSETTINGS (sizeof(settings) / sizeof(settings[0]))
 

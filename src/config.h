@@ -69,6 +69,7 @@ typedef struct config {
     config_rate_t rate_ip_code;       /* /user/code per client IP, default off */
     config_rate_t rate_phone_code;    /* /user/code per phone, default 1/m:3 */
     config_rate_t rate_phone_login;   /* /user/login attempts per phone, default 10/m:10 */
+    config_rate_t rate_ip_login;      /* /user/login requests per client IP, default 10/s:100 */
 } config_t;
 
 /* Fills cfg from defaults, file, environment and argv (argv[0] is the subcommand name,

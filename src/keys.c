@@ -48,6 +48,13 @@ int key_login_code(char *buf, size_t len, const char *phone)
     return key_fmt(buf, len, "login:code:%s", phone);
 }
 
+int key_login_fails(char *buf, size_t len, const char *phone)
+{
+    if (phone == NULL)
+        return -1;
+    return key_fmt(buf, len, "{login:code:%s}:fails", phone);
+}
+
 int key_login_token(char *buf, size_t len, const char *token)
 {
     if (token == NULL)

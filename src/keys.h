@@ -10,6 +10,8 @@
  *   seckill:instance      counter leasing order-id instance slots
  * Login (the course's names):
  *   login:code:<phone>    string, 2 minutes
+ *   {login:code:<phone>}:fails  counter of wrong guesses against that code, living as
+ *                         long as the code (its hash tag puts it in the code's slot)
  *   login:token:<token>   hash id, nickName, icon; sliding TTL
  * The consumer group on every order stream is "g1" (the course's). */
 #ifndef SECKILL_KEYS_H
@@ -33,6 +35,7 @@ int key_voucher(char *buf, size_t len, int64_t voucher_id);
 int key_buyers(char *buf, size_t len, int64_t voucher_id);
 int key_stream(char *buf, size_t len, int64_t voucher_id);
 int key_login_code(char *buf, size_t len, const char *phone);
+int key_login_fails(char *buf, size_t len, const char *phone);
 int key_login_token(char *buf, size_t len, const char *token);
 
 #endif

@@ -5,14 +5,12 @@
  * and push a particular bucket out. Inside a set the lookup is a linear scan of WAYS
  * keys, all in one or two cache lines of the key array.
  *
- * Where the tables live:
- *   - flash-sale limits: one table per limit per worker thread, found through a
- *     pthread key and created on the thread's first use; the key's destructor frees them
- *     when the thread ends. No lock, no sharing.
- *   - /user/code and /user/login limits: one table per limit per process, created on
- *     first use, guarded by one mutex, freed by a destructor at exit.
- * Rates come from the configuration of the request's app when a table is created; a
- * process serves one configuration, so the tables never need to change. */
+ * Where the tables live (all made at start, so no request ever allocates one):
+ *   - flash-sale limits: one table per limit per worker, in w->rl. No lock, no sharing.
+ *   - /user/code and /user/login limits: one table per limit per process, in app->rl,
+ *     guarded by one mutex.
+ * Rates come from the app's configuration; a process serves one configuration, so the
+ * tables never need to change. */
 #include "ratelimit.h"
 
 #include <arpa/inet.h>
@@ -22,7 +20,6 @@
 #include <sys/random.h>
 #include <time.h>
 
-#include "api.h"
 #include "app.h"
 #include "http.h"
 #include "metrics.h"
@@ -44,6 +41,18 @@ struct rl_table {
     double per_ms;       /* refill, tokens per millisecond */
     double burst;
     uint64_t seed;
+    int full;            /* RL_FULL_* */
+};
+
+/* The per-instance tables (app->rl). */
+struct rl_shared {
+    pthread_mutex_t mu;
+    rl_table_t *t[RL__COUNT];
+};
+
+/* A worker's own tables (w->rl). */
+struct rl_worker {
+    rl_table_t *t[RL__COUNT];
 };
 
 /* ------------------------------------------------------------ the table */
@@ -59,7 +68,7 @@ static uint64_t mix(uint64_t x)
     return x;
 }
 
-rl_table_t *rl_table_new(double per_s, double burst, size_t entries, uint64_t seed)
+rl_table_t *rl_table_new(double per_s, double burst, size_t entries, uint64_t seed, int full)
 {
     if (!(per_s > 0) || !(burst >= 1)) {
         return NULL;
@@ -81,6 +90,7 @@ rl_table_t *rl_table_new(double per_s, double burst, size_t entries, uint64_t se
     t->per_ms = per_s / 1000.0;
     t->burst = burst;
     t->seed = seed;
+    t->full = full;
     return t;
 }
 
@@ -117,11 +127,14 @@ int rl_table_take(rl_table_t *t, uint64_t key, uint64_t now_ms)
     }
     if (e == NULL) {
         /* A free way, else one that has refilled (forgetting it loses nothing), else
-         * the least recently used. */
+         * (open tables only) the least recently used. */
         for (unsigned i = 0; i < WAYS && victim == NULL; i++) {
             if (set[i].key == 0 || refilled(t, &set[i], now_ms) >= t->burst) {
                 victim = &set[i];
             }
+        }
+        if (victim == NULL && t->full == RL_FULL_REFUSES) {
+            return 0;   /* every way is in use: refuse rather than forget a spent bucket */
         }
         if (victim == NULL) {
             victim = &set[0];
@@ -212,6 +225,7 @@ static const config_rate_t *limit_of(const config_t *cfg, rl_kind_t kind)
     case RL_IP_CODE: return &cfg->rate_ip_code;
     case RL_PHONE_CODE: return &cfg->rate_phone_code;
     case RL_PHONE_LOGIN: return &cfg->rate_phone_login;
+    case RL_IP_LOGIN: return &cfg->rate_ip_login;
     default: return NULL;
     }
 }
@@ -232,78 +246,95 @@ static uint64_t random_seed(void)
     return s;
 }
 
-/* Per-thread tables of the flash-sale limits. */
-typedef struct rl_thread {
-    rl_table_t *t[RL__COUNT];
-    int tried[RL__COUNT];        /* creation attempted (a failure is not retried per request) */
-} rl_thread_t;
-
-static pthread_key_t thread_key;
-static pthread_once_t thread_once = PTHREAD_ONCE_INIT;
-
-static void thread_free(void *p)
+/* Makes the tables of the limits that are on and are (per_worker_tables) or are not
+ * per-worker. threads > 0 divides a per-worker limit. Returns 0 or -1. */
+static int tables_make(rl_table_t **t, const config_t *cfg, int per_worker_tables, int threads)
 {
-    rl_thread_t *th = p;
-    for (int i = 0; i < RL__COUNT; i++) {
-        rl_table_free(th->t[i]);
-    }
-    free(th);
-}
-
-static void thread_key_make(void)
-{
-    pthread_key_create(&thread_key, thread_free);
-}
-
-/* Per-process tables of the /user/code and /user/login limits. */
-static pthread_mutex_t shared_mu = PTHREAD_MUTEX_INITIALIZER;
-static rl_table_t *shared_t[RL__COUNT];
-static int shared_tried[RL__COUNT];
-
-/* At exit (after the workers are joined), so that valgrind finds nothing of ours still
- * allocated. A late caller would find the tables gone and be let through. */
-__attribute__((destructor)) static void shared_free(void)
-{
-    pthread_mutex_lock(&shared_mu);
-    for (int i = 0; i < RL__COUNT; i++) {
-        rl_table_free(shared_t[i]);
-        shared_t[i] = NULL;
-        shared_tried[i] = 1;
-    }
-    pthread_mutex_unlock(&shared_mu);
-}
-
-static int take(const http_req_t *r, rl_kind_t kind, const config_rate_t *lim, uint64_t key,
-                uint64_t now_ms)
-{
-    const app_t *app = r->w->app;
-    if (per_worker(kind)) {
-        pthread_once(&thread_once, thread_key_make);
-        rl_thread_t *th = pthread_getspecific(thread_key);
-        if (th == NULL) {
-            th = calloc(1, sizeof(*th));
-            if (th == NULL || pthread_setspecific(thread_key, th) != 0) {
-                free(th);
-                return 1;   /* out of memory: fail open, the limit is a guard, not a gate */
-            }
+    for (int k = 0; k < RL__COUNT; k++) {
+        const config_rate_t *lim = limit_of(cfg, (rl_kind_t)k);
+        if (lim == NULL || !(lim->per_s > 0) || per_worker((rl_kind_t)k) != per_worker_tables) {
+            continue;
         }
-        if (th->t[kind] == NULL && !th->tried[kind]) {
-            th->tried[kind] = 1;
+        if (per_worker_tables) {
             double ps, b;
-            int threads = app->nworkers > 0 ? app->nworkers : app->cfg.threads;
             ratelimit_per_worker(lim->per_s, lim->burst, threads, &ps, &b);
-            th->t[kind] = rl_table_new(ps, b, RL_ENTRIES, random_seed());
+            t[k] = rl_table_new(ps, b, RL_ENTRIES, random_seed(), RL_FULL_EVICTS);
+        } else {
+            t[k] = rl_table_new(lim->per_s, lim->burst >= 1 ? lim->burst : 1, RL_ENTRIES,
+                                random_seed(), RL_FULL_REFUSES);
         }
-        return th->t[kind] == NULL || rl_table_take(th->t[kind], key, now_ms);
+        if (t[k] == NULL) {
+            return -1;
+        }
     }
-    pthread_mutex_lock(&shared_mu);
-    if (shared_t[kind] == NULL && !shared_tried[kind]) {
-        shared_tried[kind] = 1;
-        shared_t[kind] = rl_table_new(lim->per_s, lim->burst >= 1 ? lim->burst : 1, RL_ENTRIES,
-                                      random_seed());
+    return 0;
+}
+
+int ratelimit_app_init(app_t *app)
+{
+    struct rl_shared *sh = calloc(1, sizeof(*sh));
+    if (sh == NULL) {
+        return -1;
     }
-    int ok = shared_t[kind] == NULL || rl_table_take(shared_t[kind], key, now_ms);
-    pthread_mutex_unlock(&shared_mu);
+    pthread_mutex_init(&sh->mu, NULL);
+    app->rl = sh;
+    return tables_make(sh->t, &app->cfg, 0, 0);   /* on failure the caller frees */
+}
+
+void ratelimit_app_free(app_t *app)
+{
+    struct rl_shared *sh = app->rl;
+    if (sh == NULL) {
+        return;
+    }
+    for (int k = 0; k < RL__COUNT; k++) {
+        rl_table_free(sh->t[k]);
+    }
+    pthread_mutex_destroy(&sh->mu);
+    free(sh);
+    app->rl = NULL;
+}
+
+int ratelimit_worker_init(worker_t *w)
+{
+    struct rl_worker *rw = calloc(1, sizeof(*rw));
+    if (rw == NULL) {
+        return -1;
+    }
+    w->rl = rw;
+    const app_t *app = w->app;
+    return tables_make(rw->t, &app->cfg, 1, app->cfg.threads);
+}
+
+void ratelimit_worker_free(worker_t *w)
+{
+    struct rl_worker *rw = w->rl;
+    if (rw == NULL) {
+        return;
+    }
+    for (int k = 0; k < RL__COUNT; k++) {
+        rl_table_free(rw->t[k]);
+    }
+    free(rw);
+    w->rl = NULL;
+}
+
+/* Takes a token; a limit that is on but has no table (init was skipped: tests, fuzz
+ * targets) refuses the limits that fail closed and lets the others through. */
+static int take(const http_req_t *r, rl_kind_t kind, uint64_t key, uint64_t now_ms)
+{
+    worker_t *w = r->w;
+    if (per_worker(kind)) {
+        struct rl_worker *rw = w->rl;
+        return rw == NULL || rw->t[kind] == NULL || rl_table_take(rw->t[kind], key, now_ms);
+    }
+    struct rl_shared *sh = w->app->rl;
+    if (sh == NULL || sh->t[kind] == NULL) {
+        return 0;
+    }
+    pthread_mutex_lock(&sh->mu);
+    int ok = rl_table_take(sh->t[kind], key, now_ms);
+    pthread_mutex_unlock(&sh->mu);
     return ok;
 }
 
@@ -333,7 +364,7 @@ int ratelimit_allow(http_req_t *r, rl_kind_t kind, uint64_t key)
     }
     /* The time the request was complete: no extra clock read on the hot path. */
     uint64_t now_ms = r->start_ns / 1000000u;
-    if (take(r, kind, lim, key, now_ms)) {
+    if (take(r, kind, key, now_ms)) {
         return 1;
     }
     metrics_shard_t *m = r->w->m;
@@ -344,7 +375,12 @@ int ratelimit_allow(http_req_t *r, rl_kind_t kind, uint64_t key)
     return 0;
 }
 
-void ratelimit_reply(http_req_t *r)
+int ratelimit_retry_after_s(const http_req_t *r, rl_kind_t kind)
 {
-    api_error(r, 429, RL_MSG, RL_CODE);
+    const config_rate_t *lim = limit_on(r, kind);
+    if (lim == NULL) {
+        return 1;
+    }
+    double s = 1.0 / lim->per_s;   /* one token's refill time */
+    return s < 1 ? 1 : s > 86400 ? 86400 : (int)(s + 0.999);
 }

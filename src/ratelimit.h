@@ -1,38 +1,45 @@
 /* ratelimit.h -- abuse limits: token buckets keyed by user id, client IP or phone.
  *
- * Four limits (config.h, `--rate-*`), each a token bucket of RATE tokens per second and
+ * Six limits (config.h, `--rate-*`), each a token bucket of RATE tokens per second and
  * BURST tokens at most; a request takes one token, and a request finding less than one
- * is refused with HTTP 429 {"success":false,"errorMsg":"请求过于频繁，请稍后再试",
- * "code":"RATE_LIMITED"} and counted in /metrics.
+ * is refused (the caller answers HTTP 429 with api_rate_limited()) and counted in
+ * /metrics.
  *
- *   limit              key          where             table              default
- *   rate-user-seckill  user id      flash-sale order  per worker thread  20/s:40
- *   rate-ip-seckill    client IP    flash-sale order  per worker thread  0 (off)
- *   rate-ip-code       client IP    /user/code        per instance       0 (off)
- *   rate-phone-code    phone        /user/code        per instance       1/m:3
- *   rate-phone-login   phone        /user/login       per instance       10/m:10
+ *   limit              key          where             table              default  full
+ *   rate-user-seckill  user id      flash-sale order  per worker thread  20/s:40  open
+ *   rate-ip-seckill    client IP    flash-sale order  per worker thread  0 (off)  open
+ *   rate-ip-code       client IP    /user/code        per instance       0 (off)  closed
+ *   rate-phone-code    phone        /user/code        per instance       1/m:3    closed
+ *   rate-phone-login   phone        /user/login       per instance       10/m:10  closed
+ *   rate-ip-login      client IP    /user/login       per instance       10/s:100 closed
  *
- * Flash-sale limits are on the hot path, so they take no lock: each worker thread has
- * its own table and refills at RATE / threads with BURST / threads (at least 1) tokens.
- * A client whose connections all land on one worker gets 1/threads of the configured
- * rate; one spread over every worker gets at most the configured rate: the instance as a
- * whole never lets a key through faster than configured. With M instances behind a
- * balancer a key can get up to M times the rate (each instance counts alone).
+ * Flash-sale limits are on the hot path, so they take no lock: each worker has its own
+ * table (hung off the worker) and refills at RATE / threads with BURST / threads (at
+ * least 1) tokens. A client whose connections all land on one worker gets 1/threads of
+ * the configured rate; one spread over every worker gets at most the configured rate: the
+ * instance as a whole never lets a key through faster than configured. With M instances
+ * behind a balancer a key can get up to M times the rate (each instance counts alone).
  * The login limits are not on the hot path (those endpoints wait for Redis anyway): one
- * table per instance behind a mutex, so they are exact per instance -- which matters for
- * phone codes, where every code is an SMS somebody pays for, and for login attempts,
- * which are what stands between a 6-digit code and guessing it.
+ * table per instance (hung off the app) behind a mutex, exact per instance.
  *
  * Keys are exact 64-bit values, no hashing of text: a user id, a phone's 11 digits as a
  * number, an IPv4 address, or the /64 prefix of an IPv6 address (one host usually owns a
- * whole /64). The client IP is the TCP peer: behind a reverse proxy every request comes
- * from the proxy, so leave the per-IP limits off there and limit at the proxy.
+ * whole /64). The client IP is the TCP peer, or the X-Forwarded-For client when the peer
+ * is a trusted proxy (http.h).
  *
- * Memory is bounded: RL_ENTRIES buckets per table (24 bytes each), 8-way set-associative
- * with a per-table random seed choosing the set. A new key takes a free way, else a way
- * whose bucket has refilled to BURST (forgetting it changes nothing), else the least
- * recently used one -- whose owner then starts again from a full bucket. A busy abuser
- * keeps its own bucket fresh and is never the one evicted. */
+ * Memory is bounded: a fixed number of buckets per table (24 bytes each), 8-way
+ * set-associative with a per-table random seed choosing the set. A new key takes a free
+ * way, else a way whose bucket has refilled to BURST (forgetting it changes nothing).
+ * When the set holds only buckets still in use, the table's policy decides:
+ *   - open (flash-sale limits): the least recently used one is evicted, and its owner
+ *     starts again from a full bucket. A busy abuser keeps its own bucket fresh.
+ *   - closed (limits that guard a secret or cost money: codes and logins): nothing is
+ *     evicted and the new key is refused. A flood of keys can then never hand a spent
+ *     bucket a fresh burst; the price is that during such a flood new keys may be
+ *     refused until buckets refill.
+ *
+ * Ownership: server.c creates and frees the tables (ratelimit_app_init/free before and
+ * after the workers, ratelimit_worker_init/free with each worker's other caches). */
 #ifndef SECKILL_RATELIMIT_H
 #define SECKILL_RATELIMIT_H
 
@@ -47,21 +54,25 @@ typedef enum {
     RL_IP_CODE,
     RL_PHONE_CODE,
     RL_PHONE_LOGIN,
+    RL_IP_LOGIN,
     RL__COUNT
 } rl_kind_t;
 
 #define RL_ENTRIES 8192   /* buckets per table */
 
-#define RL_MSG "请求过于频繁，请稍后再试"
-#define RL_CODE "RATE_LIMITED"
+struct app;
+struct worker;
 
 /* ---- the bucket table (no locking; the caller owns it) */
 
 typedef struct rl_table rl_table_t;
 
+enum { RL_FULL_EVICTS = 0, RL_FULL_REFUSES = 1 };
+
 /* per_s > 0 tokens per second, burst >= 1 tokens at most; entries is rounded up to a
- * multiple of the 8 ways. Returns NULL when out of memory. */
-rl_table_t *rl_table_new(double per_s, double burst, size_t entries, uint64_t seed);
+ * multiple of the 8 ways; full: RL_FULL_EVICTS or RL_FULL_REFUSES (see above). Returns
+ * NULL when out of memory. */
+rl_table_t *rl_table_new(double per_s, double burst, size_t entries, uint64_t seed, int full);
 void rl_table_free(rl_table_t *t);   /* NULL is fine */
 
 /* Takes one token from key's bucket (key != 0) at now_ms (monotonic; a time earlier than
@@ -79,17 +90,25 @@ uint64_t rl_key_digits(const char *z);
 
 /* ---- the service's limits */
 
+/* The per-instance tables (app->rl) and a worker's own (w->rl), for the limits that are
+ * on. Return 0, or -1 when out of memory. Free functions accept NULL tables. */
+int ratelimit_app_init(struct app *app);
+void ratelimit_app_free(struct app *app);
+int ratelimit_worker_init(struct worker *w);
+void ratelimit_worker_free(struct worker *w);
+
 /* Applies limit kind to key for request r (on a worker thread). Returns 1 if allowed
  * (always when the limit is off), 0 if limited: then the refusal is counted in the
- * worker's metrics and the caller answers with ratelimit_reply(). */
+ * worker's metrics and the caller answers with api_rate_limited(). */
 int ratelimit_allow(struct http_req *r, rl_kind_t kind, uint64_t key);
 
 /* The same with the key of the client's address (r->peer), parsed only when the limit
  * is on. */
 int ratelimit_allow_peer(struct http_req *r, rl_kind_t kind);
 
-/* The 429 reply (ends the request). */
-void ratelimit_reply(struct http_req *r);
+/* Seconds until key could next be allowed under limit kind (for Retry-After): from
+ * the limit's rate, at least 1. */
+int ratelimit_retry_after_s(const struct http_req *r, rl_kind_t kind);
 
 /* The per-worker rate and burst of a limit from its configuration (exposed for tests):
  * divides by threads, burst at least 1. */

@@ -69,6 +69,7 @@ static struct {
     const char *text;
 } const script_tab[SCRIPT_COUNT] = {
     [SCRIPT_ADMIT] = { "admit", script_admit_lua },
+    [SCRIPT_LOGIN_CODE] = { "login_code", script_login_code_lua },
 };
 
 static pthread_mutex_t sha_mu = PTHREAD_MUTEX_INITIALIZER;

@@ -36,6 +36,7 @@ typedef struct rds rds_t;
 /* Built-in scripts, loaded on every (re)connect. Index into rds_evalsha(). */
 typedef enum {
     SCRIPT_ADMIT = 0,   /* scripts/admit.lua: the flash-sale admission */
+    SCRIPT_LOGIN_CODE,  /* scripts/login_code.lua: login codes and their wrong guesses */
     SCRIPT_COUNT
 } script_id_t;
 

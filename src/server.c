@@ -33,6 +33,7 @@
 #include "metrics.h"
 #include "orderid.h"
 #include "ordq.h"
+#include "ratelimit.h"
 #include "rcl_sync.h"
 #include "rconn.h"
 #include "rds.h"
@@ -213,6 +214,7 @@ static void free_worker(worker_t *w)
     w->rds = NULL;
     adm_cache_free(w);
     auth_cache_free(w);
+    ratelimit_worker_free(w);
     http_worker_free(w);
     free(w->m);
     w->m = NULL;
@@ -232,7 +234,7 @@ static worker_t *make_worker(app_t *app, int id, const url_redis_t *addr, char *
         return NULL;
     }
     memset(w->m, 0, sizeof *w->m);
-    if (auth_cache_init(w) < 0 || adm_cache_init(w) < 0) {
+    if (auth_cache_init(w) < 0 || adm_cache_init(w) < 0 || ratelimit_worker_init(w) < 0) {
         snprintf(err, errlen, "out of memory");
         free_worker(w);
         return NULL;
@@ -363,6 +365,10 @@ int server_run(const config_t *cfg)
         snprintf(err, sizeof err, "out of memory");
         goto out;
     }
+    if (ratelimit_app_init(app) < 0) {
+        snprintf(err, sizeof err, "out of memory (rate-limit tables)");
+        goto out;
+    }
     /* The lab's SQL steps block a pool thread per request, as the course's servlet
      * threads do: they get as many threads as their requests should overlap. */
     app->jobs = jobs_new(lab_mode_is_sql(cfg->mode) ? LAB_JOB_THREADS : JOB_THREADS, app->db_url, cfg->sql_timeout_ms, JOB_QUEUE_MAX, err, sizeof err);
@@ -462,6 +468,7 @@ out:
         free_worker(app->workers[i]);
     free(app->workers);
     redis_child_stop(app->child);
+    ratelimit_app_free(app);
     free(app->metrics);
     if (rc == 0)
         log_info("stopped cleanly");

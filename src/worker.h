@@ -21,6 +21,7 @@ struct http_worker;
 struct auth_cache;
 struct adm_cache;
 struct metrics_shard;
+struct rl_worker;
 
 typedef struct worker {
     int id;                          /* 0..N-1, read-only */
@@ -30,6 +31,7 @@ typedef struct worker {
     struct http_worker *http;        /* private to http.c */
     struct auth_cache *auth;         /* private to auth.c */
     struct adm_cache *adm;           /* private to admission.c */
+    struct rl_worker *rl;            /* private to ratelimit.c: this worker's buckets */
     struct metrics_shard *m;         /* this thread's counters (metrics.h) */
 
     /* cross-thread inbox (worker_post); private to worker.c */

@@ -205,7 +205,9 @@ static int api_login(const bench_opts_t *o, const bench_load_t *proto, bench_use
             if (bench_load_run(&L, NULL, NULL, err, errlen) < 0) {
                 rc = -1;
             } else if (L.failed_users > 0) {
-                snprintf(err, errlen, "%d of %zu users could not %s (see above)", L.failed_users,
+                snprintf(err, errlen, "%d of %zu users could not %s (see above; an HTTP 429 is "
+                         "the server's per-IP limit: start it with --rate-ip-login 0 and "
+                         "--rate-ip-code 0, or use --seed-tokens)", L.failed_users,
                          hi - lo, job == JOB_CODE ? "get a login code" : "log in");
                 rc = -1;
             }

@@ -632,9 +632,16 @@ class Server:
         return Db(self.db_url)
 
 
+# Settings every test server gets unless the test names them (None = the server's own
+# default): every test client is 127.0.0.1, so the per-IP login limit would turn the
+# many logins of a sale into 429s. test_security.py tests it on.
+TEST_SETTINGS = {"rate_ip_login": 0}
+
+
 def server_argv(port, redis_url, db_url, admin_token, data_dir, threads=2, name=None,
                 settings=None, extra=()):
-    """db_url: a database URL (sqlite:PATH, mysql://...); a bare path means sqlite:PATH."""
+    """db_url: a database URL (sqlite:PATH, mysql://...); a bare path means sqlite:PATH.
+    settings: {name: value} as flags, over TEST_SETTINGS; a value None leaves it out."""
     if ":" not in db_url.split("/")[0]:
         db_url = "sqlite:" + db_url
     argv = [binary(), "serve", "--listen", "127.0.0.1:%d" % port,
@@ -642,8 +649,9 @@ def server_argv(port, redis_url, db_url, admin_token, data_dir, threads=2, name=
             "--admin-token", admin_token, "--threads", str(threads), "--data-dir", data_dir]
     if name:
         argv += ["--name", name]
-    for k, v in (settings or {}).items():
-        argv += [_flag(k), str(v)]
+    for k, v in dict(TEST_SETTINGS, **(settings or {})).items():
+        if v is not None:
+            argv += [_flag(k), str(v)]
     argv += list(extra)
     return argv
 

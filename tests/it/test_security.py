@@ -525,3 +525,107 @@ def test_redis_auth():
     srv.stop()
     text = srv.stderr_text() + srv.stdout_text()
     check(pw not in text, "the Redis password is in the server's log")
+
+
+# ---------------------------------------------------------------------------------------
+# login codes: limits that guard a secret cannot be reset by volume
+
+def _pipelined_logins(port, phones, code, chunk=200):
+    """POST /user/login for each phone with the same code, pipelined in chunks on one
+    connection; returns the (status, errorMsg) of each, in order."""
+    out = []
+    c = H.Http(port, timeout=30)
+    try:
+        for i in range(0, len(phones), chunk):
+            part = phones[i:i + chunk]
+            c.send_raw(b"".join(H.Http.build("POST", "/user/login",
+                                             body={"phone": p, "code": code})
+                                for p in part))
+            for _ in part:
+                st, hd, body = c.read_response("POST")
+                j = json.loads(body.decode("utf-8")) if body else {}
+                out.append((st, j.get("errorMsg")))
+    finally:
+        c.close()
+    return out
+
+
+def test_flood_then_guess_login_code():
+    """The attack of the security review: spend a phone's login attempts, flood the
+    limiter with 12,000 other phones (more than its table holds) so that it forgets the
+    spent bucket, then guess on. The limit must hold: the phone's bucket is not evicted
+    (a full table refuses new phones instead), and the code itself died after 5 wrong
+    guesses -- counted in Redis, so no table of any instance can forget them."""
+    # the per-IP login limit is off here so that the flood reaches the per-phone table
+    r, srv = H.setup(threads=1, settings={"rate_ip_login": 0})
+    h = srv.http()
+    phone = "13900001234"
+    code = H.send_code(srv, r, phone, h)
+    wrong = ["%06d" % ((int(code) + k) % 1000000) for k in range(1, 11)]
+    got = [h.api("POST", "/user/login", {"phone": phone, "code": w}) for w in wrong]
+    check(all(st == 200 and j["errorMsg"] == H.MSG_BAD_CODE for st, j in got[:5]),
+          "the first 5 wrong guesses: %r", got[:5])
+    check(all(st in (200, 429) and j["success"] is False for st, j in got),
+          "10 wrong guesses: %r", got)
+    flood = [H.phone_for(i, "147") for i in range(12000)]
+    t0 = time.monotonic()
+    res = _pipelined_logins(srv.port, flood, "000000")
+    H.log("flood of %d logins in %.1fs: %d refused with 429" % (
+        len(flood), time.monotonic() - t0, sum(1 for st, m in res if st == 429)))
+    check(all(st in (200, 429) for st, m in res), "flood replies: %r",
+          [x for x in res if x[0] not in (200, 429)][:3])
+    # the real code, right after the flood: refused (limited, and the code is gone)
+    st, j = h.api("POST", "/user/login", {"phone": phone, "code": code})
+    check(j["success"] is False, "the real code works after the flood: %r %r", st, j)
+    check(_is_limited(st, j), "the phone's spent bucket was forgotten: %r %r", st, j)
+    eq(r.cmd("EXISTS", "login:code:" + phone), 0, "the code after 5 wrong guesses")
+    eq(srv.db().user_count(), 0, "users created")
+    H.finish(srv)
+
+
+def test_login_code_guesses_counted_in_redis_across_instances():
+    """Wrong guesses are counted with the code in Redis: spread over two instances they
+    still add up, the 5th kills the code, and a right code works once only."""
+    r, a = H.setup(settings={"rate_phone_login": 0})
+    b = H.start_server(r, settings={"rate_phone_login": 0})
+    ha, hb = a.http(), b.http()
+    phone = "13900005678"
+    # 4 wrong guesses (2 per instance), then the right code works -- once
+    code = H.send_code(a, r, phone, ha)
+    for i in range(4):
+        st, j = (ha, hb)[i % 2].api("POST", "/user/login",
+                                    {"phone": phone, "code": "%06d" % ((int(code) + 1 + i) % 10 ** 6)})
+        eq((st, j["errorMsg"]), (200, H.MSG_BAD_CODE), "wrong guess %d" % (i + 1))
+    eq(r.cmd("GET", "{login:code:%s}:fails" % phone), "4", "wrong guesses counted in Redis")
+    st, j = hb.api("POST", "/user/login", {"phone": phone, "code": code})
+    check(st == 200 and j["success"], "the right code after 4 wrong guesses: %r %r", st, j)
+    st, j = ha.api("POST", "/user/login", {"phone": phone, "code": code})
+    eq((st, j["errorMsg"]), (200, H.MSG_BAD_CODE), "the same code a second time")
+    # a new code: 5 wrong guesses over both instances kill it, the right one then fails
+    code = H.send_code(b, r, phone, hb)
+    eq(r.cmd("EXISTS", "{login:code:%s}:fails" % phone), 0, "a new code starts uncounted")
+    for i in range(5):
+        (hb, ha)[i % 2].api("POST", "/user/login",
+                            {"phone": phone, "code": "%06d" % ((int(code) + 1 + i) % 10 ** 6)})
+    eq(r.cmd("EXISTS", "login:code:" + phone), 0, "the code after 5 wrong guesses")
+    st, j = ha.api("POST", "/user/login", {"phone": phone, "code": code})
+    eq((st, j["errorMsg"]), (200, H.MSG_BAD_CODE), "the right code after 5 wrong guesses")
+    eq(a.db().user_count(), 1, "users")
+    H.finish(b)
+    H.finish(a)
+
+
+def test_rate_limit_ip_login_on_by_default():
+    """The per-IP login limit is on without any flag (10/s, burst 100): a client sending
+    150 logins at once has the rest refused, whatever phones they name."""
+    r, srv = H.setup(threads=1, settings={"rate_ip_login": None})
+    check("--rate-ip-login" not in srv.argv, "the test must run on the default")
+    res = _pipelined_logins(srv.port, [H.phone_for(i, "150") for i in range(150)], "000000")
+    ok = sum(1 for st, m in res if st == 200 and m == H.MSG_BAD_CODE)
+    limited = sum(1 for st, m in res if st == 429 and m == RATE_MSG)
+    eq(ok + limited, len(res), "every reply a wrong code or a 429")
+    check(100 <= ok <= 110 and limited >= 40, "150 logins at once: %d answered, %d limited",
+          ok, limited)
+    check(_metric(srv, "seckill_rate_limited_by_limit_total", {"limit": "ip_login"}) >= 40,
+          "per-IP login metric")
+    H.finish(srv)

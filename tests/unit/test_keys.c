@@ -35,6 +35,10 @@ static void test_login_keys(void **state)
     assert_int_equal(key_login_token(buf, sizeof(buf), tok), 44);
     assert_string_equal(buf, "login:token:0123456789abcdef0123456789abcdef");
     assert_int_equal(key_login_code(buf, sizeof(buf), NULL), -1);
+    /* the counter's hash tag is the code's whole key: one Cluster slot for both */
+    assert_int_equal(key_login_fails(buf, sizeof(buf), "13812345678"), 30);
+    assert_string_equal(buf, "{login:code:13812345678}:fails");
+    assert_int_equal(key_login_fails(buf, sizeof(buf), NULL), -1);
     assert_int_equal(key_login_token(buf, sizeof(buf), NULL), -1);
 }
 

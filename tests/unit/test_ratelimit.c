@@ -16,7 +16,7 @@
 static void test_burst_then_refill(void **state)
 {
     (void)state;
-    rl_table_t *t = rl_table_new(10.0, 5.0, 64, 42);   /* 10/s, burst 5 */
+    rl_table_t *t = rl_table_new(10.0, 5.0, 64, 42, RL_FULL_EVICTS);   /* 10/s, burst 5 */
     assert_non_null(t);
     uint64_t now = 1000000;
     for (int i = 0; i < 5; i++) {
@@ -43,7 +43,7 @@ static void test_refused_requests_do_not_pay(void **state)
 {
     (void)state;
     /* 1 per second, burst 1: a client hammering while empty still gets one a second */
-    rl_table_t *t = rl_table_new(1.0, 1.0, 64, 1);
+    rl_table_t *t = rl_table_new(1.0, 1.0, 64, 1, RL_FULL_EVICTS);
     uint64_t now = 5000;
     assert_int_equal(rl_table_take(t, 99, now), 1);
     int allowed = 0;
@@ -58,7 +58,7 @@ static void test_bounded_memory_and_eviction(void **state)
 {
     (void)state;
     /* 8 buckets in all (one set): the ninth key evicts somebody */
-    rl_table_t *t = rl_table_new(1.0, 2.0, 8, 3);
+    rl_table_t *t = rl_table_new(1.0, 2.0, 8, 3, RL_FULL_EVICTS);
     uint64_t now = 100000;
     /* an abuser empties its bucket and keeps using it */
     assert_int_equal(rl_table_take(t, 1000, now), 1);
@@ -74,12 +74,46 @@ static void test_bounded_memory_and_eviction(void **state)
     rl_table_free(t);
 }
 
+static void test_full_table_refuses(void **state)
+{
+    (void)state;
+    /* The security review's attack on a table that guards a secret: spend a key's
+     * bucket, flood with other keys, come back. A closed table never evicts a bucket
+     * still in use: the flood is refused once the set is full, the spent key stays
+     * spent, and keys get in again as buckets refill. */
+    rl_table_t *t = rl_table_new(10.0 / 60, 10.0, 8, 5, RL_FULL_REFUSES);   /* 10/m:10 */
+    uint64_t now = 100000;
+    for (int i = 0; i < 10; i++) {
+        assert_int_equal(rl_table_take(t, 4242, now), 1);
+    }
+    assert_int_equal(rl_table_take(t, 4242, now), 0);
+    int admitted = 0;
+    for (uint64_t k = 1; k <= 12000; k++) {
+        admitted += rl_table_take(t, k, now + 1);
+    }
+    assert_int_equal(admitted, 7);                      /* the 7 other ways of the set */
+    assert_int_equal(rl_table_take(t, 4242, now + 2), 0);   /* still spent */
+    /* the open policy on the same flood forgets it: the difference this test is about */
+    rl_table_t *o = rl_table_new(10.0 / 60, 10.0, 8, 5, RL_FULL_EVICTS);
+    for (int i = 0; i < 10; i++) {
+        rl_table_take(o, 4242, now);
+    }
+    for (uint64_t k = 1; k <= 12000; k++) {
+        rl_table_take(o, k, now + 1);
+    }
+    assert_int_equal(rl_table_take(o, 4242, now + 2), 1);
+    rl_table_free(o);
+    /* a minute later every bucket has refilled: new keys get in, nothing was lost */
+    assert_int_equal(rl_table_take(t, 99999, now + 61000), 1);
+    rl_table_free(t);
+}
+
 static void test_bad_tables(void **state)
 {
     (void)state;
-    assert_null(rl_table_new(0, 5, 64, 0));
-    assert_null(rl_table_new(1, 0.5, 64, 0));
-    rl_table_t *t = rl_table_new(1, 1, 0, 0);   /* rounds up to one set */
+    assert_null(rl_table_new(0, 5, 64, 0, RL_FULL_EVICTS));
+    assert_null(rl_table_new(1, 0.5, 64, 0, RL_FULL_EVICTS));
+    rl_table_t *t = rl_table_new(1, 1, 0, 0, RL_FULL_EVICTS);   /* rounds up to one set */
     assert_non_null(t);
     assert_int_equal(rl_table_take(t, 0, 1), 1);   /* key 0 is folded, not "free" */
     assert_int_equal(rl_table_take(t, 0, 1), 0);
@@ -136,6 +170,7 @@ static void test_config(void **state)
     assert_true(cfg.rate_ip_code.per_s == 0);
     assert_true(cfg.rate_phone_code.per_s == 1.0 / 60 && cfg.rate_phone_code.burst == 3);
     assert_true(cfg.rate_phone_login.per_s == 10.0 / 60 && cfg.rate_phone_login.burst == 10);
+    assert_true(cfg.rate_ip_login.per_s == 10 && cfg.rate_ip_login.burst == 100);
 
     assert_int_equal(load(&cfg, "--rate-ip-code", "30/m", err, sizeof(err)), 0);
     assert_true(cfg.rate_ip_code.per_s == 0.5 && cfg.rate_ip_code.burst == 30);
@@ -163,6 +198,7 @@ int main(void)
         cmocka_unit_test(test_burst_then_refill),
         cmocka_unit_test(test_refused_requests_do_not_pay),
         cmocka_unit_test(test_bounded_memory_and_eviction),
+        cmocka_unit_test(test_full_table_refuses),
         cmocka_unit_test(test_bad_tables),
         cmocka_unit_test(test_keys),
         cmocka_unit_test(test_per_worker),

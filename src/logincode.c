@@ -1,0 +1,128 @@
+/* logincode.c -- login codes in Redis: issue, deliver, check (logincode.h).
+ *
+ * Both operations are one EVALSHA of scripts/login_code.lua on the worker's connection,
+ * so a check's compare, count and delete happen atomically: two right guesses at once
+ * cannot both log in, and no guess slips between a count and the delete it triggers.
+ * Delivery: the log (there is no SMS gateway). */
+#include "logincode.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hiredis/hiredis.h>
+
+#include "keys.h"
+#include "log.h"
+#include "rds.h"
+#include "rnd.h"
+#include "worker.h"
+
+#define MAX_CODE_BYTES 64   /* a longer submission cannot match a 6-digit code */
+
+typedef struct lc_op {
+    logincode_cb cb;
+    void *priv;
+    char phone[16];
+} lc_op_t;
+
+/* EVALSHA login_code.lua with both keys of phone and args; cb(reply, op). */
+static void run_script(worker_t *w, lc_op_t *op, rds_cb cb, const char *const *args,
+                       const size_t *arglens, int nargs)
+{
+    char kcode[64], kfails[64];
+    int lc = key_login_code(kcode, sizeof(kcode), op->phone);
+    int lf = key_login_fails(kfails, sizeof(kfails), op->phone);
+    if (lc < 0 || lf < 0 || nargs > 3) {
+        cb(NULL, op);
+        return;
+    }
+    const char *argv[5] = { kcode, kfails };
+    size_t lens[5] = { (size_t)lc, (size_t)lf };
+    for (int i = 0; i < nargs; i++) {
+        argv[2 + i] = args[i];
+        lens[2 + i] = arglens[i];
+    }
+    rds_evalsha(w->rds, SCRIPT_LOGIN_CODE, cb, op, 2, 2 + nargs, argv, lens);
+}
+
+static void finish(lc_op_t *op, int status)
+{
+    logincode_cb cb = op->cb;
+    void *priv = op->priv;
+    free(op);
+    cb(priv, status);
+}
+
+/* ------------------------------------------------------------------- issue */
+
+static void on_issued(redisReply *rep, void *priv)
+{
+    lc_op_t *op = priv;
+    int ok = rep != NULL && rep->type == REDIS_REPLY_INTEGER && rep->integer == 1;
+    finish(op, ok ? LC_OK : LC_UNAVAILABLE);
+}
+
+void logincode_issue(worker_t *w, const char *phone, logincode_cb cb, void *priv)
+{
+    lc_op_t *op = calloc(1, sizeof(*op));
+    char code[LOGINCODE_LEN + 1];
+    if (op == NULL || phone == NULL || strlen(phone) >= sizeof(op->phone)) {
+        free(op);
+        cb(priv, LC_UNAVAILABLE);
+        return;
+    }
+    op->cb = cb;
+    op->priv = priv;
+    memcpy(op->phone, phone, strlen(phone) + 1);
+    if (rnd_chars(code, LOGINCODE_LEN, "0123456789", 10) != 0) {
+        finish(op, LC_NO_RANDOM);
+        return;
+    }
+    code[LOGINCODE_LEN] = '\0';
+    log_info("verification code for %s: %s", op->phone, code);
+    char ttl[16];
+    int tl = snprintf(ttl, sizeof(ttl), "%d", LOGINCODE_TTL_S);
+    const char *args[3] = { "issue", code, ttl };
+    size_t lens[3] = { 5, LOGINCODE_LEN, (size_t)tl };
+    run_script(w, op, on_issued, args, lens, 3);
+}
+
+/* ------------------------------------------------------------------- check */
+
+static void on_checked(redisReply *rep, void *priv)
+{
+    lc_op_t *op = priv;
+    if (rep == NULL || rep->type != REDIS_REPLY_INTEGER) {
+        finish(op, LC_UNAVAILABLE);
+        return;
+    }
+    if (rep->integer == 2) {
+        log_warn("login code for %s invalidated after %d wrong guesses", op->phone,
+                 LOGINCODE_MAX_FAILS);
+    }
+    finish(op, rep->integer == 1 ? LC_OK : LC_WRONG);
+}
+
+void logincode_check(worker_t *w, const char *phone, const char *code, size_t len,
+                     logincode_cb cb, void *priv)
+{
+    if (code == NULL || len == 0 || len > MAX_CODE_BYTES) {
+        cb(priv, LC_WRONG);   /* cannot be a code: not even counted */
+        return;
+    }
+    lc_op_t *op = calloc(1, sizeof(*op));
+    if (op == NULL || phone == NULL || strlen(phone) >= sizeof(op->phone)) {
+        free(op);
+        cb(priv, LC_UNAVAILABLE);
+        return;
+    }
+    op->cb = cb;
+    op->priv = priv;
+    memcpy(op->phone, phone, strlen(phone) + 1);
+    char max[16];
+    int ml = snprintf(max, sizeof(max), "%d", LOGINCODE_MAX_FAILS);
+    const char *args[3] = { "check", code, max };
+    size_t lens[3] = { 5, len, (size_t)ml };
+    run_script(w, op, on_checked, args, lens, 3);
+}
