@@ -54,7 +54,8 @@ LIBS = $(PKG_LIBS) -lhttp_parser -lm
 SRCS := $(sort $(wildcard src/*.c src/tools/*.c))
 OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(SRCS)) $(BUILD)/obj/embedded.o
 LIBOBJS := $(filter-out $(BUILD)/obj/main.o,$(OBJS))
-EMBED := scripts/admit.lua scripts/login_code.lua sql/schema.sqlite.sql sql/schema.mysql.sql
+EMBED := scripts/admit.lua scripts/login_code.lua sql/schema.sqlite.sql sql/schema.mysql.sql \
+         scripts/board.lua web/board.html web/board.js web/board.css
 
 UNIT_SRCS := $(sort $(wildcard tests/unit/test_*.c))
 UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRCS))
@@ -75,16 +76,20 @@ $(BUILD)/seckill: $(OBJS) $(RLOCK_LIB)
 $(BUILD)/obj/%.o: src/%.c | $(BUILD)/obj $(BUILD)/obj/tools $(BUILD)/gen/embedded.h
 	$(CC) $(CFLAGS) -c -o $@ $<
 
-# Lua scripts and SQL schemas are files in the repo, compiled into the binary.
+# Lua scripts, SQL schemas and the sale board's page (web/) are files in the repo,
+# compiled into the binary.
 $(BUILD)/gen/embedded.c: $(EMBED) tools/embed.sh | $(BUILD)/gen
 	sh tools/embed.sh $@ script_admit_lua=scripts/admit.lua script_login_code_lua=scripts/login_code.lua \
 	  schema_sqlite_sql=sql/schema.sqlite.sql \
-	  schema_mysql_sql=sql/schema.mysql.sql
+	  schema_mysql_sql=sql/schema.mysql.sql script_board_lua=scripts/board.lua \
+	  web_board_html=web/board.html web_board_js=web/board.js web_board_css=web/board.css
 $(BUILD)/gen/embedded.h: Makefile | $(BUILD)/gen
 	printf '%s\n' '/* Generated: built-in scripts and schemas (tools/embed.sh). */' \
 	  'extern const char script_admit_lua[];' 'extern const char script_login_code_lua[];' \
 	  'extern const char schema_sqlite_sql[];' \
-	  'extern const char schema_mysql_sql[];' > $@
+	  'extern const char schema_mysql_sql[];' 'extern const char script_board_lua[];' \
+	  'extern const char web_board_html[];' 'extern const char web_board_js[];' \
+	  'extern const char web_board_css[];' > $@
 $(BUILD)/obj/embedded.o: $(BUILD)/gen/embedded.c $(BUILD)/gen/embedded.h | $(BUILD)/obj
 	$(CC) $(CFLAGS) -c -o $@ $<
 

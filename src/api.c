@@ -55,6 +55,10 @@ static void r_order_of_me(http_req_t *r, int64_t id) { (void)id; api_order_of_me
 static void r_order_get(http_req_t *r, int64_t id) { api_order_get(r, id); }
 static void r_health(http_req_t *r, int64_t id) { (void)id; api_health(r); }
 static void r_metrics(http_req_t *r, int64_t id) { (void)id; api_metrics(r); }
+static void r_board_html(http_req_t *r, int64_t id) { (void)id; api_board_asset(r, BOARD_HTML); }
+static void r_board_js(http_req_t *r, int64_t id) { (void)id; api_board_asset(r, BOARD_JS); }
+static void r_board_css(http_req_t *r, int64_t id) { (void)id; api_board_asset(r, BOARD_CSS); }
+static void r_board_data(http_req_t *r, int64_t id) { (void)id; api_board_data(r); }
 
 /* First match wins: literal routes come before the {id} route they would also match
  * ("/voucher-order/of/me" before "/voucher-order/{id}"). */
@@ -71,6 +75,11 @@ static const route_t routes[] = {
     { HM_GET,  "/voucher/list/{id}",          RF_ID,                         r_voucher_list },
     { HM_GET,  "/health",                     RF_NO_TOUCH,                   r_health },
     { HM_GET,  "/metrics",                    RF_NO_TOUCH,                   r_metrics },
+    { HM_GET,  "/admin/",                     RF_NO_TOUCH,                   r_board_html },
+    { HM_GET,  "/admin",                      RF_NO_TOUCH,                   r_board_html },
+    { HM_GET,  "/admin/board.js",             RF_NO_TOUCH,                   r_board_js },
+    { HM_GET,  "/admin/board.css",            RF_NO_TOUCH,                   r_board_css },
+    { HM_GET,  "/admin/api/board",            RF_NO_TOUCH,                   r_board_data },
 };
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
 
@@ -125,6 +134,24 @@ static const route_t *route_find(const http_req_t *r, int *path_known)
         *path_known = 1;
     }
     return NULL;
+}
+
+/* -------------------------------------------------------------- admin token */
+
+int api_admin_ok(const http_req_t *r)
+{
+    const char *given = r->admin_token, *want = r->w->app->admin_token;
+    if (given == NULL || want[0] == '\0') {
+        return 0;
+    }
+    /* The time taken does not depend on where the tokens differ. */
+    size_t gl = strlen(given), wl = strlen(want);
+    unsigned diff = gl != wl;
+    for (size_t i = 0; i < wl; i++) {
+        unsigned char g = i < gl ? (unsigned char)given[i] : 0;
+        diff |= (unsigned)(g ^ (unsigned char)want[i]);
+    }
+    return diff == 0;
 }
 
 /* -------------------------------------------------------------- the envelope */

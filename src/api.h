@@ -50,6 +50,15 @@ void api_metrics(http_req_t *r);
  * "请求过于频繁，请稍后再试","code":"RATE_LIMITED"}; kind is the limit that refused. */
 void api_rate_limited(http_req_t *r, int kind);
 
+/* The sale board (api_board.c): its page, and its data (admin token required). */
+typedef enum { BOARD_HTML, BOARD_JS, BOARD_CSS } board_asset_t;
+void api_board_asset(http_req_t *r, board_asset_t a);
+void api_board_data(http_req_t *r);
+
+/* 1 if the request's x-admin-token equals the configured admin token (never when none
+ * is configured); compared in constant time. */
+int api_admin_ok(const http_req_t *r);
+
 /* The course's phone rule, RegexUtils.isPhoneInvalid inverted. */
 int api_phone_valid(const char *z);
 

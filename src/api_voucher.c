@@ -29,23 +29,6 @@
 #define SUBTITLE_MAX 255
 #define RULES_MAX 1024
 
-/* ------------------------------------------------------------ admin check */
-
-/* 1 if given equals want; the time taken does not depend on where they differ. */
-static int admin_token_ok(const char *given, const char *want)
-{
-    if (given == NULL || want == NULL || want[0] == '\0') {
-        return 0;
-    }
-    size_t gl = strlen(given), wl = strlen(want);
-    unsigned diff = gl != wl;
-    for (size_t i = 0; i < wl; i++) {
-        unsigned char g = i < gl ? (unsigned char)given[i] : 0;
-        diff |= (unsigned)(g ^ (unsigned char)want[i]);
-    }
-    return diff == 0;
-}
-
 /* ------------------------------------------------------------ body checks */
 
 static void bad(http_req_t *r, const char *fmt, const char *field)
@@ -229,7 +212,7 @@ static void done_create(worker_t *w, void *arg)
 
 void api_voucher_create(http_req_t *r, int seckill)
 {
-    if (!admin_token_ok(r->admin_token, r->w->app->admin_token)) {
+    if (!api_admin_ok(r)) {
         api_error(r, 403, "admin token required", "FORBIDDEN");
         return;
     }

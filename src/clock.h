@@ -30,4 +30,12 @@ static inline int64_t clock_wall_s(void)
     return (int64_t)ts.tv_sec;
 }
 
+/* Milliseconds since the Unix epoch (comparable across hosts, unlike the monotonic clock). */
+static inline uint64_t clock_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
 #endif

@@ -5,6 +5,7 @@
  * so a scrape is a consistent-enough snapshot, never a lock. Histogram buckets are kept
  * per bucket (not cumulative) and summed into Prometheus's cumulative form here. */
 #include <stdio.h>
+#include <string.h>
 
 #include "app.h"
 #include "http.h"
@@ -91,39 +92,61 @@ static void one(sb_t *out, const char *name, const char *type, const char *help,
     sb_printf(out, "%s %llu\n", name, (unsigned long long)v);
 }
 
-void metrics_render(struct app *app, struct sb *out)
+void metrics_sum(struct app *app, metrics_totals_t *t)
 {
-    uint64_t seck[OUT__COUNT] = { 0 }, bucket[METRICS_LAT_BUCKETS] = { 0 };
-    uint64_t requests = 0, lat_sum_us = 0, soldout_local = 0, token_hits = 0;
-    uint64_t redis_errors = 0, redis_reconnects = 0, rate_limited = 0;
-    uint64_t rl_by[METRICS_RL_KINDS] = { 0 }, http_class[6] = { 0 };
-
+    memset(t, 0, sizeof(*t));
     for (int i = 0; i < app->nworkers; i++) {
         worker_t *w = app->workers != NULL ? app->workers[i] : NULL;
         metrics_shard_t *m = w != NULL ? w->m : NULL;
+        if (w != NULL) {
+            t->workers++;
+            t->redis_up += w->rds != NULL && rds_is_up(w->rds);
+        }
         if (m == NULL) {
             continue;
         }
         for (int o = 0; o < OUT__COUNT; o++) {
-            seck[o] += ld(&m->seckill[o]);
+            t->seckill[o] += ld(&m->seckill[o]);
         }
         for (int b = 0; b < METRICS_LAT_BUCKETS; b++) {
-            bucket[b] += ld(&m->lat_bucket[b]);
+            t->bucket[b] += ld(&m->lat_bucket[b]);
         }
-        requests += ld(&m->requests);
+        t->requests += ld(&m->requests);
         for (int c = 1; c <= 5; c++) {
-            http_class[c] += ld(&m->http_class[c]);
+            t->http_class[c] += ld(&m->http_class[c]);
         }
-        lat_sum_us += ld(&m->lat_sum_us);
-        soldout_local += ld(&m->soldout_local);
-        token_hits += ld(&m->token_cache_hits);
-        redis_errors += ld(&m->redis_errors);
-        redis_reconnects += ld(&m->redis_reconnects);
-        rate_limited += ld(&m->rate_limited);
+        t->lat_sum_us += ld(&m->lat_sum_us);
+        t->soldout_local += ld(&m->soldout_local);
+        t->token_hits += ld(&m->token_cache_hits);
+        t->redis_errors += ld(&m->redis_errors);
+        t->redis_reconnects += ld(&m->redis_reconnects);
+        t->rate_limited += ld(&m->rate_limited);
         for (int k = 0; k < METRICS_RL_KINDS; k++) {
-            rl_by[k] += ld(&m->rate_limited_by[k]);
+            t->rl_by[k] += ld(&m->rate_limited_by[k]);
         }
     }
+    metrics_t *g = app->metrics;
+    if (g != NULL) {
+        t->persisted = ld(&g->orders_persisted);
+        t->stream_pending = lds(&g->stream_pending);
+        t->stream_lag = lds(&g->stream_lag);
+    }
+    t->sql_up = atomic_load(&app->sql_up) != 0;
+}
+
+const char *metrics_outcome_name(outcome_t o)
+{
+    return (unsigned)o < OUT__COUNT ? outcome_name[o] : "other";
+}
+
+void metrics_render(struct app *app, struct sb *out)
+{
+    metrics_totals_t t;
+    metrics_sum(app, &t);
+    uint64_t *seck = t.seckill, *bucket = t.bucket, *rl_by = t.rl_by, *http_class = t.http_class;
+    uint64_t requests = t.requests, lat_sum_us = t.lat_sum_us, soldout_local = t.soldout_local;
+    uint64_t token_hits = t.token_hits, redis_errors = t.redis_errors;
+    uint64_t redis_reconnects = t.redis_reconnects, rate_limited = t.rate_limited;
 
     head(out, "seckill_seckill_requests_total", "counter",
          "Flash-sale requests by outcome.");

@@ -74,6 +74,23 @@ void metrics_seckill_done(metrics_shard_t *m, outcome_t o, uint64_t latency_ns);
 /* Counts one HTTP answer with its status (any path; 5xx feeds the error-rate alert). */
 void metrics_http_done(metrics_shard_t *m, int status);
 
+/* The whole process's counters, summed over the worker shards (relaxed loads). */
+typedef struct metrics_totals {
+    uint64_t seckill[OUT__COUNT];
+    uint64_t bucket[METRICS_LAT_BUCKETS];      /* per bucket, not cumulative */
+    uint64_t requests, http_class[6], lat_sum_us, soldout_local, token_hits;
+    uint64_t redis_errors, redis_reconnects, rate_limited, rl_by[METRICS_RL_KINDS];
+    uint64_t persisted;                        /* this process's writer */
+    int64_t stream_pending, stream_lag;        /* cluster-wide, as the writer last saw */
+    int workers, redis_up;                     /* workers, and how many have Redis up */
+    int sql_up;
+} metrics_totals_t;
+
+void metrics_sum(struct app *app, metrics_totals_t *t);
+
+/* "ok", "sold_out", ...: the outcome label of /metrics. */
+const char *metrics_outcome_name(outcome_t o);
+
 /* Appends the Prometheus text of the whole process to out. */
 void metrics_render(struct app *app, struct sb *out);
 

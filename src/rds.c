@@ -70,6 +70,7 @@ static struct {
 } const script_tab[SCRIPT_COUNT] = {
     [SCRIPT_ADMIT] = { "admit", script_admit_lua },
     [SCRIPT_LOGIN_CODE] = { "login_code", script_login_code_lua },
+    [SCRIPT_BOARD] = { "board", script_board_lua },
 };
 
 static pthread_mutex_t sha_mu = PTHREAD_MUTEX_INITIALIZER;

@@ -25,6 +25,7 @@
 #include "api.h"
 #include "app.h"
 #include "auth.h"
+#include "board.h"
 #include "http.h"
 #include "jobs.h"
 #include "keys.h"
@@ -210,6 +211,7 @@ static void free_worker(worker_t *w)
         return;
     /* The loop has exited: nothing runs on it any more, so tearing down from here is
      * safe. Redis first: pending callbacks (if any) still find their connections. */
+    board_free(w);
     rds_free(w->rds);
     w->rds = NULL;
     adm_cache_free(w);
@@ -246,6 +248,11 @@ static worker_t *make_worker(app_t *app, int id, const url_redis_t *addr, char *
         return NULL;
     }
     if (http_worker_init(w, app->cfg.listen_host, app->cfg.listen_port, api_dispatch, err, errlen) < 0) {
+        free_worker(w);
+        return NULL;
+    }
+    if (id == 0 && board_init(w) < 0) {
+        snprintf(err, errlen, "cannot start the sale board's announcements");
         free_worker(w);
         return NULL;
     }

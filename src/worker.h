@@ -22,6 +22,7 @@ struct auth_cache;
 struct adm_cache;
 struct metrics_shard;
 struct rl_worker;
+struct board;
 
 typedef struct worker {
     int id;                          /* 0..N-1, read-only */
@@ -33,6 +34,7 @@ typedef struct worker {
     struct adm_cache *adm;           /* private to admission.c */
     struct rl_worker *rl;            /* private to ratelimit.c: this worker's buckets */
     struct metrics_shard *m;         /* this thread's counters (metrics.h) */
+    struct board *board;             /* worker 0 only: announcement timer (board.h) */
 
     /* cross-thread inbox (worker_post); private to worker.c */
     pthread_mutex_t inbox_mu;

@@ -15,6 +15,12 @@ pkgs="$pkgs clang libclang-rt-dev valgrind"
 pkgs="$pkgs prometheus"
 # make deb and its test: dpkg-shlibdeps (dpkg-dev), lintian, man (man-db)
 pkgs="$pkgs dpkg-dev lintian man-db"
+# the sale board's browser test: chromium, and node + npm for playwright-core (pinned in
+# tests/browser/package-lock.json, installed below); a node already on PATH (e.g. from
+# NodeSource, which bundles npm) is used as it is
+pkgs="$pkgs chromium"
+command -v node >/dev/null 2>&1 || pkgs="$pkgs nodejs"
+command -v npm >/dev/null 2>&1 || pkgs="$pkgs npm"
 if [ "${1:-}" = perf ]; then
     pkgs="$pkgs wrk"
 fi
@@ -22,7 +28,19 @@ missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
-[ -z "$missing" ] && exit 0
+# playwright-core for tests/browser, from the npm registry at the locked version.
+npm_deps() {
+    pw=tests/browser/node_modules/playwright-core/package.json
+    want=$(sed -n 's/.*"playwright-core": *"\([0-9.]*\)".*/\1/p' tests/browser/package.json)
+    if ! grep -q "\"version\": *\"$want\"" "$pw" 2>/dev/null; then
+        (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)
+    fi
+}
+cd "$(dirname "$0")/.."
+if [ -z "$missing" ]; then
+    npm_deps
+    exit 0
+fi
 echo "installing:$missing"
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO=sudo
@@ -37,3 +55,4 @@ if [ ! -e /usr/sbin/policy-rc.d ]; then
 fi
 # shellcheck disable=SC2086
 $SUDO apt-get install -y -qq --no-install-recommends $missing
+npm_deps

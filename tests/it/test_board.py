@@ -1,0 +1,138 @@
+"""test_board.py -- the sale board at /admin/: its data endpoint, and the page in chromium.
+
+Two instances on one Redis and one SQLite file (a small cluster): the data endpoint must
+refuse a missing or wrong x-admin-token, list both instances (each announces itself in
+Redis with a TTL; a stopped one drops off), and report each sale's live stock. Then
+tests/browser/board.mjs drives Debian's chromium through playwright-core (pinned in
+tests/browser/package.json, installed by tools/deps.sh): wrong token refused, log in,
+create a sale through the form, sell it out with `seckill bench`, and see admissions/s and
+the stock change on the page with no reload and no JavaScript error. Screenshots land in
+build/browser/ for a person to look at.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+
+import harness as H
+from harness import check, eq
+
+DB_BACKENDS = ("sqlite",)      # the board reads Redis; one backend is enough
+BROWSER_DIR = os.path.join(H.ROOT, "tests", "browser")
+
+
+def _cluster(n=2):
+    redis = H.start_redis()
+    first = H.start_server(redis, name="board-1", threads=2)
+    servers = [first]
+    for i in range(2, n + 1):
+        servers.append(H.start_server(redis, name="board-%d" % i, threads=1,
+                                      data_dir=H.subdir("inst-%d" % i), db_path=first.db_path,
+                                      admin_token=first.admin_token))
+    return redis, servers
+
+
+def _board(srv, token=None):
+    h = H.Http(srv.port)
+    try:
+        return h.api("GET", "/admin/api/board", admin=token)
+    finally:
+        h.close()
+
+
+def test_board_data_endpoint():
+    redis, (s1, s2) = _cluster(2)
+    # The page itself is public and self-contained.
+    h = H.Http(s1.port)
+    for path, ctype in (("/admin/", "text/html"), ("/admin/board.js", "text/javascript"),
+                        ("/admin/board.css", "text/css")):
+        st, hd, body = h.request("GET", path)
+        eq(st, 200, "GET " + path)
+        check(hd.get("content-type", "").startswith(ctype), "%s content-type %r", path,
+              hd.get("content-type"))
+        body = body.replace(b"http://www.w3.org/2000/svg", b"")    # a namespace, not a fetch
+        check(b"http://" not in body and b"https://" not in body, "%s refers to another site",
+              path)
+    h.close()
+    # Data needs the token.
+    st, j = _board(s1)
+    eq(st, 403, "board data without a token")
+    st, j = _board(s1, "x" + s1.admin_token)
+    eq(st, 403, "board data with a wrong token")
+
+    vid = H.create_seckill(s1, stock=5)
+    tokens = [H.login(s1, redis, H.phone_for(i)) for i in range(3)]
+    for t in tokens:
+        st, j = H.seckill(s2, t, vid)
+        check(st == 200 and j["success"], "order: %r", j)
+
+    def both_listed():
+        st, j = _board(s1, s1.admin_token)
+        names = sorted(i["name"] for i in j["data"]["instances"])
+        return j if names == ["board-1", "board-2"] else None
+    j = H.wait_until(both_listed, 10, 0.2, "both instances on the board")
+    d = j["data"]
+    eq(d["self"], "board-1", "self")
+    sale = [s for s in d["sales"] if s["id"] == vid]
+    eq(len(sale), 1, "the sale on the board")
+    eq((sale[0]["stock"], sale[0]["buyers"]), (2, 3), "stock left and buyers")
+    by = {i["name"]: i for i in d["instances"]}
+    eq(by["board-2"]["seckill"]["ok"], 3, "admissions counted by the instance that made them")
+    eq(by["board-1"]["seckill"]["ok"], 0, "admissions of board-1")
+    eq((by["board-2"]["redis_up"], by["board-2"]["workers"], by["board-2"]["sql_up"]), (1, 1, 1),
+       "board-2 up")
+    check(len(by["board-1"]["lat"]) == 16 and sum(by["board-2"]["lat"]) == 3,
+          "latency buckets: %r", by["board-2"]["lat"])
+
+    # A stopped instance drops off within the TTL (5 s).
+    s2.stop()
+    H.wait_until(lambda: [i["name"] for i in _board(s1, s1.admin_token)[1]["data"]["instances"]]
+                 == ["board-1"], 12, 0.3, "board-2 to drop off the board")
+    H.finish(s1)
+
+
+def _browser_tools():
+    node = shutil.which("node")
+    chromium = shutil.which("chromium")
+    check(node is not None, "node not installed (sh tools/deps.sh installs nodejs)")
+    check(chromium is not None, "chromium not installed (sh tools/deps.sh installs it)")
+    check(os.path.isdir(os.path.join(BROWSER_DIR, "node_modules", "playwright-core")),
+          "playwright-core not installed in tests/browser (sh tools/deps.sh runs npm ci there)")
+    return node, chromium
+
+
+def test_board_in_chromium():
+    node, chromium = _browser_tools()
+    redis, (s1, s2) = _cluster(2)
+    stock = 300
+    bench = [H.binary(), "bench", "--target", "http://127.0.0.1:%d" % s2.port,
+             "--redis", redis.url, "--db", s1.db_url, "--admin-token", s1.admin_token,
+             "--voucher", "{voucher}", "--stock", str(stock), "--seed-tokens",
+             "--users", "900", "--rate", "250", "--conns", "16", "--quiet"]
+    out_dir = os.path.join(H.ROOT, "build", "browser")
+    env = dict(os.environ, BOARD_URL="http://127.0.0.1:%d" % s1.port,
+               ADMIN_TOKEN=s1.admin_token, INSTANCES="2", BENCH=json.dumps(bench),
+               STOCK=str(stock), OUT_DIR=out_dir, CHROMIUM=chromium)
+    env.update(H.san_env())
+    p = subprocess.run([node, os.path.join(BROWSER_DIR, "board.mjs")], env=env,
+                       capture_output=True, text=True, timeout=180, cwd=BROWSER_DIR)
+    H.log("board.mjs:", p.stdout[-2000:], p.stderr[-3000:])
+    check(p.returncode == 0, "board.mjs failed (exit %d):\n%s\n%s", p.returncode,
+          p.stdout[-3000:], p.stderr[-3000:])
+    found = json.loads(p.stdout.strip().splitlines()[-1])
+    eq(found["errors"], [], "JavaScript errors")
+    eq(sorted(found["instances"]), ["board-1", "board-2"], "instances on the page")
+    check(found["validation"] and not found["validation"].startswith("HTTP"),
+          "validation message from the API: %r", found["validation"])
+    check(float(found["admissions_per_s"].replace(",", "")) > 0, "admissions/s %r",
+          found["admissions_per_s"])
+    eq(found["stock_after"], "0", "stock on the page after the sale")
+    eq(found["state_after"], "sold out", "state after the sale")
+    eq(found["bench_exit"], 0, "seckill bench exit status (its audit)")
+    eq(found["navigations"], 1, "page loads (live updates without reloads)")
+    check(found["phone_overflow"] <= 0, "horizontal overflow at phone width: %rpx",
+          found["phone_overflow"])
+    eq(H.Db(s1.db_url).order_count(found["voucher"]), stock, "orders in SQL")
+    H.finish(s1)
+    H.finish(s2)

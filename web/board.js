@@ -1,0 +1,389 @@
+/* board.js -- the sale board: log in with the admin token, poll /admin/api/board once a
+ * second, draw tiles, SVG charts and tables, create flash sales.
+ *
+ * The server sends cumulative counters per instance (src/board.c); rates and latency
+ * percentiles are the differences between two polls, summed over the live instances.
+ * The token is kept in sessionStorage (this tab only) and sent as x-admin-token on every
+ * data call. No libraries: plain DOM and SVG. */
+"use strict";
+
+const TOKEN_KEY = "seckill-admin-token";
+const HISTORY = 120;              /* points kept per chart: two minutes at one poll a second */
+const LAT_BOUNDS_MS = [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, Infinity];
+/* Outcome groups shown on the board; "errors" is every failure that is not a verdict. */
+const GROUPS = [
+  { key: "ok", label: "admitted", color: "#1a7f37", of: ["ok"] },
+  { key: "sold_out", label: "sold out", color: "#c62828", of: ["sold_out"] },
+  { key: "duplicate", label: "duplicate", color: "#f59e0b", of: ["duplicate"] },
+  { key: "not_started", label: "not started / ended", color: "#6b7280", of: ["not_started", "ended"] },
+  { key: "rate_limited", label: "rate limited", color: "#7c3aed", of: ["rate_limited"] },
+  { key: "errors", label: "errors", color: "#111827",
+    of: ["unavailable", "bad_request", "unauthorized", "no_voucher", "other"] },
+];
+
+const $ = (id) => document.getElementById(id);
+let token = sessionStorage.getItem(TOKEN_KEY) || "";
+let timer = null;
+let prev = new Map();             /* instance name -> its previous snapshot */
+const hist = { t: [], groups: {}, p50: [], p99: [], backlog: [], lag: [] };
+GROUPS.forEach((g) => { hist.groups[g.key] = []; });
+
+/* ------------------------------------------------------------ login */
+
+function showLogin(msg) {
+  stop();
+  $("board").hidden = true;
+  $("logout").hidden = true;
+  $("login").hidden = false;
+  $("login-error").textContent = msg || "";
+  $("status").textContent = "";
+  $("token").focus();
+}
+
+function showBoard() {
+  $("login").hidden = true;
+  $("board").hidden = false;
+  $("logout").hidden = false;
+  start();
+}
+
+$("login-form").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  const t = $("token").value.trim();
+  if (!t) { $("login-error").textContent = "Enter the admin token."; return; }
+  token = t;
+  const res = await poll();
+  if (res === "ok") {
+    sessionStorage.setItem(TOKEN_KEY, t);
+    $("token").value = "";
+    showBoard();
+  }
+});
+
+$("logout").addEventListener("click", () => {
+  sessionStorage.removeItem(TOKEN_KEY);
+  token = "";
+  showLogin("");
+});
+
+/* ------------------------------------------------------------ polling */
+
+function start() { if (!timer) timer = setInterval(poll, 1000); }
+function stop() { if (timer) { clearInterval(timer); timer = null; } }
+
+/* One data call: "ok", "denied" (the token was refused: back to the login form) or
+ * "error" (the service did not answer; the board says so and keeps polling). */
+async function poll() {
+  let r;
+  try {
+    r = await fetch("/admin/api/board", { headers: { "x-admin-token": token }, cache: "no-store" });
+  } catch (e) {
+    setStatus("no answer from the service", true);
+    return "error";
+  }
+  if (r.status === 403) {
+    sessionStorage.removeItem(TOKEN_KEY);
+    token = "";
+    showLogin("Wrong admin token: the service refused it.");
+    return "denied";
+  }
+  let j = null;
+  try { j = await r.json(); } catch (e) { j = null; }
+  if (!r.ok || !j || !j.success) {
+    setStatus("service: " + ((j && j.errorMsg) || "HTTP " + r.status), true);
+    return "error";
+  }
+  update(j.data);
+  setStatus("live · " + new Date(j.data.now).toLocaleTimeString(), false);
+  return "ok";
+}
+
+function setStatus(text, bad) {
+  const s = $("status");
+  s.textContent = text;
+  s.className = bad ? "status bad" : "status";
+}
+
+/* ------------------------------------------------------------ figures */
+
+function update(d) {
+  const now = d.now;
+  const rates = {};
+  GROUPS.forEach((g) => { rates[g.key] = 0; });
+  let answers = 0, latDelta = new Array(LAT_BOUNDS_MS.length).fill(0), anyDelta = false;
+  let backlog = 0, admitted = 0, persisted = 0, redisBad = 0, sqlBad = 0;
+  const rows = [];
+  const seen = new Map();
+  for (const s of d.instances) {
+    seen.set(s.name, s);
+    const p = prev.get(s.name);
+    const dt = p && s.ts > p.ts ? (s.ts - p.ts) / 1000 : 0;
+    const delta = (a, b) => (a >= b ? a - b : a);       /* a restart resets the counters */
+    let instAnswers = null, instOk = null;
+    if (dt > 0) {
+      anyDelta = true;
+      GROUPS.forEach((g) => {
+        let n = 0;
+        g.of.forEach((o) => { n += delta(s.seckill[o] || 0, (p.seckill || {})[o] || 0); });
+        rates[g.key] += n / dt;
+      });
+      instAnswers = delta(s.requests, p.requests) / dt;
+      instOk = delta(s.seckill.ok || 0, p.seckill.ok || 0) / dt;
+      answers += instAnswers;
+      s.lat.forEach((v, i) => { latDelta[i] += delta(v, p.lat[i] || 0); });
+    }
+    backlog = Math.max(backlog, (s.pending || 0) + (s.lag || 0));   /* the same stream seen by all */
+    admitted += s.seckill.ok || 0;
+    persisted += s.persisted || 0;
+    if (s.redis_up < s.workers) redisBad++;
+    if (!s.sql_up) sqlBad++;
+    rows.push({ s, instAnswers, instOk, age: Math.max(0, now - s.ts) });
+  }
+  prev = seen;
+
+  const p50 = percentile(latDelta, 0.5), p99 = percentile(latDelta, 0.99);
+  const n = d.instances.length;
+  const refused = GROUPS.filter((g) => g.key !== "ok").reduce((a, g) => a + rates[g.key], 0);
+  if (anyDelta) {
+    push(hist.t, now);
+    GROUPS.forEach((g) => push(hist.groups[g.key], rates[g.key]));
+    push(hist.p50, p50);
+    push(hist.p99, p99);
+    push(hist.backlog, backlog);
+    push(hist.lag, Math.max(0, admitted - persisted));
+  }
+
+  text("t-ok", anyDelta ? fmtRate(rates.ok) : "–");
+  text("t-refused", anyDelta ? fmtRate(refused) : "–");
+  text("t-p50", fmtMs(p50));
+  text("t-p99", fmtMs(p99));
+  text("t-backlog", String(backlog));
+  text("t-lag", String(Math.max(0, admitted - persisted)));
+  upDown("t-redis", n > 0 && redisBad === 0, redisBad ? redisBad + " down" : "up");
+  upDown("t-sql", n > 0 && sqlBad === 0, sqlBad ? sqlBad + " down" : "up");
+  text("t-inst", String(n));
+
+  chart($("c-adm"), hist.t, GROUPS.map((g) => ({ name: g.label, color: g.color, v: hist.groups[g.key] })), "/s");
+  chart($("c-lat"), hist.t, [{ name: "p50", color: "#2563eb", v: hist.p50 },
+                             { name: "p99", color: "#c62828", v: hist.p99 }], " ms");
+  chart($("c-backlog"), hist.t, [{ name: "backlog (stream)", color: "#f59e0b", v: hist.backlog },
+                                 { name: "admitted − persisted", color: "#7c3aed", v: hist.lag }], "");
+  sales(d.sales, now);
+  instances(rows);
+}
+
+function push(a, v) { a.push(v); if (a.length > HISTORY) a.shift(); }
+function text(id, t) { $(id).textContent = t; }
+function upDown(id, up, t) { const e = $(id); e.textContent = t; e.className = "v " + (up ? "up" : "down"); }
+function fmtRate(r) { return r >= 100 ? Math.round(r).toLocaleString() : r.toFixed(1); }
+function fmtMs(v) { return v == null ? "–" : v >= 10 ? v.toFixed(0) + " ms" : v.toFixed(2) + " ms"; }
+
+/* The q-quantile (ms) of one interval's latency buckets, interpolated inside its bucket
+ * as Prometheus's histogram_quantile does; null when nothing was answered. */
+function percentile(buckets, q) {
+  const total = buckets.reduce((a, b) => a + b, 0);
+  if (total === 0) return null;
+  const rank = q * total;
+  let cum = 0;
+  for (let i = 0; i < buckets.length; i++) {
+    if (cum + buckets[i] >= rank) {
+      const lo = i === 0 ? 0 : LAT_BOUNDS_MS[i - 1];
+      const hi = LAT_BOUNDS_MS[i];
+      if (!isFinite(hi)) return lo;
+      return lo + (hi - lo) * ((rank - cum) / buckets[i]);
+    }
+    cum += buckets[i];
+  }
+  return null;
+}
+
+/* ------------------------------------------------------------ SVG line chart */
+
+const SVG = "http://www.w3.org/2000/svg";
+function el(name, attrs, parent) {
+  const e = document.createElementNS(SVG, name);
+  for (const k in attrs) e.setAttribute(k, attrs[k]);
+  if (parent) parent.appendChild(e);
+  return e;
+}
+
+function chart(box, t, series, unit) {
+  const W = Math.max(box.clientWidth, 200), H = 170;
+  const L = 46, R = 8, T = 8, B = 18;
+  let max = 0;
+  series.forEach((s) => s.v.forEach((v) => { if (v != null && v > max) max = v; }));
+  max = niceMax(max);
+  const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, role: "img" });
+  const x = (i) => L + (W - L - R) * (t.length > 1 ? i / (HISTORY - 1) : 0);
+  const y = (v) => T + (H - T - B) * (1 - v / max);
+  for (let k = 0; k <= 4; k++) {
+    const v = (max * k) / 4;
+    el("line", { x1: L, x2: W - R, y1: y(v), y2: y(v), stroke: "#e5e7eb" }, svg);
+    el("text", { x: L - 4, y: y(v) + 4, "text-anchor": "end" }, svg).textContent = short(v);
+  }
+  el("text", { x: L, y: H - 4 }, svg).textContent = "−" + HISTORY + " s";
+  el("text", { x: W - R, y: H - 4, "text-anchor": "end" }, svg).textContent = "now";
+  const off = HISTORY - t.length;
+  series.forEach((s) => {
+    let d = "", pen = false;
+    s.v.forEach((v, i) => {
+      if (v == null) { pen = false; return; }
+      d += (pen ? "L" : "M") + x(i + off).toFixed(1) + "," + y(v).toFixed(1);
+      pen = true;
+    });
+    if (d) el("path", { d, fill: "none", stroke: s.color, "stroke-width": 1.8 }, svg);
+  });
+  const legend = document.createElement("div");
+  legend.className = "legend";
+  series.forEach((s) => {
+    const last = s.v.length ? s.v[s.v.length - 1] : null;
+    const span = document.createElement("span");
+    const sw = document.createElement("i");
+    sw.style.background = s.color;
+    span.appendChild(sw);
+    span.appendChild(document.createTextNode(s.name + " " + (last == null ? "–" : short(last) + unit)));
+    legend.appendChild(span);
+  });
+  box.replaceChildren(svg, legend);
+}
+
+function niceMax(m) {
+  if (!(m > 0)) return 1;
+  const p = Math.pow(10, Math.floor(Math.log10(m)));
+  for (const f of [1, 2, 2.5, 5, 10]) if (m <= f * p) return f * p;
+  return 10 * p;
+}
+function short(v) {
+  if (v >= 1e6) return (v / 1e6).toFixed(1) + "M";
+  if (v >= 1e4) return (v / 1e3).toFixed(0) + "k";
+  if (v >= 100) return v.toFixed(0);
+  if (v >= 10) return v.toFixed(1);
+  return v.toFixed(2).replace(/\.?0+$/, "") || "0";
+}
+
+/* ------------------------------------------------------------ tables */
+
+function cell(tr, content, cls) {
+  const td = document.createElement("td");
+  if (content instanceof Node) td.appendChild(content); else td.textContent = content;
+  if (cls) td.className = cls;
+  tr.appendChild(td);
+  return td;
+}
+
+function sales(list, now) {
+  const tb = $("sales").tBodies[0];
+  tb.replaceChildren();
+  list.sort((a, b) => b.id - a.id);
+  const nowS = now / 1000;
+  for (const s of list) {
+    const tr = document.createElement("tr");
+    tr.dataset.id = s.id;
+    const initial = (s.stock || 0) + (s.buyers || 0);
+    const pct = initial > 0 ? (100 * s.buyers) / initial : 0;
+    let state = "on sale", cls = "state-on";
+    if (s.begin != null && nowS < s.begin) { state = "not started"; cls = "state-wait"; }
+    else if (s.end != null && nowS >= s.end) { state = "ended"; cls = "state-end"; }
+    else if (s.stock === 0) { state = "sold out"; cls = "state-out"; }
+    cell(tr, "#" + s.id);
+    cell(tr, s.stock == null ? "–" : s.stock.toLocaleString(), "n stock");
+    cell(tr, (s.buyers || 0).toLocaleString() + " / " + initial.toLocaleString(), "n");
+    const bar = document.createElement("div");
+    bar.className = "bar";
+    const fill = document.createElement("div");
+    fill.style.width = pct.toFixed(1) + "%";
+    bar.appendChild(fill);
+    cell(tr, bar, "bar-cell");
+    cell(tr, state, cls);
+    cell(tr, fmtWhen(s.begin) + " → " + fmtWhen(s.end));
+    tb.appendChild(tr);
+  }
+  if (!list.length) {
+    const tr = document.createElement("tr");
+    cell(tr, "No flash sales yet: create one.").colSpan = 6;
+    tb.appendChild(tr);
+  }
+}
+
+function fmtWhen(s) {
+  if (s == null) return "?";
+  const d = new Date(s * 1000);
+  return d.toLocaleDateString(undefined, { month: "2-digit", day: "2-digit" }) + " " +
+         d.toLocaleTimeString(undefined, { hour: "2-digit", minute: "2-digit" });
+}
+
+function instances(rows) {
+  const tb = $("instances").tBodies[0];
+  tb.replaceChildren();
+  rows.sort((a, b) => a.s.name.localeCompare(b.s.name));
+  for (const { s, instAnswers, instOk, age } of rows) {
+    const tr = document.createElement("tr");
+    cell(tr, s.name);
+    cell(tr, s.listen);
+    cell(tr, s.mode);
+    cell(tr, instAnswers == null ? "–" : fmtRate(instAnswers), "n");
+    cell(tr, instOk == null ? "–" : fmtRate(instOk), "n");
+    cell(tr, (s.persisted || 0).toLocaleString(), "n");
+    cell(tr, s.redis_up + "/" + s.workers, s.redis_up < s.workers ? "state-out" : "state-on");
+    cell(tr, s.sql_up ? "up" : "down", s.sql_up ? "state-on" : "state-out");
+    cell(tr, (age / 1000).toFixed(1) + " s ago");
+    tb.appendChild(tr);
+  }
+}
+
+/* ------------------------------------------------------------ create a sale */
+
+/* "2026-12-01T17:10:00" in local time, what the API's beginTime/endTime take. */
+function localIso(d) {
+  const p = (n) => String(n).padStart(2, "0");
+  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
+}
+
+function resetTimes() {
+  const f = $("create");
+  const now = new Date();
+  f.begin.value = localIso(now);
+  f.end.value = localIso(new Date(now.getTime() + 3600 * 1000));
+}
+
+$("create").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  const f = ev.target, msg = $("create-msg");
+  const num = (v) => (v.trim() === "" ? null : Number(v));
+  const secs = (v) => (v.length === 16 ? v + ":00" : v);   /* datetime-local may omit seconds */
+  const body = {
+    shopId: num(f.shopId.value), title: f.title.value, subTitle: "", rules: "",
+    payValue: num(f.payValue.value), actualValue: num(f.actualValue.value), type: 1,
+    stock: num(f.stock.value), beginTime: secs(f.begin.value), endTime: secs(f.end.value),
+  };
+  msg.className = "";
+  msg.textContent = "creating…";
+  let r, j = null;
+  try {
+    r = await fetch("/voucher/seckill", {
+      method: "POST", body: JSON.stringify(body),
+      headers: { "content-type": "application/json", "x-admin-token": token },
+    });
+    j = await r.json();
+  } catch (e) {
+    msg.className = "error";
+    msg.textContent = "No answer from the service.";
+    return;
+  }
+  if (r.status === 403) { showLogin("Wrong admin token: the service refused it."); return; }
+  if (j && j.success) {
+    msg.className = "ok";
+    msg.textContent = "Created flash sale #" + j.data + ".";
+    poll();
+  } else {
+    msg.className = "error";
+    msg.textContent = (j && j.errorMsg) || "HTTP " + r.status;   /* the API's own message */
+  }
+});
+
+resetTimes();
+if (token) {
+  poll().then((res) => { if (res === "ok") showBoard(); });
+} else {
+  showLogin("");
+}
