@@ -4,7 +4,8 @@
  * segment (a positive 64-bit decimal, see api_parse_id). Matching is exact: no trailing
  * slash, no percent-decoding (ids are digits, so an encoded id is simply invalid).
  *
- * For a login route the router resolves the token first (auth_resolve): no/unknown token
+ * For a login route the router resolves the token first (auth_resolve; a signed token is
+ * checked in memory, see auth.h): no/unknown token
  * -> 401 with an empty body, Redis down -> 503; only then is the id parsed (the course's
  * interceptor also runs before path binding) and the handler called, with the user
  * available through api_user() for the synchronous part of the handler. On a public route
@@ -32,7 +33,8 @@ enum {
     RF_LOGIN = 1,     /* needs a valid token (hmdp-spec section 3) */
     RF_ID = 2,        /* pattern has an {id} segment */
     RF_SECKILL = 4,   /* counts in the flash-sale metrics even when refused here */
-    RF_NO_TOUCH = 8   /* public route that does not refresh token TTLs (ops) */
+    RF_NO_TOUCH = 8,  /* public route that does not refresh token TTLs (ops) */
+    RF_PROFILE = 16   /* needs the user's nickName and icon, not only the id */
 };
 
 typedef struct route {
@@ -68,7 +70,7 @@ static const route_t routes[] = {
     { HM_GET,  "/voucher-order/{id}",         RF_LOGIN | RF_ID,              r_order_get },
     { HM_POST, "/user/code",                  0,                             r_user_code },
     { HM_POST, "/user/login",                 0,                             r_user_login },
-    { HM_GET,  "/user/me",                    RF_LOGIN,                      r_user_me },
+    { HM_GET,  "/user/me",                    RF_LOGIN | RF_PROFILE,         r_user_me },
     { HM_POST, "/user/logout",                RF_LOGIN,                      r_user_logout },
     { HM_POST, "/voucher",                    0,                             r_voucher },
     { HM_POST, "/voucher/seckill",            0,                             r_voucher_sk },
@@ -348,7 +350,11 @@ void api_dispatch(http_req_t *r)
     }
     if (rt->flags & RF_LOGIN) {
         r->ctx = (void *)rt;
-        auth_resolve(r, on_auth);
+        if (rt->flags & RF_PROFILE) {
+            auth_resolve_profile(r, on_auth);
+        } else {
+            auth_resolve(r, on_auth);
+        }
         return;
     }
     if (!(rt->flags & RF_NO_TOUCH) && r->authorization != NULL &&

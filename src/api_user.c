@@ -3,7 +3,7 @@
  * The course's login (hmdp-spec 2.1): a 6-digit code for the phone (logincode.h: kept 2
  * minutes, delivered by the log or --code-command, dead after 5 wrong guesses and after
  * its one use); login checks it, finds or creates the user in SQL (a job), and stores a
- * fresh 32-hex token through auth. This file only validates input and shapes replies. */
+ * fresh 32-hex token from auth (signed, auth.h). This file only validates input and shapes replies. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,7 +153,7 @@ static void done_login(worker_t *w, void *arg)
         api_unavailable(r, "database unavailable");
         return;
     }
-    if (rnd_hex(L->token, 16) != 0) {
+    if (auth_new_token(w, L->user.id, L->token) != 0) {
         free(L);
         api_unavailable(r, "random number generator unavailable");
         return;

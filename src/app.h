@@ -19,6 +19,7 @@ struct rlock_client;
 struct lab_sql;
 struct lab_mq;
 struct rl_shared;
+struct tok_signer;
 
 typedef struct app {
     config_t cfg;                   /* read-only after start */
@@ -39,6 +40,7 @@ typedef struct app {
     struct metrics *metrics;        /* process-wide counters (metrics.h) */
     struct redis_child *child;      /* embedded redis-server, or NULL */
     struct rl_shared *rl;           /* per-instance rate-limit tables (ratelimit.h) */
+    struct tok_signer *signer;      /* signed tokens' key (token.h); NULL = opaque tokens only */
 
     atomic_int sql_up;              /* last SQL call (writer or jobs) succeeded: 1/0 */
     atomic_int stopping;            /* set once on SIGINT/SIGTERM */

@@ -1,4 +1,5 @@
-/* auth.c -- login tokens to users: the course's login:token:<t> hash, cached per worker.
+/* auth.c -- login tokens to users: signed tokens checked in memory, the course's
+ * login:token:<t> hash looked up and cached per worker for everything else.
  *
  * The cache is set-associative: 65536 slots in sets of 8, indexed by a seeded hash of
  * the token. A token lives in one set only, so lookups cost at most 8 compares, and the
@@ -8,11 +9,16 @@
  *
  * An entry says "this token is user U" or "this token is unknown" (negative caching, so
  * a stream of requests with a dead token costs Redis one lookup per token_cache_ms), as
- * fetched at fetched_at. It is trusted for token_cache_ms; after that the next request
- * looks the token up again. The sliding TTL (EXPIRE) is refreshed at most once a minute
- * per token per worker, fire-and-forget. A logout drops the token from every worker of
- * this process at once (worker_post); on other instances it takes effect within
- * token_cache_ms (docs/api-notes.md).
+ * fetched at fetched_at; it is trusted for token_cache_ms. A signed token needs no entry
+ * at all until its TTL is due for a refresh; then an entry (E_SIGNED, or its lookup
+ * entry) records when this worker last sent EXPIRE and until when that EXPIRE keeps it
+ * alive (alive_until), so a token used for longer than the TTL stays local too.
+ *
+ * Sliding expiry: a used token whose last refresh known to this worker (its issue time
+ * for a signed token, the worker's own EXPIRE otherwise) is token_refresh_s old is queued;
+ * a 1 ms timer sends the queue as pipelined EXPIREs after the answers of that loop turn.
+ * An EXPIRE answered 0 means the hash is gone (deleted outside a logout, or expired):
+ * the token is then revoked in this worker.
  *
  * Tokens are never logged. Everything here runs on the worker's own thread. */
 #include <stdio.h>
@@ -20,6 +26,7 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include <event2/event.h>
 #include <hiredis/hiredis.h>
 
 #include "app.h"
@@ -30,19 +37,23 @@
 #include "log.h"
 #include "metrics.h"
 #include "rds.h"
+#include "revoke.h"
+#include "token.h"
 #include "worker.h"
 
 #define AUTH_SLOTS 65536u
 #define AUTH_WAYS 8u
-#define AUTH_REFRESH_MS 60000u
+#define REFRESH_QUEUE_MAX 4096u
+#define REFRESH_FLUSH_US 1000
 
-enum { E_FREE = 0, E_USER = 1, E_UNKNOWN = 2 };
+enum { E_FREE = 0, E_USER = 1, E_UNKNOWN = 2, E_SIGNED = 3 };
 
 typedef struct aent {
     uint8_t tok[16];            /* the token's 32 hex digits as bytes */
     int state;                  /* E_* */
-    uint64_t fetched_at;        /* clock_mono_ms() of the Redis answer */
-    uint64_t refreshed_at;      /* last EXPIRE sent from this worker */
+    uint64_t fetched_at;        /* clock_mono_ms() of the Redis answer (E_USER, E_UNKNOWN) */
+    uint64_t refreshed_ms;      /* wall ms of the last EXPIRE sent from this worker */
+    uint64_t alive_until;       /* wall ms: an answered EXPIRE keeps the hash until then */
     auth_user_t user;           /* valid when state == E_USER */
 } aent_t;
 
@@ -50,9 +61,21 @@ struct auth_cache {
     aent_t **slots;             /* AUTH_SLOTS pointers, NULL until first used */
     uint64_t seed;
     uint64_t cache_ms;          /* cfg.token_cache_ms */
-    uint64_t refresh_ms;        /* min(60 s, TTL / 2) */
+    uint64_t refresh_ms;        /* min(token_refresh_s, TTL / 2) */
+    uint64_t ttl_ms;
     int ttl_s;                  /* cfg.token_ttl_s */
+    const tok_signer_t *signer; /* app->signer: NULL = opaque tokens only */
+    struct event *flush_ev;     /* sends the refresh queue */
+    uint8_t (*queue)[16];       /* tokens waiting for their EXPIRE */
+    unsigned nqueue;
 };
+
+/* One EXPIRE in flight. */
+typedef struct refresh {
+    worker_t *w;
+    uint8_t tok[16];
+    uint64_t sent_ms;           /* wall */
+} refresh_t;
 
 /* One lookup in flight (HGETALL). r and cb are NULL for a background lookup. */
 typedef struct lookup {
@@ -77,29 +100,12 @@ typedef struct op {
 
 int auth_token_valid(const char *z)
 {
-    if (z == NULL) {
-        return 0;
-    }
-    for (int i = 0; i < 32; i++) {
-        char c = z[i];
-        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
-            return 0;
-        }
-    }
-    return z[32] == '\0';
+    return tok_shape_ok(z);
 }
 
-static int hexval(char c)
+int auth_ttl_s(const struct worker *w)
 {
-    return c <= '9' ? c - '0' : c - 'a' + 10;
-}
-
-/* token must be valid (auth_token_valid). */
-static void tok_bytes(const char *token, uint8_t out[16])
-{
-    for (int i = 0; i < 16; i++) {
-        out[i] = (uint8_t)(hexval(token[2 * i]) << 4 | hexval(token[2 * i + 1]));
-    }
+    return w->auth != NULL ? w->auth->ttl_s : w->app->cfg.token_ttl_s;
 }
 
 static uint64_t tok_hash(const struct auth_cache *ac, const uint8_t tok[16])
@@ -148,7 +154,7 @@ static aent_t *cache_slot(struct auth_cache *ac, const uint8_t tok[16])
                 freed = &set[i];
             }
         } else if (memcmp(e->tok, tok, 16) == 0) {
-            return e;   /* its own entry: keep refreshed_at */
+            return e;   /* its own entry: keep its refresh bookkeeping */
         } else if (oldest == NULL || e->fetched_at < (*oldest)->fetched_at) {
             oldest = &set[i];
         }
@@ -165,40 +171,155 @@ static aent_t *cache_slot(struct auth_cache *ac, const uint8_t tok[16])
     return *pick;
 }
 
-static void cache_put(worker_t *w, const char *token, int state, const auth_user_t *u,
-                      uint64_t now, int refreshed)
+/* Fills tok's entry with a lookup result (E_USER or E_UNKNOWN) fetched at now (mono).
+ * Returns the entry, or NULL when the answer cannot be cached. */
+static aent_t *cache_put(worker_t *w, const uint8_t tok[16], int state, const auth_user_t *u,
+                         uint64_t now)
 {
     struct auth_cache *ac = w->auth;
     if (ac == NULL) {
-        return;
+        return NULL;
     }
-    uint8_t tok[16];
-    tok_bytes(token, tok);
     aent_t *e = cache_slot(ac, tok);
     if (e == NULL) {
-        return;
+        return NULL;
     }
-    uint64_t prev_refresh = e->state == E_USER ? e->refreshed_at : 0;
     e->state = state;
     e->fetched_at = now;
-    e->refreshed_at = refreshed ? now : prev_refresh;
     if (u != NULL) {
         e->user = *u;
     }
+    return e;
 }
 
-static void send_expire(worker_t *w, const char *token)
+void auth_forget(struct worker *w, const uint8_t tok[16])
 {
-    char key[128];
-    char ttl[24];
-    int klen = key_login_token(key, sizeof(key), token);
-    if (klen < 0) {
-        return;
+    if (w->auth != NULL) {
+        aent_t *e = cache_find(w->auth, tok);
+        if (e != NULL) {
+            e->state = E_FREE;
+        }
     }
-    int tlen = snprintf(ttl, sizeof(ttl), "%d", w->auth ? w->auth->ttl_s : 1800);
-    const char *argv[3] = { "EXPIRE", key, ttl };
-    size_t lens[3] = { 6, (size_t)klen, (size_t)tlen };
-    rds_command(w->rds, NULL, NULL, 3, argv, lens);
+}
+
+/* ----------------------------------------------------------------- sliding expiry */
+
+static void on_refresh(struct redisReply *rep, void *priv)
+{
+    refresh_t *f = priv;
+    worker_t *w = f->w;
+    struct auth_cache *ac = w->auth;
+    if (rep != NULL && rep->type == REDIS_REPLY_INTEGER && ac != NULL) {
+        if (rep->integer == 1) {
+            aent_t *e = cache_find(ac, f->tok);
+            if (e != NULL && f->sent_ms + ac->ttl_ms > e->alive_until) {
+                e->alive_until = f->sent_ms + ac->ttl_ms;   /* Redis set it after we sent */
+            }
+        } else {
+            /* The hash is gone: logged out elsewhere, deleted or expired. */
+            revoke_add(w, f->tok, revoke_now_ms() + ac->ttl_ms);
+            auth_forget(w, f->tok);
+        }
+    }
+    free(f);
+}
+
+static void on_flush(evutil_socket_t fd, short what, void *arg)
+{
+    worker_t *w = arg;
+    struct auth_cache *ac = w->auth;
+    (void)fd;
+    (void)what;
+    char ttl[24];
+    int tlen = snprintf(ttl, sizeof(ttl), "%d", ac->ttl_s);
+    uint64_t now = revoke_now_ms();
+    unsigned n = ac->nqueue;
+    ac->nqueue = 0;
+    for (unsigned i = 0; i < n; i++) {
+        static const char hex[] = "0123456789abcdef";
+        char token[33], key[128];
+        for (int k = 0; k < 16; k++) {
+            token[2 * k] = hex[ac->queue[i][k] >> 4];
+            token[2 * k + 1] = hex[ac->queue[i][k] & 15];
+        }
+        token[32] = '\0';
+        int klen = key_login_token(key, sizeof(key), token);
+        refresh_t *f = malloc(sizeof(*f));
+        if (f == NULL || klen < 0) {
+            free(f);
+            continue;
+        }
+        f->w = w;
+        memcpy(f->tok, ac->queue[i], 16);
+        f->sent_ms = now;
+        const char *argv[3] = { "EXPIRE", key, ttl };
+        size_t lens[3] = { 6, (size_t)klen, (size_t)tlen };
+        /* Back to back on one connection: hiredis writes them out together. */
+        rds_command(w->rds, on_refresh, f, 3, argv, lens);
+    }
+}
+
+/* Queues an EXPIRE for tok if its last known refresh (last_ms, wall) is token_refresh_s
+ * old; e is its entry or NULL, in which case one is made to remember the refresh.
+ * Returns 1 if queued. */
+static int maybe_refresh(worker_t *w, aent_t *e, const uint8_t tok[16], uint64_t last_ms,
+                         uint64_t now_ms)
+{
+    struct auth_cache *ac = w->auth;
+    if (e != NULL && e->refreshed_ms > last_ms) {
+        last_ms = e->refreshed_ms;
+    }
+    if (now_ms < last_ms + ac->refresh_ms) {
+        return 0;
+    }
+    if (e == NULL) {
+        e = cache_slot(ac, tok);
+        if (e != NULL && e->state == E_FREE) {
+            e->state = E_SIGNED;
+        }
+    }
+    if (ac->nqueue >= REFRESH_QUEUE_MAX) {
+        return 0;   /* a burst of new tokens: the next request of each tries again */
+    }
+    if (e != NULL) {
+        e->refreshed_ms = now_ms;
+    }
+    memcpy(ac->queue[ac->nqueue++], tok, 16);
+    if (ac->nqueue == 1) {
+        struct timeval tv = { 0, REFRESH_FLUSH_US };
+        event_add(ac->flush_ev, &tv);
+    }
+    return 1;
+}
+
+/* Local verdict on a signed token: 1 accepted (user id in *uid), 0 refused (revoked),
+ * -1 not decidable here (not signed, past its known life, or no live subscription: ask
+ * Redis). Queues the TTL refresh when one is due. */
+static int signed_check(worker_t *w, const char *token, const uint8_t tok[16], int64_t *uid)
+{
+    struct auth_cache *ac = w->auth;
+    int64_t issued;
+    if (ac == NULL || ac->signer == NULL || !tok_verify(ac->signer, token, uid, &issued)) {
+        return -1;
+    }
+    if (revoke_has(w, tok)) {
+        return 0;
+    }
+    if (!revoke_live(w)) {
+        return -1;
+    }
+    uint64_t now = revoke_now_ms();
+    uint64_t born = (uint64_t)issued * 1000u;   /* login set the TTL just after this */
+    uint64_t alive = born + ac->ttl_ms;
+    aent_t *e = cache_find(ac, tok);
+    if (e != NULL && e->alive_until > alive) {
+        alive = e->alive_until;
+    }
+    if (now >= alive) {
+        return -1;
+    }
+    maybe_refresh(w, e, tok, born, now);
+    return 1;
 }
 
 /* Copies a Redis string into dst (cap bytes with the NUL), cutting at a UTF-8
@@ -266,6 +387,8 @@ static void on_hgetall(struct redisReply *rep, void *priv)
     auth_user_t u;
     int status;
     uint64_t now = clock_mono_ms();
+    uint8_t tok[16];
+    tok_bytes(L->token, tok);
 
     if (rep == NULL || rep->type != REDIS_REPLY_ARRAY) {
         status = -1;
@@ -274,15 +397,18 @@ static void on_hgetall(struct redisReply *rep, void *priv)
         }
     } else if (rep->elements == 0) {
         status = 1;
-        cache_put(w, L->token, E_UNKNOWN, NULL, now, 0);
+        cache_put(w, tok, E_UNKNOWN, NULL, now);
     } else if (!parse_user(rep, &u)) {
         status = 1;
         log_warn("auth: a login hash has no valid id field; treating it as logged out");
-        cache_put(w, L->token, E_UNKNOWN, NULL, now, 0);
+        cache_put(w, tok, E_UNKNOWN, NULL, now);
+    } else if (revoke_has(w, tok)) {
+        status = 1;   /* revoked while the lookup was out: the DEL is on its way */
     } else {
         status = 0;
-        send_expire(w, L->token);   /* this request uses the token: slide its TTL */
-        cache_put(w, L->token, E_USER, &u, now, 1);
+        aent_t *e = cache_put(w, tok, E_USER, &u, now);
+        /* This request uses the token: slide its TTL (when this worker has not lately). */
+        maybe_refresh(w, e, tok, 0, revoke_now_ms());
     }
     free(L);
     if (cb != NULL) {
@@ -311,7 +437,7 @@ static void lookup_start(worker_t *w, http_req_t *r, auth_cb cb, const char *tok
     rds_command(w->rds, on_hgetall, L, 2, argv, lens);
 }
 
-void auth_resolve(struct http_req *r, auth_cb cb)
+static void resolve(struct http_req *r, auth_cb cb, int profile)
 {
     const char *token = r->authorization;
     if (!auth_token_valid(token)) {
@@ -320,21 +446,36 @@ void auth_resolve(struct http_req *r, auth_cb cb)
     }
     worker_t *w = r->w;
     struct auth_cache *ac = w->auth;
-    if (ac != NULL) {
-        uint8_t tok[16];
-        tok_bytes(token, tok);
-        aent_t *e = cache_find(ac, tok);
-        uint64_t now = clock_mono_ms();
-        if (e != NULL && now - e->fetched_at < ac->cache_ms) {
+    uint8_t tok[16];
+    tok_bytes(token, tok);
+    if (!profile) {
+        int64_t uid;
+        int v = signed_check(w, token, tok, &uid);
+        if (v >= 0) {
             metric_inc(&w->m->token_cache_hits);
-            if (e->state != E_USER) {
+            if (v == 0) {
                 cb(r, 1, NULL);
                 return;
             }
-            if (now - e->refreshed_at >= ac->refresh_ms) {
-                e->refreshed_at = now;
-                send_expire(w, token);
+            auth_user_t u;
+            u.id = uid;
+            u.nick_name[0] = '\0';
+            u.icon[0] = '\0';
+            cb(r, 0, &u);
+            return;
+        }
+    }
+    if (ac != NULL) {
+        aent_t *e = cache_find(ac, tok);
+        uint64_t now = clock_mono_ms();
+        if (e != NULL && (e->state == E_USER || e->state == E_UNKNOWN) &&
+            now - e->fetched_at < ac->cache_ms) {
+            metric_inc(&w->m->token_cache_hits);
+            if (e->state != E_USER || revoke_has(w, tok)) {
+                cb(r, 1, NULL);
+                return;
             }
+            maybe_refresh(w, e, tok, 0, revoke_now_ms());
             /* A copy: cb may end this request, and the next pipelined one may reuse e. */
             auth_user_t u = e->user;
             cb(r, 0, &u);
@@ -342,6 +483,16 @@ void auth_resolve(struct http_req *r, auth_cb cb)
         }
     }
     lookup_start(w, r, cb, token);
+}
+
+void auth_resolve(struct http_req *r, auth_cb cb)
+{
+    resolve(r, cb, 0);
+}
+
+void auth_resolve_profile(struct http_req *r, auth_cb cb)
+{
+    resolve(r, cb, 1);
 }
 
 void auth_touch(struct worker *w, const char *token)
@@ -352,24 +503,65 @@ void auth_touch(struct worker *w, const char *token)
     struct auth_cache *ac = w->auth;
     uint8_t tok[16];
     tok_bytes(token, tok);
-    aent_t *e = cache_find(ac, tok);
-    uint64_t now = clock_mono_ms();
-    if (e != NULL && e->state == E_USER) {
-        /* Even a stale entry proves the token was real; EXPIRE on a key deleted since
-         * then is a harmless no-op. */
-        if (now - e->refreshed_at >= ac->refresh_ms) {
-            e->refreshed_at = now;
-            send_expire(w, token);
-        }
+    if (revoke_has(w, tok)) {
         return;
     }
-    if (e != NULL && now - e->fetched_at < ac->cache_ms) {
+    int64_t uid, issued;
+    aent_t *e = cache_find(ac, tok);
+    if (ac->signer != NULL && tok_verify(ac->signer, token, &uid, &issued)) {
+        /* Proven ours: refresh when due. An EXPIRE of a hash gone since is a no-op
+         * answered 0, which revokes the token here. */
+        maybe_refresh(w, e, tok, (uint64_t)issued * 1000u, revoke_now_ms());
+        return;
+    }
+    uint64_t now = clock_mono_ms();
+    if (e != NULL && e->state == E_USER) {
+        /* Even a stale entry proves the token was real. */
+        maybe_refresh(w, e, tok, 0, revoke_now_ms());
+        return;
+    }
+    if (e != NULL && e->state == E_UNKNOWN && now - e->fetched_at < ac->cache_ms) {
         return;   /* known to be unknown */
     }
     lookup_start(w, NULL, NULL, token);
 }
 
 /* ------------------------------------------------------------ login, logout */
+
+int auth_new_token(struct worker *w, int64_t user_id, char out[33])
+{
+    struct auth_cache *ac = w->auth;
+    uint8_t raw[16];
+    if (ac != NULL && ac->signer != NULL && user_id > 0 && user_id <= (int64_t)UINT32_MAX) {
+        if (getrandom(raw, 16, 0) != 16) {
+            return -1;
+        }
+        int64_t now = clock_wall_s();
+        /* A user who logs out and in within the issue minute must not get the revoked
+         * token back (1 in 65536): another nonce makes another token. */
+        for (int i = 0; i < 8; i++) {
+            uint16_t nonce = (uint16_t)(raw[2 * i] << 8 | raw[2 * i + 1]);
+            if (tok_mint(ac->signer, user_id, now, nonce, out) != 0) {
+                break;
+            }
+            uint8_t tok[16];
+            tok_bytes(out, tok);
+            if (!revoke_has(w, tok)) {
+                return 0;
+            }
+        }
+    }
+    if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw)) {
+        return -1;
+    }
+    static const char hex[] = "0123456789abcdef";
+    for (int i = 0; i < 16; i++) {
+        out[2 * i] = hex[raw[i] >> 4];
+        out[2 * i + 1] = hex[raw[i] & 15];
+    }
+    out[32] = '\0';
+    return 0;
+}
 
 static void on_op_reply(struct redisReply *rep, void *priv)
 {
@@ -384,7 +576,12 @@ static void on_op_reply(struct redisReply *rep, void *priv)
     void (*done)(http_req_t *, int) = op->done;
     int ok = op->ok;
     if (ok && op->user.id > 0) {
-        cache_put(op->w, op->token, E_USER, &op->user, clock_mono_ms(), 1);
+        uint8_t tok[16];
+        tok_bytes(op->token, tok);
+        aent_t *e = cache_put(op->w, tok, E_USER, &op->user, clock_mono_ms());
+        if (e != NULL) {
+            e->refreshed_ms = revoke_now_ms();   /* the login's own EXPIRE */
+        }
     }
     free(op);
     done(r, ok);
@@ -410,7 +607,7 @@ void auth_store_login(struct http_req *r, const char *token, const auth_user_t *
     memcpy(op->token, token, 33);
     op->user = *u;
     int idlen = snprintf(id, sizeof(id), "%lld", (long long)u->id);
-    int tlen = snprintf(ttl, sizeof(ttl), "%d", w->auth ? w->auth->ttl_s : w->app->cfg.token_ttl_s);
+    int tlen = snprintf(ttl, sizeof(ttl), "%d", auth_ttl_s(w));
     const char *hset[8] = { "HSET", key, "id", id, "nickName", u->nick_name, "icon", u->icon };
     size_t hlen[8] = { 4, (size_t)klen, 2, (size_t)idlen, 8, strlen(u->nick_name), 4,
                        strlen(u->icon) };
@@ -421,21 +618,17 @@ void auth_store_login(struct http_req *r, const char *token, const auth_user_t *
     rds_command(w->rds, on_op_reply, op, 3, exp, elen);
 }
 
-/* Runs on another worker: forget a token logged out elsewhere in this process. */
+/* Runs on another worker of this process: the logout is known here before its PUBLISH
+ * comes back, and even while that worker's subscription is down. */
 static void on_forget(worker_t *w, void *arg)
 {
-    if (w->auth != NULL) {
-        aent_t *e = cache_find(w->auth, arg);
-        if (e != NULL) {
-            e->state = E_FREE;
-        }
-    }
+    revoke_add(w, arg, revoke_now_ms() + (uint64_t)auth_ttl_s(w) * 1000u);
+    auth_forget(w, arg);
     free(arg);
 }
 
-/* Tells the other workers of this process to drop the token, so a logout is seen at once
- * by the whole process and only other instances wait out token_cache_ms. Skipped while
- * stopping: a worker that has left its loop would never run (and free) the message. */
+/* Skipped while stopping: a worker that has left its loop would never run (and free) the
+ * message. */
 static void forget_everywhere(worker_t *self, const uint8_t tok[16])
 {
     struct app *app = self->app;
@@ -468,21 +661,36 @@ void auth_logout(struct http_req *r, const char *token, void (*done)(struct http
     }
     uint8_t tok[16];
     tok_bytes(token, tok);
-    if (w->auth != NULL) {
-        aent_t *e = cache_find(w->auth, tok);
-        if (e != NULL) {
-            e->state = E_FREE;
-        }
-    }
+    /* Kept until a cache anywhere could still think the token alive: its last EXPIRE
+     * (at most now) plus the TTL. */
+    uint64_t now = revoke_now_ms();
+    uint64_t until = now + (uint64_t)auth_ttl_s(w) * 1000u;
+    revoke_add(w, tok, until);
+    auth_forget(w, tok);
     forget_everywhere(w, tok);
     op->w = w;
     op->r = r;
     op->done = done;
-    op->left = 1;
+    op->left = 4;
     op->ok = 1;
-    const char *argv[2] = { "DEL", key };
-    size_t lens[2] = { 3, (size_t)klen };
-    rds_command(w->rds, on_op_reply, op, 2, argv, lens);
+    char su[24], sn[24];
+    int lu = snprintf(su, sizeof(su), "%llu", (unsigned long long)until);
+    int ln = snprintf(sn, sizeof(sn), "%llu", (unsigned long long)now);
+    /* The durable record first, then the news, then the hash: a worker that reloads the
+     * set or hears the news never finds the hash deleted but the token not revoked. */
+    const char *zadd[4] = { "ZADD", REVOKE_KEY, su, token };
+    size_t zaddl[4] = { 4, strlen(REVOKE_KEY), (size_t)lu, 32 };
+    const char *zrem[4] = { "ZREMRANGEBYSCORE", REVOKE_KEY, "-inf", sn };
+    size_t zreml[4] = { 16, strlen(REVOKE_KEY), 4, (size_t)ln };
+    const char *pub[3] = { "PUBLISH", REVOKE_CHANNEL, token };
+    size_t publ[3] = { 7, strlen(REVOKE_CHANNEL), 32 };
+    const char *del[2] = { "DEL", key };
+    size_t dell[2] = { 3, (size_t)klen };
+    /* op lives until the fourth reply, which cannot come before the fourth send. */
+    rds_command(w->rds, on_op_reply, op, 4, zadd, zaddl);
+    rds_command(w->rds, on_op_reply, op, 4, zrem, zreml);
+    rds_command(w->rds, on_op_reply, op, 3, pub, publ);
+    rds_command(w->rds, on_op_reply, op, 2, del, dell);
 }
 
 /* ------------------------------------------------------------------ lifetime */
@@ -494,7 +702,14 @@ int auth_cache_init(struct worker *w)
         return -1;
     }
     ac->slots = calloc(AUTH_SLOTS, sizeof(aent_t *));
-    if (ac->slots == NULL) {
+    ac->queue = malloc(REFRESH_QUEUE_MAX * sizeof(*ac->queue));
+    ac->flush_ev = evtimer_new(w->base, on_flush, w);
+    if (ac->slots == NULL || ac->queue == NULL || ac->flush_ev == NULL) {
+        if (ac->flush_ev != NULL) {
+            event_free(ac->flush_ev);
+        }
+        free(ac->queue);
+        free(ac->slots);
         free(ac);
         return -1;
     }
@@ -504,14 +719,17 @@ int auth_cache_init(struct worker *w)
     const config_t *cfg = &w->app->cfg;
     ac->cache_ms = cfg->token_cache_ms > 0 ? (uint64_t)cfg->token_cache_ms : 0;
     ac->ttl_s = cfg->token_ttl_s > 0 ? cfg->token_ttl_s : 1800;
-    ac->refresh_ms = (uint64_t)ac->ttl_s * 1000u / 2u;
-    if (ac->refresh_ms > AUTH_REFRESH_MS) {
-        ac->refresh_ms = AUTH_REFRESH_MS;
+    ac->ttl_ms = (uint64_t)ac->ttl_s * 1000u;
+    ac->refresh_ms = (uint64_t)(cfg->token_refresh_s > 0 ? cfg->token_refresh_s : 60) * 1000u;
+    if (ac->refresh_ms > ac->ttl_ms / 2) {
+        ac->refresh_ms = ac->ttl_ms / 2;
     }
+    ac->signer = w->app->signer;
     w->auth = ac;
     return 0;
 }
 
+/* After rds_free: no EXPIRE reply can come any more. */
 void auth_cache_free(struct worker *w)
 {
     struct auth_cache *ac = w->auth;
@@ -522,6 +740,8 @@ void auth_cache_free(struct worker *w)
     for (size_t i = 0; i < AUTH_SLOTS; i++) {
         free(ac->slots[i]);
     }
+    event_free(ac->flush_ev);
+    free(ac->queue);
     free(ac->slots);
     free(ac);
 }

@@ -1,10 +1,14 @@
-/* auth.h -- login tokens to users, with a short per-worker cache.
+/* auth.h -- login tokens to users: verified locally when signed, else looked up in Redis.
  *
- * A token is the course's Redis hash login:token:<token> {id, nickName, icon}. Looking it
- * up costs a round trip, so each worker keeps what it saw for token_cache_ms (default 1 s)
- * and refreshes the sliding TTL (EXPIRE) at most once a minute per token rather than on
- * every request. Consequence, documented in docs/design.md: a logout takes effect on other
- * workers and instances within token_cache_ms. */
+ * Every login writes the course's Redis hash login:token:<token> {id, nickName, icon} with
+ * the sliding TTL, so a backend that shares Redis (the Java course project) keeps working.
+ * With --token-format signed (the default) the token also proves itself (token.h): a
+ * worker accepts it without Redis while it is younger than the TTL (or known alive from
+ * its own EXPIRE), not revoked (revoke.h), and the worker's revocation subscription is
+ * live. Anything else -- a random course-style token, a token past its signed age, a
+ * worker without a live subscription -- is looked up (HGETALL, cached token_cache_ms).
+ * The sliding TTL is refreshed by at most one EXPIRE per token per worker per
+ * token_refresh_s, queued and sent pipelined after the answer, never waited for. */
 #ifndef SECKILL_AUTH_H
 #define SECKILL_AUTH_H
 
@@ -28,17 +32,31 @@ typedef void (*auth_cb)(struct http_req *r, int status, const auth_user_t *u);
 /* Resolves r->authorization. May call cb before returning (cache hit, no token, Redis
  * down), so call it as the handler's last step. */
 void auth_resolve(struct http_req *r, auth_cb cb);
+/* The same, but the user's nickName and icon are needed (GET /user/me): always from the
+ * Redis hash (cached), never from the signature alone, which carries only the id. */
+void auth_resolve_profile(struct http_req *r, auth_cb cb);
+
+/* A fresh token for user_id into out (33 bytes): signed when the format is signed and the
+ * id fits, else 16 random bytes. 0, or -1 when no randomness is to be had. */
+int auth_new_token(struct worker *w, int64_t user_id, char out[33]);
 
 /* Stores a fresh login in Redis (HSET + EXPIRE) and calls done(r, ok). */
 void auth_store_login(struct http_req *r, const char *token, const auth_user_t *u,
                       void (*done)(struct http_req *r, int ok));
-/* Deletes the token in Redis and in this worker's cache; done(r, ok). */
+/* Revokes the token everywhere (revoke.h: local set, seckill:revoked, PUBLISH) and
+ * deletes its hash; done(r, ok) after Redis has taken all of it. */
 void auth_logout(struct http_req *r, const char *token, void (*done)(struct http_req *r, int ok));
 
-/* (added) Sliding-TTL refresh for a token sent to a public path, without waiting: a
- * fire-and-forget EXPIRE at most once a minute per token per worker (when the token is
- * not cached, a background lookup fills the cache). Never calls back. */
+/* Sliding-TTL refresh for a token sent to a public path, without waiting: the same
+ * coalesced EXPIRE as a login path (an unsigned token not cached is looked up in the
+ * background first). Never calls back. */
 void auth_touch(struct worker *w, const char *token);
+
+/* Drops a token (16 bytes) from this worker's cache (a revocation arrived). */
+void auth_forget(struct worker *w, const uint8_t tok[16]);
+
+/* The sliding TTL in seconds. */
+int auth_ttl_s(const struct worker *w);
 
 int auth_cache_init(struct worker *w);
 void auth_cache_free(struct worker *w);

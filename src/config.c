@@ -67,6 +67,12 @@ static const setting_t settings[] = {
       "login token sliding expiry"),
     S("token-cache-ms", "SECKILL_TOKEN_CACHE_MS", T_INT, token_cache_ms, "1000", 0, 60000,
       "how long a worker trusts a token it has looked up"),
+    S("token-format", "SECKILL_TOKEN_FORMAT", T_STR, token_format, "signed", 0, 0,
+      "login tokens: signed (HMAC, verified without Redis) or opaque (random, looked up in Redis)"),
+    S("token-key-file", "SECKILL_TOKEN_KEY_FILE", T_STR, token_key_file, "", 0, 0,
+      "key of signed tokens, shared by every instance (default <data-dir>/token-key, created 0600)"),
+    S("token-refresh-s", "SECKILL_TOKEN_REFRESH_S", T_INT, token_refresh_s, "60", 1, 60,
+      "sliding expiry: at most one EXPIRE per token per worker per this many seconds"),
     S("soldout-cache-ms", "SECKILL_SOLDOUT_CACHE_MS", T_INT, soldout_cache_ms, "500", 0, 60000,
       "how long a worker answers sold out / ended / not started from memory"),
     S("writer-batch", "SECKILL_WRITER_BATCH", T_INT, writer_batch, "512", 1, 100000,
@@ -376,6 +382,10 @@ int config_load(config_t *cfg, int argc, char **argv, char *err, size_t errlen)
      * that runs for real must not be able to turn it on. */
     if (lab_config_check(cfg, err, errlen) < 0)
         return -1;
+    if (strcmp(cfg->token_format, "signed") != 0 && strcmp(cfg->token_format, "opaque") != 0) {
+        snprintf(err, errlen, "token-format: \"%s\" is not signed or opaque", cfg->token_format);
+        return -1;
+    }
     if (cfg->threads == 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         cfg->threads = n > 0 ? (int)(n > 64 ? 64 : n) : 1;

@@ -48,6 +48,9 @@ typedef struct config {
     int sql_timeout_ms;         /* per SQL call deadline, default 2000 */
     int token_ttl_s;            /* login token sliding TTL, default 1800 */
     int token_cache_ms;         /* how long a worker trusts a cached token, default 1000 */
+    char token_format[16];      /* "signed" (default) or "opaque" (token.h) */
+    char token_key_file[512];   /* "" = <data_dir>/token-key, created on first start */
+    int token_refresh_s;        /* EXPIRE a used token at most this often per worker, default 60 */
     int soldout_cache_ms;       /* how long a worker answers sold-out from memory, default 500 */
     int writer_batch;           /* orders per SQL transaction at most, default 512 */
     int writer_block_ms;        /* XREADGROUP BLOCK, default 1000 */

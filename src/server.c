@@ -39,8 +39,10 @@
 #include "rconn.h"
 #include "rds.h"
 #include "redis_child.h"
+#include "revoke.h"
 #include "store.h"
 #include "sync_order.h"
+#include "token.h"
 #include "url.h"
 #include "worker.h"
 #include "writer.h"
@@ -143,6 +145,39 @@ static int cluster_prepare(app_t *app, const url_redis_t *a, const char *shown, 
     return 0;
 }
 
+/* Signed tokens (token.h): the key from --token-key-file, else <data-dir>/token-key,
+ * created 0600 on first start. Every instance of a cluster must read the same key; one
+ * that does not still accepts the others' tokens, through Redis (slower). */
+static int token_key_setup(app_t *app, char *err, size_t errlen)
+{
+    const config_t *cfg = &app->cfg;
+    if (strcmp(cfg->token_format, "signed") != 0) {
+        log_info("token format opaque: every token is looked up in Redis");
+        return 0;
+    }
+    uint8_t key[TOKEN_KEY_MAX];
+    size_t len = 0;
+    char path[600];
+    int rc;
+    if (cfg->token_key_file[0]) {
+        snprintf(path, sizeof path, "%s", cfg->token_key_file);
+        rc = tok_key_read(path, key, &len, err, errlen);
+    } else {
+        snprintf(path, sizeof path, "%s/token-key", cfg->data_dir);
+        rc = tok_key_read_or_create(path, key, &len, err, errlen);
+    }
+    if (rc < 0)
+        return -1;
+    app->signer = tok_signer_new(key, len);
+    memset(key, 0, sizeof key);
+    if (!app->signer) {
+        snprintf(err, errlen, "cannot set up the token key (OpenSSL)");
+        return -1;
+    }
+    log_info("signed tokens: key from %s", path);
+    return 0;
+}
+
 /* Leases this process's order-id slot (orderid.h) and checks the Redis version: streams
  * with XAUTOCLAIM need Redis >= 6.2. */
 static int redis_prepare(app_t *app, char *err, size_t errlen)
@@ -214,6 +249,7 @@ static void free_worker(worker_t *w)
     board_free(w);
     rds_free(w->rds);
     w->rds = NULL;
+    revoke_free(w);
     adm_cache_free(w);
     auth_cache_free(w);
     ratelimit_worker_free(w);
@@ -244,6 +280,11 @@ static worker_t *make_worker(app_t *app, int id, const url_redis_t *addr, char *
     w->rds = rds_new(w, addr, app->cfg.redis_timeout_ms);
     if (!w->rds) {
         snprintf(err, errlen, "cannot create the Redis client of worker %d", id);
+        free_worker(w);
+        return NULL;
+    }
+    if (revoke_init(w, addr) < 0) {
+        snprintf(err, errlen, "cannot create the revocation subscriber of worker %d", id);
         free_worker(w);
         return NULL;
     }
@@ -366,6 +407,9 @@ int server_run(const config_t *cfg)
         snprintf(app->name, sizeof app->name, "%s:%d", host, (int)getpid());
     }
 
+    if (token_key_setup(app, err, sizeof err) < 0)
+        goto out;
+
     /* 4. Background parts. */
     app->metrics = calloc(1, sizeof *app->metrics);
     if (!app->metrics) {
@@ -477,6 +521,7 @@ out:
     redis_child_stop(app->child);
     ratelimit_app_free(app);
     free(app->metrics);
+    tok_signer_free(app->signer);
     if (rc == 0)
         log_info("stopped cleanly");
     free(app);

@@ -20,6 +20,7 @@ struct rds;
 struct http_worker;
 struct auth_cache;
 struct adm_cache;
+struct revoke;
 struct metrics_shard;
 struct rl_worker;
 struct board;
@@ -33,6 +34,7 @@ typedef struct worker {
     struct auth_cache *auth;         /* private to auth.c */
     struct adm_cache *adm;           /* private to admission.c */
     struct rl_worker *rl;            /* private to ratelimit.c: this worker's buckets */
+    struct revoke *revoke;           /* private to revoke.c: logged-out tokens */
     struct metrics_shard *m;         /* this thread's counters (metrics.h) */
     struct board *board;             /* worker 0 only: announcement timer (board.h) */
 

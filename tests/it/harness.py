@@ -1763,3 +1763,36 @@ def check_sale_consistency(srv, redis, voucher_id, initial_stock, recs, tokens,
     eq(rstock, sstock, "Redis stock vs SQL stock")
     eq(xpending_count(redis, voucher_id), 0, "XPENDING after drain")
     return n
+
+
+# ---------------------------------------------------------------------------------------
+# signed login tokens (src/token.h), minted here independently of the C code
+
+TOKEN_EPOCH = 1704067200   # 2024-01-01T00:00:00Z
+
+
+def token_key(data_dir):
+    """The key a server with this data dir signs with (<data-dir>/token-key)."""
+    with open(os.path.join(data_dir, "token-key"), "rb") as f:
+        return f.read().rstrip(b" \t\r\n")
+
+
+def mint_token(key, user_id, issued=None, nonce=None):
+    """A signed token as token.h lays it out: issue minute, user id, nonce, 7 MAC bytes."""
+    import hashlib
+    import hmac
+    issued = int(time.time()) if issued is None else int(issued)
+    nonce = random.getrandbits(16) if nonce is None else nonce
+    body = (((issued - TOKEN_EPOCH) // 60).to_bytes(3, "big") + user_id.to_bytes(4, "big") +
+            nonce.to_bytes(2, "big"))
+    return (body + hmac.new(key, body, hashlib.sha256).digest()[:7]).hex()
+
+
+def commandstats(redis):
+    """INFO commandstats as {command: calls}."""
+    out = {}
+    for line in redis.cmd("INFO", "commandstats").splitlines():
+        if line.startswith("cmdstat_"):
+            name, rest = line[len("cmdstat_"):].split(":", 1)
+            out[name] = int(rest.split(",")[0].split("=")[1])
+    return out

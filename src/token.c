@@ -1,0 +1,227 @@
+/* token.c -- signed login tokens (format in token.h): key files, minting, verifying.
+ *
+ * HMAC-SHA256 (RFC 2104) over OpenSSL's SHA-256. The signer keeps the SHA-256 states after
+ * the key's inner and outer pads, so a token costs two block compressions and two struct
+ * copies: ~0.4 us here, against ~1.3 us for EVP_MAC re-initialised per token and ~5 us
+ * for the one-shot HMAC(), which fetches the digest each call (measured on this 2-core
+ * machine). Every token of a sold-out request is verified, so this is on the hot path.
+ * The SHA256_* functions are deprecated in OpenSSL 3 in favour of EVP, which has no
+ * cheap way to clone a keyed state; hence OPENSSL_SUPPRESS_DEPRECATED, in this file only.
+ * tests/unit/test_token.c checks the result against OpenSSL's own HMAC(). */
+#define OPENSSL_SUPPRESS_DEPRECATED
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <openssl/crypto.h>
+#include <openssl/sha.h>
+
+#include "token.h"
+
+#define MAC_BYTES 7
+#define BODY_BYTES 9
+
+struct tok_signer {
+    SHA256_CTX inner;           /* after the key XOR ipad block */
+    SHA256_CTX outer;           /* after the key XOR opad block */
+};
+
+/* ----------------------------------------------------------------- key files */
+
+int tok_key_read(const char *path, uint8_t key[TOKEN_KEY_MAX], size_t *len, char *err, size_t errlen)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot open token key file %s: %s", path, strerror(errno));
+        return -1;
+    }
+    ssize_t n = read(fd, key, TOKEN_KEY_MAX);
+    close(fd);
+    if (n < 0) {
+        snprintf(err, errlen, "cannot read token key file %s: %s", path, strerror(errno));
+        return -1;
+    }
+    while (n > 0 && (key[n - 1] == '\n' || key[n - 1] == '\r' || key[n - 1] == ' ' ||
+                     key[n - 1] == '\t')) {
+        n--;
+    }
+    if (n < TOKEN_KEY_MIN) {
+        snprintf(err, errlen, "token key file %s: the key must be at least %d bytes", path,
+                 TOKEN_KEY_MIN);
+        return -1;
+    }
+    *len = (size_t)n;
+    return 0;
+}
+
+int tok_key_read_or_create(const char *path, uint8_t key[TOKEN_KEY_MAX], size_t *len, char *err,
+                           size_t errlen)
+{
+    if (access(path, F_OK) == 0) {
+        return tok_key_read(path, key, len, err, errlen);
+    }
+    uint8_t raw[32];
+    if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw) {
+        snprintf(err, errlen, "getrandom failed: %s", strerror(errno));
+        return -1;
+    }
+    static const char hex[] = "0123456789abcdef";
+    char text[65];
+    for (size_t i = 0; i < sizeof raw; i++) {
+        text[2 * i] = hex[raw[i] >> 4];
+        text[2 * i + 1] = hex[raw[i] & 15];
+    }
+    text[64] = '\n';
+    /* O_EXCL: two instances sharing a data dir must not each write their own key. */
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        if (errno == EEXIST) {
+            return tok_key_read(path, key, len, err, errlen);
+        }
+        snprintf(err, errlen, "cannot create token key file %s: %s", path, strerror(errno));
+        return -1;
+    }
+    ssize_t w = write(fd, text, sizeof text);
+    int cerr = close(fd);
+    if (w != (ssize_t)sizeof text || cerr != 0) {
+        snprintf(err, errlen, "cannot write token key file %s", path);
+        unlink(path);
+        return -1;
+    }
+    memcpy(key, text, 64);
+    *len = 64;
+    return 0;
+}
+
+/* ----------------------------------------------------------------- signer */
+
+tok_signer_t *tok_signer_new(const uint8_t *key, size_t len)
+{
+    tok_signer_t *s = calloc(1, sizeof(*s));
+    if (s == NULL || key == NULL || len == 0) {
+        free(s);
+        return NULL;
+    }
+    uint8_t k[SHA256_CBLOCK], ipad[SHA256_CBLOCK], opad[SHA256_CBLOCK];
+    memset(k, 0, sizeof k);
+    if (len > SHA256_CBLOCK) {
+        SHA256(key, len, k);   /* RFC 2104: a key longer than a block is hashed first */
+    } else {
+        memcpy(k, key, len);
+    }
+    for (size_t i = 0; i < SHA256_CBLOCK; i++) {
+        ipad[i] = k[i] ^ 0x36;
+        opad[i] = k[i] ^ 0x5c;
+    }
+    int ok = SHA256_Init(&s->inner) == 1 && SHA256_Update(&s->inner, ipad, sizeof ipad) == 1 &&
+             SHA256_Init(&s->outer) == 1 && SHA256_Update(&s->outer, opad, sizeof opad) == 1;
+    OPENSSL_cleanse(k, sizeof k);
+    OPENSSL_cleanse(ipad, sizeof ipad);
+    OPENSSL_cleanse(opad, sizeof opad);
+    if (!ok) {
+        tok_signer_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void tok_signer_free(tok_signer_t *s)
+{
+    if (s == NULL) {
+        return;
+    }
+    OPENSSL_cleanse(s, sizeof(*s));
+    free(s);
+}
+
+static void mac_of(const tok_signer_t *s, const uint8_t body[BODY_BYTES], uint8_t out[32])
+{
+    SHA256_CTX c = s->inner;
+    SHA256_Update(&c, body, BODY_BYTES);
+    SHA256_Final(out, &c);
+    c = s->outer;
+    SHA256_Update(&c, out, 32);
+    SHA256_Final(out, &c);
+}
+
+/* ----------------------------------------------------------------- tokens */
+
+int tok_shape_ok(const char *z)
+{
+    if (z == NULL) {
+        return 0;
+    }
+    for (int i = 0; i < 32; i++) {
+        char c = z[i];
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
+            return 0;
+        }
+    }
+    return z[32] == '\0';
+}
+
+static int hexval(char c)
+{
+    return c <= '9' ? c - '0' : c - 'a' + 10;
+}
+
+void tok_bytes(const char *token, uint8_t out[16])
+{
+    for (int i = 0; i < 16; i++) {
+        out[i] = (uint8_t)(hexval(token[2 * i]) << 4 | hexval(token[2 * i + 1]));
+    }
+}
+
+int tok_mint(const tok_signer_t *s, int64_t user_id, int64_t issued_at, uint16_t nonce, char out[33])
+{
+    if (s == NULL || user_id <= 0 || user_id > (int64_t)UINT32_MAX || issued_at < TOKEN_EPOCH ||
+        (issued_at - TOKEN_EPOCH) / 60 > 0xFFFFFF) {
+        return -1;
+    }
+    uint8_t b[16], mac[32];
+    uint32_t min = (uint32_t)((issued_at - TOKEN_EPOCH) / 60);
+    uint32_t uid = (uint32_t)user_id;
+    b[0] = (uint8_t)(min >> 16);
+    b[1] = (uint8_t)(min >> 8);
+    b[2] = (uint8_t)min;
+    b[3] = (uint8_t)(uid >> 24);
+    b[4] = (uint8_t)(uid >> 16);
+    b[5] = (uint8_t)(uid >> 8);
+    b[6] = (uint8_t)uid;
+    b[7] = (uint8_t)(nonce >> 8);
+    b[8] = (uint8_t)nonce;
+    mac_of(s, b, mac);
+    memcpy(b + BODY_BYTES, mac, MAC_BYTES);
+    static const char hex[] = "0123456789abcdef";
+    for (int i = 0; i < 16; i++) {
+        out[2 * i] = hex[b[i] >> 4];
+        out[2 * i + 1] = hex[b[i] & 15];
+    }
+    out[32] = '\0';
+    return 0;
+}
+
+int tok_verify(const tok_signer_t *s, const char *token, int64_t *user_id, int64_t *issued_at)
+{
+    if (s == NULL || !tok_shape_ok(token)) {
+        return 0;
+    }
+    uint8_t b[16], mac[32];
+    tok_bytes(token, b);
+    mac_of(s, b, mac);
+    if (CRYPTO_memcmp(mac, b + BODY_BYTES, MAC_BYTES) != 0) {
+        return 0;
+    }
+    uint32_t uid = (uint32_t)b[3] << 24 | (uint32_t)b[4] << 16 | (uint32_t)b[5] << 8 | b[6];
+    if (uid == 0) {
+        return 0;
+    }
+    uint32_t min = (uint32_t)b[0] << 16 | (uint32_t)b[1] << 8 | b[2];
+    *user_id = uid;
+    *issued_at = TOKEN_EPOCH + (int64_t)min * 60;
+    return 1;
+}

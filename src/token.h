@@ -1,0 +1,62 @@
+/* token.h -- signed login tokens: minted and verified without Redis.
+ *
+ * A signed token is still 32 lowercase hex characters (16 bytes), so every client and page
+ * that handles the course's random tokens handles it too. Its bytes:
+ *
+ *   0..2   issued     minutes since 2024-01-01T00:00:00Z, big-endian (good until 2055)
+ *   3..6   user id    big-endian (ids above 2^32-1 get a random, opaque token instead)
+ *   7..8   nonce      random: two logins of one user in one minute differ (1 in 65536
+ *                     may not: auth.c re-rolls against the tokens it has revoked)
+ *   9..15  MAC        the first 7 bytes of HMAC-SHA256(key, bytes 0..8)
+ *
+ * The issue time is rounded down to the minute, so a token's signed age is never less
+ * than its real one: a server treats it as expired up to a minute early and then asks
+ * Redis, never late.
+ *
+ * The algorithm is fixed here (there is no algorithm field to confuse), the MAC is
+ * compared in constant time (CRYPTO_memcmp), and a random course-style token verifies with
+ * probability 2^-56, so "does not verify" simply means "look it up in Redis". The key is
+ * the bytes of a key file (trailing whitespace dropped, at least 16 bytes); every instance
+ * of a cluster must share it.
+ *
+ * A tok_signer_t is read-only once made: all threads share the one in app_t. */
+#ifndef SECKILL_TOKEN_H
+#define SECKILL_TOKEN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define TOKEN_KEY_MIN 16
+#define TOKEN_KEY_MAX 512
+
+typedef struct tok_signer tok_signer_t;
+
+/* Reads a key file: 0 and *len, or -1 with a reason in err. */
+int tok_key_read(const char *path, uint8_t key[TOKEN_KEY_MAX], size_t *len, char *err, size_t errlen);
+
+/* Reads <path>, or creates it (mode 0600, 32 random bytes as 64 hex characters) when it
+ * does not exist. 0, or -1 with a reason. */
+int tok_key_read_or_create(const char *path, uint8_t key[TOKEN_KEY_MAX], size_t *len, char *err,
+                           size_t errlen);
+
+tok_signer_t *tok_signer_new(const uint8_t *key, size_t len);   /* NULL on failure */
+void tok_signer_free(tok_signer_t *s);                          /* NULL is fine */
+
+#define TOKEN_EPOCH 1704067200   /* 2024-01-01T00:00:00Z */
+
+/* Writes a signed token for user_id issued at issued_at (unix seconds, rounded down to
+ * the minute) with the given nonce into out (33 bytes with the NUL). 0, or -1 if user_id
+ * or the time does not fit. */
+int tok_mint(const tok_signer_t *s, int64_t user_id, int64_t issued_at, uint16_t nonce, char out[33]);
+
+/* 1 if token is a signed token under this key (then *user_id and *issued_at, unix
+ * seconds of the issue minute, are set), 0 otherwise (not 32 lowercase hex, or the MAC
+ * does not match). */
+int tok_verify(const tok_signer_t *s, const char *token, int64_t *user_id, int64_t *issued_at);
+
+/* 1 if z is 32 lowercase hex characters. */
+int tok_shape_ok(const char *z);
+/* Hex token (shape already checked) to its 16 bytes. */
+void tok_bytes(const char *token, uint8_t out[16]);
+
+#endif
