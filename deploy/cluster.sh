@@ -89,6 +89,11 @@ admin_token() {
     cat "$DIR/admin_token"
 }
 
+token_key() {  # one signing key for every instance: a token from one verifies on all
+    [ -f "$DIR/token-key" ] || { (umask 077; od -An -N32 -tx1 /dev/urandom | tr -d ' \n' > "$DIR/token-key"); }
+    echo "$DIR/token-key"
+}
+
 start_instance() {  # $1 = i
     si=$1 port=$((BASE_PORT + $1 - 1)) d="$DIR/inst-$1"
     mkdir -p "$d"
@@ -97,7 +102,7 @@ start_instance() {  # $1 = i
     SECKILL_DB=$(db_url) SECKILL_ADMIN_TOKEN=$(admin_token) setsid "$BIN" serve \
         --listen "127.0.0.1:$port" --redis "redis://127.0.0.1:$REDIS_PORT" \
         --name "inst-$si" --data-dir "$d" --threads "$THREADS" --mode "$MODE" \
-        < /dev/null >> "$d/seckill.log" 2>&1 &
+        --token-key-file "$(token_key)" < /dev/null >> "$d/seckill.log" 2>&1 &
     echo $! > "$d/seckill.pid"
     wait_for "instance $si (see $d/seckill.log)" 60 curl -fs "http://127.0.0.1:$port/health"
     say "instance   inst-$si  http://127.0.0.1:$port  (log $d/seckill.log)"
