@@ -38,6 +38,7 @@
 #include "metrics.h"
 #include "rds.h"
 #include "revoke.h"
+#include "rnd.h"
 #include "token.h"
 #include "worker.h"
 
@@ -551,16 +552,7 @@ int auth_new_token(struct worker *w, int64_t user_id, char out[33])
             }
         }
     }
-    if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw)) {
-        return -1;
-    }
-    static const char hex[] = "0123456789abcdef";
-    for (int i = 0; i < 16; i++) {
-        out[2 * i] = hex[raw[i] >> 4];
-        out[2 * i + 1] = hex[raw[i] & 15];
-    }
-    out[32] = '\0';
-    return 0;
+    return rnd_hex(out, 16);
 }
 
 static void on_op_reply(struct redisReply *rep, void *priv)
