@@ -24,6 +24,7 @@
 #include "keys.h"
 #include "log.h"
 #include "orderid.h"
+#include "orders.h"
 #include "ordq.h"
 #include "rds.h"
 #include "store.h"
@@ -243,6 +244,10 @@ static void on_admit(struct redisReply *rep, void *priv)
         } else {
             ordq_release(c->q);
         }
+    }
+    if (code == ADMIT_OK) {
+        /* Before the client hears of it: a lookup through this instance finds it. */
+        orders_note_admitted(r->w, c->user_id, c->voucher_id, order_id);
     }
     ctx_put(c);
     cb(r, code, code == ADMIT_OK ? order_id : 0);

@@ -110,6 +110,8 @@ static const setting_t settings[] = {
       "login attempts per phone number: caps code guessing (0 = off; exact per instance)"),
     S("rate-ip-login", "SECKILL_RATE_IP_LOGIN", T_RATE, rate_ip_login, "10/s:100", 0, 0,
       "/user/login requests per client IP (0 = off; exact per instance)"),
+    S("rate-user-lookup", "SECKILL_RATE_USER_LOOKUP", T_RATE, rate_user_lookup, "10/s:20", 0, 0,
+      "order lookups (GET /voucher-order/...) per user (0 = off; exact per instance)"),
 };
 #define NSETTINGS (sizeof(settings) / sizeof(settings[0]))
 

@@ -73,6 +73,7 @@ typedef struct config {
     config_rate_t rate_phone_code;    /* /user/code per phone, default 1/m:3 */
     config_rate_t rate_phone_login;   /* /user/login attempts per phone, default 10/m:10 */
     config_rate_t rate_ip_login;      /* /user/login requests per client IP, default 10/s:100 */
+    config_rate_t rate_user_lookup;   /* order lookups per user, default 10/s:20 */
 } config_t;
 
 /* Fills cfg from defaults, file, environment and argv (argv[0] is the subcommand name,

@@ -5,6 +5,9 @@
  *   seckill:voucher:{42}  hash  stock, begin, end (epoch s) -- what admission reads
  *   seckill:order:{42}    hash  userId -> orderId: who bought (one per user)
  *   seckill:stream:{42}   stream of admitted orders: id, userId, voucherId, ts
+ * Per buyer (its own slot: "u" + user id as the hash tag):
+ *   seckill:orders-of:{u7} hash  voucherId -> orderId: the user's admitted orders, written
+ *                          by the server after admit.lua (orders.h), read by lookups
  * Process-wide keys:
  *   seckill:streams       set of voucher ids whose streams the writers read
  *   seckill:instance      counter leasing order-id instance slots
@@ -34,6 +37,7 @@
 int key_voucher(char *buf, size_t len, int64_t voucher_id);
 int key_buyers(char *buf, size_t len, int64_t voucher_id);
 int key_stream(char *buf, size_t len, int64_t voucher_id);
+int key_orders_of(char *buf, size_t len, int64_t user_id);
 int key_login_code(char *buf, size_t len, const char *phone);
 int key_login_fails(char *buf, size_t len, const char *phone);
 int key_login_token(char *buf, size_t len, const char *token);

@@ -226,6 +226,7 @@ static const config_rate_t *limit_of(const config_t *cfg, rl_kind_t kind)
     case RL_PHONE_CODE: return &cfg->rate_phone_code;
     case RL_PHONE_LOGIN: return &cfg->rate_phone_login;
     case RL_IP_LOGIN: return &cfg->rate_ip_login;
+    case RL_USER_LOOKUP: return &cfg->rate_user_lookup;
     default: return NULL;
     }
 }

@@ -1,6 +1,6 @@
 /* ratelimit.h -- abuse limits: token buckets keyed by user id, client IP or phone.
  *
- * Six limits (config.h, `--rate-*`), each a token bucket of RATE tokens per second and
+ * Seven limits (config.h, `--rate-*`), each a token bucket of RATE tokens per second and
  * BURST tokens at most; a request takes one token, and a request finding less than one
  * is refused (the caller answers HTTP 429 with api_rate_limited()) and counted in
  * /metrics.
@@ -12,6 +12,7 @@
  *   rate-phone-code    phone        /user/code        per instance       1/m:3    closed
  *   rate-phone-login   phone        /user/login       per instance       10/m:10  closed
  *   rate-ip-login      client IP    /user/login       per instance       10/s:100 closed
+ *   rate-user-lookup   user id      order lookups     per instance       10/s:20  closed
  *
  * Flash-sale limits are on the hot path, so they take no lock: each worker has its own
  * table (hung off the worker) and refills at RATE / threads with BURST / threads (at
@@ -55,6 +56,7 @@ typedef enum {
     RL_PHONE_CODE,
     RL_PHONE_LOGIN,
     RL_IP_LOGIN,
+    RL_USER_LOOKUP,
     RL__COUNT
 } rl_kind_t;
 

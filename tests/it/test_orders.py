@@ -1,0 +1,104 @@
+"""test_orders.py -- order lookups (GET /voucher-order/{id}, GET /voucher-order/of/me):
+a constant number of Redis commands whatever the number of vouchers, admitted orders
+visible before the writer has persisted them, and the per-user lookup limit.
+
+SQLite only: the unpersisted case holds the database's write lock, which MariaDB's
+LOCK TABLES would also hold against the lookup's own read; the lookup code is the same for
+both backends (test_api.py::test_order_lookup runs on both)."""
+
+import harness as H
+from harness import check, eq
+
+DB_BACKENDS = ("sqlite",)
+
+VOUCHERS = 60
+LOOKUPS = 10
+
+
+def _hash_reads(r):
+    """Calls of the hash-reading commands since CONFIG RESETSTAT. The writer reads no
+    hashes; the lookups' token checks (auth) and the lookups themselves do."""
+    stats = r.cmd("INFO", "commandstats")
+    total = 0
+    for line in stats.splitlines():
+        name, _, rest = line.partition(":")
+        if name in ("cmdstat_hget", "cmdstat_hmget", "cmdstat_hgetall", "cmdstat_hscan"):
+            total += int(rest.split(",")[0].split("=")[1])
+    return total
+
+
+def test_lookup_redis_commands_constant():
+    r, srv = H.setup(settings={"rate-user-lookup": "1000/s:1000"})
+    h = srv.http()
+    tok = H.login(srv, r, "13512345601", h)
+    vids = [H.create_seckill(srv, stock=5, http=h) for _ in range(VOUCHERS)]
+    o1 = H.seckill(srv, tok, vids[0], h)[1]["data"]
+    o2 = H.seckill(srv, tok, vids[-1], h)[1]["data"]
+    H.wait_drained(srv, r, vids[0], 30)
+    H.wait_drained(srv, r, vids[-1], 30)
+    r.cmd("CONFIG", "RESETSTAT")
+    for _ in range(LOOKUPS):
+        st, j = h.api("GET", "/voucher-order/of/me", token=tok)
+        check(st == 200 and j["success"], "of/me: %r %r", st, j)
+        eq(sorted(o["id"] for o in j["data"]), sorted([o1, o2]), "of/me order ids")
+        # an id not in SQL goes on to Redis: the costly case before
+        st, j = h.api("GET", "/voucher-order/%d" % (o2 + 1), token=tok)
+        check(st == 200 and not j["success"], "unknown order: %r %r", st, j)
+    reads = _hash_reads(r)
+    # one HGETALL of the buyer's index per lookup, plus at most one token check each;
+    # one HGET per voucher would be 2 * LOOKUPS * VOUCHERS
+    check(reads <= 2 * 2 * LOOKUPS, "%d hash reads for %d lookups with %d vouchers",
+          reads, 2 * LOOKUPS, VOUCHERS)
+    H.finish(srv)
+
+
+def test_lookup_sees_unpersisted_orders():
+    r, srv = H.setup()
+    h = srv.http()
+    a = H.login(srv, r, "13512345611", h)
+    b = H.login(srv, r, "13512345612", h)
+    v1 = H.create_seckill(srv, stock=5, http=h)
+    v2 = H.create_seckill(srv, stock=5, http=h)
+    o1 = H.seckill(srv, a, v1, h)[1]["data"]
+    H.wait_drained(srv, r, v1, 30)
+    lock = H.hold_db_lock(srv)   # the writer cannot persist o2 while this is held
+    try:
+        o2 = H.seckill(srv, a, v2, h)[1]["data"]
+        st, j = h.api("GET", "/voucher-order/of/me", token=a)
+        check(st == 200 and j["success"], "of/me: %r %r", st, j)
+        eq([(o["id"], o["persisted"]) for o in j["data"]], [(o2, False), (o1, True)],
+           "of/me: the unpersisted order first, then the persisted one")
+        eq(j["data"][0]["voucherId"], v2, "voucherId of the unpersisted order")
+        st, j = h.api("GET", "/voucher-order/%d" % o2, token=a)
+        check(j["success"] and j["data"]["id"] == o2 and j["data"]["persisted"] is False,
+              "GET of the unpersisted order: %r", j)
+        st, j = h.api("GET", "/voucher-order/%d" % o2, token=b)
+        check(not j["success"], "B reads A's unpersisted order: %r", j)
+        st, j = h.api("GET", "/voucher-order/of/me", token=b)
+        eq(j["data"], [], "B's of/me")
+    finally:
+        lock.rollback()
+        lock.close()
+    H.wait_drained(srv, r, v2, 30)
+    st, j = h.api("GET", "/voucher-order/of/me", token=a)
+    eq([(o["id"], o["persisted"]) for o in j["data"]], [(o2, True), (o1, True)],
+       "of/me once both are persisted: each once")
+    H.finish(srv)
+
+
+def test_lookup_rate_limited():
+    r, srv = H.setup(settings={"rate-user-lookup": "1/m:5"})
+    h = srv.http()
+    a = H.login(srv, r, "13512345621", h)
+    b = H.login(srv, r, "13512345622", h)
+    codes = []
+    for i in range(8):
+        path = "/voucher-order/of/me" if i % 2 else "/voucher-order/123"
+        st, j = h.api("GET", path, token=a)
+        codes.append(st)
+        if st == 429:
+            eq(j.get("code"), "RATE_LIMITED", "code of a limited lookup")
+    eq(codes, [200] * 5 + [429] * 3, "lookups of one user under 1/m:5")
+    st, j = h.api("GET", "/voucher-order/of/me", token=b)
+    eq(st, 200, "another user's lookup")
+    H.finish(srv)
