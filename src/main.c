@@ -9,6 +9,7 @@
 
 #include "tools/audit.h"
 #include "tools/bench.h"
+#include "tools/lab_tool.h"
 #include "config.h"
 #include "server.h"
 
@@ -23,6 +24,7 @@ static void usage(FILE *f)
             "  serve     run the service (with no options: embedded Redis + SQLite under ./var)\n"
             "  bench     rehearse a flash sale against a running service, then audit it\n"
             "  audit     check Redis and SQL for oversell, duplicates, lost orders\n"
+            "  lab       run every step of the course's flash-sale chapter, audit each, one table\n"
             "  version   print the version\n\n"
             "`seckill <command> --help` lists its options.\n",
             SECKILL_VERSION);
@@ -61,6 +63,8 @@ int main(int argc, char **argv)
         return bench_main(argc - 1, argv + 1);
     if (strcmp(cmd, "audit") == 0)
         return audit_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "lab") == 0)
+        return lab_main(argc - 1, argv + 1);
     fprintf(stderr, "seckill: unknown command \"%s\"\n\n", cmd);
     usage(stderr);
     return 2;

@@ -21,6 +21,8 @@ pkgs="$pkgs dpkg-dev lintian man-db"
 pkgs="$pkgs chromium"
 command -v node >/dev/null 2>&1 || pkgs="$pkgs nodejs"
 command -v npm >/dev/null 2>&1 || pkgs="$pkgs npm"
+# the HTML reports' charts (seckill lab --html): dygraphs, inlined from this package
+pkgs="$pkgs libjs-dygraphs"
 if [ "${1:-}" = perf ]; then
     pkgs="$pkgs wrk"
 fi

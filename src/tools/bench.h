@@ -38,6 +38,7 @@ typedef struct bench_opts {
     char db_url[700];           /* --db URL (drain, audit) */
     char admin_token[128];      /* --admin-token (voucher creation) */
     int64_t voucher;            /* --voucher ID: use this one; 0 = create one */
+    int create_only;            /* --create-only: create the voucher, print its id, stop */
     int64_t stock;              /* --stock N [1000]; with --voucher: its initial stock, -1 unknown */
     int begin_in_s;             /* --begin-in S: the sale opens S seconds after creation [0] */
     int window_s;               /* --window S: sale length [3600] */

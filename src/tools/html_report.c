@@ -1,0 +1,154 @@
+/* html_report.c -- self-contained HTML pages with dygraphs charts (html_report.h). */
+#include "tools/html_report.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int chart_seq;   /* element ids within one page; the tools are single-threaded */
+
+static void esc(FILE *f, const char *s)
+{
+    for (; s && *s; s++) {
+        switch (*s) {
+        case '<': fputs("&lt;", f); break;
+        case '>': fputs("&gt;", f); break;
+        case '&': fputs("&amp;", f); break;
+        case '"': fputs("&quot;", f); break;
+        default: fputc(*s, f);
+        }
+    }
+}
+
+/* A JavaScript string literal; "</" is split so no text can close the script element. */
+static void js_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; s && *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c == '\n')
+            fputs("\\n", f);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else if (c == '<')
+            fputs("\\u003c", f);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+int html_report_begin(FILE *f, const char *title, char *err, size_t errlen)
+{
+    FILE *js = fopen(HTML_REPORT_DYGRAPHS, "r");
+    if (!js) {
+        snprintf(err, errlen, "%s: %s (apt-get install libjs-dygraphs; tools/deps.sh does)",
+                 HTML_REPORT_DYGRAPHS, strerror(errno));
+        return -1;
+    }
+    chart_seq = 0;
+    fputs("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>", f);
+    esc(f, title);
+    fputs("</title>\n<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;}"
+          "table{border-collapse:collapse;margin:1em 0;}td,th{border:1px solid #bbb;"
+          "padding:3px 8px;text-align:right;}td:first-child,th:first-child{text-align:left;}"
+          ".chart{width:1000px;height:260px;margin:1em 0 2.5em 0;}</style>\n"
+          "<script>/* dygraphs, from Debian's libjs-dygraphs (MIT licence) */\n", f);
+    char buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, js)) > 0)
+        fwrite(buf, 1, n, f);
+    fclose(js);
+    fputs("\n</script>\n<script>\n"
+          "function barPlotter(e) {\n"
+          "  var ctx = e.drawingContext, pts = e.points, y0 = e.dygraph.toDomYCoord(0);\n"
+          "  var w = pts.length > 1 ? (pts[1].canvasx - pts[0].canvasx) * 0.6 : 40;\n"
+          "  ctx.fillStyle = e.color;\n"
+          "  for (var i = 0; i < pts.length; i++) {\n"
+          "    var p = pts[i];\n"
+          "    ctx.fillRect(p.canvasx - w / 2, p.canvasy, w, y0 - p.canvasy);\n"
+          "  }\n"
+          "}\n</script>\n</head><body>\n<h1>", f);
+    esc(f, title);
+    fputs("</h1>\n", f);
+    return 0;
+}
+
+void html_report_text(FILE *f, const char *text)
+{
+    fputs("<p>", f);
+    esc(f, text);
+    fputs("</p>\n", f);
+}
+
+void html_report_table(FILE *f, const char *const *head, int ncols, const char *const *cells,
+                       int nrows)
+{
+    fputs("<table><tr>", f);
+    for (int c = 0; c < ncols; c++) {
+        fputs("<th>", f);
+        esc(f, head[c]);
+        fputs("</th>", f);
+    }
+    fputs("</tr>\n", f);
+    for (int r = 0; r < nrows; r++) {
+        fputs("<tr>", f);
+        for (int c = 0; c < ncols; c++) {
+            fputs("<td>", f);
+            esc(f, cells[r * ncols + c]);
+            fputs("</td>", f);
+        }
+        fputs("</tr>\n", f);
+    }
+    fputs("</table>\n", f);
+}
+
+static void chart_open(FILE *f, const char *title)
+{
+    fputs("<h2>", f);
+    esc(f, title);
+    fprintf(f, "</h2>\n<div class=\"chart\" id=\"chart%d\"></div>\n<script>\n", ++chart_seq);
+}
+
+void html_report_bars(FILE *f, const char *title, const char *ylabel, const char *const *names,
+                      const double *values, int n)
+{
+    chart_open(f, title);
+    fputs("(function () {\n  var names = [", f);
+    for (int i = 0; i < n; i++) {
+        if (i)
+            fputc(',', f);
+        js_str(f, names[i]);
+    }
+    fputs("];\n  var data = [", f);
+    for (int i = 0; i < n; i++)
+        fprintf(f, "%s[%d,%.6g]", i ? "," : "", i + 1, values[i]);
+    fprintf(f, "];\n  new Dygraph(document.getElementById(\"chart%d\"), data, {\n"
+               "    labels: [\"step\", ", chart_seq);
+    js_str(f, ylabel);
+    fprintf(f, "], ylabel: ");
+    js_str(f, ylabel);
+    fprintf(f, ", plotter: barPlotter, includeZero: true, dateWindow: [0.5, %d.5],\n"
+               "    axes: { x: { pixelsPerLabel: 20, axisLabelFormatter: function (x) {\n"
+               "      return Number.isInteger(x) && x >= 1 && x <= names.length ? names[x - 1] : \"\"; },\n"
+               "      valueFormatter: function (x) { return names[x - 1] || x; } } },\n"
+               "    legend: \"always\"\n  });\n})();\n</script>\n",
+            n);
+}
+
+void html_report_csv_chart(FILE *f, const char *title, const char *ylabel, const char *csv)
+{
+    chart_open(f, title);
+    fprintf(f, "new Dygraph(document.getElementById(\"chart%d\"), ", chart_seq);
+    js_str(f, csv);
+    fputs(", { ylabel: ", f);
+    js_str(f, ylabel);
+    fputs(", legend: \"always\" });\n</script>\n", f);
+}
+
+void html_report_end(FILE *f)
+{
+    fputs("</body></html>\n", f);
+}

@@ -1,0 +1,32 @@
+/* html_report.h -- one self-contained HTML page of charts for the tools' reports
+ * (`seckill lab --html`; reusable by any tool that has figures to draw).
+ *
+ * The charts are drawn by dygraphs, read from Debian's libjs-dygraphs
+ * (/usr/share/javascript/dygraphs/dygraph.min.js, tools/deps.sh installs it) and inlined
+ * into the page: no CDN, no second file, the page opens offline anywhere.
+ *
+ * Use: html_report_begin, then any number of html_report_* blocks, then html_report_end.
+ * Strings given are escaped here. Returns -1 with a reason in err when the script cannot
+ * be read (the page is then not written). */
+#ifndef SECKILL_HTML_REPORT_H
+#define SECKILL_HTML_REPORT_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#define HTML_REPORT_DYGRAPHS "/usr/share/javascript/dygraphs/dygraph.min.js"
+
+int html_report_begin(FILE *f, const char *title, char *err, size_t errlen);
+/* A paragraph of text. */
+void html_report_text(FILE *f, const char *text);
+/* A table: ncols header cells, then nrows * ncols cells, row by row. */
+void html_report_table(FILE *f, const char *const *head, int ncols, const char *const *cells,
+                       int nrows);
+/* A bar chart: one bar per name (x axis), value on the y axis labelled ylabel. */
+void html_report_bars(FILE *f, const char *title, const char *ylabel, const char *const *names,
+                      const double *values, int n);
+/* A line chart from CSV text (first row: the labels; first column: x), for time series. */
+void html_report_csv_chart(FILE *f, const char *title, const char *ylabel, const char *csv);
+void html_report_end(FILE *f);
+
+#endif

@@ -1,0 +1,96 @@
+"""test_lab.py -- `seckill lab`: every step of the course's flash-sale chapter, each failing
+(or not) the way the course says, asserted on the audit's figures that the lab reports.
+
+One full lab run (15 steps, ~90 s under ASan on 2 cores) with a small stock and short
+pauses; then the lab's flags are shown to be refused outside the lab modes. The lab's
+SQL steps are SQLite-only (lab_voucher_order), so this file runs on SQLite only.
+"""
+
+import json
+import os
+
+import harness as H
+from harness import check, eq
+
+DB_BACKENDS = ("sqlite",)
+
+
+def row(steps, step, instances=1, fault_has=""):
+    found = [s for s in steps if s["step"] == step and s["instances"] == instances
+             and fault_has in s["fault"]]
+    eq(len(found), 1, "lab rows for %s x%d (%s)" % (step, instances, fault_has))
+    r = found[0]
+    check(r["ran"], "step %s did not run: %r", step, r.get("error"))
+    return r
+
+
+@H.timeout(420)
+def test_lab_every_step_fails_the_way_the_course_says():
+    d = H.subdir("lab")
+    js, html = os.path.join(d, "lab.json"), os.path.join(d, "lab.html")
+    rc, out, err = H.run_tool(["lab", "--dir", os.path.join(d, "run"), "--json", js,
+                               "--html", html, "--stock", 20, "--users", 60, "--rate", 60,
+                               "--dup", 2, "--pause-ms", 300, "--lease-ms", 100],
+                              timeout=400)
+    H.log(out)
+    check(rc == 0, "seckill lab exit %d:\n%s\n%s", rc, out, err[-4000:])
+    lab = json.load(open(js))
+    steps = lab["steps"]
+    eq(len(steps), 15, "steps run")
+    stock, users = lab["stock"], lab["users"]
+    check(users > stock, "the load must have more buyers (%d) than stock (%d)", users, stock)
+
+    # 超卖: check, then take -- concurrent buyers all pass the check.
+    check(row(steps, "naive")["oversold"] > 0, "naive did not oversell: %r", row(steps, "naive"))
+    # Optimistic lock `stock = old`: no oversell, but it sells less than the stock to more
+    # buyers than the stock, refusing buyers while stock remains.
+    r = row(steps, "cas-stock-eq")
+    check(r["sold"] < stock and r["oversold"] == 0 and r["refused_in_stock"] > 0,
+          "cas-stock-eq should under-sell: %r", r)
+    r = row(steps, "cas-stock-gt0")
+    check(r["oversold"] == 0 and r["sold"] == stock, "cas-stock-gt0: %r", r)
+    # synchronized(userId): right on one instance, wrong on two.
+    eq(row(steps, "local-lock", 1)["duplicate_buyers"], 0, "local-lock x1 duplicate buyers")
+    check(row(steps, "local-lock", 2)["duplicate_buyers"] > 0,
+          "local-lock on two instances did not duplicate: %r", row(steps, "local-lock", 2))
+    # SETNX with a lease shorter than the order: the user's next click gets in.
+    for step in ("setnx", "setnx-owner"):
+        r = row(steps, step)
+        check(r["duplicate_buyers"] > 0, "%s did not duplicate under its pause: %r", step, r)
+    # The atomic unlock under the GET/DEL pause, Redisson, sync, stream: never.
+    for step, n, fault in (("lua-unlock", 1, "get-del"), ("reentrant", 2, ""), ("sync", 2, ""),
+                           ("stream", 1, "")):
+        r = row(steps, step, n, fault)
+        eq((r["duplicate_buyers"], r["oversold"], r["lost"]), (0, 0, 0),
+           "%s x%d (duplicate buyers, oversold, lost)" % (step, n))
+        eq(r["sold"], stock, "%s x%d sold" % (step, n))
+    # Crashes and the message queues.
+    check(row(steps, "queue")["lost"] > 0, "queue lost nothing to kill -9: %r",
+          row(steps, "queue"))
+    check(row(steps, "pubsub")["lost"] > 0, "pubsub lost nothing without a subscriber: %r",
+          row(steps, "pubsub"))
+    r = row(steps, "list")
+    check(r["lost"] >= 1, "list did not lose the popped order: %r", r)
+    eq(r["sold"] + r["lost"], stock, "list: written + lost = admitted")
+
+    # The table, and the report: one chart per column, dygraphs inlined, nothing remote.
+    for col in ("oversold", "dup buyers", "lost", "refused*", "req/s", "p99 ms"):
+        check(col in out, "table column %r missing:\n%s", col, out)
+    page = open(html, encoding="utf-8").read()
+    check("Dygraph" in page and page.count("new Dygraph(") == 6,
+          "the report should draw 6 charts with dygraphs inlined")
+    check("<script src" not in page and "http://" not in page.split("</script>")[-1],
+          "the report loads something remote")
+
+
+def test_lab_flags_refused_outside_lab_modes():
+    for args, what in ((["--mode", "stream", "--lab-pause", "check-write:10"], "lab modes only"),
+                       (["--mode", "sync", "--lab-lease-ms", "50"], "--lab-lease-ms"),
+                       (["--mode", "naive", "--lab-pause", "get-del:10"], "no get-del point")):
+        rc, out, err = H.run_tool(["serve"] + args, timeout=30)
+        eq(rc, 2, "exit status of serve %s" % " ".join(args))
+        check(what in err, "serve %s: %r not in %r", " ".join(args), what, err)
+    rc, out, err = H.run_tool(["lab", "--steps", "nonsense"], timeout=30)
+    eq(rc, 2, "exit status of lab --steps nonsense")
+    rc, out, err = H.run_tool(["lab", "--pause-ms", 100, "--lease-ms", 200], timeout=30)
+    eq(rc, 2, "exit status of lab with a lease longer than the pause")
