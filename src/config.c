@@ -18,6 +18,7 @@
 
 #include "lab.h"
 #include "log.h"
+#include "url.h"
 
 typedef enum { T_STR, T_INT, T_SIZE, T_LISTEN, T_MODE, T_LEVEL, T_BOOL, T_RATE } ctype_t;
 
@@ -112,6 +113,13 @@ static const setting_t settings[] = {
       "/user/login requests per client IP (0 = off; exact per instance)"),
     S("rate-user-lookup", "SECKILL_RATE_USER_LOOKUP", T_RATE, rate_user_lookup, "10/s:20", 0, 0,
       "order lookups (GET /voucher-order/...) per user (0 = off; exact per instance)"),
+    /* Secrets off the command line: /proc/PID/cmdline shows the file names only. */
+    S("admin-token-file", "SECKILL_ADMIN_TOKEN_FILE", T_STR, admin_token_file, "", 0, 0,
+      "file whose first line is the admin token (instead of --admin-token)"),
+    S("redis-password-file", "SECKILL_REDIS_PASSWORD_FILE", T_STR, redis_password_file, "", 0, 0,
+      "file whose first line is the Redis password (put into --redis's URL)"),
+    S("db-password-file", "SECKILL_DB_PASSWORD_FILE", T_STR, db_password_file, "", 0, 0,
+      "file whose first line is the database password (put into --db's URL)"),
 };
 #define NSETTINGS (sizeof(settings) / sizeof(settings[0]))
 
@@ -410,4 +418,77 @@ void config_usage(const char *subcommand)
             printf(" [%s]", settings[i].def);
         printf("\n");
     }
+}
+
+/* The first line of a secret file, without its line end, into out. Returns 0 or -1. */
+static int read_secret_file(const char *what, const char *path, char *out, size_t cap,
+                            char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        snprintf(err, errlen, "%s %s: %s", what, path, strerror(errno));
+        return -1;
+    }
+    char line[2048];
+    int ok = fgets(line, sizeof line, f) != NULL;
+    fclose(f);
+    if (ok)
+        line[strcspn(line, "\r\n")] = '\0';
+    if (!ok || line[0] == '\0') {
+        snprintf(err, errlen, "%s %s is empty", what, path);
+        return -1;
+    }
+    if (strlen(line) >= cap) {
+        snprintf(err, errlen, "%s %s: too long (at most %zu bytes)", what, path, cap - 1);
+        return -1;
+    }
+    memcpy(out, line, strlen(line) + 1);
+    explicit_bzero(line, sizeof line);
+    return 0;
+}
+
+/* Puts the password in file (if named) into url (cap bytes). */
+static int password_into(const char *what, const char *file, char *url, size_t cap, char *err,
+                         size_t errlen)
+{
+    if (!file[0])
+        return 0;
+    if (!url[0]) {
+        snprintf(err, errlen, "--%s needs a URL to go with it", what);
+        return -1;
+    }
+    char pw[512], out[2048], why[256];
+    if (read_secret_file(what, file, pw, sizeof pw, err, errlen) < 0)
+        return -1;
+    int rc = url_with_password(url, pw, out, sizeof out, why, sizeof why);
+    explicit_bzero(pw, sizeof pw);
+    if (rc == 0 && strlen(out) >= cap) {
+        snprintf(why, sizeof why, "the URL with its password is too long");
+        rc = -1;
+    }
+    if (rc < 0) {
+        snprintf(err, errlen, "--%s: %s", what, why);
+    } else {
+        memcpy(url, out, strlen(out) + 1);
+    }
+    explicit_bzero(out, sizeof out);
+    return rc;
+}
+
+int config_read_secrets(config_t *cfg, char *err, size_t errlen)
+{
+    if (cfg->admin_token_file[0]) {
+        if (cfg->admin_token[0]) {
+            snprintf(err, errlen, "both --admin-token and --admin-token-file given: use one");
+            return -1;
+        }
+        if (read_secret_file("admin-token-file", cfg->admin_token_file, cfg->admin_token,
+                             sizeof cfg->admin_token, err, errlen) < 0)
+            return -1;
+    }
+    if (password_into("redis-password-file", cfg->redis_password_file, cfg->redis_url,
+                      sizeof cfg->redis_url, err, errlen) < 0)
+        return -1;
+    return password_into("db-password-file", cfg->db_password_file, cfg->db_url,
+                         sizeof cfg->db_url, err, errlen);
 }

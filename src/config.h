@@ -74,12 +74,28 @@ typedef struct config {
     config_rate_t rate_phone_login;   /* /user/login attempts per phone, default 10/m:10 */
     config_rate_t rate_ip_login;      /* /user/login requests per client IP, default 10/s:100 */
     config_rate_t rate_user_lookup;   /* order lookups per user, default 10/s:20 */
+
+    /* secrets off the command line (config_read_secrets) and the operations surface */
+    char admin_token_file[512];       /* file holding the admin token */
+    char redis_password_file[512];    /* file holding the Redis password (into redis_url) */
+    char db_password_file[512];       /* file holding the database password (into db_url) */
+    int log_login_codes;              /* write login codes to the log (embedded: always) */
+    char code_command[1024];          /* delivers login codes: sh -c CMD, env SECKILL_PHONE/CODE */
+    int code_command_timeout_ms;      /* its deadline, default 5000 */
+    char metrics_token[128];          /* required as "authorization: Bearer T" on /metrics */
+    char trusted_proxy[1024];         /* addresses whose X-Forwarded-For is believed */
 } config_t;
 
 /* Fills cfg from defaults, file, environment and argv (argv[0] is the subcommand name,
  * e.g. "serve"). On a bad value or an unknown flag writes one line to err and returns -1.
  * "--help" prints the table and returns 1. */
 int config_load(config_t *cfg, int argc, char **argv, char *err, size_t errlen);
+
+/* Reads the secret files named by cfg (admin-token-file, redis-password-file,
+ * db-password-file) into cfg: the token into admin_token, the passwords into redis_url
+ * and db_url (url_with_password). For `serve`, after config_load. Returns 0, or -1 with
+ * the reason in err (never a secret). */
+int config_read_secrets(config_t *cfg, char *err, size_t errlen);
 
 /* Prints the settings table (flag, env, default, help) to stdout. */
 void config_usage(const char *subcommand);

@@ -26,6 +26,7 @@
 #include "app.h"
 #include "auth.h"
 #include "board.h"
+#include "datadir.h"
 #include "http.h"
 #include "jobs.h"
 #include "keys.h"
@@ -40,6 +41,7 @@
 #include "rds.h"
 #include "redis_child.h"
 #include "revoke.h"
+#include "rnd.h"
 #include "store.h"
 #include "sync_order.h"
 #include "token.h"
@@ -50,68 +52,33 @@
 #define SHUTDOWN_GRACE_MS 5000
 #define JOB_THREADS 2
 #define JOB_QUEUE_MAX 4096
-
-/* mkdir -p */
-static int make_dirs(const char *path)
-{
-    char buf[512];
-    if (strlen(path) >= sizeof buf)
-        return -1;
-    strcpy(buf, path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) < 0 && errno != EEXIST)
-            return -1;
-        *p = '/';
-    }
-    return mkdir(buf, 0755) < 0 && errno != EEXIST ? -1 : 0;
-}
-
-static void random_hex(char *out, size_t nbytes)
-{
-    unsigned char raw[64];
-    static const char hex[] = "0123456789abcdef";
-    if (nbytes > sizeof raw)
-        nbytes = sizeof raw;
-    if (getrandom(raw, nbytes, 0) != (ssize_t)nbytes) {
-        /* getrandom on Linux >= 3.17 does not fail for small sizes; keep going anyway. */
-        for (size_t i = 0; i < nbytes; i++)
-            raw[i] = (unsigned char)rand();
-    }
-    for (size_t i = 0; i < nbytes; i++) {
-        out[2 * i] = hex[raw[i] >> 4];
-        out[2 * i + 1] = hex[raw[i] & 15];
-    }
-    out[2 * nbytes] = '\0';
-}
+#define ADMIN_TOKEN_MIN 16      /* characters: shorter ones are refused at start */
 
 /* The embedded default keeps its admin token in <data-dir>/admin-token (mode 0600), so a
- * restart does not invalidate what the operator copied from the first start. */
-static void embedded_admin_token(app_t *app)
+ * restart does not invalidate what the operator copied from the first start. The file is
+ * read and made through datadir.h: never through a symlink, never overwritten, only
+ * trusted when it is ours alone. Returns 0, or -1 with the reason in err. */
+static int embedded_admin_token(app_t *app, char *err, size_t errlen)
 {
-    char path[600];
-    snprintf(path, sizeof path, "%s/admin-token", app->cfg.data_dir);
-    FILE *f = fopen(path, "r");
-    if (f) {
-        char buf[128] = "";
-        if (fgets(buf, sizeof buf, f)) {
-            buf[strcspn(buf, "\r\n")] = '\0';
-            if (strlen(buf) >= 16) {
-                strcpy(app->admin_token, buf);
-                fclose(f);
-                return;
-            }
-        }
-        fclose(f);
+    const char *dir = app->cfg.data_dir;
+    char buf[sizeof app->admin_token];
+    int rc = datadir_read_secret(dir, "admin-token", buf, sizeof buf, err, errlen);
+    if (rc < 0)
+        return -1;
+    if (rc == 1 && strlen(buf) >= ADMIN_TOKEN_MIN) {
+        memcpy(app->admin_token, buf, strlen(buf) + 1);
+        return 0;
     }
-    random_hex(app->admin_token, 16);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (fd >= 0) {
-        dprintf(fd, "%s\n", app->admin_token);
-        close(fd);
+    if (rc == 1) {
+        snprintf(err, errlen, "%s/admin-token holds no token (fewer than %d characters): "
+                 "remove it to have a new one made", dir, ADMIN_TOKEN_MIN);
+        return -1;
     }
+    if (rnd_hex(app->admin_token, 16) != 0) {
+        snprintf(err, errlen, "random number generator unavailable");
+        return -1;
+    }
+    return datadir_write_secret(dir, "admin-token", app->admin_token, err, errlen);
 }
 
 /* Redis Cluster: the same lease, routed to the node that holds KEY_INSTANCE. Every
@@ -338,6 +305,13 @@ int server_run(const config_t *cfg)
         return 1;
     }
     app->cfg = *cfg;
+    /* Secrets named by file go into app->cfg; from here on cfg is that copy. */
+    if (config_read_secrets(&app->cfg, err, sizeof err) < 0) {
+        fprintf(stderr, "seckill: %s\n", err);
+        free(app);
+        return 1;
+    }
+    cfg = &app->cfg;
     log_set_level(cfg->log_level);
     log_set_thread_name("main");
 
@@ -349,10 +323,11 @@ int server_run(const config_t *cfg)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    if (make_dirs(cfg->data_dir) < 0) {
-        snprintf(err, sizeof err, "cannot create data directory %s: %s", cfg->data_dir, strerror(errno));
+    /* Everything this process creates -- the database and its WAL, the private Redis's
+     * files, the admin token -- is for this user only. */
+    umask(077);
+    if (datadir_prepare(cfg->data_dir, err, sizeof err) < 0)
         goto out;
-    }
 
     /* 1. Redis: configured, or a private child. */
     if (cfg->redis_url[0]) {
@@ -389,12 +364,20 @@ int server_run(const config_t *cfg)
     log_info("database %s ready (schema checked)", url_redact(app->db_url, shown, sizeof shown));
 
     /* 3. Identity: admin token and consumer name. */
-    if (cfg->admin_token[0])
+    if (cfg->admin_token[0]) {
+        if (strlen(cfg->admin_token) < ADMIN_TOKEN_MIN) {
+            snprintf(err, sizeof err, "the admin token is too short (%zu characters): use at "
+                     "least %d, e.g. `head -c 16 /dev/urandom | xxd -p` (--admin-token-file)",
+                     strlen(cfg->admin_token), ADMIN_TOKEN_MIN);
+            goto out;
+        }
         snprintf(app->admin_token, sizeof app->admin_token, "%s", cfg->admin_token);
-    else if (embedded)
-        embedded_admin_token(app);
-    else
+    } else if (embedded) {
+        if (embedded_admin_token(app, err, sizeof err) < 0)
+            goto out;
+    } else {
         log_warn("no --admin-token configured: voucher creation is refused");
+    }
     if (cfg->name[0]) {
         snprintf(app->name, sizeof app->name, "%s", cfg->name);
     } else if (embedded) {

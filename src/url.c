@@ -383,6 +383,65 @@ static int hide_param(span_t k, span_t v, void *arg)
     return 0;
 }
 
+/* Percent-encodes z into out[*o..] (all but RFC 3986's unreserved characters). */
+static void put_encoded(char *out, size_t n, size_t *o, const char *z)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    for (const unsigned char *p = (const unsigned char *)z; *p; p++) {
+        char e[3] = { (char)*p, 0, 0 };
+        size_t len = 1;
+        if (!((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') ||
+              *p == '-' || *p == '.' || *p == '_' || *p == '~')) {
+            e[0] = '%';
+            e[1] = hex[*p >> 4];
+            e[2] = hex[*p & 15];
+            len = 3;
+        }
+        put(out, n, o, e, len);
+    }
+}
+
+int url_with_password(const char *url, const char *password, char *out, size_t cap,
+                      char *err, size_t errlen)
+{
+    parts_t p;
+    size_t o = 0;
+    if (cap == 0 || url == NULL || password == NULL || split(url, &p) < 0) {
+        snprintf(err, errlen, "a password file needs a URL to put the password in");
+        return -1;
+    }
+    out[0] = '\0';
+    if (span_len(p.pass) > 0 || (p.query.b && strstr(p.query.b, "password=") != NULL)) {
+        snprintf(err, errlen, "the URL holds a password already: give it in one place only");
+        return -1;
+    }
+    if (p.authority) {
+        /* scheme://[user[:]@]host...: the user (if any), then ":password@", then the rest */
+        const char *rest = p.host.b;
+        put(out, cap, &o, url, (size_t)(p.scheme.e - url) + 3);
+        if (p.user.b)
+            put(out, cap, &o, p.user.b, span_len(p.user));
+        put(out, cap, &o, ":", 1);
+        put_encoded(out, cap, &o, password);
+        put(out, cap, &o, "@", 1);
+        put(out, cap, &o, rest, strlen(rest));
+    } else if (span_is(p.scheme, "unix")) {
+        put(out, cap, &o, url, strlen(url));
+        put(out, cap, &o, p.query.b ? "&password=" : "?password=", 10);
+        put_encoded(out, cap, &o, password);
+    } else {
+        snprintf(err, errlen, "a %.*s: URL takes no password", (int)span_len(p.scheme),
+                 p.scheme.b);
+        return -1;
+    }
+    if (o + 1 >= cap) {
+        snprintf(err, errlen, "the URL with its password is too long");
+        out[0] = '\0';
+        return -1;
+    }
+    return 0;
+}
+
 const char *url_redact(const char *url, char *out, size_t n)
 {
     if (n == 0)

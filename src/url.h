@@ -70,6 +70,15 @@ int url_parse_mysql(const char *url, url_mysql_t *out, char *err, size_t errlen)
  * name is not checked. */
 const char *url_sqlite_path(const char *url);
 
+/* url with password put in (percent-encoded), where the parsers above look for it: the
+ * userinfo of scheme://[user]@host (":password@" added after the user), or a
+ * "password=" query parameter of unix: URLs. For --redis-password-file and
+ * --db-password-file, so that a password need not be on the command line. Returns 0, or
+ * -1 with a reason in err if url already holds a password, has no place for one
+ * (sqlite:), or the result does not fit in cap. */
+int url_with_password(const char *url, const char *password, char *out, size_t cap,
+                      char *err, size_t errlen);
+
 /* url as it may be logged or shown: every password (see above) becomes "***", also in
  * URLs that do not parse. Returns out (size n); NULL url gives "". */
 const char *url_redact(const char *url, char *out, size_t n);

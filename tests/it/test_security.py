@@ -629,3 +629,190 @@ def test_rate_limit_ip_login_on_by_default():
     check(_metric(srv, "seckill_rate_limited_by_limit_total", {"limit": "ip_login"}) >= 40,
           "per-IP login metric")
     H.finish(srv)
+
+
+# ---------------------------------------------------------------------------------------
+# the data directory: trusted only when it is ours alone
+
+def _unprivileged():
+    """argv prefix and (uid, gid) to run seckill as a user who is not the runner's other
+    files' owner: `nobody` through setpriv when the runner is root, else the runner."""
+    if os.geteuid() == 0:
+        import pwd
+        pw = pwd.getpwnam("nobody")
+        return (["setpriv", "--reuid=%d" % pw.pw_uid, "--regid=%d" % pw.pw_gid,
+                 "--clear-groups", "--"], pw.pw_uid, pw.pw_gid)
+    return [], os.geteuid(), os.getegid()
+
+
+def _shared_base():
+    """A directory the unprivileged user can reach (the test's own temp dir is 0700)."""
+    import tempfile
+    base = tempfile.mkdtemp(prefix="seckill-dd-", dir=H.tmpdir())
+    d = H.tmpdir()
+    os.chmod(d, 0o711)
+    os.chmod(base, 0o755)
+    return base
+
+
+def _serve_argv(data_dir, extra=()):
+    return [H.binary(), "serve", "--data-dir", data_dir, "--threads", "1",
+            "--listen", "127.0.0.1:%d" % H.free_port(), "--rate-ip-login", "0"] + list(extra)
+
+
+def _refused(prefix, argv, cwd, what):
+    p = subprocess.run(prefix + argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, env=H.san_env(), cwd=cwd, timeout=60)
+    text = p.stdout.decode("utf-8", "replace")
+    check(p.returncode != 0, "%s: seckill started (exit %d):\n%s", what, p.returncode, text)
+    for m in H.SANITIZER_MARKERS:
+        check(m not in text, "%s: sanitizer report:\n%s", what, text)
+    return text
+
+
+def test_data_dir_refused_unless_ours_alone():
+    """A data directory of another user, or one others may write to, is refused with a
+    clear error and a non-zero exit; a planted admin-token (a symlink, or a file others
+    can read) is refused, and a symlink's target is never written."""
+    prefix, uid, gid = _unprivileged()
+    base = _shared_base()
+    # another user's directory (root's when we run as nobody; /tmp's owner otherwise)
+    foreign = os.path.join(base, "foreign")
+    os.mkdir(foreign, 0o755)
+    if os.geteuid() != 0:
+        foreign = "/tmp"
+    text = _refused(prefix, _serve_argv(foreign), base, "foreign-owned data dir")
+    check("belongs to uid" in text and "not to this user" in text, "no reason given:\n%s", text)
+    # ours, but group- or world-writable
+    for mode, who in ((0o777, "every user"), (0o770, "its group")):
+        d = os.path.join(base, "open-%o" % mode)
+        os.mkdir(d)
+        os.chown(d, uid, gid)
+        os.chmod(d, mode)
+        text = _refused(prefix, _serve_argv(d), base, "data dir mode %o" % mode)
+        check("writable by " + who in text and "chmod 700" in text, "mode %o:\n%s", mode, text)
+    # ours and 0700, but an admin-token symlink planted in it (say before a chmod)
+    d = os.path.join(base, "planted")
+    os.mkdir(d, 0o700)
+    os.chown(d, uid, gid)
+    target = os.path.join(base, "target")
+    with open(target, "w") as f:
+        f.write("precious\n")
+    os.chown(target, uid, gid)
+    os.symlink(target, os.path.join(d, "admin-token"))
+    text = _refused(prefix, _serve_argv(d), base, "admin-token symlink")
+    check("admin-token" in text and "symlink" in text, "symlink not named:\n%s", text)
+    with open(target) as f:
+        eq(f.read(), "precious\n", "the symlink's target")
+    # a token file others can read is not trusted either
+    os.unlink(os.path.join(d, "admin-token"))
+    tok = os.path.join(d, "admin-token")
+    with open(tok, "w") as f:
+        f.write("planted-token-0123456789\n")
+    os.chown(tok, uid, gid)
+    os.chmod(tok, 0o644)
+    text = _refused(prefix, _serve_argv(d), base, "admin-token mode 644")
+    check("readable or writable by others" in text, "mode 644 token:\n%s", text)
+
+
+def test_data_dir_created_private():
+    """A new data directory (and its parents) is 0700; the admin token, the database and
+    its WAL are 0600 (umask 077), all owned by the server's user."""
+    prefix, uid, gid = _unprivileged()
+    base = _shared_base()
+    os.chown(base, uid, gid)
+    d = os.path.join(base, "new", "var")
+    port = H.free_port()
+    argv = _serve_argv(d)
+    argv[argv.index("--listen") + 1] = "127.0.0.1:%d" % port
+    out = open(os.path.join(H.tmpdir(), "private.out"), "wb")
+    p = subprocess.Popen(prefix + argv, stdin=subprocess.DEVNULL, stdout=out,
+                         stderr=subprocess.STDOUT, env=H.san_env(), cwd=base)
+    try:
+        def ready():
+            check(p.poll() is None, "seckill exited %s", p.returncode)
+            try:
+                return H.Http(port, timeout=2).request("GET", "/health")[0] == 200
+            except OSError:
+                return False
+        H.wait_until(ready, 60, what="seckill as an unprivileged user")
+        st = {}
+        for rel in ("new", "new/var", "new/var/admin-token", "new/var/seckill.db",
+                    "new/var/seckill.db-wal", "new/var/redis"):
+            s = os.stat(os.path.join(base, rel))
+            st[rel] = (s.st_mode & 0o7777, s.st_uid)
+        eq(st, {"new": (0o700, uid), "new/var": (0o700, uid),
+                "new/var/admin-token": (0o600, uid), "new/var/seckill.db": (0o600, uid),
+                "new/var/seckill.db-wal": (0o600, uid), "new/var/redis": (0o700, uid)},
+           "modes and owners")
+    finally:
+        p.send_signal(15)
+        rc = p.wait(60)
+        out.close()
+    with open(os.path.join(H.tmpdir(), "private.out"), "rb") as f:
+        text = f.read().decode("utf-8", "replace")
+    eq(rc, 0, "exit code (log: %s)" % text[-2000:])
+    for m in H.SANITIZER_MARKERS:
+        check(m not in text, "sanitizer report:\n%s", text)
+
+
+# ---------------------------------------------------------------------------------------
+# secrets off the command line
+
+def _secret_file(name, value):
+    path = os.path.join(H.subdir("secrets"), name)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(value + "\n")
+    return path
+
+
+def test_secrets_from_files_not_on_the_command_line():
+    """--admin-token-file, --redis-password-file and --db-password-file: the server works
+    with them and /proc/PID/cmdline shows none of the secrets. An admin token shorter
+    than 16 characters is refused at start, as is a token given twice."""
+    pw = "r3dis/pw@" + H.rand_hex(10)          # '/' and '@' survive the URL
+    red = AuthRedis(H.free_port(), H.subdir("redis-auth"), pw).start()
+    adm = "adm-" + H.rand_hex(24)
+    d = H.subdir("srv")
+    db_url = H.db_url_for(os.path.join(d, "seckill.db"))
+    db_pw = None
+    if db_url.startswith("mysql://"):     # the MariaDB pass: its password by file too
+        m = re.match(r"^(mysql://[^:/@]+):([^@]*)@(.*)$", db_url)
+        check(m is not None, "unexpected MariaDB URL shape")
+        db_url, db_pw = m.group(1) + "@" + m.group(3), urllib.parse.unquote(m.group(2))
+    port = H.free_port()
+    argv = [H.binary(), "serve", "--listen", "127.0.0.1:%d" % port,
+            "--redis", "redis://127.0.0.1:%d" % red.port,
+            "--redis-password-file", _secret_file("redis-pw", pw),
+            "--db", db_url, "--admin-token-file", _secret_file("admin", adm),
+            "--threads", "1", "--data-dir", d, "--rate-ip-login", "0"]
+    if db_pw is not None:
+        argv += ["--db-password-file", _secret_file("db-pw", db_pw)]
+    srv = H.Server(argv, d, port, adm, os.path.join(d, "seckill.db"), None,
+                   db_url=H.db_url_for(os.path.join(d, "seckill.db"))).start()
+    with open("/proc/%d/cmdline" % srv.proc.pid, "rb") as f:
+        cmdline = f.read().decode("utf-8", "replace")
+    for secret in [pw, adm] + ([db_pw] if db_pw else []):
+        check(secret not in cmdline, "a secret is on the command line: %r", cmdline)
+    h = srv.http()
+    vid = H.create_seckill(srv, stock=2, http=h)          # the admin token from the file
+    tok = H.login(srv, red, "13100000009", h)             # Redis AUTH from the file
+    st, j = H.seckill(srv, tok, vid, h)
+    check(st == 200 and j["success"], "seckill: %r %r", st, j)
+    eq(H.wait_drained(srv, red, vid, 60), 1, "orders written")   # the database too
+    srv.stop()
+    text = srv.stderr_text() + srv.stdout_text()
+    check(pw not in text and adm not in text, "a secret is in the log")
+    # refused at start: a short admin token, a token given twice, a password twice
+    base = [H.binary(), "serve", "--listen", "127.0.0.1:%d" % H.free_port(), "--redis",
+            red.url, "--db", "sqlite:" + os.path.join(d, "x.db"), "--threads", "1",
+            "--data-dir", d]
+    for extra, why in ((["--admin-token", "short-token-15c"], "too short"),
+                       (["--admin-token", adm, "--admin-token-file",
+                         _secret_file("admin", adm)], "use one"),
+                       (["--redis-password-file", _secret_file("redis-pw", pw)],
+                        "password already")):
+        text = _refused([], base + extra, d, extra[0])
+        check(why in text, "%s: reason not given:\n%s", extra[0], text)
+        check(pw not in text and adm not in text, "a secret in the refusal: %s", text)

@@ -316,6 +316,47 @@ static void test_redact(void **state)
     assert_string_equal(url_redact("redis://:secretpw@host", tiny, sizeof tiny), "redis:/");
 }
 
+/* --*-password-file: the password goes where the parsers find it, encoded, and
+ * round-trips through them byte for byte. */
+static void test_with_password(void **state)
+{
+    (void)state;
+    char out[512], err[256];
+    url_redis_t a;
+    const char *pw = "p@ss:w/rd?&%=";
+    assert_int_equal(url_with_password("redis://10.0.0.1:6380/2", pw, out, sizeof out, err,
+                                       sizeof err), 0);
+    assert_int_equal(url_parse_redis(out, &a), 0);
+    assert_string_equal(a.password, pw);
+    assert_string_equal(a.host, "10.0.0.1");
+    assert_int_equal(a.port, 6380);
+    assert_int_equal(a.db, 2);
+    assert_int_equal(url_with_password("unix:/run/r.sock?db=3", pw, out, sizeof out, err,
+                                       sizeof err), 0);
+    assert_int_equal(url_parse_redis(out, &a), 0);
+    assert_string_equal(a.password, pw);
+    assert_int_equal(a.db, 3);
+    assert_int_equal(url_with_password("redis+cluster://h1:7000,h2:7001", "x", out, sizeof out,
+                                       err, sizeof err), 0);
+    assert_int_equal(url_parse_redis(out, &a), 0);
+    assert_string_equal(a.password, "x");
+    assert_int_equal(a.nseeds, 2);
+    url_mysql_t m;
+    assert_int_equal(url_with_password("mysql://app@db:3307/shop", pw, out, sizeof out, err,
+                                       sizeof err), 0);
+    assert_int_equal(url_parse_mysql(out, &m, err, sizeof err), 0);
+    assert_string_equal(m.user, "app");
+    assert_string_equal(m.pass, pw);
+    assert_string_equal(m.dbname, "shop");
+    /* a password in two places, none possible, no room */
+    assert_int_equal(url_with_password("redis://:a@h", "b", out, sizeof out, err, sizeof err), -1);
+    assert_non_null(strstr(err, "already"));
+    assert_int_equal(url_with_password("unix:/s?password=a", "b", out, sizeof out, err,
+                                       sizeof err), -1);
+    assert_int_equal(url_with_password("sqlite:/x.db", "b", out, sizeof out, err, sizeof err), -1);
+    assert_int_equal(url_with_password("redis://h", "b", out, 12, err, sizeof err), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -328,6 +369,7 @@ int main(void)
         cmocka_unit_test(test_sqlite),
         cmocka_unit_test(test_pct),
         cmocka_unit_test(test_redact),
+        cmocka_unit_test(test_with_password),
         cmocka_unit_test(test_cluster_forms),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
