@@ -50,6 +50,7 @@ typedef struct adm_ctx {
     int64_t order_id;
     int64_t now;                /* wall seconds at admission (queue mode's create_time) */
     struct ordq *q;             /* queue mode: the place held for this order, else NULL */
+    int wait_replicas;          /* --redis-wait-replicas: WAIT for this many after admission */
 } adm_ctx_t;
 
 struct adm_cache {
@@ -73,6 +74,7 @@ const char *admission_msg(int code)
     case ADMIT_ENDED: return "秒杀已经结束！";
     case ADMIT_NO_VOUCHER: return "优惠券不存在";
     case ADMIT_UNAVAILABLE: return "服务器异常";
+    case ADMIT_RETRY: return "系统繁忙，请重试";
     default: return NULL;
     }
 }
@@ -86,6 +88,7 @@ const char *admission_code(int code)
     case ADMIT_ENDED: return "ENDED";
     case ADMIT_NO_VOUCHER: return "NO_VOUCHER";
     case ADMIT_UNAVAILABLE: return "UNAVAILABLE";
+    case ADMIT_RETRY: return "RETRY";
     default: return NULL;
     }
 }
@@ -100,6 +103,7 @@ outcome_t admission_outcome(int code)
     case ADMIT_ENDED: return OUT_ENDED;
     case ADMIT_NO_VOUCHER: return OUT_NO_VOUCHER;
     case ADMIT_UNAVAILABLE: return OUT_UNAVAILABLE;
+    case ADMIT_RETRY: return OUT_UNAVAILABLE;
     default: return OUT_OTHER;
     }
 }
@@ -206,6 +210,54 @@ static void ctx_put(adm_ctx_t *c)
 
 /* ------------------------------------------------------------ admission */
 
+/* --redis-wait-replicas: the WAIT's answer. Redis replication is asynchronous; WAIT n t
+ * returns once n replicas have acknowledged every write this connection made before it
+ * (the admission included), or after t ms with how many did. Fewer than n -- or no
+ * answer -- and a failover could forget the order: the buyer hears "retry", never
+ * success. (A retry then finds the order if it survived: 不能重复下单.) */
+static void on_wait(struct redisReply *rep, void *priv)
+{
+    adm_ctx_t *c = priv;
+    http_req_t *r = c->r;
+    admission_cb cb = c->cb;
+    int64_t order_id = c->order_id;
+    int ok = rep != NULL && rep->type == REDIS_REPLY_INTEGER && rep->integer >= c->wait_replicas;
+    if (!ok && rep != NULL && !c->ac->dead) {
+        uint64_t now = clock_mono_ms();
+        if (now - c->ac->last_err_log_ms >= 1000) {
+            c->ac->last_err_log_ms = now;
+            if (rep->type == REDIS_REPLY_INTEGER)
+                log_warn("admission: WAIT: %lld of %d replicas acknowledged in time; the buyer "
+                         "is asked to retry", (long long)rep->integer, c->wait_replicas);
+            else
+                log_warn("admission: WAIT: %.*s", rep->type == REDIS_REPLY_ERROR ? (int)rep->len : 16,
+                         rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
+        }
+    }
+    ctx_put(c);
+    cb(r, ok ? ADMIT_OK : ADMIT_RETRY, ok ? order_id : 0);
+}
+
+/* WAIT goes on the connection that carried the admission: on a cluster, the one to the
+ * node of the voucher's slot (rds_command_at routes by the voucher key). Its timeout is
+ * half the Redis deadline, so the command's own deadline never fires first. */
+static void send_wait(adm_ctx_t *c)
+{
+    worker_t *w = c->r->w;
+    char kv[64], n[16], t[16];
+    int lv = key_voucher(kv, sizeof kv, c->voucher_id);
+    int tmo = w->app->cfg.redis_timeout_ms / 2;
+    int ln = snprintf(n, sizeof n, "%d", c->wait_replicas);
+    int lt = snprintf(t, sizeof t, "%d", tmo > 0 ? tmo : 1);
+    const char *argv[3] = { "WAIT", n, t };
+    size_t lens[3] = { 4, (size_t)ln, (size_t)lt };
+    if (lv < 0) {
+        on_wait(NULL, c);
+        return;
+    }
+    rds_command_at(w->rds, kv, (size_t)lv, on_wait, c, 3, argv, lens);
+}
+
 static void on_admit(struct redisReply *rep, void *priv)
 {
     adm_ctx_t *c = priv;
@@ -249,6 +301,10 @@ static void on_admit(struct redisReply *rep, void *priv)
         /* Before the client hears of it: a lookup through this instance finds it. */
         orders_note_admitted(r->w, c->user_id, c->voucher_id, order_id);
     }
+    if (code == ADMIT_OK && c->wait_replicas > 0 && !ac->dead) {
+        send_wait(c);
+        return;
+    }
     ctx_put(c);
     cb(r, code, code == ADMIT_OK ? order_id : 0);
 }
@@ -287,6 +343,7 @@ void admission_try(struct http_req *r, int64_t voucher_id, int64_t user_id, admi
     int64_t order_id = orderid_next(now);
     c->r = r;
     c->cb = cb;
+    c->wait_replicas = w->app->cfg.redis_wait_replicas;
     c->voucher_id = voucher_id;
     c->user_id = user_id;
     c->order_id = order_id;

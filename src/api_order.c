@@ -28,6 +28,8 @@
 
 static const char unavailable_body[] =
     "{\"success\":false,\"errorMsg\":\"服务器异常\",\"code\":\"UNAVAILABLE\"}";
+static const char retry_body[] =
+    "{\"success\":false,\"errorMsg\":\"系统繁忙，请重试\",\"code\":\"RETRY\"}";
 
 static void on_admitted(http_req_t *r, int code, int64_t order_id)
 {
@@ -37,6 +39,8 @@ static void on_admitted(http_req_t *r, int code, int64_t order_id)
         int n = snprintf(buf, sizeof(buf), "{\"success\":true,\"data\":%lld}",
                          (long long)order_id);
         http_reply(r, 200, NULL, buf, (size_t)n);
+    } else if (code == ADMIT_RETRY) {
+        http_reply(r, 503, NULL, retry_body, sizeof(retry_body) - 1);
     } else if (code == ADMIT_UNAVAILABLE || admission_msg(code) == NULL) {
         http_reply(r, 503, NULL, unavailable_body, sizeof(unavailable_body) - 1);
     } else {

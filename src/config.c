@@ -62,6 +62,9 @@ static const setting_t settings[] = {
       "embedded redis-server: fsync the AOF on every write (slower, loses nothing)"),
     S("redis-timeout-ms", "SECKILL_REDIS_TIMEOUT_MS", T_INT, redis_timeout_ms, "1000", 10, 60000,
       "deadline of every Redis command"),
+    S("redis-wait-replicas", "SECKILL_REDIS_WAIT_REPLICAS", T_INT, redis_wait_replicas, "0", 0, 16,
+      "after an admission, WAIT until N replicas have it (timeout: half the Redis deadline); "
+      "on timeout the buyer is told to retry, never success"),
     S("sql-timeout-ms", "SECKILL_SQL_TIMEOUT_MS", T_INT, sql_timeout_ms, "2000", 10, 60000,
       "deadline of every SQL call"),
     S("token-ttl-s", "SECKILL_TOKEN_TTL_S", T_INT, token_ttl_s, "1800", 10, 100000000,

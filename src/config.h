@@ -45,6 +45,7 @@ typedef struct config {
 
     /* deadlines and tuning */
     int redis_timeout_ms;       /* per Redis command deadline, default 1000 */
+    int redis_wait_replicas;    /* WAIT for this many replicas before answering success; 0 = off */
     int sql_timeout_ms;         /* per SQL call deadline, default 2000 */
     int token_ttl_s;            /* login token sliding TTL, default 1800 */
     int token_cache_ms;         /* how long a worker trusts a cached token, default 1000 */

@@ -114,6 +114,7 @@ struct writer {
 
     char name[128];                  /* consumer name */
     int batch, block_ms, claim_idle_ms, redis_timeout_ms, sql_timeout_ms;
+    int wait_replicas;               /* --redis-wait-replicas: write only replicated orders */
     url_redis_t addr;
 
     redisContext *rc;
@@ -730,10 +731,63 @@ static void append_dead(writer_t *wr, const wentry_t *e)
 /* Writes wr->ents to SQL (one transaction), then acks them. Returns 0; -1 if Redis
  * failed (connection dropped: the entries stay pending and are replayed); -2 if stopping
  * gave up on SQL. */
+/* --redis-wait-replicas: are the batch's entries on enough replicas? An order this master
+ * has not yet handed to a replica can vanish in a failover; if SQL had it, the promoted
+ * replica would sell its unit again. So the writer persists only what WAIT confirms.
+ * WAIT counts the replicas that have every write this connection made, and reading the
+ * pending list after a reconnect writes nothing; so first one write of our own -- an
+ * XCLAIM of the batch's first entry to ourselves (JUSTID: nothing changes but its idle
+ * time) -- whose offset is past every admission this master made before it. 1 = yes;
+ * 0 = not yet (the connection is dropped: the entries stay pending and come back). */
+static int batch_replicated(writer_t *wr)
+{
+    const wentry_t *e = &wr->ents[0];
+    char n[16], t[16];
+    int tmo = wr->redis_timeout_ms / 2;
+    snprintf(n, sizeof n, "%d", wr->wait_replicas);
+    snprintf(t, sizeof t, "%d", tmo > 0 ? tmo : 1);
+    size_t k = 0;
+    args(wr, &k, "XCLAIM");
+    args(wr, &k, wr->streams[e->si].key);
+    args(wr, &k, KEY_GROUP);
+    args(wr, &k, wr->name);
+    args(wr, &k, "0");
+    args(wr, &k, e->id);
+    args(wr, &k, "JUSTID");
+    redisAppendCommandArgv(wr->rc, (int)k, wr->argv, wr->argvlen);
+    k = 0;
+    args(wr, &k, "WAIT");
+    args(wr, &k, n);
+    args(wr, &k, t);
+    redisAppendCommandArgv(wr->rc, (int)k, wr->argv, wr->argvlen);
+    void *rv = NULL;
+    if (redisGetReply(wr->rc, &rv) != REDIS_OK)
+        return redis_fail(wr, "XCLAIM", NULL) == 0;
+    freeReplyObject(rv);
+    rv = NULL;
+    if (redisGetReply(wr->rc, &rv) != REDIS_OK)
+        return redis_fail(wr, "WAIT", NULL) == 0;
+    redisReply *r = rv;
+    int ok = r->type == REDIS_REPLY_INTEGER && r->integer >= wr->wait_replicas;
+    if (!ok) {
+        char why[128];
+        snprintf(why, sizeof why, "WAIT: %lld of %d replicas have the batch",
+                 r->type == REDIS_REPLY_INTEGER ? (long long)r->integer : -1LL,
+                 wr->wait_replicas);
+        freeReplyObject(r);
+        redis_drop(wr, why);
+        return 0;
+    }
+    freeReplyObject(r);
+    return 1;
+}
+
 static int handle_batch(writer_t *wr)
 {
     if (wr->nents == 0)
         return 0;
+    if (wr->wait_replicas > 0 && wr->rc && !batch_replicated(wr))
+        return -1;
     if (wr->caporders < wr->nents) {
         wr->caporders = wr->nents;
         wr->orders = xrealloc(wr->orders, wr->caporders * sizeof *wr->orders);
@@ -1231,6 +1285,7 @@ static writer_t *writer_new(struct app *app, const url_redis_t *addr)
     wr->block_ms = c->writer_block_ms > 0 ? c->writer_block_ms : 1000;
     wr->claim_idle_ms = c->claim_idle_ms > 0 ? c->claim_idle_ms : 30000;
     wr->redis_timeout_ms = c->redis_timeout_ms > 0 ? c->redis_timeout_ms : 1000;
+    wr->wait_replicas = c->redis_wait_replicas;
     wr->sql_timeout_ms = c->sql_timeout_ms > 0 ? c->sql_timeout_ms : 2000;
     if (app->name[0]) {
         snprintf(wr->name, sizeof wr->name, "%s", app->name);
