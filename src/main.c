@@ -3,6 +3,7 @@
  *   seckill serve   the flash-sale service (server.c)
  *   seckill bench   flash-sale rehearsal and load generator (bench.c)
  *   seckill audit   invariant checker (audit.c)
+ *   seckill tokens  login tokens for load tools (tools/seed.c)
  */
 #include <stdio.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include "tools/audit.h"
 #include "tools/bench.h"
 #include "tools/lab_tool.h"
+#include "tools/seed.h"
 #include "config.h"
 #include "server.h"
 
@@ -25,6 +27,7 @@ static void usage(FILE *f)
             "  bench     rehearse a flash sale against a running service, then audit it\n"
             "  audit     check Redis and SQL for oversell, duplicates, lost orders\n"
             "  lab       run every step of the course's flash-sale chapter, audit each, one table\n"
+            "  tokens    mint users' login tokens (signed with the service's key) for load tools\n"
             "  version   print the version\n\n"
             "`seckill <command> --help` lists its options.\n",
             SECKILL_VERSION);
@@ -65,6 +68,8 @@ int main(int argc, char **argv)
         return audit_main(argc - 1, argv + 1);
     if (strcmp(cmd, "lab") == 0)
         return lab_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "tokens") == 0)
+        return tokens_main(argc - 1, argv + 1);
     fprintf(stderr, "seckill: unknown command \"%s\"\n\n", cmd);
     usage(stderr);
     return 2;

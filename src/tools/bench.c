@@ -85,6 +85,8 @@ static const bopt_t bopts[] = {
      "prepare users by writing login tokens straight into Redis (needs --redis)"},
     {"tokens", A_STR, F(tokens_file), 0, 0, "FILE", "use these tokens, one per line [API login]"},
     {"token-ttl", A_INT, F(token_ttl_s), 10, 1e8, "S", "TTL of seeded tokens [7200]"},
+    {"token-key-file", A_STR, F(token_key_file), 0, 0, "F",
+     "sign seeded tokens with the service's key [<data-dir>/token-key if it exists; else random]"},
     {"record", A_STR, F(record), 0, 0, "FILE", "write every success answer (for audit --orders)"},
     {"json", A_STR, F(json), 0, 0, "FILE", "also write the results as JSON (- = stdout)"},
     {"server-pid", A_INT, F(server_pid), 1, INT_MAX, "PID", "for CPU/request [the listener's]"},
@@ -733,6 +735,12 @@ int bench_main(int argc, char **argv)
             snprintf(o.db_url, sizeof o.db_url, "sqlite:%.600s/seckill.db", abs);
         if (!o.admin_token[0])
             read_admin_token(abs, o.admin_token, sizeof o.admin_token);
+        /* The embedded default's signing key: seeded tokens then verify like real ones. */
+        char kf[sizeof o.token_key_file];
+        if (!o.token_key_file[0] &&
+            snprintf(kf, sizeof kf, "%.490s/token-key", abs) < (int)sizeof kf &&
+            access(kf, R_OK) == 0)
+            memcpy(o.token_key_file, kf, sizeof kf);
     }
     if ((o.login == LOGIN_SEED || o.login == LOGIN_API) && !o.redis_url[0]) {
         fprintf(stderr, "seckill bench: %s needs Redis: give --redis URL or --data-dir DIR "

@@ -55,6 +55,7 @@ typedef struct bench_opts {
     int login;                  /* LOGIN_API (default), --seed-tokens, --tokens FILE */
     char tokens_file[512];
     int token_ttl_s;            /* --token-ttl S: seeded tokens' TTL [7200] */
+    char token_key_file[512];   /* --token-key-file F: sign seeded tokens [<data-dir>/token-key] */
     char record[512];           /* --record FILE: success answers, for `audit --orders` */
     char json[512];             /* --json FILE (- = stdout) */
     int server_pid;             /* --server-pid PID [found from the listening socket] */

@@ -7,9 +7,11 @@
  *                        POST /user/login. Real users in tb_user; costs two requests and a
  *                        SQL lookup/insert per user, so it is for thousands, not millions.
  *                        Done in chunks of 10,000 so codes (valid 2 minutes) never expire.
- *   --seed-tokens        writes login:token:<token> hashes (id, nickName, icon) straight into
- *                        Redis, pipelined: a million users in seconds. User ids are
- *                        10^12 + user-base + i, far from real ones; no tb_user rows.
+ *   --seed-tokens        mints tokens (seed.h: signed with --token-key-file, or the data
+ *                        dir's token-key, so the service verifies them without Redis) and
+ *                        writes their login:token:<token> hashes straight into Redis,
+ *                        pipelined: a million users in seconds. User ids are
+ *                        SEED_USER_ID_BASE + user-base + i, far from real ones; no tb_user rows.
  *   --tokens FILE        tokens made elsewhere, one per line ("<token> [<user id>]"): the
  *                        only way that needs nothing but the public API. */
 #include "bench.h"
@@ -18,16 +20,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include <hiredis/hiredis.h>
 
 #include "bench_redis.h"
+#include "seed.h"
 #include "rconn.h"
 #include "clock.h"
 
-#define SEED_USER_ID_BASE 1000000000000LL
 #define CHUNK 10000
 #define PIPE 1000
 
@@ -50,52 +51,9 @@ void bench_users_free(bench_users_t *u)
 
 static int seed_tokens(const bench_opts_t *o, bench_users_t *u, char *err, size_t errlen)
 {
-    redisContext *c = rconn_open_url(o->redis_url, 10000, err, errlen);
-    if (!c)
-        return -1;
-    uint8_t rnd[8];
-    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
-        uint64_t x = clock_mono_ns() ^ (uint64_t)getpid();
-        memcpy(rnd, &x, sizeof rnd);
-    }
-    char prefix[17];
-    for (int i = 0; i < 8; i++)
-        snprintf(prefix + 2 * i, 3, "%02x", rnd[i]);
-    char ttl[16];
-    snprintf(ttl, sizeof ttl, "%d", o->token_ttl_s > 0 ? o->token_ttl_s : 7200);
-    int rc = 0;
-    for (size_t lo = 0; lo < u->n && rc == 0; lo += PIPE) {
-        size_t hi = lo + PIPE < u->n ? lo + PIPE : u->n;
-        for (size_t i = lo; i < hi; i++) {
-            int64_t idx = o->user_base + (int64_t)i;
-            snprintf(u->tokens[i], 33, "%s%016llx", prefix, (unsigned long long)idx);
-            u->user_ids[i] = SEED_USER_ID_BASE + idx;
-            char key[64], id[24], nick[32];
-            snprintf(key, sizeof key, "login:token:%s", u->tokens[i]);
-            snprintf(id, sizeof id, "%lld", (long long)u->user_ids[i]);
-            snprintf(nick, sizeof nick, "bench_%lld", (long long)idx);
-            const char *hset[] = {"HSET", key, "id", id, "nickName", nick, "icon", ""};
-            const char *exp[] = {"EXPIRE", key, ttl};
-            redisAppendCommandArgv(c, 8, hset, NULL);
-            redisAppendCommandArgv(c, 3, exp, NULL);
-        }
-        for (size_t i = lo; i < hi && rc == 0; i++)
-            for (int k = 0; k < 2; k++) {
-                redisReply *r = NULL;
-                if (redisGetReply(c, (void **)&r) != REDIS_OK) {
-                    snprintf(err, errlen, "seeding tokens: %s", c->errstr);
-                    rc = -1;
-                    break;
-                }
-                if (r->type == REDIS_REPLY_ERROR) {
-                    snprintf(err, errlen, "seeding tokens: %s", r->str);
-                    rc = -1;
-                }
-                freeReplyObject(r);
-            }
-    }
-    rconn_close(c);
-    return rc;
+    seed_req_t q = {.redis_url = o->redis_url, .key_file = o->token_key_file,
+                    .user_base = o->user_base, .n = u->n, .ttl_s = o->token_ttl_s};
+    return seed_users(&q, u->tokens, u->user_ids, err, errlen);
 }
 
 static int tokens_file(const bench_opts_t *o, bench_users_t *u, char *err, size_t errlen)

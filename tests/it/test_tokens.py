@@ -269,3 +269,42 @@ def test_logout_reaches_other_instance():
     check(_refused_everywhere(b, toks[1], tries=10), "B accepts it after resubscribing")
     H.finish(a)
     H.finish(b)
+
+
+def test_tools_mint_signed_tokens():
+    """`seckill tokens` and `seckill bench --seed-tokens` mint tokens the service verifies
+    in memory: a sale driven by them costs Redis no token lookup."""
+    r, srv = H.setup()
+    kf = os.path.join(srv.data_dir, "token-key")
+    key = H.token_key(srv.data_dir)
+    _wait_local(srv, key)
+    rc, out, err = H.run_tool(["tokens", "--users", 5, "--key-file", kf, "--redis", r.url,
+                               "--user-base", 10])
+    check(rc == 0, "seckill tokens: exit %d %s", rc, err)
+    lines = [l.split() for l in out.splitlines()]
+    eq(len(lines), 5, "lines printed")
+    h = srv.http()
+    for tok, uid in lines:
+        eq(int(uid), 3000000010 + lines.index([tok, uid]), "user id")
+        eq(tok, H.mint_token(key, int(uid), issued=H.TOKEN_EPOCH + int(tok[:6], 16) * 60,
+                             nonce=int(tok[14:18], 16)), "token signed with the key file")
+        eq(r.cmd("HGET", "login:token:" + tok, "id"), uid, "its login:token hash")
+        check(r.cmd("TTL", "login:token:" + tok) > 7000, "its TTL")
+        _accepted(h, tok, "a token from seckill tokens")
+    rc, out, err = H.run_tool(["tokens", "--users", 2, "--no-redis"])
+    check(rc == 0 and len(out.split()) == 4, "unsigned tokens: %d %r %s", rc, out, err)
+    check(r.cmd("EXISTS", "login:token:" + out.split()[0]) == 0, "--no-redis wrote a hash")
+    rc, out, err = H.run_tool(["tokens", "--users", 2])
+    check(rc == 2 and "--no-redis" in err, "no --redis: exit %d %s", rc, err)
+
+    r.cmd("CONFIG", "RESETSTAT")
+    rc, out, err = H.run_tool(["bench", "--target", "http://127.0.0.1:%d" % srv.port,
+                               "--redis", r.url, "--db", srv.db_url, "--admin-token",
+                               srv.admin_token, "--quiet", "--seed-tokens", "--token-key-file",
+                               kf, "--users", 300, "--stock", 100, "--conns", 8], timeout=120)
+    check(rc == 0, "bench: exit %d\n%s\n%s", rc, out, err)
+    stats = H.commandstats(r)
+    H.log("bench with signed seeded tokens: %r" % stats)
+    eq(stats.get("hgetall", 0), 0, "token lookups during a bench with signed tokens")
+    check(stats.get("evalsha", 0) >= 100, "admissions: %r", stats)
+    H.finish(srv)
