@@ -20,7 +20,7 @@
 #include "log.h"
 #include "url.h"
 
-typedef enum { T_STR, T_INT, T_SIZE, T_LISTEN, T_MODE, T_LEVEL, T_BOOL, T_RATE } ctype_t;
+typedef enum { T_STR, T_INT, T_SIZE, T_LISTEN, T_MODE, T_LEVEL, T_BOOL, T_RATE, T_ADDR } ctype_t;
 
 typedef struct setting {
     const char *name;      /* flag without "--", file key */
@@ -101,6 +101,12 @@ static const setting_t settings[] = {
       "request line plus headers at most"),
     S("max-body-bytes", "SECKILL_MAX_BODY_BYTES", T_SIZE, max_body_bytes, "65536", 1024, 67108864,
       "request body at most"),
+    S("max-conns-per-ip", "SECKILL_MAX_CONNS_PER_IP", T_INT, max_conns_per_ip, "256", 0, 10000000,
+      "open connections from one client address, all workers together (0 = no cap)"),
+    S("max-buffered-bytes", "SECKILL_MAX_BUFFERED_BYTES", T_SIZE, max_buffered_bytes, "268435456",
+      65536, 1099511627776L, "request bytes held in memory by all connections together; over it: 503"),
+    S("metrics-listen", "SECKILL_METRICS_LISTEN", T_ADDR, metrics_listen, "", 0, 0,
+      "HOST:PORT: serve /metrics there only (not on --listen); empty = on --listen"),
     /* Abuse limits (ratelimit.h): N[/s|/m|/h][:BURST], 0 = off. */
     S("rate-user-seckill", "SECKILL_RATE_USER_SECKILL", T_RATE, rate_user_seckill, "20/s:40", 0, 0,
       "flash-sale requests per user (per instance; each worker gets 1/threads)"),
@@ -129,6 +135,28 @@ static const setting_t settings[] = {
 static const char *mode_names[MODE__COUNT] = {
     "stream", "queue", "sync", "naive", "cas-stock-eq", "cas-stock-gt0", "local-lock", "setnx",
     "setnx-owner", "lua-unlock", "reentrant", "list", "pubsub"};
+
+int config_split_hostport(const char *v, char *host, size_t hostsz, int *port)
+{
+    const char *colon = strrchr(v, ':');
+    size_t hl = colon ? (size_t)(colon - v) : 0;
+    char *end;
+    errno = 0;
+    long x = colon ? strtol(colon + 1, &end, 10) : 0;
+    if (!colon || hl == 0 || hl >= hostsz || colon[1] == '\0' || *end != '\0' || errno ||
+        x < 1 || x > 65535)
+        return -1;
+    /* [::1]:8081 -> ::1 */
+    if (v[0] == '[' && hl >= 2 && v[hl - 1] == ']') {
+        memcpy(host, v + 1, hl - 2);
+        host[hl - 2] = '\0';
+    } else {
+        memcpy(host, v, hl);
+        host[hl] = '\0';
+    }
+    *port = (int)x;
+    return 0;
+}
 
 const char *config_mode_name(order_mode_t m)
 {
@@ -221,24 +249,23 @@ static int apply(config_t *cfg, const setting_t *s, const char *v, const char *f
         else
             *(int *)field = (int)x;
         return 0;
-    case T_LISTEN: {
-        const char *colon = strrchr(v, ':');
-        size_t hl = colon ? (size_t)(colon - v) : 0;
-        if (!colon || hl == 0 || hl >= sizeof(cfg->listen_host) || parse_long(colon + 1, &x) < 0 ||
-            x < 1 || x > 65535) {
+    case T_LISTEN:
+        if (config_split_hostport(v, cfg->listen_host, sizeof(cfg->listen_host), &cfg->listen_port) < 0) {
             snprintf(err, errlen, "%s: listen must be HOST:PORT (e.g. 127.0.0.1:8081), not \"%s\"",
                      from, v);
             return -1;
         }
-        /* [::1]:8081 -> ::1 */
-        if (v[0] == '[' && hl >= 2 && v[hl - 1] == ']') {
-            memcpy(cfg->listen_host, v + 1, hl - 2);
-            cfg->listen_host[hl - 2] = '\0';
-        } else {
-            memcpy(cfg->listen_host, v, hl);
-            cfg->listen_host[hl] = '\0';
+        return 0;
+    case T_ADDR: {
+        char host[256];
+        int port;
+        if (v[0] != '\0' && (strlen(v) >= s->size ||
+                             config_split_hostport(v, host, sizeof(host), &port) < 0)) {
+            snprintf(err, errlen, "%s: %s must be HOST:PORT (e.g. 127.0.0.1:9100), not \"%s\"",
+                     from, s->name, v);
+            return -1;
         }
-        cfg->listen_port = (int)x;
+        snprintf(field, s->size, "%s", v);
         return 0;
     }
     case T_MODE:

@@ -61,6 +61,9 @@ typedef struct config {
     int header_timeout_s;       /* a started request must complete within, default 10 */
     size_t max_header_bytes;    /* default 8192 */
     size_t max_body_bytes;      /* default 65536 */
+    int max_conns_per_ip;       /* connections per client address, all workers; 0 = no cap */
+    size_t max_buffered_bytes;  /* request bytes held by all connections; default 256 MiB */
+    char metrics_listen[280];   /* HOST:PORT of a separate /metrics listener; "" = none */
     size_t queue_capacity;      /* queue mode: orders the in-process queue holds, default 1048576 */
     int appendfsync_always;     /* embedded redis: appendfsync always instead of everysec */
     char lab_pause[256];        /* lab modes: POINT:MS[,POINT:MS...] as given */
@@ -102,5 +105,9 @@ int config_read_secrets(config_t *cfg, char *err, size_t errlen);
 void config_usage(const char *subcommand);
 
 const char *config_mode_name(order_mode_t m);
+
+/* Splits "HOST:PORT" ("[::1]:8081" gives ::1) into host (hostsz bytes) and port 1..65535.
+ * Returns 0, or -1 if v is not of that form. */
+int config_split_hostport(const char *v, char *host, size_t hostsz, int *port);
 
 #endif

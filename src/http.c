@@ -2,13 +2,15 @@
  *
  * Each worker owns a SO_REUSEPORT listening socket and its connections. Sockets are raw
  * and non-blocking, driven by plain libevent events on the worker's loop (no evhttp, no
- * bufferevents: they cost about twice the CPU per request). http-parser does the parsing;
- * the fields we need (URL, two headers, body) are copied into per-connection buffers as
- * the parser hands them over, so bytes are read into one per-worker scratch buffer and
- * only leftovers that cannot be parsed yet are kept per connection.
+ * bufferevents: they cost about twice the CPU per request). h1.c parses strictly (RFC
+ * 9112: a proxy in front and we must agree on where each request ends); the fields we
+ * need (URL, two headers, body) are copied into per-connection buffers, so bytes are read
+ * into one per-worker scratch buffer and only what cannot be parsed yet (an incomplete
+ * head, pipelined requests behind one in flight) is kept per connection. Request buffers
+ * count against a process-wide budget (503 over it) instead of allocating without bound.
  *
- * One request at a time per connection. on_message_complete pauses the parser; the
- * request is then dispatched to the handler *outside* the parser. If the handler replies
+ * One request at a time per connection. A complete request is dispatched to the handler
+ * and parsing stops. If the handler replies
  * at once, parsing resumes on the same bytes (pipelining); if the reply comes later (Redis,
  * SQL), the unparsed rest is kept in c->in and parsing resumes from http_reply(). So
  * replies always leave in request order. Replies produced during one read are collected
@@ -34,7 +36,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <event2/event.h>
-#include <http_parser.h>
 #include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -50,6 +51,7 @@
 
 #include "app.h"
 #include "clock.h"
+#include "h1.h"
 #include "log.h"
 #include "metrics.h"
 #include "sb.h"
@@ -60,18 +62,15 @@ enum {
     READ_CHUNK = 32 * 1024,    /* per-worker scratch buffer for recv() */
     OUT_HIGH = 64 * 1024,      /* unsent reply bytes above which we stop parsing and reading */
     KEEP_CAP = 4096,           /* per-connection buffers above this are released after use */
-    MAX_HEADERS = 100,
     READS_PER_RUN = 8,         /* fairness: recv() calls per connection per loop turn */
     ACCEPTS_PER_CB = 64,
     SWEEP_MS = 1000,
     LINGER_MS = 2000,
     LINGER_MAX_BYTES = 1 << 20,
     ACCEPT_PAUSE_MS = 1000,    /* after EMFILE & co. */
-    HNAME_MAX = 16,            /* longer header names are none of ours */
-    REQ_LINE_OVERHEAD = 16,    /* method, spaces, "HTTP/1.1", CRLF: counted against the limit */
 };
 
-enum { H_NONE = 0, H_OTHER, H_AUTH, H_ADMIN, H_EXPECT };
+enum { P_HEAD = 0, P_BODY_LENGTH, P_BODY_CHUNKED };
 
 typedef struct http_worker http_worker_t;
 
@@ -80,19 +79,17 @@ typedef struct conn {
     struct conn *prev, *next;  /* hw->conns */
     int fd;
     struct event *rev, *wev;   /* wev created on the first EAGAIN */
-    http_parser parser;
     http_req_t req;            /* the one request being received or handled */
 
-    /* the request being parsed */
+    /* the request being received */
     sb_t url, auth, admin, body;
-    char hname[HNAME_MAX];
-    size_t hname_len;          /* may exceed HNAME_MAX: then only counted */
-    char expect[16];
-    size_t expect_len;
-    int hkind;                 /* H_* of the header whose value is arriving */
-    int nheaders;
-    size_t hbytes;             /* request line + header bytes seen so far */
-    int err_status;            /* set by a parser callback that refused the request */
+    int phase;                 /* P_*: head, Content-Length body, chunked body */
+    uint64_t body_left;        /* P_BODY_LENGTH: bytes still to come */
+    h1_chunked_t chunked;      /* P_BODY_CHUNKED */
+    size_t scan;               /* h1_head_len's resume point in the unparsed head */
+    int method;                /* HM_* */
+    size_t charged;            /* bytes of the buffers above (and in) counted in the budget */
+    uint64_t nreq;             /* requests begun on this connection */
 
     sb_t in;                   /* received, not yet parsed (only while paused) */
     size_t in_off;
@@ -104,8 +101,8 @@ typedef struct conn {
     uint64_t linger_ms;
     size_t linger_bytes;
 
-    unsigned in_value : 1;     /* the last header callback was a value */
     unsigned has_auth : 1, has_admin : 1;
+    unsigned need_more : 1;    /* c->in holds an incomplete head: append before parsing */
     unsigned in_msg : 1;       /* a request has started and is not complete */
     unsigned in_flight : 1;    /* handler called, http_reply not yet */
     unsigned keep_alive : 1;   /* of the current request */
@@ -118,6 +115,7 @@ typedef struct conn {
     unsigned readable : 1;     /* the socket may have bytes we have not read */
     unsigned read_on : 1, write_on : 1;
     unsigned linger : 1;
+    unsigned listener : 1;     /* HTTP_LISTENER_* */
     char peer[INET6_ADDRSTRLEN];
 } conn_t;
 
@@ -150,10 +148,13 @@ struct http_worker {
     char date[64];
     size_t date_len;
     uint64_t rejected;         /* connections refused over max_conns */
+    size_t max_buffered;       /* budget of request bytes held, all workers together */
+    uint64_t over_budget;      /* requests refused for it (a warning every 1000) */
 };
 
 static void conn_run(conn_t *c);
 static void conn_free(conn_t *c);
+static void cbuf_done(conn_t *c, sb_t *s);
 
 /* One clock read per loop callback serves every request handled in it. */
 static void tick(http_worker_t *hw)
@@ -295,6 +296,8 @@ static void reply_error(conn_t *c, int status)
     case 413: msg = "Request body too large"; break;
     case 414: msg = "Request URI too long"; break;
     case 431: msg = "Request header fields too large"; break;
+    case 501: msg = "Transfer-Encoding not implemented"; break;
+    case 503: msg = "Server busy"; break;
     default: status = 400; msg = "Bad Request"; break;
     }
     char body[128];
@@ -310,13 +313,10 @@ static void reply_error(conn_t *c, int status)
 /* Frees request buffers that grew large, so an idle connection stays small. */
 static void end_request(conn_t *c)
 {
-    sb_t *bufs[] = {&c->url, &c->auth, &c->admin, &c->body};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
-        if (bufs[i]->cap > KEEP_CAP)
-            sb_free(bufs[i]);
-        else
-            sb_reset(bufs[i]);
-    }
+    cbuf_done(c, &c->url);
+    cbuf_done(c, &c->auth);
+    cbuf_done(c, &c->admin);
+    cbuf_done(c, &c->body);
 }
 
 void http_reply(http_req_t *r, int status, const char *content_type, const char *body, size_t len)
@@ -345,135 +345,122 @@ void http_reply(http_req_t *r, int status, const char *content_type, const char 
     /* Otherwise we are inside conn_run() (the handler replied at once): it goes on. */
 }
 
-/* ==== Parser callbacks ==== */
+/* ==== Request buffers and the global budget ==== */
 
-static int too_big(conn_t *c, size_t add, int status)
+/* Bytes held in request buffers (url, credentials, body, unparsed input) by every
+ * connection of every worker. Over hw->max_buffered a request is refused with 503
+ * instead of allocating: many slow clients sending large bodies must not exhaust memory
+ * (the allocator's failure would abort the process, xmem.h). */
+static _Atomic size_t buffered_total;
+
+static void uncharge(conn_t *c, size_t n)
 {
-    c->hbytes += add;
-    if (c->hbytes > c->hw->max_header) {
-        c->err_status = status;
-        return 1;
-    }
-    return 0;
+    if (n > c->charged)
+        n = c->charged;        /* cannot happen; never let the total wrap */
+    c->charged -= n;
+    atomic_fetch_sub_explicit(&buffered_total, n, memory_order_relaxed);
 }
 
-static int on_message_begin(http_parser *p)
+/* Appends to one of c's request buffers within the budget. Returns 0, or 503. */
+static int cbuf_append(conn_t *c, sb_t *s, const void *p, size_t n)
 {
-    conn_t *c = p->data;
-    c->in_msg = 1;
-    c->msg_start_ms = c->hw->now_ms;
-    sb_reset(&c->url);
-    sb_reset(&c->auth);
-    sb_reset(&c->admin);
-    sb_reset(&c->body);
-    c->hname_len = 0;
-    c->expect_len = 0;
-    c->hkind = H_NONE;
-    c->in_value = 1;           /* so the first field starts a new header */
-    c->nheaders = 0;
-    c->hbytes = REQ_LINE_OVERHEAD;
-    c->err_status = 0;
-    c->has_auth = 0;
-    c->has_admin = 0;
-    c->is_head = 0;
-    return 0;
-}
-
-static int on_url(http_parser *p, const char *at, size_t len)
-{
-    conn_t *c = p->data;
-    if (too_big(c, len, 414))
-        return -1;
-    sb_append(&c->url, at, len);
-    return 0;
-}
-
-static int on_header_field(http_parser *p, const char *at, size_t len)
-{
-    conn_t *c = p->data;
-    if (c->in_value) {         /* a new header line (a field may arrive in pieces) */
-        c->in_value = 0;
-        c->hname_len = 0;
-        if (++c->nheaders > MAX_HEADERS) {
-            c->err_status = 431;
-            return -1;
+    if (n == 0)
+        return 0;
+    size_t after = sb_cap_for(s, n);
+    if (after > s->cap) {
+        size_t grow = after - s->cap;
+        size_t was = atomic_fetch_add_explicit(&buffered_total, grow, memory_order_relaxed);
+        if (was + grow > c->hw->max_buffered || sb_try_reserve(s, n) != 0) {
+            atomic_fetch_sub_explicit(&buffered_total, grow, memory_order_relaxed);
+            if (c->hw->over_budget++ % 1000 == 0)
+                log_warn("http: request buffers at their budget (%zu bytes): refusing with 503",
+                         c->hw->max_buffered);
+            return 503;
         }
-        if (too_big(c, 4, 431))    /* ": " and CRLF */
-            return -1;
+        c->charged += grow;
     }
-    if (too_big(c, len, 431))
-        return -1;
-    if (c->hname_len + len <= HNAME_MAX)
-        memcpy(c->hname + c->hname_len, at, len);
-    c->hname_len += len;
+    sb_append(s, p, n);        /* fits: no allocation */
     return 0;
 }
 
-static int header_kind(const conn_t *c)
+/* Empties a request buffer; its memory is kept for the next request only if small. */
+static void cbuf_done(conn_t *c, sb_t *s)
 {
-    if (c->hname_len == 13 && strncasecmp(c->hname, "authorization", 13) == 0)
-        return H_AUTH;
-    if (c->hname_len == 13 && strncasecmp(c->hname, "x-admin-token", 13) == 0)
-        return H_ADMIN;
-    if (c->hname_len == 6 && strncasecmp(c->hname, "expect", 6) == 0)
-        return H_EXPECT;
-    return H_OTHER;
+    if (s->cap > KEEP_CAP) {
+        uncharge(c, s->cap);
+        sb_free(s);
+    } else {
+        sb_reset(s);
+    }
 }
 
-static int on_header_value(http_parser *p, const char *at, size_t len)
+static void cbuf_free(conn_t *c, sb_t *s)
 {
-    conn_t *c = p->data;
-    if (!c->in_value) {
-        c->in_value = 1;
-        c->hkind = header_kind(c);
-        /* Two credentials in one request: a proxy may have used the other one. Refuse
-         * rather than guess. */
-        if (c->hkind == H_AUTH) {
-            if (c->has_auth) {
-                c->err_status = 400;
-                return -1;
-            }
-            c->has_auth = 1;
-        } else if (c->hkind == H_ADMIN) {
-            if (c->has_admin) {
-                c->err_status = 400;
-                return -1;
-            }
-            c->has_admin = 1;
-        }
-    }
-    if (too_big(c, len, 431))
-        return -1;
-    switch (c->hkind) {
-    case H_AUTH: sb_append(&c->auth, at, len); break;
-    case H_ADMIN: sb_append(&c->admin, at, len); break;
-    case H_EXPECT:
-        if (c->expect_len + len <= sizeof c->expect)
-            memcpy(c->expect + c->expect_len, at, len);
-        c->expect_len += len;
+    uncharge(c, s->cap);
+    sb_free(s);
+}
+
+/* ==== Requests ==== */
+
+static int method_of(h1_str_t m)
+{
+    switch (m.n) {
+    case 3:
+        if (memcmp(m.p, "GET", 3) == 0)
+            return HM_GET;
+        if (memcmp(m.p, "PUT", 3) == 0)
+            return HM_PUT;
         break;
-    default: break;
+    case 4:
+        if (memcmp(m.p, "POST", 4) == 0)
+            return HM_POST;
+        if (memcmp(m.p, "HEAD", 4) == 0)
+            return HM_HEAD;
+        break;
+    case 6:
+        if (memcmp(m.p, "DELETE", 6) == 0)
+            return HM_DELETE;
+        break;
+    default:
+        break;
     }
-    return 0;
+    return HM_OTHER;
 }
 
-static int on_headers_complete(http_parser *p)
+/* A parsed head: copies what the handler needs, decides how the body is framed. Returns
+ * 0 or an HTTP status. */
+static int begin_request(conn_t *c, const h1_head_t *h)
 {
-    conn_t *c = p->data;
+    http_worker_t *hw = c->hw;
+    int st;
+    if ((st = cbuf_append(c, &c->url, h->target.p, h->target.n)) != 0 ||
+        (st = cbuf_append(c, &c->auth, h->auth.p, h->auth.n)) != 0 ||
+        (st = cbuf_append(c, &c->admin, h->admin.p, h->admin.n)) != 0)
+        return st;
+    c->has_auth = h->has_auth;
+    c->has_admin = h->has_admin;
+    c->method = method_of(h->method);
     /* An Upgrade (or CONNECT) request is answered as plain HTTP, then the connection is
      * closed: the bytes after it would be another protocol. */
-    c->keep_alive = http_should_keep_alive(p) && !p->upgrade;
-    int has_len = p->content_length != ULLONG_MAX;
-    if (has_len && p->content_length > c->hw->max_body) {
-        c->err_status = 413;
-        return -1;
+    int upgrade = (h->conn_upgrade && h->has_upgrade) ||
+                  (h->method.n == 7 && memcmp(h->method.p, "CONNECT", 7) == 0);
+    c->keep_alive = (h->minor == 1 ? !h->conn_close : h->conn_keep_alive) && !upgrade;
+    int has_body;
+    if (h->chunked) {
+        h1_chunked_init(&c->chunked, hw->max_body, hw->max_header);
+        c->phase = P_BODY_CHUNKED;
+        has_body = 1;
+    } else if (h->has_length && h->content_length > 0) {
+        if (h->content_length > hw->max_body)
+            return 413;
+        c->body_left = h->content_length;
+        c->phase = P_BODY_LENGTH;
+        has_body = 1;
+    } else {
+        c->phase = P_HEAD;
+        has_body = 0;
     }
-    int has_body = (p->flags & F_CHUNKED) || (has_len && p->content_length > 0);
-    while (c->expect_len > 0 && c->expect_len <= sizeof c->expect &&
-           (c->expect[c->expect_len - 1] == ' ' || c->expect[c->expect_len - 1] == '\t'))
-        c->expect_len--;
-    if (c->expect_len == 12 && strncasecmp(c->expect, "100-continue", 12) == 0 && has_body &&
-        p->http_major == 1 && p->http_minor >= 1) {
+    if (h->expect_continue && has_body && h->minor == 1) {
         /* The client waits for this before sending the body; it goes out with the next
          * flush, after the replies to any earlier pipelined requests. */
         sb_puts(&c->out, "HTTP/1.1 100 Continue\r\n\r\n");
@@ -481,64 +468,17 @@ static int on_headers_complete(http_parser *p)
     return 0;
 }
 
-static int on_body(http_parser *p, const char *at, size_t len)
+static int body_sink(void *ctx, const char *p, size_t n)
 {
-    conn_t *c = p->data;
-    /* Chunked bodies have no length up front: count as they come. */
-    if (c->body.len + len > c->hw->max_body) {
-        c->err_status = 413;
-        return -1;
-    }
-    sb_append(&c->body, at, len);
-    return 0;
-}
-
-static int on_message_complete(http_parser *p)
-{
-    /* Stop here: the request is dispatched outside the parser, and the bytes after it
-     * wait until it is answered. */
-    http_parser_pause(p, 1);
-    return 0;
-}
-
-static const http_parser_settings parser_settings = {
-    .on_message_begin = on_message_begin,
-    .on_url = on_url,
-    .on_header_field = on_header_field,
-    .on_header_value = on_header_value,
-    .on_headers_complete = on_headers_complete,
-    .on_body = on_body,
-    .on_message_complete = on_message_complete,
-};
-
-/* ==== Requests ==== */
-
-static int method_of(unsigned m)
-{
-    switch (m) {
-    case HTTP_GET: return HM_GET;
-    case HTTP_POST: return HM_POST;
-    case HTTP_PUT: return HM_PUT;
-    case HTTP_DELETE: return HM_DELETE;
-    case HTTP_HEAD: return HM_HEAD;
-    default: return HM_OTHER;
-    }
-}
-
-static const char *trimmed(sb_t *s)
-{
-    while (s->len > 0 && (s->buf[s->len - 1] == ' ' || s->buf[s->len - 1] == '\t'))
-        s->buf[--s->len] = '\0';
-    return sb_cstr(s);
+    conn_t *c = ctx;
+    return cbuf_append(c, &c->body, p, n);
 }
 
 /* Splits c->url in place into path and query (NUL-terminated), drops a fragment and an
  * absolute-form "http://host" prefix, and removes the "/api" prefix. */
 static void split_url(conn_t *c, http_req_t *r)
 {
-    if (c->url.len == 0)
-        sb_append(&c->url, "/", 1);
-    char *u = c->url.buf;
+    char *u = c->url.buf;      /* never empty: h1 refuses an empty request-target */
     if (u[0] != '/') {
         char *s = strstr(u, "://");
         if (s && s < u + strcspn(u, "/?#"))
@@ -566,52 +506,106 @@ static void dispatch(conn_t *c)
     http_req_t *r = &c->req;
     memset(r, 0, sizeof *r);
     r->w = hw->w;
-    r->method = method_of(c->parser.method);
+    r->method = c->method;
     split_url(c, r);
-    r->authorization = c->has_auth ? trimmed(&c->auth) : NULL;
-    r->admin_token = c->has_admin ? trimmed(&c->admin) : NULL;
-    r->body = sb_cstr(&c->body);
+    /* An sb_t's buf is NUL-terminated once it holds a byte; sb_cstr() would allocate
+     * (outside the budget) for an empty one. */
+    r->authorization = c->has_auth ? (c->auth.len ? c->auth.buf : "") : NULL;
+    r->admin_token = c->has_admin ? (c->admin.len ? c->admin.buf : "") : NULL;
+    r->body = c->body.len ? c->body.buf : "";
     r->body_len = c->body.len;
     r->peer = c->peer;
+    r->listener = c->listener;
     r->start_ns = hw->now_ns;  /* when the bytes completing it were read */
     c->is_head = r->method == HM_HEAD;
     c->in_msg = 0;
+    c->phase = P_HEAD;
     c->in_flight = 1;
     hw->handler(r);
 }
 
+static void refuse_request(conn_t *c, int status, const char *why)
+{
+    log_debug("http: %s from %s -> %d", why, c->peer, status);
+    reply_error(c, status);
+}
+
 /* Feeds bytes to the parser, dispatching each complete request. Stops early when a
- * request is in flight, the connection is closing, or the output backlog is large.
- * Returns how many bytes were consumed. */
+ * request is in flight, the connection is closing, the output backlog is large, or an
+ * incomplete head needs more bytes (then c->need_more is set and the caller keeps the
+ * rest). Returns how many bytes were consumed. */
 static size_t parse(conn_t *c, const char *data, size_t len)
 {
+    http_worker_t *hw = c->hw;
     size_t off = 0;
+    c->need_more = 0;
     while (off < len) {
-        size_t n = http_parser_execute(&c->parser, &parser_settings, data + off, len - off);
-        off += n;
-        enum http_errno e = HTTP_PARSER_ERRNO(&c->parser);
-        if (e == HPE_PAUSED) {
-            http_parser_pause(&c->parser, 0);
-            dispatch(c);
-            if (c->in_flight || c->closing || c->dead || pending(c) >= OUT_HIGH)
+        if (c->phase == P_HEAD) {
+            if (!c->in_msg) {
+                /* RFC 9112 2.2: empty lines (CRLF) before a request are ignored. */
+                if (data[off] == '\r') {
+                    if (off + 1 >= len) {
+                        c->need_more = 1;
+                        break;
+                    }
+                    if (data[off + 1] == '\n') {
+                        off += 2;
+                        continue;
+                    }
+                }
+                c->in_msg = 1;
+                c->nreq++;
+                c->msg_start_ms = hw->now_ms;
+                c->scan = 0;
+            }
+            long hl = h1_head_len(data + off, len - off, &c->scan, hw->max_header);
+            if (hl == 0) {
+                c->need_more = 1;
                 break;
-            continue;
+            }
+            if (hl < 0) {
+                refuse_request(c, (int)-hl, "bad head");
+                break;
+            }
+            h1_head_t h;
+            int st = h1_parse_head(data + off, (size_t)hl, &h);
+            if (st == 0)
+                st = begin_request(c, &h);
+            if (st) {
+                refuse_request(c, st, "bad request");
+                break;
+            }
+            off += (size_t)hl;
+            if (c->phase != P_HEAD)
+                continue;      /* the body follows */
+        } else if (c->phase == P_BODY_LENGTH) {
+            size_t take = len - off;
+            if ((uint64_t)take > c->body_left)
+                take = (size_t)c->body_left;
+            int st = cbuf_append(c, &c->body, data + off, take);
+            if (st) {
+                refuse_request(c, st, "body refused");
+                break;
+            }
+            off += take;
+            c->body_left -= take;
+            if (c->body_left > 0)
+                continue;
+        } else {
+            size_t used = 0;
+            int st = h1_chunked_feed(&c->chunked, data + off, len - off, &used, body_sink, c);
+            off += used;
+            if (st == 0)
+                continue;
+            if (st != 1) {
+                refuse_request(c, st, "bad chunked body");
+                break;
+            }
         }
-        if (e != HPE_OK) {
-            int st = c->err_status;
-            if (!st)
-                st = e == HPE_HEADER_OVERFLOW ? 431 : 400;
-            log_debug("http: %s from %s: %s -> %d", c->in_msg ? "bad request" : "bad input",
-                      c->peer, http_errno_name(e), st);
-            reply_error(c, st);
+        /* A complete request. */
+        dispatch(c);
+        if (c->in_flight || c->closing || c->dead || pending(c) >= OUT_HIGH)
             break;
-        }
-        if (n == 0) {
-            /* Should not happen (the parser consumes all it is given unless it stops);
-             * refuse rather than spin. */
-            reply_error(c, 400);
-            break;
-        }
     }
     return off;
 }
@@ -762,13 +756,10 @@ static void conn_run(conn_t *c)
             if (c->write_on || c->dead)
                 break;
         }
-        if (c->in_off < c->in.len) {
+        if (c->in_off < c->in.len && !c->need_more) {
             c->in_off += parse(c, c->in.buf + c->in_off, c->in.len - c->in_off);
             if (c->in_off >= c->in.len) {
-                if (c->in.cap > KEEP_CAP)
-                    sb_free(&c->in);
-                else
-                    sb_reset(&c->in);
+                cbuf_done(c, &c->in);
                 c->in_off = 0;
             }
             continue;
@@ -783,12 +774,28 @@ static void conn_run(conn_t *c)
              * when more arrives, so don't spend a recv() to learn EAGAIN. */
             if ((size_t)n < READ_CHUNK)
                 c->readable = 0;
-            size_t used = parse(c, hw->rbuf, (size_t)n);
+            size_t used = 0;
+            if (c->in_off < c->in.len) {
+                /* An incomplete head waits in c->in: the new bytes go after it, and the
+                 * next turn parses the whole. */
+                if (c->in_off > 0) {
+                    memmove(c->in.buf, c->in.buf + c->in_off, c->in.len - c->in_off);
+                    c->in.len -= c->in_off;
+                    c->in.buf[c->in.len] = '\0';
+                    c->in_off = 0;
+                }
+                c->need_more = 0;
+            } else {
+                used = parse(c, hw->rbuf, (size_t)n);
+            }
             if (used < (size_t)n) {
-                if (!c->closing && !c->dead)
-                    sb_append(&c->in, hw->rbuf + used, (size_t)n - used);
-                else
+                if (!c->closing && !c->dead) {
+                    int st = cbuf_append(c, &c->in, hw->rbuf + used, (size_t)n - used);
+                    if (st)
+                        refuse_request(c, st, "input refused");
+                } else {
                     c->want_linger = 1;    /* input after the last request: more may follow */
+                }
             }
             continue;
         }
@@ -868,11 +875,11 @@ static void conn_free(conn_t *c)
     if (c->wev)
         event_free(c->wev);
     close(c->fd);
-    sb_free(&c->url);
-    sb_free(&c->auth);
-    sb_free(&c->admin);
-    sb_free(&c->body);
-    sb_free(&c->in);
+    cbuf_free(c, &c->url);
+    cbuf_free(c, &c->auth);
+    cbuf_free(c, &c->admin);
+    cbuf_free(c, &c->body);
+    cbuf_free(c, &c->in);
     sb_free(&c->out);
     free(c);
     maybe_done(hw);
@@ -908,9 +915,8 @@ static void conn_new(http_worker_t *hw, int fd, const struct sockaddr_storage *s
         return;
     }
     c->read_on = 1;
-    http_parser_init(&c->parser, HTTP_REQUEST);
-    c->parser.data = c;
     c->last_ms = hw->now_ms;
+    c->msg_start_ms = hw->now_ms;  /* until the first byte: the header timeout runs */
     if (ss->ss_family == AF_INET)
         inet_ntop(AF_INET, &((const struct sockaddr_in *)ss)->sin_addr, c->peer, sizeof c->peer);
     else if (ss->ss_family == AF_INET6)
@@ -991,8 +997,8 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg)
             expired = now - c->linger_ms >= LINGER_MS;
         else if (pending(c) > 0)
             expired = now - c->last_ms >= hw->idle_ms;       /* the client stopped reading */
-        else if (c->in_msg)
-            expired = now - c->msg_start_ms >= hw->header_ms; /* slowloris */
+        else if (c->in_msg || c->nreq == 0)
+            expired = now - c->msg_start_ms >= hw->header_ms; /* slowloris, or silent */
         else
             expired = now - c->last_ms >= hw->idle_ms;
         if (expired) {
@@ -1189,11 +1195,7 @@ int http_worker_init(worker_t *w, const char *host, int port, http_handler_fn ha
     hw->max_conns = cfg && cfg->max_conns > 0 ? cfg->max_conns : 10000;
     hw->idle_ms = (uint64_t)(cfg && cfg->idle_timeout_s > 0 ? cfg->idle_timeout_s : 60) * 1000;
     hw->header_ms = (uint64_t)(cfg && cfg->header_timeout_s > 0 ? cfg->header_timeout_s : 10) * 1000;
-    if (hw->max_header + 1024 > 80 * 1024) {
-        /* http-parser has its own process-wide header limit (80 KiB by default); keep it
-         * above ours so that ours is the one that answers. Same value from every worker. */
-        http_parser_set_max_header_size((uint32_t)(hw->max_header + 1024));
-    }
+    hw->max_buffered = cfg && cfg->max_buffered_bytes ? cfg->max_buffered_bytes : (size_t)256 << 20;
     hw->rbuf = malloc(READ_CHUNK);
     if (!hw->rbuf) {
         snprintf(err, errlen, "out of memory");

@@ -20,6 +20,9 @@ struct worker;
 
 enum { HM_GET = 1, HM_POST, HM_PUT, HM_DELETE, HM_HEAD, HM_OTHER };
 
+/* The public listener (--listen), or worker 0's metrics listener (--metrics-listen). */
+enum { HTTP_LISTENER_PUBLIC = 0, HTTP_LISTENER_METRICS = 1 };
+
 typedef struct http_req {
     /* read-only for handlers; valid from the handler call until http_reply() returns */
     struct worker *w;
@@ -33,6 +36,7 @@ typedef struct http_req {
     size_t body_len;
     uint64_t start_ns;          /* clock_mono_ns() when the request was complete */
     const char *peer;           /* client address as text, e.g. "127.0.0.1" */
+    int listener;               /* HTTP_LISTENER_*: which socket the request came in on */
     void *ctx;                  /* free for the handler's use */
 } http_req_t;
 

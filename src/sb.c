@@ -48,6 +48,39 @@ void sb_init_on(sb_t *s, char *buf, size_t cap)
     buf[0] = '\0';
 }
 
+size_t sb_cap_for(const sb_t *s, size_t n)
+{
+    if (n >= SIZE_MAX / 2 - s->len)
+        return SIZE_MAX;
+    size_t need = s->len + n + 1;
+    if (need <= s->cap)
+        return s->cap;
+    size_t cap = s->cap ? s->cap : 64;
+    while (cap < need)
+        cap *= 2;
+    return cap;
+}
+
+int sb_try_reserve(sb_t *s, size_t n)
+{
+    size_t cap = sb_cap_for(s, n);
+    if (cap == SIZE_MAX)
+        return -1;
+    if (cap == s->cap)
+        return 0;
+    char *p = realloc(s->borrowed ? NULL : s->buf, cap);
+    if (!p)
+        return -1;
+    if (s->borrowed)
+        memcpy(p, s->buf, s->len + 1);
+    else if (!s->buf)
+        p[0] = '\0';
+    s->borrowed = 0;
+    s->buf = p;
+    s->cap = cap;
+    return 0;
+}
+
 void sb_free(sb_t *s)
 {
     if (!s->borrowed)

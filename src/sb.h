@@ -33,6 +33,12 @@ void sb_printf(sb_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3
 void sb_i64(sb_t *s, int64_t v);
 const char *sb_cstr(sb_t *s);                 /* always NUL-terminated, never NULL */
 
+/* For callers that must not abort on out of memory (request buffers, http.c): the
+ * capacity s would have after making room for n more bytes (SIZE_MAX if impossible), and
+ * the same growth done without aborting (0, or -1 if realloc failed; s is unchanged). */
+size_t sb_cap_for(const sb_t *s, size_t n);
+int sb_try_reserve(sb_t *s, size_t n);
+
 /* Appends z (n bytes, UTF-8 passed through) as a quoted JSON string, escaping
  * quotes, backslashes and control characters. A byte that does not start a valid UTF-8
  * sequence becomes U+FFFD, so the output is valid JSON whatever z holds (issue 6: found

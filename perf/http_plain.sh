@@ -1,0 +1,72 @@
+#!/bin/sh
+# perf/http_plain.sh -- the HTTP layer alone: wrk against seckill's plain answer (a 404
+# for an unknown path, answered at once without Redis or SQL) beside nginx `return 200`,
+# alternated in one run so both see the same machine load. docs/http.md quotes it.
+#
+#   sh perf/http_plain.sh [BIN ...]      default BIN: build/seckill
+#
+# Each BIN (e.g. an old build and a new one) serves on the embedded default with 2 worker
+# threads; every round runs wrk on nginx, then on each BIN. Env: ROUNDS (5), DURATION (5),
+# CONNS (64).
+set -eu
+cd "$(dirname "$0")/.."
+ROUNDS=${ROUNDS:-5}
+DURATION=${DURATION:-5}
+CONNS=${CONNS:-64}
+[ $# -gt 0 ] || set -- build/seckill
+for t in nginx wrk curl; do
+    command -v $t >/dev/null || { echo "http_plain: $t not found (sh tools/deps.sh perf)"; exit 2; }
+done
+TMP=$(mktemp -d /tmp/skhttp.XXXXXX)
+pids=""
+cleanup() {
+    for p in $pids; do kill "$p" 2>/dev/null || true; done
+    sleep 0.5
+    for p in $pids; do kill -9 "$p" 2>/dev/null || true; done
+    rm -rf "$TMP"
+}
+trap cleanup EXIT INT TERM
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+rps() { wrk -t2 -c"$CONNS" -d"${DURATION}s" "$1" | awk '/Requests\/sec/ {print $2}'; }
+
+NP=$(free_port)
+mkdir -p "$TMP/nginx"
+cat > "$TMP/nginx/nginx.conf" <<NGX
+worker_processes 2;
+pid $TMP/nginx/nginx.pid;
+error_log $TMP/nginx/error.log;
+daemon off;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    client_body_temp_path $TMP/nginx; proxy_temp_path $TMP/nginx;
+    fastcgi_temp_path $TMP/nginx; uwsgi_temp_path $TMP/nginx; scgi_temp_path $TMP/nginx;
+    keepalive_requests 100000000;
+    server { listen 127.0.0.1:$NP;
+             location / { default_type application/json; return 200 '{"success":true}'; } }
+}
+NGX
+nginx -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" &
+pids="$pids $!"
+until curl -s "http://127.0.0.1:$NP/" >/dev/null; do sleep 0.05; done
+
+i=0
+ports=""
+for b in "$@"; do
+    i=$((i + 1))
+    p=$(free_port)
+    "$b" serve --listen "127.0.0.1:$p" --threads 2 --data-dir "$TMP/d$i" --log-level warn \
+        > "$TMP/s$i.log" 2>&1 &
+    pids="$pids $!"
+    until curl -s "http://127.0.0.1:$p/nope" >/dev/null; do sleep 0.05; done
+    ports="$ports $p"
+done
+
+printf 'round nginx'; for b in "$@"; do printf ' %s' "$b"; done; echo
+r=1
+while [ $r -le "$ROUNDS" ]; do
+    line="$r $(rps "http://127.0.0.1:$NP/")"
+    for p in $ports; do line="$line $(rps "http://127.0.0.1:$p/nope")"; done
+    echo "$line"
+    r=$((r + 1))
+done

@@ -1,0 +1,421 @@
+/* h1.c -- the strict HTTP/1.1 request parser (see h1.h).
+ *
+ * The head is parsed only once it is complete (h1_head_len finds its end): a head is at
+ * most a few KiB, so parsing it in one pass over a contiguous buffer is simpler and
+ * faster than a byte-at-a-time state machine, and every rule can look at a whole line.
+ * Chunked bodies arrive in pieces of any size, so they get a small state machine. */
+#include "h1.h"
+
+#include <string.h>
+#include <strings.h>
+
+/* tchar (RFC 9110 5.6.2): the characters of a token: methods, field names. */
+static const unsigned char tchar[256] = {
+    ['!'] = 1, ['#'] = 1, ['$'] = 1, ['%'] = 1, ['&'] = 1, ['\''] = 1, ['*'] = 1,
+    ['+'] = 1, ['-'] = 1, ['.'] = 1, ['^'] = 1, ['_'] = 1, ['`'] = 1, ['|'] = 1, ['~'] = 1,
+    ['0'] = 1, ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1, ['5'] = 1, ['6'] = 1, ['7'] = 1,
+    ['8'] = 1, ['9'] = 1,
+    ['A'] = 1, ['B'] = 1, ['C'] = 1, ['D'] = 1, ['E'] = 1, ['F'] = 1, ['G'] = 1, ['H'] = 1,
+    ['I'] = 1, ['J'] = 1, ['K'] = 1, ['L'] = 1, ['M'] = 1, ['N'] = 1, ['O'] = 1, ['P'] = 1,
+    ['Q'] = 1, ['R'] = 1, ['S'] = 1, ['T'] = 1, ['U'] = 1, ['V'] = 1, ['W'] = 1, ['X'] = 1,
+    ['Y'] = 1, ['Z'] = 1,
+    ['a'] = 1, ['b'] = 1, ['c'] = 1, ['d'] = 1, ['e'] = 1, ['f'] = 1, ['g'] = 1, ['h'] = 1,
+    ['i'] = 1, ['j'] = 1, ['k'] = 1, ['l'] = 1, ['m'] = 1, ['n'] = 1, ['o'] = 1, ['p'] = 1,
+    ['q'] = 1, ['r'] = 1, ['s'] = 1, ['t'] = 1, ['u'] = 1, ['v'] = 1, ['w'] = 1, ['x'] = 1,
+    ['y'] = 1, ['z'] = 1,
+};
+
+/* A byte of a field value (field-vchar / SP / HTAB; obs-text allowed): no CTL, no DEL. */
+static int value_byte(unsigned char ch)
+{
+    return ch == '\t' || (ch >= 0x20 && ch != 0x7f);
+}
+
+long h1_head_len(const char *buf, size_t len, size_t *scan, size_t max)
+{
+    size_t lim = len < max ? len : max;
+    size_t i = *scan;
+    while (i < lim) {
+        const char *nl = memchr(buf + i, '\n', lim - i);
+        if (!nl) {
+            i = lim;
+            break;
+        }
+        size_t k = (size_t)(nl - buf);
+        if (k == 0 || buf[k - 1] != '\r')
+            return -400;                   /* bare LF */
+        if (k == 1)
+            return -400;                   /* the request line is empty */
+        if (k >= 3 && buf[k - 2] == '\n')
+            return (long)(k + 1);          /* "\r\n\r\n": the empty line ends the head */
+        i = k + 1;
+    }
+    *scan = i;
+    if (len >= max)
+        return memchr(buf, '\n', max) ? -431 : -414;
+    return 0;
+}
+
+static int ieq(const char *p, size_t n, const char *lit, size_t litn)
+{
+    return n == litn && strncasecmp(p, lit, n) == 0;
+}
+
+/* Connection: a comma-separated list of options (OWS around each). */
+static void connection_options(h1_head_t *h, const char *v, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        while (i < n && (v[i] == ' ' || v[i] == '\t' || v[i] == ','))
+            i++;
+        size_t s = i;
+        while (i < n && v[i] != ',')
+            i++;
+        size_t e = i;
+        while (e > s && (v[e - 1] == ' ' || v[e - 1] == '\t'))
+            e--;
+        if (ieq(v + s, e - s, "close", 5))
+            h->conn_close = 1;
+        else if (ieq(v + s, e - s, "keep-alive", 10))
+            h->conn_keep_alive = 1;
+        else if (ieq(v + s, e - s, "upgrade", 7))
+            h->conn_upgrade = 1;
+    }
+}
+
+/* Applies one field line; returns 0 or an HTTP status. seen: bit flags of fields that
+ * may appear only once. */
+enum { SEEN_HOST = 1, SEEN_CL = 2, SEEN_TE = 4, SEEN_TE_OTHER = 8 };
+
+static int apply_field(h1_head_t *h, const char *name, size_t nn, const char *v, size_t vn,
+                       unsigned *seen)
+{
+    switch (nn) {
+    case 4:
+        if (ieq(name, nn, "host", 4)) {
+            if (*seen & SEEN_HOST)
+                return 400;
+            *seen |= SEEN_HOST;
+        }
+        break;
+    case 6:
+        if (ieq(name, nn, "expect", 6) && ieq(v, vn, "100-continue", 12))
+            h->expect_continue = 1;
+        break;
+    case 7:
+        if (ieq(name, nn, "upgrade", 7))
+            h->has_upgrade = 1;
+        break;
+    case 10:
+        if (ieq(name, nn, "connection", 10))
+            connection_options(h, v, vn);
+        break;
+    case 13:
+        /* Two credentials in one request: a proxy may have used the other one. */
+        if (ieq(name, nn, "authorization", 13)) {
+            if (h->has_auth)
+                return 400;
+            h->has_auth = 1;
+            h->auth.p = v;
+            h->auth.n = vn;
+        } else if (ieq(name, nn, "x-admin-token", 13)) {
+            if (h->has_admin)
+                return 400;
+            h->has_admin = 1;
+            h->admin.p = v;
+            h->admin.n = vn;
+        }
+        break;
+    case 14:
+        if (ieq(name, nn, "content-length", 14)) {
+            /* 1*DIGIT, once. A list ("5, 5") or a repeat is refused even when the values
+             * agree: a proxy may have picked a different one. */
+            if ((*seen & SEEN_CL) || vn == 0)
+                return 400;
+            *seen |= SEEN_CL;
+            uint64_t x = 0;
+            for (size_t i = 0; i < vn; i++) {
+                if (v[i] < '0' || v[i] > '9')
+                    return 400;
+                unsigned d = (unsigned)(v[i] - '0');
+                x = x > (UINT64_MAX - d) / 10 ? UINT64_MAX : x * 10 + d;
+            }
+            h->has_length = 1;
+            h->content_length = x;
+        }
+        break;
+    case 17:
+        if (ieq(name, nn, "transfer-encoding", 17)) {
+            if ((*seen & SEEN_TE) || h->minor == 0)
+                return 400;        /* HTTP/1.0 has no transfer codings (RFC 9112 6.1) */
+            *seen |= SEEN_TE;
+            if (vn == 0)
+                return 400;
+            if (ieq(v, vn, "chunked", 7))
+                h->chunked = 1;
+            else
+                *seen |= SEEN_TE_OTHER;   /* a coding we do not implement: 501 below */
+        }
+        break;
+    default:
+        break;
+    }
+    return 0;
+}
+
+int h1_parse_head(const char *buf, size_t len, h1_head_t *h)
+{
+    memset(h, 0, sizeof *h);
+    const char *p = buf, *end = buf + len;
+
+    /* request-line = method SP request-target SP HTTP-version CRLF, single spaces */
+    const char *s = p;
+    while (p < end && tchar[(unsigned char)*p])
+        p++;
+    if (p == s || p >= end || *p != ' ')
+        return 400;
+    h->method.p = s;
+    h->method.n = (size_t)(p - s);
+    s = ++p;
+    while (p < end && (unsigned char)*p > 0x20 && *p != 0x7f)
+        p++;
+    if (p == s || p >= end || *p != ' ')
+        return 400;
+    h->target.p = s;
+    h->target.n = (size_t)(p - s);
+    p++;
+    if (end - p < 10 || memcmp(p, "HTTP/1.", 7) != 0 || (p[7] != '0' && p[7] != '1') ||
+        p[8] != '\r' || p[9] != '\n')
+        return 400;
+    h->minor = p[7] - '0';
+    p += 10;
+
+    unsigned seen = 0;
+    for (;;) {
+        if (end - p < 2)
+            return 400;            /* cannot happen for a head measured by h1_head_len */
+        if (p[0] == '\r' && p[1] == '\n') {
+            p += 2;
+            break;                 /* the empty line */
+        }
+        /* field-line = field-name ":" OWS field-value OWS CRLF; a line starting with
+         * whitespace is obs-fold (or junk before a name): refused. */
+        const char *name = p;
+        while (p < end && tchar[(unsigned char)*p])
+            p++;
+        if (p == name || p >= end || *p != ':')
+            return 400;            /* includes "Name :" (whitespace before the colon) */
+        size_t nn = (size_t)(p - name);
+        p++;
+        while (p < end && (*p == ' ' || *p == '\t'))
+            p++;
+        const char *v = p;
+        while (p < end && value_byte((unsigned char)*p))
+            p++;
+        if (end - p < 2 || p[0] != '\r' || p[1] != '\n')
+            return 400;            /* a CTL in the value, or a bare CR */
+        const char *ve = p;
+        while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t'))
+            ve--;
+        p += 2;
+        if (++h->nheaders > H1_MAX_HEADERS)
+            return 431;
+        int st = apply_field(h, name, nn, v, (size_t)(ve - v), &seen);
+        if (st)
+            return st;
+    }
+    if (p != end)
+        return 400;
+    if (h->minor == 1 && !(seen & SEEN_HOST))
+        return 400;                /* RFC 9112 3.2: exactly one Host in HTTP/1.1 */
+    if ((seen & SEEN_TE) && h->has_length)
+        return 400;                /* RFC 9112 6.3: a smuggling attempt; refuse, close */
+    if (seen & SEEN_TE_OTHER)
+        return 501;
+    return 0;
+}
+
+/* ==== chunked bodies ==== */
+
+enum {
+    C_SIZE0,      /* first hex digit of a chunk size */
+    C_SIZE,       /* more hex digits, ';' or CR */
+    C_EXT,        /* chunk extensions, up to CR */
+    C_SIZE_LF,
+    C_DATA,
+    C_DATA_CR,
+    C_DATA_LF,
+    C_TLINE,      /* start of a trailer line, or CR of the final empty line */
+    C_TNAME,
+    C_TVALUE,
+    C_TLF,
+    C_END_LF,
+    C_DONE,
+};
+
+void h1_chunked_init(h1_chunked_t *d, uint64_t max_body, size_t max_trailer)
+{
+    memset(d, 0, sizeof *d);
+    d->state = C_SIZE0;
+    d->max = max_body;
+    d->max_trailer = max_trailer;
+}
+
+static int hexval(unsigned char ch)
+{
+    if (ch >= '0' && ch <= '9')
+        return ch - '0';
+    if (ch >= 'a' && ch <= 'f')
+        return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F')
+        return ch - 'A' + 10;
+    return -1;
+}
+
+int h1_chunked_feed(h1_chunked_t *d, const char *p, size_t n, size_t *used, h1_sink_fn sink,
+                    void *ctx)
+{
+    size_t i = 0;
+    int rc = 0;
+    while (i < n && d->state != C_DONE) {
+        unsigned char ch = (unsigned char)p[i];
+        if (d->state == C_DATA) {
+            size_t take = n - i;
+            if ((uint64_t)take > d->left)
+                take = (size_t)d->left;
+            int st = sink(ctx, p + i, take);
+            if (st) {
+                rc = st;
+                break;
+            }
+            i += take;
+            d->left -= take;
+            if (d->left == 0)
+                d->state = C_DATA_CR;
+            continue;
+        }
+        if (d->state >= C_TLINE) {
+            if (++d->trailer_bytes > d->max_trailer) {
+                rc = 431;
+                break;
+            }
+        } else if (d->state <= C_SIZE_LF && ++d->line > H1_MAX_CHUNK_LINE) {
+            rc = 400;
+            break;
+        }
+        i++;
+        switch (d->state) {
+        case C_SIZE0:
+        case C_SIZE: {
+            int v = hexval(ch);
+            if (v >= 0) {
+                /* The total is bounded by max, so the size cannot overflow either. */
+                d->left = d->left * 16 + (uint64_t)v;
+                if (d->left > d->max - d->total) {
+                    rc = 413;
+                    goto out;
+                }
+                d->digits++;
+                d->state = C_SIZE;
+            } else if (d->state == C_SIZE && ch == ';') {
+                d->state = C_EXT;  /* no whitespace before ';': stricter than BWS */
+            } else if (d->state == C_SIZE && ch == '\r') {
+                d->state = C_SIZE_LF;
+            } else {
+                rc = 400;
+                goto out;
+            }
+            break;
+        }
+        case C_EXT:
+            if (ch == '\r')
+                d->state = C_SIZE_LF;
+            else if (!value_byte(ch)) {
+                rc = 400;
+                goto out;
+            }
+            break;
+        case C_SIZE_LF:
+            if (ch != '\n') {
+                rc = 400;
+                goto out;
+            }
+            d->line = 0;
+            d->digits = 0;
+            if (d->left == 0) {
+                d->state = C_TLINE;           /* last-chunk: the trailer section follows */
+            } else {
+                d->total += d->left;
+                d->state = C_DATA;
+            }
+            break;
+        case C_DATA_CR:
+            if (ch != '\r') {
+                rc = 400;
+                goto out;
+            }
+            d->state = C_DATA_LF;
+            break;
+        case C_DATA_LF:
+            if (ch != '\n') {
+                rc = 400;
+                goto out;
+            }
+            d->state = C_SIZE0;
+            break;
+        case C_TLINE:
+            if (ch == '\r') {
+                d->state = C_END_LF;
+            } else if (tchar[ch]) {
+                if (++d->ntrailers > H1_MAX_HEADERS) {
+                    rc = 431;
+                    goto out;
+                }
+                d->state = C_TNAME;
+            } else {
+                rc = 400;                     /* obs-fold or junk */
+                goto out;
+            }
+            break;
+        case C_TNAME:
+            if (ch == ':') {
+                d->state = C_TVALUE;
+            } else if (!tchar[ch]) {
+                rc = 400;
+                goto out;
+            }
+            break;
+        case C_TVALUE:
+            /* The value is checked and dropped: trailers never set a request header. */
+            if (ch == '\r') {
+                d->state = C_TLF;
+            } else if (!value_byte(ch)) {
+                rc = 400;
+                goto out;
+            }
+            break;
+        case C_TLF:
+            if (ch != '\n') {
+                rc = 400;
+                goto out;
+            }
+            d->state = C_TLINE;
+            break;
+        case C_END_LF:
+            if (ch != '\n') {
+                rc = 400;
+                goto out;
+            }
+            d->state = C_DONE;
+            break;
+        default:
+            rc = 400;
+            goto out;
+        }
+    }
+out:
+    *used = i;
+    if (rc)
+        return rc;
+    return d->state == C_DONE ? 1 : 0;
+}
