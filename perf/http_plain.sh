@@ -6,8 +6,9 @@
 #   sh perf/http_plain.sh [BIN ...]      default BIN: build/seckill
 #
 # Each BIN (e.g. an old build and a new one) serves on the embedded default with 2 worker
-# threads; every round runs wrk on nginx, then on each BIN. Env: ROUNDS (5), DURATION (5),
-# CONNS (64).
+# threads; every round runs wrk on nginx, then on each BIN, and prints requests/s and the
+# server's CPU time per request (less sensitive to a busy machine than requests/s).
+# Env: ROUNDS (5), DURATION (5), CONNS (64).
 set -eu
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-5}
@@ -27,7 +28,22 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-rps() { wrk -t2 -c"$CONNS" -d"${DURATION}s" "$1" | awk '/Requests\/sec/ {print $2}'; }
+tick_us() { echo $((1000000 / $(getconf CLK_TCK))); }
+cpu_ticks() { t=0; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo $t; }
+# wrk on URL $1 while measuring the CPU of processes $2...: "req/s:us-per-request"
+rps() {
+    u=$1; shift
+    c0=$(cpu_ticks "$@")
+    wrk -t2 -c"$CONNS" -d"${DURATION}s" "$u" > "$TMP/wrk.txt"
+    c1=$(cpu_ticks "$@")
+    python3 - "$TMP/wrk.txt" $((c1 - c0)) "$(tick_us)" <<'PY'
+import re, sys
+t = open(sys.argv[1]).read()
+rps = float(re.search(r"Requests/sec:\s+([\d.]+)", t).group(1))
+n = int(re.search(r"(\d+) requests in", t).group(1))
+print("%.0f:%.2f" % (rps, int(sys.argv[2]) * float(sys.argv[3]) / n if n else 0))
+PY
+}
 
 NP=$(free_port)
 mkdir -p "$TMP/nginx"
@@ -47,8 +63,10 @@ http {
 }
 NGX
 nginx -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" &
-pids="$pids $!"
+NGPID=$!
+pids="$pids $NGPID"
 until curl -s "http://127.0.0.1:$NP/" >/dev/null; do sleep 0.05; done
+NGALL="$NGPID $(ps -o pid= --ppid "$NGPID" | tr '\n' ' ')"
 
 i=0
 ports=""
@@ -59,14 +77,16 @@ for b in "$@"; do
         > "$TMP/s$i.log" 2>&1 &
     pids="$pids $!"
     until curl -s "http://127.0.0.1:$p/nope" >/dev/null; do sleep 0.05; done
-    ports="$ports $p"
+    ports="$ports $p:$!"
 done
 
+# Each cell: requests/s : CPU microseconds per request of that server (utime + stime).
 printf 'round nginx'; for b in "$@"; do printf ' %s' "$b"; done; echo
 r=1
 while [ $r -le "$ROUNDS" ]; do
-    line="$r $(rps "http://127.0.0.1:$NP/")"
-    for p in $ports; do line="$line $(rps "http://127.0.0.1:$p/nope")"; done
+    # shellcheck disable=SC2086
+    line="$r $(rps "http://127.0.0.1:$NP/" $NGALL)"
+    for pp in $ports; do line="$line $(rps "http://127.0.0.1:${pp%%:*}/nope" "${pp#*:}")"; done
     echo "$line"
     r=$((r + 1))
 done

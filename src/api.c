@@ -338,6 +338,14 @@ static void on_auth(http_req_t *r, int status, const auth_user_t *u)
 
 void api_dispatch(http_req_t *r)
 {
+    /* --metrics-listen: /metrics is served there and only there, and nothing else is. */
+    if (r->w->app && r->w->app->cfg.metrics_listen[0]) {
+        int is_metrics = r->path_len == 8 && memcmp(r->path, "/metrics", 8) == 0;
+        if (is_metrics != (r->listener == HTTP_LISTENER_METRICS)) {
+            api_error(r, 404, "Not Found", "NOT_FOUND");
+            return;
+        }
+    }
     int path_known;
     const route_t *rt = route_find(r, &path_known);
     if (rt == NULL) {

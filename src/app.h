@@ -20,6 +20,7 @@ struct lab_sql;
 struct lab_mq;
 struct rl_shared;
 struct tok_signer;
+struct connlimit;
 
 typedef struct app {
     config_t cfg;                   /* read-only after start */
@@ -37,6 +38,7 @@ typedef struct app {
     struct rlock_client *locks;     /* sync and reentrant modes: distributed lock client (rlock.h) */
     struct lab_sql *lab;            /* the lab's SQL steps only (lab_sql.c) */
     struct lab_mq *lab_mq;          /* the lab's list / pubsub consumer only (lab_mq.c) */
+    struct connlimit *connlimit;    /* connections per client address, or NULL (connlimit.h) */
     struct metrics *metrics;        /* process-wide counters (metrics.h) */
     struct redis_child *child;      /* embedded redis-server, or NULL */
     struct rl_shared *rl;           /* per-instance rate-limit tables (ratelimit.h) */

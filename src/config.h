@@ -56,7 +56,7 @@ typedef struct config {
     int writer_batch;           /* orders per SQL transaction at most, default 512 */
     int writer_block_ms;        /* XREADGROUP BLOCK, default 1000 */
     int claim_idle_ms;          /* adopt entries idle longer than this, default 30000 */
-    int max_conns;              /* per worker, default 10000 */
+    int max_conns;              /* per worker; 0 = 10000 or what the fd limit allows (fdlimit.h) */
     int idle_timeout_s;         /* keep-alive idle close, default 60 */
     int header_timeout_s;       /* a started request must complete within, default 10 */
     size_t max_header_bytes;    /* default 8192 */

@@ -51,6 +51,7 @@
 
 #include "app.h"
 #include "clock.h"
+#include "connlimit.h"
 #include "h1.h"
 #include "log.h"
 #include "metrics.h"
@@ -116,6 +117,7 @@ typedef struct conn {
     unsigned read_on : 1, write_on : 1;
     unsigned linger : 1;
     unsigned listener : 1;     /* HTTP_LISTENER_* */
+    connlimit_key_t ckey;      /* counted in hw->cl until freed */
     char peer[INET6_ADDRSTRLEN];
 } conn_t;
 
@@ -125,6 +127,9 @@ struct http_worker {
     int lfd;
     int port;                  /* the bound port (useful when 0 was asked) */
     struct event *lev;
+    int mlfd;                  /* worker 0's --metrics-listen socket, or -1 */
+    struct event *mlev;
+    connlimit_t *cl;           /* connections per client address (app's), or NULL */
     int accept_on;
     uint64_t accept_resume_ms;
     struct event *sweep_ev;
@@ -148,6 +153,7 @@ struct http_worker {
     char date[64];
     size_t date_len;
     uint64_t rejected;         /* connections refused over max_conns */
+    uint64_t rejected_ip;      /* connections refused over max_conns_per_ip */
     size_t max_buffered;       /* budget of request bytes held, all workers together */
     uint64_t over_budget;      /* requests refused for it (a warning every 1000) */
 };
@@ -155,6 +161,7 @@ struct http_worker {
 static void conn_run(conn_t *c);
 static void conn_free(conn_t *c);
 static void cbuf_done(conn_t *c, sb_t *s);
+static void end_request(conn_t *c);
 
 /* One clock read per loop callback serves every request handled in it. */
 static void tick(http_worker_t *hw)
@@ -307,6 +314,9 @@ static void reply_error(conn_t *c, int status)
     c->in_msg = 0;
     c->closing = 1;
     c->want_linger = 1;
+    /* No handler will see this request: its buffers go back to the budget now, not after
+     * the lingering close. */
+    end_request(c);
     count_request(c->hw, status);
 }
 
@@ -881,6 +891,7 @@ static void conn_free(conn_t *c)
     cbuf_free(c, &c->body);
     cbuf_free(c, &c->in);
     sb_free(&c->out);
+    connlimit_release(hw->cl, &c->ckey);
     free(c);
     maybe_done(hw);
 }
@@ -897,22 +908,51 @@ static void conn_close(conn_t *c)
 
 /* ==== Accepting ==== */
 
-static void conn_new(http_worker_t *hw, int fd, const struct sockaddr_storage *ss)
+static void refuse(int fd, const char *why)
 {
+    /* Best effort: one non-blocking send into the fresh socket's empty buffer. */
+    char msg[256];
+    int blen = (int)strlen(why) + 29;
+    int n = snprintf(msg, sizeof msg,
+                     "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json;charset=UTF-8\r\n"
+                     "Content-Length: %d\r\nConnection: close\r\n\r\n"
+                     "{\"success\":false,\"errorMsg\":\"%s\"}", blen, why);
+    if (n > 0 && (size_t)n < sizeof msg) {
+        ssize_t w = send(fd, msg, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        (void)w;
+    }
+    close(fd);
+}
+
+/* Takes an accepted socket into the worker. Returns the connection, or NULL when it was
+ * refused (over the per-address cap: a 503) or could not be set up (closed). */
+static conn_t *conn_new(http_worker_t *hw, int fd, const struct sockaddr_storage *ss)
+{
+    connlimit_key_t key;
+    connlimit_key(ss, &key);
+    if (connlimit_acquire(hw->cl, &key) != 0) {
+        if (hw->rejected_ip++ % 1000 == 0)
+            log_warn("http: a client address is at --max-conns-per-ip: refusing its connections");
+        refuse(fd, "Too many connections from your address");
+        return NULL;
+    }
     conn_t *c = calloc(1, sizeof *c);
     if (!c) {
+        connlimit_release(hw->cl, &key);
         close(fd);
-        return;
+        return NULL;
     }
     c->hw = hw;
     c->fd = fd;
+    c->ckey = key;
     c->rev = event_new(hw->w->base, fd, EV_READ | EV_PERSIST, on_read, c);
     if (!c->rev || event_add(c->rev, NULL) != 0) {
         if (c->rev)
             event_free(c->rev);
+        connlimit_release(hw->cl, &key);
         close(fd);
         free(c);
-        return;
+        return NULL;
     }
     c->read_on = 1;
     c->last_ms = hw->now_ms;
@@ -928,18 +968,28 @@ static void conn_new(http_worker_t *hw, int fd, const struct sockaddr_storage *s
         hw->conns->prev = c;
     hw->conns = c;
     set_nconns(hw, nconns(hw) + 1);
+    return c;
 }
 
-static void refuse(int fd)
+static void pause_accepting(http_worker_t *hw)
 {
-    /* Best effort: one non-blocking send into the fresh socket's empty buffer. */
-    static const char busy[] =
-        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json;charset=UTF-8\r\n"
-        "Content-Length: 52\r\nConnection: close\r\n\r\n"
-        "{\"success\":false,\"errorMsg\":\"Too many connections\"}";
-    ssize_t n = send(fd, busy, sizeof busy - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
-    (void)n;
-    close(fd);
+    if (hw->accept_on) {
+        event_del(hw->lev);
+        if (hw->mlev)
+            event_del(hw->mlev);
+        hw->accept_on = 0;
+    }
+    hw->accept_resume_ms = hw->now_ms + ACCEPT_PAUSE_MS;
+}
+
+static void resume_accepting(http_worker_t *hw)
+{
+    if (hw->lev && !hw->accept_on && !hw->stopping && hw->now_ms >= hw->accept_resume_ms &&
+        event_add(hw->lev, NULL) == 0) {
+        hw->accept_on = 1;
+        if (hw->mlev)
+            event_add(hw->mlev, NULL);
+    }
 }
 
 static void on_accept(evutil_socket_t lfd, short what, void *arg)
@@ -959,23 +1009,21 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
             /* Out of descriptors or memory: the level-triggered listener would spin.
              * Pause accepting for a moment; the sweep resumes it. */
             log_warn("http: accept: %s; pausing accepts for %d ms", strerror(errno), ACCEPT_PAUSE_MS);
-            if (hw->accept_on) {
-                event_del(hw->lev);
-                hw->accept_on = 0;
-            }
-            hw->accept_resume_ms = hw->now_ms + ACCEPT_PAUSE_MS;
+            pause_accepting(hw);
             return;
         }
         if (nconns(hw) >= hw->max_conns) {
             if (hw->rejected++ % 1000 == 0)
                 log_warn("http: worker %d at max_conns (%d): refusing connections", hw->w->id,
                          hw->max_conns);
-            refuse(fd);
+            refuse(fd, "Too many connections");
             continue;
         }
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        conn_new(hw, fd, &ss);
+        conn_t *c = conn_new(hw, fd, &ss);
+        if (c)
+            c->listener = lfd == hw->mlfd ? HTTP_LISTENER_METRICS : HTTP_LISTENER_PUBLIC;
     }
 }
 
@@ -1007,9 +1055,7 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg)
             conn_free(c);
         }
     }
-    if (hw->lev && !hw->accept_on && !hw->stopping && now >= hw->accept_resume_ms &&
-        event_add(hw->lev, NULL) == 0)
-        hw->accept_on = 1;
+    resume_accepting(hw);
 }
 
 static void on_done(evutil_socket_t fd, short what, void *arg)
@@ -1071,6 +1117,14 @@ void http_worker_stop(worker_t *w, int grace_ms, void (*done)(worker_t *w))
     if (hw->lfd >= 0) {
         close(hw->lfd);
         hw->lfd = -1;
+    }
+    if (hw->mlev) {
+        event_free(hw->mlev);
+        hw->mlev = NULL;
+    }
+    if (hw->mlfd >= 0) {
+        close(hw->mlfd);
+        hw->mlfd = -1;
     }
     struct timeval tv = {hw->grace_ms / 1000, (hw->grace_ms % 1000) * 1000};
     evtimer_add(hw->grace_ev, &tv);
@@ -1173,6 +1227,10 @@ static void hw_free(http_worker_t *hw)
         event_free(hw->done_ev);
     if (hw->lfd >= 0)
         close(hw->lfd);
+    if (hw->mlev)
+        event_free(hw->mlev);
+    if (hw->mlfd >= 0)
+        close(hw->mlfd);
     free(hw->rbuf);
     free(hw);
 }
@@ -1188,6 +1246,8 @@ int http_worker_init(worker_t *w, const char *host, int port, http_handler_fn ha
     hw->w = w;
     hw->handler = handler;
     hw->lfd = -1;
+    hw->mlfd = -1;
+    hw->cl = w->app ? w->app->connlimit : NULL;
     const config_t *cfg = w->app ? &w->app->cfg : NULL;
     /* Zero means "not set" (a test harness): fall back to config.h's defaults. */
     hw->max_header = cfg && cfg->max_header_bytes ? cfg->max_header_bytes : 8192;
@@ -1206,6 +1266,28 @@ int http_worker_init(worker_t *w, const char *host, int port, http_handler_fn ha
     if (hw->lfd < 0) {
         hw_free(hw);
         return -1;
+    }
+    if (w->id == 0 && cfg && cfg->metrics_listen[0]) {
+        /* /metrics on its own socket (worker 0 only: scrapes are rare and cheap). */
+        char mhost[256];
+        int mport, mbound;
+        if (config_split_hostport(cfg->metrics_listen, mhost, sizeof mhost, &mport) < 0) {
+            snprintf(err, errlen, "bad --metrics-listen \"%s\"", cfg->metrics_listen);
+            hw_free(hw);
+            return -1;
+        }
+        hw->mlfd = open_listener(0, mhost, mport, &mbound, err, errlen);
+        if (hw->mlfd < 0) {
+            hw_free(hw);
+            return -1;
+        }
+        hw->mlev = event_new(w->base, hw->mlfd, EV_READ | EV_PERSIST, on_accept, hw);
+        if (!hw->mlev || event_add(hw->mlev, NULL) != 0) {
+            snprintf(err, errlen, "cannot register the metrics listener with the event loop");
+            hw_free(hw);
+            return -1;
+        }
+        log_info("http: /metrics served on %s:%d only", mhost, mbound);
     }
     hw->lev = event_new(w->base, hw->lfd, EV_READ | EV_PERSIST, on_accept, hw);
     hw->sweep_ev = event_new(w->base, -1, EV_PERSIST, on_sweep, hw);

@@ -1,10 +1,11 @@
 /* http.h -- the HTTP/1.1 front end: listening sockets, connections, parsing, replies.
  *
- * Each worker accepts on its own SO_REUSEPORT socket and parses with http-parser
- * (libhttp-parser) on raw non-blocking sockets driven by the worker's libevent loop.
+ * Each worker accepts on its own SO_REUSEPORT socket and parses strictly (h1.h, RFC 9112)
+ * on raw non-blocking sockets driven by the worker's libevent loop.
  * Keep-alive and pipelining are supported: requests on one connection are handled one at
  * a time, in order, so replies leave in request order. Limits (config.h): request line +
- * headers, body, header count, idle and header timeouts, connections per worker.
+ * headers, body, header count, idle and header timeouts, connections per worker and per
+ * client address, request bytes held by the whole process.
  *
  * The http layer makes no business decisions: for each complete request it calls the
  * one handler given to http_worker_init (the router, api.h), which must call

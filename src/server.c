@@ -26,6 +26,8 @@
 #include "app.h"
 #include "auth.h"
 #include "board.h"
+#include "connlimit.h"
+#include "fdlimit.h"
 #include "datadir.h"
 #include "http.h"
 #include "jobs.h"
@@ -329,6 +331,16 @@ int server_run(const config_t *cfg)
     if (datadir_prepare(cfg->data_dir, err, sizeof err) < 0)
         goto out;
 
+    /* Descriptors for max-conns x workers, and the per-address connection cap; before
+     * anything is opened, so an impossible --max-conns stops us at once. The process's
+     * own beyond what is open now: Redis and SQL connections, event loops, listeners. */
+    if (fdlimit_raise(&app->cfg, 64 + 16 * app->cfg.threads + 4 * JOB_THREADS, err, sizeof err) < 0)
+        goto out;
+    if (cfg->max_conns_per_ip > 0 && !(app->connlimit = connlimit_new(cfg->max_conns_per_ip))) {
+        snprintf(err, sizeof err, "out of memory");
+        goto out;
+    }
+
     /* 1. Redis: configured, or a private child. */
     if (cfg->redis_url[0]) {
         snprintf(app->redis_url, sizeof app->redis_url, "%s", cfg->redis_url);
@@ -505,6 +517,7 @@ out:
     ratelimit_app_free(app);
     free(app->metrics);
     tok_signer_free(app->signer);
+    connlimit_free(app->connlimit);
     if (rc == 0)
         log_info("stopped cleanly");
     free(app);

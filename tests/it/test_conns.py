@@ -1,0 +1,167 @@
+"""test_conns.py -- connection-level limits of the HTTP layer (docs/http.md, "Limits"):
+a connection that never sends a byte is closed at the header timeout; connections per
+client address are capped (--max-conns-per-ip); request bytes held in memory have a
+process-wide budget (--max-buffered-bytes, 503 over it); RLIMIT_NOFILE is raised for
+max-conns x workers (or start-up stops with a clear error); /metrics on its own listener
+(--metrics-listen).
+"""
+
+import os
+import re
+import socket
+import subprocess
+import time
+
+import harness as H
+from harness import check, eq
+
+
+def _closed_within(s, seconds):
+    """Blocks until the server closes s; returns the seconds it took, or None."""
+    t = time.monotonic()
+    s.settimeout(seconds)
+    try:
+        while True:
+            d = s.recv(4096)
+            if not d:
+                return time.monotonic() - t
+    except socket.timeout:
+        return None
+    except OSError:
+        return time.monotonic() - t
+
+
+def test_silent_connection_closed_at_header_timeout():
+    r, srv = H.setup(settings={"header_timeout_s": 2, "idle_timeout_s": 60})
+    kept = srv.http()
+    eq(kept.request("GET", "/metrics")[0], 200, "a request on the kept-alive connection")
+    silent = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+    took = _closed_within(silent, 30)
+    silent.close()
+    check(took is not None, "a connection that sent nothing was still open after 30 s "
+          "(idle timeout 60 s, header timeout 2 s)")
+    # the kept-alive connection that did send a request is only idle: still open
+    eq(kept.request("GET", "/metrics")[0], 200, "the kept-alive connection after that")
+    H.log("silent connection closed after %.1f s" % took)
+    H.finish(srv)
+
+
+def test_per_ip_connection_cap():
+    r, srv = H.setup(settings={"max_conns_per_ip": 5})
+    conns = []
+    for i in range(5):
+        h = H.Http(srv.port)
+        eq(h.request("GET", "/metrics")[0], 200, "connection %d" % (i + 1))
+        conns.append(h)
+    extra = H.Http(srv.port)
+    st, _, body = extra.read_response()
+    eq(st, 503, "the 6th connection from one address")
+    check(b"Too many connections from your address" in body, "503 body: %r", body)
+    extra.close()
+    conns.pop().close()     # one of the five goes: a new one is let in
+
+    def admitted():
+        h = H.Http(srv.port, timeout=5)
+        try:
+            st, _, _ = h.request("GET", "/metrics")
+            return st == 200
+        except (H.HttpError, OSError):
+            return False
+        finally:
+            h.close()
+    H.wait_until(admitted, 10, what="a connection admitted after one of the five closed")
+    for h in conns:
+        h.close()
+    H.finish(srv)
+
+
+def test_request_buffer_budget():
+    """Many clients each holding a large part of a body: past the budget the server answers
+    503 instead of allocating; the budget is given back when those connections go."""
+    budget = 65536
+    r, srv = H.setup(settings={"max_buffered_bytes": budget, "max_body_bytes": 65536})
+    socks = []
+    head = (b"POST /user/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 30000\r\n\r\n")
+    for _ in range(4):
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+        s.sendall(head + b"x" * 20000)
+        socks.append(s)
+        time.sleep(0.05)    # in order: the first ones fit, the later ones do not
+    refused = []
+    for i, s in enumerate(socks):
+        s.settimeout(0.5)
+        try:
+            d = s.recv(4096)
+        except socket.timeout:
+            d = b""
+        if d:
+            check(d.startswith(b"HTTP/1.1 503 ") and b"Server busy" in d,
+                  "connection %d: %r", i, d[:200])
+            refused.append(i)
+    check(refused, "4 x 20,000 buffered bytes with a budget of %d: nothing refused" % budget)
+    check(0 not in refused, "the first connection was refused: %r", refused)
+    # the first one completes its body and gets its answer (not a 503)
+    socks[0].sendall(b"x" * 10000)
+    c = H.Http(srv.port, connect=False)
+    c.sock = socks[0]
+    c.sock.settimeout(10)
+    st, _, _ = c.read_response()
+    check(st != 503, "the first request, completed: %d", st)
+    for s in socks:
+        s.close()
+    # everything given back: a request with a large body fits again (a 20,000-byte body
+    # takes a 32 KiB buffer, half the budget: it did not fit beside three such above)
+    def fits():
+        h = H.Http(srv.port, timeout=5)
+        try:
+            st, _, _ = h.request("POST", "/user/login", body=b"{" + b" " * 20000 + b"}")
+            return st != 503
+        finally:
+            h.close()
+    H.wait_until(fits, 10, what="the budget given back")
+    H.finish(srv)
+
+
+def _max_open_files(pid):
+    with open("/proc/%d/limits" % pid) as f:
+        for line in f:
+            if line.startswith("Max open files"):
+                return int(line.split()[3])
+    raise H.TestFailure("no Max open files in /proc/%d/limits" % pid)
+
+
+def test_fd_limit_raised_or_refused():
+    r, srv = H.setup(settings={"max_conns": 4000}, threads=2)
+    have = _max_open_files(srv.proc.pid)
+    check(have >= 8000, "RLIMIT_NOFILE of a server for 4000 x 2 connections: %d", have)
+    lines = srv.log_lines("file descriptors: limit")
+    check(lines, "no 'file descriptors: limit' line in the log")
+    H.log(lines[-1])
+    H.finish(srv)
+    # more than any limit allows (fs.nr_open is at most 2^20 per process): a clear error
+    argv = H.server_argv(H.free_port(), r.url, "sqlite:" + os.path.join(H.tmpdir(), "x.db"),
+                         "adm0123456789abcdef0123456789ab", H.subdir("fdlimit"), threads=2,
+                         settings={"max_conns": 1000000})
+    p = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=60,
+                       env=H.san_env())
+    check(p.returncode != 0, "a server for 1,000,000 x 2 connections started")
+    err = p.stderr.decode("utf-8", "replace")
+    check(re.search(r"--max-conns 1000000 x 2 workers needs \d+ file descriptors", err),
+          "start-up error: %r", err[-2000:])
+
+
+def test_metrics_listen():
+    mport = H.free_port()
+    r, srv = H.setup(settings={"metrics_listen": "127.0.0.1:%d" % mport})
+    h = srv.http()
+    eq(h.request("GET", "/metrics")[0], 404, "/metrics on the public listener")
+    eq(h.request("GET", "/api/metrics")[0], 404, "/api/metrics on the public listener")
+    m = H.Http(mport)
+    st, hd, body = m.request("GET", "/metrics")
+    eq(st, 200, "/metrics on the metrics listener")
+    check(b"seckill_http_requests_total" in body, "metrics body: %r", body[:200])
+    eq(m.request("GET", "/health")[0], 404, "/health on the metrics listener")
+    eq(m.request("GET", "/voucher/list/1")[0], 404, "/voucher/list/1 on the metrics listener")
+    m.close()
+    H.finish(srv)
