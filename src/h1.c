@@ -9,6 +9,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "url.h"
+
 /* tchar (RFC 9110 5.6.2): the characters of a token: methods, field names. */
 static const unsigned char tchar[256] = {
     ['!'] = 1, ['#'] = 1, ['$'] = 1, ['%'] = 1, ['&'] = 1, ['\''] = 1, ['*'] = 1,
@@ -261,17 +263,6 @@ void h1_chunked_init(h1_chunked_t *d, uint64_t max_body, size_t max_trailer)
     d->max_trailer = max_trailer;
 }
 
-static int hexval(unsigned char ch)
-{
-    if (ch >= '0' && ch <= '9')
-        return ch - '0';
-    if (ch >= 'a' && ch <= 'f')
-        return ch - 'a' + 10;
-    if (ch >= 'A' && ch <= 'F')
-        return ch - 'A' + 10;
-    return -1;
-}
-
 int h1_chunked_feed(h1_chunked_t *d, const char *p, size_t n, size_t *used, h1_sink_fn sink,
                     void *ctx)
 {
@@ -307,7 +298,7 @@ int h1_chunked_feed(h1_chunked_t *d, const char *p, size_t n, size_t *used, h1_s
         switch (d->state) {
         case C_SIZE0:
         case C_SIZE: {
-            int v = hexval(ch);
+            int v = url_hexval(ch);
             if (v >= 0) {
                 /* The total is bounded by max, so the size cannot overflow either. */
                 d->left = d->left * 16 + (uint64_t)v;
