@@ -22,7 +22,7 @@
  *   pop-write      list, pubsub: between taking a message and writing it to SQL
  *   subscribe      pubsub: the consumer subscribes this long after start
  * --lab-lease-ms sets the setnx locks' lease, so a pause can outlast it. Both are
- * refused by config_load outside the lab modes. */
+ * refused outside the lab modes (lab_config_check, called by main.c after config_load). */
 #ifndef SECKILL_LAB_H
 #define SECKILL_LAB_H
 
@@ -43,7 +43,7 @@ int lab_mode_is_mq(order_mode_t m);     /* list, pubsub */
 int lab_pause_parse(const char *spec, order_mode_t mode, int ms[LAB_P__COUNT], char *err,
                     size_t errlen);
 const char *lab_point_name(int point);
-/* config_load's last step: parses cfg->lab_pause into cfg->lab_pause_ms and refuses the
+/* After config_load (main.c): parses cfg->lab_pause into cfg->lab_pause_ms and refuses the
  * lab flags outside the lab modes. 0, or -1 with a reason in err. */
 int lab_config_check(config_t *cfg, char *err, size_t errlen);
 /* Sleeps for the configured pause at point (a no-op when none). Blocking: call it from

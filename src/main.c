@@ -13,6 +13,7 @@
 #include "tools/lab_tool.h"
 #include "tools/seed.h"
 #include "config.h"
+#include "lab.h"
 #include "server.h"
 
 #define SECKILL_VERSION "0.1.0"
@@ -44,6 +45,11 @@ int main(int argc, char **argv)
         config_t cfg;
         char err[1024];
         int rc = config_load(&cfg, argc - 1, argv + 1, err, sizeof err);
+        /* Delay injection exists to make the course's races happen on demand; a service
+         * that runs for real must not be able to turn it on (lab.h, after config.h's
+         * generic checks: config does not depend on the lab modes). */
+        if (rc == 0 && lab_config_check(&cfg, err, sizeof err) < 0)
+            rc = -1;
         if (rc == 1) {
             config_usage("serve");
             return 0;

@@ -8,9 +8,7 @@
 #include <string.h>
 
 #include "app.h"
-#include "http.h"
 #include "metrics.h"
-#include "rds.h"
 #include "sb.h"
 #include "worker.h"
 
@@ -92,6 +90,18 @@ static void one(sb_t *out, const char *name, const char *type, const char *help,
     sb_printf(out, "%s %llu\n", name, (unsigned long long)v);
 }
 
+static metrics_probes_t probes;   /* set once before the workers start, then read-only */
+
+void metrics_set_probes(const metrics_probes_t *p)
+{
+    probes = *p;
+}
+
+static int probe(int (*fn)(const worker_t *), const worker_t *w)
+{
+    return fn != NULL && w != NULL ? fn(w) : 0;
+}
+
 void metrics_sum(struct app *app, metrics_totals_t *t)
 {
     memset(t, 0, sizeof(*t));
@@ -100,7 +110,7 @@ void metrics_sum(struct app *app, metrics_totals_t *t)
         metrics_shard_t *m = w != NULL ? w->m : NULL;
         if (w != NULL) {
             t->workers++;
-            t->redis_up += w->rds != NULL && rds_is_up(w->rds);
+            t->redis_up += probe(probes.redis_up, w) != 0;
         }
         if (m == NULL) {
             continue;
@@ -228,9 +238,9 @@ void metrics_render(struct app *app, struct sb *out)
     head(out, "seckill_http_connections", "gauge", "Open HTTP connections per worker.");
     for (int i = 0; i < app->nworkers; i++) {
         worker_t *w = app->workers != NULL ? app->workers[i] : NULL;
-        if (w != NULL && w->http != NULL) {
+        if (w != NULL) {
             sb_printf(out, "seckill_http_connections{worker=\"%d\"} %d\n", i,
-                      http_worker_conns(w));
+                      probe(probes.http_conns, w));
         }
     }
     head(out, "seckill_redis_up", "gauge", "1 if the worker's Redis connection is up.");
@@ -238,7 +248,7 @@ void metrics_render(struct app *app, struct sb *out)
         worker_t *w = app->workers != NULL ? app->workers[i] : NULL;
         if (w != NULL) {
             sb_printf(out, "seckill_redis_up{worker=\"%d\"} %d\n", i,
-                      w->rds != NULL && rds_is_up(w->rds) ? 1 : 0);
+                      probe(probes.redis_up, w) != 0);
         }
     }
 }

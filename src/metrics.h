@@ -11,6 +11,7 @@
 
 struct sb;
 struct app;
+struct worker;
 
 /* Outcomes of a flash-sale request (and of the others, for request counts). */
 typedef enum {
@@ -87,6 +88,15 @@ typedef struct metrics_totals {
 } metrics_totals_t;
 
 void metrics_sum(struct app *app, metrics_totals_t *t);
+
+/* Gauges other modules own, read when /metrics (or the board) asks. The owners hand them
+ * in -- server.c installs these once, before the workers start -- so metrics knows
+ * neither http nor rds. A NULL probe reads as 0. */
+typedef struct metrics_probes {
+    int (*http_conns)(const struct worker *w);   /* open HTTP connections of w */
+    int (*redis_up)(const struct worker *w);     /* 1 if w's Redis connection is up */
+} metrics_probes_t;
+void metrics_set_probes(const metrics_probes_t *p);
 
 /* "ok", "sold_out", ...: the outcome label of /metrics. */
 const char *metrics_outcome_name(outcome_t o);

@@ -228,6 +228,17 @@ static void free_worker(worker_t *w)
     worker_free(w);
 }
 
+/* What /metrics reads of the http and Redis sides (metrics.h knows neither). */
+static int probe_http_conns(const worker_t *w)
+{
+    return http_worker_conns(w);
+}
+
+static int probe_redis_up(const worker_t *w)
+{
+    return w->rds != NULL && rds_is_up(w->rds);
+}
+
 static worker_t *make_worker(app_t *app, int id, const url_redis_t *addr, char *err, size_t errlen)
 {
     worker_t *w = worker_new(app, id);
@@ -460,6 +471,8 @@ int server_run(const config_t *cfg)
     }
 
     /* 5. Workers: every one listens before any starts, so a busy port fails cleanly. */
+    static const metrics_probes_t probes = {probe_http_conns, probe_redis_up};
+    metrics_set_probes(&probes);
     url_redis_t addr;
     if (url_parse_redis(app->redis_url, &addr) < 0) {
         snprintf(err, sizeof err, "bad Redis URL \"%s\"",

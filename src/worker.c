@@ -16,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "http.h"
 #include "log.h"
 
 struct worker_msg {
@@ -136,9 +135,6 @@ void worker_free(worker_t *w)
 {
     if (!w)
         return;
-    /* Normally server.c has freed the http side already; this keeps a forgotten one
-     * from leaking its sockets (http_worker_free accepts w->http == NULL). */
-    http_worker_free(w);
     /* Messages still queued are dropped without running (worker.h: never post after
      * stop); free their envelopes so nothing leaks. */
     int dropped = 0;
