@@ -28,7 +28,9 @@ static int load(config_t *c, char *err, size_t errlen, const char *mode, const c
         argv[argc++] = (char *)lease;
     }
     argv[argc] = NULL;
-    return config_load(c, argc, argv, err, errlen);
+    /* as main.c does: the generic checks, then the lab flags' */
+    int rc = config_load(c, argc, argv, err, errlen);
+    return rc == 0 ? lab_config_check(c, err, errlen) : rc;
 }
 
 static void test_pause_points(void **state)
