@@ -42,6 +42,7 @@ typedef struct app {
     struct metrics *metrics;        /* process-wide counters (metrics.h) */
     struct redis_child *child;      /* embedded redis-server, or NULL */
     struct rl_shared *rl;           /* per-instance rate-limit tables (ratelimit.h) */
+    int log_login_codes;            /* codes go to the log: --log-login-codes or embedded */
     struct tok_signer *signer;      /* signed tokens' key (token.h); NULL = opaque tokens only */
 
     atomic_int sql_up;              /* last SQL call (writer or jobs) succeeded: 1/0 */

@@ -128,6 +128,12 @@ static const setting_t settings[] = {
       "file whose first line is the Redis password (put into --redis's URL)"),
     S("db-password-file", "SECKILL_DB_PASSWORD_FILE", T_STR, db_password_file, "", 0, 0,
       "file whose first line is the database password (put into --db's URL)"),
+    S("log-login-codes", "SECKILL_LOG_LOGIN_CODES", T_BOOL, log_login_codes, "0", 0, 1,
+      "write login codes to the log (always on the embedded default, which has no other delivery)"),
+    S("code-command", "SECKILL_CODE_COMMAND", T_STR, code_command, "", 0, 0,
+      "delivers each login code: run by sh -c with SECKILL_PHONE and SECKILL_CODE in its environment; failure = no code"),
+    S("code-command-timeout-ms", "SECKILL_CODE_COMMAND_TIMEOUT_MS", T_INT, code_command_timeout_ms, "5000", 100, 60000,
+      "--code-command is killed and the code refused after this long"),
 };
 #define NSETTINGS (sizeof(settings) / sizeof(settings[0]))
 

@@ -2,8 +2,8 @@
  *
  * Every record is "2026-11-29T16:45:00.123 LEVEL [thread] message\n", written with a
  * single write(2) so lines from different threads never interleave. Never log tokens,
- * passwords or admin secrets (verification codes are logged on purpose: there is no SMS
- * gateway, the log is the gateway, as in the course). */
+ * passwords or admin secrets. Login codes are logged only where the log is their
+ * delivery: the embedded default and --log-login-codes (logincode.c). */
 #ifndef SECKILL_LOG_H
 #define SECKILL_LOG_H
 

@@ -3,7 +3,11 @@
  * Both operations are one EVALSHA of scripts/login_code.lua on the worker's connection,
  * so a check's compare, count and delete happen atomically: two right guesses at once
  * cannot both log in, and no guess slips between a count and the delete it triggers.
- * Delivery: the log (there is no SMS gateway). */
+ *
+ * Delivery comes before the store: with --code-command the code is handed to the
+ * command (runcmd.h: phone and code in its environment, time-limited) and stored only if
+ * it exits 0, so a code nobody received never becomes guessable. The log gets the code
+ * only when app->log_login_codes (the embedded default, or --log-login-codes). */
 #include "logincode.h"
 
 #include <stdio.h>
@@ -12,10 +16,12 @@
 
 #include <hiredis/hiredis.h>
 
+#include "app.h"
 #include "keys.h"
 #include "log.h"
 #include "rds.h"
 #include "rnd.h"
+#include "runcmd.h"
 #include "worker.h"
 
 #define MAX_CODE_BYTES 64   /* a longer submission cannot match a 6-digit code */
@@ -23,7 +29,9 @@
 typedef struct lc_op {
     logincode_cb cb;
     void *priv;
+    worker_t *w;
     char phone[16];
+    char code[LOGINCODE_LEN + 1];   /* issue */
 } lc_op_t;
 
 /* EVALSHA login_code.lua with both keys of phone and args; cb(reply, op). */
@@ -60,13 +68,34 @@ static void on_issued(redisReply *rep, void *priv)
 {
     lc_op_t *op = priv;
     int ok = rep != NULL && rep->type == REDIS_REPLY_INTEGER && rep->integer == 1;
+    if (ok && op->w->app->log_login_codes)
+        log_info("verification code for %s: %s", op->phone, op->code);
     finish(op, ok ? LC_OK : LC_UNAVAILABLE);
+}
+
+static void store(lc_op_t *op)
+{
+    char ttl[16];
+    int tl = snprintf(ttl, sizeof(ttl), "%d", LOGINCODE_TTL_S);
+    const char *args[3] = { "issue", op->code, ttl };
+    size_t lens[3] = { 5, LOGINCODE_LEN, (size_t)tl };
+    run_script(op->w, op, on_issued, args, lens, 3);
+}
+
+static void on_delivered(void *priv, int ok, const char *why)
+{
+    lc_op_t *op = priv;
+    if (!ok) {
+        log_error("--code-command failed for %s (%s): no code stored", op->phone, why);
+        finish(op, LC_UNDELIVERED);
+        return;
+    }
+    store(op);
 }
 
 void logincode_issue(worker_t *w, const char *phone, logincode_cb cb, void *priv)
 {
     lc_op_t *op = calloc(1, sizeof(*op));
-    char code[LOGINCODE_LEN + 1];
     if (op == NULL || phone == NULL || strlen(phone) >= sizeof(op->phone)) {
         free(op);
         cb(priv, LC_UNAVAILABLE);
@@ -74,18 +103,25 @@ void logincode_issue(worker_t *w, const char *phone, logincode_cb cb, void *priv
     }
     op->cb = cb;
     op->priv = priv;
+    op->w = w;
     memcpy(op->phone, phone, strlen(phone) + 1);
-    if (rnd_chars(code, LOGINCODE_LEN, "0123456789", 10) != 0) {
+    if (rnd_chars(op->code, LOGINCODE_LEN, "0123456789", 10) != 0) {
         finish(op, LC_NO_RANDOM);
         return;
     }
-    code[LOGINCODE_LEN] = '\0';
-    log_info("verification code for %s: %s", op->phone, code);
-    char ttl[16];
-    int tl = snprintf(ttl, sizeof(ttl), "%d", LOGINCODE_TTL_S);
-    const char *args[3] = { "issue", code, ttl };
-    size_t lens[3] = { 5, LOGINCODE_LEN, (size_t)tl };
-    run_script(w, op, on_issued, args, lens, 3);
+    op->code[LOGINCODE_LEN] = '\0';
+    const config_t *cfg = &w->app->cfg;
+    if (cfg->code_command[0] == '\0') {
+        store(op);
+        return;
+    }
+    char env_phone[40], env_code[40];
+    snprintf(env_phone, sizeof env_phone, "SECKILL_PHONE=%s", op->phone);
+    snprintf(env_code, sizeof env_code, "SECKILL_CODE=%s", op->code);
+    const char *env[] = { env_phone, env_code, NULL };
+    if (runcmd_start(w, cfg->code_command, env, cfg->code_command_timeout_ms, on_delivered,
+                  op) != 0)
+        finish(op, LC_UNDELIVERED);
 }
 
 /* ------------------------------------------------------------------- check */
@@ -119,6 +155,7 @@ void logincode_check(worker_t *w, const char *phone, const char *code, size_t le
     }
     op->cb = cb;
     op->priv = priv;
+    op->w = w;
     memcpy(op->phone, phone, strlen(phone) + 1);
     char max[16];
     int ml = snprintf(max, sizeof(max), "%d", LOGINCODE_MAX_FAILS);

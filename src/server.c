@@ -298,13 +298,17 @@ static void print_ready(const app_t *app, int embedded)
            "  # 1. create a flash-sale voucher (stock 100, on sale for a day)\n"
            "  curl -s -X POST %s/voucher/seckill -H 'x-admin-token: %s' \\\n"
            "       -d '{\"shopId\":1,\"title\":\"100元代金券\",\"payValue\":8000,\"actualValue\":10000,\"type\":1,\"stock\":100,\"beginTime\":\"2020-01-01T00:00:00\",\"endTime\":\"2099-01-01T00:00:00\"}'\n"
-           "  # 2. ask for a login code: it is written to this log (there is no SMS gateway)\n"
+           "  # 2. ask for a login code: %s\n"
            "  curl -s -X POST '%s/user/code?phone=13800000000'\n"
            "  # 3. log in with it; the reply's data is your token\n"
            "  curl -s -X POST %s/user/login -d '{\"phone\":\"13800000000\",\"code\":\"<code>\"}'\n"
            "  # 4. buy: data is your order id; a second try says 不能重复下单\n"
            "  curl -s -X POST %s/voucher-order/seckill/<voucherId> -H 'authorization: <token>'\n\n",
-           url, embedded ? app->admin_token : "<admin token>", url, url, url);
+           url, embedded ? app->admin_token : "<admin token>",
+           app->log_login_codes ? "it is written to this log (there is no SMS gateway)"
+           : app->cfg.code_command[0] ? "--code-command delivers it"
+                                      : "it is delivered nowhere (see --code-command)",
+           url, url, url);
     fflush(stdout);
 }
 
@@ -385,6 +389,16 @@ int server_run(const config_t *cfg)
     }
     atomic_store(&app->sql_up, 1);
     log_info("database %s ready (schema checked)", url_redact(app->db_url, shown, sizeof shown));
+
+    /* Login codes: the embedded default has no other way to show them. */
+    app->log_login_codes = cfg->log_login_codes || embedded;
+    if (cfg->code_command[0])
+        log_info("login codes are delivered by --code-command (time limit %d ms)%s",
+                 cfg->code_command_timeout_ms,
+                 app->log_login_codes ? " and written to the log" : "");
+    else if (!app->log_login_codes)
+        log_warn("login codes are neither delivered nor logged: set --code-command (or "
+                 "--log-login-codes for a test deployment)");
 
     /* 3. Identity: admin token and consumer name. */
     if (cfg->admin_token[0]) {

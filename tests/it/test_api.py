@@ -42,7 +42,7 @@ def _expect_4xx(st, j, what, allowed=(400,)):
 # /user/code, /user/login, /user/me, /user/logout
 
 def test_code_bad_phone():
-    r, srv = H.setup()
+    r, srv = H.setup(settings={"log_login_codes": 1})
     h = srv.http()
     for bad in ["12345", "1381234567", "138123456789", "23812345678", "1381234567x",
                 "14012345678", "16012345678", "19012345678", "+8613812345678", "%20",

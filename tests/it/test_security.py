@@ -221,13 +221,13 @@ def test_wrong_admin_tokens():
 
 
 def test_admin_token_compared_in_constant_time():
-    """api_voucher.c compares the admin token without an early exit: every byte of the
-    configured token is looked at whatever the given one holds (read from the source, as
-    a timing test would be flaky)."""
-    with open(os.path.join(ROOT, "src", "api_voucher.c"), encoding="utf-8") as f:
+    """api.c compares the admin token without an early exit (api_admin_ok): every byte
+    of the configured token is looked at whatever the given one holds (read from the
+    source, as a timing test would be flaky)."""
+    with open(os.path.join(ROOT, "src", "api.c"), encoding="utf-8") as f:
         src = f.read()
-    m = re.search(r"static int admin_token_ok\([^)]*\)\s*\{(.*?)\n\}", src, re.S)
-    check(m is not None, "admin_token_ok not found in src/api_voucher.c")
+    m = re.search(r"\nint api_admin_ok\([^)]*\)\s*\{(.*?)\n\}", src, re.S)
+    check(m is not None, "api_admin_ok not found in src/api.c")
     fn = m.group(1)
     for bad in ("strcmp", "strncmp", "memcmp", "strcasecmp", "bcmp"):
         check(bad not in fn, "admin_token_ok uses %s (stops at the first difference)", bad)
@@ -425,7 +425,7 @@ def test_rate_limit_defaults():
 # secrets and the log
 
 def test_tokens_never_logged():
-    r, srv = H.setup(settings={"log_level": "debug"})
+    r, srv = H.setup(settings={"log_level": "debug", "log_login_codes": 1})
     h = srv.http()
     toks = [H.login(srv, r, p, h) for p in ("13200000001", "13200000002")]
     vid = H.create_seckill(srv, stock=3)
@@ -816,3 +816,60 @@ def test_secrets_from_files_not_on_the_command_line():
         text = _refused([], base + extra, d, extra[0])
         check(why in text, "%s: reason not given:\n%s", extra[0], text)
         check(pw not in text and adm not in text, "a secret in the refusal: %s", text)
+
+
+# ---------------------------------------------------------------------------------------
+# login codes: out of the log, into a delivery command
+
+def test_login_codes_logged_only_when_asked():
+    """A configured deployment does not write login codes to its log (the embedded
+    default does, test_embedded.py; --log-login-codes does, test_api.py)."""
+    r, srv = H.setup(settings={"log_level": "debug"})
+    code = H.send_code(srv, r, "13700007777", srv.http())
+    srv.stop()
+    text = srv.stderr_text() + srv.stdout_text()
+    check("verification code" not in text and code not in text,
+          "a login code in the log of a configured deployment")
+    check("neither delivered nor logged" in text, "no warning about undelivered codes")
+
+
+def test_code_command_delivers_or_refuses():
+    """--code-command: the phone and code reach the command through its environment
+    (with no other SECKILL_* variable); a failing or slow command (killed at its time
+    limit) gets the client an error and stores no code."""
+    d = H.subdir("hook")
+    out, envout = os.path.join(d, "sent"), os.path.join(d, "env")
+    script = os.path.join(d, "send.sh")
+    with open(script, "w") as f:
+        f.write('case "$SECKILL_PHONE" in\n'
+                '  *1) printf "%%s %%s\\n" "$SECKILL_PHONE" "$SECKILL_CODE" >> %s\n'
+                '      env | grep "^SECKILL_" | sort >> %s ;;\n'
+                '  *2) exit 3 ;;\n'
+                '  *3) exec sleep 31.4159 ;;\n'
+                'esac\n' % (out, envout))
+    r, srv = H.setup(settings={"code_command": "sh " + script,
+                               "code_command_timeout_ms": 300})
+    h = srv.http()
+    # delivered: the code the command got is the one Redis holds, and it logs in
+    code = H.send_code(srv, r, "13700000001", h)
+    with open(out) as f:
+        eq(f.read(), "13700000001 %s\n" % code, "what the command received")
+    with open(envout) as f:
+        eq(f.read(), "SECKILL_CODE=%s\nSECKILL_PHONE=13700000001\n" % code,
+           "SECKILL_* variables the command sees")
+    st, j = h.api("POST", "/user/login", {"phone": "13700000001", "code": code})
+    check(st == 200 and j["success"], "login with the delivered code: %r %r", st, j)
+    # failing, then too slow: an error answer, nothing stored
+    for phone, why in (("13700000002", "exit status 3"), ("13700000003", "timed out")):
+        st, j = h.api("POST", "/user/code?phone=" + phone)
+        check(st == 503 and j["success"] is False and "delivered" in j["errorMsg"],
+              "%s: %r %r", why, st, j)
+        eq(r.cmd("EXISTS", "login:code:" + phone), 0, "code stored although " + why)
+        H.wait_until(lambda: srv.log_lines("code-command failed for %s \\(%s\\)" % (phone, why)),
+                     5, what="the failure logged")
+
+    def sleeper_gone():
+        p = subprocess.run(["pgrep", "-f", "sleep 31.4159"], stdout=subprocess.PIPE)
+        return p.returncode == 1
+    H.wait_until(sleeper_gone, 10, what="the timed-out command killed")
+    H.finish(srv)

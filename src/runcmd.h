@@ -1,0 +1,23 @@
+/* runcmd.h -- run a shell command from a worker's loop without blocking it.
+ *
+ * For --code-command (logincode.c): `/bin/sh -c CMD` in a process group of its own, with
+ * stdin from /dev/null, stdout to /dev/null, stderr to ours (the log), no file
+ * descriptor of ours but those three, and an environment that is ours without any
+ * SECKILL_* variable (they may hold secrets) plus the given NAME=VALUE strings. Secrets
+ * for the command go in the environment, never in argv (/proc/PID/cmdline is public).
+ *
+ * The child's exit is watched through a pidfd on the worker's loop; after timeout_ms the
+ * whole process group is killed. cb runs exactly once on the worker's thread, never
+ * before runcmd_start returns: ok 1 when the command exited 0, else 0 with why set. */
+#ifndef SECKILL_RUNCMD_H
+#define SECKILL_RUNCMD_H
+
+struct worker;
+
+typedef void (*runcmd_cb)(void *priv, int ok, const char *why);
+
+/* Returns 0 (cb will run), or -1 if the command could not be started (cb never runs). */
+int runcmd_start(struct worker *w, const char *cmd, const char *const *env_add, int timeout_ms,
+              runcmd_cb cb, void *priv);
+
+#endif
