@@ -1,6 +1,6 @@
 -- admit.lua: one flash-sale admission, atomic inside Redis.
 --
--- KEYS[1] seckill:voucher:{id}  hash stock, begin, end (epoch seconds)
+-- KEYS[1] seckill:voucher:{id}  hash stock, begin, end (epoch seconds), ep (Redis generation)
 -- KEYS[2] seckill:order:{id}    hash userId -> orderId (one order per user)
 -- KEYS[3] seckill:stream:{id}   the voucher's order stream (consumer group g1)
 -- ARGV[1] userId, ARGV[2] orderId, ARGV[3] voucherId
@@ -29,6 +29,7 @@ if ARGV[4] == 'list' or ARGV[4] == 'pubsub' then
   local msg = ARGV[2] .. ' ' .. ARGV[1] .. ' ' .. ARGV[3] .. ' ' .. now
   if ARGV[4] == 'list' then redis.call('LPUSH', KEYS[3], msg) else redis.call('PUBLISH', KEYS[3], msg) end
 elseif ARGV[4] ~= 'queue' then
-  redis.call('XADD', KEYS[3], '*', 'id', ARGV[2], 'userId', ARGV[1], 'voucherId', ARGV[3], 'ts', now)
+  redis.call('XADD', KEYS[3], '*', 'id', ARGV[2], 'userId', ARGV[1], 'voucherId', ARGV[3], 'ts', now,
+             'ep', v[4] or '0')
 end
 return 0

@@ -89,6 +89,17 @@ CREATE TABLE IF NOT EXISTS tb_voucher_order (
     KEY idx_order_voucher (voucher_id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_general_ci;
 
+-- Version 2. Not the course's: the Redis generation of each flash-sale voucher
+-- (src/rebuild.c). A rebuild of a voucher's Redis keys from SQL raises it (holding the
+-- tb_seckill_voucher row lock); the order writer writes an order only if it was admitted
+-- under the current one (store_orders_write). No row = 0.
+CREATE TABLE IF NOT EXISTS tb_seckill_epoch (
+    voucher_id  BIGINT UNSIGNED NOT NULL,
+    epoch       BIGINT          NOT NULL DEFAULT 0,
+    update_time DATETIME        NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
+    PRIMARY KEY (voucher_id)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_general_ci;
+
 -- Last: the version this file brings the database to (MYSQL_SCHEMA_VERSION).
-INSERT INTO schema_version (id, version) VALUES (1, 1)
-    ON DUPLICATE KEY UPDATE version = GREATEST(version, 1);
+INSERT INTO schema_version (id, version) VALUES (1, 2)
+    ON DUPLICATE KEY UPDATE version = GREATEST(version, 2);

@@ -97,4 +97,13 @@ CREATE TABLE IF NOT EXISTS lab_voucher_order (
 );
 CREATE INDEX IF NOT EXISTS idx_lab_order_voucher_user ON lab_voucher_order (voucher_id, user_id);
 
-PRAGMA user_version = 2;
+-- Version 3. Not the course's: the Redis generation of each flash-sale voucher (src/rebuild.c). A
+-- rebuild of a voucher's Redis keys from SQL raises it; the order writer writes an order
+-- only if it was admitted under the current one (store_orders_write). No row = 0.
+CREATE TABLE IF NOT EXISTS tb_seckill_epoch (
+    voucher_id  INTEGER PRIMARY KEY,
+    epoch       INTEGER NOT NULL DEFAULT 0,
+    update_time TEXT    NOT NULL DEFAULT (datetime('now', 'localtime'))
+);
+
+PRAGMA user_version = 3;

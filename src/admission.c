@@ -27,6 +27,7 @@
 #include "orders.h"
 #include "ordq.h"
 #include "rds.h"
+#include "rebuild_watch.h"
 #include "store.h"
 #include "worker.h"
 
@@ -273,6 +274,11 @@ static void on_admit(struct redisReply *rep, void *priv)
         if (cacheable(code) && !ac->dead && ac->ttl_ms > 0) {
             verdict_put(ac, c->voucher_id, code, clock_mono_ms() + ac->ttl_ms);
         }
+        if (code == ADMIT_NO_VOUCHER && !ac->dead) {
+            /* Redis may have lost it: if SQL knows it, it is rebuilt and the verdict
+             * above expires within soldout_cache_ms. */
+            rebuild_watch_poke(r->w->app->rebuild, c->voucher_id);
+        }
     } else if (rep != NULL && !ac->dead) {
         /* An error reply (script bug, OOM, READONLY replica...) or a shape we do not
          * know: worth a log line, but not one per request. */
@@ -291,7 +297,9 @@ static void on_admit(struct redisReply *rep, void *priv)
         /* Queue mode: the place was reserved before asking Redis, so an admitted order
          * always fits; anything else gives the place back. */
         if (code == ADMIT_OK) {
-            store_order_t o = {order_id, c->user_id, c->voucher_id, 1, c->now};
+            /* Not fenced: the queue holds no Redis generation (see ordq.h for what queue
+             * mode loses anyway). */
+            store_order_t o = {order_id, c->user_id, c->voucher_id, 1, c->now, STORE_EPOCH_ANY};
             ordq_push(c->q, &o);
         } else {
             ordq_release(c->q);
@@ -420,7 +428,9 @@ static void on_hset(struct redisReply *rep, void *priv)
 
 /* The order matters: the stream and its group exist and the writers know the stream
  * before the voucher hash makes it sellable, so no admitted order can land in a stream
- * nobody reads. The three go out pipelined; done runs after the last reply. */
+ * nobody reads. The stock goes last and only if absent (HSETNX): admission needs stock to
+ * sell, and a rebuild from SQL (rebuild.h) that got there first -- it looks for a stock
+ * field -- is never overwritten. The four go out pipelined; done runs after the last. */
 void admission_publish(struct http_req *r, int64_t voucher_id, int64_t stock, int64_t begin,
                        int64_t end, void (*done)(struct http_req *r, int ok))
 {
@@ -439,7 +449,7 @@ void admission_publish(struct http_req *r, int64_t voucher_id, int64_t stock, in
     }
     p->r = r;
     p->done = done;
-    p->left = 3;
+    p->left = 4;
     p->ok = 1;
     p->voucher_id = voucher_id;
     int li = snprintf(vid, sizeof(vid), "%lld", (long long)voucher_id);
@@ -451,13 +461,16 @@ void admission_publish(struct http_req *r, int64_t voucher_id, int64_t stock, in
     size_t xgl[6] = { 6, 6, (size_t)ls, strlen(KEY_GROUP), 1, 8 };
     const char *sa[3] = { "SADD", KEY_STREAMS, vid };
     size_t sal[3] = { 4, strlen(KEY_STREAMS), (size_t)li };
-    const char *hs[8] = { "HSET", kv, "stock", sst, "begin", sbe, "end", sen };
-    size_t hsl[8] = { 4, (size_t)lv, 5, (size_t)l1, 5, (size_t)l2, 3, (size_t)l3 };
+    const char *hs[6] = { "HSET", kv, "begin", sbe, "end", sen };
+    size_t hsl[6] = { 4, (size_t)lv, 5, (size_t)l2, 3, (size_t)l3 };
+    const char *hn[4] = { "HSETNX", kv, "stock", sst };
+    size_t hnl[4] = { 6, (size_t)lv, 5, (size_t)l1 };
 
-    /* p lives until the third reply, which cannot come before the third send. */
+    /* p lives until the fourth reply, which cannot come before the fourth send. */
     rds_command(w->rds, on_xgroup, p, 6, xg, xgl);
     rds_command(w->rds, on_sadd, p, 3, sa, sal);
-    rds_command(w->rds, on_hset, p, 8, hs, hsl);
+    rds_command(w->rds, on_hset, p, 6, hs, hsl);
+    rds_command(w->rds, on_hset, p, 4, hn, hnl);
 }
 
 /* ------------------------------------------------------------ lifetime */

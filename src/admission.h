@@ -30,8 +30,9 @@ typedef void (*admission_cb)(struct http_req *r, int code, int64_t order_id);
 
 void admission_try(struct http_req *r, int64_t voucher_id, int64_t user_id, admission_cb cb);
 
-/* Makes a voucher sellable in Redis: HSET stock/begin/end, registers its stream in
- * seckill:streams and creates the consumer group (MKSTREAM; BUSYGROUP ignored). done(r, ok). */
+/* Makes a voucher sellable in Redis: creates the stream's consumer group (MKSTREAM;
+ * BUSYGROUP ignored), registers it in seckill:streams, HSET begin/end, then HSETNX stock
+ * (a rebuild that got there first is kept). done(r, ok). */
 void admission_publish(struct http_req *r, int64_t voucher_id, int64_t stock, int64_t begin,
                        int64_t end, void (*done)(struct http_req *r, int ok));
 

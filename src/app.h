@@ -21,6 +21,7 @@ struct lab_mq;
 struct rl_shared;
 struct tok_signer;
 struct connlimit;
+struct rebuild_watch;
 
 typedef struct app {
     config_t cfg;                   /* read-only after start */
@@ -44,6 +45,7 @@ typedef struct app {
     struct rl_shared *rl;           /* per-instance rate-limit tables (ratelimit.h) */
     int log_login_codes;            /* codes go to the log: --log-login-codes or embedded */
     struct tok_signer *signer;      /* signed tokens' key (token.h); NULL = opaque tokens only */
+    struct rebuild_watch *rebuild;  /* republishes vouchers Redis lost (rebuild_watch.h) */
 
     atomic_int sql_up;              /* last SQL call (writer or jobs) succeeded: 1/0 */
     atomic_int stopping;            /* set once on SIGINT/SIGTERM */

@@ -46,6 +46,16 @@ int key_stream(char *buf, size_t len, int64_t voucher_id)
     return key_fmt(buf, len, "seckill:stream:{%lld}", (long long)voucher_id);
 }
 
+int key_rebuild_lock(char *buf, size_t len, int64_t voucher_id)
+{
+    return key_fmt(buf, len, "seckill:rebuild:{%lld}", (long long)voucher_id);
+}
+
+int key_rebuild_buyers(char *buf, size_t len, int64_t voucher_id)
+{
+    return key_fmt(buf, len, "seckill:rebuild:buyers:{%lld}", (long long)voucher_id);
+}
+
 int key_login_code(char *buf, size_t len, const char *phone)
 {
     if (phone == NULL)

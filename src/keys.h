@@ -2,9 +2,12 @@
  *
  * All keys of one flash-sale voucher share the hash tag {<id>}, so the admission script's
  * keys sit in one Redis Cluster slot:
- *   seckill:voucher:{42}  hash  stock, begin, end (epoch s) -- what admission reads
+ *   seckill:voucher:{42}  hash  stock, begin, end (epoch s), ep (Redis generation), seeded
+ *                         (buyers a rebuild took from SQL) -- what admission reads
  *   seckill:order:{42}    hash  userId -> orderId: who bought (one per user)
- *   seckill:stream:{42}   stream of admitted orders: id, userId, voucherId, ts
+ *   seckill:stream:{42}   stream of admitted orders: id, userId, voucherId, ts, ep
+ *   seckill:rebuild:{42}  lock of a rebuild from SQL (rebuild.h): owner token, PX
+ *   seckill:rebuild:buyers:{42}  buyers a rebuild prepares, renamed into place at the end
  * Per buyer (its own slot: "u" + user id as the hash tag):
  *   seckill:orders-of:{u7} hash  voucherId -> orderId: the user's admitted orders, written
  *                          by the server after admit.lua (orders.h), read by lookups
@@ -38,6 +41,8 @@ int key_voucher(char *buf, size_t len, int64_t voucher_id);
 int key_buyers(char *buf, size_t len, int64_t voucher_id);
 int key_stream(char *buf, size_t len, int64_t voucher_id);
 int key_orders_of(char *buf, size_t len, int64_t user_id);
+int key_rebuild_lock(char *buf, size_t len, int64_t voucher_id);
+int key_rebuild_buyers(char *buf, size_t len, int64_t voucher_id);
 int key_login_code(char *buf, size_t len, const char *phone);
 int key_login_fails(char *buf, size_t len, const char *phone);
 int key_login_token(char *buf, size_t len, const char *token);

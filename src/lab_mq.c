@@ -66,6 +66,7 @@ static int parse_order(const char *z, size_t len, store_order_t *o)
     o->voucher_id = vid;
     o->status = 1;
     o->create_time = ts;
+    o->epoch = STORE_EPOCH_ANY;   /* these transports carry no Redis generation */
     return 0;
 }
 
@@ -80,7 +81,7 @@ static void write_order(struct lab_mq *mq, const store_order_t *o)
         if (!mq->st)
             mq->st = store_open(app->db_url, app->cfg.sql_timeout_ms, err, sizeof err);
         size_t ins = 0, conf = 0;
-        if (mq->st && store_orders_write(mq->st, o, 1, &ins, &conf) == STORE_OK)
+        if (mq->st && store_orders_write(mq->st, o, 1, &ins, &conf, NULL) == STORE_OK)
             return;
         if (mq->st) {
             snprintf(err, sizeof err, "%s", store_errmsg(mq->st));

@@ -4,6 +4,7 @@
  *   seckill bench   flash-sale rehearsal and load generator (bench.c)
  *   seckill audit   invariant checker (audit.c)
  *   seckill tokens  login tokens for load tools (tools/seed.c)
+ *   seckill redis   operator commands on the Redis state: rebuild (redis_tool.c)
  */
 #include <stdio.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include "tools/seed.h"
 #include "config.h"
 #include "lab.h"
+#include "tools/redis_tool.h"
 #include "server.h"
 
 #define SECKILL_VERSION "0.1.0"
@@ -29,6 +31,7 @@ static void usage(FILE *f)
             "  audit     check Redis and SQL for oversell, duplicates, lost orders\n"
             "  lab       run every step of the course's flash-sale chapter, audit each, one table\n"
             "  tokens    mint users' login tokens (signed with the service's key) for load tools\n"
+            "  redis rebuild   republish vouchers whose keys Redis lost, from SQL\n"
             "  version   print the version\n\n"
             "`seckill <command> --help` lists its options.\n",
             SECKILL_VERSION);
@@ -76,6 +79,8 @@ int main(int argc, char **argv)
         return lab_main(argc - 1, argv + 1);
     if (strcmp(cmd, "tokens") == 0)
         return tokens_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "redis") == 0)
+        return redis_tool_main(argc - 1, argv + 1);
     fprintf(stderr, "seckill: unknown command \"%s\"\n\n", cmd);
     usage(stderr);
     return 2;

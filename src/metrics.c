@@ -213,6 +213,11 @@ void metrics_render(struct app *app, struct sb *out)
         one(out, "seckill_order_id_conflicts_total", "counter",
             "Order ids found in SQL with a different user or voucher.",
             ld(&g->order_id_conflicts));
+        one(out, "seckill_orders_fenced_total", "counter",
+            "Orders not written: admitted by a Redis state that a rebuild from SQL replaced "
+            "(lost with Redis).", ld(&g->orders_fenced));
+        one(out, "seckill_redis_rebuilds_total", "counter",
+            "Vouchers whose Redis keys this process rebuilt from SQL.", ld(&g->redis_rebuilds));
         one(out, "seckill_writer_batches_total", "counter",
             "SQL transactions committed by the order writer.", ld(&g->writer_batches));
         one(out, "seckill_writer_batch_orders_total", "counter",

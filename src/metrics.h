@@ -58,6 +58,8 @@ typedef struct metrics {
     _Atomic int64_t stream_pending;           /* last seen pending entries, all streams */
     _Atomic int64_t stream_lag;               /* last seen undelivered entries (Redis >= 7) */
     _Atomic uint64_t sql_errors;
+    _Atomic uint64_t orders_fenced;           /* admitted by a Redis state a rebuild replaced */
+    _Atomic uint64_t redis_rebuilds;          /* vouchers this process republished from SQL */
 } metrics_t;
 
 static inline void metric_inc(_Atomic uint64_t *c)

@@ -116,7 +116,7 @@ static int write_batch(ordq_t *q, size_t n)
         if (!q->st)
             q->st = store_open(q->app->db_url, q->app->cfg.sql_timeout_ms, err, sizeof err);
         size_t ins = 0, conf = 0;
-        if (q->st && store_orders_write(q->st, q->batch, n, &ins, &conf) == STORE_OK) {
+        if (q->st && store_orders_write(q->st, q->batch, n, &ins, &conf, NULL) == STORE_OK) {
             atomic_store(&q->app->sql_up, 1);
             metric_add(&m->orders_persisted, ins);
             metric_add(&m->order_id_conflicts, conf);

@@ -41,6 +41,7 @@
 #include "rcl_sync.h"
 #include "rconn.h"
 #include "rds.h"
+#include "rebuild_watch.h"
 #include "redis_child.h"
 #include "revoke.h"
 #include "rnd.h"
@@ -449,6 +450,12 @@ int server_run(const config_t *cfg)
     if (!app->writer)
         goto out;
     log_info("order writer started as consumer \"%s\" of group %s", app->name, KEY_GROUP);
+    if (cfg->mode != MODE_SYNC) {
+        /* Sync mode sells from SQL alone: nothing in Redis to rebuild. */
+        app->rebuild = rebuild_watch_start(app, err, sizeof err);
+        if (!app->rebuild)
+            goto out;
+    }
     if (cfg->mode == MODE_SYNC) {
         url_redis_t ra;
         if (url_parse_redis(app->redis_url, &ra) == 0 && ra.cluster) {
@@ -532,6 +539,7 @@ out:
     /* The job pool may still hold a job whose completion is posted to a worker, so the
      * pool goes before the workers are freed. */
     ordq_stop(app->ordq);
+    rebuild_watch_stop(app->rebuild);
     writer_stop(app->writer);
     jobs_free(app->jobs);
     lab_mq_stop(app->lab_mq);

@@ -168,21 +168,24 @@ void store_voucher_list_free(store_voucher_t *v, size_t n)
 }
 
 int store_orders_write(store_t *s, const store_order_t *orders, size_t n, size_t *inserted,
-                       size_t *conflicts)
+                       size_t *conflicts, size_t *fenced)
 {
-    size_t ins_dummy, conf_dummy;
+    size_t ins_dummy, conf_dummy, fen_dummy;
     if (!inserted)
         inserted = &ins_dummy;
     if (!conflicts)
         conflicts = &conf_dummy;
+    if (!fenced)
+        fenced = &fen_dummy;
     *inserted = 0;
     *conflicts = 0;
+    *fenced = 0;
     STORE_ENTER(s);
     if (n == 0)
         return STORE_OK;
     if (!orders)
         return store__fail(s, "store_orders_write: bad arguments");
-    return s->ops->orders_write(s, orders, n, inserted, conflicts);
+    return s->ops->orders_write(s, orders, n, inserted, conflicts, fenced);
 }
 
 int store_order_get(store_t *s, int64_t id, store_order_t *out)
@@ -224,8 +227,6 @@ int store_order_sync(store_t *s, const store_order_t *o, int *result)
                            s->ops->scheme);
     return s->ops->order_sync(s, o, result);
 }
-
-/* ==== audit additions (issue 4) ==== */
 
 int store_voucher_orders(store_t *s, int64_t voucher_id, int64_t after_id, size_t max,
                          store_order_t **out, size_t *n)
@@ -282,3 +283,15 @@ int store_lab_insert(store_t *s, const store_order_t *o)
 }
 
 /* ==== end of lab additions ==== */
+
+int store_redis_epoch(store_t *s, int64_t voucher_id, int bump, int64_t *epoch)
+{
+    STORE_ENTER(s);
+    if (!epoch)
+        return store__fail(s, "store_redis_epoch: bad arguments");
+    *epoch = 0;
+    if (!s->ops->redis_epoch)
+        return store__fail(s, "store_redis_epoch: not supported by the %s backend",
+                           s->ops->scheme);
+    return s->ops->redis_epoch(s, voucher_id, bump, epoch);
+}

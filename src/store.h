@@ -47,7 +47,12 @@ typedef struct store_order {
     int64_t voucher_id;
     int status;                 /* 1 unpaid ... 6 refunded */
     int64_t create_time;        /* epoch seconds */
+    int64_t epoch;              /* store_orders_write: the voucher's Redis generation the
+                                   order was admitted under (0 until a rebuild); or
+                                   STORE_EPOCH_ANY: write it whatever the generation */
 } store_order_t;
+
+#define STORE_EPOCH_ANY (-1)
 
 /* Opens (creating the file and schema if needed). On failure returns NULL and writes a
  * one-line reason into err. */
@@ -81,9 +86,15 @@ void store_voucher_list_free(store_voucher_t *v, size_t n);
  * tb_seckill_voucher.stock decremented by the number of its orders actually inserted.
  * *inserted receives that number. Either all of it commits or none (STORE_ERR). An id
  * that exists with a different user/voucher is a collision: counted in *conflicts and
- * logged, never overwritten. */
+ * logged, never overwritten.
+ *
+ * Fencing: an order whose epoch is not its voucher's current Redis generation (see
+ * store_redis_epoch) was admitted by a Redis state that a rebuild has since replaced
+ * (the rebuild counted SQL without it): it is not written, but logged and counted in
+ * *fenced (may be NULL). The check and the inserts share the transaction, under the
+ * voucher's lock, so a rebuild's bump and a batch are strictly ordered. */
 int store_orders_write(store_t *s, const store_order_t *orders, size_t n, size_t *inserted,
-                       size_t *conflicts);
+                       size_t *conflicts, size_t *fenced);
 int store_order_get(store_t *s, int64_t id, store_order_t *out);
 /* A user's orders, newest first, at most max. *out malloc'ed (free()). */
 int store_orders_of_user(store_t *s, int64_t user_id, size_t max, store_order_t **out, size_t *n);
@@ -102,10 +113,16 @@ enum {
 };
 int store_order_sync(store_t *s, const store_order_t *o, int *result);
 
-/* ==== audit additions (issue 4: `seckill audit`) ====
- * Read-only queries for the invariant checker. A backend that does not implement one
- * leaves its ops member NULL: the call then fails with "not supported by this backend".
- * Both backends implement them (store_sqlite.c, store_mysql.c). */
+/* The Redis generation ("epoch") of a flash-sale voucher, for rebuilding Redis from SQL
+ * (rebuild.h). 0 until the first rebuild. With bump, raises it by one first, in one
+ * transaction that holds the voucher's lock: every order batch committed before it is
+ * visible to any later read, and every batch after it is fenced by the new value.
+ * STORE_NOTFOUND if the voucher is not a flash-sale voucher. */
+int store_redis_epoch(store_t *s, int64_t voucher_id, int bump, int64_t *epoch);
+
+/* Read-only queries for the invariant checker and the rebuild. A backend that does not
+ * implement one leaves its ops member NULL: the call then fails with "not supported by this
+ * backend". Both backends implement them (store_sqlite.c, store_mysql.c). */
 
 /* Orders of one voucher with id > after_id, in ascending id order, at most max; page
  * through a large voucher by passing the last id seen. *out is malloc'ed (free()), *n
@@ -113,7 +130,6 @@ int store_order_sync(store_t *s, const store_order_t *o, int *result);
  * create_time (epoch seconds). */
 int store_voucher_orders(store_t *s, int64_t voucher_id, int64_t after_id, size_t max,
                          store_order_t **out, size_t *n);
-/* ==== end of audit additions ==== */
 
 /* ==== lab additions: the course's steps (lab.h, docs/lab.md) ====
  * Each call is ONE autocommit statement, as the course's MyBatis-Plus calls are under

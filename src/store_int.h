@@ -37,14 +37,14 @@ typedef struct store_ops {
     int (*voucher_list)(store_t *s, int64_t shop_id, store_voucher_t **out, size_t *n);
     int (*seckill_ids)(store_t *s, int64_t **ids, size_t *n);
     int (*orders_write)(store_t *s, const store_order_t *orders, size_t n, size_t *inserted,
-                        size_t *conflicts);
+                        size_t *conflicts, size_t *fenced);
     int (*order_get)(store_t *s, int64_t id, store_order_t *out);
     int (*orders_of_user)(store_t *s, int64_t user_id, size_t max, store_order_t **out,
                           size_t *n);
     int (*voucher_counts)(store_t *s, int64_t voucher_id, int64_t *orders, int64_t *stock);
     /* optional (NULL: "not supported by this backend") */
     int (*order_sync)(store_t *s, const store_order_t *o, int *result);
-    /* ==== audit additions (issue 4): optional, NULL = "not supported by this backend" */
+    /* optional, NULL = "not supported by this backend" */
     int (*voucher_orders)(store_t *s, int64_t voucher_id, int64_t after_id, size_t max,
                           store_order_t **out, size_t *n);
     /* ==== end of audit additions ==== */
@@ -52,6 +52,7 @@ typedef struct store_ops {
     int (*lab_take_stock)(store_t *s, int64_t voucher_id, int guard, int64_t old, int *taken);
     int (*lab_user_orders)(store_t *s, int64_t user_id, int64_t voucher_id, int64_t *n);
     int (*lab_insert)(store_t *s, const store_order_t *o);
+    int (*redis_epoch)(store_t *s, int64_t voucher_id, int bump, int64_t *epoch);
 } store_ops_t;
 
 extern const store_ops_t store_sqlite_ops;

@@ -46,6 +46,10 @@
  *      stock is short: logged at ERROR and, for a short stock, taken anyway (the orders
  *      are real; the audit reports it) -- the same outcome as SQLite;
  *   4. COMMIT. Any error: ROLLBACK and STORE_ERR, all or nothing.
+ * Before step 1, per voucher of the batch (in id order), SELECT ... FOR UPDATE of its
+ * tb_seckill_voucher row reads its Redis generation (tb_seckill_epoch): orders admitted
+ * under an older one are dropped from the batch (fenced, logged). A rebuild's bump takes
+ * the same row lock, so a batch commits entirely before it or is checked after it.
  *
  * Sessions run READ COMMITTED (fewer gap locks between writers of several instances;
  * every read that needs one moment is a single statement) with a strict sql_mode.
@@ -73,7 +77,7 @@
 #include "url.h"
 
 /* Must equal the version the last statement of sql/schema.mysql.sql writes. */
-#define MYSQL_SCHEMA_VERSION 1
+#define MYSQL_SCHEMA_VERSION 2
 
 /* Multi-row inserts: statements of 2^k rows, k = 0 .. INS_LEVELS-1. */
 #define INS_LEVELS 10
@@ -107,6 +111,8 @@ enum {
     ST_SYNC_INSERT,
     ST_SYNC_TAKE,
     ST_VOUCHER_ORDERS,
+    ST_EPOCH_LOCK,
+    ST_EPOCH_BUMP,
     ST__COUNT
 };
 
@@ -155,6 +161,12 @@ static const char *const stmt_sql[ST__COUNT] = {
     [ST_SYNC_TAKE] = "UPDATE tb_seckill_voucher SET stock = stock - 1, update_time = ? "
                      "WHERE voucher_id = ? AND stock > 0",
     [ST_VOUCHER_ORDERS] = ORDER_COLS "WHERE voucher_id = ? AND id > ? ORDER BY id LIMIT ?",
+    /* the voucher row's lock orders a rebuild's bump and every order batch */
+    [ST_EPOCH_LOCK] = "SELECT COALESCE(e.epoch, 0) FROM tb_seckill_voucher sv "
+                      "LEFT JOIN tb_seckill_epoch e ON e.voucher_id = sv.voucher_id "
+                      "WHERE sv.voucher_id = ? FOR UPDATE",
+    [ST_EPOCH_BUMP] = "INSERT INTO tb_seckill_epoch (voucher_id, epoch) VALUES (?, 1) "
+                      "ON DUPLICATE KEY UPDATE epoch = epoch + 1",
 };
 
 typedef struct my {
@@ -1446,14 +1458,92 @@ static int take_stock(my_t *m, const tally_t *t)
     return run(m, st, par, "stock update");
 }
 
-static int do_orders_write(my_t *m, const store_order_t *sorted, size_t n, size_t *inserted,
-                           size_t *conflicts)
+/* The voucher's Redis generation, its tb_seckill_voucher row locked until the end of the
+ * transaction. *epoch = -1 when it has no row (not a flash-sale voucher). */
+static int epoch_lock(my_t *m, int64_t voucher_id, int64_t *epoch)
 {
-    size_t ins = 0, conf = 0, ntl = 0, captl = 0;
-    tally_t *tl = NULL;
-    if (tx_begin(m, "orders: BEGIN") != STORE_OK)
+    MYSQL_STMT *st = stmt(m, ST_EPOCH_LOCK);
+    if (!st)
         return STORE_ERR;
-    int all = insert_all(m, sorted, n);
+    MYSQL_BIND par[1], res[1];
+    ri64_t ep;
+    b_i64(&par[0], &voucher_id);
+    r_i64(&res[0], &ep);
+    if (run(m, st, par, "epoch lock") != STORE_OK ||
+        bind_result(m, st, res, "epoch lock") != STORE_OK)
+        return STORE_ERR;
+    int f = fetch(m, st, "epoch lock");
+    finish(m, st);
+    if (f == STORE_ERR)
+        return STORE_ERR;
+    *epoch = f == 1 ? ep.v : -1;
+    return STORE_OK;
+}
+
+static int cmp_order_voucher(const void *a, const void *b)
+{
+    int64_t x = ((const store_order_t *)a)->voucher_id, y = ((const store_order_t *)b)->voucher_id;
+    return x < y ? -1 : x > y;
+}
+
+/* Inside the open transaction: locks the rows of the batch's vouchers (in voucher order)
+ * and copies into kept (in the order of sorted) the orders admitted under their current
+ * generation. */
+static int fence(my_t *m, const store_order_t *sorted, size_t n, store_order_t *kept,
+                 size_t *nkept, size_t *fenced)
+{
+    store_order_t *byv = xrealloc(NULL, n * sizeof *byv);
+    memcpy(byv, sorted, n * sizeof *byv);
+    qsort(byv, n, sizeof *byv, cmp_order_voucher);
+    tally_t *ep = NULL;   /* (voucher, epoch), ascending voucher */
+    size_t nep = 0;
+    int rc = STORE_OK;
+    for (size_t i = 0; i < n && rc == STORE_OK; i++) {
+        if (byv[i].epoch == STORE_EPOCH_ANY || (nep && ep[nep - 1].voucher_id == byv[i].voucher_id))
+            continue;
+        ep = xrealloc(ep, (nep + 1) * sizeof *ep);
+        ep[nep].voucher_id = byv[i].voucher_id;
+        rc = epoch_lock(m, byv[i].voucher_id, &ep[nep].n);
+        nep++;
+    }
+    free(byv);
+    *nkept = 0;
+    *fenced = 0;
+    for (size_t i = 0; i < n && rc == STORE_OK; i++) {
+        const store_order_t *o = &sorted[i];
+        if (o->epoch != STORE_EPOCH_ANY) {
+            size_t k = 0;
+            while (k < nep && ep[k].voucher_id != o->voucher_id)
+                k++;
+            if (k < nep && ep[k].n >= 0 && ep[k].n != o->epoch) {
+                log_warn("order %lld (user %lld, voucher %lld) not written: admitted under "
+                         "Redis generation %lld, which a rebuild from SQL replaced with %lld "
+                         "(the order was lost with Redis)",
+                         (long long)o->id, (long long)o->user_id, (long long)o->voucher_id,
+                         (long long)o->epoch, (long long)ep[k].n);
+                (*fenced)++;
+                continue;
+            }
+        }
+        kept[(*nkept)++] = *o;
+    }
+    free(ep);
+    return rc;
+}
+
+static int do_orders_write(my_t *m, const store_order_t *all_sorted, size_t nall,
+                           size_t *inserted, size_t *conflicts, size_t *fenced)
+{
+    size_t ins = 0, conf = 0, ntl = 0, captl = 0, n = 0;
+    tally_t *tl = NULL;
+    store_order_t *sorted = xrealloc(NULL, nall * sizeof *sorted);
+    if (tx_begin(m, "orders: BEGIN") != STORE_OK) {
+        free(sorted);
+        return STORE_ERR;
+    }
+    if (fence(m, all_sorted, nall, sorted, &n, fenced) != STORE_OK)
+        goto fail;
+    int all = n ? insert_all(m, sorted, n) : 1;
     if (all == STORE_ERR)
         goto fail;
     if (all == 1) {
@@ -1464,6 +1554,8 @@ static int do_orders_write(my_t *m, const store_order_t *sorted, size_t n, size_
         /* Some rows exist already (a replay after a crash): start over, row by row. */
         tx_rollback(m);
         if (m->broken || tx_begin(m, "orders: BEGIN") != STORE_OK)
+            goto fail;
+        if (fence(m, all_sorted, nall, sorted, &n, fenced) != STORE_OK)
             goto fail;
         if (insert_each(m, sorted, n, &tl, &ntl, &captl, &ins, &conf) != STORE_OK)
             goto fail;
@@ -1477,17 +1569,53 @@ static int do_orders_write(my_t *m, const store_order_t *sorted, size_t n, size_
     if (tx_commit(m, "orders: COMMIT") != STORE_OK)
         goto fail;
     free(tl);
+    free(sorted);
     *inserted = ins;
     *conflicts = conf;
     return STORE_OK;
 fail:
     tx_rollback(m);
     free(tl);
+    free(sorted);
+    *fenced = 0;
     return STORE_ERR;
 }
 
+static int do_redis_epoch(my_t *m, int64_t voucher_id, int bump, int64_t *epoch)
+{
+    if (tx_begin(m, "epoch: BEGIN") != STORE_OK)
+        return STORE_ERR;
+    int64_t ep = -1;
+    if (epoch_lock(m, voucher_id, &ep) != STORE_OK)
+        goto fail;
+    if (ep >= 0 && bump) {
+        MYSQL_STMT *st = stmt(m, ST_EPOCH_BUMP);
+        MYSQL_BIND par[1];
+        b_i64(&par[0], &voucher_id);
+        if (!st || run(m, st, par, "epoch bump") != STORE_OK)
+            goto fail;
+        ep++;
+    }
+    if (tx_commit(m, "epoch: COMMIT") != STORE_OK)
+        goto fail;
+    if (ep < 0)
+        return STORE_NOTFOUND;
+    *epoch = ep;
+    return STORE_OK;
+fail:
+    tx_rollback(m);
+    return STORE_ERR;
+}
+
+static int my_redis_epoch(store_t *s, int64_t voucher_id, int bump, int64_t *epoch)
+{
+    my_t *m = (my_t *)s;
+    /* A bump is retried only if the connection broke before its COMMIT went out. */
+    RETRYING(m, bump ? 2 : 1, do_redis_epoch(m, voucher_id, bump, epoch));
+}
+
 static int my_orders_write(store_t *s, const store_order_t *orders, size_t n, size_t *inserted,
-                           size_t *conflicts)
+                           size_t *conflicts, size_t *fenced)
 {
     my_t *m = (my_t *)s;
     store_order_t *sorted = xrealloc(NULL, n * sizeof *sorted);
@@ -1496,7 +1624,7 @@ static int my_orders_write(store_t *s, const store_order_t *orders, size_t n, si
     int rc = STORE_ERR;
     /* No retry here: the writer retries the whole batch after its back-off. */
     if (enter(m, 0) == STORE_OK)
-        rc = leave(m, do_orders_write(m, sorted, n, inserted, conflicts));
+        rc = leave(m, do_orders_write(m, sorted, n, inserted, conflicts, fenced));
     free(sorted);
     return rc;
 }
@@ -1783,6 +1911,7 @@ static int my_order_sync(store_t *s, const store_order_t *o, int *result)
         .orders_write = my_orders_write, .order_get = my_order_get,                     \
         .orders_of_user = my_orders_of_user, .voucher_counts = my_voucher_counts,       \
         .order_sync = my_order_sync, .voucher_orders = my_voucher_orders,               \
+        .redis_epoch = my_redis_epoch,                                                  \
     }
 
 const store_ops_t store_mysql_ops = MYSQL_OPS("mysql");

@@ -36,7 +36,7 @@
 #include "url.h"
 
 /* Must equal the PRAGMA user_version that sql/schema.sqlite.sql sets. */
-#define SQLITE_SCHEMA_VERSION 2
+#define SQLITE_SCHEMA_VERSION 3
 
 /* How many VM instructions between deadline checks. */
 #define PROGRESS_OPS 1000
@@ -61,6 +61,8 @@ enum {
     ST_ORDERS_OF_USER,
     ST_COUNT_ORDERS,
     ST_STOCK_GET,
+    ST_EPOCH_GET,
+    ST_EPOCH_BUMP,
     ST__COUNT
 };
 
@@ -101,6 +103,11 @@ static const char *const stmt_sql[ST__COUNT] = {
     [ST_COUNT_ORDERS] = "SELECT (SELECT count(*) FROM tb_voucher_order WHERE voucher_id = ?1) + "
                         "(SELECT count(*) FROM lab_voucher_order WHERE voucher_id = ?1)",
     [ST_STOCK_GET] = "SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?1",
+    [ST_EPOCH_GET] = "SELECT coalesce((SELECT epoch FROM tb_seckill_epoch WHERE voucher_id = "
+                     "?1), 0) FROM tb_seckill_voucher WHERE voucher_id = ?1",
+    [ST_EPOCH_BUMP] = "INSERT INTO tb_seckill_epoch (voucher_id, epoch, update_time) "
+                      "VALUES (?1, 1, ?2) ON CONFLICT (voucher_id) DO UPDATE SET "
+                      "epoch = epoch + 1, update_time = ?2",
 };
 
 /* store_order_get shares the row shape of ST_ORDERS_OF_USER. */
@@ -684,15 +691,39 @@ static int classify_skip(sq_t *q, const store_order_t *o)
     return 0;
 }
 
+/* The voucher's Redis generation (0 without a row; -1 if not a flash-sale voucher), inside
+ * the caller's transaction. The last voucher asked is remembered: batches are runs of one
+ * voucher's stream. */
+static int epoch_of(sq_t *q, int64_t voucher_id, int64_t *cache_vid, int64_t *cache_ep)
+{
+    if (*cache_vid == voucher_id)
+        return STORE_OK;
+    sqlite3_stmt *st = stmt(q, ST_EPOCH_GET);
+    if (!st)
+        return STORE_ERR;
+    sqlite3_bind_int64(st, 1, voucher_id);
+    int rc = sqlite3_step(st);
+    int64_t ep = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
+    sqlite3_reset(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        return sq_fail(q, "epoch get");
+    *cache_vid = voucher_id;
+    *cache_ep = ep;
+    return STORE_OK;
+}
+
 static int sq_orders_write(store_t *s, const store_order_t *orders, size_t n, size_t *inserted,
-                           size_t *conflicts)
+                           size_t *conflicts, size_t *fenced)
 {
     sq_t *q = (sq_t *)s;
-    size_t ins = 0, conf = 0;
+    size_t ins = 0, conf = 0, fen = 0;
     tally_t small[16], *tl = small;
     size_t ntl = 0, captl = sizeof small / sizeof small[0];
+    int64_t ep_vid = 0, ep = 0;
 
     call_begin(q);
+    /* IMMEDIATE: the write lock is held from here, so the epoch read below cannot be
+     * overtaken by a rebuild's bump before this batch commits. */
     if (exec_stmt(q, ST_BEGIN_IMMEDIATE, "orders: BEGIN IMMEDIATE") != STORE_OK)
         return STORE_ERR;
     sqlite3_stmt *st = stmt(q, ST_ORDER_INSERT);
@@ -700,6 +731,19 @@ static int sq_orders_write(store_t *s, const store_order_t *orders, size_t n, si
         goto fail;
     for (size_t i = 0; i < n; i++) {
         const store_order_t *o = &orders[i];
+        if (o->epoch != STORE_EPOCH_ANY) {
+            if (epoch_of(q, o->voucher_id, &ep_vid, &ep) != STORE_OK)
+                goto fail;
+            if (ep >= 0 && o->epoch != ep) {
+                log_warn("order %lld (user %lld, voucher %lld) not written: admitted under "
+                         "Redis generation %lld, which a rebuild from SQL replaced with %lld "
+                         "(the order was lost with Redis)",
+                         (long long)o->id, (long long)o->user_id, (long long)o->voucher_id,
+                         (long long)o->epoch, (long long)ep);
+                fen++;
+                continue;
+            }
+        }
         sqlite3_bind_int64(st, 1, o->id);
         sqlite3_bind_int64(st, 2, o->user_id);
         sqlite3_bind_int64(st, 3, o->voucher_id);
@@ -774,11 +818,46 @@ static int sq_orders_write(store_t *s, const store_order_t *orders, size_t n, si
         free(tl);
     *inserted = ins;
     *conflicts = conf;
+    *fenced = fen;
     return STORE_OK;
 fail:
     rollback(q);
     if (tl != small)
         free(tl);
+    return STORE_ERR;
+}
+
+static int sq_redis_epoch(store_t *s, int64_t voucher_id, int bump, int64_t *epoch)
+{
+    sq_t *q = (sq_t *)s;
+    call_begin(q);
+    if (exec_stmt(q, bump ? ST_BEGIN_IMMEDIATE : ST_BEGIN, "epoch: BEGIN") != STORE_OK)
+        return STORE_ERR;
+    int64_t vid = 0, ep = -1;
+    if (epoch_of(q, voucher_id, &vid, &ep) != STORE_OK)
+        goto fail;
+    if (ep >= 0 && bump) {
+        sqlite3_stmt *st = stmt(q, ST_EPOCH_BUMP);
+        if (!st)
+            goto fail;
+        sqlite3_bind_int64(st, 1, voucher_id);
+        sqlite3_bind_text(st, 2, time_text(q, clock_wall_s()), -1, SQLITE_TRANSIENT);
+        int rc = sqlite3_step(st);
+        sqlite3_reset(st);
+        if (rc != SQLITE_DONE) {
+            sq_fail(q, "epoch bump");
+            goto fail;
+        }
+        ep++;
+    }
+    if (exec_stmt(q, ST_COMMIT, "epoch: COMMIT") != STORE_OK)
+        goto fail;
+    if (ep < 0)
+        return STORE_NOTFOUND;
+    *epoch = ep;
+    return STORE_OK;
+fail:
+    rollback(q);
     return STORE_ERR;
 }
 
@@ -1134,6 +1213,7 @@ const store_ops_t store_sqlite_ops = {
     .order_get = sq_order_get,
     .orders_of_user = sq_orders_of_user,
     .voucher_counts = sq_voucher_counts,
+    .redis_epoch = sq_redis_epoch,
     .order_sync = sq_order_sync,
     .voucher_orders = sq_voucher_orders,   /* audit addition (issue 4) */
     .lab_take_stock = sq_lab_take_stock,

@@ -510,7 +510,7 @@ static int parse_entry(writer_t *wr, size_t si, const redisReply *er)
         e->reason = "fields are not field/value pairs";
         return 0;
     }
-    const redisReply *fid = NULL, *fuser = NULL, *fvoucher = NULL, *fts = NULL;
+    const redisReply *fid = NULL, *fuser = NULL, *fvoucher = NULL, *fts = NULL, *fep = NULL;
     for (size_t i = 0; i + 1 < f->elements; i += 2) {
         const redisReply *k = f->element[i], *v = f->element[i + 1];
         if (!is_str(k) || !is_str(v)) {
@@ -525,6 +525,8 @@ static int parse_entry(writer_t *wr, size_t si, const redisReply *er)
             fvoucher = v;
         else if (str_eq(k, "ts"))
             fts = v;
+        else if (str_eq(k, "ep"))
+            fep = v;
     }
     store_order_t *o = &e->o;
     if (!fid || parse_pos_i64(fid->str, fid->len, &o->id) != 0) {
@@ -546,6 +548,13 @@ static int parse_entry(writer_t *wr, size_t si, const redisReply *er)
     /* ts is Redis's clock at admission; without it, the entry id's milliseconds. */
     if (!fts || parse_pos_i64(fts->str, fts->len, &o->create_time) != 0)
         o->create_time = strtoll(e->id, NULL, 10) / 1000;
+    /* ep: the voucher's Redis generation at admission (admit.lua); entries written before
+     * generations existed have none, i.e. 0. */
+    o->epoch = 0;
+    if (fep && !str_eq(fep, "0") && parse_pos_i64(fep->str, fep->len, &o->epoch) != 0) {
+        e->reason = "bad ep";
+        return 0;
+    }
     o->status = 1;
     e->kind = E_ORDER;
     e->reason = NULL;
@@ -592,7 +601,8 @@ static int parse_read(writer_t *wr, const redisReply *r, int pending)
 /* ---------------------------------------------------------------- SQL */
 
 /* Writes wr->orders[0..n) until it commits. Returns 0, or -1 if stopping gave up. */
-static int sql_write(writer_t *wr, size_t n, size_t *inserted, size_t *conflicts)
+static int sql_write(writer_t *wr, size_t n, size_t *inserted, size_t *conflicts,
+                     size_t *fenced)
 {
     int backoff = SQL_BACKOFF_MIN_MS, fails = 0;
     uint64_t stop_seen = 0;
@@ -602,7 +612,8 @@ static int sql_write(writer_t *wr, size_t n, size_t *inserted, size_t *conflicts
             wr->st = store_open(wr->app->db_url, wr->sql_timeout_ms, err, sizeof err);
         }
         if (wr->st) {
-            if (store_orders_write(wr->st, wr->orders, n, inserted, conflicts) == STORE_OK) {
+            if (store_orders_write(wr->st, wr->orders, n, inserted, conflicts, fenced) ==
+                STORE_OK) {
                 if (wr->sql_down)
                     log_info("writer: SQL writes work again (%zu orders written)", *inserted);
                 wr->sql_down = 0;
@@ -811,12 +822,13 @@ static int handle_batch(writer_t *wr)
         }
     }
     if (n > 0) {
-        size_t ins = 0, conf = 0;
-        if (sql_write(wr, n, &ins, &conf) != 0)
+        size_t ins = 0, conf = 0, fen = 0;
+        if (sql_write(wr, n, &ins, &conf, &fen) != 0)
             return -2;
         metric_add(&wr->m->orders_persisted, ins);
         metric_add(&wr->m->order_id_conflicts, conf);
-        metric_add(&wr->m->orders_replayed, n - ins - conf);
+        metric_add(&wr->m->orders_fenced, fen);
+        metric_add(&wr->m->orders_replayed, n - ins - conf - fen);
         metric_inc(&wr->m->writer_batches);
         metric_add(&wr->m->writer_batch_orders, n);
     }

@@ -262,11 +262,11 @@ static void test_orders_idempotent(void **state)
     size_t ins = 99, conf = 99;
     /* 100 of them are for b, which has stock 10: SQL stock may go negative (logged),
      * never refused -- the orders were admitted. */
-    assert_int_equal(store_orders_write(f->s, batch, N, &ins, &conf), STORE_OK);
+    assert_int_equal(store_orders_write(f->s, batch, N, &ins, &conf, NULL), STORE_OK);
     assert_int_equal(ins, N);
     assert_int_equal(conf, 0);
     /* The same batch again: a replay, nothing inserted, stock untouched. */
-    assert_int_equal(store_orders_write(f->s, batch, N, &ins, &conf), STORE_OK);
+    assert_int_equal(store_orders_write(f->s, batch, N, &ins, &conf, NULL), STORE_OK);
     assert_int_equal(ins, 0);
     assert_int_equal(conf, 0);
     int64_t orders, stock;
@@ -280,7 +280,7 @@ static void test_orders_idempotent(void **state)
     /* A batch that repeats an order inside itself counts it once. */
     store_order_t twice[3] = {mk(2000001, 9001, a, t0), mk(2000001, 9001, a, t0),
                               mk(2000002, 9002, a, t0)};
-    assert_int_equal(store_orders_write(f->s, twice, 3, &ins, &conf), STORE_OK);
+    assert_int_equal(store_orders_write(f->s, twice, 3, &ins, &conf, NULL), STORE_OK);
     assert_int_equal(ins, 2);
     assert_int_equal(conf, 0);
     assert_int_equal(store_voucher_counts(f->s, a, &orders, &stock), STORE_OK);
@@ -288,7 +288,7 @@ static void test_orders_idempotent(void **state)
     assert_int_equal(stock, 798);
 
     /* An empty batch is fine. */
-    assert_int_equal(store_orders_write(f->s, batch, 0, &ins, &conf), STORE_OK);
+    assert_int_equal(store_orders_write(f->s, batch, 0, &ins, &conf, NULL), STORE_OK);
     assert_int_equal(ins, 0);
     free(batch);
 
@@ -301,6 +301,43 @@ static void test_orders_idempotent(void **state)
     assert_int_equal(store_order_get(f->s, 42, &o), STORE_NOTFOUND);
 }
 
+/* A rebuild of Redis from SQL raises the voucher's generation; orders admitted under an
+ * older one are not written (fenced), orders of the new one and STORE_EPOCH_ANY are. */
+static void test_orders_fenced_by_epoch(void **state)
+{
+    fx_t *f = *state;
+    int64_t a = create_seckill(f->s, 1, 100);
+    int64_t ep = -1;
+    assert_int_equal(store_redis_epoch(f->s, a, 0, &ep), STORE_OK);
+    assert_int_equal(ep, 0);
+    assert_int_equal(store_redis_epoch(f->s, 999999, 1, &ep), STORE_NOTFOUND);
+    int64_t t0 = 1700000100;
+    store_order_t o0 = mk(3000001, 7001, a, t0);
+    size_t ins = 9, conf = 9, fen = 9;
+    assert_int_equal(store_orders_write(f->s, &o0, 1, &ins, &conf, &fen), STORE_OK);
+    assert_int_equal(ins, 1);
+    assert_int_equal(fen, 0);
+    assert_int_equal(store_redis_epoch(f->s, a, 1, &ep), STORE_OK);
+    assert_int_equal(ep, 1);
+    assert_int_equal(store_redis_epoch(f->s, a, 0, &ep), STORE_OK);
+    assert_int_equal(ep, 1);
+    /* generation 0 after the bump: refused, stock untouched */
+    store_order_t batch[3] = {mk(3000002, 7002, a, t0), mk(3000003, 7003, a, t0),
+                              mk(3000004, 7004, a, t0)};
+    batch[1].epoch = 1;
+    batch[2].epoch = STORE_EPOCH_ANY;
+    assert_int_equal(store_orders_write(f->s, batch, 3, &ins, &conf, &fen), STORE_OK);
+    assert_int_equal(ins, 2);
+    assert_int_equal(conf, 0);
+    assert_int_equal(fen, 1);
+    int64_t orders, stock;
+    assert_int_equal(store_voucher_counts(f->s, a, &orders, &stock), STORE_OK);
+    assert_int_equal(orders, 3);
+    assert_int_equal(stock, 97);
+    store_order_t got;
+    assert_int_equal(store_order_get(f->s, 3000002, &got), STORE_NOTFOUND);
+}
+
 static void test_orders_dup_and_conflict(void **state)
 {
     fx_t *f = *state;
@@ -308,12 +345,12 @@ static void test_orders_dup_and_conflict(void **state)
     int64_t t = clock_wall_s();
     store_order_t first[2] = {mk(7001, 1010, v, t), mk(7002, 1011, v, t)};
     size_t ins, conf;
-    assert_int_equal(store_orders_write(f->s, first, 2, &ins, &conf), STORE_OK);
+    assert_int_equal(store_orders_write(f->s, first, 2, &ins, &conf, NULL), STORE_OK);
     assert_int_equal(ins, 2);
 
     /* Same user and voucher under a new id: not inserted, not a conflict. */
     store_order_t dup = mk(7003, 1010, v, t);
-    assert_int_equal(store_orders_write(f->s, &dup, 1, &ins, &conf), STORE_OK);
+    assert_int_equal(store_orders_write(f->s, &dup, 1, &ins, &conf, NULL), STORE_OK);
     assert_int_equal(ins, 0);
     assert_int_equal(conf, 0);
     store_order_t o;
@@ -321,7 +358,7 @@ static void test_orders_dup_and_conflict(void **state)
 
     /* An existing id with another user: a collision, counted, never overwritten. */
     store_order_t coll[2] = {mk(7001, 2222, v, t), mk(7004, 1012, v, t)};
-    assert_int_equal(store_orders_write(f->s, coll, 2, &ins, &conf), STORE_OK);
+    assert_int_equal(store_orders_write(f->s, coll, 2, &ins, &conf, NULL), STORE_OK);
     assert_int_equal(ins, 1);
     assert_int_equal(conf, 1);
     assert_int_equal(store_order_get(f->s, 7001, &o), STORE_OK);
@@ -334,7 +371,7 @@ static void test_orders_dup_and_conflict(void **state)
 
     /* Orders of a voucher without a tb_seckill_voucher row are still written. */
     store_order_t lone = mk(7100, 1010, 987654, t);
-    assert_int_equal(store_orders_write(f->s, &lone, 1, &ins, &conf), STORE_OK);
+    assert_int_equal(store_orders_write(f->s, &lone, 1, &ins, &conf, NULL), STORE_OK);
     assert_int_equal(ins, 1);
 }
 
@@ -347,7 +384,7 @@ static void test_orders_of_user(void **state)
     store_order_t b[4] = {mk(300, 1010, v1, 1700000000), mk(301, 1010, v2, 1700000500),
                           mk(302, 1010, v3, 1700000200), mk(303, 1099, v1, 1700000900)};
     size_t ins, conf;
-    assert_int_equal(store_orders_write(f->s, b, 4, &ins, &conf), STORE_OK);
+    assert_int_equal(store_orders_write(f->s, b, 4, &ins, &conf, NULL), STORE_OK);
     assert_int_equal(ins, 4);
     store_order_t *out;
     size_t n;
@@ -377,7 +414,7 @@ static void test_deadline_under_lock(void **state)
     store_order_t o = mk(1, 2, v, 1700000000);
     size_t ins = 7, conf = 7;
     uint64_t t0 = clock_mono_ms();
-    assert_int_equal(store_orders_write(s, &o, 1, &ins, &conf), STORE_ERR);
+    assert_int_equal(store_orders_write(s, &o, 1, &ins, &conf, NULL), STORE_ERR);
     uint64_t took = clock_mono_ms() - t0;
     assert_true(took >= 150 && took < 1500);
     assert_int_equal(ins, 0);
@@ -385,7 +422,7 @@ static void test_deadline_under_lock(void **state)
     assert_int_equal(sqlite3_exec(db, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
     sqlite3_close(db);
     /* The lock is gone: the same batch goes through. */
-    assert_int_equal(store_orders_write(s, &o, 1, &ins, &conf), STORE_OK);
+    assert_int_equal(store_orders_write(s, &o, 1, &ins, &conf, NULL), STORE_OK);
     assert_int_equal(ins, 1);
     store_close(s);
 }
@@ -400,6 +437,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_vouchers, setup, teardown),
         cmocka_unit_test_setup_teardown(test_orders_idempotent, setup, teardown),
         cmocka_unit_test_setup_teardown(test_orders_dup_and_conflict, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_orders_fenced_by_epoch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_orders_of_user, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deadline_under_lock, setup, teardown),
     };

@@ -184,14 +184,14 @@ static void test_schema_idempotent(void **state)
 
     /* The schema run again (version reset by hand): nothing changes, nothing fails. */
     MYSQL *m = admin(f->db);
-    assert_int_equal(sql_int(m, "SELECT version FROM schema_version WHERE id = 1"), 1);
+    assert_int_equal(sql_int(m, "SELECT version FROM schema_version WHERE id = 1"), 2);
     assert_int_equal(sql_int(m, "SELECT COUNT(*) FROM information_schema.tables WHERE "
                                 "table_schema = DATABASE() AND engine = 'InnoDB' AND "
                                 "table_collation LIKE 'utf8mb4%'"),
-                     5);
+                     6);
     sql(m, "UPDATE schema_version SET version = 0");
     s2 = open_ok(f->url, 2000);
-    assert_int_equal(sql_int(m, "SELECT version FROM schema_version WHERE id = 1"), 1);
+    assert_int_equal(sql_int(m, "SELECT version FROM schema_version WHERE id = 1"), 2);
     assert_int_equal(store_user_by_phone(s2, "13800000001", &u), STORE_OK);
     assert_int_equal(u.id, 1010);
     assert_int_equal(store_user_create(s2, "13800000002", "user_b", &u), STORE_OK);
@@ -203,7 +203,7 @@ static void test_schema_idempotent(void **state)
     char err[512] = "";
     assert_null(store_open(f->url, 2000, err, sizeof err));
     assert_non_null(strstr(err, "newer"));
-    sql(m, "UPDATE schema_version SET version = 1");
+    sql(m, "UPDATE schema_version SET version = 2");
     mysql_close(m);
 }
 
@@ -382,11 +382,11 @@ static void test_orders_idempotent(void **state)
     for (int i = 0; i < N; i++)   /* ids not in order: the backend sorts them */
         batch[i] = mk(1000000 + (i * 7919) % N, 5000 + i, i % 3 == 0 ? b : a, t0 + i % 7);
     size_t ins = 99, conf = 99;
-    assert_int_equal(store_orders_write(f->s, batch, N, &ins, &conf), STORE_OK);
+    assert_int_equal(store_orders_write(f->s, batch, N, &ins, &conf, NULL), STORE_OK);
     assert_int_equal(ins, N);
     assert_int_equal(conf, 0);
     /* The same batch again: a replay, nothing inserted, stock untouched. */
-    assert_int_equal(store_orders_write(f->s, batch, N, &ins, &conf), STORE_OK);
+    assert_int_equal(store_orders_write(f->s, batch, N, &ins, &conf, NULL), STORE_OK);
     assert_int_equal(ins, 0);
     assert_int_equal(conf, 0);
     int64_t orders, stock;
@@ -402,21 +402,21 @@ static void test_orders_idempotent(void **state)
     /* Half old, half new: only the new ones count. */
     store_order_t mixed[4] = {batch[0], batch[1], mk(3000001, 8001, a, t0),
                               mk(3000002, 8002, a, t0)};
-    assert_int_equal(store_orders_write(f->s, mixed, 4, &ins, &conf), STORE_OK);
+    assert_int_equal(store_orders_write(f->s, mixed, 4, &ins, &conf, NULL), STORE_OK);
     assert_int_equal(ins, 2);
     assert_int_equal(conf, 0);
 
     /* A batch that repeats an order inside itself counts it once. */
     store_order_t twice[3] = {mk(2000001, 9001, a, t0), mk(2000001, 9001, a, t0),
                               mk(2000002, 9002, a, t0)};
-    assert_int_equal(store_orders_write(f->s, twice, 3, &ins, &conf), STORE_OK);
+    assert_int_equal(store_orders_write(f->s, twice, 3, &ins, &conf, NULL), STORE_OK);
     assert_int_equal(ins, 2);
     assert_int_equal(conf, 0);
     assert_int_equal(store_voucher_counts(f->s, a, &orders, &stock), STORE_OK);
     assert_int_equal(orders, 670);
     assert_int_equal(stock, 330);
 
-    assert_int_equal(store_orders_write(f->s, batch, 0, &ins, &conf), STORE_OK);
+    assert_int_equal(store_orders_write(f->s, batch, 0, &ins, &conf, NULL), STORE_OK);
     assert_int_equal(ins, 0);
 
     store_order_t o;
@@ -449,6 +449,44 @@ static void test_orders_idempotent(void **state)
     assert_int_equal(total, 334);
 }
 
+/* A rebuild of Redis from SQL raises the voucher's generation; orders admitted under an
+ * older one are not written (fenced), orders of the new one and STORE_EPOCH_ANY are. */
+static void test_orders_fenced_by_epoch(void **state)
+{
+    fx_t *f = *state;
+    NEED_SERVER(f);
+    int64_t a = create_seckill(f->s, 1, 100);
+    int64_t ep = -1;
+    assert_int_equal(store_redis_epoch(f->s, a, 0, &ep), STORE_OK);
+    assert_int_equal(ep, 0);
+    assert_int_equal(store_redis_epoch(f->s, 999999, 1, &ep), STORE_NOTFOUND);
+    int64_t t0 = 1700000100;
+    store_order_t o0 = mk(3000001, 7001, a, t0);
+    size_t ins = 9, conf = 9, fen = 9;
+    assert_int_equal(store_orders_write(f->s, &o0, 1, &ins, &conf, &fen), STORE_OK);
+    assert_int_equal(ins, 1);
+    assert_int_equal(fen, 0);
+    assert_int_equal(store_redis_epoch(f->s, a, 1, &ep), STORE_OK);
+    assert_int_equal(ep, 1);
+    assert_int_equal(store_redis_epoch(f->s, a, 0, &ep), STORE_OK);
+    assert_int_equal(ep, 1);
+    /* generation 0 after the bump: refused, stock untouched */
+    store_order_t batch[3] = {mk(3000002, 7002, a, t0), mk(3000003, 7003, a, t0),
+                              mk(3000004, 7004, a, t0)};
+    batch[1].epoch = 1;
+    batch[2].epoch = STORE_EPOCH_ANY;
+    assert_int_equal(store_orders_write(f->s, batch, 3, &ins, &conf, &fen), STORE_OK);
+    assert_int_equal(ins, 2);
+    assert_int_equal(conf, 0);
+    assert_int_equal(fen, 1);
+    int64_t orders, stock;
+    assert_int_equal(store_voucher_counts(f->s, a, &orders, &stock), STORE_OK);
+    assert_int_equal(orders, 3);
+    assert_int_equal(stock, 97);
+    store_order_t got;
+    assert_int_equal(store_order_get(f->s, 3000002, &got), STORE_NOTFOUND);
+}
+
 static void test_orders_dup_and_conflict(void **state)
 {
     fx_t *f = *state;
@@ -457,18 +495,18 @@ static void test_orders_dup_and_conflict(void **state)
     int64_t t = clock_wall_s();
     store_order_t first[2] = {mk(7001, 1010, v, t), mk(7002, 1011, v, t)};
     size_t ins, conf;
-    assert_int_equal(store_orders_write(f->s, first, 2, &ins, &conf), STORE_OK);
+    assert_int_equal(store_orders_write(f->s, first, 2, &ins, &conf, NULL), STORE_OK);
     assert_int_equal(ins, 2);
 
     store_order_t dup = mk(7003, 1010, v, t);
-    assert_int_equal(store_orders_write(f->s, &dup, 1, &ins, &conf), STORE_OK);
+    assert_int_equal(store_orders_write(f->s, &dup, 1, &ins, &conf, NULL), STORE_OK);
     assert_int_equal(ins, 0);
     assert_int_equal(conf, 0);
     store_order_t o;
     assert_int_equal(store_order_get(f->s, 7003, &o), STORE_NOTFOUND);
 
     store_order_t coll[2] = {mk(7001, 2222, v, t), mk(7004, 1012, v, t)};
-    assert_int_equal(store_orders_write(f->s, coll, 2, &ins, &conf), STORE_OK);
+    assert_int_equal(store_orders_write(f->s, coll, 2, &ins, &conf, NULL), STORE_OK);
     assert_int_equal(ins, 1);
     assert_int_equal(conf, 1);
     assert_int_equal(store_order_get(f->s, 7001, &o), STORE_OK);
@@ -480,7 +518,7 @@ static void test_orders_dup_and_conflict(void **state)
     assert_int_equal(stock, 97);
 
     store_order_t lone = mk(7100, 1010, 987654, t);
-    assert_int_equal(store_orders_write(f->s, &lone, 1, &ins, &conf), STORE_OK);
+    assert_int_equal(store_orders_write(f->s, &lone, 1, &ins, &conf, NULL), STORE_OK);
     assert_int_equal(ins, 1);
 }
 
@@ -494,7 +532,7 @@ static void test_orders_of_user(void **state)
     store_order_t b[4] = {mk(300, 1010, v1, 1700000000), mk(301, 1010, v2, 1700000500),
                           mk(302, 1010, v3, 1700000200), mk(303, 1099, v1, 1700000900)};
     size_t ins, conf;
-    assert_int_equal(store_orders_write(f->s, b, 4, &ins, &conf), STORE_OK);
+    assert_int_equal(store_orders_write(f->s, b, 4, &ins, &conf, NULL), STORE_OK);
     assert_int_equal(ins, 4);
     store_order_t *out;
     size_t n;
@@ -524,7 +562,7 @@ static void test_deadline_under_lock(void **state)
     store_order_t o = mk(1, 2, v, 1700000000);
     size_t ins = 7, conf = 7;
     uint64_t t0 = clock_mono_ms();
-    assert_int_equal(store_orders_write(s, &o, 1, &ins, &conf), STORE_ERR);
+    assert_int_equal(store_orders_write(s, &o, 1, &ins, &conf, NULL), STORE_ERR);
     uint64_t took = clock_mono_ms() - t0;
     print_message("orders_write under LOCK TABLES failed after %llu ms: %s\n",
                   (unsigned long long)took, store_errmsg(s));
@@ -536,7 +574,7 @@ static void test_deadline_under_lock(void **state)
     assert_int_equal(store_user_by_phone(s, "13800000000", &u), STORE_NOTFOUND);
     sql(m, "UNLOCK TABLES");
     mysql_close(m);
-    assert_int_equal(store_orders_write(s, &o, 1, &ins, &conf), STORE_OK);
+    assert_int_equal(store_orders_write(s, &o, 1, &ins, &conf, NULL), STORE_OK);
     assert_int_equal(ins, 1);
     int64_t orders, stock;
     assert_int_equal(store_voucher_counts(s, v, &orders, &stock), STORE_OK);
@@ -597,10 +635,10 @@ static void test_reconnect(void **state)
     assert_true(kill_store_connections(f->db) >= 1);
     store_order_t o = mk(5, 6, v, 1700000000);
     size_t ins = 7, conf = 7;
-    assert_int_equal(store_orders_write(f->s, &o, 1, &ins, &conf), STORE_ERR);
+    assert_int_equal(store_orders_write(f->s, &o, 1, &ins, &conf, NULL), STORE_ERR);
     print_message("order batch on a killed connection: %s\n", store_errmsg(f->s));
     assert_int_equal(ins, 0);
-    assert_int_equal(store_orders_write(f->s, &o, 1, &ins, &conf), STORE_OK);
+    assert_int_equal(store_orders_write(f->s, &o, 1, &ins, &conf, NULL), STORE_OK);
     assert_int_equal(ins, 1);
     assert_int_equal(store_voucher_counts(f->s, v, &orders, &stock), STORE_OK);
     assert_int_equal(orders, 1);
@@ -652,6 +690,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_vouchers, setup, teardown),
         cmocka_unit_test_setup_teardown(test_orders_idempotent, setup, teardown),
         cmocka_unit_test_setup_teardown(test_orders_dup_and_conflict, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_orders_fenced_by_epoch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_orders_of_user, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deadline_under_lock, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reconnect, setup, teardown),

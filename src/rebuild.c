@@ -1,0 +1,432 @@
+/* rebuild.c -- rebuild a flash-sale voucher's Redis keys from SQL (see rebuild.h).
+ *
+ * Users and orders are compared through arrays of (user id, order id) pairs sorted by
+ * user: a million orders cost tens of MB and a sort, no hash tables. */
+#include "rebuild.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include <hiredis/hiredis.h>
+
+#include "rconn.h"
+#include "embedded.h"
+#include "keys.h"
+#include "log.h"
+#include "store.h"
+#include "xmem.h"
+
+#define PAGE 10000           /* SQL orders and stream entries per read */
+#define HSET_CHUNK 1000      /* buyers per HSET */
+#define LOCK_TTL_MS 30000
+
+typedef struct upair {
+    int64_t user, order;
+} upair_t;
+
+typedef struct uvec {
+    upair_t *v;
+    size_t n, cap;
+} uvec_t;
+
+static void uvec_push(uvec_t *u, int64_t user, int64_t order)
+{
+    if (u->n == u->cap) {
+        u->cap = u->cap ? u->cap * 2 : 1024;
+        u->v = xrealloc(u->v, u->cap * sizeof *u->v);
+    }
+    u->v[u->n].user = user;
+    u->v[u->n].order = order;
+    u->n++;
+}
+
+static int cmp_user(const void *a, const void *b)
+{
+    const upair_t *x = a, *y = b;
+    if (x->user != y->user)
+        return x->user < y->user ? -1 : 1;
+    return x->order < y->order ? -1 : x->order > y->order;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int has_user(const uvec_t *u, int64_t user)
+{
+    size_t lo = 0, hi = u->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (u->v[mid].user < user)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < u->n && u->v[lo].user == user;
+}
+
+static int has_i64(const int64_t *a, size_t n, int64_t x)
+{
+    return bsearch(&x, a, n, sizeof *a, cmp_i64) != NULL;
+}
+
+static void plan(const rebuild_opts_t *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void plan(const rebuild_opts_t *o, const char *fmt, ...)
+{
+    if (!o->plan)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(o->plan, fmt, ap);
+    va_end(ap);
+    fputc('\n', o->plan);
+}
+
+/* A stream entry's field value as an integer (0 = absent or bad). */
+static int entry_field(const redisReply *fields, const char *name, int64_t *out)
+{
+    if (!fields || fields->type != REDIS_REPLY_ARRAY)
+        return -1;
+    for (size_t i = 0; i + 1 < fields->elements; i += 2) {
+        const redisReply *k = fields->element[i];
+        if (k->type == REDIS_REPLY_STRING && strcmp(k->str, name) == 0)
+            return rconn_int(fields->element[i + 1], out);
+    }
+    return -1;
+}
+
+int rebuild_present(redisContext *c, int64_t voucher_id, char *err, size_t errlen)
+{
+    char kv[64];
+    if (key_voucher(kv, sizeof kv, voucher_id) < 0) {
+        snprintf(err, errlen, "voucher id out of range");
+        return -1;
+    }
+    redisReply *r = rconn_cmdf(c, err, errlen, "HEXISTS %s stock", kv);
+    if (!r)
+        return -1;
+    int64_t v = 0;
+    int ok = rconn_int(r, &v);
+    freeReplyObject(r);
+    if (ok != 0) {
+        snprintf(err, errlen, "HEXISTS %s: unexpected reply", kv);
+        return -1;
+    }
+    return v == 1;
+}
+
+/* Every order of the voucher in SQL, as (user, order), sorted by user. */
+static int read_sql_orders(store_t *st, int64_t vid, uvec_t *out, char *err, size_t errlen)
+{
+    int64_t after = 0;
+    for (;;) {
+        store_order_t *page = NULL;
+        size_t n = 0;
+        if (store_voucher_orders(st, vid, after, PAGE, &page, &n) != STORE_OK) {
+            snprintf(err, errlen, "SQL orders: %s", store_errmsg(st));
+            return -1;
+        }
+        for (size_t i = 0; i < n; i++)
+            uvec_push(out, page[i].user_id, page[i].id);
+        if (n)
+            after = page[n - 1].id;
+        free(page);
+        if (n < PAGE)
+            break;
+    }
+    if (out->n > 1)
+        qsort(out->v, out->n, sizeof *out->v, cmp_user);
+    return 0;
+}
+
+/* Every entry of a surviving stream: all order ids (sorted), and the (user, order) of the
+ * entries of generation epoch, sorted by user. */
+static int read_stream(redisContext *c, const char *ks, int64_t vid, int64_t epoch,
+                       int64_t **ids, size_t *nids, uvec_t *cur, char *err, size_t errlen)
+{
+    char start[64] = "-", why[256];
+    size_t cap = 0;
+    for (;;) {
+        redisReply *r = rconn_cmdf(c, why, sizeof why, "XRANGE %s %s + COUNT %d", ks, start, PAGE);
+        if (!r || r->type != REDIS_REPLY_ARRAY) {
+            snprintf(err, errlen, "XRANGE %s: %s", ks, r ? "unexpected reply" : why);
+            if (r)
+                freeReplyObject(r);
+            return -1;
+        }
+        size_t n = r->elements;
+        for (size_t i = 0; i < n; i++) {
+            const redisReply *e = r->element[i];
+            if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
+                e->element[0]->type != REDIS_REPLY_STRING)
+                continue;
+            if (i + 1 == n)
+                snprintf(start, sizeof start, "(%s", e->element[0]->str);
+            int64_t oid = 0, user = 0, v = 0, ep = 0;
+            if (entry_field(e->element[1], "id", &oid) != 0 ||
+                entry_field(e->element[1], "userId", &user) != 0 ||
+                entry_field(e->element[1], "voucherId", &v) != 0 || v != vid)
+                continue;   /* the writer moves such an entry to the dead letters */
+            if (entry_field(e->element[1], "ep", &ep) != 0)
+                ep = 0;
+            if (*nids == cap) {
+                cap = cap ? cap * 2 : 1024;
+                *ids = xrealloc(*ids, cap * sizeof **ids);
+            }
+            (*ids)[(*nids)++] = oid;
+            if (ep == epoch)
+                uvec_push(cur, user, oid);
+        }
+        freeReplyObject(r);
+        if (n < PAGE)
+            break;
+    }
+    if (*nids > 1)
+        qsort(*ids, *nids, sizeof **ids, cmp_i64);
+    if (cur->n > 1)
+        qsort(cur->v, cur->n, sizeof *cur->v, cmp_user);
+    return 0;
+}
+
+/* Releases the lock if it still holds our token. */
+static void unlock(redisContext *c, const char *kl, const char *token)
+{
+    char why[128];
+    redisReply *r = rconn_cmdf(c, why, sizeof why,
+                                "EVAL %s 1 %s %s",
+                                "if redis.call('GET', KEYS[1]) == ARGV[1] then "
+                                "return redis.call('DEL', KEYS[1]) end return 0",
+                                kl, token);
+    if (r)
+        freeReplyObject(r);
+    else
+        log_warn("rebuild: releasing %s: %s (it expires by itself)", kl, why);
+}
+
+/* Writes the buyers into the staging hash, HSET_CHUNK at a time. */
+static int stage_buyers(redisContext *c, const char *kt, const uvec_t *a, const uvec_t *b,
+                        char *err, size_t errlen)
+{
+    char why[256];
+    redisReply *r = rconn_cmdf(c, why, sizeof why, "DEL %s", kt);
+    if (!r) {
+        snprintf(err, errlen, "DEL %s: %s", kt, why);
+        return -1;
+    }
+    freeReplyObject(r);
+    size_t total = a->n + b->n, done = 0;
+    const char **argv = xrealloc(NULL, (2 + 2 * HSET_CHUNK) * sizeof *argv);
+    char(*num)[24] = xrealloc(NULL, 2 * HSET_CHUNK * sizeof *num);
+    int rc = 0;
+    while (done < total && rc == 0) {
+        int argc = 0;
+        argv[argc++] = "HSET";
+        argv[argc++] = kt;
+        for (size_t k = 0; k < HSET_CHUNK && done < total; k++, done++) {
+            const upair_t *p = done < a->n ? &a->v[done] : &b->v[done - a->n];
+            snprintf(num[2 * k], sizeof num[0], "%lld", (long long)p->user);
+            snprintf(num[2 * k + 1], sizeof num[0], "%lld", (long long)p->order);
+            argv[argc++] = num[2 * k];
+            argv[argc++] = num[2 * k + 1];
+        }
+        r = rconn_cmd(c, why, sizeof why, argc, argv, NULL);
+        if (!r) {
+            snprintf(err, errlen, "HSET %s: %s", kt, why);
+            rc = -1;
+        } else {
+            freeReplyObject(r);
+        }
+    }
+    free(argv);
+    free(num);
+    return rc;
+}
+
+int rebuild_voucher(redisContext *c, store_t *st, int64_t vid, const rebuild_opts_t *o,
+                    rebuild_result_t *res, char *err, size_t errlen)
+{
+    memset(res, 0, sizeof *res);
+    res->voucher_id = vid;
+    char kv[64], kb[64], ks[64], kl[64], kt[80], why[256], token[160];
+    if (key_voucher(kv, sizeof kv, vid) < 0 || key_buyers(kb, sizeof kb, vid) < 0 ||
+        key_stream(ks, sizeof ks, vid) < 0 || key_rebuild_lock(kl, sizeof kl, vid) < 0 ||
+        key_rebuild_buyers(kt, sizeof kt, vid) < 0) {
+        snprintf(err, errlen, "voucher id %lld out of range", (long long)vid);
+        return REBUILD_ERR;
+    }
+    int p = rebuild_present(c, vid, err, errlen);
+    if (p < 0)
+        return REBUILD_ERR;
+    if (p == 1)
+        return REBUILD_PRESENT;
+
+    /* 1. the lock */
+    unsigned char rnd[8];
+    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
+        uint64_t t = (uint64_t)time(NULL) ^ (uint64_t)clock();
+        memcpy(rnd, &t, sizeof rnd);
+    }
+    snprintf(token, sizeof token, "%s:%02x%02x%02x%02x%02x%02x%02x%02x",
+             o->owner && o->owner[0] ? o->owner : "seckill", rnd[0], rnd[1], rnd[2], rnd[3],
+             rnd[4], rnd[5], rnd[6], rnd[7]);
+    int locked = 0;
+    if (!o->dry_run) {
+        redisReply *r = rconn_cmdf(c, why, sizeof why, "SET %s %s NX PX %d", kl, token,
+                                    o->lock_ttl_ms > 0 ? o->lock_ttl_ms : LOCK_TTL_MS);
+        if (!r) {
+            snprintf(err, errlen, "SET %s NX: %s", kl, why);
+            return REBUILD_ERR;
+        }
+        locked = r->type == REDIS_REPLY_STATUS;
+        freeReplyObject(r);
+        if (!locked)
+            return REBUILD_BUSY;
+        /* Someone may have finished between our look and the lock. */
+        p = rebuild_present(c, vid, err, errlen);
+        if (p != 0) {
+            unlock(c, kl, token);
+            return p < 0 ? REBUILD_ERR : REBUILD_PRESENT;
+        }
+    }
+
+    int rc = REBUILD_ERR;
+    uvec_t sql = {0}, fresh = {0}, cur = {0};
+    int64_t *sids = NULL;
+    size_t nsids = 0;
+
+    /* 2. the voucher, the stream, the generation */
+    store_voucher_t v;
+    memset(&v, 0, sizeof v);
+    int g = store_voucher_get(st, vid, &v);
+    if (g == STORE_NOTFOUND || (g == STORE_OK && !v.is_seckill)) {
+        rc = REBUILD_NOT_SALE;
+        goto out;
+    }
+    if (g != STORE_OK) {
+        snprintf(err, errlen, "SQL voucher: %s", store_errmsg(st));
+        goto out;
+    }
+    res->begin = v.begin_time;
+    res->end = v.end_time;
+    redisReply *r = rconn_cmdf(c, why, sizeof why, "XLEN %s", ks);
+    int64_t xlen = 0;
+    if (!r || rconn_int(r, &xlen) != 0) {
+        snprintf(err, errlen, "XLEN %s: %s", ks, r ? "unexpected reply" : why);
+        if (r)
+            freeReplyObject(r);
+        goto out;
+    }
+    freeReplyObject(r);
+    res->stream_survived = xlen > 0;
+    int bump = !res->stream_survived;
+    int e = store_redis_epoch(st, vid, bump && !o->dry_run, &res->epoch);
+    if (e != STORE_OK) {
+        if (e == STORE_NOTFOUND)
+            rc = REBUILD_NOT_SALE;
+        else
+            snprintf(err, errlen, "SQL epoch: %s", store_errmsg(st));
+        goto out;
+    }
+    if (bump && o->dry_run)
+        res->epoch++;
+    if (bump)
+        plan(o, "voucher %lld: the order stream is empty or gone: Redis generation %lld -> "
+                "%lld in SQL (orders of the lost state a writer still holds are refused)",
+             (long long)vid, (long long)res->epoch - 1, (long long)res->epoch);
+
+    /* 3. SQL at one moment, its orders, the surviving stream */
+    int64_t count = 0, stock = 0;
+    if (store_voucher_counts(st, vid, &count, &stock) != STORE_OK) {
+        snprintf(err, errlen, "SQL counts: %s", store_errmsg(st));
+        goto out;
+    }
+    res->initial = stock + count;
+    if (read_sql_orders(st, vid, &sql, err, errlen) != 0)
+        goto out;
+    if (res->stream_survived &&
+        read_stream(c, ks, vid, res->epoch, &sids, &nsids, &cur, err, errlen) != 0)
+        goto out;
+    for (size_t i = 0; i < cur.n; i++)
+        if ((i == 0 || cur.v[i].user != cur.v[i - 1].user) && !has_user(&sql, cur.v[i].user))
+            uvec_push(&fresh, cur.v[i].user, cur.v[i].order);
+    res->from_sql = (int64_t)sql.n;
+    res->from_stream = (int64_t)fresh.n;
+    res->buyers = res->from_sql + res->from_stream;
+    res->stock = res->initial - res->buyers;
+    if (res->stock < 0) {
+        log_error("rebuild: voucher %lld: %lld buyers for an initial stock of %lld: "
+                  "publishing stock 0", (long long)vid, (long long)res->buyers,
+                  (long long)res->initial);
+        res->stock = 0;
+    }
+    res->seeded = 0;
+    for (size_t i = 0; i < sql.n; i++)
+        if (!has_i64(sids, nsids, sql.v[i].order))
+            res->seeded++;
+    plan(o, "voucher %lld: SQL stock %lld + %lld orders = initial %lld; buyers %lld (%lld "
+            "with an SQL order, %lld stream entries not yet in SQL); Redis stock %lld",
+         (long long)vid, (long long)stock, (long long)count, (long long)res->initial,
+         (long long)res->buyers, (long long)res->from_sql, (long long)res->from_stream,
+         (long long)res->stock);
+    plan(o, "  HSET %s <%lld buyers>, then RENAME to %s", kt, (long long)res->buyers, kb);
+    plan(o, "  SADD %s %lld", KEY_STREAMS, (long long)vid);
+    plan(o, "  XGROUP CREATE %s %s 0 MKSTREAM", ks, KEY_GROUP);
+    plan(o, "  HSET %s begin %lld end %lld ep %lld seeded %lld stock %lld", kv,
+         (long long)res->begin, (long long)res->end, (long long)res->epoch,
+         (long long)res->seeded, (long long)res->stock);
+    if (o->dry_run) {
+        rc = REBUILD_DONE;
+        goto out;
+    }
+
+    /* 4. write */
+    if (res->buyers > 0 && stage_buyers(c, kt, &sql, &fresh, err, errlen) != 0)
+        goto out;
+    char vs[24];
+    snprintf(vs, sizeof vs, "%lld", (long long)vid);
+    r = rconn_cmdf(c, why, sizeof why, "SADD %s %s", KEY_STREAMS, vs);
+    if (!r) {
+        snprintf(err, errlen, "SADD %s: %s", KEY_STREAMS, why);
+        goto out;
+    }
+    freeReplyObject(r);
+    char a_stock[24], a_begin[24], a_end[24], a_ep[24], a_seeded[24];
+    snprintf(a_stock, sizeof a_stock, "%lld", (long long)res->stock);
+    snprintf(a_begin, sizeof a_begin, "%lld", (long long)res->begin);
+    snprintf(a_end, sizeof a_end, "%lld", (long long)res->end);
+    snprintf(a_ep, sizeof a_ep, "%lld", (long long)res->epoch);
+    snprintf(a_seeded, sizeof a_seeded, "%lld", (long long)res->seeded);
+    const char *argv[] = {"EVAL", script_rebuild_lua, "5", kv, kb, ks, kl, kt, token,
+                          a_stock, a_begin, a_end, a_ep, a_seeded, KEY_GROUP};
+    r = rconn_cmd(c, why, sizeof why, (int)(sizeof argv / sizeof argv[0]), argv, NULL);
+    int64_t out = -2;
+    if (!r || rconn_int(r, &out) != 0) {
+        snprintf(err, errlen, "rebuild.lua: %s", r ? "unexpected reply" : why);
+        if (r)
+            freeReplyObject(r);
+        goto out;
+    }
+    freeReplyObject(r);
+    locked = 0;   /* the script released it (or it was no longer ours) */
+    if (out == 1)
+        rc = REBUILD_DONE;
+    else if (out == 0)
+        rc = REBUILD_PRESENT;
+    else
+        rc = REBUILD_BUSY;   /* the lock expired under us: someone else owns the rebuild */
+out:
+    if (locked)
+        unlock(c, kl, token);
+    store_voucher_clear(&v);
+    free(sql.v);
+    free(fresh.v);
+    free(cur.v);
+    free(sids);
+    return rc;
+}

@@ -1,0 +1,80 @@
+/* rebuild.h -- rebuild a flash-sale voucher's Redis keys from SQL after Redis lost them.
+ *
+ * SQL is the record of what a sale is; Redis holds its live state. When a voucher's hash
+ * has no stock field (a FLUSHALL, an empty Redis put in place of a dead one, a failover
+ * that lost the keys), admission answers "no such voucher" and the sale stops. A rebuild
+ * republishes it, once, under a lock:
+ *
+ *   1. SET seckill:rebuild:{id} <token> NX PX: one rebuilder per voucher at a time;
+ *   2. the voucher row from SQL (window); XLEN of the order stream. If the stream has
+ *      entries it survived the loss: its entries are real admissions, kept. If it is empty
+ *      or gone, any order a writer still holds in memory belongs to the lost state, so the
+ *      voucher's Redis generation ("epoch", store_redis_epoch) is raised in SQL: from that
+ *      commit on, the writers refuse orders of the old generation (fenced), and every
+ *      order committed before it is in SQL for step 3 to read;
+ *   3. SQL's (stock, orders) at one moment gives the initial stock S = stock + orders;
+ *      the buyers are every user with an order in SQL, plus (surviving stream) every
+ *      entry of the current generation not yet in SQL; Redis stock = S - buyers;
+ *   4. the buyers go to seckill:rebuild:buyers:{id} in chunks; SADD seckill:streams;
+ *      then scripts/rebuild.lua, atomically: if the lock is still ours and the voucher
+ *      still has no stock, rename the buyers into place, create the stream's group
+ *      (MKSTREAM), write the hash (stock, begin, end, ep, seeded) -- the sale resumes.
+ *
+ * Idempotent: a voucher with stock in Redis is left alone. `seeded` is the number of
+ * buyers that are not entries of the current stream, so `stream entries = buyers -
+ * seeded` still holds for the audit. Every key is under the voucher's hash tag, so the
+ * script runs on Redis Cluster too (seckill:streams is the one process-wide key).
+ *
+ * Orders answered but not persisted when Redis lost them are gone: they are in neither
+ * SQL nor Redis; their stock is sold again and their buyers may buy again. The audit
+ * lists them when given the answers (`seckill audit --orders`), README "When Redis loses
+ * its data".
+ *
+ * Blocking calls with the caller's deadlines (bredis_* socket timeouts, the store's);
+ * one thread at a time per (Redis connection, store). */
+#ifndef SECKILL_REBUILD_H
+#define SECKILL_REBUILD_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+struct redisContext;
+struct store;
+
+enum {
+    REBUILD_DONE = 0,       /* republished (or, dry run: would be) */
+    REBUILD_PRESENT = 1,    /* the voucher has stock in Redis: nothing to do */
+    REBUILD_BUSY = 2,       /* another rebuilder holds the lock */
+    REBUILD_NOT_SALE = 3,   /* SQL has no flash-sale voucher with this id */
+    REBUILD_ERR = -1
+};
+
+typedef struct rebuild_opts {
+    int dry_run;            /* read and report, write nothing (no lock, no epoch bump) */
+    const char *owner;      /* written into the lock's token, for whoever looks */
+    int lock_ttl_ms;        /* 0 = 30000 */
+    FILE *plan;             /* if set: a line per write, as it is (or would be) done */
+} rebuild_opts_t;
+
+typedef struct rebuild_result {
+    int64_t voucher_id;
+    int stream_survived;    /* the stream had entries: kept, no epoch bump */
+    int64_t epoch;          /* the generation published */
+    int64_t stock;          /* Redis stock written */
+    int64_t initial;        /* SQL stock + SQL orders */
+    int64_t buyers;         /* buyers written */
+    int64_t from_sql;       /* of which: users with an SQL order */
+    int64_t from_stream;    /* of which: stream entries not yet in SQL */
+    int64_t seeded;         /* buyers that are not entries of the stream */
+    int64_t begin, end;     /* the window, epoch seconds */
+} rebuild_result_t;
+
+/* Rebuilds one voucher if its keys are missing. Returns a REBUILD_* code; on
+ * REBUILD_ERR err says why (and the lock, if taken, is released). */
+int rebuild_voucher(struct redisContext *c, struct store *st, int64_t voucher_id,
+                    const rebuild_opts_t *o, rebuild_result_t *res, char *err, size_t errlen);
+
+/* 1 if the voucher hash has a stock field, 0 if not, -1 on a Redis error (err). */
+int rebuild_present(struct redisContext *c, int64_t voucher_id, char *err, size_t errlen);
+
+#endif

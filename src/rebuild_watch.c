@@ -1,0 +1,352 @@
+/* rebuild_watch.c -- the thread that finds vouchers Redis lost and rebuilds them (see
+ * rebuild_watch.h for when it looks; rebuild.h for what a rebuild does). */
+#include "rebuild_watch.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <hiredis/hiredis.h>
+
+#include "app.h"
+#include "rconn.h"
+#include "clock.h"
+#include "keys.h"
+#include "log.h"
+#include "metrics.h"
+#include "rebuild.h"
+#include "store.h"
+#include "xmem.h"
+
+#define CHECK_EVERY_MS 1000
+#define LIST_EVERY_MS 2000
+#define BACKOFF_MIN_MS 100
+#define BACKOFF_MAX_MS 2000
+#define POKE_MAX 64
+#define NOT_SALE_MAX 256
+
+typedef struct known {
+    int64_t id;
+    int64_t end;                     /* sale end, epoch seconds (windows never change) */
+} known_t;
+
+struct rebuild_watch {
+    app_t *app;
+    pthread_t tid;
+    pthread_mutex_t mu;              /* guards stop, pokes; with cv for naps */
+    pthread_cond_t cv;
+    int stop;
+    int64_t pokes[POKE_MAX];
+    int npokes;
+
+    redisContext *rc;
+    store_t *st;
+    int backoff_ms;
+    int down_logged;
+    known_t *known;                  /* every flash-sale voucher seen in SQL */
+    size_t nknown;
+    uint64_t list_at;
+    int64_t not_sale[NOT_SALE_MAX];  /* poked ids SQL does not know (ring) */
+    size_t nnot_sale;
+};
+
+/* ---------------------------------------------------------------- helpers */
+
+static int stopping(rebuild_watch_t *w)
+{
+    pthread_mutex_lock(&w->mu);
+    int s = w->stop;
+    pthread_mutex_unlock(&w->mu);
+    return s;
+}
+
+/* Sleeps up to ms; stop ends it early, and so does a poke if wake_on_poke. */
+static void nap(rebuild_watch_t *w, int ms, int wake_on_poke)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&w->mu);
+    while (!w->stop && (!wake_on_poke || w->npokes == 0) &&
+           pthread_cond_timedwait(&w->cv, &w->mu, &ts) != ETIMEDOUT) {
+    }
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void drop_redis(rebuild_watch_t *w, const char *why)
+{
+    if (!w->down_logged) {
+        log_warn("rebuild watch: Redis unusable (%s); retrying", why);
+        w->down_logged = 1;
+    }
+    if (w->rc) {   /* after the log: why may be the context's own errstr */
+        rconn_close(w->rc);
+        w->rc = NULL;
+    }
+}
+
+static void drop_sql(rebuild_watch_t *w, const char *why)
+{
+    log_warn("rebuild watch: SQL: %s", why);
+    store_close(w->st);
+    w->st = NULL;
+}
+
+static int ensure_sql(rebuild_watch_t *w)
+{
+    if (w->st)
+        return 0;
+    char err[512];
+    w->st = store_open(w->app->db_url, w->app->cfg.sql_timeout_ms, err, sizeof err);
+    if (!w->st) {
+        log_warn("rebuild watch: SQL: %s", err);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- one voucher */
+
+static void rebuild_one(rebuild_watch_t *w, int64_t vid, const char *why)
+{
+    rebuild_opts_t o = {.owner = w->app->name};
+    rebuild_result_t res;
+    char err[512] = "";
+    int rc = rebuild_voucher(w->rc, w->st, vid, &o, &res, err, sizeof err);
+    switch (rc) {
+    case REBUILD_DONE:
+        if (w->app->metrics)
+            metric_inc(&w->app->metrics->redis_rebuilds);
+        log_warn("voucher %lld: Redis had lost its keys (%s); rebuilt from SQL: stock %lld "
+                 "of %lld, %lld buyers (%lld from SQL, %lld from the surviving stream), "
+                 "generation %lld",
+                 (long long)vid, why, (long long)res.stock, (long long)res.initial,
+                 (long long)res.buyers, (long long)res.from_sql, (long long)res.from_stream,
+                 (long long)res.epoch);
+        break;
+    case REBUILD_PRESENT:
+        break;
+    case REBUILD_BUSY:
+        log_info("voucher %lld: another instance is rebuilding its Redis keys", (long long)vid);
+        break;
+    case REBUILD_NOT_SALE:
+        w->not_sale[w->nnot_sale++ % NOT_SALE_MAX] = vid;
+        break;
+    default:
+        log_error("voucher %lld: rebuilding its Redis keys failed: %s", (long long)vid, err);
+        /* Which side failed is in err; starting both afresh is simplest and rare. */
+        drop_redis(w, err);
+        drop_sql(w, err);
+    }
+}
+
+/* ---------------------------------------------------------------- the passes */
+
+/* Re-reads the flash-sale vouchers from SQL; windows of new ones are read once. */
+static int refresh_list(rebuild_watch_t *w)
+{
+    int64_t *ids = NULL;
+    size_t n = 0;
+    if (store_seckill_ids(w->st, &ids, &n) != STORE_OK) {
+        drop_sql(w, store_errmsg(w->st));
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        size_t k = 0;
+        while (k < w->nknown && w->known[k].id != ids[i])
+            k++;
+        if (k < w->nknown)
+            continue;
+        store_voucher_t v;
+        memset(&v, 0, sizeof v);
+        int rc = store_voucher_get(w->st, ids[i], &v);
+        int64_t end = v.end_time;
+        store_voucher_clear(&v);
+        if (rc == STORE_ERR) {
+            drop_sql(w, store_errmsg(w->st));
+            free(ids);
+            return -1;
+        }
+        if (rc != STORE_OK)
+            continue;
+        w->known = xrealloc(w->known, (w->nknown + 1) * sizeof *w->known);
+        w->known[w->nknown].id = ids[i];
+        w->known[w->nknown].end = end;
+        w->nknown++;
+    }
+    free(ids);
+    return 0;
+}
+
+/* One pipelined HEXISTS per live voucher; rebuilds those without stock. */
+static void check_all(rebuild_watch_t *w, const char *why)
+{
+    uint64_t now_ms = clock_mono_ms();
+    if (now_ms >= w->list_at) {
+        if (refresh_list(w) != 0)
+            return;
+        w->list_at = now_ms + LIST_EVERY_MS;
+    }
+    int64_t now = (int64_t)time(NULL);
+    size_t nlive = 0;
+    int64_t *live = xrealloc(NULL, (w->nknown + 1) * sizeof *live);
+    for (size_t i = 0; i < w->nknown; i++) {
+        char kv[64];
+        if (w->known[i].end <= now || key_voucher(kv, sizeof kv, w->known[i].id) < 0)
+            continue;
+        redisAppendCommand(w->rc, "HEXISTS %s stock", kv);
+        live[nlive++] = w->known[i].id;
+    }
+    int missing_any = 0;
+    for (size_t i = 0; i < nlive; i++) {
+        void *rv = NULL;
+        if (redisGetReply(w->rc, &rv) != REDIS_OK) {
+            drop_redis(w, w->rc->errstr);
+            free(live);
+            return;
+        }
+        redisReply *r = rv;
+        int missing = r->type == REDIS_REPLY_INTEGER && r->integer == 0;
+        if (r->type == REDIS_REPLY_ERROR)
+            log_warn("rebuild watch: HEXISTS: %s", r->str);
+        freeReplyObject(r);
+        if (missing) {
+            live[i] = -live[i];   /* marked; rebuilt after all replies are read */
+            missing_any = 1;
+        }
+    }
+    for (size_t i = 0; missing_any && i < nlive && w->rc && w->st && !stopping(w); i++)
+        if (live[i] < 0)
+            rebuild_one(w, -live[i], why);
+    free(live);
+}
+
+static void handle_pokes(rebuild_watch_t *w)
+{
+    int64_t ids[POKE_MAX];
+    pthread_mutex_lock(&w->mu);
+    int n = w->npokes;
+    memcpy(ids, w->pokes, (size_t)n * sizeof ids[0]);
+    w->npokes = 0;
+    pthread_mutex_unlock(&w->mu);
+    for (int i = 0; i < n && w->rc && w->st; i++) {
+        int skip = 0;
+        for (size_t k = 0; k < NOT_SALE_MAX && k < w->nnot_sale; k++)
+            skip |= w->not_sale[k] == ids[i];
+        if (!skip)
+            rebuild_one(w, ids[i], "admission found no voucher");
+    }
+}
+
+static void *watch_main(void *arg)
+{
+    rebuild_watch_t *w = arg;
+    log_set_thread_name("rebuild");
+    uint64_t next_check = 0;
+    while (!stopping(w)) {
+        if (!w->rc) {
+            char err[512];
+            w->rc = rconn_open_url(w->app->redis_url, w->app->cfg.redis_timeout_ms, err, sizeof err);
+            if (!w->rc) {
+                if (!w->down_logged) {
+                    log_warn("rebuild watch: Redis unusable (%s); retrying", err);
+                    w->down_logged = 1;
+                }
+                nap(w, w->backoff_ms, 0);
+                w->backoff_ms = w->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS
+                                                                   : w->backoff_ms * 2;
+                continue;
+            }
+            if (w->down_logged)
+                log_info("rebuild watch: Redis usable again: looking for lost vouchers");
+            w->down_logged = 0;
+            w->backoff_ms = BACKOFF_MIN_MS;
+            next_check = 0;   /* (re)connected: look at once */
+        }
+        if (ensure_sql(w) != 0) {
+            nap(w, BACKOFF_MAX_MS, 0);
+            continue;
+        }
+        handle_pokes(w);
+        uint64_t now = clock_mono_ms();
+        if (w->rc && w->st && now >= next_check) {
+            check_all(w, next_check == 0 ? "found at start or after a reconnect"
+                                         : "found by the periodic check");
+            next_check = now + CHECK_EVERY_MS;
+        }
+        now = clock_mono_ms();
+        if (w->rc && w->st && next_check > now)
+            nap(w, (int)(next_check - now), 1);
+    }
+    log_info("rebuild watch: stopped");
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- lifetime */
+
+rebuild_watch_t *rebuild_watch_start(struct app *app, char *err, size_t errlen)
+{
+    rebuild_watch_t *w = calloc(1, sizeof *w);
+    if (!w) {
+        snprintf(err, errlen, "rebuild watch: out of memory");
+        return NULL;
+    }
+    w->app = app;
+    w->backoff_ms = BACKOFF_MIN_MS;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&w->mu, NULL);
+    int rc = pthread_create(&w->tid, NULL, watch_main, w);
+    if (rc != 0) {
+        snprintf(err, errlen, "rebuild watch: cannot start thread: %s", strerror(rc));
+        pthread_cond_destroy(&w->cv);
+        pthread_mutex_destroy(&w->mu);
+        free(w);
+        return NULL;
+    }
+    return w;
+}
+
+void rebuild_watch_poke(rebuild_watch_t *w, int64_t voucher_id)
+{
+    if (!w || voucher_id <= 0)
+        return;
+    pthread_mutex_lock(&w->mu);
+    int dup = 0;
+    for (int i = 0; i < w->npokes; i++)
+        dup |= w->pokes[i] == voucher_id;
+    if (!dup && w->npokes < POKE_MAX) {
+        w->pokes[w->npokes++] = voucher_id;
+        pthread_cond_signal(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+}
+
+void rebuild_watch_stop(rebuild_watch_t *w)
+{
+    if (!w)
+        return;
+    pthread_mutex_lock(&w->mu);
+    w->stop = 1;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->tid, NULL);
+    rconn_close(w->rc);
+    store_close(w->st);
+    free(w->known);
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    free(w);
+}
