@@ -130,6 +130,7 @@ void metrics_sum(struct app *app, metrics_totals_t *t)
         t->token_hits += ld(&m->token_cache_hits);
         t->redis_errors += ld(&m->redis_errors);
         t->redis_reconnects += ld(&m->redis_reconnects);
+        t->redis_redirects += ld(&m->redis_redirects);
         t->rate_limited += ld(&m->rate_limited);
         for (int k = 0; k < METRICS_RL_KINDS; k++) {
             t->rl_by[k] += ld(&m->rate_limited_by[k]);
@@ -194,6 +195,9 @@ void metrics_render(struct app *app, struct sb *out)
         "Redis timeouts, disconnects and error replies.", redis_errors);
     one(out, "seckill_redis_reconnects_total", "counter", "Redis reconnections.",
         redis_reconnects);
+    one(out, "seckill_redis_redirects_total", "counter",
+        "Redis Cluster redirects followed (MOVED, ASK, TRYAGAIN, CLUSTERDOWN).",
+        t.redis_redirects);
     one(out, "seckill_rate_limited_total", "counter", "Requests refused by rate limiting.",
         rate_limited);
     head(out, "seckill_rate_limited_by_limit_total", "counter",

@@ -42,6 +42,7 @@ typedef struct metrics_shard {
     _Atomic uint64_t token_cache_hits;
     _Atomic uint64_t redis_errors;            /* timeouts, disconnects, error replies */
     _Atomic uint64_t redis_reconnects;
+    _Atomic uint64_t redis_redirects;         /* Redis Cluster: MOVED/ASK/TRYAGAIN/CLUSTERDOWN followed */
     _Atomic uint64_t rate_limited;
     _Atomic uint64_t rate_limited_by[METRICS_RL_KINDS];  /* by limit: rl_kind_t order */
     char pad[64];
@@ -82,7 +83,7 @@ typedef struct metrics_totals {
     uint64_t seckill[OUT__COUNT];
     uint64_t bucket[METRICS_LAT_BUCKETS];      /* per bucket, not cumulative */
     uint64_t requests, http_class[6], lat_sum_us, soldout_local, token_hits;
-    uint64_t redis_errors, redis_reconnects, rate_limited, rl_by[METRICS_RL_KINDS];
+    uint64_t redis_errors, redis_reconnects, redis_redirects, rate_limited, rl_by[METRICS_RL_KINDS];
     uint64_t persisted;                        /* this process's writer */
     int64_t stream_pending, stream_lag;        /* cluster-wide, as the writer last saw */
     int workers, redis_up;                     /* workers, and how many have Redis up */

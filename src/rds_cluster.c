@@ -38,6 +38,7 @@
 
 #include "clock.h"
 #include "log.h"
+#include "metrics.h"
 #include "rcluster.h"
 #include "worker.h"
 
@@ -321,6 +322,8 @@ static void on_node_reply(redisReply *reply, void *priv)
         return;
     }
     cc->redirects++;
+    if (cl->w->m)
+        metric_inc(&cl->w->m->redis_redirects);
     if (kind == RCL_ERR_TRYAGAIN || kind == RCL_ERR_CLUSTERDOWN) {
         /* A migration in progress (multi-key command) or a failover: wait a tick. */
         if (kind == RCL_ERR_CLUSTERDOWN)

@@ -9,12 +9,16 @@ deploy/redis-cluster.sh; cluster-node-timeout 1 s), one seckill against it:
     its master is killed with kill -9, the replica resumes and is promoted, the old master
     comes back as its replica. With --redis-wait-replicas 1: no answered order lost, none
     oversold, none twice. Without it, the same run loses the orders answered while the
-    replica lagged: the second test shows that loss (so the first can fail) and logs it.
+    replica lagged: the second test shows that loss (so the first can fail) and logs it;
+  - resharding mid-sale: `redis-cli --cluster reshard` moves the hot voucher's slot to
+    another master while buyers buy (ASK during the migration, MOVED after): the voucher
+    sells exactly its stock, every answered order is in SQL, the audit is clean.
 
 SQLite only: the Redis side is what these tests are about, and each cluster costs ~6 s to
 form, so running them twice would only double the CI cost.
 """
 
+import subprocess
 import threading
 import time
 
@@ -83,8 +87,8 @@ class Buyers:
     connection) is retried after a short pause. .answers: user -> final answer; .successes:
     (user, order id) of every success answer."""
 
-    def __init__(self, srv, vid, tokens, nthreads=12, deadline_s=40):
-        self.srv, self.vid, self.tokens = srv, vid, tokens
+    def __init__(self, srv, vid, tokens, nthreads=12, deadline_s=40, pace=0.0):
+        self.srv, self.vid, self.tokens, self.pace = srv, vid, tokens, pace
         self.lock = threading.Lock()
         self.next = 0
         self.answers = {}
@@ -116,6 +120,8 @@ class Buyers:
                     self.next += 1
                 if u >= len(self.tokens):
                     return
+                if self.pace:
+                    time.sleep(self.pace)   # spreads the sale out in time (load shape)
                 while time.monotonic() < self.deadline:
                     try:
                         st, j = h.api("POST", path, token=self.tokens[u])
@@ -224,3 +230,80 @@ def test_cluster_failover_without_wait_loses_answered_orders():
                                                        max(0, orders - stock)))
     check(lost + forgot > 0, "expected answered orders to be lost without WAIT "
           "(answered %d)", answered)
+
+
+# ---------------------------------------------------------------------------------------
+# resharding
+
+def _metric(srv, name):
+    h = H.Http(srv.port)
+    try:
+        st, _, body = h.request("GET", "/metrics")
+    finally:
+        h.close()
+    eq(st, 200, "GET /metrics")
+    for line in body.decode().splitlines():
+        if line.startswith(name + " "):
+            return int(float(line.split()[1]))
+    raise H.TestFailure("no %s in /metrics" % name)
+
+
+def _slot_ranges(cluster):
+    """[(lo, hi, master port, master node id)] from CLUSTER SLOTS."""
+    return [(lo, hi, int(m[1]), m[2]) for lo, hi, m, *_ in
+            cluster.alive()[0].cmd("CLUSTER", "SLOTS")]
+
+
+@H.timeout(200)
+def test_cluster_reshard_hot_voucher_mid_sale():
+    cluster = H.start_redis_cluster()
+    srv = H.start_server(cluster.url, name="inst-1", threads=2,
+                         settings={"rate_user_seckill": "0"})
+    users, stock = 500, 400
+    tokens = H.login_many(srv, cluster, users)
+    # A voucher whose slot is near the start of its master's range, so that moving the
+    # first slots of that master (what reshard moves) moves it, and not thousands more.
+    vid = offset = src = None
+    for _ in range(60):
+        v = H.create_seckill(srv, stock=stock)
+        slot = cluster.cmd("CLUSTER", "KEYSLOT", H.k_voucher(v))
+        for lo, hi, port, nid in _slot_ranges(cluster):
+            if lo <= slot <= hi and slot - lo < 400:
+                vid, offset, src = v, slot - lo, (port, nid)
+        if vid:
+            break
+    check(vid is not None, "no voucher near the start of a slot range in 60 tries")
+    dst = next((port, nid) for _, _, port, nid in _slot_ranges(cluster) if port != src[0])
+    H.log("voucher %d: slot offset %d on %d, moving to %d" % (vid, offset, src[0], dst[0]))
+
+    b = Buyers(srv, vid, tokens, deadline_s=60, pace=0.1).start()
+    H.wait_until(lambda: b.n_success() >= 40, 20, what="the sale under way")
+    t0 = time.monotonic()
+    p = subprocess.run(["redis-cli", "--cluster", "reshard", "127.0.0.1:%d" % src[0],
+                        "--cluster-from", src[1], "--cluster-to", dst[1],
+                        "--cluster-slots", str(offset + 1), "--cluster-yes"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+    check(p.returncode == 0, "reshard failed: %s", p.stdout.decode(errors="replace")[-2000:])
+    moved_at = b.n_success()
+    H.log("reshard of %d slots took %.2fs" % (offset + 1, time.monotonic() - t0))
+    eq(cluster.node_for(H.k_voucher(vid)).port, dst[0], "owner of the voucher's slot")
+    b.join()
+    H.log("reshard done after %d successes; %d successes in all, %d retried answers" % (
+        moved_at, len(b.successes), b.retries))
+    check(moved_at < stock, "the sale was over before the slot moved (%d sold)", moved_at)
+    redirects = _metric(srv, "seckill_redis_redirects_total")
+    H.log("redirects followed by the workers: %d" % redirects)
+    check(redirects > 0, "no MOVED/ASK was seen: the test did not exercise the reshard")
+
+    eq(len(b.successes), stock, "orders answered success (users %d, stock %d)" % (users, stock))
+    eq(len(b.answers), users, "users with a final answer")
+    H.wait_drained(srv, cluster, vid, timeout=60)
+    db = srv.db()
+    rows = db.orders(vid)
+    eq({o for _, o in b.successes} - {o for o, _ in rows}, set(), "answered orders not in SQL")
+    eq(len(rows), stock, "SQL orders")
+    check(db.per_user_max(vid) <= 1, "a user has %d orders", db.per_user_max(vid))
+    st, out = H.audit(cluster, srv.db_url, voucher_id=vid)
+    check(st == 0 and "audit: 0 violations" in out, "audit after the reshard: exit %d\n%s", st,
+          out[-3000:])
+    H.finish(srv)
