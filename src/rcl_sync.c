@@ -289,3 +289,24 @@ void rcs_route_close(rcs_route_t *r)
     rcs_close(r->cl);
     memset(r, 0, sizeof *r);
 }
+
+int rcs_route_replies(redisContext **ctx, size_t n, rcs_reply_fn fn, void *arg, const char *what,
+                      char *err, size_t errlen)
+{
+    int rc = 0;
+    for (size_t i = 0; i < n; i++) {
+        redisReply *r = NULL;
+        if (redisGetReply(ctx[i], (void **)&r) != REDIS_OK) {
+            snprintf(err, errlen, "%s: %s", what, ctx[i]->errstr);
+            return -1;
+        }
+        if (rc == 0 && r->type == REDIS_REPLY_ERROR) {
+            snprintf(err, errlen, "%s: %s", what, r->str);
+            rc = -1;
+        } else if (rc == 0 && fn) {
+            rc = fn(i, r, arg, err, errlen);
+        }
+        freeReplyObject(r);
+    }
+    return rc;
+}

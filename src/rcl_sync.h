@@ -60,5 +60,14 @@ int rcs_route_open(const char *url, int timeout_ms, rcs_route_t *out, char *err,
 /* The context for key (owned by r; do not free). NULL with err. */
 struct redisContext *rcs_route_key(rcs_route_t *r, const char *key, char *err, size_t errlen);
 void rcs_route_close(rcs_route_t *r);   /* NULL members are fine */
+/* Pipelines through routed contexts: append each command to rcs_route_key(key)'s context
+ * and remember that context in ctx[i]; then this reads the n replies in append order
+ * (each context keeps its own order, so every reply meets its command), hands each to fn
+ * (may be NULL) and frees it. An error reply or fn's -1 makes the result -1 (the rest is
+ * still read); a broken connection stops at once. 0, or -1 with err ("what: ..."). */
+typedef int (*rcs_reply_fn)(size_t i, const struct redisReply *r, void *arg, char *err,
+                            size_t errlen);
+int rcs_route_replies(struct redisContext **ctx, size_t n, rcs_reply_fn fn, void *arg,
+                      const char *what, char *err, size_t errlen);
 
 #endif

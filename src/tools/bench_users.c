@@ -25,9 +25,9 @@
 #include <hiredis/hiredis.h>
 
 #include "bench_redis.h"
-#include "seed.h"
-#include "rconn.h"
 #include "clock.h"
+#include "rcl_sync.h"
+#include "seed.h"
 
 #define CHUNK 10000
 #define PIPE 1000
@@ -93,40 +93,51 @@ static int tokens_file(const bench_opts_t *o, bench_users_t *u, char *err, size_
     return 0;
 }
 
-static int read_codes(redisContext *c, const bench_opts_t *o, char (*codes)[8], size_t lo,
+typedef struct codes_dst {
+    char (*codes)[8];
+    size_t lo;
+    char (*keys)[32];
+} codes_dst_t;
+
+static int take_code(size_t i, const redisReply *e, void *arg, char *err, size_t errlen)
+{
+    codes_dst_t *d = arg;
+    if (e->type != REDIS_REPLY_STRING || e->len >= 8) {
+        snprintf(err, errlen, "no login code in Redis for user %zu (%s)", d->lo + i, d->keys[i]);
+        return -1;
+    }
+    memcpy(d->codes[d->lo + i], e->str, e->len + 1);
+    return 0;
+}
+
+/* One GET per phone, pipelined (per node on a cluster: the codes' keys are in different
+ * slots, so one MGET could not fetch them there). */
+static int read_codes(rcs_route_t *rt, const bench_opts_t *o, char (*codes)[8], size_t lo,
                       size_t hi, char *err, size_t errlen)
 {
-    const char **argv = xcalloc(PIPE + 1, sizeof *argv);
+    redisContext **ctx = xcalloc(PIPE, sizeof *ctx);
     char(*keys)[32] = xcalloc(PIPE, sizeof *keys);
     int rc = 0;
     for (size_t a = lo; a < hi && rc == 0; a += PIPE) {
-        size_t b = a + PIPE < hi ? a + PIPE : hi;
-        argv[0] = "MGET";
+        size_t b = a + PIPE < hi ? a + PIPE : hi, nc = 0;
         for (size_t i = a; i < b; i++) {
             char phone[16];
             bench_phone(o->user_base + (int64_t)i, phone);
             snprintf(keys[i - a], sizeof keys[0], "login:code:%s", phone);
-            argv[1 + i - a] = keys[i - a];
-        }
-        redisReply *r = rconn_cmd(c, err, errlen, (int)(1 + b - a), argv, NULL);
-        if (!r) {
-            rc = -1;
-            break;
-        }
-        for (size_t i = a; i < b; i++) {
-            const redisReply *e = r->type == REDIS_REPLY_ARRAY && i - a < r->elements
-                                      ? r->element[i - a] : NULL;
-            if (!e || e->type != REDIS_REPLY_STRING || e->len >= 8) {
-                snprintf(err, errlen, "no login code in Redis for user %zu (%s)", i,
-                         keys[i - a]);
+            redisContext *c = rcs_route_key(rt, keys[i - a], err, errlen);
+            if (!c) {
                 rc = -1;
                 break;
             }
-            memcpy(codes[i], e->str, e->len + 1);
+            const char *argv[2] = {"GET", keys[i - a]};
+            redisAppendCommandArgv(c, 2, argv, NULL);
+            ctx[nc++] = c;
         }
-        freeReplyObject(r);
+        codes_dst_t d = {codes, a, keys};
+        if (rcs_route_replies(ctx, nc, take_code, &d, "reading login codes", err, errlen) < 0)
+            rc = -1;
     }
-    free(argv);
+    free(ctx);
     free(keys);
     return rc;
 }
@@ -134,8 +145,8 @@ static int read_codes(redisContext *c, const bench_opts_t *o, char (*codes)[8], 
 static int api_login(const bench_opts_t *o, const bench_load_t *proto, bench_users_t *u, char *err,
                      size_t errlen)
 {
-    redisContext *c = rconn_open_url(o->redis_url, 10000, err, errlen);
-    if (!c)
+    rcs_route_t rt;
+    if (rcs_route_open(o->redis_url, 10000, &rt, err, errlen) < 0)
         return -1;
     char(*codes)[8] = xcalloc(u->n, sizeof *codes);
     int rc = 0;
@@ -171,14 +182,14 @@ static int api_login(const bench_opts_t *o, const bench_load_t *proto, bench_use
             }
             bench_load_free(&L);
             if (rc == 0 && job == JOB_CODE)
-                rc = read_codes(c, o, codes, lo, hi, err, errlen);
+                rc = read_codes(&rt, o, codes, lo, hi, err, errlen);
         }
         if (o->progress && u->n > CHUNK)
             fprintf(stderr, "seckill bench: logged in %zu of %zu users (%.1f s)\n", hi, u->n,
                     (double)(clock_mono_ns() - t0) / 1e9);
     }
     free(codes);
-    rconn_close(c);
+    rcs_route_close(&rt);
     return rc;
 }
 

@@ -10,23 +10,28 @@
 #include <hiredis/hiredis.h>
 
 #include "clock.h"
-#include "rconn.h"
+#include "rcl_sync.h"
 #include "rnd.h"
 #include "token.h"
 
 #define PIPE 1000
 
+/* The hashes spread by their own keys: on a Redis Cluster each goes to its slot's node
+ * (rcs_route_key), one pipeline per node; on one Redis all go to the one connection. */
 static int write_hashes(const seed_req_t *q, char (*tokens)[33], const int64_t *ids, char *err,
                         size_t errlen)
 {
-    redisContext *c = rconn_open_url(q->redis_url, 10000, err, errlen);
-    if (!c)
+    rcs_route_t rt;
+    if (rcs_route_open(q->redis_url, 10000, &rt, err, errlen) < 0)
         return -1;
     char ttl[16];
     snprintf(ttl, sizeof ttl, "%d", q->ttl_s > 0 ? q->ttl_s : 7200);
-    int rc = 0;
+    redisContext **ctx = calloc(2 * PIPE, sizeof *ctx);
+    int rc = ctx ? 0 : -1;
+    if (!ctx)
+        snprintf(err, errlen, "out of memory");
     for (size_t lo = 0; lo < q->n && rc == 0; lo += PIPE) {
-        size_t hi = lo + PIPE < q->n ? lo + PIPE : q->n;
+        size_t hi = lo + PIPE < q->n ? lo + PIPE : q->n, nc = 0;
         for (size_t i = lo; i < hi; i++) {
             char key[64], id[24], nick[32];
             snprintf(key, sizeof key, "login:token:%s", tokens[i]);
@@ -34,25 +39,21 @@ static int write_hashes(const seed_req_t *q, char (*tokens)[33], const int64_t *
             snprintf(nick, sizeof nick, "bench_%lld", (long long)(ids[i] - SEED_USER_ID_BASE));
             const char *hset[] = {"HSET", key, "id", id, "nickName", nick, "icon", ""};
             const char *exp[] = {"EXPIRE", key, ttl};
+            redisContext *c = rcs_route_key(&rt, key, err, errlen);
+            if (!c) {
+                rc = -1;
+                break;
+            }
             redisAppendCommandArgv(c, 8, hset, NULL);
             redisAppendCommandArgv(c, 3, exp, NULL);
+            ctx[nc++] = c;
+            ctx[nc++] = c;
         }
-        for (size_t i = lo; i < hi && rc == 0; i++)
-            for (int k = 0; k < 2; k++) {
-                redisReply *r = NULL;
-                if (redisGetReply(c, (void **)&r) != REDIS_OK) {
-                    snprintf(err, errlen, "writing token hashes: %s", c->errstr);
-                    rc = -1;
-                    break;
-                }
-                if (r->type == REDIS_REPLY_ERROR) {
-                    snprintf(err, errlen, "writing token hashes: %s", r->str);
-                    rc = -1;
-                }
-                freeReplyObject(r);
-            }
+        if (rcs_route_replies(ctx, nc, NULL, NULL, "writing token hashes", err, errlen) < 0)
+            rc = -1;
     }
-    rconn_close(c);
+    free(ctx);
+    rcs_route_close(&rt);
     return rc;
 }
 

@@ -4,7 +4,9 @@ A cluster of 3 masters + 3 replicas on loopback (harness.start_redis_cluster, fo
 deploy/redis-cluster.sh; cluster-node-timeout 1 s), one seckill against it:
   - a sale over 30 vouchers whose slots spread over every master: every voucher sells
     exactly its stock, one order per user, every answered order is in SQL, and
-    `seckill audit` (reading each voucher on its node) reports no violation;
+    `seckill audit` (reading each voucher on its node) reports no violation; then
+    `seckill bench` against the cluster (buyers logged in through the API, then seeded
+    tokens spread over the nodes), drained and audited by the tool itself;
   - failover mid-sale: the hot voucher's replica is stopped (SIGSTOP: it falls behind),
     its master is killed with kill -9, the replica resumes and is promoted, the old master
     comes back as its replica. With --redis-wait-replicas 1: no answered order lost, none
@@ -18,6 +20,8 @@ SQLite only: the Redis side is what these tests are about, and each cluster cost
 form, so running them twice would only double the CI cost.
 """
 
+import json
+import os
 import subprocess
 import threading
 import time
@@ -72,6 +76,20 @@ def test_cluster_sale_30_vouchers_audits_clean():
     st, out = H.audit(cluster, srv.db_url)
     check(st == 0 and "audit: 0 violations" in out, "audit on the cluster: exit %d\n%s", st,
           out[-3000:])
+
+    # seckill bench on the cluster: API logins (codes read per node), then seeded tokens
+    for extra, users, stock in ((["--users", 300], 300, 100),
+                                (["--seed-tokens", "--users", 3000], 3000, 500)):
+        js = os.path.join(H.tmpdir(), "bench-%d.json" % users)
+        rc, out, err = H.run_tool(["bench", "--target", "http://127.0.0.1:%d" % srv.port,
+                                   "--redis", cluster.url, "--db", srv.db_url,
+                                   "--admin-token", srv.admin_token, "--quiet", "--stock",
+                                   stock, "--conns", 16, "--json", js] + extra)
+        check(rc == 0, "bench exit %d:\n%s\n%s", rc, out, err)
+        j = json.load(open(js))
+        eq(j["outcomes"]["success"], stock, "bench success answers (%d users)" % users)
+        eq(j["audit"], 0, "bench's audit status")
+        check(j["drain"]["drained"], "not drained: %r", j["drain"])
     H.finish(srv)
 
 
