@@ -185,7 +185,7 @@ def _failover_sale(wait_replicas):
     H.log("voucher %d on master %d, replica %d; wait-replicas %d" % (
         vid, master.port, replica.port, wait_replicas))
 
-    b = Buyers(srv, vid, tokens).start()
+    b = Buyers(srv, vid, tokens, pace=0.03).start()
     H.wait_until(lambda: b.n_success() >= 50, 20, what="the sale under way")
     # The replication link breaks and stays broken for 0.6 s (the fault's length, not a
     # wait for a condition): the replica cannot log in again (a wrong masterauth) while the
@@ -198,6 +198,7 @@ def _failover_sale(wait_replicas):
     during = b.n_success() - before
     master.kill()
     H.log("answered while the link was down: %d; master %d killed" % (during, master.port))
+    check(b.n_success() < stock, "the sale was over before the master died")
     H.wait_until(lambda: replica.cmd("ROLE")[0] == "master", 30, interval=0.1,
                  what="replica %d promoted" % replica.port)
     replica.cmd("CONFIG", "SET", "masterauth", "")
