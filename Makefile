@@ -79,7 +79,7 @@ $(BUILD)/obj/%.o: src/%.c | $(BUILD)/obj $(BUILD)/obj/tools $(BUILD)/gen/embedde
 
 # Lua scripts, SQL schemas and the sale board's page (web/) are files in the repo,
 # compiled into the binary.
-$(BUILD)/gen/embedded.c: $(EMBED) tools/embed.sh | $(BUILD)/gen
+$(BUILD)/gen/embedded.c: $(EMBED) tools/embed.sh Makefile | $(BUILD)/gen
 	sh tools/embed.sh $@ script_admit_lua=scripts/admit.lua script_login_code_lua=scripts/login_code.lua \
 	  schema_sqlite_sql=sql/schema.sqlite.sql \
 	  schema_mysql_sql=sql/schema.mysql.sql script_board_lua=scripts/board.lua \

@@ -89,6 +89,8 @@ static const bopt_t bopts[] = {
      "sign seeded tokens with the service's key [<data-dir>/token-key if it exists; else random]"},
     {"record", A_STR, F(record), 0, 0, "FILE", "write every success answer (for audit --orders)"},
     {"json", A_STR, F(json), 0, 0, "FILE", "also write the results as JSON (- = stdout)"},
+    {"html", A_STR, F(html), 0, 0, "FILE",
+     "also write the report as a page: outcomes over time, latency curve, stock, audit"},
     {"server-pid", A_INT, F(server_pid), 1, INT_MAX, "PID", "for CPU/request [the listener's]"},
     {"redis-pid", A_INT, F(redis_pid), 1, INT_MAX, "PID", "for CPU/request [from INFO, if local]"},
     {"no-audit", A_SET, SET(audit, 0), 0, 0, NULL, "skip the drain wait and the audit"},
@@ -537,6 +539,9 @@ typedef struct prog {
     int tty;
     uint64_t last_done;
     double last_t;
+    int print;                  /* the live line (not --quiet) */
+    double last_print;
+    bench_series_t *series;     /* --html: samples of the counters, else NULL */
 } prog_t;
 
 static void sum_counters(const bench_load_t *L, uint64_t out[BO__COUNT], uint64_t *sent,
@@ -570,6 +575,12 @@ static void on_progress(bench_load_t *L, double t, void *arg)
     prog_t *p = arg;
     uint64_t out[BO__COUNT], sent, p99, backlog;
     sum_counters(L, out, &sent, NULL, &p99, &backlog);
+    if (p->series)
+        bench_series_add(p->series, t, out);
+    /* Samples may come more often than the line is worth printing: once a second. */
+    if (!p->print || t - p->last_print < 0.95)
+        return;
+    p->last_print = t;
     uint64_t done = 0;
     for (int i = 0; i < BO__COUNT; i++)
         done += out[i];
@@ -855,8 +866,16 @@ int bench_main(int argc, char **argv)
     L.burst = o.burst;
     L.timeout_s = o.timeout_s;
     L.seed = o.seed;
-    prog_t prog = {isatty(2), 0, 0};
-    if (bench_load_run(&L, o.progress ? on_progress : NULL, &prog, err, sizeof err) < 0) {
+    bench_series_t series = {0};
+    prog_t prog = {isatty(2), 0, 0, o.progress, 0, o.html[0] ? &series : NULL};
+    uint64_t zero[BO__COUNT] = {0};
+    if (o.html[0]) {
+        bench_series_add(&series, 0, zero);
+        L.progress_ms = 200;    /* five samples a second for the charts */
+    }
+    if (bench_load_run(&L, o.progress || o.html[0] ? on_progress : NULL, &prog, err,
+                       sizeof err) < 0) {
+        bench_series_free(&series);
         fprintf(stderr, "\nseckill bench: %s\n", err);
         bench_load_free(&L);
         bench_users_free(&users);
@@ -896,7 +915,17 @@ int bench_main(int argc, char **argv)
     }
     /* With --json -, stdout carries the JSON alone and the report goes to stderr. */
     FILE *hout = strcmp(o.json, "-") == 0 ? stderr : stdout;
-    print_report(hout, &o, &L, vid, stock, created, login, &r);
+    if (o.html[0])
+        bench_series_add(&series, r.seconds, r.out);
+    /* --html keeps the texts for the page as well: they are printed from memory. */
+    char *report_text = NULL, *audit_text = NULL;
+    size_t report_len = 0, audit_len = 0;
+    FILE *rep = o.html[0] ? open_memstream(&report_text, &report_len) : NULL;
+    print_report(rep ? rep : hout, &o, &L, vid, stock, created, login, &r);
+    if (rep) {
+        fclose(rep);
+        fputs(report_text, hout);
+    }
 
     /* the record of success answers */
     audit_record_t rec;
@@ -959,8 +988,13 @@ int bench_main(int argc, char **argv)
             ao.soldout_users = rec.soldout;
             ao.nsoldout = rec.nsoldout;
             ao.wait_drain_ms = 1;   /* already waited: now it must be drained */
-            ao.out = hout;
+            FILE *aud = o.html[0] ? open_memstream(&audit_text, &audit_len) : NULL;
+            ao.out = aud ? aud : hout;
             audit_status = audit_run(&ao);
+            if (aud) {
+                fclose(aud);
+                fputs(audit_text, hout);
+            }
             if (audit_status > status)
                 status = audit_status;
         }
@@ -979,6 +1013,19 @@ int bench_main(int argc, char **argv)
                 fclose(jf);
         }
     }
+    if (o.html[0]) {
+        bench_html_t page = {o.target, vid, stock, &series, r.h, report_text, audit_text,
+                             audit_status};
+        if (bench_html_write(o.html, &page, err, sizeof err) < 0) {
+            fprintf(stderr, "seckill bench: %s\n", err);
+            status = 2;
+        } else {
+            fprintf(hout, "  html        %s\n", o.html);
+        }
+    }
+    free(report_text);
+    free(audit_text);
+    bench_series_free(&series);
     free(rec.answers);
     free(rec.soldout);
     hist_free(r.h);

@@ -58,6 +58,7 @@ typedef struct bench_opts {
     char token_key_file[512];   /* --token-key-file F: sign seeded tokens [<data-dir>/token-key] */
     char record[512];           /* --record FILE: success answers, for `audit --orders` */
     char json[512];             /* --json FILE (- = stdout) */
+    char html[512];             /* --html FILE: the report as a page with charts */
     int server_pid;             /* --server-pid PID [found from the listening socket] */
     int redis_pid;              /* --redis-pid PID [INFO server, when local] */
     int audit;                  /* --no-audit turns it off */
@@ -131,6 +132,7 @@ typedef struct bench_load {
     double rate, duration_s, dup, burst_share;
     int burst, timeout_s;
     uint64_t seed;
+    int progress_ms;                    /* how often progress() is called [1000] */
     /* out, valid after bench_load_run */
     bench_counters_t *ctr;              /* per thread */
     struct hist **hist;                 /* per thread, latency in microseconds */
@@ -169,5 +171,36 @@ typedef struct bench_users {
 int bench_users_prepare(const bench_opts_t *o, const bench_load_t *proto, bench_users_t *u,
                         char *err, size_t errlen);
 void bench_users_free(bench_users_t *u);
+
+/* ==== the HTML report (bench_html.c) ==== */
+
+/* Cumulative answers by outcome at t seconds into the sale (sampled while it runs). */
+typedef struct bench_sample {
+    double t;
+    uint64_t out[BO__COUNT];
+} bench_sample_t;
+
+typedef struct bench_series {
+    bench_sample_t *s;
+    size_t n, cap;
+} bench_series_t;
+
+void bench_series_add(bench_series_t *sr, double t, const uint64_t out[BO__COUNT]);
+void bench_series_free(bench_series_t *sr);
+
+struct hist;
+
+/* What the page shows; texts are the text report and the audit's output as printed. */
+typedef struct bench_html {
+    const char *target;
+    int64_t voucher, stock;               /* stock -1: unknown */
+    const bench_series_t *series;
+    const struct hist *lat;               /* latency in microseconds, all answers */
+    const char *report_text, *audit_text;
+    int audit_status;                     /* 0 clean, 1 violation, 2 could not run, -1 skipped */
+} bench_html_t;
+
+/* Writes the page to path. Returns 0, or -1 with a reason in err. */
+int bench_html_write(const char *path, const bench_html_t *h, char *err, size_t errlen);
 
 #endif

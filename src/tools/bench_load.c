@@ -937,14 +937,15 @@ int bench_load_run(bench_load_t *L, void (*progress)(bench_load_t *L, double ela
             snprintf(err, errlen, "cannot start a thread: %s", strerror(errno));
             break;
         }
-    uint64_t next = start + 1000000000ull;
+    uint64_t every = (uint64_t)(L->progress_ms > 0 ? L->progress_ms : 1000) * 1000000ull;
+    uint64_t next = start + every;
     while (atomic_load(&L->running) > T - started) {
         struct timespec ts = {0, 20000000L};
         nanosleep(&ts, NULL);
         uint64_t now = clock_mono_ns();
         if (progress && now >= next) {
             progress(L, (double)(now - start) / 1e9, arg);
-            next += 1000000000ull;
+            next += every;
         }
     }
     for (int i = 0; i < started; i++)

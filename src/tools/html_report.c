@@ -140,12 +140,38 @@ void html_report_bars(FILE *f, const char *title, const char *ylabel, const char
 
 void html_report_csv_chart(FILE *f, const char *title, const char *ylabel, const char *csv)
 {
+    html_report_csv_chart_opts(f, title, ylabel, csv, 0);
+}
+
+void html_report_csv_chart_opts(FILE *f, const char *title, const char *ylabel, const char *csv,
+                                int flags)
+{
     chart_open(f, title);
     fprintf(f, "new Dygraph(document.getElementById(\"chart%d\"), ", chart_seq);
     js_str(f, csv);
     fputs(", { ylabel: ", f);
     js_str(f, ylabel);
-    fputs(", legend: \"always\" });\n</script>\n", f);
+    fputs(", legend: \"always\"", f);
+    if (flags & HR_STACKED)
+        fputs(", stackedGraph: true, fillGraph: true", f);
+    if (flags & HR_LOGY)
+        fputs(", logscale: true", f);
+    fprintf(f, ", axes: { x: { logscale: %s", flags & HR_LOGX ? "true" : "false");
+    if (flags & HR_PERCENTILE_X)
+        /* x = 1/(1-p): ticks at the usual percentiles, values shown as pNN.NN */
+        fputs(",\n    valueFormatter: function (x) { return \"p\" + +(100 * (1 - 1 / x)).toFixed(3); },\n"
+              "    ticker: function (a, b) { return [2, 4, 10, 20, 100, 1000, 10000, 100000]\n"
+              "      .filter(function (v) { return v >= a && v <= b; })\n"
+              "      .map(function (v) { return { v: v, label: \"p\" + +(100 * (1 - 1 / v)).toFixed(4) }; }); }",
+              f);
+    fputs(" } } });\n</script>\n", f);
+}
+
+void html_report_pre(FILE *f, const char *text)
+{
+    fputs("<pre>", f);
+    esc(f, text);
+    fputs("</pre>\n", f);
 }
 
 void html_report_end(FILE *f)

@@ -27,6 +27,17 @@ void html_report_bars(FILE *f, const char *title, const char *ylabel, const char
                       const double *values, int n);
 /* A line chart from CSV text (first row: the labels; first column: x), for time series. */
 void html_report_csv_chart(FILE *f, const char *title, const char *ylabel, const char *csv);
+/* The same with options: HR_* flags or'ed together. */
+enum {
+    HR_STACKED = 1,         /* stack the series, filled (outcomes over time) */
+    HR_LOGX = 2,            /* log scale on x */
+    HR_LOGY = 4,            /* log scale on y */
+    HR_PERCENTILE_X = 8     /* x is 1/(1-p): labelled p50, p99, p99.9 ... (with HR_LOGX) */
+};
+void html_report_csv_chart_opts(FILE *f, const char *title, const char *ylabel, const char *csv,
+                                int flags);
+/* Preformatted text (a text report as printed). */
+void html_report_pre(FILE *f, const char *text);
 void html_report_end(FILE *f);
 
 #endif

@@ -1,0 +1,35 @@
+// report.mjs -- opens an HTML report file (seckill bench --html) in Debian's chromium.
+//
+//   node tests/browser/report.mjs REPORT.html SCREENSHOT.png
+// Prints one JSON line: {errors, plots, drawn, verdict, headings} where plots is the number
+// of chart boxes and drawn how many of them dygraphs drew into (a canvas inside). Exit 0
+// unless the page could not be opened; the caller judges the findings.
+import { chromium } from "playwright-core";
+import path from "node:path";
+
+const [file, png] = process.argv.slice(2);
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  headless: true,
+  args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
+});
+const errors = [];
+try {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  page.on("pageerror", (e) => errors.push("pageerror: " + e.message));
+  page.on("console", (m) => { if (m.type() === "error") errors.push("console: " + m.text()); });
+  page.on("request", (r) => { if (!r.url().startsWith("file:") && !r.url().startsWith("data:")) errors.push("fetched " + r.url()); });
+  await page.goto("file://" + path.resolve(file));
+  await page.waitForLoadState("load");
+  const found = await page.evaluate(() => ({
+    plots: document.querySelectorAll(".plot").length,
+    drawn: [...document.querySelectorAll(".plot")].filter((p) => p.querySelector("canvas")).length,
+    verdict: document.querySelector(".verdict")?.textContent || "",
+    headings: [...document.querySelectorAll("h2")].map((h) => h.textContent),
+  }));
+  await page.screenshot({ path: png, fullPage: true });
+  found.errors = errors;
+  console.log(JSON.stringify(found));
+} finally {
+  await browser.close();
+}
