@@ -54,8 +54,20 @@ int html_report_begin(FILE *f, const char *title, char *err, size_t errlen)
     fputs("</title>\n<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;}"
           "table{border-collapse:collapse;margin:1em 0;}td,th{border:1px solid #bbb;"
           "padding:3px 8px;text-align:right;}td:first-child,th:first-child{text-align:left;}"
-          ".chart{width:1000px;height:260px;margin:1em 0 2.5em 0;}</style>\n"
-          "<script>/* dygraphs, from Debian's libjs-dygraphs (MIT licence) */\n", f);
+          ".chart{width:1000px;height:260px;margin:1em 0 2.5em 0;}"
+          "pre{font-size:12px;background:#f6f6f6;padding:8px;overflow-x:auto;}</style>\n", f);
+    /* dygraphs' own style sheet places the legend and turns the y label; optional. */
+    FILE *css = fopen(HTML_REPORT_DYGRAPHS_CSS, "r");
+    if (css) {
+        fputs("<style>", f);
+        char cbuf[4096];
+        size_t cn;
+        while ((cn = fread(cbuf, 1, sizeof cbuf, css)) > 0)
+            fwrite(cbuf, 1, cn, f);
+        fclose(css);
+        fputs("</style>\n", f);
+    }
+    fputs("<script>/* dygraphs, from Debian's libjs-dygraphs (MIT licence) */\n", f);
     char buf[65536];
     size_t n;
     while ((n = fread(buf, 1, sizeof buf, js)) > 0)
@@ -157,7 +169,10 @@ void html_report_csv_chart_opts(FILE *f, const char *title, const char *ylabel, 
     if (flags & HR_LOGY)
         fputs(", logscale: true", f);
     fprintf(f, ", axes: { x: { logscale: %s", flags & HR_LOGX ? "true" : "false");
-    if (flags & HR_PERCENTILE_X)
+    if (!(flags & HR_PERCENTILE_X))
+        /* dygraphs would print a tick at 0.6 as 0.6000000000000001 */
+        fputs(", axisLabelFormatter: function (x) { return +x.toFixed(3); }", f);
+    else
         /* x = 1/(1-p): ticks at the usual percentiles, values shown as pNN.NN */
         fputs(",\n    valueFormatter: function (x) { return \"p\" + +(100 * (1 - 1 / x)).toFixed(3); },\n"
               "    ticker: function (a, b) { return [2, 4, 10, 20, 100, 1000, 10000, 100000]\n"

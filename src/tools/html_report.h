@@ -15,6 +15,7 @@
 #include <stdio.h>
 
 #define HTML_REPORT_DYGRAPHS "/usr/share/javascript/dygraphs/dygraph.min.js"
+#define HTML_REPORT_DYGRAPHS_CSS "/usr/share/javascript/dygraphs/dygraph.min.css"
 
 int html_report_begin(FILE *f, const char *title, char *err, size_t errlen);
 /* A paragraph of text. */

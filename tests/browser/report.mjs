@@ -2,7 +2,8 @@
 //
 //   node tests/browser/report.mjs REPORT.html SCREENSHOT.png
 // Prints one JSON line: {errors, plots, drawn, verdict, headings} where plots is the number
-// of chart boxes and drawn how many of them dygraphs drew into (a canvas inside). Exit 0
+// of chart boxes (src/tools/html_report.c's .chart) and drawn how many of them dygraphs drew
+// into (a canvas inside); verdict is the paragraph starting "Verdict". Exit 0
 // unless the page could not be opened; the caller judges the findings.
 import { chromium } from "playwright-core";
 import path from "node:path";
@@ -22,9 +23,9 @@ try {
   await page.goto("file://" + path.resolve(file));
   await page.waitForLoadState("load");
   const found = await page.evaluate(() => ({
-    plots: document.querySelectorAll(".plot").length,
-    drawn: [...document.querySelectorAll(".plot")].filter((p) => p.querySelector("canvas")).length,
-    verdict: document.querySelector(".verdict")?.textContent || "",
+    plots: document.querySelectorAll(".chart").length,
+    drawn: [...document.querySelectorAll(".chart")].filter((p) => p.querySelector("canvas")).length,
+    verdict: [...document.querySelectorAll("p")].map((p) => p.textContent).find((t) => t.startsWith("Verdict")) || "",
     headings: [...document.querySelectorAll("h2")].map((h) => h.textContent),
   }));
   await page.screenshot({ path: png, fullPage: true });
