@@ -7,8 +7,8 @@
  * For a login route the router resolves the token first (auth_resolve; a signed token is
  * checked in memory, see auth.h): no/unknown token
  * -> 401 with an empty body, Redis down -> 503; only then is the id parsed (the course's
- * interceptor also runs before path binding) and the handler called, with the user
- * available through api_user() for the synchronous part of the handler. On a public route
+ * interceptor also runs before path binding) and the handler called with the user as
+ * an argument, valid during that call. On a public route
  * a valid-looking token only gets its TTL refreshed in the background (auth_touch), so
  * public endpoints never wait for the token lookup.
  *
@@ -27,7 +27,8 @@
 #include "sb.h"
 #include "worker.h"
 
-typedef void (*route_fn)(http_req_t *r, int64_t id);
+/* u: the logged-in user on a login route (valid during the call), else NULL. */
+typedef void (*route_fn)(http_req_t *r, int64_t id, const auth_user_t *u);
 
 enum {
     RF_LOGIN = 1,     /* needs a valid token (hmdp-spec section 3) */
@@ -44,23 +45,23 @@ typedef struct route {
     route_fn fn;
 } route_t;
 
-/* Adapters to the uniform (r, id) signature. */
-static void r_user_code(http_req_t *r, int64_t id) { (void)id; api_user_code(r); }
-static void r_user_login(http_req_t *r, int64_t id) { (void)id; api_user_login(r); }
-static void r_user_me(http_req_t *r, int64_t id) { (void)id; api_user_me(r); }
-static void r_user_logout(http_req_t *r, int64_t id) { (void)id; api_user_logout(r); }
-static void r_voucher(http_req_t *r, int64_t id) { (void)id; api_voucher_create(r, 0); }
-static void r_voucher_sk(http_req_t *r, int64_t id) { (void)id; api_voucher_create(r, 1); }
-static void r_voucher_list(http_req_t *r, int64_t id) { api_voucher_list(r, id); }
-static void r_order_seckill(http_req_t *r, int64_t id) { api_order_seckill(r, id); }
-static void r_order_of_me(http_req_t *r, int64_t id) { (void)id; api_order_of_me(r); }
-static void r_order_get(http_req_t *r, int64_t id) { api_order_get(r, id); }
-static void r_health(http_req_t *r, int64_t id) { (void)id; api_health(r); }
-static void r_metrics(http_req_t *r, int64_t id) { (void)id; api_metrics(r); }
-static void r_board_html(http_req_t *r, int64_t id) { (void)id; api_board_asset(r, BOARD_HTML); }
-static void r_board_js(http_req_t *r, int64_t id) { (void)id; api_board_asset(r, BOARD_JS); }
-static void r_board_css(http_req_t *r, int64_t id) { (void)id; api_board_asset(r, BOARD_CSS); }
-static void r_board_data(http_req_t *r, int64_t id) { (void)id; api_board_data(r); }
+/* Adapters to the uniform (r, id, user) signature. */
+static void r_user_code(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_user_code(r); }
+static void r_user_login(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_user_login(r); }
+static void r_user_me(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_user_me(r, u); }
+static void r_user_logout(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_user_logout(r); }
+static void r_voucher(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_voucher_create(r, 0); }
+static void r_voucher_sk(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_voucher_create(r, 1); }
+static void r_voucher_list(http_req_t *r, int64_t id, const auth_user_t *u) { api_voucher_list(r, id); }
+static void r_order_seckill(http_req_t *r, int64_t id, const auth_user_t *u) { api_order_seckill(r, id, u); }
+static void r_order_of_me(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_order_of_me(r, u); }
+static void r_order_get(http_req_t *r, int64_t id, const auth_user_t *u) { api_order_get(r, id, u); }
+static void r_health(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_health(r); }
+static void r_metrics(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_metrics(r); }
+static void r_board_html(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_board_asset(r, BOARD_HTML); }
+static void r_board_js(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_board_asset(r, BOARD_JS); }
+static void r_board_css(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_board_asset(r, BOARD_CSS); }
+static void r_board_data(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_board_data(r); }
 
 /* First match wins: literal routes come before the {id} route they would also match
  * ("/voucher-order/of/me" before "/voucher-order/{id}"). */
@@ -85,9 +86,6 @@ static const route_t routes[] = {
 };
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
 
-/* The user of the login route whose handler is running on this thread (api_user). */
-static __thread const http_req_t *cur_req;
-static __thread const auth_user_t *cur_user;
 
 /* ---------------------------------------------------------------- matching */
 
@@ -272,11 +270,6 @@ int api_phone_valid(const char *z)
 
 /* -------------------------------------------------------------------- routing */
 
-const struct auth_user *api_user(const http_req_t *r)
-{
-    return r == cur_req ? cur_user : NULL;
-}
-
 /* Parses the route's id (if any) and runs the handler. u is the logged-in user or NULL. */
 static void route_run(http_req_t *r, const route_t *rt, const auth_user_t *u)
 {
@@ -306,15 +299,7 @@ static void route_run(http_req_t *r, const route_t *rt, const auth_user_t *u)
             return;
         }
     }
-    /* Save and restore: a reply may let http.c start the next pipelined request, which
-     * can come back through here before this handler returns. */
-    const http_req_t *save_r = cur_req;
-    const auth_user_t *save_u = cur_user;
-    cur_req = r;
-    cur_user = u;
-    rt->fn(r, id);
-    cur_req = save_r;
-    cur_user = save_u;
+    rt->fn(r, id, u);   /* u lives as long as this call: handlers copy what they keep */
 }
 
 static void on_auth(http_req_t *r, int status, const auth_user_t *u)

@@ -19,6 +19,8 @@
 #include <stdint.h>
 #include "http.h"
 
+struct auth_user;
+
 /* The http_handler_fn given to http_worker_init. */
 void api_dispatch(http_req_t *r);
 
@@ -36,13 +38,13 @@ int api_parse_id(const char *z, size_t n, int64_t *out);
 /* Handlers; path parameters already parsed by the router. */
 void api_user_code(http_req_t *r);
 void api_user_login(http_req_t *r);
-void api_user_me(http_req_t *r);
+void api_user_me(http_req_t *r, const struct auth_user *u);
 void api_user_logout(http_req_t *r);
 void api_voucher_create(http_req_t *r, int seckill);
 void api_voucher_list(http_req_t *r, int64_t shop_id);
-void api_order_seckill(http_req_t *r, int64_t voucher_id);
-void api_order_get(http_req_t *r, int64_t order_id);
-void api_order_of_me(http_req_t *r);
+void api_order_seckill(http_req_t *r, int64_t voucher_id, const struct auth_user *u);
+void api_order_get(http_req_t *r, int64_t order_id, const struct auth_user *u);
+void api_order_of_me(http_req_t *r, const struct auth_user *u);
 void api_health(http_req_t *r);
 void api_metrics(http_req_t *r);
 
@@ -62,10 +64,5 @@ int api_admin_ok(const http_req_t *r);
 /* The course's phone rule, RegexUtils.isPhoneInvalid inverted. */
 int api_phone_valid(const char *z);
 
-/* (added by api.c) The logged-in user of a login route, set by the router for the
- * handler it calls: valid only while that handler runs synchronously (copy what you need
- * before going asynchronous). NULL on public routes or outside a handler. */
-struct auth_user;
-const struct auth_user *api_user(const http_req_t *r);
 
 #endif

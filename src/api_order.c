@@ -48,9 +48,8 @@ static void on_admitted(http_req_t *r, int code, int64_t order_id)
     }
 }
 
-void api_order_seckill(http_req_t *r, int64_t voucher_id)
+void api_order_seckill(http_req_t *r, int64_t voucher_id, const auth_user_t *u)
 {
-    const auth_user_t *u = api_user(r);
     if (u == NULL) {   /* only if routed without login: a wiring bug, not client input */
         metrics_seckill_done(r->w->m, OUT_UNAUTHORIZED, clock_mono_ns() - r->start_ns);
         api_unauthorized(r);
@@ -127,31 +126,28 @@ static void on_orders(void *ctx, orders_rc_t rc, const orders_rec_t *recs, size_
     lookup_reply(ctx, 0, rc, recs, n);
 }
 
-/* The logged-in user, within the lookup limit; NULL when the request is answered. */
-static const auth_user_t *lookup_user(http_req_t *r)
+/* 1 if u may look up now; else the request is answered. */
+static int lookup_allowed(http_req_t *r, const auth_user_t *u)
 {
-    const auth_user_t *u = api_user(r);
-    if (u == NULL) {
+    if (u == NULL) {   /* only if routed without login: a wiring bug */
         api_unauthorized(r);
-        return NULL;
+        return 0;
     }
     if (!ratelimit_allow(r, RL_USER_LOOKUP, (uint64_t)u->id)) {
         api_rate_limited(r, RL_USER_LOOKUP);
-        return NULL;
+        return 0;
     }
-    return u;
+    return 1;
 }
 
-void api_order_get(http_req_t *r, int64_t order_id)
+void api_order_get(http_req_t *r, int64_t order_id, const auth_user_t *u)
 {
-    const auth_user_t *u = lookup_user(r);
-    if (u != NULL)
+    if (lookup_allowed(r, u))
         orders_get(r->w, u->id, order_id, on_order, r);
 }
 
-void api_order_of_me(http_req_t *r)
+void api_order_of_me(http_req_t *r, const auth_user_t *u)
 {
-    const auth_user_t *u = lookup_user(r);
-    if (u != NULL)
+    if (lookup_allowed(r, u))
         orders_of_user(r->w, u->id, on_orders, r);
 }

@@ -242,9 +242,8 @@ void api_user_login(http_req_t *r)
 
 /* ------------------------------------------------------------ me, logout */
 
-void api_user_me(http_req_t *r)
+void api_user_me(http_req_t *r, const auth_user_t *u)
 {
-    const auth_user_t *u = api_user(r);
     if (u == NULL) {
         api_unauthorized(r);
         return;
