@@ -104,7 +104,7 @@ start_instance() {  # $1 = i
     SECKILL_DB=$(db_url) SECKILL_ADMIN_TOKEN=$(admin_token) setsid "$BIN" serve \
         --listen "127.0.0.1:$port" --redis "redis://127.0.0.1:$REDIS_PORT" \
         --name "inst-$si" --data-dir "$d" --threads "$THREADS" --mode "$MODE" \
-        --log-login-codes \
+        --log-login-codes --trusted-proxy 127.0.0.1 \
         --token-key-file "$(token_key)" --max-conns-per-ip 0 \
         < /dev/null >> "$d/seckill.log" 2>&1 &
     echo $! > "$d/seckill.pid"

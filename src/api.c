@@ -24,6 +24,7 @@
 #include "auth.h"
 #include "clock.h"
 #include "metrics.h"
+#include "ratelimit.h"
 #include "sb.h"
 #include "worker.h"
 
@@ -138,13 +139,10 @@ static const route_t *route_find(const http_req_t *r, int *path_known)
 
 /* -------------------------------------------------------------- admin token */
 
-int api_admin_ok(const http_req_t *r)
+/* given == want, in a time that does not depend on where they differ (only want's
+ * length shows). */
+static int secret_eq(const char *given, const char *want)
 {
-    const char *given = r->admin_token, *want = r->w->app->admin_token;
-    if (given == NULL || want[0] == '\0') {
-        return 0;
-    }
-    /* The time taken does not depend on where the tokens differ. */
     size_t gl = strlen(given), wl = strlen(want);
     unsigned diff = gl != wl;
     for (size_t i = 0; i < wl; i++) {
@@ -152,6 +150,28 @@ int api_admin_ok(const http_req_t *r)
         diff |= (unsigned)(g ^ (unsigned char)want[i]);
     }
     return diff == 0;
+}
+
+int api_admin_ok(const http_req_t *r)
+{
+    const char *given = r->admin_token, *want = r->w->app->admin_token;
+    if (given == NULL || want[0] == '\0') {
+        return 0;
+    }
+    return secret_eq(given, want);
+}
+
+int api_metrics_ok(const http_req_t *r)
+{
+    const char *want = r->w->app->cfg.metrics_token;
+    if (want[0] == '\0') {
+        return 1;
+    }
+    const char *given = r->authorization;
+    if (given == NULL || strncmp(given, "Bearer ", 7) != 0) {
+        return 0;
+    }
+    return secret_eq(given + 7, want);
 }
 
 /* -------------------------------------------------------------- the envelope */
@@ -205,7 +225,7 @@ void api_unauthorized(http_req_t *r)
 
 void api_rate_limited(http_req_t *r, int kind)
 {
-    (void)kind;
+    r->retry_after_s = ratelimit_retry_after_s(r, (rl_kind_t)kind);
     envelope(r, 429, 0, "请求过于频繁，请稍后再试", NULL, 0, "RATE_LIMITED");
 }
 

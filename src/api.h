@@ -60,6 +60,9 @@ void api_board_data(http_req_t *r);
 /* 1 if the request's x-admin-token equals the configured admin token (never when none
  * is configured); compared in constant time. */
 int api_admin_ok(const http_req_t *r);
+/* 1 if r may read /metrics: no --metrics-token is configured, or r carries
+ * "authorization: Bearer <token>" (compared in constant time). */
+int api_metrics_ok(const http_req_t *r);
 
 /* The course's phone rule, RegexUtils.isPhoneInvalid inverted. */
 int api_phone_valid(const char *z);

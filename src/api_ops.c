@@ -113,6 +113,10 @@ void api_health(http_req_t *r)
 
 void api_metrics(http_req_t *r)
 {
+    if (!api_metrics_ok(r)) {   /* --metrics-token */
+        api_unauthorized(r);
+        return;
+    }
     sb_t s = SB_INIT;
     metrics_render(r->w->app, &s);
     http_reply(r, 200, "text/plain; version=0.0.4", s.buf ? s.buf : "", s.len);

@@ -19,6 +19,7 @@ struct rlock_client;
 struct lab_sql;
 struct lab_mq;
 struct rl_shared;
+struct clientip_set;
 struct tok_signer;
 struct connlimit;
 struct rebuild_watch;
@@ -44,6 +45,7 @@ typedef struct app {
     struct redis_child *child;      /* embedded redis-server, or NULL */
     struct rl_shared *rl;           /* per-instance rate-limit tables (ratelimit.h) */
     int log_login_codes;            /* codes go to the log: --log-login-codes or embedded */
+    struct clientip_set *trusted;   /* --trusted-proxy, parsed (clientip.h); NULL = none */
     struct tok_signer *signer;      /* signed tokens' key (token.h); NULL = opaque tokens only */
     struct rebuild_watch *rebuild;  /* republishes vouchers Redis lost (rebuild_watch.h) */
 

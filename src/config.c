@@ -134,6 +134,10 @@ static const setting_t settings[] = {
       "delivers each login code: run by sh -c with SECKILL_PHONE and SECKILL_CODE in its environment; failure = no code"),
     S("code-command-timeout-ms", "SECKILL_CODE_COMMAND_TIMEOUT_MS", T_INT, code_command_timeout_ms, "5000", 100, 60000,
       "--code-command is killed and the code refused after this long"),
+    S("metrics-token", "SECKILL_METRICS_TOKEN", T_STR, metrics_token, "", 0, 0,
+      "if set, /metrics requires the header \"authorization: Bearer <token>\""),
+    S("trusted-proxy", "SECKILL_TRUSTED_PROXY", T_STR, trusted_proxy, "", 0, 0,
+      "comma-separated addresses (or CIDR ranges) of reverse proxies whose X-Forwarded-For names the client"),
 };
 #define NSETTINGS (sizeof(settings) / sizeof(settings[0]))
 

@@ -146,6 +146,17 @@ static int apply_field(h1_head_t *h, const char *name, size_t nn, const char *v,
             h->content_length = x;
         }
         break;
+    case 15:
+        /* One field line: a second one could be the client's, spliced in past a proxy
+         * that appends to the first. */
+        if (ieq(name, nn, "x-forwarded-for", 15)) {
+            if (h->has_xff)
+                return 400;
+            h->has_xff = 1;
+            h->xff.p = v;
+            h->xff.n = vn;
+        }
+        break;
     case 17:
         if (ieq(name, nn, "transfer-encoding", 17)) {
             if ((*seen & SEEN_TE) || h->minor == 0)

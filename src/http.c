@@ -83,7 +83,7 @@ typedef struct conn {
     http_req_t req;            /* the one request being received or handled */
 
     /* the request being received */
-    sb_t url, auth, admin, body;
+    sb_t url, auth, admin, xff, body;
     int phase;                 /* P_*: head, Content-Length body, chunked body */
     uint64_t body_left;        /* P_BODY_LENGTH: bytes still to come */
     h1_chunked_t chunked;      /* P_BODY_CHUNKED */
@@ -102,7 +102,7 @@ typedef struct conn {
     uint64_t linger_ms;
     size_t linger_bytes;
 
-    unsigned has_auth : 1, has_admin : 1;
+    unsigned has_auth : 1, has_admin : 1, has_xff : 1;
     unsigned need_more : 1;    /* c->in holds an incomplete head: append before parsing */
     unsigned in_msg : 1;       /* a request has started and is not complete */
     unsigned in_flight : 1;    /* handler called, http_reply not yet */
@@ -279,6 +279,11 @@ static void put_reply(conn_t *c, int status, const char *ctype, const char *body
         put_uint(o, len);
         sb_append(o, "\r\n", 2);
     }
+    if (c->req.retry_after_s > 0) {
+        sb_append(o, "Retry-After: ", 13);
+        put_uint(o, (size_t)c->req.retry_after_s);
+        sb_append(o, "\r\n", 2);
+    }
     if (keep)
         sb_append(o, "Connection: keep-alive\r\n", 24);
     else
@@ -326,6 +331,7 @@ static void end_request(conn_t *c)
     cbuf_done(c, &c->url);
     cbuf_done(c, &c->auth);
     cbuf_done(c, &c->admin);
+    cbuf_done(c, &c->xff);
     cbuf_done(c, &c->body);
 }
 
@@ -346,6 +352,7 @@ void http_reply(http_req_t *r, int status, const char *content_type, const char 
         if (!keep)
             c->closing = 1;
     }
+    c->req.retry_after_s = 0;   /* an error reply before the next dispatch has none */
     end_request(c);
     if (!c->busy) {
         /* An asynchronous reply: send it now, then go on with pipelined input. */
@@ -445,10 +452,12 @@ static int begin_request(conn_t *c, const h1_head_t *h)
     int st;
     if ((st = cbuf_append(c, &c->url, h->target.p, h->target.n)) != 0 ||
         (st = cbuf_append(c, &c->auth, h->auth.p, h->auth.n)) != 0 ||
-        (st = cbuf_append(c, &c->admin, h->admin.p, h->admin.n)) != 0)
+        (st = cbuf_append(c, &c->admin, h->admin.p, h->admin.n)) != 0 ||
+        (st = cbuf_append(c, &c->xff, h->xff.p, h->xff.n)) != 0)
         return st;
     c->has_auth = h->has_auth;
     c->has_admin = h->has_admin;
+    c->has_xff = h->has_xff;
     c->method = method_of(h->method);
     /* An Upgrade (or CONNECT) request is answered as plain HTTP, then the connection is
      * closed: the bytes after it would be another protocol. */
@@ -522,6 +531,7 @@ static void dispatch(conn_t *c)
      * (outside the budget) for an empty one. */
     r->authorization = c->has_auth ? (c->auth.len ? c->auth.buf : "") : NULL;
     r->admin_token = c->has_admin ? (c->admin.len ? c->admin.buf : "") : NULL;
+    r->forwarded_for = c->has_xff && c->xff.len ? c->xff.buf : NULL;
     r->body = c->body.len ? c->body.buf : "";
     r->body_len = c->body.len;
     r->peer = c->peer;
@@ -888,6 +898,7 @@ static void conn_free(conn_t *c)
     cbuf_free(c, &c->url);
     cbuf_free(c, &c->auth);
     cbuf_free(c, &c->admin);
+    cbuf_free(c, &c->xff);
     cbuf_free(c, &c->body);
     cbuf_free(c, &c->in);
     sb_free(&c->out);

@@ -36,9 +36,13 @@ typedef struct http_req {
     const char *body;           /* NUL-terminated (a NUL is added after the body) */
     size_t body_len;
     uint64_t start_ns;          /* clock_mono_ns() when the request was complete */
-    const char *peer;           /* client address as text, e.g. "127.0.0.1" */
+    const char *peer;           /* TCP peer's address as text, e.g. "127.0.0.1" */
+    const char *forwarded_for;  /* raw "x-forwarded-for" value, NULL if absent: trust it
+                                 * only through clientip.h */
     int listener;               /* HTTP_LISTENER_*: which socket the request came in on */
     void *ctx;                  /* free for the handler's use */
+    int retry_after_s;          /* set by the handler before http_reply: > 0 adds
+                                 * "Retry-After: N" (a 429's wait, in seconds) */
 } http_req_t;
 
 typedef void (*http_handler_fn)(http_req_t *r);

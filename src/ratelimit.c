@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "app.h"
+#include "clientip.h"
 #include "http.h"
 #include "metrics.h"
 #include "worker.h"
@@ -354,7 +355,9 @@ int ratelimit_allow_peer(http_req_t *r, rl_kind_t kind)
     if (limit_on(r, kind) == NULL) {
         return 1;   /* off: not even the address parse */
     }
-    return ratelimit_allow(r, kind, rl_key_ip(r->peer));
+    char buf[64];   /* the client behind a trusted proxy (clientip.h) */
+    const char *ip = clientip_of(r->w->app->trusted, r->peer, r->forwarded_for, buf, sizeof buf);
+    return ratelimit_allow(r, kind, rl_key_ip(ip));
 }
 
 int ratelimit_allow(http_req_t *r, rl_kind_t kind, uint64_t key)

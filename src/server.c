@@ -26,6 +26,7 @@
 #include "app.h"
 #include "auth.h"
 #include "board.h"
+#include "clientip.h"
 #include "connlimit.h"
 #include "datadir.h"
 #include "fdlimit.h"
@@ -437,6 +438,16 @@ int server_run(const config_t *cfg)
         snprintf(err, sizeof err, "out of memory");
         goto out;
     }
+    if (cfg->trusted_proxy[0]) {
+        app->trusted = calloc(1, sizeof *app->trusted);
+        if (!app->trusted) {
+            snprintf(err, sizeof err, "out of memory");
+            goto out;
+        }
+        if (clientip_parse(cfg->trusted_proxy, app->trusted, err, sizeof err) < 0)
+            goto out;
+        log_info("X-Forwarded-For is believed from %d trusted proxy address(es)", app->trusted->n);
+    }
     if (ratelimit_app_init(app) < 0) {
         snprintf(err, sizeof err, "out of memory (rate-limit tables)");
         goto out;
@@ -550,6 +561,7 @@ out:
     free(app->workers);
     redis_child_stop(app->child);
     ratelimit_app_free(app);
+    free(app->trusted);
     free(app->metrics);
     tok_signer_free(app->signer);
     connlimit_free(app->connlimit);

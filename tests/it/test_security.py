@@ -221,13 +221,17 @@ def test_wrong_admin_tokens():
 
 
 def test_admin_token_compared_in_constant_time():
-    """api.c compares the admin token without an early exit (api_admin_ok): every byte
-    of the configured token is looked at whatever the given one holds (read from the
-    source, as a timing test would be flaky)."""
+    """api.c compares the admin and metrics tokens without an early exit (secret_eq,
+    used by api_admin_ok and api_metrics_ok): every byte of the configured token is
+    looked at whatever the given one holds (read from the source, as a timing test would
+    be flaky)."""
     with open(os.path.join(ROOT, "src", "api.c"), encoding="utf-8") as f:
         src = f.read()
-    m = re.search(r"\nint api_admin_ok\([^)]*\)\s*\{(.*?)\n\}", src, re.S)
-    check(m is not None, "api_admin_ok not found in src/api.c")
+    for caller in ("api_admin_ok", "api_metrics_ok"):
+        m = re.search(r"\nint %s\([^)]*\)\s*\{(.*?)\n\}" % caller, src, re.S)
+        check(m is not None and "secret_eq(" in m.group(1), "%s does not use secret_eq", caller)
+    m = re.search(r"static int secret_eq\([^)]*\)\s*\{(.*?)\n\}", src, re.S)
+    check(m is not None, "secret_eq not found in src/api.c")
     fn = m.group(1)
     for bad in ("strcmp", "strncmp", "memcmp", "strcasecmp", "bcmp"):
         check(bad not in fn, "admin_token_ok uses %s (stops at the first difference)", bad)
@@ -872,4 +876,58 @@ def test_code_command_delivers_or_refuses():
         p = subprocess.run(["pgrep", "-f", "sleep 31.4159"], stdout=subprocess.PIPE)
         return p.returncode == 1
     H.wait_until(sleeper_gone, 10, what="the timed-out command killed")
+    H.finish(srv)
+
+
+# ---------------------------------------------------------------------------------------
+# operations surface: the client behind a proxy, Retry-After, /metrics
+
+def test_forwarded_for_only_from_trusted_proxies():
+    """Per-IP limits see the client named by X-Forwarded-For only when the TCP peer is a
+    --trusted-proxy (here 127.0.0.1, as nginx on the same host), reading the list from
+    the right; a client's own header is ignored. A 429 says when to retry."""
+    r, srv = H.setup(threads=1, settings={"rate_ip_code": "1/m:2",
+                                          "trusted_proxy": "10.9.8.0/24, 127.0.0.1"})
+    h = srv.http()
+
+    def code(phone, xff=None):
+        st, hd, body = h.request("POST", "/user/code?phone=" + phone,
+                                 headers={"X-Forwarded-For": xff} if xff else None)
+        return st, hd
+
+    # client 203.0.113.7 through two proxies (a trusted 10.9.8.x hop, then us)
+    got = [code("1370000010%d" % i, "198.51.100.1, 203.0.113.7, 10.9.8.5")[0]
+           for i in range(3)]
+    eq(got, [200, 200, 429], "client 203.0.113.7 (spoofed 198.51.100.1 ignored)")
+    st, hd = code("13700000110", "203.0.113.7")
+    eq(st, 429, "the same client, one hop")
+    eq(hd.get("retry-after"), "60", "Retry-After of a 1/m limit")
+    # another client behind the same proxy has its own bucket
+    eq(code("13700000111", "203.0.113.8")[0], 200, "client 203.0.113.8")
+    H.finish(srv)
+    # without --trusted-proxy the header is the client's word: ignored, all one peer
+    r, srv = H.setup(threads=1, settings={"rate_ip_code": "1/m:2"})
+    h = srv.http()
+    got = [code("1370000020%d" % i, "203.0.113.%d" % i)[0] for i in range(3)]
+    eq(got, [200, 200, 429], "X-Forwarded-For from an untrusted peer")
+    # a second X-Forwarded-For line is refused outright
+    raw = (b"POST /user/code?phone=13700000300 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n"
+           b"X-Forwarded-For: 1.1.1.1\r\nX-Forwarded-For: 2.2.2.2\r\n\r\n")
+    st, hd, body = _raw(srv.port, raw)
+    eq(st, 400, "two X-Forwarded-For lines")
+    H.finish(srv)
+
+
+def test_metrics_token():
+    tok = "m-" + H.rand_hex(20)
+    r, srv = H.setup(settings={"metrics_token": tok})
+    h = srv.http()
+    for hdr in (None, "Bearer", "Bearer " + tok[:-1], tok, "Bearer " + tok + "x",
+                "bearer " + tok):
+        st, hd, body = h.request("GET", "/metrics",
+                                 headers={"authorization": hdr} if hdr else None)
+        eq((st, body), (401, b""), "/metrics with authorization %r" % hdr)
+    st, hd, body = h.request("GET", "/metrics", headers={"authorization": "Bearer " + tok})
+    check(st == 200 and b"seckill_" in body, "/metrics with the token: %d %r", st, body[:100])
+    eq(h.request("GET", "/health")[0], 200, "/health needs no token")
     H.finish(srv)
