@@ -53,7 +53,7 @@ int html_report_begin(FILE *f, const char *title, char *err, size_t errlen)
     esc(f, title);
     fputs("</title>\n<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;}"
           "table{border-collapse:collapse;margin:1em 0;}td,th{border:1px solid #bbb;"
-          "padding:3px 8px;text-align:right;}td:first-child,th:first-child{text-align:left;}"
+          "padding:3px 8px;text-align:right;vertical-align:top;}td:first-child,th:first-child{text-align:left;}"
           ".chart{width:1000px;height:260px;margin:1em 0 2.5em 0;}"
           "pre{font-size:12px;background:#f6f6f6;padding:8px;overflow-x:auto;}</style>\n", f);
     /* dygraphs' own style sheet places the legend and turns the y label; optional. */
@@ -139,10 +139,8 @@ void html_report_bars(FILE *f, const char *title, const char *ylabel, const char
         fprintf(f, "%s[%d,%.6g]", i ? "," : "", i + 1, values[i]);
     fprintf(f, "];\n  new Dygraph(document.getElementById(\"chart%d\"), data, {\n"
                "    labels: [\"step\", ", chart_seq);
-    js_str(f, ylabel);
-    fprintf(f, "], ylabel: ");
-    js_str(f, ylabel);
-    fprintf(f, ", plotter: barPlotter, includeZero: true, dateWindow: [0.5, %d.5],\n"
+    js_str(f, ylabel);   /* the series' name, shown in the legend */
+    fprintf(f, "], plotter: barPlotter, includeZero: true, dateWindow: [0.5, %d.5],\n"
                "    axes: { x: { pixelsPerLabel: 20, axisLabelFormatter: function (x) {\n"
                "      return Number.isInteger(x) && x >= 1 && x <= names.length ? names[x - 1] : \"\"; },\n"
                "      valueFormatter: function (x) { return names[x - 1] || x; } } },\n"

@@ -624,8 +624,13 @@ static int write_html(const lab_t *L, const row_t *rows, int n, char *err, size_
         for (int i = 0; i < NCOLS; i++)
             cp[k * (NCOLS + 1) + i] = cells[k][i];
         cp[k * (NCOLS + 1) + NCOLS] = rows[k].s->claim;
-        snprintf(label[k], sizeof label[k], "%s%s", rows[k].s->mode,
-                 rows[k].s->instances > 1 ? " x2" : "");
+        int twice = 0;   /* the same mode and instances under two faults: name the pause */
+        for (int j = 0; j < NSTEPS; j++)
+            twice += !strcmp(steps[j].mode, rows[k].s->mode) &&
+                     steps[j].instances == rows[k].s->instances;
+        snprintf(label[k], sizeof label[k], "%s%s%s%s", rows[k].s->mode,
+                 rows[k].s->instances > 1 ? " x2" : "", twice > 1 ? " @" : "",
+                 twice > 1 && rows[k].s->point ? rows[k].s->point : "");
         names[k] = label[k];
     }
     const char *h[NCOLS + 1];
