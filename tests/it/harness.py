@@ -1606,6 +1606,76 @@ class Rec:
                                                           self.latency)
 
 
+FINAL_MSGS = (MSG_SOLD_OUT, MSG_DUPLICATE)   # answers after which a buyer stops asking
+
+
+class RetryingBuyers:
+    """Buyers on keep-alive connections (thread tid serves users[tid::nthreads]), each
+    asking POST prefix/voucher-order/seckill/vid until a definitive answer (success, sold
+    out, duplicate), retrying anything else -- 503s, dropped connections, a dead server or
+    Redis -- after `pace` seconds; until `deadline` (time.monotonic(); None: no limit) or
+    stop(). Between users a thread waits `pace`, or a random 0..2*user_gap when given (so
+    that a fault finds requests in flight). .recs fills while they run (one Rec each)."""
+
+    def __init__(self, port, vid, tokens, nthreads=20, pace=0.03, client_timeout=5.0,
+                 users=None, deadline=None, prefix="", user_gap=0.0):
+        self.recs = []
+        self.lock = threading.Lock()
+        self.stop_ev = threading.Event()
+        self.done_users = 0
+        path = prefix + "/voucher-order/seckill/%d" % vid
+        users = list(range(len(tokens))) if users is None else list(users)
+
+        def going():
+            return not self.stop_ev.is_set() and (deadline is None or time.monotonic() < deadline)
+
+        def run(tid):
+            h = Http(port, timeout=client_timeout, connect=False)
+            for u in users[tid::nthreads]:
+                while going():
+                    rec = Rec(u, port)
+                    rec.t_send = time.monotonic()
+                    try:
+                        st, _, body = h.request("POST", path, token=tokens[u])
+                        rec.status = st
+                        if body:
+                            rec.j = json.loads(body)
+                            check_envelope(rec.j, "seckill reply")
+                    except Exception as e:
+                        rec.error = "%s: %s" % (type(e).__name__, e)
+                        h.close()
+                    rec.t_recv = time.monotonic()
+                    with self.lock:
+                        self.recs.append(rec)
+                    if rec.ok or rec.msg in FINAL_MSGS:
+                        with self.lock:
+                            self.done_users += 1
+                        break
+                    self.stop_ev.wait(pace)
+                if not going():
+                    break
+                self.stop_ev.wait(random.uniform(0, 2 * user_gap) if user_gap else pace)
+            h.close()
+        # daemon: a failing test must not hang on its buyers
+        self.threads = [threading.Thread(target=run, args=(i,), daemon=True)
+                        for i in range(nthreads)]
+        for t in self.threads:
+            t.start()
+
+    def snapshot(self):
+        with self.lock:
+            return list(self.recs)
+
+    def stop(self):
+        self.stop_ev.set()
+        self.join()
+
+    def join(self, timeout=120):
+        for t in self.threads:
+            t.join(timeout)
+            check(not t.is_alive(), "a buyer thread did not finish")
+
+
 def run_sale(srv, voucher_id, tokens, attempts=4, nthreads=None, timeout=20.0, users=None,
              ports=None, pace=0.0, prefix=""):
     """Every user (index into tokens) sends `attempts` requests at the same moment, each on

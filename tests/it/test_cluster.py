@@ -20,9 +20,7 @@ e.g. `def test_cluster_sale_<mode>(): _sale("<mode>")` -- the runner finds tests
 top-level `def test_*`, so the wrappers are written out.
 """
 
-import json
 import os
-import threading
 import time
 
 import harness as H
@@ -31,7 +29,7 @@ from harness import check, eq
 # A cluster needs a database many processes share: MariaDB (the run's, see tests/run.py).
 DB_BACKENDS = ("mysql",)
 
-FINAL = {H.MSG_SOLD_OUT, H.MSG_DUPLICATE}
+FINAL = H.FINAL_MSGS
 API = "/api"          # through nginx, as the course's pages call the API
 
 
@@ -156,40 +154,11 @@ def verify(cl, mode, vid, stock, recs, tokens, all_answered=True):
 
 
 def retry_sale(port, vid, tokens, users, nthreads, deadline, pace, timeout=10.0):
-    """Each user asks until a definitive answer (success, sold out, duplicate), waiting
-    `pace` between tries and between users, through port (nginx) under /api. Returns
-    (threads, recs); recs fills while the threads run."""
-    recs = []
-    lock = threading.Lock()
-    path = API + "/voucher-order/seckill/%d" % vid
-
-    def run(tid):
-        h = H.Http(port, timeout=timeout, connect=False)
-        for u in users[tid::nthreads]:
-            while time.monotonic() < deadline:
-                rec = H.Rec(u, port)
-                rec.t_send = time.monotonic()
-                try:
-                    st, _, body = h.request("POST", path, token=tokens[u])
-                    rec.status = st
-                    if body:
-                        rec.j = json.loads(body)
-                        H.check_envelope(rec.j, "seckill reply")
-                except Exception as e:
-                    rec.error = "%s: %s" % (type(e).__name__, e)
-                    h.close()
-                rec.t_recv = time.monotonic()
-                with lock:
-                    recs.append(rec)
-                if rec.ok or rec.msg in FINAL:
-                    break
-                time.sleep(pace)
-            time.sleep(pace)
-        h.close()
-    ts = [threading.Thread(target=run, args=(i,)) for i in range(nthreads)]
-    for t in ts:
-        t.start()
-    return ts, recs
+    """harness.RetryingBuyers through port (nginx) under /api: returns (threads, recs);
+    recs fills while the threads run."""
+    b = H.RetryingBuyers(port, vid, tokens, nthreads=nthreads, pace=pace,
+                         client_timeout=timeout, users=users, deadline=deadline, prefix=API)
+    return b.threads, b.recs
 
 
 def final_answers(recs):

@@ -3,7 +3,6 @@ restart in the middle of a sale. Nothing admitted (answered success:true) may be
 written twice; no oversell; SQL and Redis agree after the writer drains.
 """
 
-import json
 import threading
 import time
 
@@ -97,43 +96,6 @@ def test_kill9_mid_sale():
     H.finish(srv2)
 
 
-def _retry_sale(port, vid, tokens, users, nthreads, deadline, pace, client_timeout=10.0):
-    """Each user retries (after pace seconds) until a definitive answer: success, sold out
-    or duplicate. Returns every Rec."""
-    recs = []
-    lock = threading.Lock()
-    final = {H.MSG_SOLD_OUT, H.MSG_DUPLICATE}
-    path = "/voucher-order/seckill/%d" % vid
-
-    def run(tid):
-        h = H.Http(port, timeout=client_timeout, connect=False)
-        for u in users[tid::nthreads]:
-            while time.monotonic() < deadline:
-                rec = H.Rec(u)
-                rec.t_send = time.monotonic()
-                try:
-                    st, hd, body = h.request("POST", path, token=tokens[u])
-                    rec.status = st
-                    if body:
-                        rec.j = json.loads(body)
-                        H.check_envelope(rec.j, "seckill reply")
-                except Exception as e:
-                    rec.error = "%s: %s" % (type(e).__name__, e)
-                    h.close()
-                rec.t_recv = time.monotonic()
-                with lock:
-                    recs.append(rec)
-                if rec.ok or rec.msg in final:
-                    break
-                time.sleep(pace)
-            time.sleep(pace)
-        h.close()
-    ts = [threading.Thread(target=run, args=(i,)) for i in range(nthreads)]
-    for t in ts:
-        t.start()
-    return ts, recs
-
-
 @H.timeout(300)
 def test_redis_restart_mid_sale():
     r, srv = H.setup()
@@ -141,7 +103,9 @@ def test_redis_restart_mid_sale():
     tokens = H.login_many(srv, r, users)
     vid = H.create_seckill(srv, stock=stock)
     deadline = time.monotonic() + 120
-    ts, recs = _retry_sale(srv.port, vid, tokens, list(range(users)), 20, deadline, 0.05)
+    b = H.RetryingBuyers(srv.port, vid, tokens, nthreads=20, pace=0.05, client_timeout=10.0,
+                         users=range(users), deadline=deadline)
+    ts, recs = b.threads, b.recs
     H.wait_until(lambda: r.cmd("HLEN", H.k_buyers(vid)) >= 30, 30, interval=0.005,
                  what="30 admissions before the outage")
     H.log("SHUTDOWN redis mid-sale")

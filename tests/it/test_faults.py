@@ -19,7 +19,6 @@ about Redis and the server, not the SQL backend (MariaDB would only make them sl
 
 import json
 import os
-import random
 import re
 import socket
 import subprocess
@@ -31,7 +30,7 @@ from harness import check, eq
 
 DB_BACKENDS = ("sqlite",)
 
-FINAL = (H.MSG_SOLD_OUT, H.MSG_DUPLICATE)
+FINAL = H.FINAL_MSGS
 
 
 # ---------------------------------------------------------------------------------------
@@ -107,67 +106,6 @@ def write_record(path, vid, stock, recs, unanswered):
                 f.write("%d 0\n" % r.j["data"])
 
 
-class Retrier:
-    """Buyers on keep-alive connections, each retrying (after `pace`) until a definitive
-    answer (success, sold out, duplicate) or stop(). Survives a dead server or Redis."""
-
-    def __init__(self, port, vid, tokens, nthreads=20, pace=0.03, client_timeout=5.0,
-                 user_gap=0.0):
-        self.recs = []
-        self.lock = threading.Lock()
-        self.stop_ev = threading.Event()
-        self.done_users = 0
-        path = "/voucher-order/seckill/%d" % vid
-        users = list(range(len(tokens)))
-
-        def run(tid):
-            h = H.Http(port, timeout=client_timeout, connect=False)
-            for u in users[tid::nthreads]:
-                while not self.stop_ev.is_set():
-                    rec = H.Rec(u)
-                    rec.t_send = time.monotonic()
-                    try:
-                        st, hd, body = h.request("POST", path, token=tokens[u])
-                        rec.status = st
-                        if body:
-                            rec.j = json.loads(body)
-                            H.check_envelope(rec.j, "seckill reply")
-                    except Exception as e:
-                        rec.error = "%s: %s" % (type(e).__name__, e)
-                        h.close()
-                    rec.t_recv = time.monotonic()
-                    with self.lock:
-                        self.recs.append(rec)
-                    if rec.ok or rec.msg in FINAL:
-                        with self.lock:
-                            self.done_users += 1
-                        break
-                    self.stop_ev.wait(pace)
-                if self.stop_ev.is_set():
-                    break
-                # jittered, so that a fault finds requests in flight
-                self.stop_ev.wait(random.uniform(0, 2 * user_gap) if user_gap else pace)
-            h.close()
-        # daemon: a failing test must not hang on its buyers
-        self.threads = [threading.Thread(target=run, args=(i,), daemon=True)
-                        for i in range(nthreads)]
-        for t in self.threads:
-            t.start()
-
-    def snapshot(self):
-        with self.lock:
-            return list(self.recs)
-
-    def stop(self):
-        self.stop_ev.set()
-        self.join()
-
-    def join(self, timeout=120):
-        for t in self.threads:
-            t.join(timeout)
-            check(not t.is_alive(), "a buyer thread did not finish")
-
-
 def hlen(r, vid):
     return int(r.cmd("HLEN", H.k_buyers(vid)))
 
@@ -194,7 +132,7 @@ def _f1(kills, every=1.5):
     tokens = H.login_many(srv, r, users)
     vid = H.create_seckill(srv, stock=stock)
     t0 = time.monotonic()
-    buyers = Retrier(srv.port, vid, tokens, nthreads=20, pace=0.03, user_gap=0.2)
+    buyers = H.RetryingBuyers(srv.port, vid, tokens, nthreads=20, pace=0.03, user_gap=0.2)
     recoveries = []
     t_last = time.monotonic()
     try:
@@ -348,7 +286,7 @@ def test_f3_redis_kill9_appendfsync_always():
     users, stock = 400, 300
     tokens = H.login_many(srv, r, users)
     vid = H.create_seckill(srv, stock=stock)
-    buyers = Retrier(srv.port, vid, tokens, nthreads=20, pace=0.03)
+    buyers = H.RetryingBuyers(srv.port, vid, tokens, nthreads=20, pace=0.03)
     H.wait_until(lambda: hlen(r, vid) >= 100, 30, interval=0.005, what="100 admissions")
     before = hlen(r, vid)
     r.kill()
@@ -394,7 +332,7 @@ def test_f3_redis_kill9_appendfsync_everysec():
     users, stock = 400, 300
     tokens = H.login_many(srv, r, users)
     vid = H.create_seckill(srv, stock=stock)
-    buyers = Retrier(srv.port, vid, tokens, nthreads=20, pace=0.03)
+    buyers = H.RetryingBuyers(srv.port, vid, tokens, nthreads=20, pace=0.03)
     H.wait_until(lambda: hlen(r, vid) >= 150, 30, interval=0.005, what="150 admissions")
     # no new requests after the kill: a lost admission must not be re-sold or re-answered
     buyers.stop_ev.set()
