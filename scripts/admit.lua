@@ -14,8 +14,9 @@
 -- duplicate), with the sale window checked first against Redis's own clock, so every
 -- instance judges the window by the same time. Stock is taken, the buyer recorded and
 -- the order queued in one step: there is no moment where stock is gone and the order
--- is not in the stream.
-local v = redis.call('HMGET', KEYS[1], 'stock', 'begin', 'end')
+-- is not in the stream. Each entry carries ep, the voucher's Redis generation: after a rebuild
+-- from SQL (src/rebuild.c) the writer refuses entries of the replaced state.
+local v = redis.call('HMGET', KEYS[1], 'stock', 'begin', 'end', 'ep')
 local stock = tonumber(v[1])
 if not stock then return 5 end
 local now = tonumber(redis.call('TIME')[1])

@@ -73,7 +73,7 @@ static int has_user(const uvec_t *u, int64_t user)
 
 static int has_i64(const int64_t *a, size_t n, int64_t x)
 {
-    return bsearch(&x, a, n, sizeof *a, cmp_i64) != NULL;
+    return n > 0 && bsearch(&x, a, n, sizeof *a, cmp_i64) != NULL;
 }
 
 static void plan(const rebuild_opts_t *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -1,0 +1,226 @@
+"""test_rebuild.py -- Redis loses its data mid-sale: the sale state is rebuilt from SQL.
+
+  after the writer drained: FLUSHALL, and separately an empty Redis on the same port --
+    the sale goes on within seconds, never more orders than stock, no buyer twice;
+  an undrained backlog (the writer holds a batch it cannot commit): the orders of the lost
+    Redis are refused by the generation fence and the audit lists exactly them;
+  a voucher created while Redis is down sells once Redis is back;
+  two instances racing to rebuild: one rebuild (the SQL generation is raised once);
+  `seckill redis rebuild --dry-run` writes nothing, the real run is idempotent.
+"""
+
+import json
+import os
+import signal
+import shutil
+import subprocess
+import time
+
+import harness as H
+from harness import check, eq
+
+DB_BACKENDS = ("sqlite",)
+
+
+def _present(r, vid):
+    try:
+        return r.cmd("HEXISTS", H.k_voucher(vid), "stock") == 1
+    except (OSError, H.RedisError):
+        return False
+
+
+def _epoch(srv, vid):
+    return srv.db().scalar("SELECT coalesce((SELECT epoch FROM tb_seckill_epoch "
+                           "WHERE voucher_id = ?), 0)", vid)
+
+
+def _sale_round(srv, vid, tokens, users, attempts=2):
+    recs = H.run_sale(srv, vid, tokens, attempts=attempts, users=users)
+    bad = [x for x in recs if not x.ok and x.msg not in (H.MSG_SOLD_OUT, H.MSG_DUPLICATE)]
+    check(not bad, "unexpected answers: %r", bad[:5])
+    return recs
+
+
+def _check_final(srv, r, vid, stock, bought_before, recs2):
+    """No oversell, nobody with an order bought again, the sale sold out."""
+    db = srv.db()
+    n = H.wait_drained(srv, r, vid, 60)
+    check(n <= stock, "OVERSELL: %d orders for stock %d", n, stock)
+    eq(db.per_user_max(vid), 1, "orders per user at most")
+    again = [x for x in recs2 if x.ok and x.user in bought_before]
+    check(not again, "buyers with an order bought again: %r", again[:5])
+    eq(n, stock, "orders after the sale went on (sold out)")
+    rc, out = H.audit(r, srv.db_url, vid, wait_drain=30)
+    check(rc == 0, "audit after the rebuild:\n%s", out[-3000:])
+
+
+def _lose_and_resume(replace):
+    users, stock = 120, 60
+    r, srv = H.setup()
+    tokens = H.login_many(srv, r, users)
+    vid = H.create_seckill(srv, stock=stock)
+    recs1 = _sale_round(srv, vid, tokens, range(40), attempts=1)
+    bought = {x.user for x in recs1 if x.ok}
+    eq(len(bought), 40, "first round buyers")
+    eq(H.wait_drained(srv, r, vid, 60), 40, "persisted before the loss")
+    t0 = time.monotonic()
+    if replace:
+        port, d = r.port, r.dir
+        r.kill()
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d, exist_ok=True)
+        r = H.Redis(port, d).start()
+    else:
+        r.cmd("FLUSHALL")
+    H.wait_until(lambda: _present(r, vid), 15, what="voucher republished")
+    H.log("voucher republished %.2f s after the loss" % (time.monotonic() - t0))
+    eq(_epoch(srv, vid), 1, "SQL generation after one rebuild")
+    eq(int(r.cmd("HGET", H.k_voucher(vid), "stock")), stock - 40, "rebuilt stock")
+    eq(r.cmd("HLEN", H.k_buyers(vid)), 40, "rebuilt buyers")
+    tokens = H.login_many(srv, r, users)   # logins may have gone with Redis
+    recs2 = _sale_round(srv, vid, tokens, range(users))
+    _check_final(srv, r, vid, stock, bought, recs2)
+    H.finish(srv)
+
+
+@H.timeout(240)
+def test_flushall_after_drain():
+    _lose_and_resume(replace=False)
+
+
+@H.timeout(240)
+def test_empty_redis_on_same_port():
+    _lose_and_resume(replace=True)
+
+
+@H.timeout(300)
+def test_undrained_backlog_fenced_and_audited():
+    """A writes nothing (SQL locked) and holds its batch; A is stopped, Redis is flushed,
+    B starts and rebuilds from SQL (none of A's orders are there); A resumes: its batch is
+    refused by the generation, so the audit lists exactly A's answered orders as lost."""
+    users, stock = 100, 50
+    r, a = H.setup(name="inst-a")
+    tokens = H.login_many(a, r, users)
+    vid = H.create_seckill(a, stock=stock)
+    lock = H.hold_db_lock(a)
+    recs1 = _sale_round(a, vid, tokens, range(30), attempts=1)
+    answered = {x.j["data"]: x for x in recs1 if x.ok}
+    eq(len(answered), 30, "answered while SQL is locked")
+    H.wait_until(lambda: H.xpending_count(r, vid) == 30, 20, what="A's writer holds the batch")
+    os.kill(a.proc.pid, signal.SIGSTOP)
+    try:
+        lock.rollback()
+        lock.close()
+        r.cmd("FLUSHALL")
+        # The order-id slot counter went too: running instances put it back above their
+        # own slot within a second (rebuild watch); A is stopped, so do it for A, or B
+        # would lease A's slot and mint A's order ids.
+        r.cmd("SET", "seckill:instance", "64")
+        os.makedirs(a.data_dir + "-b", exist_ok=True)
+        b = H.start_server(r, name="inst-b", data_dir=a.data_dir + "-b", db_path=a.db_path,
+                           admin_token=a.admin_token)
+        H.wait_until(lambda: _present(r, vid), 15, what="B rebuilt the voucher at start")
+        eq(int(r.cmd("HGET", H.k_voucher(vid), "stock")), stock, "rebuilt stock (none persisted)")
+    finally:
+        os.kill(a.proc.pid, signal.SIGCONT)
+    H.wait_until(lambda: any("Redis generation 0, which a rebuild" in l for l in a.log_lines()),
+                 30, what="A's old batch refused")
+    eq(a.db().order_count(vid), 0, "orders of the lost Redis in SQL")
+    tokens = H.login_many(b, r, users)
+    recs2 = _sale_round(b, vid, tokens, range(users))
+    n = H.wait_drained(b, r, vid, 60)
+    eq(n, stock, "orders after the sale went on")
+    eq(b.db().per_user_max(vid), 1, "orders per user at most")
+    # the audit, given the answers of round 1: exactly those are lost, nothing oversold
+    uids = H.user_ids(r, [tokens[x.user] for x in recs1 if x.ok])
+    rec = os.path.join(H.tmpdir(), "answers.txt")
+    with open(rec, "w") as f:
+        f.write("# seckill-bench-record v1 voucher=%d stock=%d complete=0 unanswered=0\n"
+                % (vid, stock))
+        for (oid, _), uid in zip(answered.items(), uids):
+            f.write("%d %d\n" % (oid, uid))
+    p = subprocess.run([H.binary(), "audit", "--redis", r.url, "--db", b.db_url, "--orders",
+                        rec, "--json", "-", "--wait-drain", "30"], capture_output=True,
+                       env=H.san_env(), timeout=120)
+    rep = json.loads(p.stdout.decode())
+    H.log("audit: %s" % [c["detail"] for c in rep["vouchers"][0]["checks"]
+                         if c["check"] == "answered-persisted"])
+    eq(p.returncode, 1, "audit exit (the lost answers are a violation)")
+    eq(sorted(rep["vouchers"][0]["vanished"]), sorted(answered), "vanished orders")
+    fails = [c for c in rep["vouchers"][0]["checks"] if c["status"] == "fail"]
+    eq([c["check"] for c in fails], ["answered-persisted"], "failed checks (none oversold)")
+    H.finish(b)
+    H.finish(a)
+
+
+@H.timeout(240)
+def test_voucher_created_while_redis_down_sells_after():
+    r, srv = H.setup()
+    tokens = H.login_many(srv, r, 5)
+    r.shutdown()
+    h = H.Http(srv.port)
+    st, _, body = h.request("POST", "/voucher/seckill", body=H.seckill_body(stock=3),
+                            admin=srv.admin_token)
+    h.close()
+    eq(st, 503, "create while Redis is down")
+    vid = srv.db().scalar("SELECT max(voucher_id) FROM tb_seckill_voucher")
+    t0 = time.monotonic()
+    r.start()
+    H.wait_until(lambda: _present(r, vid), 15, what="voucher published after Redis returned")
+    H.log("sellable %.2f s after Redis returned" % (time.monotonic() - t0))
+    recs = _sale_round(srv, vid, tokens, range(5), attempts=1)
+    eq(sum(1 for x in recs if x.ok), 3, "sold")
+    eq(H.wait_drained(srv, r, vid, 60), 3, "persisted")
+    H.finish(srv)
+
+
+@H.timeout(240)
+def test_two_instances_rebuild_once():
+    r, a = H.setup(name="inst-1")
+    b = H.start_server(r, name="inst-2", data_dir=a.data_dir, db_path=a.db_path,
+                       admin_token=a.admin_token)
+    tokens = H.login_many(a, r, 20)
+    vids = [H.create_seckill(a, stock=10) for _ in range(4)]
+    for v in vids:
+        _sale_round(a, v, tokens, range(5), attempts=1)
+        H.wait_drained(a, r, v, 60)
+    r.cmd("FLUSHALL")
+    H.wait_until(lambda: all(_present(r, v) for v in vids), 15, what="all republished")
+    for v in vids:
+        eq(_epoch(a, v), 1, "SQL generation of voucher %d (raised once)" % v)
+    n = sum(len([l for l in s.log_lines() if "rebuilt from SQL" in l]) for s in (a, b))
+    eq(n, len(vids), "rebuilds over both instances")
+    H.finish(b)
+    H.finish(a)
+
+
+@H.timeout(180)
+def test_operator_rebuild_dry_run_and_idempotent():
+    r, srv = H.setup()
+    tokens = H.login_many(srv, r, 10)
+    vid = H.create_seckill(srv, stock=8)
+    _sale_round(srv, vid, tokens, range(3), attempts=1)
+    H.wait_drained(srv, r, vid, 60)
+    srv.stop()
+    r.cmd("FLUSHALL")
+
+    def tool(*extra):
+        p = subprocess.run([H.binary(), "redis", "rebuild", "--redis", r.url, "--db",
+                            srv.db_url] + list(extra), capture_output=True, env=H.san_env(),
+                           timeout=60)
+        return p.returncode, p.stdout.decode() + p.stderr.decode()
+
+    rc, out = tool("--dry-run", "--voucher", str(vid))
+    eq(rc, 0, "dry run exit: " + out)
+    check("would be rebuilt: stock 5, 3 buyers" in out, "dry run output:\n%s", out)
+    check("HSET seckill:voucher:{%d}" % vid in out, "dry run lists the writes:\n%s", out)
+    eq(r.cmd("DBSIZE"), 0, "keys after a dry run")
+    eq(_epoch(srv, vid), 0, "generation after a dry run")
+    rc, out = tool()
+    eq(rc, 0, "rebuild exit: " + out)
+    check("rebuilt: stock 5, 3 buyers, generation 1" in out, "rebuild output:\n%s", out)
+    rc, out = tool()
+    check(rc == 0 and "nothing to do" in out, "second run:\n%s", out)
+    eq(_epoch(srv, vid), 1, "generation after two runs")
+    rc, out = H.audit(r, srv.db_url, vid, wait_drain=10)
+    check(rc == 0, "audit after the operator's rebuild:\n%s", out[-3000:])
