@@ -55,15 +55,14 @@ int clientip_parse(const char *list, clientip_set_t *out, char *err, size_t errl
         size_t n = strcspn(p, ", ");
         const char *slash = memchr(p, '/', n);
         size_t an = slash ? (size_t)(slash - p) : n;
-        struct clientip_range *r = &out->r[out->n];
-        int ok = out->n < CLIENTIP_MAX_RANGES && to16(p, an, r->addr) == 0;
-        int v4 = ok && memcmp(r->addr, "\0\0\0\0\0\0\0\0\0\0\xff\xff", 12) == 0;
-        r->bits = 128;
+        struct clientip_range rg = { .bits = 128 };
+        int ok = out->n < CLIENTIP_MAX_RANGES && to16(p, an, rg.addr) == 0;
+        int v4 = ok && memcmp(rg.addr, "\0\0\0\0\0\0\0\0\0\0\xff\xff", 12) == 0;
         if (ok && slash) {
             char *end;
             long b = strtol(slash + 1, &end, 10);
             ok = end == p + n && end > slash + 1 && b >= 0 && b <= (v4 ? 32 : 128);
-            r->bits = (int)(v4 ? 96 + b : b);
+            rg.bits = (int)(v4 ? 96 + b : b);
         }
         if (!ok) {
             snprintf(err, errlen, "trusted-proxy: \"%.*s\" is not an address or CIDR range%s",
@@ -71,7 +70,7 @@ int clientip_parse(const char *list, clientip_set_t *out, char *err, size_t errl
                      out->n >= CLIENTIP_MAX_RANGES ? " (or one too many)" : "");
             return -1;
         }
-        out->n++;
+        out->r[out->n++] = rg;
         p += n;
     }
     return 0;
