@@ -69,6 +69,7 @@ struct auth_cache {
     struct event *flush_ev;     /* sends the refresh queue */
     uint8_t (*queue)[16];       /* tokens waiting for their EXPIRE */
     unsigned nqueue;
+    uint8_t last_minted[16];    /* auth_new_token: never the same token twice in a row */
 };
 
 /* One EXPIRE in flight. */
@@ -538,8 +539,8 @@ int auth_new_token(struct worker *w, int64_t user_id, char out[33])
             return -1;
         }
         int64_t now = clock_wall_s();
-        /* A user who logs out and in within the issue minute must not get the revoked
-         * token back (1 in 65536): another nonce makes another token. */
+        /* Two logins of a user in one second, or a logout and a login, must not share a
+         * token (1 in 1024 by chance): another nonce makes another token. */
         for (int i = 0; i < 8; i++) {
             uint16_t nonce = (uint16_t)(raw[2 * i] << 8 | raw[2 * i + 1]);
             if (tok_mint(ac->signer, user_id, now, nonce, out) != 0) {
@@ -547,7 +548,8 @@ int auth_new_token(struct worker *w, int64_t user_id, char out[33])
             }
             uint8_t tok[16];
             tok_bytes(out, tok);
-            if (!revoke_has(w, tok)) {
+            if (!revoke_has(w, tok) && memcmp(tok, ac->last_minted, 16) != 0) {
+                memcpy(ac->last_minted, tok, 16);
                 return 0;
             }
         }

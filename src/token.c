@@ -184,6 +184,7 @@ int tok_mint(const tok_signer_t *s, int64_t user_id, int64_t issued_at, uint16_t
     }
     uint8_t b[16], mac[32];
     uint32_t min = (uint32_t)((issued_at - TOKEN_EPOCH) / 60);
+    uint16_t sec = (uint16_t)(((issued_at - TOKEN_EPOCH) % 60) << 10 | (nonce & 0x3FF));
     uint32_t uid = (uint32_t)user_id;
     b[0] = (uint8_t)(min >> 16);
     b[1] = (uint8_t)(min >> 8);
@@ -192,8 +193,8 @@ int tok_mint(const tok_signer_t *s, int64_t user_id, int64_t issued_at, uint16_t
     b[4] = (uint8_t)(uid >> 16);
     b[5] = (uint8_t)(uid >> 8);
     b[6] = (uint8_t)uid;
-    b[7] = (uint8_t)(nonce >> 8);
-    b[8] = (uint8_t)nonce;
+    b[7] = (uint8_t)(sec >> 8);
+    b[8] = (uint8_t)sec;
     mac_of(s, b, mac);
     memcpy(b + BODY_BYTES, mac, MAC_BYTES);
     static const char hex[] = "0123456789abcdef";
@@ -221,7 +222,11 @@ int tok_verify(const tok_signer_t *s, const char *token, int64_t *user_id, int64
         return 0;
     }
     uint32_t min = (uint32_t)b[0] << 16 | (uint32_t)b[1] << 8 | b[2];
+    unsigned sec = b[7] >> 2;
+    if (sec > 59) {
+        return 0;
+    }
     *user_id = uid;
-    *issued_at = TOKEN_EPOCH + (int64_t)min * 60;
+    *issued_at = TOKEN_EPOCH + (int64_t)min * 60 + sec;
     return 1;
 }

@@ -5,13 +5,11 @@
  *
  *   0..2   issued     minutes since 2024-01-01T00:00:00Z, big-endian (good until 2055)
  *   3..6   user id    big-endian (ids above 2^32-1 get a random, opaque token instead)
- *   7..8   nonce      random: two logins of one user in one minute differ (1 in 65536
- *                     may not: auth.c re-rolls against the tokens it has revoked)
+ *   7..8   second     the second within that minute (top 6 bits) and 10 random bits:
+ *                     two logins of one user differ (1 in 1024 in the same second on
+ *                     different workers may not; auth.c re-rolls against the last token
+ *                     its worker made and the revoked ones)
  *   9..15  MAC        the first 7 bytes of HMAC-SHA256(key, bytes 0..8)
- *
- * The issue time is rounded down to the minute, so a token's signed age is never less
- * than its real one: a server treats it as expired up to a minute early and then asks
- * Redis, never late.
  *
  * The algorithm is fixed here (there is no algorithm field to confuse), the MAC is
  * compared in constant time (CRYPTO_memcmp), and a random course-style token verifies with
@@ -44,14 +42,14 @@ void tok_signer_free(tok_signer_t *s);                          /* NULL is fine 
 
 #define TOKEN_EPOCH 1704067200   /* 2024-01-01T00:00:00Z */
 
-/* Writes a signed token for user_id issued at issued_at (unix seconds, rounded down to
- * the minute) with the given nonce into out (33 bytes with the NUL). 0, or -1 if user_id
- * or the time does not fit. */
+/* Writes a signed token for user_id issued at issued_at (unix seconds) with the low 10
+ * bits of nonce into out (33 bytes with the NUL). 0, or -1 if user_id or the time does not
+ * fit. */
 int tok_mint(const tok_signer_t *s, int64_t user_id, int64_t issued_at, uint16_t nonce, char out[33]);
 
 /* 1 if token is a signed token under this key (then *user_id and *issued_at, unix
- * seconds of the issue minute, are set), 0 otherwise (not 32 lowercase hex, or the MAC
- * does not match). */
+ * seconds, are set), 0 otherwise (not 32 lowercase hex, the MAC does not match, or a
+ * second field above 59). */
 int tok_verify(const tok_signer_t *s, const char *token, int64_t *user_id, int64_t *issued_at);
 
 /* 1 if z is 32 lowercase hex characters. */

@@ -1848,14 +1848,23 @@ def token_key(data_dir):
 
 
 def mint_token(key, user_id, issued=None, nonce=None):
-    """A signed token as token.h lays it out: issue minute, user id, nonce, 7 MAC bytes."""
+    """A signed token as token.h lays it out: issue minute, user id, second of the minute
+    and 10 random bits, 7 MAC bytes."""
     import hashlib
     import hmac
     issued = int(time.time()) if issued is None else int(issued)
-    nonce = random.getrandbits(16) if nonce is None else nonce
-    body = (((issued - TOKEN_EPOCH) // 60).to_bytes(3, "big") + user_id.to_bytes(4, "big") +
-            nonce.to_bytes(2, "big"))
+    nonce = random.getrandbits(10) if nonce is None else nonce
+    age = issued - TOKEN_EPOCH
+    body = ((age // 60).to_bytes(3, "big") + user_id.to_bytes(4, "big") +
+            ((age % 60) << 10 | nonce).to_bytes(2, "big"))
     return (body + hmac.new(key, body, hashlib.sha256).digest()[:7]).hex()
+
+
+def parse_token(tok):
+    """(issued unix seconds, user id, nonce) of a signed token (the MAC unchecked)."""
+    b = bytes.fromhex(tok)
+    return (TOKEN_EPOCH + int.from_bytes(b[0:3], "big") * 60 + (b[7] >> 2),
+            int.from_bytes(b[3:7], "big"), int.from_bytes(b[7:9], "big") & 0x3FF)
 
 
 def commandstats(redis):

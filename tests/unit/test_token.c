@@ -29,16 +29,16 @@ static void test_roundtrip_and_layout(void **state)
     (void)state;
     tok_signer_t *s = signer(KEY);
     char t[33];
-    int64_t issued = TOKEN_EPOCH + 123456 * 60 + 59;   /* rounded down to the minute */
+    int64_t issued = TOKEN_EPOCH + 123456 * 60 + 59;
     assert_int_equal(tok_mint(s, 42, issued, 0xbeef, t), 0);
     assert_int_equal(strlen(t), 32);
     assert_true(tok_shape_ok(t));
-    /* minutes 123456 = 0x01e240, id 42, nonce beef */
-    assert_memory_equal(t, "01e2400000002abeef", 18);
+    /* minutes 123456 = 0x01e240, id 42, second 59 << 10 | (0xbeef & 0x3ff) = 0xeeef */
+    assert_memory_equal(t, "01e2400000002aeeef", 18);
     int64_t uid = 0, at = 0;
     assert_int_equal(tok_verify(s, t, &uid, &at), 1);
     assert_int_equal(uid, 42);
-    assert_int_equal(at, TOKEN_EPOCH + 123456 * 60);
+    assert_int_equal(at, issued);
 
     /* The MAC is HMAC-SHA256 over the first 9 bytes, truncated to 7. */
     uint8_t b[16], mac[32];
@@ -102,6 +102,16 @@ static void test_refusals(void **state)
     assert_int_equal(tok_mint(s, (int64_t)UINT32_MAX, TOKEN_EPOCH + (int64_t)0xFFFFFF * 60, 0, t), 0);
     assert_int_equal(tok_verify(s, t, &uid, &at), 1);
     assert_int_equal(uid, (int64_t)UINT32_MAX);
+    /* a second field of 60..63 is not a time, even under a valid MAC */
+    uint8_t b[16], mac[32];
+    unsigned int ml = 0;
+    tok_bytes(t, b);
+    b[7] = (uint8_t)(60 << 2);
+    HMAC(EVP_sha256(), KEY, (int)strlen(KEY), b, 9, mac, &ml);
+    memcpy(b + 9, mac, 7);
+    for (int i = 0; i < 16; i++)
+        snprintf(bad + 2 * i, 3, "%02x", b[i]);
+    assert_int_equal(tok_verify(s, bad, &uid, &at), 0);
     tok_signer_free(s);
     tok_signer_free(other);
 }
