@@ -1,5 +1,11 @@
 /* admission.c -- one flash-sale decision: a verdict cache, then one EVALSHA of admit.lua.
  *
+ * Coalescing (stream mode): per worker and voucher at most one call is in flight; the
+ * admissions that arrive while it is out wait in the voucher's lane and go together in
+ * the next call, as one admit_batch.lua (up to BATCH_MAX). Unloaded, every admission goes
+ * at once (a batch of one); loaded, Redis pays its per-call cost once per batch instead
+ * of once per buyer. A batch decides exactly as admit.lua would, buyer after buyer.
+ *
  * Verdict cache: per worker, a small set-associative table voucher id -> (verdict, until).
  * Only verdicts that are the same for every user are kept (sold out, ended, not started,
  * no such voucher), for soldout_cache_ms. When an entry expires the next request asks
@@ -34,6 +40,8 @@
 #define VERDICT_SLOTS 1024u
 #define VERDICT_WAYS 4u
 #define CTX_FREE_MAX 4096
+#define LANES 64u
+#define BATCH_MAX 64
 
 typedef struct verdict {
     int64_t voucher_id;         /* 0 = unused */
@@ -43,7 +51,7 @@ typedef struct verdict {
 
 typedef struct adm_ctx {
     struct adm_cache *ac;
-    struct adm_ctx *next;       /* free list link */
+    struct adm_ctx *next;       /* free list link; a lane's waiting list */
     http_req_t *r;
     admission_cb cb;
     int64_t voucher_id;
@@ -54,8 +62,26 @@ typedef struct adm_ctx {
     int wait_replicas;          /* --redis-wait-replicas: WAIT for this many after admission */
 } adm_ctx_t;
 
+/* Coalescing: per worker and voucher, at most one admit_batch.lua call in flight; the
+ * admissions that arrive meanwhile wait here and go together in the next call. */
+typedef struct lane {
+    int64_t voucher_id;         /* 0 = unused */
+    int inflight;               /* a call for this voucher is out */
+    adm_ctx_t *head, *tail;     /* waiting, in arrival order */
+    int nwait;
+} lane_t;
+
+/* One admit_batch.lua call: its admissions, in ARGV order. */
+typedef struct batch {
+    struct adm_cache *ac;
+    lane_t *lane;
+    int n;
+    adm_ctx_t *item[BATCH_MAX];
+} batch_t;
+
 struct adm_cache {
     verdict_t v[VERDICT_SLOTS];
+    lane_t lanes[LANES];
     uint64_t ttl_ms;            /* cfg.soldout_cache_ms */
     adm_ctx_t *free_ctx;
     int nfree;
@@ -259,39 +285,44 @@ static void send_wait(adm_ctx_t *c)
     rds_command_at(w->rds, kv, (size_t)lv, on_wait, c, 3, argv, lens);
 }
 
-static void on_admit(struct redisReply *rep, void *priv)
+/* Logs an error reply or a reply of an unknown shape, at most once a second. */
+static void log_bad_reply(struct adm_cache *ac, const redisReply *rep, const char *script)
 {
-    adm_ctx_t *c = priv;
+    uint64_t now = clock_mono_ms();
+    if (ac->dead || now - ac->last_err_log_ms < 1000) {
+        return;
+    }
+    ac->last_err_log_ms = now;
+    if (rep->type == REDIS_REPLY_ERROR) {
+        log_error("admission: redis error: %.*s", (int)(rep->len > 200 ? 200 : rep->len),
+                  rep->str);
+    } else {
+        log_error("admission: unexpected reply type %d from %s", rep->type, script);
+    }
+}
+
+/* A reply element as an admission code; ADMIT_UNAVAILABLE when it is none. */
+static int reply_code(const redisReply *rep)
+{
+    return rep != NULL && rep->type == REDIS_REPLY_INTEGER && rep->integer >= ADMIT_OK &&
+           rep->integer <= ADMIT_NO_VOUCHER ? (int)rep->integer : ADMIT_UNAVAILABLE;
+}
+
+/* The end of one admission whose code Redis decided: caches, queue mode, the order
+ * index, WAIT, then the caller's callback. */
+static void finish(adm_ctx_t *c, int code)
+{
     struct adm_cache *ac = c->ac;
     http_req_t *r = c->r;
     admission_cb cb = c->cb;
     int64_t order_id = c->order_id;
-    int code = ADMIT_UNAVAILABLE;
-
-    if (rep != NULL && rep->type == REDIS_REPLY_INTEGER && rep->integer >= ADMIT_OK &&
-        rep->integer <= ADMIT_NO_VOUCHER) {
-        code = (int)rep->integer;
-        if (cacheable(code) && !ac->dead && ac->ttl_ms > 0) {
-            verdict_put(ac, c->voucher_id, code, clock_mono_ms() + ac->ttl_ms);
-        }
-        if (code == ADMIT_NO_VOUCHER && !ac->dead) {
-            /* Redis may have lost it: if SQL knows it, it is rebuilt and the verdict
-             * above expires within soldout_cache_ms. */
-            rebuild_watch_poke(r->w->app->rebuild, c->voucher_id);
-        }
-    } else if (rep != NULL && !ac->dead) {
-        /* An error reply (script bug, OOM, READONLY replica...) or a shape we do not
-         * know: worth a log line, but not one per request. */
-        uint64_t now = clock_mono_ms();
-        if (now - ac->last_err_log_ms >= 1000) {
-            ac->last_err_log_ms = now;
-            if (rep->type == REDIS_REPLY_ERROR) {
-                log_error("admission: redis error: %.*s", (int)(rep->len > 200 ? 200 : rep->len),
-                          rep->str);
-            } else {
-                log_error("admission: unexpected reply type %d from admit.lua", rep->type);
-            }
-        }
+    if (cacheable(code) && !ac->dead && ac->ttl_ms > 0) {
+        verdict_put(ac, c->voucher_id, code, clock_mono_ms() + ac->ttl_ms);
+    }
+    if (code == ADMIT_NO_VOUCHER && !ac->dead) {
+        /* Redis may have lost it: if SQL knows it, it is rebuilt and the verdict
+         * above expires within soldout_cache_ms. */
+        rebuild_watch_poke(r->w->app->rebuild, c->voucher_id);
     }
     if (c->q != NULL) {
         /* Queue mode: the place was reserved before asking Redis, so an admitted order
@@ -315,6 +346,145 @@ static void on_admit(struct redisReply *rep, void *priv)
     }
     ctx_put(c);
     cb(r, code, code == ADMIT_OK ? order_id : 0);
+}
+
+static void on_admit(struct redisReply *rep, void *priv)
+{
+    adm_ctx_t *c = priv;
+    int code = reply_code(rep);
+    if (rep != NULL && code == ADMIT_UNAVAILABLE) {
+        /* An error reply (script bug, OOM, READONLY replica...) or a shape we do not
+         * know: worth a log line, but not one per request. */
+        log_bad_reply(c->ac, rep, "admit.lua");
+    }
+    finish(c, code);
+}
+
+/* ------------------------------------------------------------ coalescing */
+
+static lane_t *lane_find(struct adm_cache *ac, int64_t voucher_id, int create)
+{
+    uint64_t h = (uint64_t)voucher_id * UINT64_C(0x9e3779b97f4a7c15);
+    for (unsigned i = 0; i < LANES; i++) {
+        lane_t *l = &ac->lanes[(h + i) & (LANES - 1)];
+        if (l->voucher_id == voucher_id) {
+            return l;
+        }
+        if (l->voucher_id == 0) {
+            if (!create) {
+                return NULL;
+            }
+            l->voucher_id = voucher_id;
+            return l;
+        }
+    }
+    return NULL;   /* every lane taken by busy vouchers: the caller sends alone */
+}
+
+static void batch_send(lane_t *l, struct adm_cache *ac, worker_t *w);
+
+static void on_batch(struct redisReply *rep, void *priv)
+{
+    batch_t *b = priv;
+    struct adm_cache *ac = b->ac;
+    lane_t *l = b->lane;
+    int ok = rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements == (size_t)b->n;
+    if (rep != NULL && !ok) {
+        log_bad_reply(ac, rep, "admit_batch.lua");
+    }
+    int n = b->n;
+    adm_ctx_t *item[BATCH_MAX];
+    int code[BATCH_MAX];
+    for (int i = 0; i < n; i++) {
+        item[i] = b->item[i];
+        code[i] = ok ? reply_code(rep->element[i]) : ADMIT_UNAVAILABLE;
+    }
+    worker_t *w = item[0]->r->w;
+    free(b);
+    /* Cache this batch's verdicts first: the waiting admissions are then answered from
+     * memory if the voucher sold out, and the rest go out before any callback runs. */
+    for (int i = 0; i < n; i++) {
+        if (cacheable(code[i]) && !ac->dead && ac->ttl_ms > 0) {
+            verdict_put(ac, item[i]->voucher_id, code[i], clock_mono_ms() + ac->ttl_ms);
+        }
+    }
+    l->inflight = 0;
+    batch_send(l, ac, w);
+    for (int i = 0; i < n; i++) {
+        finish(item[i], code[i]);
+    }
+}
+
+/* Sends the lane's waiting admissions (up to BATCH_MAX) as one call, unless one is in
+ * flight. Those a cached verdict now answers are answered without Redis. */
+static void batch_send(lane_t *l, struct adm_cache *ac, worker_t *w)
+{
+    while (!l->inflight && l->head != NULL) {
+        const verdict_t *v = ac->ttl_ms > 0 && !ac->dead
+                             ? verdict_get(ac, l->voucher_id, clock_mono_ms()) : NULL;
+        if (v != NULL) {
+            adm_ctx_t *c = l->head;
+            l->head = c->next;
+            l->nwait--;
+            metric_inc(&w->m->soldout_local);
+            int code = v->code;
+            http_req_t *r = c->r;
+            admission_cb cb = c->cb;
+            ctx_put(c);
+            cb(r, code, 0);
+            continue;
+        }
+        batch_t *b = malloc(sizeof(*b));
+        char kv[64], kb[64], ks[64], vid[24];
+        int lv = key_voucher(kv, sizeof(kv), l->voucher_id);
+        int lb = key_buyers(kb, sizeof(kb), l->voucher_id);
+        int ls = key_stream(ks, sizeof(ks), l->voucher_id);
+        int li = snprintf(vid, sizeof(vid), "%lld", (long long)l->voucher_id);
+        if (b == NULL || lv < 0 || lb < 0 || ls < 0) {
+            free(b);
+            while (l->head != NULL) {
+                adm_ctx_t *c = l->head;
+                l->head = c->next;
+                l->nwait--;
+                finish(c, ADMIT_UNAVAILABLE);
+            }
+            break;
+        }
+        b->ac = ac;
+        b->lane = l;
+        b->n = 0;
+        const char *argv[4 + 2 * BATCH_MAX];
+        size_t lens[4 + 2 * BATCH_MAX];
+        char num[BATCH_MAX][2][24];
+        argv[0] = kv; lens[0] = (size_t)lv;
+        argv[1] = kb; lens[1] = (size_t)lb;
+        argv[2] = ks; lens[2] = (size_t)ls;
+        argv[3] = vid; lens[3] = (size_t)li;
+        while (l->head != NULL && b->n < BATCH_MAX) {
+            adm_ctx_t *c = l->head;
+            l->head = c->next;
+            l->nwait--;
+            int k = b->n++;
+            b->item[k] = c;
+            int lu = snprintf(num[k][0], sizeof num[k][0], "%lld", (long long)c->user_id);
+            int lo = snprintf(num[k][1], sizeof num[k][1], "%lld", (long long)c->order_id);
+            argv[4 + 2 * k] = num[k][0];
+            lens[4 + 2 * k] = (size_t)lu;
+            argv[5 + 2 * k] = num[k][1];
+            lens[5 + 2 * k] = (size_t)lo;
+        }
+        if (l->head == NULL) {
+            l->tail = NULL;
+        }
+        l->inflight = 1;
+        /* When Redis is down on_batch runs before this returns, clears inflight and
+         * sends (and fails) the rest. */
+        rds_evalsha(w->rds, SCRIPT_ADMIT_BATCH, on_batch, b, 3, 4 + 2 * b->n, argv, lens);
+    }
+    if (!l->inflight && l->head == NULL) {
+        l->voucher_id = 0;   /* idle: the lane is free for any voucher */
+        l->tail = NULL;
+    }
 }
 
 void admission_try(struct http_req *r, int64_t voucher_id, int64_t user_id, admission_cb cb)
@@ -356,12 +526,27 @@ void admission_try(struct http_req *r, int64_t voucher_id, int64_t user_id, admi
     c->user_id = user_id;
     c->order_id = order_id;
     c->now = now;
+    order_mode_t mode = w->app->cfg.mode;
+    if (mode == MODE_STREAM && c->q == NULL && c->wait_replicas == 0) {
+        lane_t *l = lane_find(ac, voucher_id, 1);
+        if (l != NULL) {
+            c->next = NULL;
+            if (l->tail != NULL) {
+                l->tail->next = c;
+            } else {
+                l->head = c;
+            }
+            l->tail = c;
+            l->nwait++;
+            batch_send(l, ac, w);
+            return;
+        }
+    }
     int lu = snprintf(uid, sizeof(uid), "%lld", (long long)user_id);
     int lo = snprintf(oid, sizeof(oid), "%lld", (long long)order_id);
     int li = snprintf(vid, sizeof(vid), "%lld", (long long)voucher_id);
     /* ARGV[4] names the transport when it is not the stream (admit.lua); the lab's list
      * and pubsub get their list key / channel in place of the stream key. */
-    order_mode_t mode = w->app->cfg.mode;
     const char *tr = c->q != NULL ? "queue" : mode == MODE_LIST ? "list"
                      : mode == MODE_PUBSUB ? "pubsub" : NULL;
     const char *k3 = ks;

@@ -38,6 +38,7 @@ typedef enum {
     SCRIPT_ADMIT = 0,   /* scripts/admit.lua: the flash-sale admission */
     SCRIPT_LOGIN_CODE,  /* scripts/login_code.lua: login codes and their wrong guesses */
     SCRIPT_BOARD,       /* scripts/board.lua: instance announcement, the sale board's data */
+    SCRIPT_ADMIT_BATCH, /* scripts/admit_batch.lua: several admissions of one voucher */
     SCRIPT_COUNT
 } script_id_t;
 
