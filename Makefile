@@ -68,7 +68,7 @@ include rlock/rlock.mk
 include fuzz/fuzz.mk
 include tests/reliability.mk
 
-.PHONY: all run check unit it perf clean
+.PHONY: all run check unit it perf perf-cluster clean
 all: $(BUILD)/seckill
 
 # The service links the lock library (sync mode's per-user lock); rlock/rlock.mk builds it.
@@ -121,6 +121,11 @@ unit-bins: $(UNIT_BINS)
 # The service beside redis-benchmark and nginx (perf/run.sh; docs/bench.md).
 perf: $(BUILD)/seckill
 	sh perf/run.sh
+
+# seckill on a Redis Cluster of 1, 2, 3 masters, and the cost of --redis-wait-replicas
+# (perf/cluster.py; docs/redis-cluster.md).
+perf-cluster: $(BUILD)/seckill
+	BIN=$(BUILD)/seckill python3 perf/cluster.py
 
 # The Debian package (tools/mkdeb.sh, deploy/deb/): build/deb/seckill_VERSION_ARCH.deb.
 # Its binary is built apart (build/pkg) with Debian's hardening flags.

@@ -11,7 +11,8 @@
 #   deploy/redis-cluster.sh status             CLUSTER INFO and the slot owners
 #   deploy/redis-cluster.sh url                the seckill --redis URL
 #
-# PORTs default to 7000..7005. The first third (with REPLICAS=1: half) become masters.
+# PORTs default to 7000..7005. With REPLICAS=1 half of them become masters (3 at least);
+# REPLICAS=0 makes every node a master (1 or 2 nodes too).
 # Each node's cluster bus listens on PORT+10000, so ports must be <= 55535.
 # Environment (defaults): CLUSTER_DIR=./var/redis-cluster, REPLICAS=1, NODE_TIMEOUT_MS=1000
 # (how long a master may be silent before its replica takes over), APPENDFSYNC=everysec.
@@ -55,11 +56,31 @@ replicas_synced() {
     done
 }
 
+# redis-cli --cluster create wants 3 masters at least; 1 or 2 masters without replicas
+# (benchmarks: docs/redis-cluster.md) are made by hand: equal slot ranges, then MEET.
+create_small() {
+    _n=$# _i=0 _first=$1
+    for p in "$@"; do
+        cli "$p" CLUSTER ADDSLOTSRANGE $((_i * 16384 / _n)) $(((_i + 1) * 16384 / _n - 1)) \
+            >/dev/null || die "ADDSLOTSRANGE on $p failed"
+        [ "$p" = "$_first" ] || cli "$_first" CLUSTER MEET 127.0.0.1 "$p" >/dev/null
+        _i=$((_i + 1))
+    done
+    wait_for "cluster state ok on every node" 30 all_ok "$@"
+}
+
 create() {
-    [ $# -ge 3 ] || die "create needs at least 3 ports"
-    _hosts=""
+    [ $# -ge 1 ] || die "create needs ports"
     for p in "$@"; do
         [ "$p" -le 55535 ] || die "port $p: the cluster bus (port+10000) would not fit"
+    done
+    if [ "$REPLICAS" = 0 ] && [ $# -lt 3 ]; then
+        create_small "$@"
+        return
+    fi
+    [ $# -ge 3 ] || die "create needs at least 3 masters (or REPLICAS=0 and 1-2 nodes)"
+    _hosts=""
+    for p in "$@"; do
         _hosts="$_hosts 127.0.0.1:$p"
     done
     # shellcheck disable=SC2086
