@@ -50,6 +50,7 @@
 #include <unistd.h>
 
 #include "app.h"
+#include "clientip.h"
 #include "clock.h"
 #include "connlimit.h"
 #include "h1.h"
@@ -130,6 +131,7 @@ struct http_worker {
     int mlfd;                  /* worker 0's --metrics-listen socket, or -1 */
     struct event *mlev;
     connlimit_t *cl;           /* connections per client address (app's), or NULL */
+    const clientip_set_t *trusted; /* --trusted-proxy (app's), or NULL: not capped */
     int accept_on;
     uint64_t accept_resume_ms;
     struct event *sweep_ev;
@@ -939,8 +941,19 @@ static void refuse(int fd, const char *why)
  * refused (over the per-address cap: a 503) or could not be set up (closed). */
 static conn_t *conn_new(http_worker_t *hw, int fd, const struct sockaddr_storage *ss)
 {
+    char peer[INET6_ADDRSTRLEN];
+    if (ss->ss_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)ss)->sin_addr, peer, sizeof peer);
+    else if (ss->ss_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)ss)->sin6_addr, peer, sizeof peer);
+    else
+        strcpy(peer, "unknown");
+    /* A trusted reverse proxy carries many clients on its connections: not capped (the
+     * per-IP request limits see the clients through X-Forwarded-For). */
     connlimit_key_t key;
     connlimit_key(ss, &key);
+    if (hw->cl && hw->trusted && clientip_trusted(hw->trusted, peer))
+        key.len = 0;
     if (connlimit_acquire(hw->cl, &key) != 0) {
         if (hw->rejected_ip++ % 1000 == 0)
             log_warn("http: a client address is at --max-conns-per-ip: refusing its connections");
@@ -968,12 +981,7 @@ static conn_t *conn_new(http_worker_t *hw, int fd, const struct sockaddr_storage
     c->read_on = 1;
     c->last_ms = hw->now_ms;
     c->msg_start_ms = hw->now_ms;  /* until the first byte: the header timeout runs */
-    if (ss->ss_family == AF_INET)
-        inet_ntop(AF_INET, &((const struct sockaddr_in *)ss)->sin_addr, c->peer, sizeof c->peer);
-    else if (ss->ss_family == AF_INET6)
-        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)ss)->sin6_addr, c->peer, sizeof c->peer);
-    else
-        strcpy(c->peer, "unknown");
+    memcpy(c->peer, peer, sizeof peer);
     c->next = hw->conns;
     if (hw->conns)
         hw->conns->prev = c;
@@ -1259,6 +1267,7 @@ int http_worker_init(worker_t *w, const char *host, int port, http_handler_fn ha
     hw->lfd = -1;
     hw->mlfd = -1;
     hw->cl = w->app ? w->app->connlimit : NULL;
+    hw->trusted = w->app ? w->app->trusted : NULL;
     const config_t *cfg = w->app ? &w->app->cfg : NULL;
     /* Zero means "not set" (a test harness): fall back to config.h's defaults. */
     hw->max_header = cfg && cfg->max_header_bytes ? cfg->max_header_bytes : 8192;

@@ -73,6 +73,14 @@ def test_per_ip_connection_cap():
     for h in conns:
         h.close()
     H.finish(srv)
+    # a trusted reverse proxy carries many clients: its connections are not capped
+    srv = H.start_server(r, settings={"max_conns_per_ip": 2, "trusted_proxy": "127.0.0.1"})
+    conns = [H.Http(srv.port) for _ in range(6)]    # all open at once
+    for i, h in enumerate(conns):
+        eq(h.request("GET", "/metrics")[0], 200, "connection %d from a trusted proxy" % (i + 1))
+    for h in conns:
+        h.close()
+    H.finish(srv)
 
 
 def test_request_buffer_budget():
