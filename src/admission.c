@@ -74,6 +74,7 @@ typedef struct lane {
 /* One admit_batch.lua call: its admissions, in ARGV order. */
 typedef struct batch {
     struct adm_cache *ac;
+    worker_t *w;
     lane_t *lane;
     int n;
     adm_ctx_t *item[BATCH_MAX];
@@ -399,7 +400,7 @@ static void on_batch(struct redisReply *rep, void *priv)
         item[i] = b->item[i];
         code[i] = ok ? reply_code(rep->element[i]) : ADMIT_UNAVAILABLE;
     }
-    worker_t *w = item[0]->r->w;
+    worker_t *w = b->w;
     free(b);
     /* Cache this batch's verdicts first: the waiting admissions are then answered from
      * memory if the voucher sold out, and the rest go out before any callback runs. */
@@ -451,6 +452,7 @@ static void batch_send(lane_t *l, struct adm_cache *ac, worker_t *w)
             break;
         }
         b->ac = ac;
+        b->w = w;
         b->lane = l;
         b->n = 0;
         const char *argv[4 + 2 * BATCH_MAX];
