@@ -15,6 +15,8 @@ import time
 import harness as H
 from harness import check, eq
 
+DB_BACKENDS = ("sqlite",)   # the HTTP layer only: one SQL backend is enough
+
 
 def _closed_within(s, seconds):
     """Blocks until the server closes s; returns the seconds it took, or None."""
