@@ -80,7 +80,6 @@ static const route_t routes[] = {
     { HM_GET,  "/health",                     RF_NO_TOUCH,                   r_health },
     { HM_GET,  "/metrics",                    RF_NO_TOUCH,                   r_metrics },
     { HM_GET,  "/admin/",                     RF_NO_TOUCH,                   r_board_html },
-    { HM_GET,  "/admin",                      RF_NO_TOUCH,                   r_board_html },
     { HM_GET,  "/admin/board.js",             RF_NO_TOUCH,                   r_board_js },
     { HM_GET,  "/admin/board.css",            RF_NO_TOUCH,                   r_board_css },
     { HM_GET,  "/admin/api/board",            RF_NO_TOUCH,                   r_board_data },

@@ -117,6 +117,10 @@ void api_board_data(http_req_t *r)
         return;
     }
     worker_t *w = r->w;
+    if (!board_is_supported(w->app)) {
+        api_unavailable(r, "the sale board needs a single Redis, not a Redis Cluster");
+        return;
+    }
     sb_t s = SB_INIT;
     board_snapshot(w, &s);
     char ttl[16];

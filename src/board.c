@@ -16,6 +16,7 @@
 #include "metrics.h"
 #include "rds.h"
 #include "sb.h"
+#include "url.h"
 #include "worker.h"
 
 struct board {
@@ -69,8 +70,18 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     sb_free(&s);
 }
 
+int board_is_supported(const struct app *app)
+{
+    /* board.lua spans every voucher's keys: one Redis only (docs/api-notes.md). */
+    url_redis_t a;
+    return !(url_parse_redis(app->redis_url, &a) == 0 && a.cluster);
+}
+
 int board_init(worker_t *w)
 {
+    if (!board_is_supported(w->app)) {
+        return 0;       /* nothing to announce to; the data endpoint says why */
+    }
     struct board *b = calloc(1, sizeof(*b));
     if (b == NULL) {
         return -1;

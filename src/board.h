@@ -12,9 +12,13 @@
 
 struct worker;
 struct sb;
+struct app;
 
 #define BOARD_TTL_MS 5000          /* an instance silent this long drops off the board */
 #define BOARD_ANNOUNCE_MS 1000
+
+/* 0 when Redis is a Redis Cluster: board.lua needs every key on one node. */
+int board_is_supported(const struct app *app);
 
 int board_init(struct worker *w);  /* starts the announcement timer; -1 on failure */
 void board_free(struct worker *w); /* NULL board is fine */

@@ -4,7 +4,8 @@
  * The server sends cumulative counters per instance (src/board.c); rates and latency
  * percentiles are the differences between two polls, summed over the live instances.
  * The token is kept in sessionStorage (this tab only) and sent as x-admin-token on every
- * data call. No libraries: plain DOM and SVG. */
+ * data call. No libraries: plain DOM and SVG. URLs are relative to /admin/, so the board
+ * works as well behind a proxy prefix (nginx's /api/admin/ in deploy/). */
 "use strict";
 
 const TOKEN_KEY = "seckill-admin-token";
@@ -76,7 +77,7 @@ function stop() { if (timer) { clearInterval(timer); timer = null; } }
 async function poll() {
   let r;
   try {
-    r = await fetch("/admin/api/board", { headers: { "x-admin-token": token }, cache: "no-store" });
+    r = await fetch("api/board", { headers: { "x-admin-token": token }, cache: "no-store" });
   } catch (e) {
     setStatus("no answer from the service", true);
     return "error";
@@ -360,7 +361,7 @@ $("create").addEventListener("submit", async (ev) => {
   msg.textContent = "creating…";
   let r, j = null;
   try {
-    r = await fetch("/voucher/seckill", {
+    r = await fetch("../voucher/seckill", {
       method: "POST", body: JSON.stringify(body),
       headers: { "content-type": "application/json", "x-admin-token": token },
     });

@@ -40,6 +40,16 @@ static void js_str(FILE *f, const char *s)
     fputc('"', f);
 }
 
+/* Copies the open file in to f and closes it. */
+static void copy_in(FILE *f, FILE *in)
+{
+    char buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, in)) > 0)
+        fwrite(buf, 1, n, f);
+    fclose(in);
+}
+
 int html_report_begin(FILE *f, const char *title, char *err, size_t errlen)
 {
     FILE *js = fopen(HTML_REPORT_DYGRAPHS, "r");
@@ -60,19 +70,11 @@ int html_report_begin(FILE *f, const char *title, char *err, size_t errlen)
     FILE *css = fopen(HTML_REPORT_DYGRAPHS_CSS, "r");
     if (css) {
         fputs("<style>", f);
-        char cbuf[4096];
-        size_t cn;
-        while ((cn = fread(cbuf, 1, sizeof cbuf, css)) > 0)
-            fwrite(cbuf, 1, cn, f);
-        fclose(css);
+        copy_in(f, css);
         fputs("</style>\n", f);
     }
     fputs("<script>/* dygraphs, from Debian's libjs-dygraphs (MIT licence) */\n", f);
-    char buf[65536];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, js)) > 0)
-        fwrite(buf, 1, n, f);
-    fclose(js);
+    copy_in(f, js);
     fputs("\n</script>\n<script>\n"
           "function barPlotter(e) {\n"
           "  var ctx = e.drawingContext, pts = e.points, y0 = e.dygraph.toDomYCoord(0);\n"
