@@ -91,8 +91,10 @@ class Prometheus:
 
 
 def test_prometheus_scrapes_two_instances():
-    r1, s1 = H.setup(name="prom-1")
-    r2, s2 = H.setup(name="prom-2")
+    # Two independent instances: each its own Redis and its own data dir (and so database).
+    r1, r2 = H.start_redis("redis-1"), H.start_redis("redis-2")
+    s1 = H.start_server(r1, name="prom-1", data_dir=H.subdir("prom-1"))
+    s2 = H.start_server(r2, name="prom-2", data_dir=H.subdir("prom-2"))
     inst = {s.port: "127.0.0.1:%d" % s.port for s in (s1, s2)}
     prom = Prometheus(list(inst.values()))
 
@@ -140,8 +142,16 @@ def test_prometheus_scrapes_two_instances():
             check(st == 200 and j["success"], "order %d on %d: %r", i, srv.port, j)
         made[inst[srv.port]] = float(n)
     q = 'sum by (instance) (seckill_seckill_requests_total{outcome="ok"})'
-    H.wait_until(lambda: prom.query(q) == made, 20, 0.3,
-                 "prometheus to show %r admitted orders" % made)
+    seen = {}
+
+    def shows_made():
+        seen["last"] = prom.query(q)
+        return seen["last"] == made
+    try:
+        H.wait_until(shows_made, 30, 0.3, "prometheus to show %r admitted orders" % made)
+    except H.TestFailure:
+        raise H.TestFailure("prometheus shows %r admitted orders, the test made %r; targets: %r"
+                            % (seen.get("last"), made, prom.api("targets")["activeTargets"]))
 
     # The repo's rules are loaded and evaluate without errors.
     groups = {g["name"]: g for g in prom.api("rules")["groups"]}
