@@ -24,8 +24,11 @@
  * (user, voucher) is unique.
  *
  * An entry that can never parse (missing or non-numeric id/userId/voucherId, or a
- * voucherId that is not its stream's) would otherwise block the pipeline forever, so it
- * is moved aside: XADD seckill:dead:{voucher} (stream, entry, reason and its original
+ * voucherId that is not its stream's), or that the admission script would never have
+ * written (a user id past 2^53-1, a time before 2000 or past this host's clock + 1 h or
+ * outside the voucher's sale window, a voucher SQL does not have: check_vouchers), would
+ * otherwise reach SQL -- or, with a time SQL cannot store, fail every retry of its batch
+ * -- so it is moved aside: XADD seckill:dead:{voucher} (stream, entry, reason and its original
  * fields) and XACK in one MULTI/EXEC, logged and counted. An entry deleted from the
  * stream while pending (nil fields) has nothing left to write: it is acked and logged.
  *
@@ -80,6 +83,13 @@
 #define DOWN_LOG_EVERY_MS 30000
 #define DEAD_MAXLEN "100000"
 #define ENTRY_ID_MAX 48
+/* What a stream entry may hold (checked before SQL; anything else is a dead letter):
+ * user ids up to 2^53-1 (what the course's JSON clients can hold exactly), times from
+ * 2000-01-01 to an hour past this host's clock and within the voucher's sale window
+ * give or take WRITER_TIME_SLACK_S (clocks differ between hosts). */
+#define WRITER_MAX_USER_ID 9007199254740991LL
+#define WRITER_MIN_TIME 946684800LL
+#define WRITER_TIME_SLACK_S 3600
 #define CLUSTER_CHECK_MS 1000
 #define IDLE_MIN_MS 5          /* sub-writer poll interval while quiet: 5 ms doubling ... */
 #define IDLE_MAX_MS 100        /* ... to 100 ms */
@@ -92,6 +102,8 @@ typedef struct wstream {
     int group_ok;                    /* XGROUP CREATE done on this connection */
     char cursor[ENTRY_ID_MAX];       /* pending pass: last entry id seen */
     int done;                        /* pending pass: nothing more */
+    int vknown;                      /* the voucher was found in SQL (vbegin, vend valid) */
+    int64_t vbegin, vend;            /* its sale window, epoch seconds */
 } wstream_t;
 
 typedef struct wentry {
@@ -545,9 +557,19 @@ static int parse_entry(writer_t *wr, size_t si, const redisReply *er)
         e->reason = "voucherId is not the stream's voucher";
         return 0;
     }
-    /* ts is Redis's clock at admission; without it, the entry id's milliseconds. */
+    if (o->user_id > WRITER_MAX_USER_ID) {
+        e->reason = "userId out of range";
+        return 0;
+    }
+    /* ts is Redis's clock at admission; without it, the entry id's milliseconds. A time
+     * SQL cannot store (MariaDB's DATETIME ends in 9999) would fail the whole batch on
+     * every retry: out of range is dead, not retried. */
     if (!fts || parse_pos_i64(fts->str, fts->len, &o->create_time) != 0)
         o->create_time = strtoll(e->id, NULL, 10) / 1000;
+    if (o->create_time < WRITER_MIN_TIME || o->create_time > (int64_t)time(NULL) + WRITER_TIME_SLACK_S) {
+        e->reason = "time out of range";
+        return 0;
+    }
     /* ep: the voucher's Redis generation at admission (admit.lua); entries written before
      * generations existed have none, i.e. 0. */
     o->epoch = 0;
@@ -793,6 +815,47 @@ static int batch_replicated(writer_t *wr)
     return 1;
 }
 
+/* Looks up, once per stream, the voucher of every stream with orders in the batch
+ * (is it a flash-sale voucher in SQL, and its window), then turns orders of a missing
+ * voucher, or outside its window, into dead letters. Returns 0, or -1 when SQL failed
+ * (nothing is decided: the caller retries). */
+static int check_vouchers(writer_t *wr)
+{
+    for (size_t i = 0; i < wr->nents; i++) {
+        wentry_t *e = &wr->ents[i];
+        if (e->kind != E_ORDER)
+            continue;
+        wstream_t *s = &wr->streams[e->si];
+        if (!s->vknown) {
+            char err[512] = "";
+            if (!wr->st)
+                wr->st = store_open(wr->app->db_url, wr->sql_timeout_ms, err, sizeof err);
+            if (!wr->st)
+                return -1;
+            store_voucher_t v;
+            memset(&v, 0, sizeof v);
+            int rc = store_voucher_get(wr->st, s->vid, &v);
+            if (rc == STORE_OK && v.is_seckill) {
+                s->vknown = 1;
+                s->vbegin = v.begin_time;
+                s->vend = v.end_time;
+            }
+            store_voucher_clear(&v);
+            if (rc != STORE_OK && rc != STORE_NOTFOUND)
+                return -1;
+        }
+        if (!s->vknown) {
+            e->kind = E_DEAD;
+            e->reason = "no such flash-sale voucher in SQL";
+        } else if (e->o.create_time < s->vbegin - WRITER_TIME_SLACK_S ||
+                   e->o.create_time > s->vend + WRITER_TIME_SLACK_S) {
+            e->kind = E_DEAD;
+            e->reason = "time outside the voucher's sale window";
+        }
+    }
+    return 0;
+}
+
 static int handle_batch(writer_t *wr)
 {
     if (wr->nents == 0)
@@ -802,6 +865,19 @@ static int handle_batch(writer_t *wr)
     if (wr->caporders < wr->nents) {
         wr->caporders = wr->nents;
         wr->orders = xrealloc(wr->orders, wr->caporders * sizeof *wr->orders);
+    }
+    for (int backoff = SQL_BACKOFF_MIN_MS; check_vouchers(wr) != 0;) {
+        if (wr->st) {
+            log_warn("writer: voucher check failed (%s); retry in %d ms", store_errmsg(wr->st),
+                     backoff);
+            store_close(wr->st);   /* reopened by the next try */
+            wr->st = NULL;
+        }
+        metric_inc(&wr->m->sql_errors);
+        if (stopping(wr))
+            return -2;   /* the batch stays pending in the stream */
+        nap_hard(backoff);
+        backoff = backoff * 2 > SQL_BACKOFF_MAX_MS ? SQL_BACKOFF_MAX_MS : backoff * 2;
     }
     size_t n = 0, ndead = 0;
     for (size_t i = 0; i < wr->nents; i++) {

@@ -931,3 +931,46 @@ def test_metrics_token():
     check(st == 200 and b"seckill_" in body, "/metrics with the token: %d %r", st, body[:100])
     eq(h.request("GET", "/health")[0], 200, "/health needs no token")
     H.finish(srv)
+
+
+# ---------------------------------------------------------------------------------------
+# the order writer checks what it reads
+
+def test_writer_validates_stream_entries():
+    """Well-formed stream entries the admission script never writes -- a far-future
+    time, a user id out of range, a time outside the sale window, an order for a voucher
+    SQL does not have -- go to the dead letters with their reason, and never reach SQL
+    (before, all four became orders). A year past 9999 is outside what MariaDB's DATETIME
+    holds: in strict mode it fails the whole batch on every retry, stalling the real
+    orders behind it; here the real order behind them must be written."""
+    r, srv = H.setup()
+    vid = H.create_seckill(srv, stock=10)
+    now = int(time.time())
+    forged = [("300000000000", "7", "year 11476", "time out of range"),
+              (str(now), str(2 ** 62), "huge user id", "userId out of range"),
+              ("1000000000", "8", "a time in 2001", "time outside the voucher's sale window")]
+    for k, (ts, uid, what, why) in enumerate(forged):
+        r.cmd("XADD", H.k_stream(vid), "*", "id", str(4242424200 + k), "userId", uid,
+              "voucherId", str(vid), "ts", ts)
+    ghost = 987654321
+    r.cmd("SADD", "seckill:streams", str(ghost))
+    r.cmd("XADD", H.k_stream(ghost), "*", "id", "4242424299", "userId", "9",
+          "voucherId", str(ghost), "ts", str(now))
+    # a real order behind them is written: nothing stalls
+    tok = H.login(srv, r, "13600000077", srv.http())
+    st, j = H.seckill(srv, tok, vid, srv.http())
+    check(st == 200 and j["success"], "the real order: %r %r", st, j)
+    eq(H.wait_drained(srv, r, vid, 30), 1, "orders in SQL for the voucher")
+
+    def dead(v):
+        out = []
+        for eid, fields in r.cmd("XRANGE", "seckill:dead:{%d}" % v, "-", "+"):
+            out.append(dict(zip(fields[::2], fields[1::2]))["reason"])
+        return out
+    H.wait_until(lambda: len(dead(vid)) == 3 and len(dead(ghost)) == 1, 30,
+                 what="the forged entries in the dead letters")
+    eq(sorted(dead(vid)), sorted(why for ts, uid, what, why in forged), "dead-letter reasons")
+    eq(dead(ghost), ["no such flash-sale voucher in SQL"], "the ghost voucher's entry")
+    eq(srv.db().scalar("SELECT COUNT(*) FROM tb_voucher_order WHERE id >= 4242424200 "
+                       "AND id < 4242424300"), 0, "forged orders in SQL")
+    H.finish(srv)
