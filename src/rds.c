@@ -38,6 +38,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -707,34 +708,22 @@ void rds_evalsha(rds_t *c, script_id_t s, rds_cb cb, void *priv, int numkeys, in
     }
     /* One allocation: the wrapper, then argv/argvlen arrays, then the bytes, kept so a
      * NOSCRIPT reply can be answered with an EVAL of the same arguments. */
-    size_t bytes = 0;
-    for (int i = 0; i < argc; i++)
-        bytes += argvlen ? argvlen[i] : strlen(argv[i]);
-    size_t arrays = (sizeof(char *) + sizeof(size_t)) * (size_t)argc;
-    rcmd_t *r = malloc(sizeof(*r) + arrays + bytes + 1);
+    const char **cargv;
+    size_t *clens;
+    rcmd_t *r = rds__argv_block(sizeof(*r), argc, argv, argvlen, &cargv, &clens);
     if (r == NULL) {
         if (cb)
             cb(NULL, priv);
         return;
     }
-    memset(r, 0, sizeof(*r));
     r->kind = K_EVALSHA;
     r->cb = cb;
     r->priv = priv;
     r->script = s;
     r->numkeys = numkeys;
     r->argc = argc;
-    r->argvlen = (size_t *)(void *)(r + 1);
-    r->argv = (const char **)(void *)(r->argvlen + argc);
-    char *p = (char *)(r->argv + argc);
-    for (int i = 0; i < argc; i++) {
-        size_t len = argvlen ? argvlen[i] : strlen(argv[i]);
-        if (len)
-            memcpy(p, argv[i], len);
-        r->argv[i] = p;
-        r->argvlen[i] = len;
-        p += len;
-    }
+    r->argv = cargv;
+    r->argvlen = clens;
 
     const char *stack_argv[24];
     size_t stack_lens[24];
@@ -775,3 +764,32 @@ void rds_evalsha(rds_t *c, script_id_t s, rds_cb cb, void *priv, int numkeys, in
     }
 }
 
+
+void *rds__argv_block(size_t head_size, int argc, const char **argv, const size_t *argvlen,
+                      const char ***out_argv, size_t **out_lens)
+{
+    size_t bytes = 0;
+    for (int i = 0; i < argc; i++)
+        bytes += argvlen ? argvlen[i] : strlen(argv[i]);
+    /* the head, rounded up so the arrays after it are aligned */
+    size_t head = (head_size + _Alignof(max_align_t) - 1) & ~(_Alignof(max_align_t) - 1);
+    size_t arrays = (sizeof(char *) + sizeof(size_t)) * (size_t)argc;
+    char *block = malloc(head + arrays + bytes + 1);
+    if (block == NULL)
+        return NULL;
+    memset(block, 0, head_size);
+    size_t *lens = (size_t *)(void *)(block + head);
+    const char **av = (const char **)(void *)(lens + argc);
+    char *p = (char *)(av + argc);
+    for (int i = 0; i < argc; i++) {
+        size_t len = argvlen ? argvlen[i] : strlen(argv[i]);
+        if (len)
+            memcpy(p, argv[i], len);
+        av[i] = p;
+        lens[i] = len;
+        p += len;
+    }
+    *out_argv = av;
+    *out_lens = lens;
+    return block;
+}

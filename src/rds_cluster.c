@@ -351,33 +351,28 @@ static void on_node_reply(redisReply *reply, void *priv)
     send_cmd(cc);
 }
 
+/* A command's wrapper with its own copy of the arguments (it may be sent again), or NULL
+ * after cb(NULL, priv) when the client is closing or memory is short. */
 static ccmd_t *ccmd_new(rcla_t *cl, rds_cb cb, void *priv, int argc, const char **argv,
                         const size_t *argvlen)
 {
-    size_t bytes = 0;
-    for (int i = 0; i < argc; i++)
-        bytes += argvlen ? argvlen[i] : strlen(argv[i]);
-    size_t arrays = (sizeof(char *) + sizeof(size_t)) * (size_t)argc;
-    ccmd_t *cc = malloc(sizeof(*cc) + arrays + bytes + 1);
-    if (cc == NULL)
+    ccmd_t *cc = NULL;
+    const char **cargv = NULL;
+    size_t *clens = NULL;
+    if (cl != NULL && !cl->closing && argc > 0)
+        cc = rds__argv_block(sizeof *cc, argc, argv, argvlen, &cargv, &clens);
+    if (cc == NULL) {
+        if (cb)
+            cb(NULL, priv);
         return NULL;
-    memset(cc, 0, sizeof *cc);
+    }
     cc->cl = cl;
     cc->cb = cb;
     cc->priv = priv;
     cc->ask_node = -1;
     cc->argc = argc;
-    cc->argvlen = (size_t *)(void *)(cc + 1);
-    cc->argv = (const char **)(void *)(cc->argvlen + argc);
-    char *p = (char *)(cc->argv + argc);
-    for (int i = 0; i < argc; i++) {
-        size_t len = argvlen ? argvlen[i] : strlen(argv[i]);
-        if (len)
-            memcpy(p, argv[i], len);
-        cc->argv[i] = p;
-        cc->argvlen[i] = len;
-        p += len;
-    }
+    cc->argv = cargv;
+    cc->argvlen = clens;
     cc->deadline = clock_mono_ms() + (uint64_t)cl->timeout_ms;
     cl->refs++;
     return cc;
@@ -386,22 +381,14 @@ static ccmd_t *ccmd_new(rcla_t *cl, rds_cb cb, void *priv, int argc, const char 
 void rcla_command(rcla_t *cl, const char *route_key, size_t route_len, rds_cb cb, void *priv,
                   int argc, const char **argv, const size_t *argvlen)
 {
-    if (cl == NULL || cl->closing || argc <= 0) {
-        if (cb)
-            cb(NULL, priv);
-        return;
-    }
     ccmd_t *cc = ccmd_new(cl, cb, priv, argc, argv, argvlen);
-    if (cc == NULL) {
-        if (cb)
-            cb(NULL, priv);
+    if (cc == NULL)
         return;
-    }
     if (route_key) {
         cc->has_slot = 1;
         cc->slot = rcl_slot(route_key, route_len);
     } else {
-        int k = rcl_key_index(argc, argv, argvlen);
+        int k = rcl_key_index(argc, cc->argv, cc->argvlen);
         if (k >= 0 && k < argc) {
             cc->has_slot = 1;
             cc->slot = rcl_slot(cc->argv[k], cc->argvlen[k]);
@@ -413,17 +400,14 @@ void rcla_command(rcla_t *cl, const char *route_key, size_t route_len, rds_cb cb
 void rcla_evalsha(rcla_t *cl, script_id_t s, rds_cb cb, void *priv, int numkeys, int argc,
                   const char **argv, const size_t *argvlen)
 {
-    if (cl == NULL || cl->closing || numkeys < 0 || argc < numkeys) {
+    if (numkeys < 0 || argc < numkeys) {
         if (cb)
             cb(NULL, priv);
         return;
     }
     ccmd_t *cc = ccmd_new(cl, cb, priv, argc, argv, argvlen);
-    if (cc == NULL) {
-        if (cb)
-            cb(NULL, priv);
+    if (cc == NULL)
         return;
-    }
     cc->evalsha = 1;
     cc->script = s;
     cc->numkeys = numkeys;

@@ -943,6 +943,17 @@ static int handle_batch(writer_t *wr)
 /* XREADGROUP over all streams (those not done, for the pending pass). ids: ">" for new
  * entries, else each stream's cursor. Returns entries read (>= 0) or -1 on Redis error.
  * The reply is kept in *out until the batch is handled (dead letters borrow from it). */
+/* XREADGROUP GROUP g1 <name> COUNT <count> -- the head of every read. */
+static void args_xreadgroup(writer_t *wr, size_t *n, const char *count)
+{
+    args(wr, n, "XREADGROUP");
+    args(wr, n, "GROUP");
+    args(wr, n, KEY_GROUP);
+    args(wr, n, wr->name);
+    args(wr, n, "COUNT");
+    args(wr, n, count);
+}
+
 /* A sub-writer's read: Redis Cluster refuses a multi-key XREADGROUP whose keys are in
  * different slots (CROSSSLOT) even on one node, and every voucher has its own slot. So
  * one non-blocking XREADGROUP per stream goes out in one pipeline, and the answers are
@@ -958,12 +969,7 @@ static int read_group_node(writer_t *wr, int pending, redisReply **out)
         if (pending && wr->streams[i].done)
             continue;
         size_t n = 0;
-        args(wr, &n, "XREADGROUP");
-        args(wr, &n, "GROUP");
-        args(wr, &n, KEY_GROUP);
-        args(wr, &n, wr->name);
-        args(wr, &n, "COUNT");
-        args(wr, &n, count);
+        args_xreadgroup(wr, &n, count);
         args(wr, &n, "STREAMS");
         args(wr, &n, wr->streams[i].key);
         args(wr, &n, pending ? wr->streams[i].cursor : ">");
@@ -1041,12 +1047,7 @@ static int read_group(writer_t *wr, int pending, int block_ms, redisReply **out)
     snprintf(count, sizeof count, "%d", wr->batch);
     snprintf(block, sizeof block, "%d", block_ms);
     size_t n = 0;
-    args(wr, &n, "XREADGROUP");
-    args(wr, &n, "GROUP");
-    args(wr, &n, KEY_GROUP);
-    args(wr, &n, wr->name);
-    args(wr, &n, "COUNT");
-    args(wr, &n, count);
+    args_xreadgroup(wr, &n, count);
     if (block_ms > 0) {
         args(wr, &n, "BLOCK");
         args(wr, &n, block);
