@@ -850,6 +850,7 @@ static void check_voucher(const audit_opts_t *o, vdata_t *d, int drained_wanted,
  *   duplicate buyers  users with more than one SQL order
  *   lost              admitted orders (buyer hash) or success answers not in SQL
  *   refused in stock  buyers answered "sold out" who have no order, while stock is left
+ *                     (needs their user ids: seeded tokens, not API logins)
  *                     at the end: stock only goes down, so every such refusal happened
  *                     while stock remained. The stock that decided is Redis's where the
  *                     voucher is sold through Redis, else SQL's: the smaller of the two. */
@@ -878,8 +879,8 @@ static void lab_figures(const audit_opts_t *o, const vdata_t *d, report_t *rp)
     rp->lab_refused_in_stock = 0;
     if (left > 0 && o->nsoldout > 0) {
         pairs_t ref = {0};
-        for (size_t i = 0; i < o->nsoldout; i++)
-            if (pairs_find(&d->sql_by_user, o->soldout_users[i]) < 0)
+        for (size_t i = 0; i < o->nsoldout; i++)   /* 0: a buyer the client cannot name */
+            if (o->soldout_users[i] != 0 && pairs_find(&d->sql_by_user, o->soldout_users[i]) < 0)
                 pairs_push(&ref, o->soldout_users[i], 0);
         pairs_sort(&ref);
         for (size_t i = 0; i < ref.n; i++)

@@ -280,8 +280,10 @@ static void inst_stop(inst_t *in, int sig)
     if (in->pid <= 0)
         return;
     kill(in->pid, sig);
-    if (wait_exit(in->pid, 45) < 0 && sig != SIGKILL)
-        fprintf(stderr, "seckill lab: instance %s did not stop cleanly\n", in->name);
+    int st = wait_exit(in->pid, 45);
+    if (st != 0 && sig != SIGKILL)
+        fprintf(stderr, "seckill lab: instance %s did not stop cleanly (exit status %d; its "
+                        "log is in the lab's directory)\n", in->name, st);
     in->pid = -1;
 }
 

@@ -73,6 +73,16 @@ def test_lab_every_step_fails_the_way_the_course_says():
     check(r["lost"] >= 1, "list did not lose the popped order: %r", r)
     eq(r["sold"] + r["lost"], stock, "list: written + lost = admitted")
 
+    # Every child the lab ran (servers, bench, audit) logged into its --dir: no sanitizer
+    # report anywhere.
+    run = os.path.join(d, "run")
+    for name in sorted(os.listdir(run)):
+        if name.endswith(".log"):
+            text = open(os.path.join(run, name), encoding="utf-8", errors="replace").read()
+            for m in H.SANITIZER_MARKERS:
+                check(m not in text, "sanitizer report in the lab's %s:\n%s", name,
+                      text[text.find(m) - 200:][:4000])
+
     # The table, and the report: one chart per column, dygraphs inlined, nothing remote.
     for col in ("oversold", "dup buyers", "lost", "refused*", "req/s", "p99 ms"):
         check(col in out, "table column %r missing:\n%s", col, out)
