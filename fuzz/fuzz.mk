@@ -1,4 +1,4 @@
-# fuzz/fuzz.mk -- libFuzzer targets (issue 6; docs/reliability.md). Included by the
+# fuzz/fuzz.mk -- libFuzzer targets (docs/reliability.md). Included by the
 # Makefile.
 #
 #   make fuzz                 build, then run every target for FUZZ_SECONDS (30) each

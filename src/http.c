@@ -1350,11 +1350,6 @@ int http_worker_conns(const worker_t *w)
     return w && w->http ? nconns(w->http) : 0;
 }
 
-int http_worker_port(const worker_t *w)
-{
-    return w && w->http ? w->http->port : -1;
-}
-
 /* ==== Query strings ==== */
 
 /* Keys and values are form-decoded (url.h): '+' is a space, a stray '%' stays. */

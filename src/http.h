@@ -68,11 +68,6 @@ void http_worker_free(struct worker *w);
 /* Safe to call from any thread (a relaxed atomic read). */
 int http_worker_conns(const struct worker *w);
 
-/* The port this worker listens on (the real one when 0 was asked), or -1 before
- * http_worker_init. With port 0 every worker gets its own ephemeral port: init worker 0
- * with 0, then the others with http_worker_port(worker 0). */
-int http_worker_port(const struct worker *w);
-
 /* Finds the value of key in a raw query string ("a=1&phone=138..."), percent-decoding it
  * into out. Returns the decoded length, or -1 if absent or longer than outlen-1. */
 int http_query_get(const char *query, const char *key, char *out, size_t outlen);

@@ -36,6 +36,11 @@ int key_buyers(char *buf, size_t len, int64_t voucher_id)
     return key_fmt(buf, len, "seckill:order:{%lld}", (long long)voucher_id);
 }
 
+int key_dead(char *buf, size_t len, int64_t voucher_id)
+{
+    return key_fmt(buf, len, "seckill:dead:{%lld}", (long long)voucher_id);
+}
+
 int key_orders_of(char *buf, size_t len, int64_t user_id)
 {
     return key_fmt(buf, len, "seckill:orders-of:{u%lld}", (long long)user_id);

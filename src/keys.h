@@ -8,6 +8,7 @@
  *   seckill:stream:{42}   stream of admitted orders: id, userId, voucherId, ts, ep
  *   seckill:rebuild:{42}  lock of a rebuild from SQL (rebuild.h): owner token, PX
  *   seckill:rebuild:buyers:{42}  buyers a rebuild prepares, renamed into place at the end
+ *   seckill:dead:{42}     stream of entries the writer could not turn into orders
  * Per buyer (its own slot: "u" + user id as the hash tag):
  *   seckill:orders-of:{u7} hash  voucherId -> orderId: the user's admitted orders, written
  *                          by the server after admit.lua (orders.h), read by lookups
@@ -41,6 +42,7 @@ int key_voucher(char *buf, size_t len, int64_t voucher_id);
 int key_buyers(char *buf, size_t len, int64_t voucher_id);
 int key_stream(char *buf, size_t len, int64_t voucher_id);
 int key_orders_of(char *buf, size_t len, int64_t user_id);
+int key_dead(char *buf, size_t len, int64_t voucher_id);
 int key_rebuild_lock(char *buf, size_t len, int64_t voucher_id);
 int key_rebuild_buyers(char *buf, size_t len, int64_t voucher_id);
 int key_login_code(char *buf, size_t len, const char *phone);

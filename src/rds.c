@@ -88,13 +88,6 @@ const char *rds_script_sha(script_id_t s)
     return sha_buf[s];
 }
 
-const char *rds_script_text(script_id_t s)
-{
-    if ((unsigned)s >= SCRIPT_COUNT)
-        return NULL;
-    return script_tab[s].text;
-}
-
 /* Records a SCRIPT LOAD reply. Returns 0, or -1 if the reply is not a SHA. */
 static int sha_store(script_id_t s, const char *sha, size_t len)
 {

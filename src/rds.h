@@ -64,8 +64,7 @@ void rds_command_at(rds_t *c, const char *key, size_t keylen, rds_cb cb, void *p
 void rds_evalsha(rds_t *c, script_id_t s, rds_cb cb, void *priv, int numkeys, int argc,
                  const char **argv, const size_t *argvlen);
 
-/* The SHA1 (40 hex + NUL) and text of a built-in script (for benchmarks and tests). */
+/* The SHA1 (40 hex + NUL) of a built-in script, NULL before it is known. */
 const char *rds_script_sha(script_id_t s);
-const char *rds_script_text(script_id_t s);
 
 #endif

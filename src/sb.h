@@ -41,8 +41,8 @@ int sb_try_reserve(sb_t *s, size_t n);
 
 /* Appends z (n bytes, UTF-8 passed through) as a quoted JSON string, escaping
  * quotes, backslashes and control characters. A byte that does not start a valid UTF-8
- * sequence becomes U+FFFD, so the output is valid JSON whatever z holds (issue 6: found
- * by fuzz_redis_reply with a nickName from Redis). */
+ * sequence becomes U+FFFD, so the output is valid JSON whatever z holds (fuzz_redis_reply
+ * found a nickName from Redis that was not). */
 void sb_json_str(sb_t *s, const char *z, size_t n);
 
 /* Length (1..4) of the valid UTF-8 sequence at z[0..n), or 0 if z does not start with

@@ -246,9 +246,7 @@ int store_voucher_orders(store_t *s, int64_t voucher_id, int64_t after_id, size_
     return s->ops->voucher_orders(s, voucher_id, after_id, max, out, n);
 }
 
-/* ==== end of audit additions ==== */
-
-/* ==== lab additions ==== */
+/* ==== the course's steps (lab modes) ==== */
 
 #define LAB_ENTER(s, op)                                                                 \
     do {                                                                                 \
@@ -282,7 +280,6 @@ int store_lab_insert(store_t *s, const store_order_t *o)
     return s->ops->lab_insert(s, o);
 }
 
-/* ==== end of lab additions ==== */
 
 int store_redis_epoch(store_t *s, int64_t voucher_id, int bump, int64_t *epoch)
 {

@@ -1,4 +1,4 @@
-/* store.h -- SQL behind one interface: SQLite now, MySQL/MariaDB later.
+/* store.h -- SQL behind one interface: SQLite and MySQL/MariaDB backends.
  *
  * A store_t is one connection, used by one thread at a time (the order writer has its
  * own; each job-pool thread has its own). The backend is chosen by URL scheme
@@ -8,7 +8,7 @@
  * wait longer (SQLite: busy timeout + progress handler; MariaDB: read/write timeouts).
  * Calls return STORE_OK, STORE_NOTFOUND or STORE_ERR; on STORE_ERR store_errmsg() says why.
  *
- * Schema (sql/schema.sqlite.sql, built in): the course's tb_user, tb_voucher,
+ * Schema (sql/schema.sqlite.sql, sql/schema.mysql.sql, built in): the course's tb_user, tb_voucher,
  * tb_seckill_voucher, tb_voucher_order, plus UNIQUE(user_id, voucher_id) on orders.
  * store_open() creates/migrates it. Times are epoch seconds here; the backends store them
  * as the engine's own datetime type in server local time. */
@@ -131,7 +131,7 @@ int store_redis_epoch(store_t *s, int64_t voucher_id, int bump, int64_t *epoch);
 int store_voucher_orders(store_t *s, int64_t voucher_id, int64_t after_id, size_t max,
                          store_order_t **out, size_t *n);
 
-/* ==== lab additions: the course's steps (lab.h, docs/lab.md) ====
+/* ==== the course's steps for the lab modes (lab.h, docs/lab.md) ====
  * Each call is ONE autocommit statement, as the course's MyBatis-Plus calls are under
  * MySQL's default isolation: nothing the course's checks read stays locked until its
  * write, which is exactly the race the lab shows (one SQLite transaction around the
@@ -147,6 +147,5 @@ int store_lab_take_stock(store_t *s, int64_t voucher_id, int guard, int64_t old,
 /* The course's count(): orders of this user for this voucher in lab_voucher_order. */
 int store_lab_user_orders(store_t *s, int64_t user_id, int64_t voucher_id, int64_t *n);
 int store_lab_insert(store_t *s, const store_order_t *o);
-/* ==== end of lab additions ==== */
 
 #endif

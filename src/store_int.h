@@ -47,8 +47,7 @@ typedef struct store_ops {
     /* optional, NULL = "not supported by this backend" */
     int (*voucher_orders)(store_t *s, int64_t voucher_id, int64_t after_id, size_t max,
                           store_order_t **out, size_t *n);
-    /* ==== end of audit additions ==== */
-    /* lab additions (store.h): optional, NULL = "not supported by this backend" */
+    /* the course's steps for the lab modes (store.h): optional, NULL = "not supported" */
     int (*lab_take_stock)(store_t *s, int64_t voucher_id, int guard, int64_t old, int *taken);
     int (*lab_user_orders)(store_t *s, int64_t user_id, int64_t voucher_id, int64_t *n);
     int (*lab_insert)(store_t *s, const store_order_t *o);

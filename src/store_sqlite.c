@@ -1084,7 +1084,7 @@ fail:
     return STORE_ERR;
 }
 
-/* ==== audit additions (issue 4: `seckill audit`) ====
+/* ==== reads for `seckill audit` ====
  * Read-only; prepared per call (the audit pages through a voucher a few times, it is not
  * a hot path), so the connection struct needs no new statement slot. */
 
@@ -1128,9 +1128,7 @@ static int sq_voucher_orders(store_t *s, int64_t voucher_id, int64_t after_id, s
     return STORE_OK;
 }
 
-/* ==== end of audit additions ==== */
-
-/* ==== lab additions: the course's steps, one autocommit statement each (store.h) ==== */
+/* ==== the course's steps for the lab modes, one autocommit statement each (store.h) ==== */
 
 static int lab_exec(sq_t *q, const char *sql, const char *what, int64_t a, int64_t b,
                     int64_t c, const char *text, int64_t *out)
@@ -1196,7 +1194,6 @@ static int sq_lab_insert(store_t *s, const store_order_t *o)
                     "lab: insert order", o->id, o->user_id, o->voucher_id, now, NULL);
 }
 
-/* ==== end of lab additions ==== */
 
 const store_ops_t store_sqlite_ops = {
     .scheme = "sqlite",
@@ -1215,7 +1212,7 @@ const store_ops_t store_sqlite_ops = {
     .voucher_counts = sq_voucher_counts,
     .redis_epoch = sq_redis_epoch,
     .order_sync = sq_order_sync,
-    .voucher_orders = sq_voucher_orders,   /* audit addition (issue 4) */
+    .voucher_orders = sq_voucher_orders,
     .lab_take_stock = sq_lab_take_stock,
     .lab_user_orders = sq_lab_user_orders,
     .lab_insert = sq_lab_insert,

@@ -482,8 +482,8 @@ static wentry_t *ent_new(writer_t *wr)
 }
 
 /* A stream entry id as Redis writes them: <ms>-<seq>, both decimal. Anything else (a
- * NUL inside, say) could not be acked and would be retried for ever (issue 6: found by
- * fuzz_redis_reply). */
+ * NUL inside, say) could not be acked and would be retried for ever (fuzz_redis_reply
+ * found one). */
 static int entry_id_ok(const redisReply *r)
 {
     if (!is_str(r) || r->len < 3 || r->len >= ENTRY_ID_MAX)
@@ -707,7 +707,7 @@ static void append_dead(writer_t *wr, const wentry_t *e)
 {
     const wstream_t *s = &wr->streams[e->si];
     char dkey[96];
-    snprintf(dkey, sizeof dkey, "seckill:dead:{%lld}", (long long)s->vid);
+    key_dead(dkey, sizeof dkey, s->vid);
     size_t n = 0;
     args(wr, &n, "MULTI");
     redisAppendCommandArgv(wr->rc, (int)n, wr->argv, wr->argvlen);

@@ -1,5 +1,5 @@
-# tests/reliability.mk -- the fuzzing, TSan and valgrind parts of `make check` (issue 6;
-# docs/reliability.md). Included by the Makefile.
+# tests/reliability.mk -- the fuzzing, TSan and valgrind parts of `make check`
+# (docs/reliability.md). Included by the Makefile.
 #
 #   make check                 ... ends with: every fuzz target for FUZZ_CI_SECONDS (20),
 #                              the unit tests and one sale under TSan, one sale under

@@ -1,4 +1,4 @@
-"""reliability.py -- the fuzzing, TSan and valgrind stages of tests/run.py (issue 6).
+"""reliability.py -- the fuzzing, TSan and valgrind stages of tests/run.py.
 
 run.py calls add_args() on its parser and run() after the ordinary tests; every stage
 reports through run.py's own PASS/FAIL lines and counts in its closing "N passed, M failed".
@@ -38,7 +38,7 @@ TSAN_OPTIONS = ("halt_on_error=1:second_deadlock_stack=1:history_size=4:suppress
 
 
 def add_args(ap):
-    g = ap.add_argument_group("reliability stages (issue 6)")
+    g = ap.add_argument_group("reliability stages")
     g.add_argument("--fuzz-dir", help="run the libFuzzer targets in this directory")
     g.add_argument("--fuzz-seconds", type=int, default=20, help="per target (0: corpus only)")
     g.add_argument("--fuzz-target", action="append", default=[],

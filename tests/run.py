@@ -21,7 +21,7 @@ Tests of the MariaDB pass are named `file::test[mysql]`. A test file may declare
 `DB_BACKENDS = ("sqlite",)` (or ("mysql",)) at module level to run on those only; the
 other pass lists it as skipped.
 
-3. (issue 6, tests/reliability.py) With --fuzz-dir, --tsan-bin/--tsan-unit-dir and
+3. (tests/reliability.py) With --fuzz-dir, --tsan-bin/--tsan-unit-dir and
    --valgrind-bin: each libFuzzer target for a bounded time (`fuzz/<target>`), the unit
    tests and one sale against the TSan build (`tsan/...`), one sale with the server under
    valgrind (`valgrind/...`). `make check` passes all three.
@@ -368,7 +368,7 @@ def main():
     ap.add_argument("--no-it", action="store_true")
     ap.add_argument("--db", choices=("sqlite", "mysql", "both"), default="sqlite",
                     help="SQL backend(s) of the integration tests (default sqlite)")
-    reliability.add_args(ap)   # --fuzz-dir, --tsan-bin, --valgrind-bin ... (issue 6)
+    reliability.add_args(ap)   # --fuzz-dir, --tsan-bin, --valgrind-bin ...
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     ap.add_argument("--child-timeout", type=float, default=DEFAULT_TIMEOUT,

@@ -9,9 +9,9 @@ set -eu
 pkgs="build-essential pkg-config libevent-dev libhiredis-dev libjansson-dev libsqlite3-dev
       libhttp-parser-dev libcmocka-dev redis-server redis-tools python3 curl sqlite3
       libmariadb-dev mariadb-server mariadb-client python3-pymysql nginx-light libssl-dev"
-# make check also fuzzes (clang's libFuzzer), runs TSan (gcc's libtsan) and valgrind (issue 6)
+# make check also fuzzes (clang's libFuzzer), runs TSan (gcc's libtsan) and valgrind
 pkgs="$pkgs clang libclang-rt-dev valgrind"
-# operators' tooling (issue 14): prometheus + promtool for deploy/prometheus/ and its test
+# operators' tooling: prometheus + promtool for deploy/prometheus/ and its test
 pkgs="$pkgs prometheus"
 # make deb and its test: dpkg-shlibdeps (dpkg-dev), lintian, man (man-db)
 pkgs="$pkgs dpkg-dev lintian man-db"

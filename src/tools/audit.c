@@ -951,10 +951,7 @@ static void json_report(sb_t *j, const vdata_t *d, const audit_opts_t *o, const 
 
 static int voucher_keys(vdata_t *d)
 {
-    char dead[64];
-    snprintf(dead, sizeof dead, "seckill:dead:{%lld}", LL(d->vid));
-    snprintf(d->kd, sizeof d->kd, "%s", dead);
-    return key_voucher(d->kv, sizeof d->kv, d->vid) < 0 || key_buyers(d->kb, sizeof d->kb, d->vid) < 0 ||
+    return key_dead(d->kd, sizeof d->kd, d->vid) < 0 || key_voucher(d->kv, sizeof d->kv, d->vid) < 0 || key_buyers(d->kb, sizeof d->kb, d->vid) < 0 ||
                    key_stream(d->ks, sizeof d->ks, d->vid) < 0
                ? -1
                : 0;

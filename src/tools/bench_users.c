@@ -25,6 +25,7 @@
 #include <hiredis/hiredis.h>
 
 #include "bench_redis.h"
+#include "keys.h"
 #include "clock.h"
 #include "rcl_sync.h"
 #include "seed.h"
@@ -123,7 +124,7 @@ static int read_codes(rcs_route_t *rt, const bench_opts_t *o, char (*codes)[8], 
         for (size_t i = a; i < b; i++) {
             char phone[16];
             bench_phone(o->user_base + (int64_t)i, phone);
-            snprintf(keys[i - a], sizeof keys[0], "login:code:%s", phone);
+            key_login_code(keys[i - a], sizeof keys[0], phone);
             redisContext *c = rcs_route_key(rt, keys[i - a], err, errlen);
             if (!c) {
                 rc = -1;

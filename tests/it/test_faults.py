@@ -1,4 +1,4 @@
-"""test_faults.py -- fault injection during a sale (issue 6, F1-F5).
+"""test_faults.py -- fault injection during a sale (F1-F5).
 
 Each scenario runs a sale (`seckill bench`, or a retrying client where the bench cannot
 survive the fault), injects the fault, lets things settle and runs `seckill audit`

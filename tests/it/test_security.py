@@ -1,4 +1,4 @@
-"""test_security.py -- abuse and security (issue 6): hostile input in every string field,
+"""test_security.py -- abuse and security: hostile input in every string field,
 oversized and malformed requests, wrong credentials, rate limits, secrets kept out of the
 log, Redis AUTH.
 

@@ -108,7 +108,7 @@ static void test_json_escaping(void **state)
     check_json("秒杀尚未开始！", strlen("秒杀尚未开始！"), "\"秒杀尚未开始！\"");
 }
 
-/* issue 6: bytes that are not UTF-8 become U+FFFD, so the output is always valid JSON */
+/* bytes that are not UTF-8 become U+FFFD, so the output is always valid JSON */
 static void test_json_bad_utf8(void **state)
 {
     (void)state;
