@@ -5,7 +5,7 @@
 # Starts its own redis-server (AOF everysec), a private MariaDB and nginx (from
 # deploy/nginx.conf.in) on free loopback ports under a temp dir, and the -O2 build. For each
 # N in $COUNTS it starts N instances (names inst-1..N, --threads $THREADS) behind nginx and
-# runs wrk the way perf/run.sh does (perf/grab.lua, tokens from perf/seed_tokens.py):
+# runs wrk the way perf/run.sh does (perf/grab.lua, signed tokens from `seckill tokens`):
 #   grab:     a voucher that never sells out, a new user on every request
 #   sold out: a voucher with stock 0 (answered from each worker's memory)
 # and reads each process's CPU time from /proc, so the table says who used the 2 cores (the
@@ -72,7 +72,10 @@ mariadb --no-defaults -S "$MD/sock" -uroot -e \
     "CREATE USER 'seckill'@'127.0.0.1' IDENTIFIED BY 'benchpw'; GRANT ALL ON *.* TO 'seckill'@'127.0.0.1'"
 DB="mysql://seckill:benchpw@127.0.0.1:$MP/hmdp"
 
-python3 perf/seed_tokens.py "$USERS" | $R --pipe >/dev/null
+# One signing key for every instance (they share --data-dir $TMP, so they read this file).
+(umask 077; od -An -N32 -tx1 /dev/urandom | tr -d ' \n' > "$TMP/token-key")
+"$BIN" tokens --users "$USERS" --key-file "$TMP/token-key" --redis "redis://127.0.0.1:$RP" \
+    > "$TMP/tokens.txt"
 ADMIN=benchadmintoken0123456789
 say "# seckill cluster benchmark $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores, wrk -t2 -c$CONNS -d${DURATION}s (best of $TRIES), instances --threads $THREADS, nginx $NGINX_WORKERS workers, MariaDB"
 
@@ -129,7 +132,7 @@ wrk_once() {
     [ "$2" -gt 0 ] && GRABS="$GRABS $V"
     s0=$(ticks $IPIDS); r0=$(ticks "$RPID"); n0=$(ticks $4); m0=$(ticks "$MPID"); i0=$(idle); b0=$(busy)
     # wrk's own CPU time comes from its rusage (python runs it and reports it in seconds)
-    wsec=$(VOUCHER=$V USERS=$USERS python3 -c 'import resource, subprocess, sys
+    wsec=$(VOUCHER=$V TOKENS="$TMP/tokens.txt" python3 -c 'import resource, subprocess, sys
 with open(sys.argv[1], "wb") as f:
     subprocess.run(sys.argv[2:], stdout=f)
 r = resource.getrusage(resource.RUSAGE_CHILDREN)
