@@ -72,6 +72,10 @@ SOCK="$D/redis/redis.sock"
 R="redis-cli -s $SOCK"
 # Redis commands executed so far (INFO commandstats; this script's INFO/CONFIG not counted)
 cmds() { $R info commandstats | tr -d '\r' | awk -F'[=,:]' '/^cmdstat_/ && $1 !~ /^cmdstat_(info|config)/ {n += $3} END {print n + 0}'; }
+# "evalsha-calls hsetnx-calls usec-of-all-commands" (the profile line of the wrk grab)
+# (the script's inner commands are left out of the sum: EVALSHA's own time includes them)
+cprof() { $R info commandstats | tr -d '\r' | awk -F'[=,:]' '/^cmdstat_/ && $1 !~ /^cmdstat_(info|config|hmget|time|hsetnx|hincrby|xadd)$/ {u += $5}
+    $1 == "cmdstat_evalsha" {e = $3} $1 == "cmdstat_hsetnx" {h = $3} END {print e + 0, h + 0, u + 0}'; }
 RPID=$($R info server | tr -d '\r' | awk -F: '/^process_id:/ {print $2}')
 ADMIN=$(cat "$D/admin-token")
 URL="http://127.0.0.1:$HP"
@@ -165,16 +169,23 @@ run_wrk() {  # $1 voucher, $2 label
     # its login (docs/api-notes.md), and is measured separately below.
     "$BIN" tokens --users "$USERS" --key-file "$D/token-key" --redis "unix:$SOCK" > "$TMP/tokens.txt"
     sleep 1   # let the hashes' writes settle out of the CPU figures
-    s0=$(cpu_ticks "$SPID"); r0=$(cpu_ticks "$RPID"); c0=$(cmds)
+    s0=$(cpu_ticks "$SPID"); r0=$(cpu_ticks "$RPID"); c0=$(cmds); p0=$(cprof)
     VOUCHER=$1 TOKENS="$TMP/tokens.txt" wrk -t2 -c"$CONNS" -d"${DURATION}s" --latency -s perf/grab.lua "$URL" \
         > "$TMP/wrk.txt"
-    s1=$(cpu_ticks "$SPID"); r1=$(cpu_ticks "$RPID"); c1=$(cmds)
+    s1=$(cpu_ticks "$SPID"); r1=$(cpu_ticks "$RPID"); c1=$(cmds); p1=$(cprof)
     rps=$(awk '/Requests\/sec/ {print $2}' "$TMP/wrk.txt")
     n=$(awk '/requests in/ {print $1}' "$TMP/wrk.txt")
     p50=$(awk '$1=="50%" {print $2}' "$TMP/wrk.txt"); p99=$(awk '$1=="99%" {print $2}' "$TMP/wrk.txt")
     errs=$(grep -E 'Non-2xx|Socket errors' "$TMP/wrk.txt" | tr '\n' ' ' || true)
     cpr=$(python3 -c "import sys; print('%.4f' % (float(sys.argv[1]) / max(1.0, float(sys.argv[2]))))" $((c1 - c0)) "$n")
     say "wrk           $2: $rps req/s, p50 $p50, p99 $p99; server CPU $(per_req $((s1 - s0)) "$n") us/req, redis CPU $(per_req $((r1 - r0)) "$n") us/req, redis commands $cpr/req ($n requests) $errs"
+    if [ "$2" = grab ]; then
+        # Where Redis's time goes in a grab (INFO commandstats: command execution only,
+        # a script's inner commands counted once, inside its EVALSHA's time).
+        say "              grab profile: $(python3 -c "import sys
+e0, h0, u0, e1, h1, u1, n = map(float, sys.argv[1:])
+print('%.0f admissions in %.0f script calls (%.1f per call); Redis command time %.1f us per request' % (h1 - h0, e1 - e0, (h1 - h0) / max(1, e1 - e0), (u1 - u0) / max(1, n)))" $p0 $p1 "$n")"
+    fi
     eval "WRK_$2=$rps; WRK_CPU_$2=$(per_req $((s1 - s0)) "$n"); WRK_RCPU_$2=$(per_req $((r1 - r0)) "$n"); WRK_CMDS_$2=$cpr"
 }
 run_wrk "$(mk 100000000)" grab
