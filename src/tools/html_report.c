@@ -143,8 +143,8 @@ void html_report_bars(FILE *f, const char *title, const char *ylabel, const char
                "    labels: [\"step\", ", chart_seq);
     js_str(f, ylabel);   /* the series' name, shown in the legend */
     fprintf(f, "], plotter: barPlotter, includeZero: true, dateWindow: [0.5, %d.5],\n"
-               "    axes: { x: { pixelsPerLabel: 20, axisLabelFormatter: function (x) {\n"
-               "      return Number.isInteger(x) && x >= 1 && x <= names.length ? names[x - 1] : \"\"; },\n"
+               "    axes: { x: { ticker: function () {\n"
+               "      return names.map(function (s, i) { return { v: i + 1, label: s }; }); },\n"
                "      valueFormatter: function (x) { return names[x - 1] || x; } } },\n"
                "    legend: \"always\"\n  });\n})();\n</script>\n",
             n);
