@@ -11,7 +11,9 @@
 -- Returns one code per buyer, in order (the codes of admit.lua).
 local n = (#ARGV - 1) / 2
 local out = {}
-local v = redis.call('HMGET', KEYS[1], 'stock', 'begin', 'end')
+-- Each entry carries ep, the voucher's Redis generation (see admit.lua and src/rebuild.c).
+local v = redis.call('HMGET', KEYS[1], 'stock', 'begin', 'end', 'ep')
+local ep = v[4] or '0'
 local stock = tonumber(v[1])
 local code
 local now = 0
@@ -34,7 +36,8 @@ for i = 1, n do
     out[i] = 2
   else
     taken = taken + 1
-    redis.call('XADD', KEYS[3], '*', 'id', oid, 'userId', uid, 'voucherId', ARGV[1], 'ts', now)
+    redis.call('XADD', KEYS[3], '*', 'id', oid, 'userId', uid, 'voucherId', ARGV[1], 'ts', now,
+               'ep', ep)
     out[i] = 0
   end
 end

@@ -248,9 +248,11 @@ static int stage_buyers(redisContext *c, const char *kt, const uvec_t *a, const 
     return rc;
 }
 
-int rebuild_voucher(redisContext *c, store_t *st, int64_t vid, const rebuild_opts_t *o,
-                    rebuild_result_t *res, char *err, size_t errlen)
+int rebuild_voucher(redisContext *c, redisContext *g, store_t *st, int64_t vid,
+                    const rebuild_opts_t *o, rebuild_result_t *res, char *err, size_t errlen)
 {
+    if (!g)
+        g = c;
     memset(res, 0, sizeof *res);
     res->voucher_id = vid;
     char kv[64], kb[64], ks[64], kl[64], kt[80], why[256], token[160];
@@ -303,12 +305,12 @@ int rebuild_voucher(redisContext *c, store_t *st, int64_t vid, const rebuild_opt
     /* 2. the voucher, the stream, the generation */
     store_voucher_t v;
     memset(&v, 0, sizeof v);
-    int g = store_voucher_get(st, vid, &v);
-    if (g == STORE_NOTFOUND || (g == STORE_OK && !v.is_seckill)) {
+    int got = store_voucher_get(st, vid, &v);
+    if (got == STORE_NOTFOUND || (got == STORE_OK && !v.is_seckill)) {
         rc = REBUILD_NOT_SALE;
         goto out;
     }
-    if (g != STORE_OK) {
+    if (got != STORE_OK) {
         snprintf(err, errlen, "SQL voucher: %s", store_errmsg(st));
         goto out;
     }
@@ -390,7 +392,7 @@ int rebuild_voucher(redisContext *c, store_t *st, int64_t vid, const rebuild_opt
         goto out;
     char vs[24];
     snprintf(vs, sizeof vs, "%lld", (long long)vid);
-    r = rconn_cmdf(c, why, sizeof why, "SADD %s %s", KEY_STREAMS, vs);
+    r = rconn_cmdf(g, why, sizeof why, "SADD %s %s", KEY_STREAMS, vs);
     if (!r) {
         snprintf(err, errlen, "SADD %s: %s", KEY_STREAMS, why);
         goto out;

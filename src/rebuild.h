@@ -23,7 +23,8 @@
  * Idempotent: a voucher with stock in Redis is left alone. `seeded` is the number of
  * buyers that are not entries of the current stream, so `stream entries = buyers -
  * seeded` still holds for the audit. Every key is under the voucher's hash tag, so the
- * script runs on Redis Cluster too (seckill:streams is the one process-wide key).
+ * script runs on Redis Cluster too (seckill:streams is the one process-wide key: it goes
+ * through its own connection).
  *
  * Orders answered but not persisted when Redis lost them are gone: they are in neither
  * SQL nor Redis; their stock is sold again and their buyers may buy again. The audit
@@ -69,9 +70,11 @@ typedef struct rebuild_result {
     int64_t begin, end;     /* the window, epoch seconds */
 } rebuild_result_t;
 
-/* Rebuilds one voucher if its keys are missing. Returns a REBUILD_* code; on
- * REBUILD_ERR err says why (and the lock, if taken, is released). */
-int rebuild_voucher(struct redisContext *c, struct store *st, int64_t voucher_id,
+/* Rebuilds one voucher if its keys are missing. c reaches the voucher's keys (on a cluster:
+ * the node of its hash tag), g the process-wide seckill:streams (NULL: c). Returns a
+ * REBUILD_* code; on REBUILD_ERR err says why (and the lock, if taken, is released). */
+int rebuild_voucher(struct redisContext *c, struct redisContext *g, struct store *st,
+                    int64_t voucher_id,
                     const rebuild_opts_t *o, rebuild_result_t *res, char *err, size_t errlen);
 
 /* 1 if the voucher hash has a stock field, 0 if not, -1 on a Redis error (err). */

@@ -13,6 +13,7 @@
 #include <hiredis/hiredis.h>
 
 #include "app.h"
+#include "rcl_sync.h"
 #include "rconn.h"
 #include "clock.h"
 #include "keys.h"
@@ -43,7 +44,8 @@ struct rebuild_watch {
     int64_t pokes[POKE_MAX];
     int npokes;
 
-    redisContext *rc;
+    rcs_route_t rt;                  /* one Redis, or the cluster (per-key contexts) */
+    int up;                          /* rt is open */
     store_t *st;
     int backoff_ms;
     int down_logged;
@@ -88,9 +90,10 @@ static void drop_redis(rebuild_watch_t *w, const char *why)
         log_warn("rebuild watch: Redis unusable (%s); retrying", why);
         w->down_logged = 1;
     }
-    if (w->rc) {   /* after the log: why may be the context's own errstr */
-        rconn_close(w->rc);
-        w->rc = NULL;
+    if (w->up) {   /* after the log: why may be a context's own errstr */
+        rcs_route_close(&w->rt);
+        memset(&w->rt, 0, sizeof w->rt);
+        w->up = 0;
     }
 }
 
@@ -121,7 +124,18 @@ static void rebuild_one(rebuild_watch_t *w, int64_t vid, const char *why)
     rebuild_opts_t o = {.owner = w->app->name};
     rebuild_result_t res;
     char err[512] = "";
-    int rc = rebuild_voucher(w->rc, w->st, vid, &o, &res, err, sizeof err);
+    char kv[64];
+    redisContext *c = NULL, *g = NULL;
+    if (key_voucher(kv, sizeof kv, vid) < 0)
+        return;
+    c = rcs_route_key(&w->rt, kv, err, sizeof err);
+    if (c)
+        g = rcs_route_key(&w->rt, KEY_STREAMS, err, sizeof err);
+    if (!c || !g) {
+        drop_redis(w, err);
+        return;
+    }
+    int rc = rebuild_voucher(c, g, w->st, vid, &o, &res, err, sizeof err);
     switch (rc) {
     case REBUILD_DONE:
         if (w->app->metrics)
@@ -187,9 +201,39 @@ static int refresh_list(rebuild_watch_t *w)
     return 0;
 }
 
-/* One pipelined HEXISTS per live voucher; rebuilds those without stock. */
+/* The order-id slot counter (KEY_INSTANCE, orderid.h) goes with a lost Redis; a new
+ * instance would then lease this one's slot again and mint the same order ids. Putting it
+ * back to at least our slot, every pass, closes that to the time between a loss and the
+ * next pass (<= 1 s). */
+static void keep_slot_counter(rebuild_watch_t *w)
+{
+    char why[256];
+    redisContext *c = rcs_route_key(&w->rt, KEY_INSTANCE, why, sizeof why);
+    if (!c) {
+        drop_redis(w, why);
+        return;
+    }
+    redisReply *r = rconn_cmdf(c, why, sizeof why, "EVAL %s 1 %s %u",
+                               "if (tonumber(redis.call('GET', KEYS[1])) or 0) < "
+                               "tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) "
+                               "return 1 end return 0",
+                               KEY_INSTANCE, (unsigned)w->app->instance_slot);
+    if (!r) {
+        log_warn("rebuild watch: keeping %s: %s", KEY_INSTANCE, why);
+        return;
+    }
+    if (r->type == REDIS_REPLY_INTEGER && r->integer == 1)
+        log_warn("%s was gone or behind (Redis lost data?): set back to this instance's "
+                 "order-id slot %u", KEY_INSTANCE, (unsigned)w->app->instance_slot);
+    freeReplyObject(r);
+}
+
+/* One HEXISTS per live voucher (on its node); rebuilds those without stock. */
 static void check_all(rebuild_watch_t *w, const char *why)
 {
+    keep_slot_counter(w);
+    if (!w->up)
+        return;
     uint64_t now_ms = clock_mono_ms();
     if (now_ms >= w->list_at) {
         if (refresh_list(w) != 0)
@@ -197,37 +241,25 @@ static void check_all(rebuild_watch_t *w, const char *why)
         w->list_at = now_ms + LIST_EVERY_MS;
     }
     int64_t now = (int64_t)time(NULL);
-    size_t nlive = 0;
-    int64_t *live = xrealloc(NULL, (w->nknown + 1) * sizeof *live);
-    for (size_t i = 0; i < w->nknown; i++) {
-        char kv[64];
-        if (w->known[i].end <= now || key_voucher(kv, sizeof kv, w->known[i].id) < 0)
+    for (size_t i = 0; i < w->nknown && w->up && w->st && !stopping(w); i++) {
+        if (w->known[i].end <= now)
             continue;
-        redisAppendCommand(w->rc, "HEXISTS %s stock", kv);
-        live[nlive++] = w->known[i].id;
-    }
-    int missing_any = 0;
-    for (size_t i = 0; i < nlive; i++) {
-        void *rv = NULL;
-        if (redisGetReply(w->rc, &rv) != REDIS_OK) {
-            drop_redis(w, w->rc->errstr);
-            free(live);
+        char err[256];
+        redisContext *c = NULL;
+        int p = -1;
+        char kv[64];
+        if (key_voucher(kv, sizeof kv, w->known[i].id) < 0)
+            continue;
+        c = rcs_route_key(&w->rt, kv, err, sizeof err);
+        if (c)
+            p = rebuild_present(c, w->known[i].id, err, sizeof err);
+        if (p < 0) {
+            drop_redis(w, err);
             return;
         }
-        redisReply *r = rv;
-        int missing = r->type == REDIS_REPLY_INTEGER && r->integer == 0;
-        if (r->type == REDIS_REPLY_ERROR)
-            log_warn("rebuild watch: HEXISTS: %s", r->str);
-        freeReplyObject(r);
-        if (missing) {
-            live[i] = -live[i];   /* marked; rebuilt after all replies are read */
-            missing_any = 1;
-        }
+        if (p == 0)
+            rebuild_one(w, w->known[i].id, why);
     }
-    for (size_t i = 0; missing_any && i < nlive && w->rc && w->st && !stopping(w); i++)
-        if (live[i] < 0)
-            rebuild_one(w, -live[i], why);
-    free(live);
 }
 
 static void handle_pokes(rebuild_watch_t *w)
@@ -238,7 +270,7 @@ static void handle_pokes(rebuild_watch_t *w)
     memcpy(ids, w->pokes, (size_t)n * sizeof ids[0]);
     w->npokes = 0;
     pthread_mutex_unlock(&w->mu);
-    for (int i = 0; i < n && w->rc && w->st; i++) {
+    for (int i = 0; i < n && w->up && w->st; i++) {
         int skip = 0;
         for (size_t k = 0; k < NOT_SALE_MAX && k < w->nnot_sale; k++)
             skip |= w->not_sale[k] == ids[i];
@@ -253,10 +285,11 @@ static void *watch_main(void *arg)
     log_set_thread_name("rebuild");
     uint64_t next_check = 0;
     while (!stopping(w)) {
-        if (!w->rc) {
+        if (!w->up) {
             char err[512];
-            w->rc = rconn_open_url(w->app->redis_url, w->app->cfg.redis_timeout_ms, err, sizeof err);
-            if (!w->rc) {
+            w->up = rcs_route_open(w->app->redis_url, w->app->cfg.redis_timeout_ms, &w->rt, err,
+                                   sizeof err) == 0;
+            if (!w->up) {
                 if (!w->down_logged) {
                     log_warn("rebuild watch: Redis unusable (%s); retrying", err);
                     w->down_logged = 1;
@@ -278,13 +311,13 @@ static void *watch_main(void *arg)
         }
         handle_pokes(w);
         uint64_t now = clock_mono_ms();
-        if (w->rc && w->st && now >= next_check) {
+        if (w->up && w->st && now >= next_check) {
             check_all(w, next_check == 0 ? "found at start or after a reconnect"
                                          : "found by the periodic check");
             next_check = now + CHECK_EVERY_MS;
         }
         now = clock_mono_ms();
-        if (w->rc && w->st && next_check > now)
+        if (w->up && w->st && next_check > now)
             nap(w, (int)(next_check - now), 1);
     }
     log_info("rebuild watch: stopped");
@@ -343,7 +376,8 @@ void rebuild_watch_stop(rebuild_watch_t *w)
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
     pthread_join(w->tid, NULL);
-    rconn_close(w->rc);
+    if (w->up)
+        rcs_route_close(&w->rt);
     store_close(w->st);
     free(w->known);
     pthread_cond_destroy(&w->cv);

@@ -9,7 +9,9 @@
  *     list is re-read from SQL every two seconds;
  *   - at once when a worker pokes it: admission answered "no such voucher" for an id
  *     (rebuilt only if SQL knows it as a flash-sale voucher, ended or not).
- * Rebuilds from several instances race for the per-voucher lock; one writes. */
+ * Rebuilds from several instances race for the per-voucher lock; one writes. Each pass
+ * also puts the order-id slot counter (seckill:instance) back to at least this instance's
+ * slot, so an instance started after a loss does not lease a live one's slot. */
 #ifndef SECKILL_REBUILD_WATCH_H
 #define SECKILL_REBUILD_WATCH_H
 

@@ -15,7 +15,8 @@
 
 #include <hiredis/hiredis.h>
 
-#include "rconn.h"
+#include "keys.h"
+#include "rcl_sync.h"
 #include "rebuild.h"
 #include "store.h"
 
@@ -142,8 +143,8 @@ static int rebuild_cmd(int argc, char **argv)
         fprintf(stderr, "seckill redis rebuild: %s\n", err);
         return 2;
     }
-    redisContext *c = rconn_open_url(redis, tmo, err, sizeof err);
-    if (!c) {
+    rcs_route_t rt;   /* one Redis, or a cluster: each voucher on its node */
+    if (rcs_route_open(redis, tmo, &rt, err, sizeof err) < 0) {
         fprintf(stderr, "seckill redis rebuild: %s\n", err);
         store_close(st);
         return 2;
@@ -153,7 +154,7 @@ static int rebuild_cmd(int argc, char **argv)
     if (nv == 0) {
         if (live_vouchers(st, &all, &nv) != 0) {
             fprintf(stderr, "seckill redis rebuild: SQL: %s\n", store_errmsg(st));
-            rconn_close(c);
+            rcs_route_close(&rt);
             store_close(st);
             return 2;
         }
@@ -164,7 +165,14 @@ static int rebuild_cmd(int argc, char **argv)
     size_t done = 0, present = 0;
     for (size_t i = 0; i < nv; i++) {
         rebuild_result_t res;
-        int rc = rebuild_voucher(c, st, list[i], &o, &res, err, sizeof err);
+        char kv[64];
+        redisContext *c = NULL, *g = NULL;
+        int rc = REBUILD_ERR;
+        if (key_voucher(kv, sizeof kv, list[i]) < 0)
+            snprintf(err, sizeof err, "voucher id out of range");
+        else if ((c = rcs_route_key(&rt, kv, err, sizeof err)) &&
+                 (g = rcs_route_key(&rt, KEY_STREAMS, err, sizeof err)))
+            rc = rebuild_voucher(c, g, st, list[i], &o, &res, err, sizeof err);
         switch (rc) {
         case REBUILD_DONE:
             done++;
@@ -191,7 +199,7 @@ static int rebuild_cmd(int argc, char **argv)
     printf("%zu vouchers: %zu %s, %zu present\n", nv, done, dry ? "to rebuild" : "rebuilt",
            present);
     free(all);
-    rconn_close(c);
+    rcs_route_close(&rt);
     store_close(st);
     return status;
 }

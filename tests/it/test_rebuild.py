@@ -74,6 +74,9 @@ def _lose_and_resume(replace):
         r.cmd("FLUSHALL")
     H.wait_until(lambda: _present(r, vid), 15, what="voucher republished")
     H.log("voucher republished %.2f s after the loss" % (time.monotonic() - t0))
+    # the order-id slot counter is put back, so a new instance cannot lease ours
+    H.wait_until(lambda: int(r.cmd("GET", "seckill:instance") or 0) >= 1, 10,
+                 what="seckill:instance restored")
     eq(_epoch(srv, vid), 1, "SQL generation after one rebuild")
     eq(int(r.cmd("HGET", H.k_voucher(vid), "stock")), stock - 40, "rebuilt stock")
     eq(r.cmd("HLEN", H.k_buyers(vid)), 40, "rebuilt buyers")
