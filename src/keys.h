@@ -15,6 +15,9 @@
  * Process-wide keys:
  *   seckill:streams       set of voucher ids whose streams the writers read
  *   seckill:instance      counter leasing order-id instance slots
+ *   seckill:board:instance:<name>  string, one instance's snapshot for the sale board,
+ *                         PX 5 s, renewed each second; seckill:board:instances: set of
+ *                         their names (both named in scripts/board.lua, board.h)
  * Login (the course's names):
  *   login:code:<phone>    string, 2 minutes
  *   {login:code:<phone>}:fails  counter of wrong guesses against that code, living as
