@@ -36,6 +36,7 @@
 #include "rebuild_watch.h"
 #include "store.h"
 #include "worker.h"
+#include "xmem.h"
 
 #define VERDICT_SLOTS 1024u
 #define VERDICT_WAYS 4u
@@ -200,10 +201,7 @@ static adm_ctx_t *ctx_get(struct adm_cache *ac)
         ac->free_ctx = c->next;
         ac->nfree--;
     } else {
-        c = malloc(sizeof(*c));
-        if (c == NULL) {
-            return NULL;
-        }
+        c = xmalloc(sizeof(*c));
     }
     c->ac = ac;
     ac->outstanding++;
@@ -435,13 +433,13 @@ static void batch_send(lane_t *l, struct adm_cache *ac, worker_t *w)
             cb(r, code, 0);
             continue;
         }
-        batch_t *b = malloc(sizeof(*b));
+        batch_t *b = xmalloc(sizeof(*b));
         char kv[64], kb[64], ks[64], vid[24];
         int lv = key_voucher(kv, sizeof(kv), l->voucher_id);
         int lb = key_buyers(kb, sizeof(kb), l->voucher_id);
         int ls = key_stream(ks, sizeof(ks), l->voucher_id);
         int li = snprintf(vid, sizeof(vid), "%lld", (long long)l->voucher_id);
-        if (b == NULL || lv < 0 || lb < 0 || ls < 0) {
+        if (lv < 0 || lb < 0 || ls < 0) {
             free(b);
             while (l->head != NULL) {
                 adm_ctx_t *c = l->head;
@@ -625,8 +623,8 @@ void admission_publish(struct http_req *r, int64_t voucher_id, int64_t stock, in
     char kv[64], ks[64], vid[24], sst[24], sbe[24], sen[24];
     int lv = key_voucher(kv, sizeof(kv), voucher_id);
     int ls = key_stream(ks, sizeof(ks), voucher_id);
-    pub_t *p = malloc(sizeof(*p));
-    if (p == NULL || lv < 0 || ls < 0) {
+    pub_t *p = xmalloc(sizeof(*p));
+    if (lv < 0 || ls < 0) {
         free(p);
         done(r, 0);
         return;
@@ -664,10 +662,7 @@ void admission_publish(struct http_req *r, int64_t voucher_id, int64_t stock, in
 
 int adm_cache_init(struct worker *w)
 {
-    struct adm_cache *ac = calloc(1, sizeof(*ac));
-    if (ac == NULL) {
-        return -1;
-    }
+    struct adm_cache *ac = xcalloc(1, sizeof(*ac));
     int ms = w->app->cfg.soldout_cache_ms;
     ac->ttl_ms = ms > 0 ? (uint64_t)ms : 0;
     w->adm = ac;

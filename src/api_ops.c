@@ -17,6 +17,7 @@
 #include "sb.h"
 #include "store.h"
 #include "worker.h"
+#include "xmem.h"
 
 typedef struct health {
     http_req_t *r;
@@ -90,14 +91,8 @@ static void done_sqlping(worker_t *w, void *arg)
 
 void api_health(http_req_t *r)
 {
-    health_t *h = calloc(1, sizeof(*h));
-    sqlping_t *p = calloc(1, sizeof(*p));
-    if (h == NULL || p == NULL) {
-        free(h);
-        free(p);
-        api_unavailable(r, "out of memory");
-        return;
-    }
+    health_t *h = xcalloc(1, sizeof(*h));
+    sqlping_t *p = xcalloc(1, sizeof(*p));
     h->r = r;
     h->left = 2;
     p->h = h;

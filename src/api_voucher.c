@@ -23,6 +23,7 @@
 #include "sb.h"
 #include "store.h"
 #include "worker.h"
+#include "xmem.h"
 
 #define MAX_STOCK 100000000LL
 #define TITLE_MAX 255
@@ -230,12 +231,7 @@ void api_voucher_create(http_req_t *r, int seckill)
         api_error(r, 400, msg, "BAD_REQUEST");
         return;
     }
-    create_ctx_t *c = calloc(1, sizeof(*c));
-    if (c == NULL) {
-        json_decref(root);
-        api_unavailable(r, "out of memory");
-        return;
-    }
+    create_ctx_t *c = xcalloc(1, sizeof(*c));
     store_voucher_t *v = &c->v;
     int64_t type = seckill ? 1 : 0, status = 1;
     int p;
@@ -344,11 +340,7 @@ static void done_list(worker_t *w, void *arg)
 
 void api_voucher_list(http_req_t *r, int64_t shop_id)
 {
-    list_ctx_t *c = calloc(1, sizeof(*c));
-    if (c == NULL) {
-        api_unavailable(r, "out of memory");
-        return;
-    }
+    list_ctx_t *c = xcalloc(1, sizeof(*c));
     c->r = r;
     c->shop_id = shop_id;
     c->rc = STORE_ERR;

@@ -24,6 +24,7 @@
 #include "log.h"
 #include "store.h"
 #include "worker.h"
+#include "xmem.h"
 
 #define OPEN_RETRY_MS 1000
 #define JOBS_MAX_THREADS 256
@@ -123,17 +124,8 @@ jobs_t *jobs_new(int nthreads, const char *db_url, int sql_timeout_ms, int queue
         snprintf(err, errlen, "job pool: database URL missing or too long");
         return NULL;
     }
-    jobs_t *j = calloc(1, sizeof *j);
-    if (!j) {
-        snprintf(err, errlen, "job pool: out of memory");
-        return NULL;
-    }
-    j->threads = calloc((size_t)nthreads, sizeof *j->threads);
-    if (!j->threads) {
-        free(j);
-        snprintf(err, errlen, "job pool: out of memory");
-        return NULL;
-    }
+    jobs_t *j = xcalloc(1, sizeof *j);
+    j->threads = xcalloc((size_t)nthreads, sizeof *j->threads);
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     j->queue_max = queue_max;
@@ -159,9 +151,7 @@ int jobs_submit(jobs_t *j, struct worker *w, jobs_run_fn run, jobs_done_fn done,
 {
     if (!j || !run)
         return -1;
-    job_t *jb = malloc(sizeof *jb);
-    if (!jb)
-        return -1;
+    job_t *jb = xmalloc(sizeof *jb);
     jb->next = NULL;
     jb->w = w;
     jb->run = run;

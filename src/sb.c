@@ -2,7 +2,7 @@
  *
  * Invariant: whenever buf is non-NULL, buf[len] == '\0' (one spare byte is always
  * reserved), so sb_cstr() never has to grow and a buffer can be handed to C string
- * functions at any time. Out of memory aborts: this is the service's OOM policy. */
+ * functions at any time. Out of memory aborts (xmem.h), except in sb_try_reserve. */
 #include "sb.h"
 
 #include <stdarg.h>
@@ -11,27 +11,23 @@
 #include <string.h>
 #include <time.h>
 
-static void oom(size_t n)
-{
-    /* No logger here on purpose: logging may itself need memory. */
-    fprintf(stderr, "seckill: out of memory (allocating %zu bytes)\n", n);
-    abort();
-}
+#include "log.h"
+#include "xmem.h"
 
 /* Makes room for n more bytes plus the terminating NUL. */
 static void reserve(sb_t *s, size_t n)
 {
-    if (n >= SIZE_MAX / 2 - s->len)
-        oom(n);
+    if (n >= SIZE_MAX / 2 - s->len) {
+        log_error("out of memory (a buffer of %zu + %zu bytes)", s->len, n);
+        abort();
+    }
     size_t need = s->len + n + 1;
     if (need <= s->cap)
         return;
     size_t cap = s->cap ? s->cap : 64;
     while (cap < need)
         cap *= 2;
-    char *p = realloc(s->borrowed ? NULL : s->buf, cap);
-    if (!p)
-        oom(cap);
+    char *p = xrealloc(s->borrowed ? NULL : s->buf, cap);
     if (s->borrowed)
         memcpy(p, s->buf, s->len + 1);
     s->borrowed = 0;

@@ -52,6 +52,7 @@
 #include "url.h"
 #include "worker.h"
 #include "writer.h"
+#include "xmem.h"
 
 #define SHUTDOWN_GRACE_MS 5000
 #define JOB_THREADS 2
@@ -318,11 +319,7 @@ int server_run(const config_t *cfg)
 {
     char err[1024] = "";
     int rc = 1, embedded = 0, nstarted = 0;
-    app_t *app = calloc(1, sizeof *app);
-    if (!app) {
-        fprintf(stderr, "seckill: out of memory\n");
-        return 1;
-    }
+    app_t *app = xcalloc(1, sizeof *app);
     app->cfg = *cfg;
     /* Secrets named by file go into app->cfg; from here on cfg is that copy. */
     if (config_read_secrets(&app->cfg, err, sizeof err) < 0) {
@@ -433,17 +430,9 @@ int server_run(const config_t *cfg)
         goto out;
 
     /* 4. Background parts. */
-    app->metrics = calloc(1, sizeof *app->metrics);
-    if (!app->metrics) {
-        snprintf(err, sizeof err, "out of memory");
-        goto out;
-    }
+    app->metrics = xcalloc(1, sizeof *app->metrics);
     if (cfg->trusted_proxy[0]) {
-        app->trusted = calloc(1, sizeof *app->trusted);
-        if (!app->trusted) {
-            snprintf(err, sizeof err, "out of memory");
-            goto out;
-        }
+        app->trusted = xcalloc(1, sizeof *app->trusted);
         if (clientip_parse(cfg->trusted_proxy, app->trusted, err, sizeof err) < 0)
             goto out;
         log_info("X-Forwarded-For is believed from %d trusted proxy address(es)", app->trusted->n);
@@ -511,11 +500,7 @@ int server_run(const config_t *cfg)
                  url_redact(app->redis_url, shown, sizeof shown));
         goto out;
     }
-    app->workers = calloc((size_t)cfg->threads, sizeof *app->workers);
-    if (!app->workers) {
-        snprintf(err, sizeof err, "out of memory");
-        goto out;
-    }
+    app->workers = xcalloc((size_t)cfg->threads, sizeof *app->workers);
     for (int i = 0; i < cfg->threads; i++) {
         app->workers[i] = make_worker(app, i, &addr, err, sizeof err);
         if (!app->workers[i])

@@ -26,6 +26,7 @@
 #include "store.h"
 #include "url.h"
 #include "worker.h"
+#include "xmem.h"
 
 typedef struct sync_job {
     http_req_t *r;
@@ -85,11 +86,7 @@ static void sync_done(worker_t *w, void *arg)
 void sync_order_try(struct http_req *r, int64_t voucher_id, int64_t user_id, admission_cb cb)
 {
     app_t *app = r->w->app;
-    sync_job_t *j = calloc(1, sizeof *j);
-    if (!j) {
-        cb(r, ADMIT_UNAVAILABLE, 0);
-        return;
-    }
+    sync_job_t *j = xcalloc(1, sizeof *j);
     j->r = r;
     j->cb = cb;
     j->app = app;

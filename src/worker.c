@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "xmem.h"
 
 struct worker_msg {
     worker_fn fn;
@@ -62,9 +63,7 @@ worker_t *worker_new(struct app *app, int id)
         log_error("worker: libevent thread support unavailable");
         return NULL;
     }
-    worker_t *w = calloc(1, sizeof *w);
-    if (!w)
-        return NULL;
+    worker_t *w = xcalloc(1, sizeof *w);
     w->id = id;
     w->app = app;
     snprintf(w->name, sizeof w->name, "w%d", id);
@@ -87,11 +86,7 @@ worker_t *worker_new(struct app *app, int id)
 
 void worker_post(worker_t *w, worker_fn fn, void *arg)
 {
-    struct worker_msg *m = malloc(sizeof *m);
-    if (!m) {
-        fprintf(stderr, "seckill: out of memory (worker_post)\n");
-        abort();             /* the OOM policy: a lost message would hang its sender */
-    }
+    struct worker_msg *m = xmalloc(sizeof *m);   /* a lost message would hang its sender */
     m->fn = fn;
     m->arg = arg;
     m->next = NULL;
@@ -117,9 +112,7 @@ static void *thread_main(void *p)
 
 int worker_start(worker_t *w, void *(*run)(void *))
 {
-    struct start_arg *sa = malloc(sizeof *sa);
-    if (!sa)
-        return -1;
+    struct start_arg *sa = xmalloc(sizeof *sa);
     sa->w = w;
     sa->run = run;
     int rc = pthread_create(&w->thread, NULL, thread_main, sa);

@@ -978,13 +978,8 @@ static int read_group_node(writer_t *wr, int pending, redisReply **out)
     }
     if (sent == 0)
         return 0;
-    redisReply *all = calloc(1, sizeof *all);
-    redisReply **els = calloc(sent, sizeof *els);
-    if (all == NULL || els == NULL) {
-        free(all);
-        free(els);
-        return redis_fail(wr, "XREADGROUP (out of memory)", NULL);
-    }
+    redisReply *all = xcalloc(1, sizeof *all);
+    redisReply **els = xcalloc(sent, sizeof *els);
     all->type = REDIS_REPLY_ARRAY;
     all->element = els;
     int failed = 0;
@@ -1364,9 +1359,7 @@ static void *writer_main(void *arg)
  * sub-writer). */
 static writer_t *writer_new(struct app *app, const url_redis_t *addr)
 {
-    writer_t *wr = calloc(1, sizeof *wr);
-    if (!wr)
-        return NULL;
+    writer_t *wr = xcalloc(1, sizeof *wr);
     wr->app = app;
     wr->m = app->metrics ? app->metrics : &wr->m_own;
     const config_t *c = &app->cfg;

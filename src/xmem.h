@@ -1,8 +1,10 @@
 /* xmem.h -- allocation that cannot fail: out of memory logs one line and aborts.
  *
- * This is the service's OOM policy (docs/design.md, "Failure policy"): a worker that
- * cannot allocate is better restarted than limping, and admitted orders live in Redis,
- * not in our memory. One copy here, used by every module that follows the policy. */
+ * This is the service's memory policy (docs/design.md, "Memory policy"): the service and
+ * its tools allocate through these and never check for NULL; what a client can make us
+ * allocate is bounded before we allocate it (request limits, connection caps, the
+ * buffered-bytes budget answer 503/close instead). A process that cannot allocate is
+ * better restarted than limping: admitted orders live in Redis, not in our memory. */
 #ifndef SECKILL_XMEM_H
 #define SECKILL_XMEM_H
 
@@ -20,6 +22,22 @@ static inline void *xrealloc(void *p, size_t n)
         abort();
     }
     return q;
+}
+
+/* malloc and calloc that never return NULL. */
+static inline void *xmalloc(size_t n)
+{
+    return xrealloc(NULL, n);
+}
+
+static inline void *xcalloc(size_t nmemb, size_t size)
+{
+    void *p = calloc(nmemb ? nmemb : 1, size ? size : 1);
+    if (!p) {
+        log_error("out of memory (%zu x %zu bytes)", nmemb, size);
+        abort();
+    }
+    return p;
 }
 
 /* strdup that never returns NULL; free() the result. */
