@@ -104,9 +104,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_str(cfg.config_file, sizeof(cfg.config_file), "config_file");
         check_str(cfg.redis_server_bin, sizeof(cfg.redis_server_bin), "redis_server_bin");
         if (cfg.listen_port < 1 || cfg.listen_port > 65535 || cfg.threads < 1 ||
-            cfg.threads > 256 || (unsigned)cfg.mode > MODE_SYNC || cfg.log_level < 0 ||
+            cfg.threads > 256 || (unsigned)cfg.mode >= MODE__COUNT || cfg.log_level < 0 ||
             cfg.log_level > 3 || cfg.max_header_bytes < 1024 || cfg.max_body_bytes < 1024 ||
-            cfg.redis_timeout_ms < 10 || cfg.max_conns < 1 || cfg.writer_batch < 1) {
+            cfg.redis_timeout_ms < 10 || cfg.max_conns < 0 || cfg.writer_batch < 1) {
             fprintf(stderr, "fuzz_config: a setting outside its range was accepted\n");
             abort();
         }
