@@ -24,11 +24,11 @@ typedef struct lookup {
     orders_done_fn done;
     void *ctx;
     int64_t user_id;
-    int64_t order_id;        /* by id; 0 for the user's list */
+    int64_t order_id; /* by id; 0 for the user's list */
     /* filled by the SQL job */
-    int rc;                  /* STORE_* */
-    store_order_t order;     /* by id */
-    store_order_t *orders;   /* the list, newest first */
+    int rc;                /* STORE_* */
+    store_order_t order;   /* by id */
+    store_order_t *orders; /* the list, newest first */
     size_t norders;
 } lookup_t;
 
@@ -123,7 +123,7 @@ static void ask_index(lookup_t *L)
     int kl = key_orders_of(key, sizeof key, L->user_id);
     const char *argv[2] = {"HGETALL", key};
     size_t lens[2] = {7, kl > 0 ? (size_t)kl : 0};
-    rds_command(L->w->rds, on_index, L, 2, argv, lens);   /* last: L may be gone after */
+    rds_command(L->w->rds, on_index, L, 2, argv, lens); /* last: L may be gone after */
 }
 
 static void run_get(store_t *st, void *arg)
@@ -136,7 +136,7 @@ static void done_get(worker_t *w, void *arg)
 {
     lookup_t *L = arg;
     if (L->rc == STORE_OK) {
-        if (L->order.user_id != L->user_id) {   /* someone else's: not yours to see */
+        if (L->order.user_id != L->user_id) { /* someone else's: not yours to see */
             lookup_end(L, ORDERS_NOTFOUND, NULL, 0);
             return;
         }
@@ -154,8 +154,7 @@ static void done_get(worker_t *w, void *arg)
 static void run_list(store_t *st, void *arg)
 {
     lookup_t *L = arg;
-    L->rc = st ? store_orders_of_user(st, L->user_id, ORDERS_OF_USER_MAX, &L->orders,
-                                      &L->norders)
+    L->rc = st ? store_orders_of_user(st, L->user_id, ORDERS_OF_USER_MAX, &L->orders, &L->norders)
                : STORE_ERR;
     if (L->rc == STORE_NOTFOUND) {
         L->rc = STORE_OK;

@@ -23,7 +23,7 @@
 
 struct worker;
 
-#define ORDERS_OF_USER_MAX 100   /* of/me shows at most this many, newest first */
+#define ORDERS_OF_USER_MAX 100 /* of/me shows at most this many, newest first */
 
 typedef struct orders_rec {
     int64_t id;
@@ -36,10 +36,10 @@ typedef struct orders_rec {
 
 typedef enum {
     ORDERS_OK = 0,
-    ORDERS_NOTFOUND,     /* GET by id: no such order of this user */
+    ORDERS_NOTFOUND, /* GET by id: no such order of this user */
     ORDERS_DB_DOWN,
     ORDERS_REDIS_DOWN,
-    ORDERS_BUSY,         /* the SQL job queue is full */
+    ORDERS_BUSY, /* the SQL job queue is full */
 } orders_rc_t;
 
 /* Called once on the worker's thread; recs (n of them, newest first) are valid only
@@ -54,7 +54,6 @@ void orders_of_user(struct worker *w, int64_t user_id, orders_done_fn done, void
 
 /* Records an admitted order in its buyer's index (fire and forget: a failure only
  * delays its visibility until the writer persists it). */
-void orders_note_admitted(struct worker *w, int64_t user_id, int64_t voucher_id,
-                          int64_t order_id);
+void orders_note_admitted(struct worker *w, int64_t user_id, int64_t voucher_id, int64_t order_id);
 
 #endif

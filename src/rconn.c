@@ -119,8 +119,10 @@ redisContext *rconn_open_url(const char *url, int timeout_ms, char *err, size_t 
     url_redact(url, shown, sizeof shown);
     url_redis_t a;
     if (url_parse_redis(url, &a) != 0) {
-        snprintf(err, errlen, "bad Redis URL \"%s\": use redis://[:password@]host:port[/db] or "
-                              "unix:PATH[?db=N]", shown);
+        snprintf(err, errlen,
+                 "bad Redis URL \"%s\": use redis://[:password@]host:port[/db] or "
+                 "unix:PATH[?db=N]",
+                 shown);
         return NULL;
     }
     redisContext *c = rconn_open(&a, timeout_ms, why, sizeof why);

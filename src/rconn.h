@@ -24,15 +24,15 @@ struct redisReply;
 struct redisContext *rconn_open(const url_redis_t *a, int timeout_ms, char *err, size_t errlen);
 /* The same from a URL (url.h); err names the URL with its password hidden. */
 struct redisContext *rconn_open_url(const char *url, int timeout_ms, char *err, size_t errlen);
-void rconn_close(struct redisContext *c);   /* NULL is fine */
+void rconn_close(struct redisContext *c); /* NULL is fine */
 
 /* One command (argv form; argvlen NULL: C strings). Returns the reply or NULL with a
  * reason in err: a transport failure or a Redis error reply (then freed). */
 struct redisReply *rconn_cmd(struct redisContext *c, char *err, size_t errlen, int argc,
                              const char **argv, const size_t *argvlen);
 /* Same with hiredis's printf-style format (%s %d %lld %b). */
-struct redisReply *rconn_cmdf(struct redisContext *c, char *err, size_t errlen,
-                              const char *fmt, ...);
+struct redisReply *rconn_cmdf(struct redisContext *c, char *err, size_t errlen, const char *fmt,
+                              ...);
 
 /* Integer value of a reply: an integer, or a string holding one. -1 on anything else
  * (out untouched). */

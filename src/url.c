@@ -53,17 +53,17 @@ int url_pct_decode(const char *s, size_t n, char *out, size_t cap, int mode)
 /* ==== Splitting ==== */
 
 typedef struct span {
-    const char *b, *e;   /* b == NULL: absent */
+    const char *b, *e; /* b == NULL: absent */
 } span_t;
 
 typedef struct parts {
-    span_t scheme;       /* before the first ':' */
-    int authority;       /* scheme://host form (not unix: or sqlite:) */
-    span_t user, pass;   /* userinfo, authority form only */
-    span_t host;         /* host[:port] */
-    span_t path;         /* authority form: after the '/' that ends host[:port]; else all
+    span_t scheme;     /* before the first ':' */
+    int authority;     /* scheme://host form (not unix: or sqlite:) */
+    span_t user, pass; /* userinfo, authority form only */
+    span_t host;       /* host[:port] */
+    span_t path;       /* authority form: after the '/' that ends host[:port]; else all
                           * after "scheme:" (and "//") up to '?' */
-    span_t query;        /* after '?' */
+    span_t query;      /* after '?' */
 } parts_t;
 
 static size_t span_len(span_t s)
@@ -254,7 +254,7 @@ int url_parse_redis(const char *url, url_redis_t *out)
             (span_len(p.pass) == 0 || decode(p.pass, a.password, sizeof a.password) < 0))
             return -1;
         if (p.query.b || (span_len(p.path) > 0 && !span_is(p.path, "0")))
-            return -1;   /* a cluster has db 0 only */
+            return -1; /* a cluster has db 0 only */
         a.cluster = 1;
         for (const char *s = p.host.b;;) {
             const char *comma = memchr(s, ',', (size_t)(p.host.e - s));
@@ -324,14 +324,16 @@ int url_parse_mysql(const char *url, url_mysql_t *u, char *err, size_t errlen)
     }
     for (const char *c = p.path.b; c < p.path.e; c++) {
         if (!(isalnum((unsigned char)*c) || *c == '_' || *c == '$')) {
-            snprintf(err, errlen, "mysql: database name may only hold letters, digits, '_' and '$'");
+            snprintf(err, errlen,
+                     "mysql: database name may only hold letters, digits, '_' and '$'");
             return -1;
         }
     }
     memcpy(u->dbname, p.path.b, dl);
     u->dbname[dl] = '\0';
     if (p.query.b && each_param(p.query, mysql_param, u) < 0) {
-        snprintf(err, errlen, "mysql: unknown option or bad value in the database URL (known: socket=PATH)");
+        snprintf(err, errlen,
+                 "mysql: unknown option or bad value in the database URL (known: socket=PATH)");
         return -1;
     }
     return 0;
@@ -362,7 +364,7 @@ static void put(char *out, size_t n, size_t *o, const char *z, size_t len)
 }
 
 typedef struct hide {
-    const char *from;    /* next byte of the URL not yet copied */
+    const char *from; /* next byte of the URL not yet copied */
     char *out;
     size_t n, o;
 } hide_t;
@@ -388,7 +390,7 @@ static void put_encoded(char *out, size_t n, size_t *o, const char *z)
 {
     static const char hex[] = "0123456789ABCDEF";
     for (const unsigned char *p = (const unsigned char *)z; *p; p++) {
-        char e[3] = { (char)*p, 0, 0 };
+        char e[3] = {(char)*p, 0, 0};
         size_t len = 1;
         if (!((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') ||
               *p == '-' || *p == '.' || *p == '_' || *p == '~')) {
@@ -401,8 +403,8 @@ static void put_encoded(char *out, size_t n, size_t *o, const char *z)
     }
 }
 
-int url_with_password(const char *url, const char *password, char *out, size_t cap,
-                      char *err, size_t errlen)
+int url_with_password(const char *url, const char *password, char *out, size_t cap, char *err,
+                      size_t errlen)
 {
     parts_t p;
     size_t o = 0;
@@ -430,8 +432,7 @@ int url_with_password(const char *url, const char *password, char *out, size_t c
         put(out, cap, &o, p.query.b ? "&password=" : "?password=", 10);
         put_encoded(out, cap, &o, password);
     } else {
-        snprintf(err, errlen, "a %.*s: URL takes no password", (int)span_len(p.scheme),
-                 p.scheme.b);
+        snprintf(err, errlen, "a %.*s: URL takes no password", (int)span_len(p.scheme), p.scheme.b);
         return -1;
     }
     if (o + 1 >= cap) {

@@ -30,7 +30,7 @@ int url_hexval(int ch);
  * default strict mode -- a '%' not followed by two hex digits. */
 enum {
     URL_PCT_STRICT = 0,
-    URL_PCT_FORM = 1,   /* query strings: '+' is a space, a stray '%' stays as it is */
+    URL_PCT_FORM = 1, /* query strings: '+' is a space, a stray '%' stays as it is */
 };
 int url_pct_decode(const char *s, size_t n, char *out, size_t cap, int mode);
 
@@ -40,11 +40,11 @@ int url_pct_decode(const char *s, size_t n, char *out, size_t cap, int mode);
 typedef struct url_redis {
     char host[256];
     int port;
-    char unix_path[512];   /* non-empty for unix: URLs */
-    char password[256];    /* empty: no AUTH */
+    char unix_path[512]; /* non-empty for unix: URLs */
+    char password[256];  /* empty: no AUTH */
     int db;
-    int cluster;           /* redis+cluster://[[user]:password@]h1[:p1],h2[:p2],... */
-    int nseeds;            /* cluster: seeds[0..nseeds) */
+    int cluster; /* redis+cluster://[[user]:password@]h1[:p1],h2[:p2],... */
+    int nseeds;  /* cluster: seeds[0..nseeds) */
     struct url_seed {
         char host[256];
         int port;
@@ -55,12 +55,12 @@ int url_parse_redis(const char *url, url_redis_t *out);
 
 /* A MariaDB/MySQL address. dbname is [A-Za-z0-9_$]+, so it can be quoted safely. */
 typedef struct url_mysql {
-    char host[256];        /* "localhost" when the URL has none */
+    char host[256]; /* "localhost" when the URL has none */
     unsigned port;
     char user[128];
     char pass[256];
     char dbname[65];
-    char socket[512];      /* ?socket=PATH, else empty */
+    char socket[512]; /* ?socket=PATH, else empty */
 } url_mysql_t;
 /* Returns 0, or -1 with a reason in err (never the password). The scheme's name is not
  * checked (store.c picks the backend by it, case-insensitively). */
@@ -76,8 +76,8 @@ const char *url_sqlite_path(const char *url);
  * --db-password-file, so that a password need not be on the command line. Returns 0, or
  * -1 with a reason in err if url already holds a password, has no place for one
  * (sqlite:), or the result does not fit in cap. */
-int url_with_password(const char *url, const char *password, char *out, size_t cap,
-                      char *err, size_t errlen);
+int url_with_password(const char *url, const char *password, char *out, size_t cap, char *err,
+                      size_t errlen);
 
 /* url as it may be logged or shown: every password (see above) becomes "***", also in
  * URLs that do not parse. Returns out (size n); NULL url gives "". */

@@ -28,26 +28,26 @@
 #include "store.h"
 
 typedef struct fx {
-    char dir[64];         /* sqlite: the temp directory */
-    char path[128];       /* sqlite: the file */
-    char db[64];          /* mysql: the database */
+    char dir[64];   /* sqlite: the temp directory */
+    char path[128]; /* sqlite: the file */
+    char db[64];    /* mysql: the database */
     char url[640];
     store_t *s;
-    sqlite3 *lock_db;     /* sqlite: the session holding the lock */
-    MYSQL *lock_my;       /* mysql: the session holding the lock */
+    sqlite3 *lock_db; /* sqlite: the session holding the lock */
+    MYSQL *lock_my;   /* mysql: the session holding the lock */
 } fx_t;
 
 typedef struct backend {
     const char *name;
-    int lock_timeout_ms;                     /* store timeout for the deadline test */
-    int (*fresh)(fx_t *f);                   /* f->url of a new empty database; 0 or -1 */
+    int lock_timeout_ms;   /* store timeout for the deadline test */
+    int (*fresh)(fx_t *f); /* f->url of a new empty database; 0 or -1 */
     void (*drop)(fx_t *f);
-    void (*lock_orders)(fx_t *f);            /* another session holds tb_voucher_order */
+    void (*lock_orders)(fx_t *f); /* another session holds tb_voucher_order */
     void (*unlock_orders)(fx_t *f);
     void (*set_schema_version)(fx_t *f, int v);
 } backend_t;
 
-static const backend_t *B;   /* the backend of the group running */
+static const backend_t *B; /* the backend of the group running */
 
 static store_t *open_ok(const char *url, int timeout_ms)
 {
@@ -109,8 +109,8 @@ static void sq_set_version(fx_t *f, int v)
     sq_exec(f->path, q);
 }
 
-static const backend_t sqlite_backend = {"sqlite", 200, sq_fresh, sq_drop, sq_lock, sq_unlock,
-                                         sq_set_version};
+static const backend_t sqlite_backend = {"sqlite", 200,       sq_fresh,      sq_drop,
+                                         sq_lock,  sq_unlock, sq_set_version};
 
 /* ---------------------------------------------------------------- MariaDB */
 
@@ -118,7 +118,7 @@ static struct {
     int ok;
     char user[128], pass[128], host[128];
     unsigned port;
-    char base[512];       /* mysql://user:pass@host:port */
+    char base[512]; /* mysql://user:pass@host:port */
 } srv;
 
 static int seq;
@@ -194,8 +194,8 @@ static void my_set_version(fx_t *f, int v)
     mysql_close(m);
 }
 
-static const backend_t mysql_backend = {"mysql", 1000, my_fresh, my_drop, my_lock, my_unlock,
-                                        my_set_version};
+static const backend_t mysql_backend = {"mysql", 1000,      my_fresh,      my_drop,
+                                        my_lock, my_unlock, my_set_version};
 
 /* MYSQL_URL = mysql://user:pass@host:port/anything; without it the MariaDB group skips. */
 static int mysql_server(void)
@@ -256,10 +256,10 @@ static int group_mysql(void **state)
 }
 
 /* A test whose backend is not there (MariaDB without MYSQL_URL) is skipped. */
-#define FX(f)                                                                             \
-    fx_t *f = *state;                                                                     \
-    if (!(f))                                                                             \
-        skip()
+#define FX(f)                                                                                      \
+    fx_t *f = *state;                                                                              \
+    if (!(f))                                                                                      \
+    skip()
 
 static int64_t create_seckill_at(store_t *s, int64_t shop, int64_t stock, int64_t begin,
                                  int64_t end)
@@ -353,7 +353,7 @@ static void test_vouchers(void **state)
     store_voucher_t v = {0};
     v.shop_id = 1;
     v.title = "50元代金券";
-    v.sub_title = NULL;   /* a NULL column stays NULL */
+    v.sub_title = NULL; /* a NULL column stays NULL */
     v.rules = "全场通用";
     v.pay_value = 4750;
     v.actual_value = 5000;
@@ -445,7 +445,7 @@ static void test_orders_idempotent(void **state)
     enum { N = 1000 };
     store_order_t *batch = calloc(N, sizeof *batch);
     int64_t t0 = 1700000100;
-    for (int i = 0; i < N; i++)   /* ids not in order: the backend sorts them */
+    for (int i = 0; i < N; i++) /* ids not in order: the backend sorts them */
         batch[i] = mk(1000000 + (i * 7919) % N, 5000 + i, i % 3 == 0 ? b : a, t0 + i % 7);
     size_t ins = 99, conf = 99;
     assert_int_equal(store_orders_write(f->s, batch, N, &ins, &conf, NULL), STORE_OK);
@@ -851,8 +851,8 @@ int main(void)
         return 1;
     if (!srv.ok)
         fprintf(stderr, "MYSQL_URL is not set: the MariaDB runs are skipped\n");
-    int failed = cmocka_run_group_tests_name("store contract on sqlite", contract, group_sqlite,
-                                             NULL);
+    int failed =
+        cmocka_run_group_tests_name("store contract on sqlite", contract, group_sqlite, NULL);
     failed += cmocka_run_group_tests_name("sqlite only", sqlite_only, group_sqlite, NULL);
     failed += cmocka_run_group_tests_name("store contract on mysql", contract, group_mysql, NULL);
     failed += cmocka_run_group_tests_name("mysql only", mysql_only, group_mysql, NULL);

@@ -164,32 +164,32 @@ static void test_long_fields(void **state)
     memset(big, 'a', sizeof(big) - 1);
     big[sizeof(big) - 1] = '\0';
     url_redis_t a;
-    snprintf(url, sizeof(url), "unix:/%s", big);         /* path > 511 */
+    snprintf(url, sizeof(url), "unix:/%s", big); /* path > 511 */
     assert_int_equal(url_parse_redis(url, &a), -1);
     snprintf(url, sizeof(url), "redis://%.300s:1", big); /* host > 255 */
     assert_int_equal(url_parse_redis(url, &a), -1);
     snprintf(url, sizeof(url), "redis://:%.300s@h", big); /* password > 255 */
     assert_int_equal(url_parse_redis(url, &a), -1);
-    snprintf(url, sizeof(url), "redis://%.255s:1", big);  /* host of 255 fits */
+    snprintf(url, sizeof(url), "redis://%.255s:1", big); /* host of 255 fits */
     assert_int_equal(url_parse_redis(url, &a), 0);
     assert_int_equal(strlen(a.host), 255);
 }
-
 
 static void test_mysql(void **state)
 {
     (void)state;
     url_mysql_t u;
     char err[256];
-    assert_int_equal(url_parse_mysql("mysql://root:p%40ss@db.local:3307/seckill", &u, err, sizeof err), 0);
+    assert_int_equal(
+        url_parse_mysql("mysql://root:p%40ss@db.local:3307/seckill", &u, err, sizeof err), 0);
     assert_string_equal(u.user, "root");
     assert_string_equal(u.pass, "p@ss");
     assert_string_equal(u.host, "db.local");
     assert_int_equal(u.port, 3307);
     assert_string_equal(u.dbname, "seckill");
     /* the userinfo ends at the last '@': raw '@', ':' and '/' in a password */
-    assert_int_equal(url_parse_mysql("mysql://u:a@b:c/d@[::1]/x?socket=/run/my%2esock", &u, err,
-                                     sizeof err), 0);
+    assert_int_equal(
+        url_parse_mysql("mysql://u:a@b:c/d@[::1]/x?socket=/run/my%2esock", &u, err, sizeof err), 0);
     assert_string_equal(u.pass, "a@b:c/d");
     assert_string_equal(u.host, "::1");
     assert_int_equal(u.port, 3306);
@@ -198,9 +198,9 @@ static void test_mysql(void **state)
     assert_string_equal(u.host, "localhost");
     assert_string_equal(u.pass, "");
     static const char *const bad[] = {
-        "mysql:/x", "mysql://h/", "mysql://h", "mysql://h:0/x", "mysql://h:x/x",
-        "mysql://h/a-b", "mysql://h/x?foo=1", "mysql://h/x?socket=", "mysql://u:%zz@h/x",
-        "mysql://h/x?", "mysql://[::1/x",
+        "mysql:/x",          "mysql://h/",    "mysql://h",         "mysql://h:0/x",
+        "mysql://h:x/x",     "mysql://h/a-b", "mysql://h/x?foo=1", "mysql://h/x?socket=",
+        "mysql://u:%zz@h/x", "mysql://h/x?",  "mysql://[::1/x",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err[0] = '\0';
@@ -264,13 +264,20 @@ static void test_cluster_forms(void **state)
     assert_string_equal(a.password, "p@ss");
     a = parse_ok("redis+cluster://h:1/0");
     assert_int_equal(a.seeds[0].port, 1);
-    a = parse_ok("redis://h:1");   /* plain URLs are not cluster URLs */
+    a = parse_ok("redis://h:1"); /* plain URLs are not cluster URLs */
     assert_int_equal(a.cluster, 0);
     static const char *const bad[] = {
-        "redis+cluster://", "redis+cluster://h:1,", "redis+cluster://,h:1",
-        "redis+cluster://h:1,,h:2", "redis+cluster://h:1/2", "redis+cluster://h:0",
-        "redis+cluster://h:1,h:x", "redis+cluster://user@h:1", "redis+cluster://h 1",
-        "redis+cluster://h:1?db=1", "redis+cluster:h:1",
+        "redis+cluster://",
+        "redis+cluster://h:1,",
+        "redis+cluster://,h:1",
+        "redis+cluster://h:1,,h:2",
+        "redis+cluster://h:1/2",
+        "redis+cluster://h:0",
+        "redis+cluster://h:1,h:x",
+        "redis+cluster://user@h:1",
+        "redis+cluster://h 1",
+        "redis+cluster://h:1?db=1",
+        "redis+cluster:h:1",
         "redis+cluster://h:1,h:2,h:3,h:4,h:5,h:6,h:7,h:8,h:9,h:10,h:11,h:12,h:13,h:14,h:15,"
         "h:16,h:17",
     };
@@ -295,7 +302,7 @@ static void test_redact(void **state)
         {"mysql://root:pw@h:3306/db", "mysql://root:***@h:3306/db"},
         {"mysql://root@h/db", "mysql://root@h/db"},
         {"sqlite:var/x.db", "sqlite:var/x.db"},
-        {"REDIS://:pw@h", "REDIS://:***@h"},           /* does not parse; still hidden */
+        {"REDIS://:pw@h", "REDIS://:***@h"}, /* does not parse; still hidden */
         {"redis://:pw@h:bad", "redis://:***@h:bad"},
         {"unix:/x?password=pw&", "unix:/x?password=***&"},
         {"no-scheme@host", "***@host"},
@@ -324,26 +331,27 @@ static void test_with_password(void **state)
     char out[512], err[256];
     url_redis_t a;
     const char *pw = "p@ss:w/rd?&%=";
-    assert_int_equal(url_with_password("redis://10.0.0.1:6380/2", pw, out, sizeof out, err,
-                                       sizeof err), 0);
+    assert_int_equal(
+        url_with_password("redis://10.0.0.1:6380/2", pw, out, sizeof out, err, sizeof err), 0);
     assert_int_equal(url_parse_redis(out, &a), 0);
     assert_string_equal(a.password, pw);
     assert_string_equal(a.host, "10.0.0.1");
     assert_int_equal(a.port, 6380);
     assert_int_equal(a.db, 2);
-    assert_int_equal(url_with_password("unix:/run/r.sock?db=3", pw, out, sizeof out, err,
-                                       sizeof err), 0);
+    assert_int_equal(
+        url_with_password("unix:/run/r.sock?db=3", pw, out, sizeof out, err, sizeof err), 0);
     assert_int_equal(url_parse_redis(out, &a), 0);
     assert_string_equal(a.password, pw);
     assert_int_equal(a.db, 3);
-    assert_int_equal(url_with_password("redis+cluster://h1:7000,h2:7001", "x", out, sizeof out,
-                                       err, sizeof err), 0);
+    assert_int_equal(
+        url_with_password("redis+cluster://h1:7000,h2:7001", "x", out, sizeof out, err, sizeof err),
+        0);
     assert_int_equal(url_parse_redis(out, &a), 0);
     assert_string_equal(a.password, "x");
     assert_int_equal(a.nseeds, 2);
     url_mysql_t m;
-    assert_int_equal(url_with_password("mysql://app@db:3307/shop", pw, out, sizeof out, err,
-                                       sizeof err), 0);
+    assert_int_equal(
+        url_with_password("mysql://app@db:3307/shop", pw, out, sizeof out, err, sizeof err), 0);
     assert_int_equal(url_parse_mysql(out, &m, err, sizeof err), 0);
     assert_string_equal(m.user, "app");
     assert_string_equal(m.pass, pw);
@@ -351,8 +359,8 @@ static void test_with_password(void **state)
     /* a password in two places, none possible, no room */
     assert_int_equal(url_with_password("redis://:a@h", "b", out, sizeof out, err, sizeof err), -1);
     assert_non_null(strstr(err, "already"));
-    assert_int_equal(url_with_password("unix:/s?password=a", "b", out, sizeof out, err,
-                                       sizeof err), -1);
+    assert_int_equal(url_with_password("unix:/s?password=a", "b", out, sizeof out, err, sizeof err),
+                     -1);
     assert_int_equal(url_with_password("sqlite:/x.db", "b", out, sizeof out, err, sizeof err), -1);
     assert_int_equal(url_with_password("redis://h", "b", out, 12, err, sizeof err), -1);
 }
@@ -360,16 +368,11 @@ static void test_with_password(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_tcp_forms),
-        cmocka_unit_test(test_passwords),
-        cmocka_unit_test(test_unix_forms),
-        cmocka_unit_test(test_rejects),
-        cmocka_unit_test(test_long_fields),
-        cmocka_unit_test(test_mysql),
-        cmocka_unit_test(test_sqlite),
-        cmocka_unit_test(test_pct),
-        cmocka_unit_test(test_redact),
-        cmocka_unit_test(test_with_password),
+        cmocka_unit_test(test_tcp_forms),     cmocka_unit_test(test_passwords),
+        cmocka_unit_test(test_unix_forms),    cmocka_unit_test(test_rejects),
+        cmocka_unit_test(test_long_fields),   cmocka_unit_test(test_mysql),
+        cmocka_unit_test(test_sqlite),        cmocka_unit_test(test_pct),
+        cmocka_unit_test(test_redact),        cmocka_unit_test(test_with_password),
         cmocka_unit_test(test_cluster_forms),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
