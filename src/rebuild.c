@@ -312,6 +312,7 @@ int rebuild_voucher(redisContext *c, redisContext *g, store_t *st, int64_t vid,
     }
     if (got != STORE_OK) {
         snprintf(err, errlen, "SQL voucher: %s", store_errmsg(st));
+        res->sql_failed = 1;
         goto out;
     }
     res->begin = v.begin_time;
@@ -333,6 +334,7 @@ int rebuild_voucher(redisContext *c, redisContext *g, store_t *st, int64_t vid,
             rc = REBUILD_NOT_SALE;
         else
             snprintf(err, errlen, "SQL epoch: %s", store_errmsg(st));
+        res->sql_failed = 1;
         goto out;
     }
     if (bump && o->dry_run)
@@ -346,11 +348,14 @@ int rebuild_voucher(redisContext *c, redisContext *g, store_t *st, int64_t vid,
     int64_t count = 0, stock = 0;
     if (store_voucher_counts(st, vid, &count, &stock) != STORE_OK) {
         snprintf(err, errlen, "SQL counts: %s", store_errmsg(st));
+        res->sql_failed = 1;
         goto out;
     }
     res->initial = stock + count;
-    if (read_sql_orders(st, vid, &sql, err, errlen) != 0)
+    if (read_sql_orders(st, vid, &sql, err, errlen) != 0) {
+        res->sql_failed = 1;
         goto out;
+    }
     if (res->stream_survived &&
         read_stream(c, ks, vid, res->epoch, &sids, &nsids, &cur, err, errlen) != 0)
         goto out;

@@ -68,6 +68,7 @@ typedef struct rebuild_result {
     int64_t from_stream;    /* of which: stream entries not yet in SQL */
     int64_t seeded;         /* buyers that are not entries of the stream */
     int64_t begin, end;     /* the window, epoch seconds */
+    int sql_failed;         /* REBUILD_ERR: SQL failed (else Redis did) */
 } rebuild_result_t;
 
 /* Rebuilds one voucher if its keys are missing. c reaches the voucher's keys (on a cluster:

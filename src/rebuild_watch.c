@@ -157,9 +157,10 @@ static void rebuild_one(rebuild_watch_t *w, int64_t vid, const char *why)
         break;
     default:
         log_error("voucher %lld: rebuilding its Redis keys failed: %s", (long long)vid, err);
-        /* Which side failed is in err; starting both afresh is simplest and rare. */
-        drop_redis(w, err);
-        drop_sql(w, err);
+        if (res.sql_failed)
+            drop_sql(w, err);
+        else
+            drop_redis(w, err);
     }
 }
 
