@@ -12,6 +12,9 @@ deploy/redis-cluster.sh; cluster-node-timeout 1 s), one seckill against it:
     comes back as its replica. With --redis-wait-replicas 1: no answered order lost, none
     oversold, none twice. Without it, the same run loses the orders answered while the
     replica lagged: the second test shows that loss (so the first can fail) and logs it;
+  - a dead instance's pending entries adopted per node: two instances on the cluster, the
+    sale through the first while SQL is locked (its writers hold what they read), kill -9 of
+    it, the second adopts every entry on every master (XAUTOCLAIM per node) and writes it;
   - resharding mid-sale: `redis-cli --cluster reshard` moves the hot voucher's slot to
     another master while buyers buy (ASK during the migration, MOVED after): the voucher
     sells exactly its stock, every answered order is in SQL, the audit is clean.
@@ -326,3 +329,55 @@ def test_cluster_reshard_hot_voucher_mid_sale():
     check(st == 0 and "audit: 0 violations" in out, "audit after the reshard: exit %d\n%s", st,
           out[-3000:])
     H.finish(srv)
+
+
+# ---------------------------------------------------------------------------------------
+# a dead instance's pending entries, adopted on every node
+
+def _consumers(cluster, vid):
+    """{consumer name: pending} of the voucher's stream group."""
+    out = {}
+    for c in cluster.cmd("XINFO", "CONSUMERS", H.k_stream(vid), "g1"):
+        d = dict(zip(c[::2], c[1::2]))
+        out[d["name"]] = int(d.get("pending", 0))
+    return out
+
+
+@H.timeout(200)
+def test_cluster_dead_instance_entries_adopted_per_node():
+    cluster = H.start_redis_cluster()
+    settings = {"rate_user_seckill": "0", "claim_idle_ms": 1000}
+    a = H.start_server(cluster.url, name="inst-a", threads=2, settings=settings,
+                       data_dir=H.subdir("inst-a"))
+    b = H.start_server(cluster.url, name="inst-b", threads=2, settings=settings,
+                       data_dir=H.subdir("inst-b"), db_path=a.db_path,
+                       admin_token=a.admin_token)
+    tokens = H.login_many(a, cluster, 60)
+    # two vouchers on two different masters
+    vids, owners = [], set()
+    while len(vids) < 2:
+        v = H.create_seckill(a, stock=100)
+        port = cluster.node_for(H.k_voucher(v)).port
+        if port not in owners:
+            owners.add(port)
+            vids.append(v)
+    lock = H.hold_db_lock(a.db_url)
+    try:
+        recs = {v: H.run_sale(a, v, tokens, attempts=1) for v in vids}
+        held = {v: H.wait_until(lambda v=v: _consumers(cluster, v).get("inst-a", 0), 20,
+                                interval=0.02, what="pending entries of inst-a")
+                for v in vids}
+        a.kill9()
+    finally:
+        lock.rollback()
+        lock.close()
+    H.log("kill -9 inst-a holding %r pending entries" % held)
+    for v in vids:
+        H.wait_until(lambda v=v: _consumers(cluster, v).get("inst-a", 0) == 0, 30,
+                     interval=0.1, what="inst-a's entries adopted on voucher %d" % v)
+        H.wait_drained(b, cluster, v, timeout=60)
+        H.check_sale_consistency(b, cluster, v, 100, recs[v], tokens)
+    claimed = _metric(b, "seckill_writer_claimed_total")
+    check(claimed >= sum(held.values()), "inst-b adopted %d entries, inst-a held %d", claimed,
+          sum(held.values()))
+    H.finish(b)
