@@ -86,6 +86,24 @@ static int embedded_admin_token(app_t *app, char *err, size_t errlen)
     return datadir_write_secret(dir, "admin-token", app->admin_token, err, errlen);
 }
 
+/* --redis-wait-replicas N with fewer than N replicas connected: every admission would be
+ * answered RETRY and nothing written to SQL. Not refused (a replica may be on its way),
+ * but said at start. */
+static void warn_replicas(const app_t *app, redisContext *c)
+{
+    int want = app->cfg.redis_wait_replicas;
+    if (want <= 0)
+        return;
+    redisReply *r = redisCommand(c, "INFO replication");
+    const char *v = r && r->type == REDIS_REPLY_STRING ? strstr(r->str, "connected_slaves:") : NULL;
+    int have = 0;
+    if (v && sscanf(v, "connected_slaves:%d", &have) == 1 && have < want)
+        log_warn("--redis-wait-replicas %d, but the Redis master has %d replica%s connected: "
+                 "until it has %d, every admission is answered RETRY and no order is written "
+                 "to SQL", want, have, have == 1 ? "" : "s", want);
+    freeReplyObject(r);
+}
+
 /* Redis Cluster: the same lease, routed to the node that holds KEY_INSTANCE. Every
  * master must be >= 6.2 too, but they are checked by the cluster itself (a mixed-version
  * cluster is the operator's business); the node answering INFO stands for them. */
@@ -113,6 +131,13 @@ static int cluster_prepare(app_t *app, const url_redis_t *a, const char *shown, 
     }
     app->instance_slot = (uint32_t)(r->integer % (1 << ORDERID_SLOT_BITS));
     freeReplyObject(r);
+    int ms[RCL_MAX_NODES];
+    int n = rcl_map_masters(rcs_map(s), ms);
+    for (int i = 0; i < n; i++) {
+        redisContext *c = rcs_ctx(s, ms[i], why, sizeof why);
+        if (c)
+            warn_replicas(app, c);
+    }
     rcs_close(s);
     return 0;
 }
@@ -189,6 +214,7 @@ static int redis_prepare(app_t *app, char *err, size_t errlen)
         }
     }
     freeReplyObject(r);
+    warn_replicas(app, c);
     redisFree(c);
     return 0;
 }
