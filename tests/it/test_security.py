@@ -653,8 +653,14 @@ def _shared_base():
     """A directory the unprivileged user can reach (the test's own temp dir is 0700)."""
     import tempfile
     base = tempfile.mkdtemp(prefix="seckill-dd-", dir=H.tmpdir())
-    d = H.tmpdir()
-    os.chmod(d, 0o711)
+    # The test's dir and the runner's dir above it (SECKILL_TEST_TMP) are 0700 from
+    # mkdtemp: let the other user pass through them (not list them), up to the system's
+    # temp dir.
+    stop = os.path.realpath(tempfile.gettempdir())
+    d = os.path.realpath(H.tmpdir())
+    while d not in (stop, "/") and d.startswith(stop + os.sep):
+        os.chmod(d, os.stat(d).st_mode & 0o7777 | 0o111)
+        d = os.path.dirname(d)
     os.chmod(base, 0o755)
     return base
 
