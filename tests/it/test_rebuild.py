@@ -242,3 +242,28 @@ def test_operator_rebuild_dry_run_and_idempotent():
     eq(_epoch(srv, vid), 1, "generation after two runs")
     rc, out = H.audit(r, srv.db_url, vid, wait_drain=10)
     check(rc == 0, "audit after the operator's rebuild:\n%s", out[-3000:])
+
+
+@H.timeout(120)
+def test_no_such_voucher_answer_triggers_rebuild():
+    """An ended sale is not in the periodic check (live vouchers only); a buyer's
+    优惠券不存在 for a voucher SQL knows pokes the watch, which rebuilds it: the answer
+    becomes 秒杀已经结束！ (and an id SQL does not know stays 优惠券不存在)."""
+    r, srv = H.setup()
+    tokens = H.login_many(srv, r, 2)
+    now = time.time()
+    vid = H.create_seckill(srv, stock=5, begin=now - 7200, end=now - 3600)
+    r.cmd("FLUSHALL")
+    h = H.Http(srv.port)
+
+    def answer(v):
+        _, j = h.api("POST", "/voucher-order/seckill/%d" % v, token=tokens[0])
+        return j.get("errorMsg")
+
+    eq(answer(vid), H.MSG_NO_VOUCHER, "first answer after the loss")
+    H.wait_until(lambda: _present(r, vid), 10, what="rebuilt after the answer")
+    H.wait_until(lambda: answer(vid) == H.MSG_ENDED, 10, what="the sale's own answer")
+    eq(answer(vid + 1000), H.MSG_NO_VOUCHER, "an id SQL does not know")
+    check(not _present(r, vid + 1000), "a voucher SQL does not know was published")
+    h.close()
+    H.finish(srv)
