@@ -54,6 +54,21 @@ static void run_script(worker_t *w, lc_op_t *op, rds_cb cb, const char *const *a
     rds_evalsha(w->rds, SCRIPT_LOGIN_CODE, cb, op, 2, 2 + nargs, argv, lens);
 }
 
+/* A new operation for phone, or NULL (out of memory, or not a phone's length). */
+static lc_op_t *op_new(worker_t *w, const char *phone, logincode_cb cb, void *priv)
+{
+    lc_op_t *op = calloc(1, sizeof(*op));
+    if (op == NULL || phone == NULL || strlen(phone) >= sizeof(op->phone)) {
+        free(op);
+        return NULL;
+    }
+    op->cb = cb;
+    op->priv = priv;
+    op->w = w;
+    memcpy(op->phone, phone, strlen(phone) + 1);
+    return op;
+}
+
 static void finish(lc_op_t *op, int status)
 {
     logincode_cb cb = op->cb;
@@ -95,16 +110,11 @@ static void on_delivered(void *priv, int ok, const char *why)
 
 void logincode_issue(worker_t *w, const char *phone, logincode_cb cb, void *priv)
 {
-    lc_op_t *op = calloc(1, sizeof(*op));
-    if (op == NULL || phone == NULL || strlen(phone) >= sizeof(op->phone)) {
-        free(op);
+    lc_op_t *op = op_new(w, phone, cb, priv);
+    if (op == NULL) {
         cb(priv, LC_UNAVAILABLE);
         return;
     }
-    op->cb = cb;
-    op->priv = priv;
-    op->w = w;
-    memcpy(op->phone, phone, strlen(phone) + 1);
     if (rnd_chars(op->code, LOGINCODE_LEN, "0123456789", 10) != 0) {
         finish(op, LC_NO_RANDOM);
         return;
@@ -147,16 +157,11 @@ void logincode_check(worker_t *w, const char *phone, const char *code, size_t le
         cb(priv, LC_WRONG);   /* cannot be a code: not even counted */
         return;
     }
-    lc_op_t *op = calloc(1, sizeof(*op));
-    if (op == NULL || phone == NULL || strlen(phone) >= sizeof(op->phone)) {
-        free(op);
+    lc_op_t *op = op_new(w, phone, cb, priv);
+    if (op == NULL) {
         cb(priv, LC_UNAVAILABLE);
         return;
     }
-    op->cb = cb;
-    op->priv = priv;
-    op->w = w;
-    memcpy(op->phone, phone, strlen(phone) + 1);
     char max[16];
     int ml = snprintf(max, sizeof(max), "%d", LOGINCODE_MAX_FAILS);
     const char *args[3] = { "check", code, max };

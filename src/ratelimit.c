@@ -272,6 +272,14 @@ static int tables_make(rl_table_t **t, const config_t *cfg, int per_worker_table
     return 0;
 }
 
+static void tables_free(rl_table_t **t)
+{
+    for (int k = 0; k < RL__COUNT; k++) {
+        rl_table_free(t[k]);
+        t[k] = NULL;
+    }
+}
+
 int ratelimit_app_init(app_t *app)
 {
     struct rl_shared *sh = calloc(1, sizeof(*sh));
@@ -289,9 +297,7 @@ void ratelimit_app_free(app_t *app)
     if (sh == NULL) {
         return;
     }
-    for (int k = 0; k < RL__COUNT; k++) {
-        rl_table_free(sh->t[k]);
-    }
+    tables_free(sh->t);
     pthread_mutex_destroy(&sh->mu);
     free(sh);
     app->rl = NULL;
@@ -314,9 +320,7 @@ void ratelimit_worker_free(worker_t *w)
     if (rw == NULL) {
         return;
     }
-    for (int k = 0; k < RL__COUNT; k++) {
-        rl_table_free(rw->t[k]);
-    }
+    tables_free(rw->t);
     free(rw);
     w->rl = NULL;
 }
