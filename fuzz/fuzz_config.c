@@ -103,10 +103,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_str(cfg.name, sizeof(cfg.name), "name");
         check_str(cfg.config_file, sizeof(cfg.config_file), "config_file");
         check_str(cfg.redis_server_bin, sizeof(cfg.redis_server_bin), "redis_server_bin");
+        check_str(cfg.code_command, sizeof(cfg.code_command), "code_command");
+        check_str(cfg.trusted_proxy, sizeof(cfg.trusted_proxy), "trusted_proxy");
         if (cfg.listen_port < 1 || cfg.listen_port > 65535 || cfg.threads < 1 ||
             cfg.threads > 256 || (unsigned)cfg.mode >= MODE__COUNT || cfg.log_level < 0 ||
             cfg.log_level > 3 || cfg.max_header_bytes < 1024 || cfg.max_body_bytes < 1024 ||
-            cfg.redis_timeout_ms < 10 || cfg.max_conns < 0 || cfg.writer_batch < 1) {
+            cfg.redis_timeout_ms < 10 || cfg.max_conns < 0 || cfg.writer_batch < 1 ||
+            cfg.code_command_timeout_ms < 100) {
             fprintf(stderr, "fuzz_config: a setting outside its range was accepted\n");
             abort();
         }
@@ -115,6 +118,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_rate(&cfg.rate_ip_code, "rate-ip-code");
         check_rate(&cfg.rate_phone_code, "rate-phone-code");
         check_rate(&cfg.rate_phone_login, "rate-phone-login");
+        check_rate(&cfg.rate_ip_login, "rate-ip-login");
     } else if (rc != 1) {
         fprintf(stderr, "fuzz_config: config_load returned %d\n", rc);
         abort();

@@ -650,7 +650,8 @@ def _unprivileged():
 
 
 def _shared_base():
-    """A directory the unprivileged user can reach (the test's own temp dir is 0700)."""
+    """A directory the unprivileged user can reach inside the test's temp dir. Removed
+    when the test passes (_drop_base); kept with the temp dir when it fails."""
     import tempfile
     base = tempfile.mkdtemp(prefix="seckill-dd-", dir=H.tmpdir())
     # The test's dir and the runner's dir above it (SECKILL_TEST_TMP) are 0700 from
@@ -663,6 +664,11 @@ def _shared_base():
         d = os.path.dirname(d)
     os.chmod(base, 0o755)
     return base
+
+
+def _drop_base(base):
+    import shutil
+    shutil.rmtree(base, ignore_errors=True)
 
 
 def _serve_argv(data_dir, extra=()):
@@ -723,6 +729,7 @@ def test_data_dir_refused_unless_ours_alone():
     os.chmod(tok, 0o644)
     text = _refused(prefix, _serve_argv(d), base, "admin-token mode 644")
     check("readable or writable by others" in text, "mode 644 token:\n%s", text)
+    _drop_base(base)
 
 
 def test_data_dir_created_private():
@@ -735,7 +742,7 @@ def test_data_dir_created_private():
     port = H.free_port()
     argv = _serve_argv(d)
     argv[argv.index("--listen") + 1] = "127.0.0.1:%d" % port
-    out = open(os.path.join(H.tmpdir(), "private.out"), "wb")
+    out = open(os.path.join(base, "private.out"), "wb")
     p = subprocess.Popen(prefix + argv, stdin=subprocess.DEVNULL, stdout=out,
                          stderr=subprocess.STDOUT, env=H.san_env(), cwd=base)
     try:
@@ -759,11 +766,12 @@ def test_data_dir_created_private():
         p.send_signal(15)
         rc = p.wait(60)
         out.close()
-    with open(os.path.join(H.tmpdir(), "private.out"), "rb") as f:
+    with open(os.path.join(base, "private.out"), "rb") as f:
         text = f.read().decode("utf-8", "replace")
     eq(rc, 0, "exit code (log: %s)" % text[-2000:])
     for m in H.SANITIZER_MARKERS:
         check(m not in text, "sanitizer report:\n%s", text)
+    _drop_base(base)
 
 
 # ---------------------------------------------------------------------------------------
