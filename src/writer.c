@@ -161,6 +161,8 @@ struct writer {
     int node_mode;
     url_redis_t cluster_addr;
     rcs_t *rcs;
+    _Atomic int64_t node_pending, node_lag;   /* sub-writer: its node's backlog; the
+                                                * supervisor sums them into the metrics */
 };
 
 /* ---------------------------------------------------------------- small helpers */
@@ -1185,12 +1187,24 @@ static int claim_pass(writer_t *wr)
     return 0;
 }
 
+/* The backlog gauges: a writer's own go to the metrics; a sub-writer's to its node's
+ * fields, summed over the nodes by the supervisor. */
+static void publish_backlog(writer_t *wr, int64_t pending, int64_t lag)
+{
+    if (wr->node_mode) {
+        atomic_store(&wr->node_pending, pending);
+        atomic_store(&wr->node_lag, lag);
+        return;
+    }
+    atomic_store(&wr->m->stream_pending, pending);
+    atomic_store(&wr->m->stream_lag, lag);
+}
+
 /* Every ~1 s: pending and lag of g1 summed over the streams (XINFO GROUPS). */
 static int info_pass(writer_t *wr)
 {
     if (wr->nstreams == 0) {
-        atomic_store(&wr->m->stream_pending, 0);
-        atomic_store(&wr->m->stream_lag, 0);
+        publish_backlog(wr, 0, 0);
         return 0;
     }
     for (size_t i = 0; i < wr->nstreams; i++) {
@@ -1230,8 +1244,7 @@ static int info_pass(writer_t *wr)
         }
         freeReplyObject(r);
     }
-    atomic_store(&wr->m->stream_pending, pending);
-    atomic_store(&wr->m->stream_lag, lag);
+    publish_backlog(wr, pending, lag);
     return 0;
 }
 
@@ -1488,6 +1501,12 @@ static void *supervisor_main(void *arg)
              KEY_GROUP);
     while (!stopping(sup)) {
         supervise(sup);
+        int64_t pending = 0, lag = 0;
+        for (size_t i = 0; i < sup->nsubs; i++) {
+            pending += atomic_load(&sup->subs[i]->node_pending);
+            lag += atomic_load(&sup->subs[i]->node_lag);
+        }
+        publish_backlog(sup, pending, lag);
         nap(sup, CLUSTER_CHECK_MS);
     }
     /* writer_stop joins the sub-writers (each finishes its batch and drains). */
