@@ -99,70 +99,24 @@ def test_cluster_sale_30_vouchers_audits_clean():
 # ---------------------------------------------------------------------------------------
 # failover
 
-FINAL = {H.MSG_SOLD_OUT, H.MSG_DUPLICATE}
-
-
 class Buyers:
-    """Buyers who keep trying until they get an answer that is final for them: success,
-    sold out or already bought. Anything else (503 服务器异常 / 系统繁忙，请重试, a dropped
-    connection) is retried after a short pause. .answers: user -> final answer; .successes:
-    (user, order id) of every success answer."""
+    """harness.RetryingBuyers (every buyer retries until success, sold out or duplicate),
+    summed up: .n_success(), .successes [(user, order id)], .answers (users with a final
+    answer), .retries (answers that were not final)."""
 
-    def __init__(self, srv, vid, tokens, nthreads=12, deadline_s=40, pace=0.0):
-        self.srv, self.vid, self.tokens, self.pace = srv, vid, tokens, pace
-        self.lock = threading.Lock()
-        self.next = 0
-        self.answers = {}
-        self.successes = []
-        self.retries = 0
-        self.deadline = time.monotonic() + deadline_s
-        self.threads = [threading.Thread(target=self.run) for _ in range(nthreads)]
-
-    def start(self):
-        for t in self.threads:
-            t.start()
-        return self
-
-    def join(self):
-        for t in self.threads:
-            t.join()
+    def __init__(self, srv, vid, tokens, nthreads=12, deadline_s=40, pace=0.03):
+        self.b = H.RetryingBuyers(srv.port, vid, tokens, nthreads=nthreads, pace=pace,
+                                  deadline=time.monotonic() + deadline_s)
 
     def n_success(self):
-        with self.lock:
-            return len(self.successes)
+        return sum(1 for r in self.b.snapshot() if r.ok)
 
-    def run(self):
-        h = H.Http(self.srv.port, timeout=10, connect=False)
-        path = "/voucher-order/seckill/%d" % self.vid
-        try:
-            while time.monotonic() < self.deadline:
-                with self.lock:
-                    u = self.next
-                    self.next += 1
-                if u >= len(self.tokens):
-                    return
-                if self.pace:
-                    time.sleep(self.pace)   # spreads the sale out in time (load shape)
-                while time.monotonic() < self.deadline:
-                    try:
-                        st, j = h.api("POST", path, token=self.tokens[u])
-                    except (OSError, H.HttpError, H.TestFailure):
-                        h.close()
-                        st, j = None, None
-                    if j and j.get("success"):
-                        with self.lock:
-                            self.answers[u] = "success"
-                            self.successes.append((u, j["data"]))
-                        break
-                    if j and j.get("errorMsg") in FINAL:
-                        with self.lock:
-                            self.answers[u] = j["errorMsg"]
-                        break
-                    with self.lock:
-                        self.retries += 1
-                    time.sleep(0.02)
-        finally:
-            h.close()
+    def join(self):
+        self.b.join()
+        recs = self.b.snapshot()
+        self.successes = [(r.user, r.j["data"]) for r in recs if r.ok]
+        self.answers = {r.user for r in recs if r.ok or r.msg in H.FINAL_MSGS}
+        self.retries = sum(1 for r in recs if not (r.ok or r.msg in H.FINAL_MSGS))
 
 
 def _replica_of(cluster, master):
@@ -188,7 +142,7 @@ def _failover_sale(wait_replicas):
     H.log("voucher %d on master %d, replica %d; wait-replicas %d" % (
         vid, master.port, replica.port, wait_replicas))
 
-    b = Buyers(srv, vid, tokens, pace=0.03).start()
+    b = Buyers(srv, vid, tokens, pace=0.03)
     H.wait_until(lambda: b.n_success() >= 50, 20, what="the sale under way")
     # The replication link breaks and stays broken for 0.6 s (the fault's length, not a
     # wait for a condition): the replica cannot log in again (a wrong masterauth) while the
@@ -298,7 +252,7 @@ def test_cluster_reshard_hot_voucher_mid_sale():
     dst = next((port, nid) for _, _, port, nid in _slot_ranges(cluster) if port != src[0])
     H.log("voucher %d: slot offset %d on %d, moving to %d" % (vid, offset, src[0], dst[0]))
 
-    b = Buyers(srv, vid, tokens, deadline_s=60, pace=0.1).start()
+    b = Buyers(srv, vid, tokens, deadline_s=60, pace=0.1)
     H.wait_until(lambda: b.n_success() >= 40, 20, what="the sale under way")
     t0 = time.monotonic()
     p = subprocess.run(["redis-cli", "--cluster", "reshard", "127.0.0.1:%d" % src[0],
