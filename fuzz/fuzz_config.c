@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "lab.h"
 
 static int memfd = -1;
 static char path[64];
@@ -89,6 +90,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     err[sizeof(err) - 1] = '\0';
     err[0] = '\0';
     int rc = config_load(&cfg, argc, argv, err, sizeof(err));
+    if (rc == 0 && lab_config_check(&cfg, err, sizeof(err)) < 0)   /* as main.c runs it */
+        rc = -1;
     if (rc == -1) {
         if (err[0] == '\0' || strnlen(err, sizeof(err)) >= sizeof(err)) {
             fprintf(stderr, "fuzz_config: failure without a message\n");
