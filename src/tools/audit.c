@@ -40,22 +40,13 @@
 #include "keys.h"
 #include "sb.h"
 #include "store.h"
+#include "xmem.h"
 
 #define PAGE 10000
 #define DETAIL 400
 #define MAX_CHECKS 32
 
 /* ==== small helpers ==== */
-
-static void *xalloc(void *p, size_t n)
-{
-    void *q = realloc(p, n ? n : 1);
-    if (!q) {
-        fprintf(stderr, "seckill audit: out of memory (%zu bytes)\n", n);
-        abort();
-    }
-    return q;
-}
 
 typedef struct pair {
     int64_t a, b;
@@ -70,7 +61,7 @@ static void pairs_push(pairs_t *p, int64_t a, int64_t b)
 {
     if (p->n == p->cap) {
         p->cap = p->cap ? p->cap * 2 : 1024;
-        p->v = xalloc(p->v, p->cap * sizeof *p->v);
+        p->v = xrealloc(p->v, p->cap * sizeof *p->v);
     }
     p->v[p->n].a = a;
     p->v[p->n].b = b;
@@ -186,7 +177,7 @@ int audit_record_read(const char *path, audit_record_t *rec, char *err, size_t e
             }
             if (rec->nsoldout == capso) {
                 capso = capso ? capso * 2 : 1024;
-                rec->soldout = xalloc(rec->soldout, capso * sizeof *rec->soldout);
+                rec->soldout = xrealloc(rec->soldout, capso * sizeof *rec->soldout);
             }
             rec->soldout[rec->nsoldout++] = uid;
             continue;
@@ -201,7 +192,7 @@ int audit_record_read(const char *path, audit_record_t *rec, char *err, size_t e
         }
         if (rec->n == cap) {
             cap = cap ? cap * 2 : 1024;
-            rec->answers = xalloc(rec->answers, cap * sizeof *rec->answers);
+            rec->answers = xrealloc(rec->answers, cap * sizeof *rec->answers);
         }
         rec->answers[rec->n].order_id = oid;
         rec->answers[rec->n].user_id = k == 2 ? uid : 0;
@@ -608,9 +599,7 @@ static void report_vanished(report_t *rp, int64_t id)
 {
     if (rp->nvanished == rp->capvanished) {
         rp->capvanished = rp->capvanished ? rp->capvanished * 2 : 64;
-        rp->vanished = realloc(rp->vanished, rp->capvanished * sizeof *rp->vanished);
-        if (!rp->vanished)
-            abort();
+        rp->vanished = xrealloc(rp->vanished, rp->capvanished * sizeof *rp->vanished);
     }
     rp->vanished[rp->nvanished++] = id;
 }
@@ -1162,9 +1151,7 @@ int audit_run(const audit_opts_t *o)
             vdata_free(&d);
             continue;
         }
-        report_t *rp = calloc(1, sizeof *rp);
-        if (!rp)
-            abort();
+        report_t *rp = xcalloc(1, sizeof *rp);
         check_voucher(o, &d, drained_wanted, rp);
         lab_figures(o, &d, rp);
         print_report(out, &d, o, rp);

@@ -38,6 +38,7 @@
 #include "bench_redis.h"
 #include "rconn.h"
 #include "clock.h"
+#include "xmem.h"
 
 /* ==== options ==== */
 
@@ -939,17 +940,13 @@ int bench_main(int argc, char **argv)
     rec.complete = created;
     rec.unanswered = (int64_t)L.unanswered;
     rec.n = L.nsucc;
-    rec.answers = calloc(L.nsucc ? L.nsucc : 1, sizeof *rec.answers);
-    if (!rec.answers)
-        abort();
+    rec.answers = xcalloc(L.nsucc, sizeof *rec.answers);
     for (size_t i = 0; i < L.nsucc; i++) {
         rec.answers[i].order_id = L.succ[i].order_id;
         rec.answers[i].user_id = users.user_ids[L.succ[i].user];
     }
     rec.nsoldout = L.nsoldout;
-    rec.soldout = calloc(L.nsoldout ? L.nsoldout : 1, sizeof *rec.soldout);
-    if (!rec.soldout)
-        abort();
+    rec.soldout = xcalloc(L.nsoldout, sizeof *rec.soldout);
     for (size_t i = 0; i < L.nsoldout; i++)
         rec.soldout[i] = users.user_ids[L.soldout[i]];
     int status = 0;

@@ -5,6 +5,7 @@
  *   then for each msb m = 8..63  128 buckets of width 2^(m-7) covering [2^m, 2^(m+1))
  * so the index of v with msb m >= 8 is 256 + (m - 8) * 128 + ((v >> (m - 7)) - 128). */
 #include "bench_hist.h"
+#include "xmem.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -15,11 +16,7 @@
 
 hist_t *hist_new(void)
 {
-    hist_t *h = calloc(1, sizeof *h);
-    if (!h) {
-        fprintf(stderr, "out of memory (histogram)\n");
-        abort();
-    }
+    hist_t *h = xcalloc(1, sizeof *h);
     h->min = UINT64_MAX;
     return h;
 }

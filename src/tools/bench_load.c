@@ -45,6 +45,7 @@
 
 #include "bench_hist.h"
 #include "clock.h"
+#include "xmem.h"
 
 #define BODY_MAX 512
 #define READ_BUF 65536
@@ -136,16 +137,6 @@ const char *const bench_outcome_names[BO__COUNT] = {
 };
 
 /* ==== small helpers ==== */
-
-static void *xalloc(void *p, size_t n)
-{
-    void *q = realloc(p, n ? n : 1);
-    if (!q) {
-        fprintf(stderr, "seckill bench: out of memory (%zu bytes)\n", n);
-        abort();
-    }
-    return q;
-}
 
 /* Single-writer counters: a plain add the main thread may read at any time. */
 static inline void cadd(_Atomic uint64_t *c, uint64_t n)
@@ -280,7 +271,7 @@ static void out_reserve(bconn_t *c, size_t n)
 {
     if (c->olen + n > c->ocap) {
         c->ocap = (c->olen + n) * 2;
-        c->out = xalloc(c->out, c->ocap);
+        c->out = xrealloc(c->out, c->ocap);
     }
 }
 
@@ -428,7 +419,7 @@ static void openloop_generate(bench_thread_t *t, uint64_t now)
                 break;
             }
             size_t ncap = t->blcap ? t->blcap * 2 : 4096;
-            inflight_t *nb = xalloc(NULL, ncap * sizeof *nb);
+            inflight_t *nb = xrealloc(NULL, ncap * sizeof *nb);
             for (size_t i = 0; i < t->bln; i++)
                 nb[i] = t->bl[(t->blh + i) % t->blcap];
             free(t->bl);
@@ -494,7 +485,7 @@ static void on_response(bconn_t *c, uint64_t now)
         if (o == BO_SUCCESS) {
             if (t->nsucc == t->capsucc) {
                 t->capsucc = t->capsucc ? t->capsucc * 2 : 4096;
-                t->succ = xalloc(t->succ, t->capsucc * sizeof *t->succ);
+                t->succ = xrealloc(t->succ, t->capsucc * sizeof *t->succ);
             }
             t->succ[t->nsucc].order_id = oid;
             t->succ[t->nsucc].user = r->user;
@@ -502,7 +493,7 @@ static void on_response(bconn_t *c, uint64_t now)
         } else if (o == BO_SOLD_OUT) {
             if (t->nsold == t->capsold) {
                 t->capsold = t->capsold ? t->capsold * 2 : 4096;
-                t->sold = xalloc(t->sold, t->capsold * sizeof *t->sold);
+                t->sold = xrealloc(t->sold, t->capsold * sizeof *t->sold);
             }
             t->sold[t->nsold++] = r->user;
         }
@@ -887,13 +878,13 @@ static int thread_init(bench_load_t *L, bench_thread_t *t, int id, uint64_t star
     t->tick = event_new(t->base, -1, EV_PERSIST, on_tick, t);
     if (L->rate > 0)
         t->pace = event_new(t->base, -1, 0, on_pace, t);
-    t->dirty = xalloc(NULL, (size_t)t->nc * sizeof *t->dirty);
-    t->c = xalloc(NULL, (size_t)t->nc * sizeof *t->c);
+    t->dirty = xrealloc(NULL, (size_t)t->nc * sizeof *t->dirty);
+    t->c = xrealloc(NULL, (size_t)t->nc * sizeof *t->c);
     memset(t->c, 0, (size_t)t->nc * sizeof *t->c);
     for (int i = 0; i < t->nc; i++) {
         t->c[i].t = t;
         t->c[i].fd = -1;
-        t->c[i].q = xalloc(NULL, t->depth * sizeof(inflight_t));
+        t->c[i].q = xrealloc(NULL, t->depth * sizeof(inflight_t));
     }
     if (!t->tick || (L->rate > 0 && !t->pace)) {
         snprintf(err, errlen, "cannot create a timer");
@@ -914,17 +905,17 @@ int bench_load_run(bench_load_t *L, void (*progress)(bench_load_t *L, double ela
     if (L->timeout_s < 1)
         L->timeout_s = 10;
     int T = L->threads;
-    L->ctr = xalloc(NULL, (size_t)T * sizeof *L->ctr);
+    L->ctr = xrealloc(NULL, (size_t)T * sizeof *L->ctr);
     memset(L->ctr, 0, (size_t)T * sizeof *L->ctr);
-    L->hist = xalloc(NULL, (size_t)T * sizeof *L->hist);
+    L->hist = xrealloc(NULL, (size_t)T * sizeof *L->hist);
     for (int i = 0; i < T; i++)
         L->hist[i] = hist_new();
     if (L->rate > 0 && L->job == JOB_SALE) {
-        L->hist_send = xalloc(NULL, (size_t)T * sizeof *L->hist_send);
+        L->hist_send = xrealloc(NULL, (size_t)T * sizeof *L->hist_send);
         for (int i = 0; i < T; i++)
             L->hist_send[i] = hist_new();
     }
-    L->th = xalloc(NULL, (size_t)T * sizeof *L->th);
+    L->th = xrealloc(NULL, (size_t)T * sizeof *L->th);
     memset(L->th, 0, (size_t)T * sizeof *L->th);
     uint64_t start = clock_mono_ns();
     for (int i = 0; i < T; i++)
@@ -960,11 +951,11 @@ int bench_load_run(bench_load_t *L, void (*progress)(bench_load_t *L, double ela
     size_t total = 0;
     for (int i = 0; i < T; i++)
         total += L->th[i].nsucc;
-    L->succ = xalloc(NULL, (total ? total : 1) * sizeof *L->succ);
+    L->succ = xrealloc(NULL, (total ? total : 1) * sizeof *L->succ);
     size_t tsold = 0;
     for (int i = 0; i < T; i++)
         tsold += L->th[i].nsold;
-    L->soldout = xalloc(NULL, (tsold ? tsold : 1) * sizeof *L->soldout);
+    L->soldout = xrealloc(NULL, (tsold ? tsold : 1) * sizeof *L->soldout);
     L->nsoldout = 0;
     for (int i = 0; i < T; i++) {
         bench_thread_t *t = &L->th[i];

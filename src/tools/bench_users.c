@@ -29,19 +29,10 @@
 #include "clock.h"
 #include "rcl_sync.h"
 #include "seed.h"
+#include "xmem.h"
 
 #define CHUNK 10000
 #define PIPE 1000
-
-static void *xcalloc(size_t n, size_t size)
-{
-    void *p = calloc(n ? n : 1, size);
-    if (!p) {
-        fprintf(stderr, "seckill bench: out of memory\n");
-        abort();
-    }
-    return p;
-}
 
 void bench_users_free(bench_users_t *u)
 {
