@@ -672,12 +672,12 @@ void auth_logout(struct http_req *r, const char *token, void (*done)(struct http
     int ln = snprintf(sn, sizeof(sn), "%llu", (unsigned long long)now);
     /* The durable record first, then the news, then the hash: a worker that reloads the
      * set or hears the news never finds the hash deleted but the token not revoked. */
-    const char *zadd[4] = { "ZADD", REVOKE_KEY, su, token };
-    size_t zaddl[4] = { 4, strlen(REVOKE_KEY), (size_t)lu, 32 };
-    const char *zrem[4] = { "ZREMRANGEBYSCORE", REVOKE_KEY, "-inf", sn };
-    size_t zreml[4] = { 16, strlen(REVOKE_KEY), 4, (size_t)ln };
-    const char *pub[3] = { "PUBLISH", REVOKE_CHANNEL, token };
-    size_t publ[3] = { 7, strlen(REVOKE_CHANNEL), 32 };
+    const char *zadd[4] = { "ZADD", KEY_REVOKED, su, token };
+    size_t zaddl[4] = { 4, strlen(KEY_REVOKED), (size_t)lu, 32 };
+    const char *zrem[4] = { "ZREMRANGEBYSCORE", KEY_REVOKED, "-inf", sn };
+    size_t zreml[4] = { 16, strlen(KEY_REVOKED), 4, (size_t)ln };
+    const char *pub[3] = { "PUBLISH", CHANNEL_REVOKE, token };
+    size_t publ[3] = { 7, strlen(CHANNEL_REVOKE), 32 };
     const char *del[2] = { "DEL", key };
     size_t dell[2] = { 3, (size_t)klen };
     /* op lives until the fourth reply, which cannot come before the fourth send. */

@@ -23,6 +23,9 @@
  *   {login:code:<phone>}:fails  counter of wrong guesses against that code, living as
  *                         long as the code (its hash tag puts it in the code's slot)
  *   login:token:<token>   hash id, nickName, icon; sliding TTL
+ *   seckill:revoked       zset of logged-out tokens, score = when the entry can go (revoke.h)
+ * Pub/sub channel (not a key; broadcast on a Redis Cluster):
+ *   seckill:revoke        a logged-out token, to every worker of every instance (revoke.h)
  * The consumer group on every order stream is "g1" (the course's). */
 #ifndef SECKILL_KEYS_H
 #define SECKILL_KEYS_H
@@ -31,6 +34,8 @@
 #include <stdint.h>
 
 #define KEY_GROUP "g1"
+#define KEY_REVOKED "seckill:revoked"
+#define CHANNEL_REVOKE "seckill:revoke"
 #define KEY_STREAMS "seckill:streams"
 #define KEY_INSTANCE "seckill:instance"
 /* The lab's course steps (lab.h): the course's lock key prefix (SimpleRedisLock's

@@ -31,6 +31,7 @@
 
 #include "auth.h"
 #include "clock.h"
+#include "keys.h"
 #include "log.h"
 #include "rds.h"
 #include "revoke.h"
@@ -192,7 +193,7 @@ static void set_state(struct revoke *rv, int st)
 {
     if (rv->state == S_LIVE && st != S_LIVE) {
         log_warn("revoke: subscription to %s lost; tokens are looked up in Redis until it is back",
-                 REVOKE_CHANNEL);
+                 CHANNEL_REVOKE);
     }
     rv->state = st;
     rv->since_ms = clock_mono_ms();
@@ -248,8 +249,8 @@ static void reload_start(struct revoke *rv)
     }
     char min[24];
     int n = snprintf(min, sizeof min, "%llu", (unsigned long long)revoke_now_ms());
-    const char *argv[5] = { "ZRANGEBYSCORE", REVOKE_KEY, min, "+inf", "WITHSCORES" };
-    size_t lens[5] = { 13, strlen(REVOKE_KEY), (size_t)n, 4, 10 };
+    const char *argv[5] = { "ZRANGEBYSCORE", KEY_REVOKED, min, "+inf", "WITHSCORES" };
+    size_t lens[5] = { 13, strlen(KEY_REVOKED), (size_t)n, 4, 10 };
     rv->reload_pending = 1;
     rds_command(rv->w->rds, on_reload, rv, 5, argv, lens);
 }
@@ -357,8 +358,8 @@ static void sub_start(struct revoke *rv)
         size_t lens[2] = { 4, strlen(rv->addr.password) };
         redisAsyncCommandArgv(ac, on_auth_reply, rv, 2, argv, lens);
     }
-    const char *argv[2] = { "SUBSCRIBE", REVOKE_CHANNEL };
-    size_t lens[2] = { 9, strlen(REVOKE_CHANNEL) };
+    const char *argv[2] = { "SUBSCRIBE", CHANNEL_REVOKE };
+    size_t lens[2] = { 9, strlen(CHANNEL_REVOKE) };
     redisAsyncCommandArgv(ac, on_sub, rv, 2, argv, lens);
 }
 

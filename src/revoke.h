@@ -32,8 +32,6 @@
 struct worker;
 struct url_redis;
 
-#define REVOKE_CHANNEL "seckill:revoke"
-#define REVOKE_KEY "seckill:revoked"
 
 int revoke_init(struct worker *w, const struct url_redis *addr);
 void revoke_free(struct worker *w);
