@@ -41,6 +41,7 @@
 #include "rnd.h"
 #include "token.h"
 #include "worker.h"
+#include "xmem.h"
 
 #define AUTH_SLOTS 65536u
 #define AUTH_WAYS 8u
@@ -139,8 +140,7 @@ static aent_t *cache_find(struct auth_cache *ac, const uint8_t tok[16])
     return NULL;
 }
 
-/* Returns the entry to (re)fill for tok: its own, a free one, or the stalest of the set.
- * NULL only when out of memory (then the answer is simply not cached). */
+/* Returns the entry to (re)fill for tok: its own, a free one, or the stalest of the set. */
 static aent_t *cache_slot(struct auth_cache *ac, const uint8_t tok[16])
 {
     aent_t **set = tok_set(ac, tok);
@@ -163,10 +163,7 @@ static aent_t *cache_slot(struct auth_cache *ac, const uint8_t tok[16])
     }
     aent_t **pick = freed != NULL ? freed : unused != NULL ? unused : oldest;
     if (*pick == NULL) {
-        *pick = malloc(sizeof(aent_t));
-        if (*pick == NULL) {
-            return NULL;
-        }
+        *pick = xmalloc(sizeof(aent_t));
     }
     memset(*pick, 0, sizeof(aent_t));
     memcpy((*pick)->tok, tok, 16);
@@ -174,7 +171,7 @@ static aent_t *cache_slot(struct auth_cache *ac, const uint8_t tok[16])
 }
 
 /* Fills tok's entry with a lookup result (E_USER or E_UNKNOWN) fetched at now (mono).
- * Returns the entry, or NULL when the answer cannot be cached. */
+ * Returns the entry (NULL only before the cache exists). */
 static aent_t *cache_put(worker_t *w, const uint8_t tok[16], int state, const auth_user_t *u,
                          uint64_t now)
 {
@@ -183,9 +180,6 @@ static aent_t *cache_put(worker_t *w, const uint8_t tok[16], int state, const au
         return NULL;
     }
     aent_t *e = cache_slot(ac, tok);
-    if (e == NULL) {
-        return NULL;
-    }
     e->state = state;
     e->fetched_at = now;
     if (u != NULL) {
@@ -246,11 +240,10 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
         }
         token[32] = '\0';
         int klen = key_login_token(key, sizeof(key), token);
-        refresh_t *f = malloc(sizeof(*f));
-        if (f == NULL || klen < 0) {
-            free(f);
+        if (klen < 0) {
             continue;
         }
+        refresh_t *f = xmalloc(sizeof(*f));
         f->w = w;
         memcpy(f->tok, ac->queue[i], 16);
         f->sent_ms = now;
@@ -276,7 +269,7 @@ static int maybe_refresh(worker_t *w, aent_t *e, const uint8_t tok[16], uint64_t
     }
     if (e == NULL) {
         e = cache_slot(ac, tok);
-        if (e != NULL && e->state == E_FREE) {
+        if (e->state == E_FREE) {
             e->state = E_SIGNED;
         }
     }
@@ -422,14 +415,13 @@ static void lookup_start(worker_t *w, http_req_t *r, auth_cb cb, const char *tok
 {
     char key[128];
     int klen = key_login_token(key, sizeof(key), token);
-    lookup_t *L = malloc(sizeof(*L));
-    if (L == NULL || klen < 0) {
-        free(L);
+    if (klen < 0) {
         if (cb != NULL) {
             cb(r, -1, NULL);
         }
         return;
     }
+    lookup_t *L = xmalloc(sizeof(*L));
     L->w = w;
     L->r = r;
     L->cb = cb;
@@ -587,12 +579,11 @@ void auth_store_login(struct http_req *r, const char *token, const auth_user_t *
     worker_t *w = r->w;
     char key[128], id[24], ttl[24];
     int klen = key_login_token(key, sizeof(key), token);
-    op_t *op = calloc(1, sizeof(*op));
-    if (op == NULL || klen < 0 || !auth_token_valid(token) || u->id <= 0) {
-        free(op);
+    if (klen < 0 || !auth_token_valid(token) || u->id <= 0) {
         done(r, 0);
         return;
     }
+    op_t *op = xcalloc(1, sizeof(*op));
     op->w = w;
     op->r = r;
     op->done = done;
@@ -634,10 +625,7 @@ static void forget_everywhere(worker_t *self, const uint8_t tok[16])
         if (other == NULL || other == self) {
             continue;
         }
-        uint8_t *copy = malloc(16);
-        if (copy == NULL) {
-            continue;
-        }
+        uint8_t *copy = xmalloc(16);
         memcpy(copy, tok, 16);
         worker_post(other, on_forget, copy);
     }
@@ -648,11 +636,11 @@ void auth_logout(struct http_req *r, const char *token, void (*done)(struct http
     worker_t *w = r->w;
     char key[128];
     int klen = auth_token_valid(token) ? key_login_token(key, sizeof(key), token) : -1;
-    op_t *op = klen < 0 ? NULL : calloc(1, sizeof(*op));
-    if (op == NULL) {
+    if (klen < 0) {
         done(r, 0);
         return;
     }
+    op_t *op = xcalloc(1, sizeof(*op));
     uint8_t tok[16];
     tok_bytes(token, tok);
     /* Kept until a cache anywhere could still think the token alive: its last EXPIRE
@@ -691,17 +679,11 @@ void auth_logout(struct http_req *r, const char *token, void (*done)(struct http
 
 int auth_cache_init(struct worker *w)
 {
-    struct auth_cache *ac = calloc(1, sizeof(*ac));
-    if (ac == NULL) {
-        return -1;
-    }
-    ac->slots = calloc(AUTH_SLOTS, sizeof(aent_t *));
-    ac->queue = malloc(REFRESH_QUEUE_MAX * sizeof(*ac->queue));
+    struct auth_cache *ac = xcalloc(1, sizeof(*ac));
+    ac->slots = xcalloc(AUTH_SLOTS, sizeof(aent_t *));
+    ac->queue = xmalloc(REFRESH_QUEUE_MAX * sizeof(*ac->queue));
     ac->flush_ev = evtimer_new(w->base, on_flush, w);
-    if (ac->slots == NULL || ac->queue == NULL || ac->flush_ev == NULL) {
-        if (ac->flush_ev != NULL) {
-            event_free(ac->flush_ev);
-        }
+    if (ac->flush_ev == NULL) {   /* libevent's own failure, not memory */
         free(ac->queue);
         free(ac->slots);
         free(ac);

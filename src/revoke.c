@@ -38,6 +38,7 @@
 #include "token.h"
 #include "url.h"
 #include "worker.h"
+#include "xmem.h"
 
 #define TICK_MS 50
 #define SETUP_MS 2000
@@ -103,8 +104,7 @@ static void set_insert(rslot_t *slots, size_t cap, size_t *used, const uint8_t t
     }
 }
 
-/* Rebuilds the table without expired entries, doubling it if it is still half full.
- * Out of memory keeps the old table (then the insert below still fits: cap > used). */
+/* Rebuilds the table without expired entries, doubling it if it is still half full. */
 static void set_rebuild(struct revoke *rv)
 {
     uint64_t now = revoke_now_ms();
@@ -116,10 +116,7 @@ static void set_rebuild(struct revoke *rv)
     while (cap < 4 * (live + 1)) {
         cap *= 2;
     }
-    rslot_t *fresh = calloc(cap, sizeof(*fresh));
-    if (fresh == NULL) {
-        return;
-    }
+    rslot_t *fresh = xcalloc(cap, sizeof(*fresh));
     size_t used = 0;
     for (size_t i = 0; i < rv->cap; i++) {
         if (rv->slots[i].until_ms > now) {
@@ -140,10 +137,6 @@ void revoke_add(struct worker *w, const uint8_t tok[16], uint64_t until_ms)
     }
     if (2 * (rv->used + 1) > rv->cap) {
         set_rebuild(rv);
-        if (rv->used + 1 >= rv->cap) {
-            log_error("revoke: out of memory; token not recorded as revoked locally");
-            return;
-        }
     }
     set_insert(rv->slots, rv->cap, &rv->used, tok, until_ms);
 }
@@ -395,17 +388,14 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 
 int revoke_init(struct worker *w, const struct url_redis *addr)
 {
-    struct revoke *rv = calloc(1, sizeof(*rv));
-    if (rv == NULL) {
-        return -1;
-    }
+    struct revoke *rv = xcalloc(1, sizeof(*rv));
     rv->w = w;
     rv->addr = *addr;
     rv->cap = 64;
-    rv->slots = calloc(rv->cap, sizeof(rslot_t));
+    rv->slots = xcalloc(rv->cap, sizeof(rslot_t));
     rv->tick = event_new(w->base, -1, EV_PERSIST, on_tick, rv);
     struct timeval tv = { 0, TICK_MS * 1000 };
-    if (rv->slots == NULL || rv->tick == NULL || event_add(rv->tick, &tv) != 0) {
+    if (rv->tick == NULL || event_add(rv->tick, &tv) != 0) {
         if (rv->tick != NULL) {
             event_free(rv->tick);
         }

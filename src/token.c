@@ -21,6 +21,7 @@
 #include <openssl/sha.h>
 
 #include "token.h"
+#include "xmem.h"
 
 #define MAC_BYTES 7
 #define BODY_BYTES 9
@@ -101,11 +102,10 @@ int tok_key_read_or_create(const char *path, uint8_t key[TOKEN_KEY_MAX], size_t 
 
 tok_signer_t *tok_signer_new(const uint8_t *key, size_t len)
 {
-    tok_signer_t *s = calloc(1, sizeof(*s));
-    if (s == NULL || key == NULL || len == 0) {
-        free(s);
+    if (key == NULL || len == 0) {
         return NULL;
     }
+    tok_signer_t *s = xcalloc(1, sizeof(*s));
     uint8_t k[SHA256_CBLOCK], ipad[SHA256_CBLOCK], opad[SHA256_CBLOCK];
     memset(k, 0, sizeof k);
     if (len > SHA256_CBLOCK) {

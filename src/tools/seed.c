@@ -13,6 +13,7 @@
 #include "rcl_sync.h"
 #include "rnd.h"
 #include "token.h"
+#include "xmem.h"
 
 #define PIPE 1000
 
@@ -26,10 +27,8 @@ static int write_hashes(const seed_req_t *q, char (*tokens)[33], const int64_t *
         return -1;
     char ttl[16];
     snprintf(ttl, sizeof ttl, "%d", q->ttl_s > 0 ? q->ttl_s : 7200);
-    redisContext **ctx = calloc(2 * PIPE, sizeof *ctx);
-    int rc = ctx ? 0 : -1;
-    if (!ctx)
-        snprintf(err, errlen, "out of memory");
+    redisContext **ctx = xcalloc(2 * PIPE, sizeof *ctx);
+    int rc = 0;
     for (size_t lo = 0; lo < q->n && rc == 0; lo += PIPE) {
         size_t hi = lo + PIPE < q->n ? lo + PIPE : q->n, nc = 0;
         for (size_t i = lo; i < hi; i++) {
@@ -162,14 +161,11 @@ int tokens_main(int argc, char **argv)
     q.n = (size_t)users;
     q.user_base = base;
     q.ttl_s = (int)ttl;
-    char(*tokens)[33] = calloc(q.n, sizeof *tokens);
-    int64_t *ids = calloc(q.n, sizeof *ids);
+    char(*tokens)[33] = xcalloc(q.n, sizeof *tokens);
+    int64_t *ids = xcalloc(q.n, sizeof *ids);
     char err[512] = "";
     int rc = 0;
-    if (!tokens || !ids) {
-        fprintf(stderr, "seckill tokens: out of memory\n");
-        rc = 1;
-    } else if (seed_users(&q, tokens, ids, err, sizeof err) < 0) {
+    if (seed_users(&q, tokens, ids, err, sizeof err) < 0) {
         fprintf(stderr, "seckill tokens: %s\n", err);
         rc = 1;
     } else {
