@@ -7,8 +7,8 @@
  *
  * A flash-sale voucher is written to SQL (one transaction, a job) and then published to
  * Redis (admission_publish), which is what makes it sellable. If publishing fails after
- * the SQL insert, the reply is 503 and the voucher exists in SQL but cannot be bought
- * (docs/api-notes.md). */
+ * the SQL insert, the reply is 503; the voucher exists in SQL and the rebuild watch
+ * (rebuild_watch.h) publishes it once Redis is back (docs/api-notes.md). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,7 +169,7 @@ static void on_published(http_req_t *r, int ok)
         return;
     }
     log_error("flash-sale voucher %lld is in SQL but could not be published to Redis: "
-              "it cannot be sold until it is published", (long long)id);
+              "the rebuild watch publishes it from SQL once Redis answers", (long long)id);
     char msg[160];
     snprintf(msg, sizeof(msg), "voucher %lld was saved but could not be made sellable "
              "(redis unavailable)", (long long)id);
