@@ -183,10 +183,36 @@ fail:
     return NULL;
 }
 
+/* A script's text with every redis.call('publish', ...) made redis.call('spublish', ...):
+ * sharded pub/sub (rlock_config_t.sharded_pubsub). The channel is always a KEYS entry
+ * sharing the lock's tag, so SPUBLISH stays on the lock's shard. */
+static char *sharded_text(const char *text)
+{
+    static const char from[] = "redis.call('publish',", to[] = "redis.call('spublish',";
+    size_t n = 0;
+    for (const char *p = text; (p = strstr(p, from)) != NULL; p += sizeof from - 1)
+        n++;
+    char *out = rlock__xmalloc(strlen(text) + n * (sizeof to - sizeof from) + 1);
+    char *o = out;
+    for (const char *p = text;;) {
+        const char *hit = strstr(p, from);
+        size_t len = hit ? (size_t)(hit - p) : strlen(p);
+        memcpy(o, p, len);
+        o += len;
+        if (!hit)
+            break;
+        memcpy(o, to, sizeof to - 1);
+        o += sizeof to - 1;
+        p = hit + sizeof from - 1;
+    }
+    *o = '\0';
+    return out;
+}
+
 /* SCRIPT LOAD one script on cn and remember its SHA1 for every connection. */
 static bool load_script(rlock_client_t *c, rlock__conn_t *cn, int i)
 {
-    redisReply *r = redisCommand(cn->ctx, "SCRIPT LOAD %s", rlock__scripts[i]);
+    redisReply *r = redisCommand(cn->ctx, "SCRIPT LOAD %s", c->script_text[i]);
     bool ok = r && r->type == REDIS_REPLY_STRING && r->len == 40;
     if (!ok) {
         DBG("SCRIPT LOAD %d: %s\n", i,
@@ -541,6 +567,9 @@ rlock_status_t rlock_client_new(const rlock_config_t *cfg_in, rlock_client_t **o
 
     pthread_mutex_init(&c->cmd_mu, NULL);
     pthread_mutex_init(&c->sha_mu, NULL);
+    for (int i = 0; i < RLOCK__NSCRIPTS; i++)
+        c->script_text[i] = c->cfg.sharded_pubsub ? (c->script_own[i] = sharded_text(rlock__scripts[i]))
+                                                  : rlock__scripts[i];
     pthread_mutex_init(&c->mu, NULL);
     pthread_mutex_init(&c->cb_mu, NULL);
     cond_init_mono(&c->wd_cond);
@@ -592,6 +621,8 @@ void rlock_client_free(rlock_client_t *c)
     pthread_mutex_destroy(&c->sha_mu);
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->cb_mu);
+    for (int i = 0; i < RLOCK__NSCRIPTS; i++)
+        free(c->script_own[i]);
     free(c->host);
     free(c->password);
     free(c->unix_path);
@@ -761,9 +792,12 @@ static void handle_sub_reply(rlock_client_t *c, redisReply *r)
     redisReply *kind = r->element[0], *ch = r->element[1], *msg = r->element[2];
     if (kind->type != REDIS_REPLY_STRING || ch->type != REDIS_REPLY_STRING) return;
     pthread_mutex_lock(&c->mu);
-    if (strcmp(kind->str, "message") == 0 && msg->type == REDIS_REPLY_STRING) {
+    /* s-prefixed: the sharded flavour (sharded_pubsub) */
+    const char *k = kind->str[0] == 's' && strcmp(kind->str, "subscribe") != 0 ? kind->str + 1
+                                                                               : kind->str;
+    if (strcmp(k, "message") == 0 && msg->type == REDIS_REPLY_STRING) {
         dispatch_message(c, ch->str, ch->len, msg->str, msg->len);
-    } else if (strcmp(kind->str, "subscribe") == 0) {
+    } else if (strcmp(k, "subscribe") == 0) {
         sub_t *s = sub_find(c, ch->str, ch->len);
         if (s && s->state == SUB_PENDING) {
             s->state = SUB_ACTIVE;
@@ -849,7 +883,9 @@ static void *sub_main(void *arg)
                 if (!c->want_head) c->want_tail = NULL;
                 s->queued = false;
                 if (s->state == SUB_WANT) {
-                    redisAppendCommand(ctx, "SUBSCRIBE %b", s->channel, s->chlen);
+                    redisAppendCommand(ctx, c->cfg.sharded_pubsub ? "SSUBSCRIBE %b"
+                                                                  : "SUBSCRIBE %b",
+                                       s->channel, s->chlen);
                     s->state = SUB_PENDING;
                     c->stats.subscribes++;
                 }
@@ -860,7 +896,9 @@ static void *sub_main(void *arg)
         while (c->idle_head && now - c->idle_head->idle_since_us >= delay) {
             sub_t *s = c->idle_head;
             if (ctx && s->state != SUB_WANT) {
-                redisAppendCommand(ctx, "UNSUBSCRIBE %b", s->channel, s->chlen);
+                redisAppendCommand(ctx, c->cfg.sharded_pubsub ? "SUNSUBSCRIBE %b"
+                                                              : "UNSUBSCRIBE %b",
+                                   s->channel, s->chlen);
                 c->stats.unsubscribes++;
             }
             if (s->queued) {

@@ -171,6 +171,12 @@ typedef struct rlock_config {
                                       (off).  Requires command_timeout_ms >
                                       replica_timeout_ms. */
     int64_t replica_timeout_ms;    /* WAIT timeout; default 1000 */
+    bool sharded_pubsub;           /* release notifications with SPUBLISH and
+                                      SSUBSCRIBE (Redis >= 7.0) instead of
+                                      PUBLISH/SUBSCRIBE: on a Redis Cluster they
+                                      stay on the lock's shard (channel and keys
+                                      share the tag {N}) instead of going to
+                                      every node.  Default false. */
 } rlock_config_t;
 
 /* Fill *cfg with the defaults above. */

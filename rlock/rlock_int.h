@@ -79,6 +79,10 @@ struct rlock_client {
      * extra round trips. */
     pthread_mutex_t sha_mu;
     char sha[RLOCK__NSCRIPTS][41];
+    /* The scripts' text for this client: rlock__scripts, or (sharded_pubsub) copies
+     * that release with SPUBLISH. */
+    const char *script_text[RLOCK__NSCRIPTS];
+    char *script_own[RLOCK__NSCRIPTS];     /* the copies, freed with the client */
 
     pthread_mutex_t mu;          /* see the file comment */
     bool stop;

@@ -458,6 +458,107 @@ static void test_threads_count(void **state)
     assert_int_equal(counter, 800);
 }
 
+/* sharded_pubsub: the same exclusion and wake-ups with SSUBSCRIBE/SPUBLISH (what a Redis
+ * Cluster needs to keep notifications on the lock's shard). Two sharded clients, 4
+ * threads each, a shared counter read and written inside the lock; then a waiter of one
+ * client is woken by the other's release, its channel seen by the server as a shard
+ * channel (PUBSUB SHARDNUMSUB) while it waits. */
+struct sharded_arg {
+    rlock_client_t *c;
+    const char *name;
+    int64_t *counter;
+    int errors;
+};
+
+static void *sharded_thread(void *p)
+{
+    struct sharded_arg *a = p;
+    rlock_t *l = NULL;
+    if (rlock_open(a->c, a->name, RLOCK_REENTRANT, NULL, 0, &l) != RLOCK_OK) {
+        a->errors++;
+        return NULL;
+    }
+    for (int i = 0; i < 50; i++) {
+        if (rlock_lock(l, 5000) != RLOCK_OK) {
+            a->errors++;
+            continue;
+        }
+        int64_t v = *a->counter;
+        th_sleep_ms(0);
+        *a->counter = v + 1;
+        if (rlock_unlock(l) != RLOCK_OK) a->errors++;
+    }
+    rlock_close(l);
+    return NULL;
+}
+
+static rlock_client_t *sharded_client(void)
+{
+    rlock_config_t cfg;
+    rlock_config_init(&cfg);
+    cfg.url = th_url();
+    cfg.sharded_pubsub = true;
+    cfg.unsubscribe_delay_ms = 200;
+    cfg.command_timeout_ms = 1000;
+    rlock_client_t *c = NULL;
+    assert_int_equal(rlock_client_new(&cfg, &c), RLOCK_OK);
+    return c;
+}
+
+static void test_sharded_pubsub(void **state)
+{
+    (void)state;
+    rlock_client_t *sc[2] = { sharded_client(), sharded_client() };
+    char name[64];
+    th_name(name, sizeof name, "shard");
+    int64_t counter = 0;
+    pthread_t t[8];
+    struct sharded_arg a[8];
+    for (int i = 0; i < 8; i++) {
+        a[i] = (struct sharded_arg){ .c = sc[i % 2], .name = name, .counter = &counter };
+        pthread_create(&t[i], NULL, sharded_thread, &a[i]);
+    }
+    int errors = 0;
+    for (int i = 0; i < 8; i++) {
+        pthread_join(t[i], NULL);
+        errors += a[i].errors;
+    }
+    assert_int_equal(errors, 0);
+    assert_int_equal(counter, 400);
+
+    th_name(name, sizeof name, "shardwake");
+    rlock_t *h = NULL;
+    assert_int_equal(rlock_open(sc[0], name, RLOCK_REENTRANT, "holder", 0, &h), RLOCK_OK);
+    assert_int_equal(rlock_lock(h, 10000), RLOCK_OK);
+    struct waiter_arg w = { .c = sc[1], .name = name };
+    pthread_t wt;
+    pthread_create(&wt, NULL, waiter_thread, &w);
+    redisContext *r = th_connect(th_url());
+    assert_non_null(r);
+    char ch[128];
+    snprintf(ch, sizeof ch, "rlock:{%s}:ch", name);
+    long long subs = 0;
+    for (int tries = 0; tries < 200 && subs == 0; tries++) {
+        redisReply *rep = redisCommand(r, "PUBSUB SHARDNUMSUB %s", ch);
+        if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
+            rep->element[1]->type == REDIS_REPLY_INTEGER)
+            subs = rep->element[1]->integer;
+        if (rep) freeReplyObject(rep);
+        if (subs == 0) th_sleep_ms(10);
+    }
+    redisFree(r);
+    assert_int_equal(subs, 1);   /* the waiter listens on the shard channel */
+    assert_int_equal(rlock_unlock(h), RLOCK_OK);
+    pthread_join(wt, NULL);
+    assert_int_equal(w.st, RLOCK_OK);
+    rlock_stats_t st;
+    rlock_client_stats(sc[1], &st);
+    assert_true(st.wakeups >= 1);   /* woken by the SPUBLISH of the release */
+    rlock_close(h);
+    rlock_client_free(sc[0]);
+    rlock_client_free(sc[1]);
+}
+
 /* Simple lock: SET NX PX, not reentrant, compare-and-delete. */
 static void test_simple_lock(void **state)
 {
@@ -714,6 +815,7 @@ int main(void)
         cmocka_unit_test(test_pubsub_hygiene),
         cmocka_unit_test(test_script_flush),
         cmocka_unit_test(test_release_modes),
+        cmocka_unit_test(test_sharded_pubsub),
     };
     return cmocka_run_group_tests_name("rlock_basic", tests, setup, teardown);
 }
