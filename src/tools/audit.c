@@ -41,6 +41,7 @@
 #include "sb.h"
 #include "store.h"
 #include "xmem.h"
+#include "datadir.h"
 
 #define PAGE 10000
 #define DETAIL 400
@@ -1259,27 +1260,10 @@ int audit_main(int argc, char **argv)
             return 2;
         }
     }
-    char rbuf[700], dbuf[700];
-    if (data_dir || (!redis && !db)) {
-        const char *dd = data_dir ? data_dir : "./var";
-        char abs[512];
-        if (!realpath(dd, abs)) {
-            fprintf(stderr, "seckill audit: data dir %s: %s\n", dd, strerror(errno));
-            return 2;
-        }
-        if (!redis) {
-            snprintf(rbuf, sizeof rbuf, "unix:%s/redis/redis.sock", abs);
-            redis = rbuf;
-        }
-        if (!db) {
-            snprintf(dbuf, sizeof dbuf, "sqlite:%s/seckill.db", abs);
-            db = dbuf;
-        }
-    }
-    if (!redis || !db) {
-        fprintf(stderr, "seckill audit: give both --redis and --db, or --data-dir\n");
-        return 2;
-    }
+    char rbuf[DATADIR_URL_MAX], dbuf[DATADIR_URL_MAX];
+    int urc = datadir_urls("seckill audit", data_dir, &redis, &db, rbuf, dbuf);
+    if (urc != 0)
+        return urc;
     audit_record_t rec;
     memset(&rec, 0, sizeof rec);
     if (orders) {

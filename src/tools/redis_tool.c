@@ -19,6 +19,7 @@
 #include "rcl_sync.h"
 #include "rebuild.h"
 #include "store.h"
+#include "datadir.h"
 
 #define MAX_VOUCHERS 256
 
@@ -116,27 +117,10 @@ static int rebuild_cmd(int argc, char **argv)
             return 2;
         }
     }
-    char rbuf[700], dbuf[700];
-    if (data_dir || (!redis && !db)) {
-        const char *dd = data_dir ? data_dir : "./var";
-        char abs[512];
-        if (!realpath(dd, abs)) {
-            fprintf(stderr, "seckill redis rebuild: data dir %s: %s\n", dd, strerror(errno));
-            return 2;
-        }
-        if (!redis) {
-            snprintf(rbuf, sizeof rbuf, "unix:%s/redis/redis.sock", abs);
-            redis = rbuf;
-        }
-        if (!db) {
-            snprintf(dbuf, sizeof dbuf, "sqlite:%s/seckill.db", abs);
-            db = dbuf;
-        }
-    }
-    if (!redis || !db) {
-        fprintf(stderr, "seckill redis rebuild: give both --redis and --db, or --data-dir\n");
-        return 2;
-    }
+    char rbuf[DATADIR_URL_MAX], dbuf[DATADIR_URL_MAX];
+    int urc = datadir_urls("seckill redis rebuild", data_dir, &redis, &db, rbuf, dbuf);
+    if (urc != 0)
+        return urc;
     char err[512];
     store_t *st = store_open(db, tmo, err, sizeof err);
     if (!st) {
