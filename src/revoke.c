@@ -29,7 +29,6 @@
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 
-#include "auth.h"
 #include "clock.h"
 #include "keys.h"
 #include "log.h"
@@ -55,6 +54,8 @@ typedef struct rslot {
 struct revoke {
     worker_t *w;
     url_redis_t addr;
+    uint64_t ttl_ms;            /* a heard revocation is kept this long */
+    revoke_heard_fn heard;      /* may be NULL */
     redisAsyncContext *ac;
     struct event *tick;
     int state;
@@ -177,7 +178,9 @@ static void take_token(struct revoke *rv, const char *z, size_t n, uint64_t unti
     uint8_t b[16];
     tok_bytes(tok, b);
     revoke_add(rv->w, b, until);
-    auth_forget(rv->w, b);
+    if (rv->heard != NULL) {
+        rv->heard(rv->w, b);
+    }
 }
 
 /* ----------------------------------------------------------------- subscriber */
@@ -272,8 +275,7 @@ static void on_sub(redisAsyncContext *ac, void *reply, void *priv)
         reload_start(rv);
     } else if (kind->len == 7 && memcmp(kind->str, "message", 7) == 0 &&
                payload->type == REDIS_REPLY_STRING) {
-        uint64_t ttl_ms = (uint64_t)auth_ttl_s(rv->w) * 1000u;
-        take_token(rv, payload->str, payload->len, revoke_now_ms() + ttl_ms);
+        take_token(rv, payload->str, payload->len, revoke_now_ms() + rv->ttl_ms);
     }
 }
 
@@ -386,11 +388,14 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 
 /* ----------------------------------------------------------------- lifetime */
 
-int revoke_init(struct worker *w, const struct url_redis *addr)
+int revoke_init(struct worker *w, const struct url_redis *addr, uint64_t ttl_ms,
+                revoke_heard_fn heard)
 {
     struct revoke *rv = xcalloc(1, sizeof(*rv));
     rv->w = w;
     rv->addr = *addr;
+    rv->ttl_ms = ttl_ms;
+    rv->heard = heard;
     rv->cap = 64;
     rv->slots = xcalloc(rv->cap, sizeof(rslot_t));
     rv->tick = event_new(w->base, -1, EV_PERSIST, on_tick, rv);

@@ -23,7 +23,10 @@
  * and seckill:revoked are pruned by it. Each key is its own slot and PUBLISH is broadcast
  * on a Redis Cluster, so the scheme works there unchanged.
  *
- * Everything runs on the worker's own thread; the state hangs off worker_t.revoke. */
+ * Everything runs on the worker's own thread; the state hangs off worker_t.revoke.
+ * revoke knows nothing of the token cache above it: whoever creates it (server.c) passes
+ * the token TTL and a callback told of each revocation heard from Redis, so that auth.c
+ * (which calls into revoke) is never called by name from here. */
 #ifndef SECKILL_REVOKE_H
 #define SECKILL_REVOKE_H
 
@@ -33,7 +36,14 @@ struct worker;
 struct url_redis;
 
 
-int revoke_init(struct worker *w, const struct url_redis *addr);
+/* Told of each token revoked by another worker or instance (a PUBLISH heard), after it
+ * has been added to the set; auth.c drops it from its cache (auth_forget). */
+typedef void (*revoke_heard_fn)(struct worker *w, const uint8_t tok[16]);
+
+/* ttl_ms: how long a heard revocation is kept (the token TTL: after it the token is dead
+ * anyway). heard: may be NULL. */
+int revoke_init(struct worker *w, const struct url_redis *addr, uint64_t ttl_ms,
+                revoke_heard_fn heard);
 void revoke_free(struct worker *w);
 
 /* 1 if the worker's subscription is up and its set complete (see above). */

@@ -292,7 +292,7 @@ static worker_t *make_worker(app_t *app, int id, const url_redis_t *addr, char *
         free_worker(w);
         return NULL;
     }
-    if (revoke_init(w, addr) < 0) {
+    if (revoke_init(w, addr, (uint64_t)auth_ttl_s(w) * 1000u, auth_forget) < 0) {
         snprintf(err, errlen, "cannot create the revocation subscriber of worker %d", id);
         free_worker(w);
         return NULL;
