@@ -252,8 +252,8 @@ int store_voucher_orders(store_t *s, int64_t voucher_id, int64_t after_id, size_
     do {                                                                                 \
         STORE_ENTER(s);                                                                  \
         if (!(s)->ops->op)                                                               \
-            return store__fail((s), "%s: the lab modes are not supported by this backend " \
-                               "(use sqlite:)", (s)->ops->scheme);                       \
+            return store__fail((s), "%s: the lab modes are not supported by this backend", \
+                               (s)->ops->scheme);                                        \
     } while (0)
 
 int store_lab_take_stock(store_t *s, int64_t voucher_id, int guard, int64_t old, int *taken)

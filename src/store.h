@@ -136,8 +136,8 @@ int store_voucher_orders(store_t *s, int64_t voucher_id, int64_t after_id, size_
  * MySQL's default isolation: nothing the course's checks read stays locked until its
  * write, which is exactly the race the lab shows (one SQLite transaction around the
  * whole order would serialise it away). Orders go to lab_voucher_order, the course's
- * order table without the UNIQUE(user, voucher) key. SQLite only; other backends
- * answer "not supported". */
+ * order table without the UNIQUE(user, voucher) key. Both backends implement them
+ * (store_sqlite.c, store_mysql.c); a backend without them answers "not supported". */
 enum { STORE_LAB_TAKE_ANY = 0,          /* stock = stock - 1 (naive) */
        STORE_LAB_TAKE_IF_EQ = 1,        /* ... WHERE stock = old (cas-stock-eq) */
        STORE_LAB_TAKE_IF_POSITIVE = 2   /* ... WHERE stock > 0 (everything after) */

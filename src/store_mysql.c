@@ -77,7 +77,7 @@
 #include "url.h"
 
 /* Must equal the version the last statement of sql/schema.mysql.sql writes. */
-#define MYSQL_SCHEMA_VERSION 2
+#define MYSQL_SCHEMA_VERSION 3
 
 /* Multi-row inserts: statements of 2^k rows, k = 0 .. INS_LEVELS-1. */
 #define INS_LEVELS 10
@@ -113,6 +113,12 @@ enum {
     ST_VOUCHER_ORDERS,
     ST_EPOCH_LOCK,
     ST_EPOCH_BUMP,
+    ST_LAB_TAKE_ANY,             /* the lab's guards: STORE_LAB_TAKE_* order */
+    ST_LAB_TAKE_IF_EQ,
+    ST_LAB_TAKE_IF_POSITIVE,
+    ST_LAB_USER_ORDERS,
+    ST_LAB_INSERT,
+    ST_LAB_VOUCHER_ORDERS,
     ST__COUNT
 };
 
@@ -149,8 +155,10 @@ static const char *const stmt_sql[ST__COUNT] = {
     [ST_ORDER_GET] = ORDER_COLS "WHERE id = ?",
     [ST_ORDERS_OF_USER] = ORDER_COLS "WHERE user_id = ? ORDER BY create_time DESC, id DESC "
                                      "LIMIT ?",
-    /* one statement, so the count and the stock are from one moment (READ COMMITTED) */
-    [ST_COUNTS] = "SELECT (SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ?), "
+    /* one statement, so the count and the stock are from one moment (READ COMMITTED);
+     * both order tables: the lab's course steps write lab_voucher_order (schema file) */
+    [ST_COUNTS] = "SELECT (SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ?) + "
+                  "(SELECT COUNT(*) FROM lab_voucher_order WHERE voucher_id = ?), "
                   "(SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?)",
     [ST_SYNC_VOUCHER] = "SELECT stock, begin_time, end_time FROM tb_seckill_voucher "
                         "WHERE voucher_id = ?",
@@ -167,6 +175,19 @@ static const char *const stmt_sql[ST__COUNT] = {
                       "WHERE sv.voucher_id = ? FOR UPDATE",
     [ST_EPOCH_BUMP] = "INSERT INTO tb_seckill_epoch (voucher_id, epoch) VALUES (?, 1) "
                       "ON DUPLICATE KEY UPDATE epoch = epoch + 1",
+    /* The lab's course steps: one autocommit statement each (store.h). */
+    [ST_LAB_TAKE_ANY] = "UPDATE tb_seckill_voucher SET stock = stock - 1 WHERE voucher_id = ?",
+    [ST_LAB_TAKE_IF_EQ] = "UPDATE tb_seckill_voucher SET stock = stock - 1 "
+                          "WHERE voucher_id = ? AND stock = ?",
+    [ST_LAB_TAKE_IF_POSITIVE] = "UPDATE tb_seckill_voucher SET stock = stock - 1 "
+                                "WHERE voucher_id = ? AND stock > 0",
+    [ST_LAB_USER_ORDERS] = "SELECT COUNT(*) FROM lab_voucher_order "
+                           "WHERE voucher_id = ? AND user_id = ?",
+    [ST_LAB_INSERT] = "INSERT INTO lab_voucher_order (id, user_id, voucher_id, create_time, "
+                      "update_time) VALUES (?, ?, ?, ?, ?)",
+    [ST_LAB_VOUCHER_ORDERS] = "SELECT id, user_id, voucher_id, status, create_time "
+                              "FROM lab_voucher_order WHERE voucher_id = ? AND id > ? "
+                              "ORDER BY id LIMIT ?",
 };
 
 typedef struct my {
@@ -1736,7 +1757,33 @@ static int do_voucher_orders(my_t *m, int64_t voucher_id, int64_t after_id, size
     b_i64(&par[0], &voucher_id);
     b_i64(&par[1], &after_id);
     b_i64(&par[2], &lim);
-    return order_rows(m, ST_VOUCHER_ORDERS, par, max, out, n, "voucher orders");
+    store_order_t *a = NULL, *b = NULL;
+    size_t na = 0, nb = 0;
+    /* Both order tables, each an index range scan, merged here: the first max ids of the
+     * union are among the first max of each (a UNION ALL under ORDER BY ... LIMIT would
+     * read every remaining row of the voucher for each page). */
+    if (order_rows(m, ST_VOUCHER_ORDERS, par, max, &a, &na, "voucher orders") != STORE_OK)
+        return STORE_ERR;
+    if (order_rows(m, ST_LAB_VOUCHER_ORDERS, par, max, &b, &nb, "voucher orders (lab)") !=
+        STORE_OK) {
+        free(a);
+        return STORE_ERR;
+    }
+    if (nb == 0) {
+        free(b);
+        *out = a;
+        *n = na;
+        return STORE_OK;
+    }
+    size_t len = na + nb < max ? na + nb : max, i = 0, j = 0;
+    store_order_t *o = xrealloc(NULL, len * sizeof *o);
+    for (size_t k = 0; k < len; k++)
+        o[k] = (j >= nb || (i < na && a[i].id < b[j].id)) ? a[i++] : b[j++];
+    free(a);
+    free(b);
+    *out = o;
+    *n = len;
+    return STORE_OK;
 }
 
 static int my_voucher_orders(store_t *s, int64_t voucher_id, int64_t after_id, size_t max,
@@ -1757,10 +1804,11 @@ static int do_voucher_counts(my_t *m, int64_t voucher_id, int64_t *orders, int64
     MYSQL_STMT *st = stmt(m, ST_COUNTS);
     if (!st)
         return STORE_ERR;
-    MYSQL_BIND par[2], res[2];
+    MYSQL_BIND par[3], res[2];
     ri64_t cnt, stk;
     b_i64(&par[0], &voucher_id);
     b_i64(&par[1], &voucher_id);
+    b_i64(&par[2], &voucher_id);
     r_i64(&res[0], &cnt);
     r_i64(&res[1], &stk);
     if (run(m, st, par, "counts") != STORE_OK || bind_result(m, st, res, "counts") != STORE_OK)
@@ -1902,6 +1950,84 @@ static int my_order_sync(store_t *s, const store_order_t *o, int *result)
     RETRYING(m, 2, do_order_sync(m, o, result));
 }
 
+/* ---------------------------------------------------------------- the lab's steps */
+
+/* One autocommit statement each, the way the course's MyBatis-Plus calls run (store.h):
+ * no transaction holds what a check read until its write. */
+
+static int do_lab_take_stock(my_t *m, int64_t voucher_id, int guard, int64_t old, int *taken)
+{
+    *taken = 0;
+    MYSQL_STMT *st = stmt(m, ST_LAB_TAKE_ANY + guard);
+    if (!st)
+        return STORE_ERR;
+    MYSQL_BIND par[2];
+    b_i64(&par[0], &voucher_id);
+    b_i64(&par[1], &old);
+    if (run(m, st, par, "lab: take stock") != STORE_OK)
+        return STORE_ERR;
+    *taken = mysql_stmt_affected_rows(st) > 0;
+    return STORE_OK;
+}
+
+static int my_lab_take_stock(store_t *s, int64_t voucher_id, int guard, int64_t old, int *taken)
+{
+    my_t *m = (my_t *)s;
+    /* Not retried: the UPDATE may have committed before the connection went. */
+    RETRYING(m, 0, do_lab_take_stock(m, voucher_id, guard, old, taken));
+}
+
+static int do_lab_user_orders(my_t *m, int64_t user_id, int64_t voucher_id, int64_t *n)
+{
+    *n = 0;
+    MYSQL_STMT *st = stmt(m, ST_LAB_USER_ORDERS);
+    if (!st)
+        return STORE_ERR;
+    MYSQL_BIND par[2], res[1];
+    ri64_t cnt;
+    b_i64(&par[0], &voucher_id);
+    b_i64(&par[1], &user_id);
+    r_i64(&res[0], &cnt);
+    if (run(m, st, par, "lab: count orders") != STORE_OK ||
+        bind_result(m, st, res, "lab: count orders") != STORE_OK)
+        return STORE_ERR;
+    int f = fetch(m, st, "lab: count orders");
+    finish(m, st);
+    if (f == STORE_ERR)
+        return STORE_ERR;
+    *n = f == 1 ? cnt.v : 0;
+    return STORE_OK;
+}
+
+static int my_lab_user_orders(store_t *s, int64_t user_id, int64_t voucher_id, int64_t *n)
+{
+    my_t *m = (my_t *)s;
+    RETRYING(m, 1, do_lab_user_orders(m, user_id, voucher_id, n));
+}
+
+static int do_lab_insert(my_t *m, const store_order_t *o)
+{
+    MYSQL_STMT *st = stmt(m, ST_LAB_INSERT);
+    if (!st)
+        return STORE_ERR;
+    MYSQL_TIME now;
+    mtime_of(m, o->create_time, &now);
+    MYSQL_BIND par[5];
+    b_i64(&par[0], &o->id);
+    b_i64(&par[1], &o->user_id);
+    b_i64(&par[2], &o->voucher_id);
+    b_time(&par[3], &now);
+    b_time(&par[4], &now);
+    return run(m, st, par, "lab: insert order");
+}
+
+static int my_lab_insert(store_t *s, const store_order_t *o)
+{
+    my_t *m = (my_t *)s;
+    /* Not retried: the INSERT may have committed before the connection went. */
+    RETRYING(m, 0, do_lab_insert(m, o));
+}
+
 #define MYSQL_OPS(name)                                                                 \
     {                                                                                   \
         .scheme = name, .open = my_open, .close = my_close, .ping = my_ping,            \
@@ -1911,7 +2037,8 @@ static int my_order_sync(store_t *s, const store_order_t *o, int *result)
         .orders_write = my_orders_write, .order_get = my_order_get,                     \
         .orders_of_user = my_orders_of_user, .voucher_counts = my_voucher_counts,       \
         .order_sync = my_order_sync, .voucher_orders = my_voucher_orders,               \
-        .redis_epoch = my_redis_epoch,                                                  \
+        .redis_epoch = my_redis_epoch, .lab_take_stock = my_lab_take_stock,             \
+        .lab_user_orders = my_lab_user_orders, .lab_insert = my_lab_insert,             \
     }
 
 const store_ops_t store_mysql_ops = MYSQL_OPS("mysql");

@@ -3,7 +3,8 @@
  *
  * Everything it starts is a child process it owns and stops: the step's `seckill serve`
  * instances, `seckill bench` and `seckill audit` (this same binary), and a private
- * redis-server (redis_child.h) unless --redis is given. One SQLite file for the whole run;
+ * redis-server (redis_child.h) unless --redis is given. One database for the whole run (a
+ * SQLite file in its directory unless --db is given);
  * every step sells its own voucher to its own users (--user-base), so steps cannot see
  * each other's orders. */
 #include "tools/lab_tool.h"
@@ -25,6 +26,7 @@
 
 #include <hiredis/hiredis.h>
 #include <jansson.h>
+#include <mysql.h>
 #include <sqlite3.h>
 
 #include "clock.h"
@@ -32,6 +34,7 @@
 #include "rconn.h"
 #include "redis_child.h"
 #include "tools/html_report.h"
+#include "url.h"
 
 /* ==== the steps ==== */
 
@@ -94,6 +97,7 @@ typedef struct lab {
     char dir[PATH_MAX];
     int keep;
     char redis_given[600];
+    char db_given[PATH_MAX + 32];
     char redis_bin[256];
     long long stock, users;
     double rate, dup;
@@ -289,28 +293,80 @@ static void inst_stop(inst_t *in, int sig)
 
 /* ==== faults ==== */
 
-/* Holds SQLite's write lock, so no order can be written while it is held. */
-static sqlite3 *db_lock(const lab_t *L)
+/* What keeps the order writer from writing while it is held: SQLite's write lock, or on
+ * MariaDB the step's voucher row locked FOR UPDATE (the writer locks that row first, in
+ * every batch: store_orders_write), in a transaction left open. Plain reads go on. */
+typedef struct db_hold {
+    sqlite3 *lite;
+    MYSQL *my;
+} db_hold_t;
+
+static int db_is_sqlite(const char *url)
 {
-    sqlite3 *db = NULL;
-    if (sqlite3_open(L->db_path, &db) != SQLITE_OK) {
-        sqlite3_close(db);
-        return NULL;
-    }
-    sqlite3_busy_timeout(db, 10000);
-    if (sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
-        sqlite3_close(db);
-        return NULL;
-    }
-    return db;
+    return strncasecmp(url, "sqlite:", 7) == 0;
 }
 
-static void db_unlock(sqlite3 *db)
+static int db_lock(const lab_t *L, long long voucher_id, db_hold_t *h, char *err, size_t errlen)
 {
-    if (!db)
-        return;
-    sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
-    sqlite3_close(db);
+    memset(h, 0, sizeof *h);
+    if (db_is_sqlite(L->db_url)) {
+        if (sqlite3_open(L->db_path, &h->lite) != SQLITE_OK) {
+            snprintf(err, errlen, "could not open %.150s", L->db_path);
+            sqlite3_close(h->lite);
+            h->lite = NULL;
+            return -1;
+        }
+        sqlite3_busy_timeout(h->lite, 10000);
+        if (sqlite3_exec(h->lite, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
+            snprintf(err, errlen, "could not lock %.150s", L->db_path);
+            sqlite3_close(h->lite);
+            h->lite = NULL;
+            return -1;
+        }
+        return 0;
+    }
+    url_mysql_t u;
+    char uerr[256];
+    if (url_parse_mysql(L->db_url, &u, uerr, sizeof uerr) < 0) {
+        snprintf(err, errlen, "--db: %.200s", uerr);
+        return -1;
+    }
+    unsigned connect_s = 10, rw_s = 30;
+    h->my = mysql_init(NULL);
+    if (!h->my) {
+        snprintf(err, errlen, "mysql_init failed");
+        return -1;
+    }
+    mysql_options(h->my, MYSQL_OPT_CONNECT_TIMEOUT, &connect_s);
+    mysql_options(h->my, MYSQL_OPT_READ_TIMEOUT, &rw_s);
+    mysql_options(h->my, MYSQL_OPT_WRITE_TIMEOUT, &rw_s);
+    char sql[160];
+    snprintf(sql, sizeof sql, "SELECT stock FROM tb_seckill_voucher WHERE voucher_id = %lld "
+             "FOR UPDATE", voucher_id);
+    if (!mysql_real_connect(h->my, u.socket[0] ? NULL : u.host, u.user, u.pass, u.dbname,
+                            u.port, u.socket[0] ? u.socket : NULL, 0) ||
+        mysql_query(h->my, "START TRANSACTION") != 0 || mysql_query(h->my, sql) != 0) {
+        snprintf(err, errlen, "could not lock voucher %lld's row: %.150s", voucher_id,
+                 mysql_error(h->my));
+        mysql_close(h->my);
+        h->my = NULL;
+        return -1;
+    }
+    mysql_free_result(mysql_store_result(h->my));
+    return 0;
+}
+
+static void db_unlock(db_hold_t *h)
+{
+    if (h->lite) {
+        sqlite3_exec(h->lite, "ROLLBACK", NULL, NULL, NULL);
+        sqlite3_close(h->lite);
+    }
+    if (h->my) {
+        mysql_query(h->my, "ROLLBACK");
+        mysql_close(h->my);
+    }
+    memset(h, 0, sizeof *h);
 }
 
 /* Waits until the lab's order list is empty (the restarted consumer took everything). */
@@ -390,7 +446,7 @@ static int run_step(lab_t *L, int idx, row_t *r)
     inst_t in[2];
     memset(in, 0, sizeof in);
     int rc = -1;
-    sqlite3 *lock = NULL;
+    db_hold_t lock = {0};
     for (int i = 0; i < s->instances; i++) {
         in[i].pid = -1;
         in[i].port = free_port();
@@ -424,10 +480,8 @@ static int run_step(lab_t *L, int idx, row_t *r)
     }
     fclose(vf);
     snprintf(voucher, sizeof voucher, "%lld", vid);
-    if (s->fault == F_KILL_DB_LOCKED && !(lock = db_lock(L))) {
-        snprintf(r->error, sizeof r->error, "could not lock %.150s", L->db_path);
+    if (s->fault == F_KILL_DB_LOCKED && db_lock(L, vid, &lock, r->error, sizeof r->error) < 0)
         goto out;
-    }
 
     /* The same load for every step: open loop, repeat clicks, double clicks. */
     char *bv[48];
@@ -455,8 +509,7 @@ static int run_step(lab_t *L, int idx, row_t *r)
     /* The fault's second half, then everything written that can be. */
     if (s->fault == F_KILL_DB_LOCKED || s->fault == F_KILL_POPPED) {
         inst_stop(&in[0], SIGKILL);
-        db_unlock(lock);
-        lock = NULL;
+        db_unlock(&lock);
         if (inst_start(L, s, &in[0], 0, log_path, r->error, sizeof r->error) < 0)
             goto out;
         if (s->fault == F_KILL_POPPED)
@@ -500,7 +553,7 @@ static int run_step(lab_t *L, int idx, row_t *r)
     json_decref(b);
     rc = 0;
 out:
-    db_unlock(lock);
+    db_unlock(&lock);
     for (int i = 0; i < s->instances; i++)
         inst_stop(&in[i], SIGTERM);
     return rc;
@@ -681,7 +734,7 @@ static void usage(FILE *f)
             "usage: seckill lab [options]\n\n"
             "Runs every step of the course's flash-sale chapter under the same load, audits\n"
             "each and prints one table (docs/lab.md). Starts its own redis-server and\n"
-            "SQLite file under --dir, and its own seckill instances.\n\n"
+            "SQLite file under --dir (or uses --redis, --db), and its own seckill instances.\n\n"
             "  --steps LIST       comma-separated modes to run [all]: naive, cas-stock-eq,\n"
             "                     cas-stock-gt0, local-lock, setnx, setnx-owner, lua-unlock,\n"
             "                     reentrant, sync, queue, stream, list, pubsub\n"
@@ -694,6 +747,8 @@ static void usage(FILE *f)
             "  --json FILE        also write the table as JSON (- = stdout)\n"
             "  --html FILE        also write an HTML report with a chart per column\n"
             "  --dir DIR          working directory (kept) [a temporary one, removed]\n"
+            "  --db URL           use this database (sqlite:PATH or mysql://...; the lab\n"
+            "                     adds vouchers and orders to it) [a SQLite file in --dir]\n"
             "  --redis URL        use this Redis (a scratch one: the lab writes keys)\n"
             "  --redis-server-bin B  redis-server to start [redis-server]\n");
 }
@@ -728,6 +783,8 @@ static int parse(lab_t *L, int argc, char **argv, char *err, size_t errlen)
             snprintf(L->html, sizeof L->html, "%s", v);
         else if (!strcmp(a, "--dir"))
             snprintf(L->dir, sizeof L->dir, "%s", v), L->keep = 1;
+        else if (!strcmp(a, "--db"))
+            snprintf(L->db_given, sizeof L->db_given, "%s", v);
         else if (!strcmp(a, "--redis"))
             snprintf(L->redis_given, sizeof L->redis_given, "%s", v);
         else if (!strcmp(a, "--redis-server-bin"))
@@ -828,9 +885,24 @@ int lab_main(int argc, char **argv)
     char abs[PATH_MAX];
     if (realpath(L.dir, abs))
         snprintf(L.dir, sizeof L.dir, "%s", abs);
-    snprintf(L.db_path, sizeof L.db_path, "%s/lab.db", L.dir);
-    unlink(L.db_path);
-    snprintf(L.db_url, sizeof L.db_url, "sqlite:%s", L.db_path);
+    if (L.db_given[0]) {
+        /* A given database: each step adds its own voucher and users, nothing is removed. */
+        snprintf(L.db_url, sizeof L.db_url, "%s", L.db_given);
+        if (db_is_sqlite(L.db_url)) {
+            const char *path = url_sqlite_path(L.db_url);
+            if (!path || !*path) {
+                fprintf(stderr, "seckill lab: --db %s names no file\n", L.db_url);
+                if (L.made_dir)
+                    remove_dir(L.dir);
+                return 2;
+            }
+            snprintf(L.db_path, sizeof L.db_path, "%s", path);
+        }
+    } else {
+        snprintf(L.db_path, sizeof L.db_path, "%s/lab.db", L.dir);
+        unlink(L.db_path);
+        snprintf(L.db_url, sizeof L.db_url, "sqlite:%s", L.db_path);
+    }
     unsigned long long r = (unsigned long long)clock_mono_ns() ^ (unsigned long long)getpid();
     snprintf(L.token, sizeof L.token, "lab%016llx", r);
     if (L.redis_given[0]) {

@@ -647,6 +647,77 @@ static void test_sync_order(void **state)
     assert_int_equal(stock, 0);
 }
 
+/* The lab's course steps (store.h): one autocommit statement each, the stock guards as
+ * the course writes them, and lab_voucher_order without UNIQUE(user, voucher) -- yet
+ * counted, and listed in id order, with the real orders by the audit's calls. */
+static void test_lab_calls(void **state)
+{
+    FX(f);
+    int64_t now = clock_wall_s();
+    int64_t v = create_seckill_at(f->s, 1, 2, now - 3600, now + 3600);
+    int taken = -1;
+    assert_int_equal(store_lab_take_stock(f->s, v, STORE_LAB_TAKE_IF_EQ, 5, &taken), STORE_OK);
+    assert_int_equal(taken, 0);   /* stock = old: someone else moved it */
+    assert_int_equal(store_lab_take_stock(f->s, v, STORE_LAB_TAKE_IF_EQ, 2, &taken), STORE_OK);
+    assert_int_equal(taken, 1);
+    assert_int_equal(store_lab_take_stock(f->s, v, STORE_LAB_TAKE_IF_POSITIVE, 0, &taken),
+                     STORE_OK);
+    assert_int_equal(taken, 1);
+    assert_int_equal(store_lab_take_stock(f->s, v, STORE_LAB_TAKE_IF_POSITIVE, 0, &taken),
+                     STORE_OK);
+    assert_int_equal(taken, 0);   /* stock > 0 guards the last unit */
+    assert_int_equal(store_lab_take_stock(f->s, v, STORE_LAB_TAKE_ANY, 0, &taken), STORE_OK);
+    assert_int_equal(taken, 1);   /* the naive step: nothing stops it going below zero */
+    assert_int_equal(store_lab_take_stock(f->s, 999999, STORE_LAB_TAKE_ANY, 0, &taken),
+                     STORE_OK);
+    assert_int_equal(taken, 0);
+    assert_int_equal(store_lab_take_stock(f->s, v, 7, 0, &taken), STORE_ERR);
+
+    int64_t n = -1;
+    assert_int_equal(store_lab_user_orders(f->s, 2001, v, &n), STORE_OK);
+    assert_int_equal(n, 0);
+    store_order_t o = mk(500, 2001, v, now);
+    assert_int_equal(store_lab_insert(f->s, &o), STORE_OK);
+    o = mk(501, 2001, v, now);
+    assert_int_equal(store_lab_insert(f->s, &o), STORE_OK);   /* the course's duplicate */
+    assert_int_equal(store_lab_insert(f->s, &o), STORE_ERR);  /* the id is still a key */
+    assert_int_equal(store_lab_user_orders(f->s, 2001, v, &n), STORE_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(store_lab_user_orders(f->s, 2002, v, &n), STORE_OK);
+    assert_int_equal(n, 0);
+    int64_t orders, stock;
+    assert_int_equal(store_voucher_counts(f->s, v, &orders, &stock), STORE_OK);
+    assert_int_equal(orders, 2);
+    assert_int_equal(stock, -1);
+
+    /* Both tables, merged in id order, paged. */
+    int64_t v2 = create_seckill(f->s, 1, 10);
+    store_order_t b[2] = {mk(450, 3001, v2, 1700000000), mk(550, 3002, v2, 1700000000)};
+    size_t ins, conf;
+    assert_int_equal(store_orders_write(f->s, b, 2, &ins, &conf, NULL), STORE_OK);
+    assert_int_equal(ins, 2);
+    o = mk(520, 3003, v2, now);
+    assert_int_equal(store_lab_insert(f->s, &o), STORE_OK);
+    o = mk(600, 3003, v2, now);
+    assert_int_equal(store_lab_insert(f->s, &o), STORE_OK);
+    assert_int_equal(store_voucher_counts(f->s, v2, &orders, &stock), STORE_OK);
+    assert_int_equal(orders, 4);
+    store_order_t *out;
+    size_t k;
+    assert_int_equal(store_voucher_orders(f->s, v2, 0, 3, &out, &k), STORE_OK);
+    assert_int_equal(k, 3);
+    assert_int_equal(out[0].id, 450);
+    assert_int_equal(out[1].id, 520);
+    assert_int_equal(out[2].id, 550);
+    assert_int_equal(out[1].user_id, 3003);
+    assert_int_equal(out[1].voucher_id, v2);
+    free(out);
+    assert_int_equal(store_voucher_orders(f->s, v2, 550, 10, &out, &k), STORE_OK);
+    assert_int_equal(k, 1);
+    assert_int_equal(out[0].id, 600);
+    free(out);
+}
+
 static void test_deadline_under_lock(void **state)
 {
     FX(f);
@@ -703,11 +774,11 @@ static void test_mysql_engine_and_version(void **state)
 {
     FX(f);
     MYSQL *m = admin(f->db);
-    assert_int_equal(sql_int(m, "SELECT version FROM schema_version WHERE id = 1"), 2);
+    assert_int_equal(sql_int(m, "SELECT version FROM schema_version WHERE id = 1"), 3);
     assert_int_equal(sql_int(m, "SELECT COUNT(*) FROM information_schema.tables WHERE "
                                 "table_schema = DATABASE() AND engine = 'InnoDB' AND "
                                 "table_collation LIKE 'utf8mb4%'"),
-                     6);
+                     7);
     mysql_close(m);
 }
 
@@ -838,6 +909,7 @@ int main(void)
         CONTRACT(test_orders_of_user),
         CONTRACT(test_deadline_under_lock),
         CONTRACT(test_sync_order),
+        CONTRACT(test_lab_calls),
     };
     const struct CMUnitTest sqlite_only[] = {
         cmocka_unit_test(test_sqlite_urls),
