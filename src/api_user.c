@@ -21,6 +21,7 @@
 #include "sb.h"
 #include "store.h"
 #include "worker.h"
+#include "xmem.h"
 
 #define MSG_BAD_PHONE "手机号格式错误！"
 #define MSG_BAD_CODE "验证码错误"
@@ -220,12 +221,7 @@ void api_user_login(http_req_t *r)
         api_rate_limited(r, ip_ok ? RL_PHONE_LOGIN : RL_IP_LOGIN);
         return;
     }
-    login_ctx_t *L = calloc(1, sizeof(*L));
-    if (L == NULL) {
-        json_decref(root);
-        api_unavailable(r, "out of memory");
-        return;
-    }
+    login_ctx_t *L = xcalloc(1, sizeof(*L));
     L->r = r;
     memcpy(L->phone, phone, 12);
     L->code_len = json_string_length(jcode);

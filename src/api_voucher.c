@@ -111,11 +111,7 @@ static int str_member(http_req_t *r, json_t *obj, const char *name, int required
         api_error(r, 400, msg, "BAD_REQUEST");
         return -1;
     }
-    *out = strndup(z, n);
-    if (*out == NULL) {
-        api_unavailable(r, "out of memory");
-        return -1;
-    }
+    *out = xstrndup(z, n);
     return 0;
 }
 

@@ -18,6 +18,7 @@
 #include "sb.h"
 #include "url.h"
 #include "worker.h"
+#include "xmem.h"
 
 struct board {
     struct event *tick;
@@ -82,10 +83,7 @@ int board_init(worker_t *w)
     if (!board_is_supported(w->app)) {
         return 0;       /* nothing to announce to; the data endpoint says why */
     }
-    struct board *b = calloc(1, sizeof(*b));
-    if (b == NULL) {
-        return -1;
-    }
+    struct board *b = xcalloc(1, sizeof(*b));
     b->tick = event_new(w->base, -1, EV_PERSIST, on_tick, w);
     struct timeval tv = { BOARD_ANNOUNCE_MS / 1000, (BOARD_ANNOUNCE_MS % 1000) * 1000 };
     if (b->tick == NULL || event_add(b->tick, &tv) != 0) {

@@ -4,6 +4,7 @@
  * is freed when its last connection closes, so the table holds no more entries than
  * there are open connections. */
 #include "connlimit.h"
+#include "xmem.h"
 
 #include <netinet/in.h>
 #include <pthread.h>
@@ -26,9 +27,7 @@ struct connlimit {
 
 connlimit_t *connlimit_new(int per_ip)
 {
-    connlimit_t *cl = calloc(1, sizeof *cl);
-    if (!cl)
-        return NULL;
+    connlimit_t *cl = xcalloc(1, sizeof *cl);
     pthread_mutex_init(&cl->mu, NULL);
     cl->per_ip = per_ip;
     return cl;
@@ -90,14 +89,12 @@ int connlimit_acquire(connlimit_t *cl, const connlimit_key_t *key)
         else
             (*pp)->n++;
     } else {
-        entry_t *e = calloc(1, sizeof *e);
-        if (e) {
-            e->key = *key;
-            e->n = 1;
-            *pp = e;
-        } else {
-            rc = -1;
-        }
+        /* Bounded before we get here: one entry per IP holding a connection, and the
+         * connections are capped. */
+        entry_t *e = xcalloc(1, sizeof *e);
+        e->key = *key;
+        e->n = 1;
+        *pp = e;
     }
     pthread_mutex_unlock(&cl->mu);
     return rc;

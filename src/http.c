@@ -59,6 +59,7 @@
 #include "sb.h"
 #include "url.h"
 #include "worker.h"
+#include "xmem.h"
 
 enum {
     READ_CHUNK = 32 * 1024,    /* per-worker scratch buffer for recv() */
@@ -960,12 +961,7 @@ static conn_t *conn_new(http_worker_t *hw, int fd, const struct sockaddr_storage
         refuse(fd, "Too many connections from your address");
         return NULL;
     }
-    conn_t *c = calloc(1, sizeof *c);
-    if (!c) {
-        connlimit_release(hw->cl, &key);
-        close(fd);
-        return NULL;
-    }
+    conn_t *c = xcalloc(1, sizeof *c);   /* bounded: the connection caps were checked above */
     c->hw = hw;
     c->fd = fd;
     c->ckey = key;
@@ -1257,11 +1253,7 @@ static void hw_free(http_worker_t *hw)
 int http_worker_init(worker_t *w, const char *host, int port, http_handler_fn handler, char *err,
                      size_t errlen)
 {
-    http_worker_t *hw = calloc(1, sizeof *hw);
-    if (!hw) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
+    http_worker_t *hw = xcalloc(1, sizeof *hw);
     hw->w = w;
     hw->handler = handler;
     hw->lfd = -1;
@@ -1276,12 +1268,7 @@ int http_worker_init(worker_t *w, const char *host, int port, http_handler_fn ha
     hw->idle_ms = (uint64_t)(cfg && cfg->idle_timeout_s > 0 ? cfg->idle_timeout_s : 60) * 1000;
     hw->header_ms = (uint64_t)(cfg && cfg->header_timeout_s > 0 ? cfg->header_timeout_s : 10) * 1000;
     hw->max_buffered = cfg && cfg->max_buffered_bytes ? cfg->max_buffered_bytes : (size_t)256 << 20;
-    hw->rbuf = malloc(READ_CHUNK);
-    if (!hw->rbuf) {
-        snprintf(err, errlen, "out of memory");
-        hw_free(hw);
-        return -1;
-    }
+    hw->rbuf = xmalloc(READ_CHUNK);
     hw->lfd = open_listener(w->id, host, port, &hw->port, err, errlen);
     if (hw->lfd < 0) {
         hw_free(hw);

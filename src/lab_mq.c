@@ -30,6 +30,7 @@
 #include "keys.h"
 #include "log.h"
 #include "store.h"
+#include "xmem.h"
 
 #define POLL_MS 200
 #define BRPOP_S "1"
@@ -211,11 +212,7 @@ static void *mq_main(void *arg)
 
 struct lab_mq *lab_mq_start(struct app *app, char *err, size_t errlen)
 {
-    struct lab_mq *mq = calloc(1, sizeof *mq);
-    if (!mq) {
-        snprintf(err, errlen, "out of memory");
-        return NULL;
-    }
+    struct lab_mq *mq = xcalloc(1, sizeof *mq);
     mq->app = app;
     if (pthread_create(&mq->thread, NULL, mq_main, mq) != 0) {
         snprintf(err, errlen, "%s: cannot start the consumer thread", config_mode_name(app->cfg.mode));

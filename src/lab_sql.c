@@ -37,6 +37,7 @@
 #include "store.h"
 #include "sync_order.h"
 #include "worker.h"
+#include "xmem.h"
 
 #define LOCAL_STRIPES 4096      /* local-lock: mutexes, picked by user id */
 #define REDIS_POOL_MAX 64
@@ -325,11 +326,7 @@ static void lab_done(worker_t *w, void *arg)
 void lab_sql_try(struct http_req *r, int64_t voucher_id, int64_t user_id, admission_cb cb)
 {
     app_t *app = r->w->app;
-    lab_job_t *j = calloc(1, sizeof *j);
-    if (!j) {
-        cb(r, ADMIT_UNAVAILABLE, 0);
-        return;
-    }
+    lab_job_t *j = xcalloc(1, sizeof *j);
     j->r = r;
     j->cb = cb;
     j->app = app;
@@ -359,11 +356,7 @@ int lab_sql_init(struct app *app, char *err, size_t errlen)
     store_close(s);
     if (rc != STORE_OK)
         return -1;
-    lab_sql_t *L = calloc(1, sizeof *L);
-    if (!L) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
+    lab_sql_t *L = xcalloc(1, sizeof *L);
     pthread_mutex_init(&L->mu, NULL);
     for (int i = 0; i < LOCAL_STRIPES; i++)
         pthread_mutex_init(&L->stripes[i], NULL);

@@ -23,14 +23,16 @@
 #include "rnd.h"
 #include "runcmd.h"
 #include "worker.h"
+#include "xmem.h"
 
+#define PHONE_BYTES 16      /* room for any phone number we accept, and its NUL */
 #define MAX_CODE_BYTES 64   /* a longer submission cannot match a 6-digit code */
 
 typedef struct lc_op {
     logincode_cb cb;
     void *priv;
     worker_t *w;
-    char phone[16];
+    char phone[PHONE_BYTES];
     char code[LOGINCODE_LEN + 1];   /* issue */
 } lc_op_t;
 
@@ -54,14 +56,13 @@ static void run_script(worker_t *w, lc_op_t *op, rds_cb cb, const char *const *a
     rds_evalsha(w->rds, SCRIPT_LOGIN_CODE, cb, op, 2, 2 + nargs, argv, lens);
 }
 
-/* A new operation for phone, or NULL (out of memory, or not a phone's length). */
+/* A new operation for phone, or NULL when phone is not a phone's length. */
 static lc_op_t *op_new(worker_t *w, const char *phone, logincode_cb cb, void *priv)
 {
-    lc_op_t *op = calloc(1, sizeof(*op));
-    if (op == NULL || phone == NULL || strlen(phone) >= sizeof(op->phone)) {
-        free(op);
+    if (phone == NULL || strlen(phone) >= PHONE_BYTES) {
         return NULL;
     }
+    lc_op_t *op = xcalloc(1, sizeof(*op));
     op->cb = cb;
     op->priv = priv;
     op->w = w;

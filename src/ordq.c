@@ -19,6 +19,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "store.h"
+#include "xmem.h"
 
 #define BACKOFF_MIN_MS 50
 #define BACKOFF_MAX_MS 5000
@@ -167,24 +168,16 @@ static void *ordq_main(void *arg)
 
 ordq_t *ordq_start(struct app *app, size_t capacity, char *err, size_t errlen)
 {
-    ordq_t *q = calloc(1, sizeof *q);
-    if (!q || capacity == 0) {
-        snprintf(err, errlen, "queue: out of memory");
-        free(q);
+    if (capacity == 0) {
+        snprintf(err, errlen, "queue: capacity must be positive");
         return NULL;
     }
+    ordq_t *q = xcalloc(1, sizeof *q);
     q->app = app;
     q->cap = capacity;
     q->batch_max = (size_t)(app->cfg.writer_batch > 0 ? app->cfg.writer_batch : 512);
-    q->ring = malloc(capacity * sizeof *q->ring);
-    q->batch = malloc(q->batch_max * sizeof *q->batch);
-    if (!q->ring || !q->batch) {
-        snprintf(err, errlen, "queue: cannot allocate %zu orders", capacity);
-        free(q->ring);
-        free(q->batch);
-        free(q);
-        return NULL;
-    }
+    q->ring = xcalloc(capacity, sizeof *q->ring);
+    q->batch = xcalloc(q->batch_max, sizeof *q->batch);
     pthread_mutex_init(&q->mu, NULL);
     pthread_cond_init(&q->cv, NULL);
     if (pthread_create(&q->thread, NULL, ordq_main, q) != 0) {

@@ -25,6 +25,7 @@
 #include "http.h"
 #include "metrics.h"
 #include "worker.h"
+#include "xmem.h"
 
 #define WAYS 8u
 
@@ -78,15 +79,8 @@ rl_table_t *rl_table_new(double per_s, double burst, size_t entries, uint64_t se
     while (nsets * WAYS < entries) {
         nsets *= 2;
     }
-    rl_table_t *t = calloc(1, sizeof(*t));
-    if (t == NULL) {
-        return NULL;
-    }
-    t->e = calloc(nsets * WAYS, sizeof(*t->e));
-    if (t->e == NULL) {
-        free(t);
-        return NULL;
-    }
+    rl_table_t *t = xcalloc(1, sizeof(*t));
+    t->e = xcalloc(nsets * WAYS, sizeof(*t->e));
     t->nsets = nsets;
     t->per_ms = per_s / 1000.0;
     t->burst = burst;
@@ -282,10 +276,7 @@ static void tables_free(rl_table_t **t)
 
 int ratelimit_app_init(app_t *app)
 {
-    struct rl_shared *sh = calloc(1, sizeof(*sh));
-    if (sh == NULL) {
-        return -1;
-    }
+    struct rl_shared *sh = xcalloc(1, sizeof(*sh));
     pthread_mutex_init(&sh->mu, NULL);
     app->rl = sh;
     return tables_make(sh->t, &app->cfg, 0, 0);   /* on failure the caller frees */
@@ -305,10 +296,7 @@ void ratelimit_app_free(app_t *app)
 
 int ratelimit_worker_init(worker_t *w)
 {
-    struct rl_worker *rw = calloc(1, sizeof(*rw));
-    if (rw == NULL) {
-        return -1;
-    }
+    struct rl_worker *rw = xcalloc(1, sizeof(*rw));
     w->rl = rw;
     const app_t *app = w->app;
     return tables_make(rw->t, &app->cfg, 1, app->cfg.threads);

@@ -73,7 +73,7 @@ enum { RL_FULL_EVICTS = 0, RL_FULL_REFUSES = 1 };
 
 /* per_s > 0 tokens per second, burst >= 1 tokens at most; entries is rounded up to a
  * multiple of the 8 ways; full: RL_FULL_EVICTS or RL_FULL_REFUSES (see above). Returns
- * NULL when out of memory. */
+ * NULL when per_s or burst is out of range. */
 rl_table_t *rl_table_new(double per_s, double burst, size_t entries, uint64_t seed, int full);
 void rl_table_free(rl_table_t *t);   /* NULL is fine */
 
@@ -93,7 +93,7 @@ uint64_t rl_key_digits(const char *z);
 /* ---- the service's limits */
 
 /* The per-instance tables (app->rl) and a worker's own (w->rl), for the limits that are
- * on. Return 0, or -1 when out of memory. Free functions accept NULL tables. */
+ * on. Return 0, or -1 when a configured limit is out of range. Free functions accept NULL tables. */
 int ratelimit_app_init(struct app *app);
 void ratelimit_app_free(struct app *app);
 int ratelimit_worker_init(struct worker *w);

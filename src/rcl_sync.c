@@ -15,6 +15,7 @@
 
 #include "clock.h"
 #include "rconn.h"
+#include "xmem.h"
 
 #define NAP_MS 20
 #define MAX_REDIRECTS 16
@@ -116,11 +117,7 @@ rcs_t *rcs_open(const url_redis_t *a, int timeout_ms, char *err, size_t errlen)
         snprintf(err, errlen, "not a cluster address");
         return NULL;
     }
-    rcs_t *s = calloc(1, sizeof *s);
-    if (s == NULL) {
-        snprintf(err, errlen, "out of memory");
-        return NULL;
-    }
+    rcs_t *s = xcalloc(1, sizeof *s);
     s->addr = *a;
     s->timeout_ms = timeout_ms > 0 ? timeout_ms : 2000;
     rcl_map_init(&s->map);

@@ -55,6 +55,7 @@
 #include "metrics.h"
 #include "rds_cluster.h"
 #include "worker.h"
+#include "xmem.h"
 
 #define TICK_MS 25
 #define BACKOFF_MIN_MS 100
@@ -323,9 +324,7 @@ static int send_argv(rds_t *c, rcmd_t *r, int argc, const char **argv, const siz
 static int send_internal(rds_t *c, int kind, int op, script_id_t s, int argc, const char **argv,
                          const size_t *argvlen)
 {
-    rcmd_t *r = calloc(1, sizeof(*r));
-    if (r == NULL)
-        return -1;
+    rcmd_t *r = xcalloc(1, sizeof(*r));
     r->kind = (unsigned char)kind;
     r->setup_op = (unsigned char)op;
     r->script = s;
@@ -442,13 +441,8 @@ static int resend_as_eval(rds_t *c, rcmd_t *r)
     const char **argv = stack_argv;
     size_t *lens = stack_lens;
     if (n > 24) {
-        argv = malloc(sizeof(*argv) * (size_t)n);
-        lens = malloc(sizeof(*lens) * (size_t)n);
-        if (argv == NULL || lens == NULL) {
-            free(argv);
-            free(lens);
-            return -1;
-        }
+        argv = xmalloc(sizeof(*argv) * (size_t)n);
+        lens = xmalloc(sizeof(*lens) * (size_t)n);
     }
     char nk[16];
     int nklen = snprintf(nk, sizeof(nk), "%d", r->numkeys);
@@ -589,9 +583,7 @@ rds_t *rds_new(struct worker *w, const url_redis_t *addr, int timeout_ms)
 {
     if (w == NULL || w->base == NULL || addr == NULL)
         return NULL;
-    rds_t *c = calloc(1, sizeof(*c));
-    if (c == NULL)
-        return NULL;
+    rds_t *c = xcalloc(1, sizeof(*c));
     if (addr->cluster) {
         /* A facade: rds_cluster.c routes to one plain rds_t per node. */
         c->cl = rcla_new(w, addr, timeout_ms);
@@ -669,12 +661,7 @@ void rds_command(rds_t *c, rds_cb cb, void *priv, int argc, const char **argv,
             cb(NULL, priv);
         return;
     }
-    rcmd_t *r = calloc(1, sizeof(*r));
-    if (r == NULL) {
-        if (cb)
-            cb(NULL, priv);
-        return;
-    }
+    rcmd_t *r = xcalloc(1, sizeof(*r));
     r->kind = K_USER;
     r->cb = cb;
     r->priv = priv;
@@ -704,11 +691,6 @@ void rds_evalsha(rds_t *c, script_id_t s, rds_cb cb, void *priv, int numkeys, in
     const char **cargv;
     size_t *clens;
     rcmd_t *r = rds__argv_block(sizeof(*r), argc, argv, argvlen, &cargv, &clens);
-    if (r == NULL) {
-        if (cb)
-            cb(NULL, priv);
-        return;
-    }
     r->kind = K_EVALSHA;
     r->cb = cb;
     r->priv = priv;
@@ -724,16 +706,8 @@ void rds_evalsha(rds_t *c, script_id_t s, rds_cb cb, void *priv, int numkeys, in
     const char **av = stack_argv;
     size_t *lens = stack_lens;
     if (n > 24) {
-        av = malloc(sizeof(*av) * (size_t)n);
-        lens = malloc(sizeof(*lens) * (size_t)n);
-        if (av == NULL || lens == NULL) {
-            free(av);
-            free(lens);
-            free(r);
-            if (cb)
-                cb(NULL, priv);
-            return;
-        }
+        av = xmalloc(sizeof(*av) * (size_t)n);
+        lens = xmalloc(sizeof(*lens) * (size_t)n);
     }
     char nk[16];
     int nklen = snprintf(nk, sizeof(nk), "%d", numkeys);
@@ -767,9 +741,7 @@ void *rds__argv_block(size_t head_size, int argc, const char **argv, const size_
     /* the head, rounded up so the arrays after it are aligned */
     size_t head = (head_size + _Alignof(max_align_t) - 1) & ~(_Alignof(max_align_t) - 1);
     size_t arrays = (sizeof(char *) + sizeof(size_t)) * (size_t)argc;
-    char *block = malloc(head + arrays + bytes + 1);
-    if (block == NULL)
-        return NULL;
+    char *block = xmalloc(head + arrays + bytes + 1);
     memset(block, 0, head_size);
     size_t *lens = (size_t *)(void *)(block + head);
     const char **av = (const char **)(void *)(lens + argc);

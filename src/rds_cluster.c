@@ -41,6 +41,7 @@
 #include "metrics.h"
 #include "rcluster.h"
 #include "worker.h"
+#include "xmem.h"
 
 #define TICK_MS 20
 #define REFRESH_MIN_MS 100
@@ -213,9 +214,7 @@ static void refresh(rcla_t *cl, uint64_t now)
             conn_for(cl, i);
         return;
     }
-    refresh_t *rf = malloc(sizeof *rf);
-    if (rf == NULL)
-        return;
+    refresh_t *rf = xmalloc(sizeof *rf);
     rf->cl = cl;
     rf->node = pick;
     cl->refreshing = 1;
@@ -424,9 +423,7 @@ rcla_t *rcla_new(struct worker *w, const url_redis_t *addr, int timeout_ms)
 {
     if (w == NULL || w->base == NULL || addr == NULL || !addr->cluster || addr->nseeds <= 0)
         return NULL;
-    rcla_t *cl = calloc(1, sizeof *cl);
-    if (cl == NULL)
-        return NULL;
+    rcla_t *cl = xcalloc(1, sizeof *cl);
     cl->w = w;
     cl->timeout_ms = timeout_ms > 0 ? timeout_ms : 1000;
     cl->node_addr = *addr;

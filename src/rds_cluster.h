@@ -27,7 +27,7 @@ void rcla_evalsha(rcla_t *cl, script_id_t s, rds_cb cb, void *priv, int numkeys,
 
 /* One allocation holding a head of head_size bytes, then copies of argv/argvlen and the
  * argument bytes (for commands that may be sent again). *out_argv / *out_lens point into
- * it; free() the block. NULL when out of memory. (Shared by rds.c and rds_cluster.c.) */
+ * it; free() the block. Never NULL. (Shared by rds.c and rds_cluster.c.) */
 void *rds__argv_block(size_t head_size, int argc, const char **argv, const size_t *argvlen,
                       const char ***out_argv, size_t **out_lens);
 

@@ -329,11 +329,7 @@ static void *watch_main(void *arg)
 
 rebuild_watch_t *rebuild_watch_start(struct app *app, char *err, size_t errlen)
 {
-    rebuild_watch_t *w = calloc(1, sizeof *w);
-    if (!w) {
-        snprintf(err, errlen, "rebuild watch: out of memory");
-        return NULL;
-    }
+    rebuild_watch_t *w = xcalloc(1, sizeof *w);
     w->app = app;
     w->backoff_ms = BACKOFF_MIN_MS;
     pthread_condattr_t ca;

@@ -37,6 +37,7 @@
 
 #include "clock.h"
 #include "log.h"
+#include "xmem.h"
 
 #define START_WAIT_MS 10000
 #define POLL_MS 50
@@ -232,11 +233,7 @@ redis_child_t *redis_child_start(const char *bin, const char *data_dir, int fsyn
         return NULL;
     }
 
-    redis_child_t *c = calloc(1, sizeof(*c));
-    if (c == NULL) {
-        snprintf(err, errlen, "out of memory");
-        return NULL;
-    }
+    redis_child_t *c = xcalloc(1, sizeof(*c));
     char rel[PATH_MAX];
     if ((size_t)snprintf(rel, sizeof(rel), "%s/redis", data_dir) >= sizeof(rel) ||
         mkdir_p(rel) < 0 || realpath(rel, c->dir) == NULL) {

@@ -21,6 +21,7 @@
 
 #include "log.h"
 #include "worker.h"
+#include "xmem.h"
 
 extern char **environ;
 
@@ -40,9 +41,7 @@ static char **child_env(const char *const *env_add)
         n++;
     for (const char *const *a = env_add; a && *a; a++)
         n++;
-    char **env = calloc(n + 1, sizeof *env);
-    if (env == NULL)
-        return NULL;
+    char **env = xcalloc(n + 1, sizeof *env);
     for (char **e = environ; e && *e; e++)
         if (strncmp(*e, "SECKILL_", 8) != 0)
             env[k++] = *e;
@@ -93,13 +92,11 @@ static void on_child(evutil_socket_t fd, short what, void *arg)
 int runcmd_start(worker_t *w, const char *cmd, const char *const *env_add, int timeout_ms,
               runcmd_cb cb, void *priv)
 {
-    runcmd_job_t *j = calloc(1, sizeof *j);
+    runcmd_job_t *j = xcalloc(1, sizeof *j);
     char **env = child_env(env_add);
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t at;
     int fa_ok = 0, at_ok = 0, rc = -1;
-    if (j == NULL || env == NULL)
-        goto out;
     j->pidfd = -1;
     fa_ok = posix_spawn_file_actions_init(&fa) == 0;
     at_ok = posix_spawnattr_init(&at) == 0;

@@ -376,10 +376,8 @@ int server_run(const config_t *cfg)
      * own beyond what is open now: Redis and SQL connections, event loops, listeners. */
     if (fdlimit_raise(&app->cfg, 64 + 16 * app->cfg.threads + 4 * JOB_THREADS, err, sizeof err) < 0)
         goto out;
-    if (cfg->max_conns_per_ip > 0 && !(app->connlimit = connlimit_new(cfg->max_conns_per_ip))) {
-        snprintf(err, sizeof err, "out of memory");
-        goto out;
-    }
+    if (cfg->max_conns_per_ip > 0)
+        app->connlimit = connlimit_new(cfg->max_conns_per_ip);
 
     /* 1. Redis: configured, or a private child. */
     if (cfg->redis_url[0]) {

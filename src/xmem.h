@@ -49,4 +49,14 @@ static inline char *xstrdup(const char *z)
     return p;
 }
 
+/* strndup that never returns NULL: at most n bytes of z, NUL-terminated; free() it. */
+static inline char *xstrndup(const char *z, size_t n)
+{
+    size_t len = strnlen(z, n);
+    char *p = xrealloc(NULL, len + 1);
+    memcpy(p, z, len);
+    p[len] = '\0';
+    return p;
+}
+
 #endif

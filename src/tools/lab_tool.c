@@ -35,6 +35,7 @@
 #include "redis_child.h"
 #include "tools/html_report.h"
 #include "url.h"
+#include "xmem.h"
 
 /* ==== the steps ==== */
 
@@ -667,13 +668,11 @@ static int write_html(const lab_t *L, const row_t *rows, int n, char *err, size_
              "figures are counted in SQL and Redis, not taken from the answers.",
              L->stock, L->users, L->rate, L->dup);
     html_report_text(f, intro);
-    char(*cells)[NCOLS][128] = calloc((size_t)n, sizeof *cells);
-    const char **cp = calloc((size_t)n * (NCOLS + 1), sizeof *cp);
-    const char **names = calloc((size_t)n, sizeof *names);
-    char(*label)[64] = calloc((size_t)n, sizeof *label);
-    double *vals = calloc((size_t)n, sizeof *vals);
-    if (!cells || !cp || !names || !label || !vals)
-        abort();
+    char(*cells)[NCOLS][128] = xcalloc((size_t)n, sizeof *cells);
+    const char **cp = xcalloc((size_t)n * (NCOLS + 1), sizeof *cp);
+    const char **names = xcalloc((size_t)n, sizeof *names);
+    char(*label)[64] = xcalloc((size_t)n, sizeof *label);
+    double *vals = xcalloc((size_t)n, sizeof *vals);
     for (int k = 0; k < n; k++) {
         cells_of(&rows[k], cells[k]);
         for (int i = 0; i < NCOLS; i++)
