@@ -12,9 +12,15 @@ int datadir_urls(const char *tool, const char *data_dir, const char **redis, con
 {
     if (data_dir || (!*redis && !*db)) {
         const char *dd = data_dir ? data_dir : "./var";
-        char abs[512];
-        if (!realpath(dd, abs)) {
+        /* realpath allocates: no PATH_MAX buffer to overflow or truncate into. */
+        char *abs = realpath(dd, NULL);
+        if (!abs) {
             fprintf(stderr, "%s: data dir %s: %s\n", tool, dd, strerror(errno));
+            return 2;
+        }
+        if (strlen(abs) + sizeof "sqlite:/redis/redis.sock" > DATADIR_URL_MAX) {
+            fprintf(stderr, "%s: data dir path too long: %s\n", tool, abs);
+            free(abs);
             return 2;
         }
         if (!*redis) {
@@ -25,6 +31,7 @@ int datadir_urls(const char *tool, const char *data_dir, const char **redis, con
             snprintf(dbuf, DATADIR_URL_MAX, "sqlite:%s/seckill.db", abs);
             *db = dbuf;
         }
+        free(abs);
     }
     if (!*redis || !*db) {
         fprintf(stderr, "%s: give both --redis and --db, or --data-dir\n", tool);
