@@ -27,12 +27,8 @@
 
 #include "app.h"
 #include "rconn.h"
-#include "clock.h"
-#include "http.h"
-#include "jobs.h"
 #include "keys.h"
 #include "log.h"
-#include "orderid.h"
 #include "rlock.h"
 #include "store.h"
 #include "sync_order.h"
@@ -57,13 +53,8 @@ typedef struct lab_sql {
     pthread_mutex_t stripes[LOCAL_STRIPES];
 } lab_sql_t;
 
-typedef struct lab_job {
-    http_req_t *r;
-    admission_cb cb;
-    app_t *app;
-    store_order_t o;
-    int code;
-} lab_job_t;
+/* One order of a lab mode: the sync mode's job (sync_order.h), with the lab's run. */
+typedef sync_order_job_t lab_job_t;
 
 /* ------------------------------------------------------------ Redis connections */
 
@@ -298,47 +289,19 @@ static int run_locked(store_t *s, lab_job_t *j)
 
 /* ------------------------------------------------------------ jobs */
 
-static void lab_run(store_t *s, void *arg)
+static int lab_run(store_t *s, lab_job_t *j)
 {
-    lab_job_t *j = arg;
-    j->code = ADMIT_UNAVAILABLE;
-    if (!s)
-        return;
     switch (j->app->cfg.mode) {
-    case MODE_NAIVE: j->code = run_unlocked(s, j, STORE_LAB_TAKE_ANY); break;
-    case MODE_CAS_EQ: j->code = run_unlocked(s, j, STORE_LAB_TAKE_IF_EQ); break;
-    case MODE_CAS_GT0: j->code = run_unlocked(s, j, STORE_LAB_TAKE_IF_POSITIVE); break;
-    default: j->code = run_locked(s, j); break;
+    case MODE_NAIVE: return run_unlocked(s, j, STORE_LAB_TAKE_ANY);
+    case MODE_CAS_EQ: return run_unlocked(s, j, STORE_LAB_TAKE_IF_EQ);
+    case MODE_CAS_GT0: return run_unlocked(s, j, STORE_LAB_TAKE_IF_POSITIVE);
+    default: return run_locked(s, j);
     }
-}
-
-static void lab_done(worker_t *w, void *arg)
-{
-    lab_job_t *j = arg;
-    http_req_t *r = j->r;
-    admission_cb cb = j->cb;
-    int code = j->code;
-    int64_t id = j->o.id;
-    free(j);
-    cb(r, code, code == ADMIT_OK ? id : 0);
 }
 
 void lab_sql_try(struct http_req *r, int64_t voucher_id, int64_t user_id, admission_cb cb)
 {
-    app_t *app = r->w->app;
-    lab_job_t *j = xcalloc(1, sizeof *j);
-    j->r = r;
-    j->cb = cb;
-    j->app = app;
-    j->o.create_time = clock_wall_s();
-    j->o.id = orderid_next(j->o.create_time);
-    j->o.user_id = user_id;
-    j->o.voucher_id = voucher_id;
-    j->o.status = 1;
-    if (jobs_submit(app->jobs, r->w, lab_run, lab_done, j) != 0) {
-        free(j);
-        cb(r, ADMIT_UNAVAILABLE, 0);
-    }
+    sync_order_submit(r, voucher_id, user_id, cb, lab_run);
 }
 
 /* ------------------------------------------------------------ lifetime */

@@ -28,37 +28,27 @@
 #include "worker.h"
 #include "xmem.h"
 
-typedef struct sync_job {
-    http_req_t *r;
-    admission_cb cb;
-    app_t *app;
-    store_order_t o;
-    int code;
-} sync_job_t;
-
-static void sync_run(store_t *s, void *arg)
+/* The course's createVoucherOrder under the user's lock (see the top of this file). */
+static int sync_run(store_t *s, sync_order_job_t *j)
 {
-    sync_job_t *j = arg;
-    j->code = ADMIT_UNAVAILABLE;
-    if (!s)
-        return;
+    int code = ADMIT_UNAVAILABLE;
     char name[48];
     snprintf(name, sizeof name, "order:%lld", (long long)j->o.user_id);
     rlock_t *l = NULL;
     /* Owner NULL: this pool thread. Two pool threads are two owners, so they exclude
      * each other like two instances do. */
     if (rlock_open(j->app->locks, name, RLOCK_REENTRANT, NULL, 0, &l) != RLOCK_OK)
-        return;
+        return code;
     int64_t lease = j->app->cfg.sql_timeout_ms * 3LL;
     if (lease < 10000)
         lease = 10000;
     rlock_status_t st = rlock_try_lock(l, 0, lease);
     if (st == RLOCK_TIMEOUT) {
-        j->code = ADMIT_DUPLICATE;   /* the same user's other attempt holds the lock */
+        code = ADMIT_DUPLICATE;   /* the same user's other attempt holds the lock */
     } else if (st == RLOCK_OK) {
         int res;
         if (store_order_sync(s, &j->o, &res) == STORE_OK)
-            j->code = res;   /* STORE_SYNC_* == ADMIT_* */
+            code = res;   /* STORE_SYNC_* == ADMIT_* */
         else
             log_warn("sync order: %s", store_errmsg(s));
         st = rlock_unlock(l);
@@ -70,11 +60,20 @@ static void sync_run(store_t *s, void *arg)
                  rlock_status_str(st));
     }
     rlock_close(l);
+    return code;
 }
 
-static void sync_done(worker_t *w, void *arg)
+/* ------------------------------------------------------------ one SQL order on the pool */
+
+static void job_run(store_t *s, void *arg)
 {
-    sync_job_t *j = arg;
+    sync_order_job_t *j = arg;
+    j->code = s != NULL ? j->run(s, j) : ADMIT_UNAVAILABLE;
+}
+
+static void job_done(worker_t *w, void *arg)
+{
+    sync_order_job_t *j = arg;
     http_req_t *r = j->r;
     admission_cb cb = j->cb;
     int code = j->code;
@@ -83,22 +82,29 @@ static void sync_done(worker_t *w, void *arg)
     cb(r, code, code == ADMIT_OK ? id : 0);
 }
 
-void sync_order_try(struct http_req *r, int64_t voucher_id, int64_t user_id, admission_cb cb)
+void sync_order_submit(struct http_req *r, int64_t voucher_id, int64_t user_id,
+                       admission_cb cb, sync_order_run run)
 {
     app_t *app = r->w->app;
-    sync_job_t *j = xcalloc(1, sizeof *j);
+    sync_order_job_t *j = xcalloc(1, sizeof *j);
     j->r = r;
     j->cb = cb;
+    j->run = run;
     j->app = app;
     j->o.create_time = clock_wall_s();
     j->o.id = orderid_next(j->o.create_time);
     j->o.user_id = user_id;
     j->o.voucher_id = voucher_id;
     j->o.status = 1;
-    if (jobs_submit(app->jobs, r->w, sync_run, sync_done, j) != 0) {
+    if (jobs_submit(app->jobs, r->w, job_run, job_done, j) != 0) {
         free(j);
         cb(r, ADMIT_UNAVAILABLE, 0);
     }
+}
+
+void sync_order_try(struct http_req *r, int64_t voucher_id, int64_t user_id, admission_cb cb)
+{
+    sync_order_submit(r, voucher_id, user_id, cb, sync_run);
 }
 
 int sync_order_init(struct app *app, char *err, size_t errlen)
