@@ -22,6 +22,21 @@ static inline uint64_t clock_mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* The monotonic time ms milliseconds from now, for pthread_cond_timedwait on a condition
+ * variable whose clock is CLOCK_MONOTONIC. */
+static inline struct timespec clock_mono_after(int ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
 /* Seconds since the Unix epoch. */
 static inline int64_t clock_wall_s(void)
 {

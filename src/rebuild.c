@@ -1,7 +1,8 @@
 /* rebuild.c -- rebuild a flash-sale voucher's Redis keys from SQL (see rebuild.h).
  *
- * Users and orders are compared through arrays of (user id, order id) pairs sorted by
- * user: a million orders cost tens of MB and a sort, no hash tables. */
+ * Users and orders are compared through arrays of (user id, order id) pairs (pairs.h:
+ * .a the user, .b the order) sorted by user: a million orders cost tens of MB and a
+ * sort, no hash tables. */
 #include "rebuild.h"
 
 #include <stdarg.h>
@@ -13,6 +14,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "pairs.h"
 #include "rconn.h"
 #include "embedded.h"
 #include "keys.h"
@@ -24,51 +26,10 @@
 #define HSET_CHUNK 1000      /* buyers per HSET */
 #define LOCK_TTL_MS 30000
 
-typedef struct upair {
-    int64_t user, order;
-} upair_t;
-
-typedef struct uvec {
-    upair_t *v;
-    size_t n, cap;
-} uvec_t;
-
-static void uvec_push(uvec_t *u, int64_t user, int64_t order)
-{
-    if (u->n == u->cap) {
-        u->cap = u->cap ? u->cap * 2 : 1024;
-        u->v = xrealloc(u->v, u->cap * sizeof *u->v);
-    }
-    u->v[u->n].user = user;
-    u->v[u->n].order = order;
-    u->n++;
-}
-
-static int cmp_user(const void *a, const void *b)
-{
-    const upair_t *x = a, *y = b;
-    if (x->user != y->user)
-        return x->user < y->user ? -1 : 1;
-    return x->order < y->order ? -1 : x->order > y->order;
-}
-
 static int cmp_i64(const void *a, const void *b)
 {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
     return x < y ? -1 : x > y;
-}
-
-static int has_user(const uvec_t *u, int64_t user)
-{
-    size_t lo = 0, hi = u->n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (u->v[mid].user < user)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < u->n && u->v[lo].user == user;
 }
 
 static int has_i64(const int64_t *a, size_t n, int64_t x)
@@ -122,7 +83,7 @@ int rebuild_present(redisContext *c, int64_t voucher_id, char *err, size_t errle
 }
 
 /* Every order of the voucher in SQL, as (user, order), sorted by user. */
-static int read_sql_orders(store_t *st, int64_t vid, uvec_t *out, char *err, size_t errlen)
+static int read_sql_orders(store_t *st, int64_t vid, pairs_t *out, char *err, size_t errlen)
 {
     int64_t after = 0;
     for (;;) {
@@ -133,22 +94,21 @@ static int read_sql_orders(store_t *st, int64_t vid, uvec_t *out, char *err, siz
             return -1;
         }
         for (size_t i = 0; i < n; i++)
-            uvec_push(out, page[i].user_id, page[i].id);
+            pairs_push(out, page[i].user_id, page[i].id);
         if (n)
             after = page[n - 1].id;
         free(page);
         if (n < PAGE)
             break;
     }
-    if (out->n > 1)
-        qsort(out->v, out->n, sizeof *out->v, cmp_user);
+    pairs_sort(out);
     return 0;
 }
 
 /* Every entry of a surviving stream: all order ids (sorted), and the (user, order) of the
  * entries of generation epoch, sorted by user. */
 static int read_stream(redisContext *c, const char *ks, int64_t vid, int64_t epoch,
-                       int64_t **ids, size_t *nids, uvec_t *cur, char *err, size_t errlen)
+                       int64_t **ids, size_t *nids, pairs_t *cur, char *err, size_t errlen)
 {
     char start[64] = "-", why[256];
     size_t cap = 0;
@@ -181,7 +141,7 @@ static int read_stream(redisContext *c, const char *ks, int64_t vid, int64_t epo
             }
             (*ids)[(*nids)++] = oid;
             if (ep == epoch)
-                uvec_push(cur, user, oid);
+                pairs_push(cur, user, oid);
         }
         freeReplyObject(r);
         if (n < PAGE)
@@ -189,8 +149,7 @@ static int read_stream(redisContext *c, const char *ks, int64_t vid, int64_t epo
     }
     if (*nids > 1)
         qsort(*ids, *nids, sizeof **ids, cmp_i64);
-    if (cur->n > 1)
-        qsort(cur->v, cur->n, sizeof *cur->v, cmp_user);
+    pairs_sort(cur);
     return 0;
 }
 
@@ -210,7 +169,7 @@ static void unlock(redisContext *c, const char *kl, const char *token)
 }
 
 /* Writes the buyers into the staging hash, HSET_CHUNK at a time. */
-static int stage_buyers(redisContext *c, const char *kt, const uvec_t *a, const uvec_t *b,
+static int stage_buyers(redisContext *c, const char *kt, const pairs_t *a, const pairs_t *b,
                         char *err, size_t errlen)
 {
     char why[256];
@@ -229,9 +188,9 @@ static int stage_buyers(redisContext *c, const char *kt, const uvec_t *a, const 
         argv[argc++] = "HSET";
         argv[argc++] = kt;
         for (size_t k = 0; k < HSET_CHUNK && done < total; k++, done++) {
-            const upair_t *p = done < a->n ? &a->v[done] : &b->v[done - a->n];
-            snprintf(num[2 * k], sizeof num[0], "%lld", (long long)p->user);
-            snprintf(num[2 * k + 1], sizeof num[0], "%lld", (long long)p->order);
+            const pair_t *p = done < a->n ? &a->v[done] : &b->v[done - a->n];
+            snprintf(num[2 * k], sizeof num[0], "%lld", (long long)p->a);
+            snprintf(num[2 * k + 1], sizeof num[0], "%lld", (long long)p->b);
             argv[argc++] = num[2 * k];
             argv[argc++] = num[2 * k + 1];
         }
@@ -298,7 +257,7 @@ int rebuild_voucher(redisContext *c, redisContext *g, store_t *st, int64_t vid,
     }
 
     int rc = REBUILD_ERR;
-    uvec_t sql = {0}, fresh = {0}, cur = {0};
+    pairs_t sql = {0}, fresh = {0}, cur = {0};
     int64_t *sids = NULL;
     size_t nsids = 0;
 
@@ -360,8 +319,8 @@ int rebuild_voucher(redisContext *c, redisContext *g, store_t *st, int64_t vid,
         read_stream(c, ks, vid, res->epoch, &sids, &nsids, &cur, err, errlen) != 0)
         goto out;
     for (size_t i = 0; i < cur.n; i++)
-        if ((i == 0 || cur.v[i].user != cur.v[i - 1].user) && !has_user(&sql, cur.v[i].user))
-            uvec_push(&fresh, cur.v[i].user, cur.v[i].order);
+        if ((i == 0 || cur.v[i].a != cur.v[i - 1].a) && pairs_find(&sql, cur.v[i].a) < 0)
+            pairs_push(&fresh, cur.v[i].a, cur.v[i].b);
     res->from_sql = (int64_t)sql.n;
     res->from_stream = (int64_t)fresh.n;
     res->buyers = res->from_sql + res->from_stream;
@@ -374,7 +333,7 @@ int rebuild_voucher(redisContext *c, redisContext *g, store_t *st, int64_t vid,
     }
     res->seeded = 0;
     for (size_t i = 0; i < sql.n; i++)
-        if (!has_i64(sids, nsids, sql.v[i].order))
+        if (!has_i64(sids, nsids, sql.v[i].b))
             res->seeded++;
     plan(o, "voucher %lld: SQL stock %lld + %lld orders = initial %lld; buyers %lld (%lld "
             "with an SQL order, %lld stream entries not yet in SQL); Redis stock %lld",
@@ -431,9 +390,9 @@ out:
     if (locked)
         unlock(c, kl, token);
     store_voucher_clear(&v);
-    free(sql.v);
-    free(fresh.v);
-    free(cur.v);
+    pairs_free(&sql);
+    pairs_free(&fresh);
+    pairs_free(&cur);
     free(sids);
     return rc;
 }

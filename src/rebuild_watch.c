@@ -69,14 +69,7 @@ static int stopping(rebuild_watch_t *w)
 /* Sleeps up to ms; stop ends it early, and so does a poke if wake_on_poke. */
 static void nap(rebuild_watch_t *w, int ms, int wake_on_poke)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    struct timespec ts = clock_mono_after(ms);
     pthread_mutex_lock(&w->mu);
     while (!w->stop && (!wake_on_poke || w->npokes == 0) &&
            pthread_cond_timedwait(&w->cv, &w->mu, &ts) != ETIMEDOUT) {

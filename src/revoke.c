@@ -70,9 +70,7 @@ struct revoke {
 
 uint64_t revoke_now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    return clock_wall_ms();
 }
 
 /* ----------------------------------------------------------------- the set */

@@ -175,14 +175,7 @@ static int stopping(writer_t *wr)
 /* Sleeps ms, or less if writer_stop is called. */
 static void nap(writer_t *wr, int ms)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    struct timespec ts = clock_mono_after(ms);
     pthread_mutex_lock(&wr->mu);
     while (!stopping(wr) && pthread_cond_timedwait(&wr->cv, &wr->mu, &ts) != ETIMEDOUT) {
     }

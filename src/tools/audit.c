@@ -35,6 +35,7 @@
 
 #include "bench_redis.h"
 #include "rcl_sync.h"
+#include "pairs.h"
 #include "rconn.h"
 #include "clock.h"
 #include "keys.h"
@@ -48,75 +49,6 @@
 #define MAX_CHECKS 32
 
 /* ==== small helpers ==== */
-
-typedef struct pair {
-    int64_t a, b;
-} pair_t;
-
-typedef struct pairs {
-    pair_t *v;
-    size_t n, cap;
-} pairs_t;
-
-static void pairs_push(pairs_t *p, int64_t a, int64_t b)
-{
-    if (p->n == p->cap) {
-        p->cap = p->cap ? p->cap * 2 : 1024;
-        p->v = xrealloc(p->v, p->cap * sizeof *p->v);
-    }
-    p->v[p->n].a = a;
-    p->v[p->n].b = b;
-    p->n++;
-}
-
-static void pairs_free(pairs_t *p)
-{
-    free(p->v);
-    memset(p, 0, sizeof *p);
-}
-
-static int cmp_ab(const void *x, const void *y)
-{
-    const pair_t *p = x, *q = y;
-    if (p->a != q->a)
-        return p->a < q->a ? -1 : 1;
-    if (p->b != q->b)
-        return p->b < q->b ? -1 : 1;
-    return 0;
-}
-
-static void pairs_sort(pairs_t *p)
-{
-    if (p->n > 1)
-        qsort(p->v, p->n, sizeof *p->v, cmp_ab);
-}
-
-/* Index of the first pair with .a == key in a sorted array, or -1. */
-static ssize_t pairs_find(const pairs_t *p, int64_t key)
-{
-    size_t lo = 0, hi = p->n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (p->v[mid].a < key)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < p->n && p->v[lo].a == key ? (ssize_t)lo : -1;
-}
-
-/* Keys (.a) that occur more than once in a sorted array: how many keys, first example. */
-static int64_t pairs_dups(const pairs_t *p, int64_t *example)
-{
-    int64_t n = 0;
-    for (size_t i = 1; i < p->n; i++)
-        if (p->v[i].a == p->v[i - 1].a && (i < 2 || p->v[i - 2].a != p->v[i].a)) {
-            if (n == 0 && example)
-                *example = p->v[i].a;
-            n++;
-        }
-    return n;
-}
 
 static int parse_i64(const char *z, int64_t *out)
 {
@@ -494,7 +426,7 @@ static int read_buyers(redisContext *c, vdata_t *d, char *err, size_t errlen)
     pairs_sort(&d->buyers);
     size_t w = 0;
     for (size_t i = 0; i < d->buyers.n; i++)
-        if (w == 0 || cmp_ab(&d->buyers.v[i], &d->buyers.v[w - 1]) != 0)
+        if (w == 0 || d->buyers.v[i].a != d->buyers.v[w - 1].a || d->buyers.v[i].b != d->buyers.v[w - 1].b)
             d->buyers.v[w++] = d->buyers.v[i];
     d->buyers.n = w;
     for (size_t i = 0; i < d->buyers.n; i++)
