@@ -868,6 +868,11 @@ static int handle_batch(writer_t *wr)
             store_close(wr->st);   /* reopened by the next try */
             wr->st = NULL;
         }
+        /* A failed batch attempt like any other (sql_write's): counted, and SQL is down
+         * for /metrics until a write works again. */
+        wr->sql_down = 1;
+        atomic_store(&wr->app->sql_up, 0);
+        metric_inc(&wr->m->writer_failures);
         metric_inc(&wr->m->sql_errors);
         if (stopping(wr))
             return -2;   /* the batch stays pending in the stream */
