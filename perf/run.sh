@@ -249,7 +249,7 @@ print("         sold out / nginx static (2 workers) = %.2f (seckill bench), %.2f
 print("         writer drain %.0f orders/s   [target >= 10000]" % dr)
 print("         sale p99 (10x buyers, open loop) %s   [target < 5 ms]" % p99)
 print()
-print("targets (issue 11), this run:")
+print("hot-path targets, this run:")
 print("  %-62s %-22s %s" % ("case", "measured", "target"))
 print("  %-62s %-22s %s" % ("sold out, new user per request, req/s / nginx static (2 workers)",
                             "%.2f wrk, %.2f bench" % (ws / n2, bs / n2), ">= 0.8"))

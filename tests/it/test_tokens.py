@@ -210,7 +210,7 @@ def _soldout_commands(fmt):
 
 
 def test_soldout_touches_no_redis():
-    """The issue's target: <= 0.01 Redis commands per sold-out request, for a new user's
+    """The hot-path target (README): <= 0.01 Redis commands per sold-out request, for a new user's
     very first request. The opaque format, measured the same way, costs one lookup per
     new token: the measurement can tell the two apart."""
     per = _soldout_commands("signed")
