@@ -19,17 +19,7 @@ for t in nginx wrk curl; do
     command -v $t >/dev/null || { echo "http_plain: $t not found (sh tools/deps.sh perf)"; exit 2; }
 done
 TMP=$(mktemp -d /tmp/skhttp.XXXXXX)
-pids=""
-cleanup() {
-    for p in $pids; do kill "$p" 2>/dev/null || true; done
-    sleep 0.5
-    for p in $pids; do kill -9 "$p" 2>/dev/null || true; done
-    rm -rf "$TMP"
-}
-trap cleanup EXIT INT TERM
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-tick_us() { echo $((1000000 / $(getconf CLK_TCK))); }
-cpu_ticks() { t=0; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo $t; }
+. perf/lib.sh   # cleanup trap, free_port, tick_us, cpu_ticks
 # wrk on URL $1 while measuring the CPU of processes $2...: "req/s:us-per-request"
 rps() {
     u=$1; shift

@@ -33,20 +33,9 @@ mkdir -p "$OUT"
 RES="$OUT/results.txt"
 TMP=$(mktemp -d /tmp/skbench.XXXXXX)   # short: the Redis socket path must fit in 107 bytes
 : > "$RES"
-pids=""
-cleanup() {
-    for p in $pids; do kill "$p" 2>/dev/null || true; done
-    sleep 0.5
-    for p in $pids; do kill -9 "$p" 2>/dev/null || true; done
-    rm -rf "$TMP"
-}
-trap cleanup EXIT INT TERM
+. perf/lib.sh   # cleanup trap, free_port, tick_us, cpu_ticks
 
 say() { echo "$*" | tee -a "$RES"; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-tick_us() { echo $((1000000 / $(getconf CLK_TCK))); }
-# CPU ticks (utime + stime) of the given processes, summed
-cpu_ticks() { t=0; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo $t; }
 per_req() { python3 -c "import sys; t,n,us=map(float,sys.argv[1:]); print('%.1f' % (t*us/n if n else 0))" "$1" "$2" "$(tick_us)"; }
 jget() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); v=d
 for k in sys.argv[2].split('.'): v=v[k]
