@@ -30,17 +30,9 @@ mkdir -p "$OUT"
 RES="$OUT/cluster.txt"
 : > "$RES"
 TMP=$(mktemp -d /tmp/seckill-cbench.XXXXXX)
-pids=""
-cleanup() {
-    for p in $pids; do kill "$p" 2>/dev/null || true; done
-    sleep 0.5
-    for p in $pids; do kill -9 "$p" 2>/dev/null || true; done
-    rm -rf "$TMP"
-}
-trap cleanup EXIT INT TERM
+. perf/lib.sh   # cleanup trap, free_port
 
 say() { echo "$*" | tee -a "$RES"; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 idle() { awk '/^cpu / {print $5 + $6}' /proc/stat; }   # idle + iowait, in ticks
 busy() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8}' /proc/stat; }   # user nice system irq softirq
 ticks() { t=0; for p in "$@"; do [ -r "/proc/$p/stat" ] && t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo $t; }
