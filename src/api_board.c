@@ -2,8 +2,9 @@
  *
  * The page (web/board.*) is compiled into the binary (tools/embed.sh) and public: it holds
  * no data. Its data call needs x-admin-token. One EVALSHA of scripts/board.lua announces
- * this instance and returns every live instance's snapshot (board.c) and every sale's
- * Redis stock and buyer count; the page polls it once a second and takes rates from the
+ * this instance and returns every live instance's snapshot (board.c); beside it, every
+ * sale's Redis stock and buyer count are read voucher by voucher, so the board works on a
+ * Redis Cluster too. The page polls it once a second and takes rates from the
  * differences. Snapshots come back from Redis as text: each is checked to be a JSON
  * object before it is passed on, so a bad entry cannot break the page. */
 #include <stdlib.h>
@@ -17,9 +18,11 @@
 #include "board.h"
 #include "clock.h"
 #include "embedded.h"
+#include "keys.h"
 #include "rds.h"
 #include "sb.h"
 #include "worker.h"
+#include "xmem.h"
 
 void api_board_asset(http_req_t *r, board_asset_t a)
 {
@@ -59,55 +62,175 @@ static void put_num(sb_t *s, const redisReply *e)
     sb_puts(s, "null");
 }
 
-static void on_board(redisReply *rep, void *priv)
+/* One board request. Its parts: board.lua on the {board} slot's node (announce, and every
+ * live instance's snapshot), SMEMBERS seckill:streams (the sales), then per sale an HMGET
+ * of its voucher hash and an HLEN of its buyers, each sent to the node owning that
+ * voucher's slot (on one Redis all go down the one connection, pipelined). The page
+ * needs no single moment across vouchers, so nothing here has to span slots. */
+typedef struct board_req board_req_t;
+
+typedef struct board_sale {
+    board_req_t *b;
+    int64_t id;
+    sb_t hm;                /* "stock":..,"begin":..,"end":.. once HMGET answered */
+    sb_t buyers;            /* the HLEN as JSON, once answered */
+} board_sale_t;
+
+struct board_req {
+    http_req_t *r;
+    int pending;            /* replies still due, plus one while a step is sending */
+    int failed;             /* board.lua or SMEMBERS failed: 503 */
+    const char *why;
+    sb_t insts;             /* the valid snapshots, comma-separated */
+    board_sale_t *sales;
+    size_t nsales;
+};
+
+static void board_finish(board_req_t *b)
 {
-    http_req_t *r = priv;
-    if (rep == NULL || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
-        rep->element[0]->type != REDIS_REPLY_ARRAY || rep->element[1]->type != REDIS_REPLY_ARRAY) {
-        api_unavailable(r, rep != NULL && rep->type == REDIS_REPLY_ERROR ? "redis error" : "redis");
+    http_req_t *r = b->r;
+    if (b->failed) {
+        api_unavailable(r, b->why);
+    } else {
+        app_t *app = r->w->app;
+        sb_t s = SB_INIT;
+        sb_puts(&s, "{\"self\":");
+        sb_json_str(&s, app->name, strlen(app->name));
+        sb_printf(&s, ",\"now\":%llu,\"instances\":[", (unsigned long long)clock_wall_ms());
+        sb_append(&s, b->insts.buf != NULL ? b->insts.buf : "", b->insts.len);
+        sb_puts(&s, "],\"sales\":[");
+        for (size_t i = 0; i < b->nsales; i++) {
+            board_sale_t *e = &b->sales[i];
+            sb_printf(&s, "%s{\"id\":%lld,", i ? "," : "", (long long)e->id);
+            if (e->hm.len > 0) {
+                sb_append(&s, e->hm.buf, e->hm.len);
+            } else {
+                sb_puts(&s, "\"stock\":null,\"begin\":null,\"end\":null");
+            }
+            sb_puts(&s, ",\"buyers\":");
+            if (e->buyers.len > 0) {
+                sb_append(&s, e->buyers.buf, e->buyers.len);
+            } else {
+                sb_puts(&s, "null");
+            }
+            sb_puts(&s, "}");
+        }
+        sb_puts(&s, "]}");
+        api_ok(r, s.buf, s.len);
+        sb_free(&s);
+    }
+    for (size_t i = 0; i < b->nsales; i++) {
+        sb_free(&b->sales[i].hm);
+        sb_free(&b->sales[i].buyers);
+    }
+    free(b->sales);
+    sb_free(&b->insts);
+    free(b);
+}
+
+static void board_unref(board_req_t *b)
+{
+    if (--b->pending == 0) {
+        board_finish(b);
+    }
+}
+
+static void board_fail(board_req_t *b, const redisReply *rep)
+{
+    if (!b->failed) {
+        b->failed = 1;
+        b->why = rep != NULL && rep->type == REDIS_REPLY_ERROR ? "redis error" : "redis";
+    }
+}
+
+/* board.lua's reply: every live instance's snapshot, each checked to be a JSON object. */
+static void on_insts(redisReply *rep, void *priv)
+{
+    board_req_t *b = priv;
+    if (rep == NULL || rep->type != REDIS_REPLY_ARRAY) {
+        board_fail(b, rep);
+    } else {
+        for (size_t i = 0; i < rep->elements; i++) {
+            const redisReply *e = rep->element[i];
+            if (!is_str(e)) {
+                continue;
+            }
+            json_t *j = json_loadb(e->str, e->len, 0, NULL);
+            int ok = j != NULL && json_is_object(j);
+            json_decref(j);
+            if (ok) {
+                sb_puts(&b->insts, b->insts.len > 0 ? "," : "");
+                sb_append(&b->insts, e->str, e->len);
+            }
+        }
+    }
+    board_unref(b);
+}
+
+/* A voucher Redis does not answer for (its node is down) shows nulls: the rest of the
+ * board is still worth showing. */
+static void on_hmget(redisReply *rep, void *priv)
+{
+    board_sale_t *e = priv;
+    if (rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements == 3) {
+        static const char *const field[3] = { "stock", "begin", "end" };
+        for (int f = 0; f < 3; f++) {
+            sb_printf(&e->hm, "%s\"%s\":", f ? "," : "", field[f]);
+            put_num(&e->hm, rep->element[f]);
+        }
+    }
+    board_unref(e->b);
+}
+
+static void on_hlen(redisReply *rep, void *priv)
+{
+    board_sale_t *e = priv;
+    if (rep != NULL && rep->type == REDIS_REPLY_INTEGER) {
+        put_num(&e->buyers, rep);
+    }
+    board_unref(e->b);
+}
+
+/* The sales: then one HMGET and one HLEN per voucher, each routed by its own key. */
+static void on_streams(redisReply *rep, void *priv)
+{
+    board_req_t *b = priv;
+    if (rep == NULL || rep->type != REDIS_REPLY_ARRAY) {
+        board_fail(b, rep);
+        board_unref(b);
         return;
     }
-    app_t *app = r->w->app;
-    sb_t s = SB_INIT;
-    sb_puts(&s, "{\"self\":");
-    sb_json_str(&s, app->name, strlen(app->name));
-    sb_printf(&s, ",\"now\":%llu,\"instances\":[", (unsigned long long)clock_wall_ms());
-    const redisReply *in = rep->element[0];
-    int first = 1;
-    for (size_t i = 0; i < in->elements; i++) {
-        const redisReply *e = in->element[i];
-        if (!is_str(e)) {
+    b->sales = xcalloc(rep->elements ? rep->elements : 1, sizeof *b->sales);
+    for (size_t i = 0; i < rep->elements; i++) {
+        const redisReply *e = rep->element[i];
+        char buf[24], *end;
+        if (!is_str(e) || e->len == 0 || e->len >= sizeof buf) {
             continue;
         }
-        json_t *j = json_loadb(e->str, e->len, 0, NULL);
-        int ok = j != NULL && json_is_object(j);
-        json_decref(j);
-        if (ok) {
-            sb_puts(&s, first ? "" : ",");
-            sb_append(&s, e->str, e->len);
-            first = 0;
-        }
-    }
-    sb_puts(&s, "],\"sales\":[");
-    const redisReply *sa = rep->element[1];
-    first = 1;
-    for (size_t i = 0; i < sa->elements; i++) {
-        const redisReply *e = sa->element[i];
-        if (e->type != REDIS_REPLY_ARRAY || e->elements != 5) {
+        memcpy(buf, e->str, e->len);
+        buf[e->len] = '\0';
+        long long id = strtoll(buf, &end, 10);
+        if (*end != '\0' || id <= 0) {
             continue;
         }
-        static const char *const field[5] = { "id", "stock", "begin", "end", "buyers" };
-        sb_puts(&s, first ? "{" : ",{");
-        for (int f = 0; f < 5; f++) {
-            sb_printf(&s, "%s\"%s\":", f ? "," : "", field[f]);
-            put_num(&s, e->element[f]);
-        }
-        sb_puts(&s, "}");
-        first = 0;
+        board_sale_t *s = &b->sales[b->nsales++];
+        s->b = b;
+        s->id = id;
     }
-    sb_puts(&s, "]}");
-    api_ok(r, s.buf, s.len);
-    sb_free(&s);
+    rds_t *c = b->r->w->rds;
+    b->pending += 2 * (int)b->nsales;      /* this callback's own reference is still held */
+    for (size_t i = 0; i < b->nsales; i++) {
+        board_sale_t *s = &b->sales[i];
+        char vk[64], bk[64];
+        int vl = key_voucher(vk, sizeof vk, s->id), bl = key_buyers(bk, sizeof bk, s->id);
+        const char *hm[5] = { "HMGET", vk, "stock", "begin", "end" };
+        size_t hml[5] = { 5, (size_t)vl, 5, 5, 3 };
+        const char *hl[2] = { "HLEN", bk };
+        size_t hll[2] = { 4, (size_t)bl };
+        rds_command(c, on_hmget, s, 5, hm, hml);
+        rds_command(c, on_hlen, s, 2, hl, hll);
+    }
+    board_unref(b);
 }
 
 void api_board_data(http_req_t *r)
@@ -116,17 +239,13 @@ void api_board_data(http_req_t *r)
         api_error(r, 403, "admin token required", "FORBIDDEN");
         return;
     }
-    worker_t *w = r->w;
-    if (!board_is_supported(w->app)) {
-        api_unavailable(r, "the sale board needs a single Redis, not a Redis Cluster");
-        return;
-    }
-    sb_t s = SB_INIT;
-    board_snapshot(w, &s);
-    char ttl[16];
-    int tl = snprintf(ttl, sizeof ttl, "%d", BOARD_TTL_MS);
-    const char *argv[4] = { w->app->name, s.buf, ttl, "1" };
-    size_t lens[4] = { strlen(w->app->name), s.len, (size_t)tl, 1 };
-    rds_evalsha(w->rds, SCRIPT_BOARD, on_board, r, 0, 4, argv, lens);
-    sb_free(&s);
+    board_req_t *b = xcalloc(1, sizeof *b);
+    b->r = r;
+    b->insts = (sb_t)SB_INIT;
+    b->pending = 3;                        /* two replies, and this function's own */
+    board_announce(r->w, 1, on_insts, b);
+    const char *sm[2] = { "SMEMBERS", KEY_STREAMS };
+    size_t sml[2] = { 8, strlen(KEY_STREAMS) };
+    rds_command(r->w->rds, on_streams, b, 2, sm, sml);
+    board_unref(b);
 }

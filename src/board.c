@@ -4,6 +4,7 @@
  * 5xx, orders persisted) plus gauges (stream backlog, Redis and SQL up): the page takes
  * rates and percentiles from the difference of two snapshots, so nothing here keeps
  * history. Times are wall-clock milliseconds, comparable across instances. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -13,10 +14,10 @@
 #include "app.h"
 #include "board.h"
 #include "clock.h"
+#include "keys.h"
 #include "metrics.h"
 #include "rds.h"
 #include "sb.h"
-#include "url.h"
 #include "worker.h"
 #include "xmem.h"
 
@@ -55,34 +56,32 @@ void board_snapshot(worker_t *w, sb_t *out)
               (long long)t.stream_lag, t.workers, t.redis_up, t.sql_up);
 }
 
-static void on_tick(evutil_socket_t fd, short what, void *arg)
+/* Sends board.lua: announce this instance; want_board "1" also returns every live
+ * instance's snapshot. Shared by the timer and the data endpoint (api_board.c). */
+void board_announce(worker_t *w, int want_board, rds_cb cb, void *priv)
 {
-    (void)fd;
-    (void)what;
-    worker_t *w = arg;
     sb_t s = SB_INIT;
     board_snapshot(w, &s);
     char ttl[16];
     int tl = snprintf(ttl, sizeof ttl, "%d", BOARD_TTL_MS);
-    const char *argv[4] = { w->app->name, s.buf != NULL ? s.buf : "{}", ttl, "0" };
-    size_t lens[4] = { strlen(w->app->name), s.buf != NULL ? s.len : 2, (size_t)tl, 1 };
-    /* Fire and forget: a lost announcement is renewed by the next one, well within the TTL. */
-    rds_evalsha(w->rds, SCRIPT_BOARD, NULL, NULL, 0, 4, argv, lens);
+    const char *argv[5] = { KEY_BOARD_INSTANCES, w->app->name, s.buf != NULL ? s.buf : "{}",
+                            ttl, want_board ? "1" : "0" };
+    size_t lens[5] = { strlen(KEY_BOARD_INSTANCES), strlen(w->app->name),
+                       s.buf != NULL ? s.len : 2, (size_t)tl, 1 };
+    rds_evalsha(w->rds, SCRIPT_BOARD, cb, priv, 1, 5, argv, lens);
     sb_free(&s);
 }
 
-int board_is_supported(const struct app *app)
+static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
-    /* board.lua spans every voucher's keys: one Redis only (docs/api-notes.md). */
-    url_redis_t a;
-    return !(url_parse_redis(app->redis_url, &a) == 0 && a.cluster);
+    (void)fd;
+    (void)what;
+    /* Fire and forget: a lost announcement is renewed by the next one, well within the TTL. */
+    board_announce(arg, 0, NULL, NULL);
 }
 
 int board_init(worker_t *w)
 {
-    if (!board_is_supported(w->app)) {
-        return 0;       /* nothing to announce to; the data endpoint says why */
-    }
     struct board *b = xcalloc(1, sizeof(*b));
     b->tick = event_new(w->base, -1, EV_PERSIST, on_tick, w);
     struct timeval tv = { BOARD_ANNOUNCE_MS / 1000, (BOARD_ANNOUNCE_MS % 1000) * 1000 };

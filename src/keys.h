@@ -15,9 +15,10 @@
  * Process-wide keys:
  *   seckill:streams       set of voucher ids whose streams the writers read
  *   seckill:instance      counter leasing order-id instance slots
- *   seckill:board:instance:<name>  string, one instance's snapshot for the sale board,
- *                         PX 5 s, renewed each second; seckill:board:instances: set of
- *                         their names (both named in scripts/board.lua, board.h)
+ *   seckill:{board}:instance:<name>  string, one instance's snapshot for the sale board,
+ *                         PX 5 s, renewed each second; seckill:{board}:instances: set of
+ *                         their names (scripts/board.lua, board.h). One hash tag: on a
+ *                         Redis Cluster the board's announcements live in one slot
  * Login (the course's names):
  *   login:code:<phone>    string, 2 minutes
  *   {login:code:<phone>}:fails  counter of wrong guesses against that code, living as
@@ -38,6 +39,7 @@
 #define CHANNEL_REVOKE "seckill:revoke"
 #define KEY_STREAMS "seckill:streams"
 #define KEY_INSTANCE "seckill:instance"
+#define KEY_BOARD_INSTANCES "seckill:{board}:instances"
 /* The lab's course steps (lab.h): the course's lock key prefix (SimpleRedisLock's
  * "lock:" + "order:" + userId), and one order list / channel for all vouchers, like the
  * course's single queue. */

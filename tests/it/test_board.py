@@ -140,16 +140,3 @@ def test_board_in_chromium():
     eq(H.Db(s1.db_url).order_count(found["voucher"]), stock, "orders in SQL")
     H.finish(s1)
     H.finish(s2)
-
-
-def test_board_on_redis_cluster_says_why():
-    """board.lua needs one Redis: on a Redis Cluster the endpoint says so (503), the rest
-    of the service runs."""
-    cluster = H.start_redis_cluster(masters=3, replicas=0)
-    srv = H.start_server(cluster.url, name="board-rc")
-    st, j = _board(srv, srv.admin_token)
-    eq(st, 503, "board data on a Redis Cluster")
-    check("single Redis" in j["errorMsg"], "the reason: %r", j["errorMsg"])
-    st, j = _board(srv)
-    eq(st, 403, "still no data without the token")
-    H.finish(srv)
