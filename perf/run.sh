@@ -84,7 +84,7 @@ for P in 1 16; do
     r0=$(cpu_ticks "$RPID")
     line=$(redis-benchmark -s "$SOCK" -c 64 -n $N -P $P -r 1000000000 -q \
         EVALSHA "$SHA" 3 'seckill:voucher:{1}' 'seckill:order:{1}' 'seckill:stream:{1}' \
-        __rand_int__ __rand_int__ 1 | tr '\r' '\n' | grep -a 'requests per second' | tail -1)
+        1 stream __rand_int__ __rand_int__ | tr '\r' '\n' | grep -a 'requests per second' | tail -1)
     r1=$(cpu_ticks "$RPID")
     rps=$(echo "$line" | sed -n 's/.*: \([0-9.]*\) requests per second.*/\1/p')
     say "ceiling  redis-benchmark EVALSHA admit.lua -c64 -P$P: $rps req/s; redis CPU $(per_req $((r1 - r0)) $N) us/req"

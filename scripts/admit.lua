@@ -1,36 +1,74 @@
--- admit.lua: one flash-sale admission, atomic inside Redis.
+-- admit.lua: flash-sale admissions of one voucher, atomic inside Redis -- the one
+-- admission script: a single admission is a batch of one (src/admission.c sends the
+-- admissions that queue up behind a call in flight together, up to 64).
 --
 -- KEYS[1] seckill:voucher:{id}  hash stock, begin, end (epoch seconds), ep (Redis generation)
 -- KEYS[2] seckill:order:{id}    hash userId -> orderId (one order per user)
--- KEYS[3] seckill:stream:{id}   the voucher's order stream (consumer group g1)
--- ARGV[1] userId, ARGV[2] orderId, ARGV[3] voucherId
--- ARGV[4] optional: 'queue' = do not append to the stream (queue mode: the server keeps
---         the order in its own memory instead; see src/ordq.h for what that costs);
---         'list' / 'pubsub' = the lab's transports: LPUSH to / PUBLISH on KEYS[3] the
---         message "orderId userId voucherId ts" instead (src/lab_mq.c)
+-- KEYS[3] seckill:stream:{id}   the voucher's order stream (consumer group g1); in the lab's
+--                               transports the list / the channel instead (src/lab_mq.c)
+-- KEYS[4..3+n] optional, one per buyer: seckill:orders-of:{u<userId>}, the buyer's order
+--         index (hash voucherId -> orderId, src/orders.h), written here on an admission.
+--         Only on a single Redis: on a cluster these keys live in other slots and the
+--         server writes the index itself after the call.
+-- ARGV[1] voucherId
+-- ARGV[2] transport: 'stream' = XADD to KEYS[3]; 'queue' = nothing (queue mode: the server
+--         keeps the order in its own memory; see src/ordq.h for what that costs);
+--         'list' / 'pubsub' = LPUSH to / PUBLISH on KEYS[3] "orderId userId voucherId ts"
+-- ARGV[3], ARGV[4] userId, orderId of the first buyer; then the next buyer's, and so on.
 --
--- Returns 0 admitted, 1 sold out, 2 already bought, 3 not started, 4 ended,
--- 5 no such flash-sale voucher. The checks run in the course's order (stock before
--- duplicate), with the sale window checked first against Redis's own clock, so every
--- instance judges the window by the same time. Stock is taken, the buyer recorded and
--- the order queued in one step: there is no moment where stock is gone and the order
--- is not in the stream. Each entry carries ep, the voucher's Redis generation: after a rebuild
--- from SQL (src/rebuild.c) the writer refuses entries of the replaced state.
+-- Returns one code per buyer, in ARGV order: 0 admitted, 1 sold out, 2 already bought,
+-- 3 not started, 4 ended, 5 no such flash-sale voucher. The checks run in the course's
+-- order (stock before duplicate), with the sale window checked first against Redis's own
+-- clock, so every instance judges the window by the same time. A batch decides exactly as
+-- the same buyers one call each, back to back: one TIME, one read of the voucher and one
+-- stock write per call instead of one each. Stock is taken, the buyer recorded and the
+-- order queued in one step: there is no moment where stock is gone and the order is not
+-- in the stream. Each stream entry carries ep, the voucher's Redis generation: after a
+-- rebuild from SQL (src/rebuild.c) the writer refuses entries of the replaced state.
+local mode = ARGV[2]
+if (mode ~= 'stream' and mode ~= 'queue' and mode ~= 'list' and mode ~= 'pubsub') or
+   #ARGV < 4 or #ARGV % 2 ~= 0 or (#KEYS ~= 3 and #KEYS ~= 3 + (#ARGV - 2) / 2) then
+  -- before any write: a caller of another argument layout must not take stock
+  return redis.error_reply('ERR admit.lua: bad arguments (KEYS voucher buyers stream ' ..
+                           '[index...], ARGV voucherId transport userId orderId ...)')
+end
+local n = (#ARGV - 2) / 2
+local out = {}
 local v = redis.call('HMGET', KEYS[1], 'stock', 'begin', 'end', 'ep')
 local stock = tonumber(v[1])
-if not stock then return 5 end
-local now = tonumber(redis.call('TIME')[1])
-if now < tonumber(v[2]) then return 3 end
-if now >= tonumber(v[3]) then return 4 end
-if stock <= 0 then return 1 end
-if redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2]) == 0 then return 2 end
-redis.call('HINCRBY', KEYS[1], 'stock', -1)
-if ARGV[4] == 'list' or ARGV[4] == 'pubsub' then
-  -- the lab's transports (src/lab_mq.c): KEYS[3] is then the list / the channel
-  local msg = ARGV[2] .. ' ' .. ARGV[1] .. ' ' .. ARGV[3] .. ' ' .. now
-  if ARGV[4] == 'list' then redis.call('LPUSH', KEYS[3], msg) else redis.call('PUBLISH', KEYS[3], msg) end
-elseif ARGV[4] ~= 'queue' then
-  redis.call('XADD', KEYS[3], '*', 'id', ARGV[2], 'userId', ARGV[1], 'voucherId', ARGV[3], 'ts', now,
-             'ep', v[4] or '0')
+local code
+local now = 0
+if not stock then
+  code = 5
+else
+  now = tonumber(redis.call('TIME')[1])
+  if now < tonumber(v[2]) then code = 3 elseif now >= tonumber(v[3]) then code = 4 end
 end
-return 0
+if code then
+  for i = 1, n do out[i] = code end
+  return out
+end
+local vid, ep = ARGV[1], v[4] or '0'
+local index = #KEYS > 3
+local taken = 0
+for i = 1, n do
+  local uid, oid = ARGV[2 * i + 1], ARGV[2 * i + 2]
+  if stock - taken <= 0 then
+    out[i] = 1
+  elseif redis.call('HSETNX', KEYS[2], uid, oid) == 0 then
+    out[i] = 2
+  else
+    taken = taken + 1
+    if mode == 'stream' then
+      redis.call('XADD', KEYS[3], '*', 'id', oid, 'userId', uid, 'voucherId', vid, 'ts', now,
+                 'ep', ep)
+    elseif mode == 'list' or mode == 'pubsub' then
+      local msg = oid .. ' ' .. uid .. ' ' .. vid .. ' ' .. now
+      if mode == 'list' then redis.call('LPUSH', KEYS[3], msg) else redis.call('PUBLISH', KEYS[3], msg) end
+    end
+    if index then redis.call('HSET', KEYS[3 + i], vid, oid) end
+    out[i] = 0
+  end
+end
+if taken > 0 then redis.call('HINCRBY', KEYS[1], 'stock', -taken) end
+return out

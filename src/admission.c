@@ -1,10 +1,13 @@
-/* admission.c -- one flash-sale decision: a verdict cache, then one EVALSHA of admit.lua.
+/* admission.c -- flash-sale decisions: a verdict cache, then scripts/admit.lua (EVALSHA).
  *
- * Coalescing (stream mode): per worker and voucher at most one call is in flight; the
- * admissions that arrive while it is out wait in the voucher's lane and go together in
- * the next call, as one admit_batch.lua (up to BATCH_MAX). Unloaded, every admission goes
- * at once (a batch of one); loaded, Redis pays its per-call cost once per batch instead
- * of once per buyer. A batch decides exactly as admit.lua would, buyer after buyer.
+ * One script for every caller: a call carries one or more admissions of one voucher and
+ * decides each as if it ran alone, one after the other (a single admission is a batch of
+ * one). Coalescing (stream mode): per worker and voucher at most one call is in flight;
+ * the admissions that arrive while it is out wait in the voucher's lane and go together
+ * in the next call (up to BATCH_MAX). Unloaded, every admission goes at once (a batch of
+ * one); loaded, Redis pays its per-call cost once per batch instead of once per buyer.
+ * Queue mode, the lab's list/pubsub transports and --redis-wait-replicas send every
+ * admission alone (a batch of one, no lane).
  *
  * Verdict cache: per worker, a small set-associative table voucher id -> (verdict, until).
  * Only verdicts that are the same for every user are kept (sold out, ended, not started,
@@ -63,7 +66,7 @@ typedef struct adm_ctx {
     int wait_replicas;          /* --redis-wait-replicas: WAIT for this many after admission */
 } adm_ctx_t;
 
-/* Coalescing: per worker and voucher, at most one admit_batch.lua call in flight; the
+/* Coalescing: per worker and voucher, at most one admit.lua call in flight; the
  * admissions that arrive meanwhile wait here and go together in the next call. */
 typedef struct lane {
     int64_t voucher_id;         /* 0 = unused */
@@ -72,11 +75,11 @@ typedef struct lane {
     int nwait;
 } lane_t;
 
-/* One admit_batch.lua call: its admissions, in ARGV order. */
+/* One admit.lua call: its admissions, in ARGV order. */
 typedef struct batch {
     struct adm_cache *ac;
     worker_t *w;
-    lane_t *lane;
+    lane_t *lane;               /* NULL: a call outside the lanes (always one admission) */
     int n;
     adm_ctx_t *item[BATCH_MAX];
 } batch_t;
@@ -347,18 +350,6 @@ static void finish(adm_ctx_t *c, int code)
     cb(r, code, code == ADMIT_OK ? order_id : 0);
 }
 
-static void on_admit(struct redisReply *rep, void *priv)
-{
-    adm_ctx_t *c = priv;
-    int code = reply_code(rep);
-    if (rep != NULL && code == ADMIT_UNAVAILABLE) {
-        /* An error reply (script bug, OOM, READONLY replica...) or a shape we do not
-         * know: worth a log line, but not one per request. */
-        log_bad_reply(c->ac, rep, "admit.lua");
-    }
-    finish(c, code);
-}
-
 /* ------------------------------------------------------------ coalescing */
 
 static lane_t *lane_find(struct adm_cache *ac, int64_t voucher_id, int create)
@@ -389,7 +380,9 @@ static void on_batch(struct redisReply *rep, void *priv)
     lane_t *l = b->lane;
     int ok = rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements == (size_t)b->n;
     if (rep != NULL && !ok) {
-        log_bad_reply(ac, rep, "admit_batch.lua");
+        /* An error reply (script bug, OOM, READONLY replica...) or a shape we do not
+         * know: worth a log line, but not one per request. */
+        log_bad_reply(ac, rep, "admit.lua");
     }
     int n = b->n;
     adm_ctx_t *item[BATCH_MAX];
@@ -407,11 +400,56 @@ static void on_batch(struct redisReply *rep, void *priv)
             verdict_put(ac, item[i]->voucher_id, code[i], clock_mono_ms() + ac->ttl_ms);
         }
     }
-    l->inflight = 0;
-    batch_send(l, ac, w);
+    if (l != NULL) {
+        l->inflight = 0;
+        batch_send(l, ac, w);
+    }
     for (int i = 0; i < n; i++) {
         finish(item[i], code[i]);
     }
+}
+
+/* Sends b as one admit.lua call (scripts/admit.lua: KEYS voucher, buyers, stream or the
+ * lab's list/channel; ARGV voucherId, transport, then userId, orderId per admission).
+ * The transport is the items' (a lane holds stream-mode admissions only). Returns -1,
+ * having sent nothing, when a key does not fit. */
+static int batch_call(batch_t *b, int64_t voucher_id)
+{
+    worker_t *w = b->w;
+    char kv[64], kb[64], ks[64], vid[24], num[BATCH_MAX][2][24];
+    const char *argv[5 + 2 * BATCH_MAX];
+    size_t lens[5 + 2 * BATCH_MAX];
+    int lv = key_voucher(kv, sizeof(kv), voucher_id);
+    int lb = key_buyers(kb, sizeof(kb), voucher_id);
+    int ls = key_stream(ks, sizeof(ks), voucher_id);
+    if (lv < 0 || lb < 0 || ls < 0) {
+        return -1;
+    }
+    order_mode_t mode = w->app->cfg.mode;
+    const char *tr = b->item[0]->q != NULL ? "queue" : mode == MODE_LIST ? "list"
+                     : mode == MODE_PUBSUB ? "pubsub" : "stream";
+    const char *k3 = ks;
+    if (mode == MODE_LIST || mode == MODE_PUBSUB) {
+        k3 = mode == MODE_LIST ? KEY_LAB_LIST : KEY_LAB_CHANNEL;
+        ls = (int)strlen(k3);
+    }
+    argv[0] = kv; lens[0] = (size_t)lv;
+    argv[1] = kb; lens[1] = (size_t)lb;
+    argv[2] = k3; lens[2] = (size_t)ls;
+    argv[3] = vid; lens[3] = (size_t)snprintf(vid, sizeof(vid), "%lld", (long long)voucher_id);
+    argv[4] = tr; lens[4] = strlen(tr);
+    for (int k = 0; k < b->n; k++) {
+        const adm_ctx_t *c = b->item[k];
+        argv[5 + 2 * k] = num[k][0];
+        lens[5 + 2 * k] = (size_t)snprintf(num[k][0], sizeof num[k][0], "%lld",
+                                           (long long)c->user_id);
+        argv[6 + 2 * k] = num[k][1];
+        lens[6 + 2 * k] = (size_t)snprintf(num[k][1], sizeof num[k][1], "%lld",
+                                           (long long)c->order_id);
+    }
+    /* When Redis is down on_batch runs before this returns. */
+    rds_evalsha(w->rds, SCRIPT_ADMIT, on_batch, b, 3, 5 + 2 * b->n, argv, lens);
+    return 0;
 }
 
 /* Sends the lane's waiting admissions (up to BATCH_MAX) as one call, unless one is in
@@ -434,52 +472,29 @@ static void batch_send(lane_t *l, struct adm_cache *ac, worker_t *w)
             continue;
         }
         batch_t *b = xmalloc(sizeof(*b));
-        char kv[64], kb[64], ks[64], vid[24];
-        int lv = key_voucher(kv, sizeof(kv), l->voucher_id);
-        int lb = key_buyers(kb, sizeof(kb), l->voucher_id);
-        int ls = key_stream(ks, sizeof(ks), l->voucher_id);
-        int li = snprintf(vid, sizeof(vid), "%lld", (long long)l->voucher_id);
-        if (lv < 0 || lb < 0 || ls < 0) {
-            free(b);
-            while (l->head != NULL) {
-                adm_ctx_t *c = l->head;
-                l->head = c->next;
-                l->nwait--;
-                finish(c, ADMIT_UNAVAILABLE);
-            }
-            break;
-        }
         b->ac = ac;
         b->w = w;
         b->lane = l;
         b->n = 0;
-        const char *argv[4 + 2 * BATCH_MAX];
-        size_t lens[4 + 2 * BATCH_MAX];
-        char num[BATCH_MAX][2][24];
-        argv[0] = kv; lens[0] = (size_t)lv;
-        argv[1] = kb; lens[1] = (size_t)lb;
-        argv[2] = ks; lens[2] = (size_t)ls;
-        argv[3] = vid; lens[3] = (size_t)li;
         while (l->head != NULL && b->n < BATCH_MAX) {
             adm_ctx_t *c = l->head;
             l->head = c->next;
             l->nwait--;
-            int k = b->n++;
-            b->item[k] = c;
-            int lu = snprintf(num[k][0], sizeof num[k][0], "%lld", (long long)c->user_id);
-            int lo = snprintf(num[k][1], sizeof num[k][1], "%lld", (long long)c->order_id);
-            argv[4 + 2 * k] = num[k][0];
-            lens[4 + 2 * k] = (size_t)lu;
-            argv[5 + 2 * k] = num[k][1];
-            lens[5 + 2 * k] = (size_t)lo;
+            b->item[b->n++] = c;
         }
         if (l->head == NULL) {
             l->tail = NULL;
         }
+        /* When Redis is down on_batch runs before batch_call returns, clears inflight
+         * and sends (and fails) the rest. */
         l->inflight = 1;
-        /* When Redis is down on_batch runs before this returns, clears inflight and
-         * sends (and fails) the rest. */
-        rds_evalsha(w->rds, SCRIPT_ADMIT_BATCH, on_batch, b, 3, 4 + 2 * b->n, argv, lens);
+        if (batch_call(b, l->voucher_id) != 0) {
+            l->inflight = 0;
+            for (int i = 0; i < b->n; i++) {
+                finish(b->item[i], ADMIT_UNAVAILABLE);
+            }
+            free(b);
+        }
     }
     if (!l->inflight && l->head == NULL) {
         l->voucher_id = 0;   /* idle: the lane is free for any voucher */
@@ -500,14 +515,7 @@ void admission_try(struct http_req *r, int64_t voucher_id, int64_t user_id, admi
         }
     }
     adm_ctx_t *c = ac != NULL ? ctx_get(ac) : NULL;
-    char kv[64], kb[64], ks[64], uid[24], oid[24], vid[24];
-    int lv = key_voucher(kv, sizeof(kv), voucher_id);
-    int lb = key_buyers(kb, sizeof(kb), voucher_id);
-    int ls = key_stream(ks, sizeof(ks), voucher_id);
-    if (c == NULL || lv < 0 || lb < 0 || ls < 0) {
-        if (c != NULL) {
-            ctx_put(c);
-        }
+    if (c == NULL) {
         cb(r, ADMIT_UNAVAILABLE, 0);
         return;
     }
@@ -518,19 +526,17 @@ void admission_try(struct http_req *r, int64_t voucher_id, int64_t user_id, admi
         return;
     }
     int64_t now = clock_wall_s();
-    int64_t order_id = orderid_next(now);
     c->r = r;
     c->cb = cb;
     c->wait_replicas = w->app->cfg.redis_wait_replicas;
     c->voucher_id = voucher_id;
     c->user_id = user_id;
-    c->order_id = order_id;
+    c->order_id = orderid_next(now);
     c->now = now;
-    order_mode_t mode = w->app->cfg.mode;
-    if (mode == MODE_STREAM && c->q == NULL && c->wait_replicas == 0) {
+    c->next = NULL;
+    if (w->app->cfg.mode == MODE_STREAM && c->q == NULL && c->wait_replicas == 0) {
         lane_t *l = lane_find(ac, voucher_id, 1);
         if (l != NULL) {
-            c->next = NULL;
             if (l->tail != NULL) {
                 l->tail->next = c;
             } else {
@@ -542,22 +548,17 @@ void admission_try(struct http_req *r, int64_t voucher_id, int64_t user_id, admi
             return;
         }
     }
-    int lu = snprintf(uid, sizeof(uid), "%lld", (long long)user_id);
-    int lo = snprintf(oid, sizeof(oid), "%lld", (long long)order_id);
-    int li = snprintf(vid, sizeof(vid), "%lld", (long long)voucher_id);
-    /* ARGV[4] names the transport when it is not the stream (admit.lua); the lab's list
-     * and pubsub get their list key / channel in place of the stream key. */
-    const char *tr = c->q != NULL ? "queue" : mode == MODE_LIST ? "list"
-                     : mode == MODE_PUBSUB ? "pubsub" : NULL;
-    const char *k3 = ks;
-    if (mode == MODE_LIST || mode == MODE_PUBSUB) {
-        k3 = mode == MODE_LIST ? KEY_LAB_LIST : KEY_LAB_CHANNEL;
-        ls = (int)strlen(k3);
+    /* Alone: a batch of one outside the lanes. */
+    batch_t *b = xmalloc(sizeof(*b));
+    b->ac = ac;
+    b->w = w;
+    b->lane = NULL;
+    b->n = 1;
+    b->item[0] = c;
+    if (batch_call(b, voucher_id) != 0) {
+        free(b);
+        finish(c, ADMIT_UNAVAILABLE);
     }
-    const char *argv[7] = { kv, kb, k3, uid, oid, vid, tr ? tr : "" };
-    size_t lens[7] = { (size_t)lv, (size_t)lb, (size_t)ls, (size_t)lu, (size_t)lo, (size_t)li,
-                       tr ? strlen(tr) : 0 };
-    rds_evalsha(w->rds, SCRIPT_ADMIT, on_admit, c, 3, tr ? 7 : 6, argv, lens);
 }
 
 /* ------------------------------------------------------------ publishing */

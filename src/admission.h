@@ -1,6 +1,8 @@
-/* admission.h -- the flash-sale decision for one request (stream mode).
+/* admission.h -- the flash-sale decision for one request (stream, queue and the lab's
+ * list/pubsub modes).
  *
- * Runs scripts/admit.lua once (EVALSHA) with a fresh order id. Before asking Redis it
+ * Runs scripts/admit.lua (EVALSHA) with a fresh order id, alone or together with other
+ * admissions of the same voucher waiting on this worker (admission.c). Before asking Redis it
  * consults a per-worker verdict cache: a voucher Redis called sold out, ended, not started
  * or unknown is answered from memory for soldout_cache_ms (default 500 ms). The cache entry
  * simply expires -- the way back if stock returns: at most one request per worker per

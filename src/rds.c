@@ -73,7 +73,6 @@ static struct {
     [SCRIPT_ADMIT] = { "admit", script_admit_lua },
     [SCRIPT_LOGIN_CODE] = { "login_code", script_login_code_lua },
     [SCRIPT_BOARD] = { "board", script_board_lua },
-    [SCRIPT_ADMIT_BATCH] = { "admit_batch", script_admit_batch_lua },
 };
 
 static pthread_mutex_t sha_mu = PTHREAD_MUTEX_INITIALIZER;

@@ -35,10 +35,9 @@ typedef struct rds rds_t;
 
 /* Built-in scripts, loaded on every (re)connect. Index into rds_evalsha(). */
 typedef enum {
-    SCRIPT_ADMIT = 0,   /* scripts/admit.lua: the flash-sale admission */
+    SCRIPT_ADMIT = 0,   /* scripts/admit.lua: flash-sale admissions of one voucher */
     SCRIPT_LOGIN_CODE,  /* scripts/login_code.lua: login codes and their wrong guesses */
     SCRIPT_BOARD,       /* scripts/board.lua: instance announcement, the sale board's data */
-    SCRIPT_ADMIT_BATCH, /* scripts/admit_batch.lua: several admissions of one voucher */
     SCRIPT_COUNT
 } script_id_t;
 

@@ -1,7 +1,7 @@
-"""test_batch.py -- coalesced admissions (src/admission.c, scripts/admit_batch.lua).
+"""test_batch.py -- coalesced admissions (src/admission.c, scripts/admit.lua).
 
 Under load a worker sends the admissions of a voucher that queue up behind its call in
-flight as one admit_batch.lua call. The sale must stay exact -- no oversell, one order per
+flight together as one admit.lua call. The sale must stay exact -- no oversell, one order per
 user, every admitted order persisted -- with buyers sending concurrent copies (the same
 user twice in one batch), and Redis must see fewer script calls than admissions.
 """
@@ -38,16 +38,44 @@ def test_coalesced_sale_exact():
     check(hsetnx >= 1500, "HSETNX %d < stock", hsetnx)
     check(calls < hsetnx, "no coalescing: %d script calls for %d admissions", calls, hsetnx)
 
-    # A batch's stream entries carry exactly what admit.lua's do (the writer and a rebuild
-    # from SQL read them): admit.lua run by hand on a scratch voucher is the reference.
+    # One script decides alike for a batch and for the same buyers one call each: the
+    # same codes in the course's order (sold out before duplicate), the same stream
+    # entries (the writer and a rebuild from SQL read them) and the same Redis state.
     here = os.path.dirname(os.path.abspath(__file__))
     with open(os.path.join(here, "..", "..", "scripts", "admit.lua")) as f:
         admit = f.read()
-    r.cmd("HSET", H.k_voucher(999999), "stock", "5", "begin", "0", "end", "4102444800",
-          "ep", "3")
-    eq(r.cmd("EVAL", admit, "3", H.k_voucher(999999), H.k_buyers(999999), H.k_stream(999999),
-             "77", "123456789", "999999"), 0, "admit.lua by hand")
-    ref = r.cmd("XRANGE", H.k_stream(999999), "-", "+")[0][1]
+    buyers = [("77", "1001"), ("78", "1002"), ("77", "1003"), ("79", "1004"), ("78", "1005")]
+    state = {}
+    for name, v, calls in (("batch", 999998, [buyers]),
+                           ("single", 999999, [[b] for b in buyers])):
+        r.cmd("HSET", H.k_voucher(v), "stock", "3", "begin", "0", "end", "4102444800",
+              "ep", "3")
+        codes = []
+        for call in calls:
+            args = [a for b in call for a in b]
+            codes += r.cmd("EVAL", admit, "3", H.k_voucher(v), H.k_buyers(v), H.k_stream(v),
+                           str(v), "stream", *args)
+        # the entry without its voucher id and time (those differ by construction)
+        ents = [dict(zip(e[1][::2], e[1][1::2])) for e in r.cmd("XRANGE", H.k_stream(v), "-", "+")]
+        for e in ents:
+            eq(e.pop("voucherId"), str(v), "entry's voucher")
+            check(e.pop("ts").isdigit(), "entry's ts")
+        state[name] = (codes, r.cmd("HGET", H.k_voucher(v), "stock"),
+                       sorted(r.cmd("HGETALL", H.k_buyers(v))), ents)
+    # 77, 78 admitted; 77 again: a duplicate; 79 takes the last; 78 again: sold out
+    # comes before duplicate (the course's order)
+    eq(state["single"][0], [0, 0, 2, 0, 1], "codes, one call per buyer")
+    eq(state["batch"], state["single"], "a batch of 5 vs 5 single calls")
+    eq(state["single"][3][0], {"id": "1001", "userId": "77", "ep": "3"}, "entry fields")
+    # A caller of another argument layout is refused before anything is taken.
+    try:
+        r.cmd("EVAL", admit, "3", H.k_voucher(999998), H.k_buyers(999998),
+              H.k_stream(999998), "80", "1006", "999998")
+        check(False, "old argument layout accepted")
+    except Exception as e:
+        check("bad arguments" in str(e), "refusal: %s", e)
+    eq(r.cmd("HGET", H.k_voucher(999998), "stock"), "0", "stock untouched")
+    # The sale's own entries (coalesced by the server) have the same fields.
     got = r.cmd("XRANGE", H.k_stream(vid), "-", "+", "COUNT", "1")[0][1]
-    eq(got[::2], ref[::2], "stream entry fields: admit_batch.lua vs admit.lua")
+    eq(sorted(got[::2]), ["ep", "id", "ts", "userId", "voucherId"], "fields of the server's entries")
     H.finish(srv)
