@@ -37,7 +37,9 @@ typedef struct app {
     struct jobs *jobs;              /* blocking SQL calls off the loops (jobs.h) */
     struct writer *writer;          /* the order writer thread (writer.h) */
     struct ordq *ordq;              /* queue mode only: in-process order queue (ordq.h) */
-    struct rlock_client *locks;     /* sync and reentrant modes: distributed lock client (rlock.h) */
+    struct rlock_client *locks;     /* the lab's reentrant step: lock client of one Redis (rlock.h),
+                                       owned by lockmap */
+    struct lkm *lockmap;            /* sync mode: locks on one Redis or a cluster (lockmap.h) */
     struct lab_sql *lab;            /* the lab's SQL steps only (lab_sql.c) */
     struct lab_mq *lab_mq;          /* the lab's list / pubsub consumer only (lab_mq.c) */
     struct connlimit *connlimit;    /* connections per client address, or NULL (connlimit.h) */

@@ -32,6 +32,7 @@ static void usage(FILE *f)
             "  lab       run every step of the course's flash-sale chapter, audit each, one table\n"
             "  tokens    mint users' login tokens (signed with the service's key) for load tools\n"
             "  redis rebuild   republish vouchers whose keys Redis lost, from SQL\n"
+            "  redis lock-check  check that sync mode's locks exclude each other on a Redis (Cluster)\n"
             "  version   print the version\n\n"
             "`seckill <command> --help` lists its options.\n",
             SECKILL_VERSION);

@@ -481,12 +481,6 @@ int server_run(const config_t *cfg)
             goto out;
     }
     if (cfg->mode == MODE_SYNC) {
-        url_redis_t ra;
-        if (url_parse_redis(app->redis_url, &ra) == 0 && ra.cluster) {
-            snprintf(err, sizeof err, "sync mode does not run on a Redis Cluster yet (its lock "
-                     "library, rlock, talks to one Redis): use --mode stream");
-            goto out;
-        }
         if (sync_order_init(app, err, sizeof err) < 0)
             goto out;
         log_info("sync mode: every order is one SQL transaction under a per-user lock");

@@ -2,7 +2,8 @@
  *
  * The course's createVoucherOrder, fixed where the course's versions break:
  *   - the lock is per user and distributed (rlock, Redisson's reentrant model), not a JVM
- *     `synchronized`, so two instances cannot both pass the count check for one user;
+ *     `synchronized`, so two instances cannot both pass the count check for one user; on a
+ *     Redis Cluster each lock lives on the master owning its slot (lockmap.h);
  *   - the lock is taken with no wait, as the course's tryLock(): a second concurrent
  *     attempt of the same user is refused with the duplicate message at once;
  *   - the lease is fixed (no watchdog) and longer than the SQL deadline, so a stalled
@@ -20,13 +21,20 @@
 #include "clock.h"
 #include "http.h"
 #include "jobs.h"
+#include "lockmap.h"
 #include "log.h"
 #include "orderid.h"
 #include "rlock.h"
 #include "store.h"
-#include "url.h"
 #include "worker.h"
 #include "xmem.h"
+
+/* The lock's lease: fixed, longer than the SQL deadline (see the top of this file). */
+static int64_t sync_lease_ms(const app_t *app)
+{
+    int64_t lease = app->cfg.sql_timeout_ms * 3LL;
+    return lease < 10000 ? 10000 : lease;
+}
 
 /* The course's createVoucherOrder under the user's lock (see the top of this file). */
 static int sync_run(store_t *s, sync_order_job_t *j)
@@ -35,14 +43,10 @@ static int sync_run(store_t *s, sync_order_job_t *j)
     char name[48];
     snprintf(name, sizeof name, "order:%lld", (long long)j->o.user_id);
     rlock_t *l = NULL;
-    /* Owner NULL: this pool thread. Two pool threads are two owners, so they exclude
-     * each other like two instances do. */
-    if (rlock_open(j->app->locks, name, RLOCK_REENTRANT, NULL, 0, &l) != RLOCK_OK)
-        return code;
-    int64_t lease = j->app->cfg.sql_timeout_ms * 3LL;
-    if (lease < 10000)
-        lease = 10000;
-    rlock_status_t st = rlock_try_lock(l, 0, lease);
+    /* Owner: this pool thread. Two pool threads are two owners, so they exclude each
+     * other like two instances do. On a Redis Cluster the lock goes to the master owning
+     * its slot (lockmap.h). */
+    rlock_status_t st = lkm_try_lock(j->app->lockmap, name, 0, sync_lease_ms(j->app), &l);
     if (st == RLOCK_TIMEOUT) {
         code = ADMIT_DUPLICATE;   /* the same user's other attempt holds the lock */
     } else if (st == RLOCK_OK) {
@@ -51,15 +55,17 @@ static int sync_run(store_t *s, sync_order_job_t *j)
             code = res;   /* STORE_SYNC_* == ADMIT_* */
         else
             log_warn("sync order: %s", store_errmsg(s));
-        st = rlock_unlock(l);
+        st = lkm_unlock(j->app->lockmap, l);
         if (st == RLOCK_LOST)
             log_error("sync order: the lock of user %lld expired during its transaction",
                       (long long)j->o.user_id);
+        else if (st == RLOCK_REDIS_ERROR)
+            log_warn("sync order: the lock of user %lld could not be released (it expires "
+                     "after its lease)", (long long)j->o.user_id);
     } else {
         log_warn("sync order: lock of user %lld: %s", (long long)j->o.user_id,
                  rlock_status_str(st));
     }
-    rlock_close(l);
     return code;
 }
 
@@ -109,29 +115,26 @@ void sync_order_try(struct http_req *r, int64_t voucher_id, int64_t user_id, adm
 
 int sync_order_init(struct app *app, char *err, size_t errlen)
 {
-    url_redis_t a;
-    if (url_parse_redis(app->redis_url, &a) < 0) {
-        /* Never print the URL: it may hold a password. */
-        snprintf(err, errlen, "sync mode: the Redis URL cannot be parsed");
+    lkm_opts_t o = {
+        .timeout_ms = app->cfg.redis_timeout_ms,
+        .replica_acks = app->cfg.redis_wait_replicas,
+        /* A lock a dead master granted has expired one lease (and the clock drift
+         * rlock allows) after this process saw the failover. */
+        .quarantine_ms = sync_lease_ms(app) + sync_lease_ms(app) / 50 + 100,
+    };
+    char why[300];
+    app->lockmap = lkm_new(app->redis_url, &o, why, sizeof why);
+    if (app->lockmap == NULL) {
+        snprintf(err, errlen, "sync mode: %s", why);
         return -1;
     }
-    rlock_config_t cfg;
-    rlock_config_init(&cfg);
-    cfg.host = a.host;
-    cfg.port = a.port;
-    cfg.unix_path = a.unix_path[0] ? a.unix_path : NULL;
-    cfg.password = a.password[0] ? a.password : NULL;
-    cfg.db = a.db;
-    cfg.command_timeout_ms = app->cfg.redis_timeout_ms;
-    if (rlock_client_new(&cfg, &app->locks) != RLOCK_OK) {
-        snprintf(err, errlen, "sync mode: cannot create the lock client (rlock) for the configured Redis");
-        return -1;
-    }
+    app->locks = lkm_single(app->lockmap);
     return 0;
 }
 
 void sync_order_free(struct app *app)
 {
-    rlock_client_free(app->locks);
+    lkm_free(app->lockmap);
+    app->lockmap = NULL;
     app->locks = NULL;
 }

@@ -2,8 +2,9 @@
  *
  * Every request is one SQL transaction (store_order_sync: window, stock, one-per-user
  * check, guarded `stock = stock - 1 WHERE stock > 0`, insert), run on the job pool under a
- * per-user distributed lock (rlock, key rlock:{order:<userId>}) so that several instances
- * sharing one database stay correct. It is correct and slow: every request waits for the
+ * per-user distributed lock (rlock, key rlock:{order:<userId>}; on a Redis Cluster on the
+ * master owning that slot, lockmap.h) so that several instances sharing one database stay
+ * correct. It is correct and slow: every request waits for the
  * database. It exists so the course's steps can be run and measured beside `stream`. */
 #ifndef SECKILL_SYNC_ORDER_H
 #define SECKILL_SYNC_ORDER_H
@@ -41,7 +42,9 @@ void sync_order_submit(struct http_req *r, int64_t voucher_id, int64_t user_id,
  * run before this returns). Codes are the ADMIT_* codes. */
 void sync_order_try(struct http_req *r, int64_t voucher_id, int64_t user_id, admission_cb cb);
 
-/* The process-wide lock client (app->locks), from app->redis_url. 0 or -1 with err. */
+/* The process-wide locks (app->lockmap, lockmap.h: one Redis or a Redis Cluster), from
+ * app->redis_url; app->locks is its single-Redis client (the lab's steps), NULL on a
+ * cluster. 0 or -1 with err. */
 int sync_order_init(struct app *app, char *err, size_t errlen);
 void sync_order_free(struct app *app);
 

@@ -1,4 +1,5 @@
-/* redis_tool.c -- `seckill redis rebuild`: rebuild vouchers' Redis keys from SQL, by hand.
+/* redis_tool.c -- `seckill redis rebuild`: rebuild vouchers' Redis keys from SQL, by hand
+ * (and the dispatch to `seckill redis lock-check`, lockcheck.c).
  *
  * The service does this by itself (rebuild_watch.c); the command is for an operator who
  * wants it now, or wants to see first what it would write (--dry-run). It uses the same
@@ -20,6 +21,7 @@
 #include "rebuild.h"
 #include "store.h"
 #include "datadir.h"
+#include "lockcheck.h"
 
 #define MAX_VOUCHERS 256
 
@@ -192,10 +194,13 @@ int redis_tool_main(int argc, char **argv)
 {
     if (argc >= 2 && strcmp(argv[1], "rebuild") == 0)
         return rebuild_cmd(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "lock-check") == 0)
+        return lockcheck_main(argc - 1, argv + 1);
     if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
         usage(stdout);
         return 0;
     }
-    fprintf(stderr, "usage: seckill redis rebuild [--voucher ID] [--dry-run] (see --help)\n");
+    fprintf(stderr, "usage: seckill redis rebuild [--voucher ID] [--dry-run] (see --help)\n"
+                    "       seckill redis lock-check --redis URL (see lock-check --help)\n");
     return 2;
 }
