@@ -16,7 +16,9 @@
 #   4. ratios     grab / redis-benchmark -P16, sold out / nginx static, and a final
 #                 `seckill audit` of everything the run sold
 # CPU time per request of the server and of redis-server comes from /proc/PID/stat over
-# each run. Results: stdout and build/perf/results.txt (docs/bench.md quotes them).
+# each run. Results: stdout and build/perf/results.txt (docs/bench.md quotes them); each
+# sale's timeline per 100 ms (latency, backlog, every thread's CPU and run-queue wait) in
+# build/perf/timeline-sale-RATE.tsv.
 #
 # Env: DURATION (s per run, 10), CONNS (64), USERS (tokens per tool, 600000),
 #      SALE_STOCK (20000; buyers = 10x), SALE_RATES (req/s, "10000 20000"), BIN (build/seckill).
@@ -185,9 +187,26 @@ say ""
 SALE_P99=""
 for rate in $SALE_RATES; do
     bench "sale-$rate" --users $((SALE_STOCK * 10)) --stock "$SALE_STOCK" --rate "$rate" --dup 0.1 \
-        --burst-share 0.05 --conns 256
+        --burst-share 0.05 --conns 256 --timeline "$OUT/timeline-sale-$rate.tsv"
     j="$TMP/sale-$rate.json"
     say "              sale-$rate: $SALE_STOCK stock, $((SALE_STOCK * 10)) buyers (+10% repeats, 5% sent 3x at once) at $rate req/s open loop; latency from send p99 $(jget "$j" latency_from_send_us.p99) us; drained $(jget "$j" drain.seconds) s after the last answer; audit status $(jget "$j" audit) (0 = no violation)"
+    # Where the tail sits: while the stock sells (every request a grab) or after (every
+    # answer a verdict from memory); how late the bench itself sent; what else ran.
+    python3 - "$j" "$rate" <<'PY' | tee -a "$RES"
+import json, sys
+d = json.load(open(sys.argv[1]))
+for k in ("selling", "sold_out"):
+    p = d.get("phases", {}).get(k)
+    if not p or not p["requests"]:
+        continue
+    t = p.get("threads", {})
+    busy = " ".join("%s %.0f/%.0f" % (n, v["cpu_pct"], v["wait_pct"]) for n, v in t.items()
+                    if not n.startswith("host/") and (v["cpu_pct"] >= 5 or v["wait_pct"] >= 5))
+    print("              sale-%s %-8s due %.2f-%.2f s, %d requests: p50 %.2f p99 %.2f ms (from send %.2f, sent late %.2f); "
+          "CPU/run-queue wait %% of a core: %s; other processes %.0f" % (
+          sys.argv[2], k.replace("_", " "), p["from_s"], p["to_s"], p["requests"], p["p50_us"] / 1e3,
+          p["p99_us"] / 1e3, p["send_p99_us"] / 1e3, p["late_p99_us"] / 1e3, busy, p.get("others_cpu_pct", -1)))
+PY
     SALE_P99="$SALE_P99 $rate:$(jget "$j" latency_us.p99)"
 done
 

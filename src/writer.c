@@ -1278,6 +1278,7 @@ static void *writer_main(void *arg)
     int gave_up = 0;
     int idle_ms = 0;   /* sub-writer: current poll interval while quiet */
     log_set_thread_name("writer");
+    pthread_setname_np(pthread_self(), "writer");   /* top -H, the bench's timeline */
     log_info("writer: consumer %s of group %s, batch %d, block %d ms, claim idle %d ms",
              wr->name, KEY_GROUP, wr->batch, wr->block_ms, wr->claim_idle_ms);
     while (!stopping(wr)) {

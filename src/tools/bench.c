@@ -35,6 +35,8 @@
 
 #include "audit.h"
 #include "bench_hist.h"
+#include "bench_procs.h"
+#include "bench_timeline.h"
 #include "bench_redis.h"
 #include "rconn.h"
 #include "clock.h"
@@ -90,6 +92,8 @@ static const bopt_t bopts[] = {
      "sign seeded tokens with the service's key [<data-dir>/token-key if it exists; else random]"},
     {"record", A_STR, F(record), 0, 0, "FILE", "write every success answer (for audit --orders)"},
     {"json", A_STR, F(json), 0, 0, "FILE", "also write the results as JSON (- = stdout)"},
+    {"timeline", A_STR, F(timeline), 0, 0, "FILE",
+     "also write the sale per 100 ms: latency, backlog, and each thread's CPU and run-queue wait"},
     {"html", A_STR, F(html), 0, 0, "FILE",
      "also write the report as a page: outcomes over time, latency curve, stock, audit"},
     {"server-pid", A_INT, F(server_pid), 1, INT_MAX, "PID", "for CPU/request [the listener's]"},
@@ -543,6 +547,7 @@ typedef struct prog {
     int print;                  /* the live line (not --quiet) */
     double last_print;
     bench_series_t *series;     /* --html: samples of the counters, else NULL */
+    bench_procs_t *procs;       /* per-thread CPU of the server, Redis and the bench */
 } prog_t;
 
 static void sum_counters(const bench_load_t *L, uint64_t out[BO__COUNT], uint64_t *sent,
@@ -576,6 +581,7 @@ static void on_progress(bench_load_t *L, double t, void *arg)
     prog_t *p = arg;
     uint64_t out[BO__COUNT], sent, p99, backlog;
     sum_counters(L, out, &sent, NULL, &p99, &backlog);
+    bp_sample(p->procs, (uint32_t)(t * 1e6));
     if (p->series)
         bench_series_add(p->series, t, out);
     /* Samples may come more often than the line is worth printing: once a second. */
@@ -609,7 +615,120 @@ typedef struct results {
     int64_t server_cpu_us, redis_cpu_us, self_cpu_us;
     int server_pid, redis_pid;
     double server_us_req, redis_us_req, self_us_req;
+    tl_slot_t *slots;                   /* the timeline (100 ms slots) and the two phases */
+    size_t nslots;
+    tl_phase_t phase[2];                /* selling, sold out */
+    const bench_procs_t *procs;
 } results_t;
+
+#define SLOT_US 100000
+static const char *const phase_names[2] = {"selling", "sold out"};
+
+/* CPU and run-queue wait of thread group gi over a phase, in % of one core. */
+static void phase_share(const bench_procs_t *bp, size_t gi, const tl_phase_t *ph, double *cpu,
+                        double *wait)
+{
+    uint64_t run, w;
+    bp_between(bp, gi, ph->from_us, ph->to_us, &run, &w);
+    double span = ph->to_us > ph->from_us ? (double)(ph->to_us - ph->from_us) * 1e3 : 0;
+    *cpu = span > 0 ? 100.0 * (double)run / span : 0;
+    *wait = span > 0 ? 100.0 * (double)w / span : 0;
+}
+
+/* CPU of the host's other tenants over a phase (host busy - the watched threads), in % of
+ * one core; -1 when /proc/stat was not read. */
+static double phase_others(const bench_procs_t *bp, const tl_phase_t *ph)
+{
+    double ours = 0, busy = -1;
+    for (size_t g = 0; g < bp->ng; g++) {
+        double cpu, wait;
+        phase_share(bp, g, ph, &cpu, &wait);
+        if (strcmp(bp->g[g].name, BP_HOST_BUSY) == 0)
+            busy = cpu;
+        else if (strcmp(bp->g[g].name, BP_HOST_STEAL) != 0)
+            ours += cpu;
+    }
+    return busy < 0 ? -1 : busy > ours ? busy - ours : 0;
+}
+
+/* Where the tail is: each phase's percentiles, the worst slots, which threads ran. */
+static void print_timeline(FILE *f, const bench_load_t *L, const results_t *r)
+{
+    if (!r->nslots)
+        return;
+    for (int k = 0; k < 2; k++) {
+        const tl_phase_t *ph = &r->phase[k];
+        if (!ph->n)
+            continue;
+        char a[32];
+        fmt_count(ph->n, a, sizeof a);
+        fprintf(f, "  %-11s due %.2f-%.2f s, %s requests: p50 %.3f  p99 %.3f  max %.3f ms; "
+                   "from send p99 %.3f; sent late p99 %.3f\n",
+                k == 0 ? "selling" : "sold out", ph->from_us / 1e6, ph->to_us / 1e6, a,
+                ph->p50_us / 1e3, ph->p99_us / 1e3, ph->max_us / 1e3, ph->send_p99_us / 1e3,
+                ph->late_p99_us / 1e3);
+    }
+    size_t idx[3], nw = tl_worst(r->slots, r->nslots, 3, idx);
+    fprintf(f, "  worst 100ms");
+    for (size_t i = 0; i < nw; i++) {
+        const tl_slot_t *s = &r->slots[idx[i]];
+        fprintf(f, "%s at %.1f s p99 %.3f ms (sent late p99 %.3f, backlog %u, in flight %u)",
+                i ? ";" : "", s->t_us / 1e6, s->p99_us / 1e3, s->late_p99_us / 1e3, s->backlog,
+                s->inflight);
+    }
+    fprintf(f, "\n");
+    if (L->recs_truncated)
+        fprintf(f, "  timeline    only the first answers: the log filled up\n");
+    const bench_procs_t *bp = r->procs;
+    if (!bp || !bp->ng)
+        return;
+    fprintf(f, "  threads     CPU %% / run-queue wait %% per phase (100 = one core), busy ones only\n");
+    for (int k = 0; k < 2; k++) {
+        if (!r->phase[k].n)
+            continue;
+        fprintf(f, "    %-9s", phase_names[k]);
+        for (size_t g = 0; g < bp->ng; g++) {
+            double cpu, wait;
+            phase_share(bp, g, &r->phase[k], &cpu, &wait);
+            if (strcmp(bp->g[g].name, BP_HOST_BUSY) != 0 && (cpu >= 1.0 || wait >= 1.0))
+                fprintf(f, " %s %.0f/%.0f", bp->g[g].name, cpu, wait);
+        }
+        double others = phase_others(bp, &r->phase[k]);
+        if (others >= 0)   /* the other tenants of the host, to within the 10 ms tick */
+            fprintf(f, " | other processes %.0f", others);
+        fprintf(f, "\n");
+    }
+}
+
+/* --timeline FILE: the slots, then per thread group its CPU and run-queue wait in ms. */
+static int write_timeline(const char *path, const results_t *r, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    const bench_procs_t *bp = r->procs;
+    tl_write_header(f);
+    for (size_t g = 0; bp && g < bp->ng; g++)
+        fprintf(f, "\tcpu_ms:%s\twait_ms:%s", bp->g[g].name, bp->g[g].name);
+    fputc('\n', f);
+    for (size_t i = 0; i < r->nslots; i++) {
+        tl_write_slot(f, &r->slots[i]);
+        for (size_t g = 0; bp && g < bp->ng; g++) {
+            uint64_t run, wait;
+            bp_between(bp, g, r->slots[i].t_us, r->slots[i].t_us + SLOT_US, &run, &wait);
+            fprintf(f, "\t%.1f\t%.1f", (double)run / 1e6, (double)wait / 1e6);
+        }
+        fputc('\n', f);
+    }
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad) {
+        snprintf(err, errlen, "%s: write failed", path);
+        return -1;
+    }
+    return 0;
+}
 
 static int64_t own_cpu_us(void)
 {
@@ -659,6 +778,7 @@ static void print_report(FILE *f, const bench_opts_t *o, const bench_load_t *L, 
                 (double)hist_percentile(r->hs, 50) / 1000, (double)hist_percentile(r->hs, 90) / 1000,
                 (double)hist_percentile(r->hs, 99) / 1000, (double)hist_percentile(r->hs, 99.9) / 1000,
                 (double)r->hs->max / 1000);
+    print_timeline(f, L, r);
     if (r->server_pid && r->seconds < 1.0)
         fprintf(f, "  server CPU  run too short to measure (/proc counts in %ld ms ticks)\n",
                 1000 / (sysconf(_SC_CLK_TCK) > 0 ? sysconf(_SC_CLK_TCK) : 100));
@@ -708,6 +828,24 @@ static void json_results(FILE *f, const bench_opts_t *o, const bench_load_t *L, 
                 (unsigned long long)hist_percentile(r->hs, 90),
                 (unsigned long long)hist_percentile(r->hs, 99),
                 (unsigned long long)hist_percentile(r->hs, 99.9), (unsigned long long)r->hs->max);
+    for (int k = 0; k < 2 && r->nslots; k++) {
+        const tl_phase_t *ph = &r->phase[k];
+        fprintf(f, "%s\"%s\":{\"from_s\":%.3f,\"to_s\":%.3f,\"requests\":%llu,\"p50_us\":%u,"
+                   "\"p99_us\":%u,\"max_us\":%u,\"send_p99_us\":%u,\"late_p99_us\":%u,\"threads\":{",
+                k == 0 ? "\"phases\":{" : ",", k == 0 ? "selling" : "sold_out", ph->from_us / 1e6,
+                ph->to_us / 1e6, (unsigned long long)ph->n, ph->p50_us, ph->p99_us, ph->max_us,
+                ph->send_p99_us, ph->late_p99_us);
+        for (size_t g = 0; r->procs && ph->n && g < r->procs->ng; g++) {
+            double cpu, wait;
+            phase_share(r->procs, g, ph, &cpu, &wait);
+            fprintf(f, "%s\"%s\":{\"cpu_pct\":%.1f,\"wait_pct\":%.1f}", g ? "," : "",
+                    r->procs->g[g].name, cpu, wait);
+        }
+        fprintf(f, "}");
+        if (r->procs && ph->n)
+            fprintf(f, ",\"others_cpu_pct\":%.1f", phase_others(r->procs, ph));
+        fprintf(f, "}%s", k == 1 ? "}," : "");
+    }
     fprintf(f, "\"server_cpu_us_per_request\":%.2f,\"redis_cpu_us_per_request\":%.2f,"
                "\"bench_cpu_us_per_request\":%.2f",
             r->server_pid ? r->server_us_req : -1.0, r->redis_pid ? r->redis_us_req : -1.0,
@@ -868,15 +1006,21 @@ int bench_main(int argc, char **argv)
     L.timeout_s = o.timeout_s;
     L.seed = o.seed;
     bench_series_t series = {0};
-    prog_t prog = {isatty(2), 0, 0, o.progress, 0, o.html[0] ? &series : NULL};
+    bench_procs_t procs;
+    memset(&procs, 0, sizeof procs);
+    bp_watch(&procs, r.server_pid, "server");
+    bp_watch(&procs, r.redis_pid, "redis");
+    bp_watch(&procs, getpid(), "bench");
+    prog_t prog = {isatty(2), 0, 0, o.progress, 0, o.html[0] ? &series : NULL, &procs};
     uint64_t zero[BO__COUNT] = {0};
-    if (o.html[0]) {
+    if (o.html[0])
         bench_series_add(&series, 0, zero);
-        L.progress_ms = 200;    /* five samples a second for the charts */
-    }
-    if (bench_load_run(&L, o.progress || o.html[0] ? on_progress : NULL, &prog, err,
-                       sizeof err) < 0) {
+    /* ten samples a second: the timeline's threads, and the charts of --html */
+    L.progress_ms = SLOT_US / 1000;
+    bp_sample(&procs, 0);
+    if (bench_load_run(&L, on_progress, &prog, err, sizeof err) < 0) {
         bench_series_free(&series);
+        bp_free(&procs);
         fprintf(stderr, "\nseckill bench: %s\n", err);
         bench_load_free(&L);
         bench_users_free(&users);
@@ -886,6 +1030,10 @@ int bench_main(int argc, char **argv)
         fprintf(stderr, "\n");
     int64_t s1 = proc_cpu_us(r.server_pid), r1 = proc_cpu_us(r.redis_pid);
     r.self_cpu_us = own_cpu_us() - b0;
+    bp_sample(&procs, (uint32_t)((clock_mono_ns() - L.origin_ns) / 1000));
+    r.procs = &procs;
+    r.nslots = tl_build(L.recs, L.nrecs, SLOT_US, &r.slots);
+    tl_phases(L.recs, L.nrecs, &r.phase[0], &r.phase[1]);
 
     sum_counters(&L, r.out, &r.sent, r.kinds, NULL, NULL);
     for (int i = 0; i < BO__COUNT; i++)
@@ -1014,6 +1162,10 @@ int bench_main(int argc, char **argv)
                 fclose(jf);
         }
     }
+    if (o.timeline[0] && write_timeline(o.timeline, &r, err, sizeof err) < 0) {
+        fprintf(stderr, "seckill bench: %s\n", err);
+        status = 2;
+    }
     if (o.html[0]) {
         bench_html_t page = {o.target, vid, stock, &series, r.h, report_text, audit_text,
                              audit_status};
@@ -1027,6 +1179,8 @@ int bench_main(int argc, char **argv)
     free(report_text);
     free(audit_text);
     bench_series_free(&series);
+    bp_free(&procs);
+    free(r.slots);
     free(rec.answers);
     free(rec.soldout);
     hist_free(r.h);

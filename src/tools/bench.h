@@ -7,6 +7,7 @@
  *                  responses parsed with http-parser, closed or open loop
  *   bench_users.c  user preparation: API login, direct token seeding, a tokens file
  *   bench_hist.c   latency histogram; bench_redis.c blocking Redis helpers
+ *   bench_timeline.c  the answers cut into 100 ms slots and the sale's two phases
  *
  * The public entry is bench_main(); the rest of this header is shared by the bench_*.c
  * files and the unit tests (bench_parse_args is pure). */
@@ -59,6 +60,7 @@ typedef struct bench_opts {
     char record[512];           /* --record FILE: success answers, for `audit --orders` */
     char json[512];             /* --json FILE (- = stdout) */
     char html[512];             /* --html FILE: the report as a page with charts */
+    char timeline[512];         /* --timeline FILE: per 100 ms, latency, backlog, threads */
     int server_pid;             /* --server-pid PID [found from the listening socket] */
     int redis_pid;              /* --redis-pid PID [INFO server, when local] */
     int audit;                  /* --no-audit turns it off */
@@ -142,6 +144,11 @@ typedef struct bench_load {
     uint32_t *soldout;                  /* JOB_SALE: the user of every sold-out answer */
     size_t nsoldout;
     uint64_t t_first_ns, t_last_ns;     /* first send, last answer */
+    uint64_t origin_ns;                 /* the timeline's 0 (clock_mono_ns); open loop's
+                                           first request is due 100 ms later */
+    struct bench_rec *recs;             /* JOB_SALE: every answer (bench_timeline.h) */
+    size_t nrecs;
+    int recs_truncated;                 /* the log filled up: later answers not in it */
     uint64_t unanswered;                /* requests whose answer never came */
     int failed_users;                   /* JOB_CODE / JOB_LOGIN: users without success */
     /* private */

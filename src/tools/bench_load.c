@@ -44,6 +44,7 @@
 #include <http_parser.h>
 
 #include "bench_hist.h"
+#include "bench_timeline.h"
 #include "clock.h"
 #include "xmem.h"
 
@@ -56,6 +57,7 @@
 #define TICK_US 10000                 /* housekeeping: reconnects, deadlines, p99 */
 #define P99_EVERY_NS 250000000ull
 #define OPEN_START_NS 100000000ull    /* open loop: connections get 100 ms to come up */
+#define REC_MAX (4u << 20)            /* per thread: answers logged for the timeline (64 MB) */
 
 enum { CS_DOWN = 0, CS_CONNECTING, CS_UP };
 
@@ -120,6 +122,9 @@ typedef struct bench_thread {
     size_t nsucc, capsucc;
     uint32_t *sold;                    /* users answered sold out (the lab's under-sell) */
     size_t nsold, capsold;
+    bench_rec_t *recs;                 /* JOB_SALE: every answer, for the timeline */
+    size_t nrecs, caprecs;
+    int recs_full;
     uint64_t unanswered;
     int failed_users;
 
@@ -459,6 +464,30 @@ static void openloop_dispatch(bench_thread_t *t)
     atomic_store_explicit(&t->ctr->backlog, t->bln, memory_order_relaxed);
 }
 
+/* us since the load's origin, as the timeline stores it */
+static inline uint32_t since_origin(const bench_load_t *L, uint64_t ns)
+{
+    uint64_t us = ns > L->origin_ns ? (ns - L->origin_ns) / 1000 : 0;
+    return us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
+}
+
+static void log_answer(bench_thread_t *t, const inflight_t *r, uint64_t now, bench_outcome_t o)
+{
+    if (t->nrecs == t->caprecs) {
+        if (t->caprecs >= REC_MAX) {
+            t->recs_full = 1;
+            return;
+        }
+        t->caprecs = t->caprecs ? t->caprecs * 2 : 65536;
+        t->recs = xrealloc(t->recs, t->caprecs * sizeof *t->recs);
+    }
+    bench_rec_t *x = &t->recs[t->nrecs++];
+    x->due_us = since_origin(t->L, r->t0);
+    x->send_us = since_origin(t->L, r->sent);
+    x->done_us = since_origin(t->L, now);
+    x->outcome = (uint8_t)o;
+}
+
 static void on_response(bconn_t *c, uint64_t now)
 {
     bench_thread_t *t = c->t;
@@ -482,6 +511,7 @@ static void on_response(bconn_t *c, uint64_t now)
         bench_outcome_t o = bench_classify(status, c->body, c->blen, &oid);
         cadd(&t->ctr->out[o], 1);
         hist_record(t->hist, lat);
+        log_answer(t, r, now, o);
         if (o == BO_SUCCESS) {
             if (t->nsucc == t->capsucc) {
                 t->capsucc = t->capsucc ? t->capsucc * 2 : 4096;
@@ -792,6 +822,9 @@ static void on_pace(evutil_socket_t fd, short what, void *arg)
 static void *thread_main(void *arg)
 {
     bench_thread_t *t = arg;
+    char name[16];
+    snprintf(name, sizeof name, "bench%d", t->id);   /* the timeline's thread groups */
+    pthread_setname_np(pthread_self(), name);
     uint64_t now = clock_mono_ns();
     t->last_progress_ns = now;
     for (int i = 0; i < t->nc; i++)
@@ -828,6 +861,7 @@ static void thread_free(bench_thread_t *t)
     free(t->bl);
     free(t->succ);
     free(t->sold);
+    free(t->recs);
 }
 
 static int thread_init(bench_load_t *L, bench_thread_t *t, int id, uint64_t start, char *err,
@@ -918,6 +952,7 @@ int bench_load_run(bench_load_t *L, void (*progress)(bench_load_t *L, double ela
     L->th = xrealloc(NULL, (size_t)T * sizeof *L->th);
     memset(L->th, 0, (size_t)T * sizeof *L->th);
     uint64_t start = clock_mono_ns();
+    L->origin_ns = start;
     for (int i = 0; i < T; i++)
         if (thread_init(L, &L->th[i], i, start, err, errlen) < 0)
             return -1;
@@ -957,6 +992,12 @@ int bench_load_run(bench_load_t *L, void (*progress)(bench_load_t *L, double ela
         tsold += L->th[i].nsold;
     L->soldout = xrealloc(NULL, (tsold ? tsold : 1) * sizeof *L->soldout);
     L->nsoldout = 0;
+    size_t trecs = 0;
+    for (int i = 0; i < T; i++)
+        trecs += L->th[i].nrecs;
+    L->recs = xrealloc(NULL, (trecs ? trecs : 1) * sizeof *L->recs);
+    L->nrecs = 0;
+    L->recs_truncated = 0;
     for (int i = 0; i < T; i++) {
         bench_thread_t *t = &L->th[i];
         if (t->nsucc)
@@ -965,6 +1006,10 @@ int bench_load_run(bench_load_t *L, void (*progress)(bench_load_t *L, double ela
         if (t->nsold)
             memcpy(L->soldout + L->nsoldout, t->sold, t->nsold * sizeof *t->sold);
         L->nsoldout += t->nsold;
+        if (t->nrecs)
+            memcpy(L->recs + L->nrecs, t->recs, t->nrecs * sizeof *t->recs);
+        L->nrecs += t->nrecs;
+        L->recs_truncated |= t->recs_full;
         L->unanswered += t->unanswered;
         L->failed_users += t->failed_users;
         if (t->overflow)
@@ -1004,4 +1049,7 @@ void bench_load_free(bench_load_t *L)
     free(L->soldout);
     L->soldout = NULL;
     L->nsoldout = 0;
+    free(L->recs);
+    L->recs = NULL;
+    L->nrecs = 0;
 }

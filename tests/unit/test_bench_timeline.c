@@ -1,0 +1,129 @@
+/* test_bench_timeline.c -- the bench's timeline (bench_timeline.c): slots, backlog and
+ * in-flight counts, exact percentiles, the selling / sold-out cut, the worst slots. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "tools/bench.h"
+#include "tools/bench_timeline.h"
+
+static bench_rec_t rec(uint32_t due, uint32_t send, uint32_t done, int o)
+{
+    bench_rec_t r = {due, send, done, (uint8_t)o};
+    return r;
+}
+
+/* Three slots of 100 ms: counts by due, send and answer time; the backlog and in-flight
+ * figures at each slot's end; latency percentiles of the requests due in a slot. */
+static void test_slots(void **state)
+{
+    (void)state;
+    bench_rec_t r[] = {
+        rec(250000, 250000, 251000, BO_SOLD_OUT),   /* given out of order: tl_build sorts */
+        rec(10000, 10000, 11000, BO_SUCCESS),
+        rec(20000, 20000, 60000, BO_SUCCESS),
+        rec(30000, 150000, 160000, BO_SUCCESS),     /* sent 120 ms late, answered in slot 1 */
+        rec(40000, 40000, 290000, BO_SOLD_OUT),     /* in flight until slot 2 */
+    };
+    tl_slot_t *s = NULL;
+    size_t n = tl_build(r, 5, 100000, &s);
+    assert_int_equal(n, 3);
+    assert_int_equal(r[0].due_us, 10000);
+    assert_int_equal(s[0].due, 4);
+    assert_int_equal(s[0].sent, 3);
+    assert_int_equal(s[0].answered, 2);
+    assert_int_equal(s[0].success, 2);
+    assert_int_equal(s[0].backlog, 1);               /* due at 30 ms, sent at 150 ms */
+    assert_int_equal(s[0].inflight, 1);              /* sent at 40 ms, answered at 290 ms */
+    assert_int_equal(s[1].due, 0);
+    assert_int_equal(s[1].sent, 1);
+    assert_int_equal(s[1].answered, 1);
+    assert_int_equal(s[1].backlog, 0);
+    assert_int_equal(s[1].inflight, 1);
+    assert_int_equal(s[2].answered, 2);
+    assert_int_equal(s[2].sold_out, 2);
+    assert_int_equal(s[2].inflight, 0);
+    /* slot 0: latencies 1, 40, 130, 250 ms -> p50 is the 2nd, p99 and max the 4th */
+    assert_int_equal(s[0].p50_us, 40000);
+    assert_int_equal(s[0].p99_us, 250000);
+    assert_int_equal(s[0].max_us, 250000);
+    assert_int_equal(s[0].late_p99_us, 120000);
+    assert_int_equal(s[0].send_p99_us, 250000);
+    assert_int_equal(s[2].p99_us, 1000);
+    free(s);
+    assert_int_equal(tl_build(r, 0, 100000, &s), 0);
+    assert_null(s);
+}
+
+/* Selling = due before the last success answer arrived; percentiles per phase. */
+static void test_phases(void **state)
+{
+    (void)state;
+    enum { N = 1000 };
+    bench_rec_t *r = calloc(N, sizeof *r);
+    for (uint32_t i = 0; i < N; i++) {
+        uint32_t due = i * 1000;                      /* one a millisecond */
+        int sell = i < 100;
+        uint32_t l = sell ? 5000 + i * 10 : 100;      /* grabs slow, verdicts fast */
+        r[i] = rec(due, due, due + l, sell ? BO_SUCCESS : BO_SOLD_OUT);
+    }
+    tl_slot_t *s = NULL;
+    tl_build(r, N, 100000, &s);
+    tl_phase_t a, b;
+    tl_phases(r, N, &a, &b);
+    /* the last success (i = 99) answered at 99 ms + 5.99 ms: due times up to 104 ms sell */
+    assert_int_equal(a.to_us, 99000 + 5990);
+    assert_int_equal(a.n, 105);
+    assert_int_equal(b.n, N - 105);
+    assert_int_equal(a.from_us, 0);
+    assert_int_equal(b.from_us, 105000);
+    assert_int_equal(a.max_us, 5990);
+    assert_int_equal(a.p99_us, 5980);                 /* rank ceil(0.99 * 105) = 104 of 105 */
+    assert_int_equal(b.p99_us, 100);
+    assert_int_equal(b.late_p99_us, 0);
+    /* no success at all: everything is sold out */
+    for (int i = 0; i < N; i++)
+        r[i].outcome = BO_SOLD_OUT;
+    tl_phases(r, N, &a, &b);
+    assert_int_equal(a.n, 0);
+    assert_int_equal(b.n, N);
+    free(s);
+    free(r);
+}
+
+static void test_worst(void **state)
+{
+    (void)state;
+    tl_slot_t s[6];
+    memset(s, 0, sizeof s);
+    uint32_t p99[6] = {5, 50, 7, 50, 90, 1};
+    for (int i = 0; i < 6; i++) {
+        s[i].due = 1;
+        s[i].p99_us = p99[i];
+    }
+    s[5].due = 0;   /* nothing due: never among the worst */
+    s[5].p99_us = 1000;
+    size_t idx[3];
+    assert_int_equal(tl_worst(s, 6, 3, idx), 3);
+    assert_int_equal(idx[0], 4);
+    assert_int_equal(idx[1], 1);                      /* equal p99s: the earlier first */
+    assert_int_equal(idx[2], 3);
+    assert_int_equal(tl_worst(s, 2, 3, idx), 2);
+    assert_int_equal(idx[0], 1);
+    assert_int_equal(idx[1], 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_slots),
+        cmocka_unit_test(test_phases),
+        cmocka_unit_test(test_worst),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
