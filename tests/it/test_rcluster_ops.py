@@ -13,9 +13,15 @@ test_rcluster.py does) and checks one feature that used to need a single Redis:
     errors and locks never acquired;
   - a sync-mode sale (per-user lock on the cluster, then SQL) across two instances: exactly
     the stock sold, one order per user, in SQL; no lock key left on any master;
+  - Redis data loss on a cluster (src/rebuild.c, rebuild_watch.c): FLUSHALL of the master
+    holding a voucher's slot after orders were written, then of every master: the service
+    republishes the vouchers from SQL (stock = SQL's, buyers = SQL's orders), the sale goes
+    on to exactly its stock, one order per user, audit clean; `seckill redis rebuild
+    --dry-run` against a flushed cluster writes nothing, the real run rebuilds once.
 """
 
 import json
+import subprocess
 import threading
 
 import harness as H
@@ -186,3 +192,118 @@ def test_sync_mode_sale_on_cluster_two_instances():
         eq(r.cmd("KEYS", "rlock:*}"), [], "lock keys left on master %d" % r.port)
     H.finish(s1)
     H.finish(s2)
+
+
+# ---------------------------------------------------------------------------------------
+# Redis data loss on a cluster: rebuild from SQL
+
+def _present(cluster, vid):
+    try:
+        return cluster.cmd("HEXISTS", H.k_voucher(vid), "stock") == 1
+    except (OSError, H.RedisError):
+        return False
+
+
+def _epoch(srv, vid):
+    return srv.db().scalar("SELECT coalesce((SELECT epoch FROM tb_seckill_epoch "
+                           "WHERE voucher_id = ?), 0)", vid)
+
+
+def _buy(srv, vid, tokens, users, attempts=2):
+    recs = H.run_sale(srv, vid, tokens, attempts=attempts, users=users, nthreads=8)
+    bad = [x for x in recs if not x.ok and x.msg not in (H.MSG_SOLD_OUT, H.MSG_DUPLICATE)]
+    check(not bad, "unexpected answers: %r", bad[:5])
+    return {x.user for x in recs if x.ok}
+
+
+def _rebuilt(cluster, srv, vid, stock, sold, epoch):
+    H.wait_until(lambda: _present(cluster, vid), 20, what="voucher %d republished" % vid)
+    eq(int(cluster.cmd("HGET", H.k_voucher(vid), "stock")), stock - sold,
+       "voucher %d rebuilt stock" % vid)
+    eq(cluster.cmd("HLEN", H.k_buyers(vid)), sold, "voucher %d rebuilt buyers" % vid)
+    eq(_epoch(srv, vid), epoch, "voucher %d SQL generation" % vid)
+
+
+def _sold_out_clean(cluster, srv, vid, stock, before, after):
+    db = srv.db()
+    eq(H.wait_drained(srv, cluster, vid, 60), stock, "voucher %d orders (sold out)" % vid)
+    eq(db.per_user_max(vid), 1, "voucher %d orders per user at most" % vid)
+    check(not (before & after), "voucher %d: buyers with an order bought again: %r", vid,
+          sorted(before & after)[:5])
+    rc, out = H.audit(cluster, srv.db_url, vid, wait_drain=30)
+    check(rc == 0, "audit of voucher %d after the rebuild:\n%s", vid, out[-3000:])
+
+
+@H.timeout(180)
+def test_rebuild_after_master_flush_on_cluster():
+    cluster = H.start_redis_cluster(masters=3, replicas=0)
+    srv = H.start_server(cluster.url, name="rb-c1", settings={"rate_user_seckill": "0"})
+    users, stock = 90, 30
+    tokens = H.login_many(srv, cluster, users)
+    vids = [H.create_seckill(srv, stock=stock) for _ in range(12)]
+    homes = {v: cluster.node_for(H.k_voucher(v)) for v in vids}
+    hot = vids[0]
+    other = next(v for v in vids if homes[v].port != homes[hot].port)
+    before = {hot: _buy(srv, hot, tokens, range(20), attempts=1),
+              other: _buy(srv, other, tokens, range(10, 22), attempts=1)}
+    eq((len(before[hot]), len(before[other])), (20, 12), "first round buyers")
+    for v in (hot, other):
+        H.wait_drained(srv, cluster, v, 60)
+
+    # 1. The master holding the hot voucher's slot loses everything; the other is untouched.
+    homes[hot].cmd("FLUSHALL")
+    _rebuilt(cluster, srv, hot, stock, 20, 1)
+    eq(_epoch(srv, other), 0, "the other master's voucher was not rebuilt")
+    tokens = H.login_many(srv, cluster, users)     # logins on that master went too
+    after = _buy(srv, hot, tokens, range(users))
+    _sold_out_clean(cluster, srv, hot, stock, before[hot], after)
+
+    # 2. Every master loses everything: both vouchers come back from SQL.
+    for r in cluster.masters():
+        r.cmd("FLUSHALL")
+    _rebuilt(cluster, srv, other, stock, 12, 1)
+    _rebuilt(cluster, srv, hot, stock, stock, 2)
+    tokens = H.login_many(srv, cluster, users)
+    after = _buy(srv, other, tokens, range(users))
+    _sold_out_clean(cluster, srv, other, stock, before[other], after)
+    H.finish(srv)
+
+
+@H.timeout(150)
+def test_operator_rebuild_dry_run_on_cluster():
+    cluster = H.start_redis_cluster(masters=3, replicas=0)
+    srv = H.start_server(cluster.url, name="rb-c2", settings={"rate_user_seckill": "0"})
+    tokens = H.login_many(srv, cluster, 10)
+    vids = [H.create_seckill(srv, stock=8) for _ in range(6)]
+    masters = {cluster.node_for(H.k_voucher(v)).port for v in vids}
+    check(len(masters) >= 2, "vouchers on %d masters only", len(masters))
+    for i, v in enumerate(vids):
+        _buy(srv, v, tokens, range(i % 4), attempts=1)
+        H.wait_drained(srv, cluster, v, 60)
+    srv.stop()
+    for r in cluster.masters():
+        r.cmd("FLUSHALL")
+
+    def tool(*extra):
+        p = subprocess.run([H.binary(), "redis", "rebuild", "--redis", cluster.url, "--db",
+                            srv.db_url] + list(extra), capture_output=True, env=H.san_env(),
+                           timeout=60)
+        return p.returncode, p.stdout.decode() + p.stderr.decode()
+
+    rc, out = tool("--dry-run")
+    eq(rc, 0, "dry run exit: " + out)
+    for i, v in enumerate(vids):
+        check("would be rebuilt: stock %d, %d buyers" % (8 - i % 4, i % 4) in out,
+              "dry run output for voucher %d:\n%s", v, out)
+    for r in cluster.masters():
+        eq(r.cmd("DBSIZE"), 0, "keys on master %d after a dry run" % r.port)
+    eq(sum(_epoch(srv, v) for v in vids), 0, "generations after a dry run")
+    rc, out = tool()
+    eq(rc, 0, "rebuild exit: " + out)
+    for v in vids:
+        eq(_epoch(srv, v), 1, "voucher %d generation after the rebuild" % v)
+        eq(cluster.cmd("HLEN", H.k_buyers(v)), vids.index(v) % 4, "voucher %d buyers" % v)
+    rc, out = tool()
+    check(rc == 0 and "nothing to do" in out, "second run:\n%s", out)
+    rc, out = H.audit(cluster, srv.db_url, wait_drain=10)
+    check(rc == 0, "audit after the operator's rebuild:\n%s", out[-3000:])
