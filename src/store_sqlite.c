@@ -21,6 +21,7 @@
  * Statements are prepared once per connection (SQLITE_PREPARE_PERSISTENT) on first use
  * and reset after every use, so no read transaction stays open between calls. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +41,8 @@
 
 /* How many VM instructions between deadline checks. */
 #define PROGRESS_OPS 1000
+#define ORDER_CHUNK_LOG2 5
+#define ORDER_CHUNK (1 << ORDER_CHUNK_LOG2)   /* orders per INSERT (orders_write_chunked) */
 
 enum {
     ST_BEGIN_IMMEDIATE,
@@ -123,6 +126,7 @@ typedef struct sq {
     sqlite3_stmt *st[ST__COUNT];
     sqlite3_stmt *st_order_get;
     sqlite3_stmt *st_sync[4];        /* sync order mode (sq_order_sync) */
+    sqlite3_stmt *st_rows[ORDER_CHUNK_LOG2 + 1]; /* 2^i-row order inserts (insert_rows_stmt) */
     int64_t tcache_t;                /* last epoch -> text conversion */
     char tcache_s[32];
 } sq_t;
@@ -371,9 +375,22 @@ static void sq_close(store_t *s)
     sqlite3_finalize(q->st_order_get);
     for (int i = 0; i < 4; i++)
         sqlite3_finalize(q->st_sync[i]);
+    for (int i = 0; i <= ORDER_CHUNK_LOG2; i++)
+        sqlite3_finalize(q->st_rows[i]);
     if (q->db && sqlite3_close(q->db) != SQLITE_OK)
         log_error("sqlite: close: %s", sqlite3_errmsg(q->db));
     free(q);
+}
+
+/* Process-wide, before SQLite's first use: no memory statistics. With them on (the
+ * default) every sqlite3_malloc/free takes a global mutex to keep counts nobody here
+ * reads; the order writer allocates per row. sqlite3_config fails harmlessly (MISUSE)
+ * if something initialised SQLite first. */
+static pthread_once_t sq_config_once = PTHREAD_ONCE_INIT;
+
+static void sq_config(void)
+{
+    (void)sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
 }
 
 static store_t *sq_open(const char *url, int timeout_ms, char *err, size_t errlen)
@@ -383,6 +400,7 @@ static store_t *sq_open(const char *url, int timeout_ms, char *err, size_t errle
         snprintf(err, errlen, "sqlite: no file name in the database URL");
         return NULL;
     }
+    pthread_once(&sq_config_once, sq_config);
     sq_t *q = xrealloc(NULL, sizeof *q);
     memset(q, 0, sizeof *q);
     q->timeout_ms = timeout_ms;
@@ -641,10 +659,87 @@ static int sq_seckill_ids(store_t *s, int64_t **ids, size_t *n)
 
 /* ---------------------------------------------------------------- orders */
 
+/* Per-voucher counts of the orders a batch inserted: one stock UPDATE per voucher. */
 typedef struct tally {
     int64_t voucher_id;
     int64_t n;
 } tally_t;
+
+typedef struct tallies {
+    tally_t small[16];
+    tally_t *t;                      /* small, or allocated past 16 vouchers */
+    size_t n, cap;
+} tallies_t;
+
+static void tallies_init(tallies_t *x)
+{
+    x->t = x->small;
+    x->n = 0;
+    x->cap = sizeof x->small / sizeof x->small[0];
+}
+
+static void tallies_free(tallies_t *x)
+{
+    if (x->t != x->small)
+        free(x->t);
+    tallies_init(x);
+}
+
+static void tally_add(tallies_t *x, int64_t voucher_id, int64_t n)
+{
+    size_t k = 0;
+    while (k < x->n && x->t[k].voucher_id != voucher_id)
+        k++;
+    if (k == x->n) {
+        if (x->n == x->cap) {
+            x->cap *= 2;
+            if (x->t == x->small) {
+                x->t = xrealloc(NULL, x->cap * sizeof *x->t);
+                memcpy(x->t, x->small, sizeof x->small);
+            } else {
+                x->t = xrealloc(x->t, x->cap * sizeof *x->t);
+            }
+        }
+        x->t[k].voucher_id = voucher_id;
+        x->t[k].n = 0;
+        x->n++;
+    }
+    x->t[k].n += n;
+}
+
+/* One UPDATE per voucher per batch: the hot row is touched once, not per order. */
+static int stock_take(sq_t *q, const tallies_t *x)
+{
+    if (x->n == 0)
+        return STORE_OK;
+    char now[32];
+    snprintf(now, sizeof now, "%s", time_text(q, clock_wall_s()));
+    sqlite3_stmt *st = stmt(q, ST_STOCK_DEC);
+    if (!st)
+        return STORE_ERR;
+    for (size_t k = 0; k < x->n; k++) {
+        sqlite3_bind_int64(st, 1, x->t[k].n);
+        sqlite3_bind_text(st, 2, now, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 3, x->t[k].voucher_id);
+        int rc = sqlite3_step(st);
+        int64_t left = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+        int row = rc == SQLITE_ROW;
+        while (rc == SQLITE_ROW)
+            rc = sqlite3_step(st);
+        sqlite3_reset(st);
+        if (rc != SQLITE_DONE)
+            return sq_fail(q, "stock update");
+        /* Neither case may stop the batch: the orders were admitted and are real. */
+        if (!row)
+            log_error("voucher %lld: %lld orders written but it has no "
+                      "tb_seckill_voucher row to take stock from",
+                      (long long)x->t[k].voucher_id, (long long)x->t[k].n);
+        else if (left < 0)
+            log_error("voucher %lld: SQL stock is now %lld (more orders than stock)",
+                      (long long)x->t[k].voucher_id, (long long)left);
+    }
+    return STORE_OK;
+}
 
 /* An insert that changed nothing: tell a replay (same order, or the user already has an
  * order of this voucher) from an id collision (the id belongs to another user/voucher).
@@ -712,16 +807,16 @@ static int epoch_of(sq_t *q, int64_t voucher_id, int64_t *cache_vid, int64_t *ca
     return STORE_OK;
 }
 
-static int sq_orders_write(store_t *s, const store_order_t *orders, size_t n, size_t *inserted,
-                           size_t *conflicts, size_t *fenced)
+/* The row-by-row batch: each order is checked against its voucher's generation, inserted
+ * alone, and an insert that changes nothing is told apart (replay or id collision). */
+static int orders_write_rows(sq_t *q, const store_order_t *orders, size_t n, size_t *inserted,
+                             size_t *conflicts, size_t *fenced)
 {
-    sq_t *q = (sq_t *)s;
     size_t ins = 0, conf = 0, fen = 0;
-    tally_t small[16], *tl = small;
-    size_t ntl = 0, captl = sizeof small / sizeof small[0];
+    tallies_t tl;
     int64_t ep_vid = 0, ep = 0;
 
-    call_begin(q);
+    tallies_init(&tl);
     /* IMMEDIATE: the write lock is held from here, so the epoch read below cannot be
      * overtaken by a rebuild's bump before this batch commits. */
     if (exec_stmt(q, ST_BEGIN_IMMEDIATE, "orders: BEGIN IMMEDIATE") != STORE_OK)
@@ -756,24 +851,7 @@ static int sq_orders_write(store_t *s, const store_order_t *orders, size_t n, si
         }
         if (sqlite3_changes(q->db) > 0) {
             ins++;
-            size_t k = 0;
-            while (k < ntl && tl[k].voucher_id != o->voucher_id)
-                k++;
-            if (k == ntl) {
-                if (ntl == captl) {
-                    captl *= 2;
-                    if (tl == small) {
-                        tl = xrealloc(NULL, captl * sizeof *tl);
-                        memcpy(tl, small, sizeof small);
-                    } else {
-                        tl = xrealloc(tl, captl * sizeof *tl);
-                    }
-                }
-                tl[ntl].voucher_id = o->voucher_id;
-                tl[ntl].n = 0;
-                ntl++;
-            }
-            tl[k].n++;
+            tally_add(&tl, o->voucher_id, 1);
         } else {
             int c = classify_skip(q, o);
             if (c == STORE_ERR)
@@ -781,50 +859,143 @@ static int sq_orders_write(store_t *s, const store_order_t *orders, size_t n, si
             conf += (size_t)c;
         }
     }
-    /* One UPDATE per voucher per batch: the hot row is touched once, not per order. */
-    if (ntl > 0) {
-        char now[32];
-        snprintf(now, sizeof now, "%s", time_text(q, clock_wall_s()));
-        st = stmt(q, ST_STOCK_DEC);
-        if (!st)
-            goto fail;
-        for (size_t k = 0; k < ntl; k++) {
-            sqlite3_bind_int64(st, 1, tl[k].n);
-            sqlite3_bind_text(st, 2, now, -1, SQLITE_STATIC);
-            sqlite3_bind_int64(st, 3, tl[k].voucher_id);
-            int rc = sqlite3_step(st);
-            int64_t left = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
-            int row = rc == SQLITE_ROW;
-            while (rc == SQLITE_ROW)
-                rc = sqlite3_step(st);
-            sqlite3_reset(st);
-            if (rc != SQLITE_DONE) {
-                sq_fail(q, "stock update");
-                goto fail;
-            }
-            /* Neither case may stop the batch: the orders were admitted and are real. */
-            if (!row)
-                log_error("voucher %lld: %lld orders written but it has no "
-                          "tb_seckill_voucher row to take stock from",
-                          (long long)tl[k].voucher_id, (long long)tl[k].n);
-            else if (left < 0)
-                log_error("voucher %lld: SQL stock is now %lld (more orders than stock)",
-                          (long long)tl[k].voucher_id, (long long)left);
-        }
-    }
+    if (stock_take(q, &tl) != STORE_OK)
+        goto fail;
     if (exec_stmt(q, ST_COMMIT, "orders: COMMIT") != STORE_OK)
         goto fail;
-    if (tl != small)
-        free(tl);
+    tallies_free(&tl);
     *inserted = ins;
     *conflicts = conf;
     *fenced = fen;
     return STORE_OK;
 fail:
     rollback(q);
-    if (tl != small)
-        free(tl);
+    tallies_free(&tl);
     return STORE_ERR;
+}
+
+/* ST_ORDER_INSERT for k rows at once (k a power of two up to ORDER_CHUNK), prepared on
+ * first use. */
+static sqlite3_stmt *insert_rows_stmt(sq_t *q, int k)
+{
+    int slot = __builtin_ctz((unsigned)k);
+    if (q->st_rows[slot])
+        return q->st_rows[slot];
+    char sql[128 + ORDER_CHUNK * 48];
+    size_t p = (size_t)snprintf(sql, sizeof sql, "INSERT INTO tb_voucher_order (id, user_id, "
+                                "voucher_id, create_time, update_time) VALUES ");
+    for (int j = 0; j < k; j++)
+        p += (size_t)snprintf(sql + p, sizeof sql - p, "%s(?%d, ?%d, ?%d, ?%d, ?%d)",
+                              j ? ", " : "", 4 * j + 1, 4 * j + 2, 4 * j + 3, 4 * j + 4,
+                              4 * j + 4);
+    snprintf(sql + p, sizeof sql - p, " ON CONFLICT DO NOTHING");
+    return stmt_prepare(q, &q->st_rows[slot], sql);
+}
+
+/* Inserts rows[0..k) with as few statements as the prepared sizes allow (k <=
+ * ORDER_CHUNK). Returns how many rows were inserted, or -1. */
+static int insert_rows(sq_t *q, const store_order_t *const *rows, int k)
+{
+    int done = 0;
+    while (k > 0) {
+        int m = 1 << (31 - __builtin_clz((unsigned)k));   /* largest power of two <= k */
+        sqlite3_stmt *st = insert_rows_stmt(q, m);
+        if (!st)
+            return -1;
+        char tt[ORDER_CHUNK][32];   /* bound SQLITE_STATIC: time_text's buffer changes per row */
+        for (int j = 0; j < m; j++) {
+            const store_order_t *o = rows[j];
+            const char *t = time_text(q, o->create_time);
+            size_t tl = strlen(t);
+            memcpy(tt[j], t, tl + 1);
+            sqlite3_bind_int64(st, 4 * j + 1, o->id);
+            sqlite3_bind_int64(st, 4 * j + 2, o->user_id);
+            sqlite3_bind_int64(st, 4 * j + 3, o->voucher_id);
+            sqlite3_bind_text(st, 4 * j + 4, tt[j], (int)tl, SQLITE_STATIC);
+        }
+        int rc = sqlite3_step(st);
+        sqlite3_reset(st);
+        if (rc != SQLITE_DONE) {
+            sq_fail(q, "order insert");
+            return -1;
+        }
+        done += sqlite3_changes(q->db);
+        rows += m;
+        k -= m;
+    }
+    return done;
+}
+
+/* The usual batch: every order is of its voucher's current generation and new to SQL.
+ * Inserted up to ORDER_CHUNK rows per statement: row by row, SQLite's per-statement work
+ * (VDBE set-up, the statement journal an upsert opens, halt) cost about as much as the
+ * insert itself. Returns STORE_OK (committed), STORE_ERR, or ORDERS_UNUSUAL when an order
+ * is fenced or a statement inserted fewer rows than it had: then the transaction is rolled
+ * back, nothing is written, and the caller takes the row-by-row path, which tells each case
+ * apart. */
+#define ORDERS_UNUSUAL 1
+
+static int orders_write_chunked(sq_t *q, const store_order_t *orders, size_t n,
+                                size_t *inserted)
+{
+    const store_order_t *chunk[ORDER_CHUNK];
+    int k = 0;
+    tallies_t tl;
+    int64_t ep_vid = 0, ep = 0;
+    int rc = STORE_ERR;
+
+    tallies_init(&tl);
+    /* IMMEDIATE: as in orders_write_rows. */
+    if (exec_stmt(q, ST_BEGIN_IMMEDIATE, "orders: BEGIN IMMEDIATE") != STORE_OK)
+        return STORE_ERR;
+    for (size_t i = 0; i < n; i++) {
+        const store_order_t *o = &orders[i];
+        if (o->epoch != STORE_EPOCH_ANY) {
+            if (epoch_of(q, o->voucher_id, &ep_vid, &ep) != STORE_OK)
+                goto fail;
+            if (ep >= 0 && o->epoch != ep) {
+                rc = ORDERS_UNUSUAL;
+                goto fail;
+            }
+        }
+        chunk[k++] = o;
+        tally_add(&tl, o->voucher_id, 1);
+        if (k < ORDER_CHUNK && i + 1 < n)
+            continue;
+        int done = insert_rows(q, chunk, k);
+        if (done < 0)
+            goto fail;
+        if (done != k) {
+            rc = ORDERS_UNUSUAL;
+            goto fail;
+        }
+        k = 0;
+    }
+    if (stock_take(q, &tl) != STORE_OK)
+        goto fail;
+    if (exec_stmt(q, ST_COMMIT, "orders: COMMIT") != STORE_OK)
+        goto fail;
+    tallies_free(&tl);
+    *inserted = n;
+    return STORE_OK;
+fail:
+    rollback(q);
+    tallies_free(&tl);
+    return rc;
+}
+
+static int sq_orders_write(store_t *s, const store_order_t *orders, size_t n, size_t *inserted,
+                           size_t *conflicts, size_t *fenced)
+{
+    sq_t *q = (sq_t *)s;
+    call_begin(q);
+    int rc = orders_write_chunked(q, orders, n, inserted);
+    if (rc != ORDERS_UNUSUAL) {
+        *conflicts = 0;
+        *fenced = 0;
+        return rc;
+    }
+    return orders_write_rows(q, orders, n, inserted, conflicts, fenced);
 }
 
 static int sq_redis_epoch(store_t *s, int64_t voucher_id, int bump, int64_t *epoch)

@@ -324,6 +324,11 @@ static int redis_ensure(writer_t *wr)
         return -1;
     }
     wr->rc = c;
+    /* Keep the reply buffer between reads. By default hiredis frees it whenever it is empty
+     * with more than 16 KB unused, so every batch-sized XREADGROUP reply (tens of KB) grew it
+     * again from nothing: large mallocs and glibc's malloc_consolidate, ~10 % of the
+     * writer's CPU. Its size is bounded by the largest reply (COUNT batch entries). */
+    c->reader->maxbuf = 0;
     /* Acks may have been lost with the old connection: replay our own pending entries.
      * And the groups may be gone (a restarted Redis without persistence). */
     for (size_t i = 0; i < wr->nstreams; i++)
