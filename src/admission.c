@@ -463,7 +463,7 @@ static void batch_send(lane_t *l, struct adm_cache *ac, worker_t *w)
             adm_ctx_t *c = l->head;
             l->head = c->next;
             l->nwait--;
-            metric_inc(&w->m->soldout_local);
+            shard_inc(&w->m->soldout_local);
             int code = v->code;
             http_req_t *r = c->r;
             admission_cb cb = c->cb;
@@ -509,7 +509,7 @@ void admission_try(struct http_req *r, int64_t voucher_id, int64_t user_id, admi
     if (ac != NULL && ac->ttl_ms > 0) {
         const verdict_t *v = verdict_get(ac, voucher_id, clock_mono_ms());
         if (v != NULL) {
-            metric_inc(&w->m->soldout_local);
+            shard_inc(&w->m->soldout_local);
             cb(r, v->code, 0);
             return;
         }

@@ -175,31 +175,42 @@ int api_metrics_ok(const http_req_t *r)
 
 /* -------------------------------------------------------------- the envelope */
 
-/* Writes the envelope and replies. msg, data and code may be NULL (member omitted). */
+/* Writes the envelope into s. msg, data and code may be NULL (member omitted). Messages
+ * may quote client input, which sb_json_str keeps valid JSON (bad UTF-8 becomes U+FFFD). */
+static void envelope_write(sb_t *s, int success, const char *msg, const char *data, size_t dlen,
+                           const char *code)
+{
+    sb_puts(s, success ? "{\"success\":true" : "{\"success\":false");
+    if (msg != NULL) {
+        sb_puts(s, ",\"errorMsg\":");
+        sb_json_str(s, msg, strlen(msg));
+    }
+    if (data != NULL) {
+        sb_puts(s, ",\"data\":");
+        sb_append(s, data, dlen);
+    }
+    if (code != NULL) {
+        sb_puts(s, ",\"code\":");
+        sb_json_str(s, code, strlen(code));
+    }
+    sb_append(s, "}", 1);
+}
+
+/* Writes the envelope and replies. */
 static void envelope(http_req_t *r, int status, int success, const char *msg,
                      const char *data, size_t dlen, const char *code)
 {
-    /* Most replies fit the stack; messages may quote client input, which sb_json_str
-     * keeps valid JSON (bad UTF-8 becomes U+FFFD). */
-    char stackbuf[1024];
+    char stackbuf[1024];   /* most replies fit the stack */
     sb_t s;
     sb_init_on(&s, stackbuf, sizeof stackbuf);
-    sb_puts(&s, success ? "{\"success\":true" : "{\"success\":false");
-    if (msg != NULL) {
-        sb_puts(&s, ",\"errorMsg\":");
-        sb_json_str(&s, msg, strlen(msg));
-    }
-    if (data != NULL) {
-        sb_puts(&s, ",\"data\":");
-        sb_append(&s, data, dlen);
-    }
-    if (code != NULL) {
-        sb_puts(&s, ",\"code\":");
-        sb_json_str(&s, code, strlen(code));
-    }
-    sb_append(&s, "}", 1);
+    envelope_write(&s, success, msg, data, dlen, code);
     http_reply(r, status, NULL, s.buf, s.len);   /* http_reply copies the body */
     sb_free(&s);
+}
+
+void api_fail_body(sb_t *s, const char *msg, const char *code)
+{
+    envelope_write(s, 0, msg, NULL, 0, code);
 }
 
 void api_ok(http_req_t *r, const char *data_json, size_t len)

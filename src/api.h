@@ -20,6 +20,7 @@
 #include "http.h"
 
 struct auth_user;
+struct sb;
 
 /* The http_handler_fn given to http_worker_init. */
 void api_dispatch(http_req_t *r);
@@ -27,6 +28,8 @@ void api_dispatch(http_req_t *r);
 /* Reply helpers (api.c). data_json is a raw JSON value (e.g. "42", "\"abc\"", "[...]"). */
 void api_ok(http_req_t *r, const char *data_json, size_t len);   /* data_json NULL: no data */
 void api_fail(http_req_t *r, const char *msg, const char *code); /* 200, success:false */
+/* The body api_fail() sends, written into s (for answers made once and kept). */
+void api_fail_body(struct sb *s, const char *msg, const char *code);
 void api_error(http_req_t *r, int status, const char *msg, const char *code);
 void api_unauthorized(http_req_t *r);                            /* 401, empty body */
 void api_unavailable(http_req_t *r, const char *what);           /* 503, success:false */

@@ -227,19 +227,30 @@ static const char *reason(int status)
     }
 }
 
-static void put_uint(sb_t *s, uint64_t v)
+/* Writes v in decimal at p; returns the end. */
+static char *put_uint(char *p, uint64_t v)
 {
-    char tmp[24], *p = tmp + sizeof tmp;
+    char tmp[24], *q = tmp + sizeof tmp;
     do {
-        *--p = (char)('0' + v % 10);
+        *--q = (char)('0' + v % 10);
         v /= 10;
     } while (v);
-    sb_append(s, p, (size_t)(tmp + sizeof tmp - p));
+    size_t n = (size_t)(tmp + sizeof tmp - q);
+    memcpy(p, q, n);
+    return p + n;
 }
+
+static char *put_str(char *p, const char *z, size_t n)
+{
+    memcpy(p, z, n);
+    return p + n;
+}
+
+#define PUT_LIT(p, lit) put_str((p), (lit), sizeof(lit) - 1)
 
 /* "Date: Sun, 29 Nov 2026 16:45:00 GMT\r\n", re-formatted only when the second changes.
  * Built by hand: strftime's %a/%b follow the locale. */
-static void put_date(http_worker_t *hw, sb_t *s)
+static void update_date(http_worker_t *hw)
 {
     static const char wday[7][4] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
     static const char mon[12][4] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
@@ -254,47 +265,64 @@ static void put_date(http_worker_t *hw, sb_t *s)
         hw->date_len = n > 0 && (size_t)n < sizeof hw->date ? (size_t)n : 0;
         hw->date_sec = now;
     }
-    sb_append(s, hw->date, hw->date_len);
 }
 
-/* Appends one complete response to c->out. */
+/* Appends one complete response to c->out: the head is written straight into the
+ * buffer (one size check, no per-field appends), then the body. */
 static void put_reply(conn_t *c, int status, const char *ctype, const char *body, size_t len,
                       int keep)
 {
+    http_worker_t *hw = c->hw;
     sb_t *o = &c->out;
     if (status < 100 || status > 999)
         status = 500;
     int bodyless = status == 204 || status == 304 || (status >= 100 && status < 200);
-    char line[16] = "HTTP/1.1 000 ";
-    line[9] = (char)('0' + status / 100);
-    line[10] = (char)('0' + status / 10 % 10);
-    line[11] = (char)('0' + status % 10);
-    sb_append(o, line, 13);
-    sb_puts(o, reason(status));
-    sb_append(o, "\r\n", 2);
+    const char *why = reason(status);
+    size_t wlen = strlen(why);
+    size_t clen = 0;
+    if (!bodyless && (ctype || len)) {
+        if (!ctype)
+            ctype = "application/json;charset=UTF-8";
+        clen = strlen(ctype);
+    }
+    update_date(hw);
+    /* status line 13 + reason + CRLF, Content-Type 16 + clen, Content-Length 38,
+     * Retry-After 35, Connection 24, Date, final CRLF */
+    size_t head_max = 13 + wlen + 2 + 16 + clen + 38 + 35 + 24 + hw->date_len + 2;
+    size_t body_len = !bodyless && !c->is_head ? len : 0;
+    char *p = sb_reserve(o, head_max + body_len);
+    p = PUT_LIT(p, "HTTP/1.1 ");
+    *p++ = (char)('0' + status / 100);
+    *p++ = (char)('0' + status / 10 % 10);
+    *p++ = (char)('0' + status % 10);
+    *p++ = ' ';
+    p = put_str(p, why, wlen);
+    p = PUT_LIT(p, "\r\n");
     if (!bodyless) {
-        if (ctype || len) {
-            sb_append(o, "Content-Type: ", 14);
-            sb_puts(o, ctype ? ctype : "application/json;charset=UTF-8");
-            sb_append(o, "\r\n", 2);
+        if (clen) {
+            p = PUT_LIT(p, "Content-Type: ");
+            p = put_str(p, ctype, clen);
+            p = PUT_LIT(p, "\r\n");
         }
-        sb_append(o, "Content-Length: ", 16);
-        put_uint(o, len);
-        sb_append(o, "\r\n", 2);
+        p = PUT_LIT(p, "Content-Length: ");
+        p = put_uint(p, len);
+        p = PUT_LIT(p, "\r\n");
     }
     if (c->req.retry_after_s > 0) {
-        sb_append(o, "Retry-After: ", 13);
-        put_uint(o, (size_t)c->req.retry_after_s);
-        sb_append(o, "\r\n", 2);
+        p = PUT_LIT(p, "Retry-After: ");
+        p = put_uint(p, (uint64_t)c->req.retry_after_s);
+        p = PUT_LIT(p, "\r\n");
     }
     if (keep)
-        sb_append(o, "Connection: keep-alive\r\n", 24);
+        p = PUT_LIT(p, "Connection: keep-alive\r\n");
     else
-        sb_append(o, "Connection: close\r\n", 19);
-    put_date(c->hw, o);
-    sb_append(o, "\r\n", 2);
-    if (!bodyless && !c->is_head)
-        sb_append(o, body, len);
+        p = PUT_LIT(p, "Connection: close\r\n");
+    p = put_str(p, hw->date, hw->date_len);
+    p = PUT_LIT(p, "\r\n");
+    if (body_len)
+        p = put_str(p, body, body_len);
+    *p = '\0';
+    o->len = (size_t)(p - o->buf);
 }
 
 static void count_request(http_worker_t *hw, int status)
@@ -363,6 +391,12 @@ void http_reply(http_req_t *r, int status, const char *content_type, const char 
         conn_run(c);
     }
     /* Otherwise we are inside conn_run() (the handler replied at once): it goes on. */
+}
+
+uint64_t http_clock_ns(const http_req_t *r)
+{
+    const conn_t *c = (const conn_t *)(const void *)((const char *)r - offsetof(conn_t, req));
+    return c->busy ? c->hw->now_ns : clock_mono_ns();
 }
 
 /* ==== Request buffers and the global budget ==== */

@@ -58,6 +58,11 @@ int http_worker_init(struct worker *w, const char *host, int port, http_handler_
  * dropped silently (the handler need not know). */
 void http_reply(http_req_t *r, int status, const char *content_type, const char *body, size_t len);
 
+/* clock_mono_ns() for timing r's answer, without a clock read while r is handled inside
+ * the loop callback that read it (the answer is then synchronous: the callback's own
+ * reading, a few microseconds old at most, stands for now). */
+uint64_t http_clock_ns(const http_req_t *r);
+
 /* Graceful stop, on the worker's thread: close the listener, close idle connections,
  * let in-flight requests finish; calls done(w) once no connection remains or after
  * grace_ms (then the rest are closed). */

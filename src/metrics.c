@@ -54,9 +54,9 @@ void metrics_seckill_done(metrics_shard_t *m, outcome_t o, uint64_t latency_ns)
     while (b < METRICS_LAT_BUCKETS - 1 && latency_ns > lat_bound_ns[b]) {
         b++;
     }
-    metric_inc(&m->seckill[o]);
-    metric_inc(&m->lat_bucket[b]);
-    metric_add(&m->lat_sum_us, latency_ns / 1000u);
+    shard_inc(&m->seckill[o]);
+    shard_inc(&m->lat_bucket[b]);
+    shard_add(&m->lat_sum_us, latency_ns / 1000u);
 }
 
 void metrics_http_done(metrics_shard_t *m, int status)
@@ -65,8 +65,8 @@ void metrics_http_done(metrics_shard_t *m, int status)
         return;
     }
     int cls = status / 100;
-    metric_inc(&m->requests);
-    metric_inc(&m->http_class[cls >= 1 && cls <= 5 ? cls : 5]);
+    shard_inc(&m->requests);
+    shard_inc(&m->http_class[cls >= 1 && cls <= 5 ? cls : 5]);
 }
 
 static uint64_t ld(_Atomic uint64_t *c)

@@ -365,8 +365,8 @@ int ratelimit_allow(http_req_t *r, rl_kind_t kind, uint64_t key)
     }
     metrics_shard_t *m = r->w->m;
     if (m != NULL) {
-        metric_inc(&m->rate_limited);
-        metric_inc(&m->rate_limited_by[kind]);
+        shard_inc(&m->rate_limited);
+        shard_inc(&m->rate_limited_by[kind]);
     }
     return 0;
 }

@@ -35,6 +35,12 @@ static void reserve(sb_t *s, size_t n)
     s->cap = cap;
 }
 
+char *sb_reserve(sb_t *s, size_t n)
+{
+    reserve(s, n);
+    return s->buf + s->len;
+}
+
 void sb_init_on(sb_t *s, char *buf, size_t cap)
 {
     s->buf = buf;

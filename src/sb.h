@@ -32,6 +32,9 @@ void sb_puts(sb_t *s, const char *z);
 void sb_printf(sb_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void sb_i64(sb_t *s, int64_t v);
 const char *sb_cstr(sb_t *s);                 /* always NUL-terminated, never NULL */
+/* Makes room for n more bytes (and the NUL) and returns where they go: the caller writes
+ * up to n bytes there, then sets len and the NUL itself. */
+char *sb_reserve(sb_t *s, size_t n);
 
 /* For callers that must not abort on out of memory (request buffers, http.c): the
  * capacity s would have after making room for n more bytes (SIZE_MAX if impossible), and

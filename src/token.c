@@ -150,29 +150,42 @@ static void mac_of(const tok_signer_t *s, const uint8_t body[BODY_BYTES], uint8_
 
 /* ----------------------------------------------------------------- tokens */
 
-int tok_shape_ok(const char *z)
+/* Lowercase hex digit -> its value + 1; anything else (a NUL too) -> 0. */
+static const uint8_t hexval1[256] = {
+    ['0'] = 1, ['1'] = 2, ['2'] = 3, ['3'] = 4, ['4'] = 5, ['5'] = 6, ['6'] = 7, ['7'] = 8,
+    ['8'] = 9, ['9'] = 10, ['a'] = 11, ['b'] = 12, ['c'] = 13, ['d'] = 14, ['e'] = 15, ['f'] = 16,
+};
+
+int tok_parse(const char *z, uint8_t out[16])
 {
     if (z == NULL) {
         return 0;
     }
-    for (int i = 0; i < 32; i++) {
-        char c = z[i];
-        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
+    for (int i = 0; i < 16; i++) {
+        /* A NUL is not a digit either: nothing past a short string is read. */
+        unsigned hi = hexval1[(unsigned char)z[2 * i]];
+        if (hi == 0) {
             return 0;
         }
+        unsigned lo = hexval1[(unsigned char)z[2 * i + 1]];
+        if (lo == 0) {
+            return 0;
+        }
+        out[i] = (uint8_t)((hi - 1) << 4 | (lo - 1));
     }
     return z[32] == '\0';
 }
 
-static int hexval(char c)
+int tok_shape_ok(const char *z)
 {
-    return c <= '9' ? c - '0' : c - 'a' + 10;
+    uint8_t b[16];
+    return tok_parse(z, b);
 }
 
 void tok_bytes(const char *token, uint8_t out[16])
 {
-    for (int i = 0; i < 16; i++) {
-        out[i] = (uint8_t)(hexval(token[2 * i]) << 4 | hexval(token[2 * i + 1]));
+    if (!tok_parse(token, out)) {
+        memset(out, 0, 16);
     }
 }
 
@@ -206,13 +219,13 @@ int tok_mint(const tok_signer_t *s, int64_t user_id, int64_t issued_at, uint16_t
     return 0;
 }
 
-int tok_verify(const tok_signer_t *s, const char *token, int64_t *user_id, int64_t *issued_at)
+int tok_verify_bytes(const tok_signer_t *s, const uint8_t b[16], int64_t *user_id,
+                     int64_t *issued_at)
 {
-    if (s == NULL || !tok_shape_ok(token)) {
+    if (s == NULL) {
         return 0;
     }
-    uint8_t b[16], mac[32];
-    tok_bytes(token, b);
+    uint8_t mac[32];
     mac_of(s, b, mac);
     if (CRYPTO_memcmp(mac, b + BODY_BYTES, MAC_BYTES) != 0) {
         return 0;
@@ -229,4 +242,10 @@ int tok_verify(const tok_signer_t *s, const char *token, int64_t *user_id, int64
     *user_id = uid;
     *issued_at = TOKEN_EPOCH + (int64_t)min * 60 + sec;
     return 1;
+}
+
+int tok_verify(const tok_signer_t *s, const char *token, int64_t *user_id, int64_t *issued_at)
+{
+    uint8_t b[16];
+    return s != NULL && tok_parse(token, b) && tok_verify_bytes(s, b, user_id, issued_at);
 }

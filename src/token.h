@@ -51,10 +51,16 @@ int tok_mint(const tok_signer_t *s, int64_t user_id, int64_t issued_at, uint16_t
  * seconds, are set), 0 otherwise (not 32 lowercase hex, the MAC does not match, or a
  * second field above 59). */
 int tok_verify(const tok_signer_t *s, const char *token, int64_t *user_id, int64_t *issued_at);
+/* tok_verify on a token already parsed by tok_parse (the hot path parses once). */
+int tok_verify_bytes(const tok_signer_t *s, const uint8_t b[16], int64_t *user_id,
+                     int64_t *issued_at);
 
+/* 1 if z is 32 lowercase hex characters, and then its 16 bytes are in out: the shape
+ * check and the decoding in one pass. */
+int tok_parse(const char *z, uint8_t out[16]);
 /* 1 if z is 32 lowercase hex characters. */
 int tok_shape_ok(const char *z);
-/* Hex token (shape already checked) to its 16 bytes. */
+/* Hex token (shape already checked) to its 16 bytes (all zero if the shape is wrong). */
 void tok_bytes(const char *token, uint8_t out[16]);
 
 #endif
