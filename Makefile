@@ -56,6 +56,7 @@ OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(SRCS)) $(BUILD)/obj/embedded.o
 LIBOBJS := $(filter-out $(BUILD)/obj/main.o,$(OBJS))
 EMBED := scripts/admit.lua scripts/login_code.lua sql/schema.sqlite.sql sql/schema.mysql.sql \
          scripts/board.lua web/board.html web/board.js web/board.css \
+         scripts/transfer.lua \
          scripts/rebuild.lua
 
 UNIT_SRCS := $(sort $(wildcard tests/unit/test_*.c))
@@ -84,6 +85,7 @@ $(BUILD)/gen/embedded.c: $(EMBED) tools/embed.sh Makefile | $(BUILD)/gen
 	  schema_sqlite_sql=sql/schema.sqlite.sql \
 	  schema_mysql_sql=sql/schema.mysql.sql script_board_lua=scripts/board.lua \
 	  web_board_html=web/board.html web_board_js=web/board.js web_board_css=web/board.css \
+	  script_transfer_lua=scripts/transfer.lua \
 	  script_rebuild_lua=scripts/rebuild.lua
 $(BUILD)/gen/embedded.h: Makefile | $(BUILD)/gen
 	printf '%s\n' '/* Generated: built-in scripts and schemas (tools/embed.sh). */' \
@@ -91,6 +93,7 @@ $(BUILD)/gen/embedded.h: Makefile | $(BUILD)/gen
 	  'extern const char schema_sqlite_sql[];' \
 	  'extern const char schema_mysql_sql[];' 'extern const char script_board_lua[];' \
 	  'extern const char web_board_html[];' 'extern const char web_board_js[];' \
+	  'extern const char script_transfer_lua[];' \
 	  'extern const char web_board_css[];' 'extern const char script_rebuild_lua[];' > $@
 $(BUILD)/obj/embedded.o: $(BUILD)/gen/embedded.c $(BUILD)/gen/embedded.h | $(BUILD)/obj
 	$(CC) $(CFLAGS) -c -o $@ $<

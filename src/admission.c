@@ -28,6 +28,7 @@
 
 #include "admission.h"
 #include "app.h"
+#include "buckets.h"
 #include "clock.h"
 #include "http.h"
 #include "keys.h"
@@ -46,6 +47,7 @@
 #define CTX_FREE_MAX 4096
 #define LANES 64u
 #define BATCH_MAX 64
+#define REFILL_ROUNDS_MAX 16   /* a bucketed buyer's tries at home between refills */
 
 typedef struct verdict {
     int64_t voucher_id;         /* 0 = unused */
@@ -64,12 +66,16 @@ typedef struct adm_ctx {
     int64_t now;                /* wall seconds at admission (queue mode's create_time) */
     struct ordq *q;             /* queue mode: the place held for this order, else NULL */
     int wait_replicas;          /* --redis-wait-replicas: WAIT for this many after admission */
+    bk_route_t rt;              /* the voucher's stock buckets (rt.k = 1: none) */
+    int bucket;                 /* the buyer's home bucket */
+    int rounds;                 /* refills this admission waited for */
 } adm_ctx_t;
 
 /* Coalescing: per worker and voucher, at most one admit.lua call in flight; the
  * admissions that arrive meanwhile wait here and go together in the next call. */
 typedef struct lane {
     int64_t voucher_id;         /* 0 = unused */
+    int bucket;                 /* a stock bucket of it (buckets.h), 0 when unbucketed */
     int inflight;               /* a call for this voucher is out */
     adm_ctx_t *head, *tail;     /* waiting, in arrival order */
     int nwait;
@@ -93,6 +99,7 @@ struct adm_cache {
     int outstanding;            /* contexts handed out and not yet returned */
     int dead;                   /* adm_cache_free() ran; free with the last context */
     uint64_t last_err_log_ms;
+    bk_cache_t *bk;             /* stock-bucket routes and refills (buckets.c) */
 };
 
 /* ------------------------------------------------------------ messages */
@@ -218,6 +225,7 @@ static void cache_destroy(struct adm_cache *ac)
         ac->free_ctx = c->next;
         free(c);
     }
+    bk_cache_free(ac->bk);
     free(ac);
 }
 
@@ -273,8 +281,10 @@ static void on_wait(struct redisReply *rep, void *priv)
 static void send_wait(adm_ctx_t *c)
 {
     worker_t *w = c->r->w;
-    char kv[64], n[16], t[16];
-    int lv = key_voucher(kv, sizeof kv, c->voucher_id);
+    char kv[64], kb[64], ks[64], n[16], t[16];
+    int lv, lb, ls;
+    if (bk_keys(c->voucher_id, c->bucket, c->rt.salt[c->bucket], kv, kb, ks, &lv, &lb, &ls) < 0)
+        lv = -1;
     int tmo = w->app->cfg.redis_timeout_ms / 2;
     int ln = snprintf(n, sizeof n, "%d", c->wait_replicas);
     int lt = snprintf(t, sizeof t, "%d", tmo > 0 ? tmo : 1);
@@ -310,15 +320,62 @@ static int reply_code(const redisReply *rep)
            rep->integer <= ADMIT_NO_VOUCHER ? (int)rep->integer : ADMIT_UNAVAILABLE;
 }
 
+/* A verdict the whole voucher shares: a bucket's sold out is not the voucher's (a refill
+ * may follow), nor is a bucket b >= 1 without its keys. */
+static int cache_ok(const adm_ctx_t *c, int code)
+{
+    return cacheable(code) &&
+           !(c->rt.k > 1 && (code == ADMIT_SOLD_OUT || (code == ADMIT_NO_VOUCHER && c->bucket > 0)));
+}
+
+static void admit_send(adm_ctx_t *c);
+static void finish(adm_ctx_t *c, int code);
+static void on_learned(void *priv, int k);
+
+/* The refill (buckets.h) a bucketed buyer's sold-out home waited for: units moved in
+ * (try at home again), every bucket empty (sold out for the whole voucher) or unknown
+ * (retry: never a sold out while stock may be left). */
+static void on_refilled(void *priv, int64_t rc)
+{
+    adm_ctx_t *c = priv;
+    if (rc > 0 && !c->ac->dead && ++c->rounds <= REFILL_ROUNDS_MAX) {
+        admit_send(c);
+        return;
+    }
+    if (rc == 0) {
+        c->rt.k = 1;   /* the voucher's verdict now: cached like any sold out */
+        finish(c, ADMIT_SOLD_OUT);
+        return;
+    }
+    finish(c, ADMIT_RETRY);
+}
+
 /* The end of one admission whose code Redis decided: caches, queue mode, the order
- * index, WAIT, then the caller's callback. */
+ * index, WAIT, then the caller's callback. A bucketed buyer's sold-out home first waits
+ * for a refill. */
 static void finish(adm_ctx_t *c, int code)
 {
     struct adm_cache *ac = c->ac;
     http_req_t *r = c->r;
     admission_cb cb = c->cb;
     int64_t order_id = c->order_id;
-    if (cacheable(code) && !ac->dead && ac->ttl_ms > 0) {
+    if (c->rt.k > 1 && !ac->dead) {
+        if (code == ADMIT_SOLD_OUT) {
+            bk_refill(r->w, c->voucher_id, &c->rt, c->bucket, 1, on_refilled, c);
+            return;
+        }
+        if (code == ADMIT_NO_VOUCHER) {
+            /* The bucket's keys are gone: Redis lost data, and a rebuild may have put the
+             * voucher back unbucketed. Learn K again and try once more. */
+            bk_forget(ac->bk, c->voucher_id);
+            if (c->bucket > 0 && c->rounds == 0) {
+                c->rounds++;
+                bk_learn(r->w, c->voucher_id, on_learned, c);
+                return;
+            }
+        }
+    }
+    if (cache_ok(c, code) && !ac->dead && ac->ttl_ms > 0) {
         verdict_put(ac, c->voucher_id, code, clock_mono_ms() + ac->ttl_ms);
     }
     if (code == ADMIT_NO_VOUCHER && !ac->dead) {
@@ -352,12 +409,12 @@ static void finish(adm_ctx_t *c, int code)
 
 /* ------------------------------------------------------------ coalescing */
 
-static lane_t *lane_find(struct adm_cache *ac, int64_t voucher_id, int create)
+static lane_t *lane_find(struct adm_cache *ac, int64_t voucher_id, int bucket, int create)
 {
-    uint64_t h = (uint64_t)voucher_id * UINT64_C(0x9e3779b97f4a7c15);
+    uint64_t h = ((uint64_t)voucher_id + (uint64_t)bucket) * UINT64_C(0x9e3779b97f4a7c15);
     for (unsigned i = 0; i < LANES; i++) {
         lane_t *l = &ac->lanes[(h + i) & (LANES - 1)];
-        if (l->voucher_id == voucher_id) {
+        if (l->voucher_id == voucher_id && l->bucket == bucket) {
             return l;
         }
         if (l->voucher_id == 0) {
@@ -365,6 +422,7 @@ static lane_t *lane_find(struct adm_cache *ac, int64_t voucher_id, int create)
                 return NULL;
             }
             l->voucher_id = voucher_id;
+            l->bucket = bucket;
             return l;
         }
     }
@@ -396,7 +454,7 @@ static void on_batch(struct redisReply *rep, void *priv)
     /* Cache this batch's verdicts first: the waiting admissions are then answered from
      * memory if the voucher sold out, and the rest go out before any callback runs. */
     for (int i = 0; i < n; i++) {
-        if (cacheable(code[i]) && !ac->dead && ac->ttl_ms > 0) {
+        if (cache_ok(item[i], code[i]) && !ac->dead && ac->ttl_ms > 0) {
             verdict_put(ac, item[i]->voucher_id, code[i], clock_mono_ms() + ac->ttl_ms);
         }
     }
@@ -419,10 +477,11 @@ static int batch_call(batch_t *b, int64_t voucher_id)
     char kv[64], kb[64], ks[64], vid[24], num[BATCH_MAX][2][24];
     const char *argv[5 + 2 * BATCH_MAX];
     size_t lens[5 + 2 * BATCH_MAX];
-    int lv = key_voucher(kv, sizeof(kv), voucher_id);
-    int lb = key_buyers(kb, sizeof(kb), voucher_id);
-    int ls = key_stream(ks, sizeof(ks), voucher_id);
-    if (lv < 0 || lb < 0 || ls < 0) {
+    /* The keys of the items' home bucket (a lane is one bucket's; unbucketed: bucket 0,
+     * the voucher's own keys). */
+    const adm_ctx_t *c0 = b->item[0];
+    int lv, lb, ls;
+    if (bk_keys(voucher_id, c0->bucket, c0->rt.salt[c0->bucket], kv, kb, ks, &lv, &lb, &ls) < 0) {
         return -1;
     }
     order_mode_t mode = w->app->cfg.mode;
@@ -533,9 +592,41 @@ void admission_try(struct http_req *r, int64_t voucher_id, int64_t user_id, admi
     c->user_id = user_id;
     c->order_id = orderid_next(now);
     c->now = now;
+    c->rounds = 0;
+    const bk_route_t *rt = bk_lookup(ac->bk, voucher_id);
+    if (rt == NULL) {
+        bk_learn(w, voucher_id, on_learned, c);
+        return;
+    }
+    c->rt = *rt;
+    admit_send(c);
+}
+
+/* K learned (buckets.h): route the admission, or answer for a voucher Redis does not
+ * have (as admit.lua would: cached, and the rebuild watch poked). */
+static void on_learned(void *priv, int k)
+{
+    adm_ctx_t *c = priv;
+    bk_route_fill(&c->rt, c->voucher_id, k);
+    if (k <= 0) {
+        c->bucket = 0;
+        finish(c, k == 0 ? ADMIT_NO_VOUCHER : ADMIT_UNAVAILABLE);
+        return;
+    }
+    admit_send(c);
+}
+
+/* Sends one admission to the buyer's home bucket (the voucher itself when unbucketed):
+ * into the bucket's lane (stream mode), or alone. */
+static void admit_send(adm_ctx_t *c)
+{
+    struct adm_cache *ac = c->ac;
+    worker_t *w = c->r->w;
+    int64_t voucher_id = c->voucher_id;
+    c->bucket = bk_home(c->user_id, c->rt.k);
     c->next = NULL;
     if (w->app->cfg.mode == MODE_STREAM && c->q == NULL && c->wait_replicas == 0) {
-        lane_t *l = lane_find(ac, voucher_id, 1);
+        lane_t *l = lane_find(ac, voucher_id, c->bucket, 1);
         if (l != NULL) {
             if (l->tail != NULL) {
                 l->tail->next = c;
@@ -661,11 +752,17 @@ void admission_publish(struct http_req *r, int64_t voucher_id, int64_t stock, in
 
 /* ------------------------------------------------------------ lifetime */
 
+struct bk_cache *admission_buckets(struct worker *w)
+{
+    return w->adm != NULL ? w->adm->bk : NULL;
+}
+
 int adm_cache_init(struct worker *w)
 {
     struct adm_cache *ac = xcalloc(1, sizeof(*ac));
     int ms = w->app->cfg.soldout_cache_ms;
     ac->ttl_ms = ms > 0 ? (uint64_t)ms : 0;
+    ac->bk = bk_cache_new();
     w->adm = ac;
     return 0;
 }

@@ -17,6 +17,7 @@
 
 #include "admission.h"
 #include "api.h"
+#include "buckets.h"
 #include "app.h"
 #include "jobs.h"
 #include "log.h"
@@ -134,6 +135,7 @@ static int time_member(http_req_t *r, json_t *obj, const char *name, int64_t *ou
 typedef struct create_ctx {
     http_req_t *r;
     store_voucher_t v;
+    int64_t buckets;            /* stockBuckets: how many stock buckets (buckets.h) */
     int rc;
     char err[160];
 } create_ctx_t;
@@ -204,7 +206,8 @@ static void done_create(worker_t *w, void *arg)
         return;
     }
     r->ctx = c;
-    admission_publish(r, c->v.id, c->v.stock, c->v.begin_time, c->v.end_time, on_published);
+    bk_publish(r, c->v.id, c->v.stock, c->v.begin_time, c->v.end_time, (int)c->buckets,
+               on_published);
 }
 
 void api_voucher_create(http_req_t *r, int seckill)
@@ -229,6 +232,7 @@ void api_voucher_create(http_req_t *r, int seckill)
     }
     create_ctx_t *c = xcalloc(1, sizeof(*c));
     store_voucher_t *v = &c->v;
+    c->buckets = 1;
     int64_t type = seckill ? 1 : 0, status = 1;
     int p;
     int failed =
@@ -247,7 +251,9 @@ void api_voucher_create(http_req_t *r, int seckill)
         failed = int_member(r, root, "stock", 1, 0, MAX_STOCK, "an integer from 0 to 100000000",
                             &v->stock, &p) ||
                  time_member(r, root, "beginTime", &v->begin_time) ||
-                 time_member(r, root, "endTime", &v->end_time);
+                 time_member(r, root, "endTime", &v->end_time) ||
+                 int_member(r, root, "stockBuckets", 0, 1, BK_MAX, "an integer from 1 to 16",
+                            &c->buckets, &p);
         if (!failed && v->begin_time >= v->end_time) {
             api_error(r, 400, "endTime must be after beginTime", "BAD_REQUEST");
             failed = 1;

@@ -5,6 +5,8 @@
  * key can never reach Redis. */
 #include "keys.h"
 
+#include "rcluster.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -59,6 +61,82 @@ int key_rebuild_lock(char *buf, size_t len, int64_t voucher_id)
 int key_rebuild_buyers(char *buf, size_t len, int64_t voucher_id)
 {
     return key_fmt(buf, len, "seckill:rebuild:buyers:{%lld}", (long long)voucher_id);
+}
+
+/* ---- stock buckets */
+
+#define BTAG_WINDOW 32u      /* slots after the target a bucket's tag may land in */
+#define BTAG_SALTS 65536u
+
+/* Bucket b's target: a b/K turn of the slot ring after bucket 0's slot. On a cluster
+ * whose masters own equal runs of slots, K buckets then land on min(K, masters)
+ * different masters (one per master for K = masters), whatever bucket 0's slot is, unless
+ * a target falls within BTAG_WINDOW slots before a master's boundary. */
+unsigned key_bsalt(int64_t voucher_id, int bucket, int nbuckets)
+{
+    char tag[48];
+    if (bucket <= 0 || nbuckets < 2 || bucket >= nbuckets)
+        return 0;
+    int n = snprintf(tag, sizeof tag, "%lld", (long long)voucher_id);
+    unsigned slot0 = rcl_slot(tag, (size_t)n);
+    unsigned target = (slot0 + ((unsigned)bucket * RCL_SLOTS + (unsigned)nbuckets / 2) /
+                               (unsigned)nbuckets) % RCL_SLOTS;
+    for (unsigned s = 0; s < BTAG_SALTS; s++) {
+        n = snprintf(tag, sizeof tag, "%lld.b%d.%u", (long long)voucher_id, bucket, s);
+        unsigned slot = rcl_slot(tag, (size_t)n);
+        if (((slot + RCL_SLOTS - target) % RCL_SLOTS) < BTAG_WINDOW)
+            return s;
+    }
+    return 0;   /* never seen: 2^16 salts all missed a 32-slot window */
+}
+
+int key_btag_salt(char *buf, size_t len, int64_t voucher_id, int bucket, unsigned salt)
+{
+    if (bucket <= 0)
+        return key_fmt(buf, len, "%lld", (long long)voucher_id);
+    return key_fmt(buf, len, "%lld.b%d.%u", (long long)voucher_id, bucket, salt);
+}
+
+int key_btag(char *buf, size_t len, int64_t voucher_id, int bucket, int nbuckets)
+{
+    if (bucket < 0 || (bucket > 0 && (nbuckets < 2 || nbuckets > KEY_BUCKETS_MAX ||
+                                      bucket >= nbuckets))) {
+        if (buf != NULL && len > 0)
+            buf[0] = '\0';
+        return -1;
+    }
+    return key_btag_salt(buf, len, voucher_id, bucket,
+                         key_bsalt(voucher_id, bucket, nbuckets));
+}
+
+int key_voucher_t(char *buf, size_t len, const char *tag)
+{
+    return key_fmt(buf, len, "seckill:voucher:{%s}", tag);
+}
+
+int key_buyers_t(char *buf, size_t len, const char *tag)
+{
+    return key_fmt(buf, len, "seckill:order:{%s}", tag);
+}
+
+int key_stream_t(char *buf, size_t len, const char *tag)
+{
+    return key_fmt(buf, len, "seckill:stream:{%s}", tag);
+}
+
+int key_dead_t(char *buf, size_t len, const char *tag)
+{
+    return key_fmt(buf, len, "seckill:dead:{%s}", tag);
+}
+
+int key_xfer_log(char *buf, size_t len, const char *tag)
+{
+    return key_fmt(buf, len, "seckill:xfer:{%s}", tag);
+}
+
+int key_xfer_applied(char *buf, size_t len, const char *tag)
+{
+    return key_fmt(buf, len, "seckill:xfer:applied:{%s}", tag);
 }
 
 int key_login_code(char *buf, size_t len, const char *phone)

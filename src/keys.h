@@ -9,11 +9,20 @@
  *   seckill:rebuild:{42}  lock of a rebuild from SQL (rebuild.h): owner token, PX
  *   seckill:rebuild:buyers:{42}  buyers a rebuild prepares, renamed into place at the end
  *   seckill:dead:{42}     stream of entries the writer could not turn into orders
+ * A voucher sold from K > 1 stock buckets (buckets.h) keeps bucket 0 under {42} (the keys
+ * above, plus field buckets = K in the voucher hash) and bucket b >= 1 under its own tag
+ * {42.b<b>.<salt>} (key_btag: the salt places the tag's slot a b/K turn of the slot
+ * ring away from {42}'s, so the buckets spread over the masters), with the same voucher
+ * hash, buyers, stream and dead letters as {42} has, and per bucket (any b):
+ *   seckill:xfer:{tag}    hash  transfer id -> "<receiver bucket> <units> <ms>": units
+ *                         this bucket gave away and the receiver may not have yet
+ *   seckill:xfer:applied:{tag}  set of transfer ids this bucket has received
  * Per buyer (its own slot: "u" + user id as the hash tag):
  *   seckill:orders-of:{u7} hash  voucherId -> orderId: the user's admitted orders, written
  *                          by the server after admit.lua (orders.h), read by lookups
  * Process-wide keys:
- *   seckill:streams       set of voucher ids whose streams the writers read
+ *   seckill:streams       set of voucher ids whose streams the writers read; a bucket
+ *                         b >= 1 of a K-bucket voucher is the member "<id>.<b>.<K>"
  *   seckill:instance      counter leasing order-id instance slots
  *   seckill:{board}:instance:<name>  string, one instance's snapshot for the sale board,
  *                         PX 5 s, renewed each second; seckill:{board}:instances: set of
@@ -55,6 +64,21 @@ int key_orders_of(char *buf, size_t len, int64_t user_id);
 int key_dead(char *buf, size_t len, int64_t voucher_id);
 int key_rebuild_lock(char *buf, size_t len, int64_t voucher_id);
 int key_rebuild_buyers(char *buf, size_t len, int64_t voucher_id);
+/* A bucket's hash tag (without braces): "<id>" for bucket 0, else "<id>.b<b>.<salt>"
+ * with the salt that places it (see above); nbuckets in 2..KEY_BUCKETS_MAX. */
+#define KEY_BUCKETS_MAX 16
+int key_btag(char *buf, size_t len, int64_t voucher_id, int bucket, int nbuckets);
+/* The salt key_btag picks (0 for bucket 0), and the tag from a known salt (no search). */
+unsigned key_bsalt(int64_t voucher_id, int bucket, int nbuckets);
+int key_btag_salt(char *buf, size_t len, int64_t voucher_id, int bucket, unsigned salt);
+/* The keys under a tag: seckill:voucher:{tag}, seckill:order:{tag}, seckill:stream:{tag},
+ * seckill:dead:{tag}, seckill:xfer:{tag}, seckill:xfer:applied:{tag}. */
+int key_voucher_t(char *buf, size_t len, const char *tag);
+int key_buyers_t(char *buf, size_t len, const char *tag);
+int key_stream_t(char *buf, size_t len, const char *tag);
+int key_dead_t(char *buf, size_t len, const char *tag);
+int key_xfer_log(char *buf, size_t len, const char *tag);
+int key_xfer_applied(char *buf, size_t len, const char *tag);
 int key_login_code(char *buf, size_t len, const char *phone);
 int key_login_fails(char *buf, size_t len, const char *phone);
 int key_login_token(char *buf, size_t len, const char *token);

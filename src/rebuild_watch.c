@@ -13,6 +13,7 @@
 #include <hiredis/hiredis.h>
 
 #include "app.h"
+#include "bucket_sweep.h"
 #include "rcl_sync.h"
 #include "rconn.h"
 #include "clock.h"
@@ -126,6 +127,15 @@ static void rebuild_one(rebuild_watch_t *w, int64_t vid, const char *why)
         g = rcs_route_key(&w->rt, KEY_STREAMS, err, sizeof err);
     if (!c || !g) {
         drop_redis(w, err);
+        return;
+    }
+    int allowed = bks_rebuild_allowed(&w->rt, vid, err, sizeof err);
+    if (allowed <= 0) {
+        if (allowed < 0)
+            drop_redis(w, err);
+        else
+            log_error("voucher %lld: Redis lost its keys (%s) but not all of its stock "
+                      "buckets; not rebuilt: %s", (long long)vid, why, err);
         return;
     }
     int rc = rebuild_voucher(c, g, w->st, vid, &o, &res, err, sizeof err);
@@ -254,6 +264,8 @@ static void check_all(rebuild_watch_t *w, const char *why)
         if (p == 0)
             rebuild_one(w, w->known[i].id, why);
     }
+    if (w->up && !stopping(w))
+        bks_sweep_all(&w->rt);   /* stock-bucket transfers a crash cut short */
 }
 
 static void handle_pokes(rebuild_watch_t *w)

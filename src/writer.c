@@ -98,6 +98,8 @@ enum { E_ORDER, E_DELETED, E_DEAD };
 
 typedef struct wstream {
     int64_t vid;
+    int bucket;                      /* its stock bucket (buckets.h): 0 = the voucher's own */
+    char tag[48];                    /* the bucket's hash tag: "<vid>" for bucket 0 */
     char key[64];
     int group_ok;                    /* XGROUP CREATE done on this connection */
     char cursor[ENTRY_ID_MAX];       /* pending pass: last entry id seen */
@@ -394,6 +396,26 @@ static redisReply *cluster_streams(writer_t *wr)
     return r;
 }
 
+/* A member "<vid>.<bucket>.<buckets>" of seckill:streams: the stream of stock bucket
+ * 1..buckets-1 of a bucketed voucher (buckets.h). 0, or -1 if it is not one. */
+static int bucket_member(const char *z, size_t n, int64_t *vid, int *bucket, int *nb)
+{
+    char buf[64];
+    long long v;
+    int b, k, used = 0;
+    if (n >= sizeof buf)
+        return -1;
+    memcpy(buf, z, n);
+    buf[n] = '\0';
+    if (sscanf(buf, "%lld.%d.%d%n", &v, &b, &k, &used) != 3 || (size_t)used != n || v <= 0 ||
+        k < 2 || k > KEY_BUCKETS_MAX || b < 1 || b >= k)
+        return -1;
+    *vid = v;
+    *bucket = b;
+    *nb = k;
+    return 0;
+}
+
 static int streams_refresh(writer_t *wr)
 {
     size_t n = 0;
@@ -417,12 +439,14 @@ static int streams_refresh(writer_t *wr)
     for (size_t i = 0; i < r->elements; i++) {
         const redisReply *e = r->element[i];
         int64_t vid;
-        if (!is_str(e) || parse_pos_i64(e->str, e->len, &vid) != 0) {
+        int bucket = 0, nb = 1;
+        if (!is_str(e) || (parse_pos_i64(e->str, e->len, &vid) != 0 &&
+                           bucket_member(e->str, e->len, &vid, &bucket, &nb) != 0)) {
             log_debug("writer: ignoring member of %s that is not a voucher id", KEY_STREAMS);
             continue;
         }
         size_t k = 0;
-        while (k < wr->nstreams && wr->streams[k].vid != vid)
+        while (k < wr->nstreams && (wr->streams[k].vid != vid || wr->streams[k].bucket != bucket))
             k++;
         if (k < wr->nstreams) {
             if (!wr->node_mode || mine(wr, wr->streams[k].key))
@@ -434,7 +458,9 @@ static int streams_refresh(writer_t *wr)
         wstream_t *s = &next[nn];
         memset(s, 0, sizeof *s);
         s->vid = vid;
-        if (key_stream(s->key, sizeof s->key, vid) < 0)
+        s->bucket = bucket;
+        if (key_btag(s->tag, sizeof s->tag, vid, bucket, nb) < 0 ||
+            key_stream_t(s->key, sizeof s->key, s->tag) < 0)
             continue;
         if (wr->node_mode && !mine(wr, s->key))
             continue;
@@ -707,7 +733,7 @@ static void append_dead(writer_t *wr, const wentry_t *e)
 {
     const wstream_t *s = &wr->streams[e->si];
     char dkey[96];
-    key_dead(dkey, sizeof dkey, s->vid);
+    key_dead_t(dkey, sizeof dkey, s->tag);
     size_t n = 0;
     args(wr, &n, "MULTI");
     redisAppendCommandArgv(wr->rc, (int)n, wr->argv, wr->argvlen);

@@ -34,6 +34,7 @@
 #include <hiredis/hiredis.h>
 
 #include "bench_redis.h"
+#include "bucket_sweep.h"
 #include "rcl_sync.h"
 #include "pairs.h"
 #include "rconn.h"
@@ -197,6 +198,13 @@ typedef struct vdata {
     pairs_t inflight_users;           /* (user id, order id) of entries in flight at step 1 */
     pairs_t inflight_orders;          /* (order id, user id) */
     int64_t st_outside, st_outside_example, st_bad;
+
+    /* stock buckets (buckets.h): buckets 1..nbuckets-1 are read like bucket 0 (the
+     * voucher's own keys) into bk[] and summed into the fields above */
+    int nbuckets;
+    struct vdata *bk;
+    int64_t in_transit;               /* units taken from a bucket, not yet applied */
+    int64_t window_differs;           /* buckets whose window is not bucket 0's */
 } vdata_t;
 
 static void vdata_free(vdata_t *d)
@@ -209,6 +217,10 @@ static void vdata_free(vdata_t *d)
     pairs_free(&d->st_by_order);
     pairs_free(&d->inflight_users);
     pairs_free(&d->inflight_orders);
+    for (int b = 1; d->bk && b < d->nbuckets; b++)
+        vdata_free(&d->bk[b - 1]);
+    free(d->bk);
+    d->bk = NULL;
 }
 
 /* Value of a field in a flat [k, v, k, v...] reply array. */
@@ -762,6 +774,14 @@ static void check_voucher(const audit_opts_t *o, vdata_t *d, int drained_wanted,
     else
         add(rp, "--", "stream-drained", C_INFO, "pending %lld, lag %lld%s", LL(d->pending),
             LL(d->lag), drained ? " (drained)" : " (orders still on their way to SQL)");
+    if (d->nbuckets > 1) {
+        int64_t twice = pairs_dups(&d->buyers, &ex);
+        add(rp, "I2", "one-bucket", twice == 0 && d->window_differs == 0 ? C_OK : C_FAIL,
+            "%d stock buckets: %lld users bought in more than one (e.g. user %lld), %lld "
+            "buckets with another window than bucket 0's; %lld units in transfer between "
+            "buckets (counted in Redis stock)", d->nbuckets, LL(twice), LL(twice ? ex : 0),
+            LL(d->window_differs), LL(d->in_transit));
+    }
     add(rp, "--", "dead-letters", d->dead == 0 ? C_OK : C_FAIL,
         "%lld entries in %s%s", LL(d->dead), d->kd, d->dead ? " (admitted orders the writer "
                                                               "could not write)" : "");
@@ -869,6 +889,105 @@ static void json_report(sb_t *j, const vdata_t *d, const audit_opts_t *o, const 
     sb_puts(j, "]}");
 }
 
+/* ==== stock buckets ==== */
+
+/* K, from bucket 0's voucher hash (field buckets; absent: 1). */
+static int bucket_count(redisContext *c, const vdata_t *d)
+{
+    char why[128];
+    redisReply *r = rconn_cmdf(c, why, sizeof why, "HGET %s buckets", d->kv);
+    int64_t k = 1;
+    if (r)
+        rconn_int(r, &k);
+    freeReplyObject(r);
+    return k >= 2 && k <= KEY_BUCKETS_MAX ? (int)k : 1;
+}
+
+static int bucket_keys(vdata_t *t, int64_t vid, int b, int k)
+{
+    char tag[48];
+    t->vid = vid;
+    return key_btag(tag, sizeof tag, vid, b, k) < 0 || key_voucher_t(t->kv, sizeof t->kv, tag) < 0 ||
+                   key_buyers_t(t->kb, sizeof t->kb, tag) < 0 ||
+                   key_stream_t(t->ks, sizeof t->ks, tag) < 0 || key_dead_t(t->kd, sizeof t->kd, tag) < 0
+               ? -1
+               : 0;
+}
+
+/* Step 1 for buckets 1..K-1 (before SQL, as for bucket 0): their stream positions. */
+static int read_bucket_groups(rcs_route_t *rt, redisContext *c0, vdata_t *d, char *err,
+                              size_t errlen)
+{
+    d->nbuckets = bucket_count(c0, d);
+    if (d->nbuckets < 2)
+        return 0;
+    d->bk = xcalloc((size_t)d->nbuckets - 1, sizeof *d->bk);
+    for (int b = 1; b < d->nbuckets; b++) {
+        vdata_t *t = &d->bk[b - 1];
+        sgroup_t g;
+        redisContext *c;
+        if (bucket_keys(t, d->vid, b, d->nbuckets) < 0) {
+            snprintf(err, errlen, "bucket %d: key out of range", b);
+            return -1;
+        }
+        if (!(c = rcs_route_key(rt, t->ks, err, errlen)) || read_group(c, t->ks, &g, err, errlen) < 0)
+            return -1;
+        t->group_found = g.found;
+        t->pending = g.pending;
+        t->lag = g.found ? g.lag : 0;
+        t->have_smallest = g.have_smallest;
+        t->smallest = g.smallest;
+        t->last_delivered = g.last_delivered;
+    }
+    return 0;
+}
+
+static void pairs_append(pairs_t *to, const pairs_t *from)
+{
+    for (size_t i = 0; i < from->n; i++)
+        pairs_push(to, from->v[i].a, from->v[i].b);
+    pairs_sort(to);
+}
+
+/* Steps 3 and 4 for buckets 1..K-1, summed into d; then the units in transfer, which
+ * count as Redis stock (they are in no bucket for the moment). Each bucket is one
+ * moment of its own: on a quiet voucher the sums are exact, during a sale they mix
+ * moments a few milliseconds apart. */
+static int read_bucket_rest(rcs_route_t *rt, vdata_t *d, char *err, size_t errlen)
+{
+    for (int b = 1; b < d->nbuckets; b++) {
+        vdata_t *t = &d->bk[b - 1];
+        redisContext *c = rcs_route_key(rt, t->ks, err, errlen);
+        if (!c || read_redis_snapshot(c, t, err, errlen) < 0)
+            return -1;
+        if (!t->group_found)
+            t->lag = t->xlen;
+        if (read_buyers(c, t, err, errlen) < 0 || read_stream(c, t, err, errlen) < 0)
+            return -1;
+        d->pending += t->pending;
+        d->lag += t->lag;
+        d->r_stock += t->r_stock;
+        d->admitted += t->admitted;
+        d->xlen += t->xlen;
+        d->dead += t->dead;
+        d->seeded += t->seeded;
+        d->st_outside += t->st_outside;
+        d->st_bad += t->st_bad;
+        if (!t->r_has_window || t->r_begin != d->r_begin || t->r_end != d->r_end)
+            d->window_differs++;
+        pairs_append(&d->buyers, &t->buyers);
+        pairs_append(&d->buyers_by_order, &t->buyers_by_order);
+        pairs_append(&d->st_by_user, &t->st_by_user);
+        pairs_append(&d->st_by_order, &t->st_by_order);
+        pairs_append(&d->inflight_users, &t->inflight_users);
+        pairs_append(&d->inflight_orders, &t->inflight_orders);
+    }
+    if (bks_in_transit(rt, d->vid, d->nbuckets, &d->in_transit, err, errlen) < 0)
+        return -1;
+    d->r_stock += d->in_transit;
+    return 0;
+}
+
 /* ==== the run ==== */
 
 static int voucher_keys(vdata_t *d)
@@ -877,6 +996,38 @@ static int voucher_keys(vdata_t *d)
                    key_stream(d->ks, sizeof d->ks, d->vid) < 0
                ? -1
                : 0;
+}
+
+/* Waiting for the drain of a bucketed voucher: adds the pending and undelivered entries
+ * of buckets 1..K-1 to g (and, given admitted, their buyers). */
+static int drain_buckets(rcs_route_t *rt, const vdata_t *v, sgroup_t *g, int64_t *admitted,
+                         char *err, size_t errlen)
+{
+    for (int b = 1; b < v->nbuckets; b++) {
+        vdata_t t;
+        sgroup_t tg;
+        memset(&t, 0, sizeof t);
+        redisContext *c;
+        if (bucket_keys(&t, v->vid, b, v->nbuckets) < 0 ||
+            !(c = rcs_route_key(rt, t.ks, err, errlen)) || read_group(c, t.ks, &tg, err, errlen) < 0)
+            return -1;
+        char why[128];
+        if (!tg.found || admitted) {
+            redisReply *r = rconn_cmdf(c, why, sizeof why, admitted ? "HLEN %s" : "XLEN %s",
+                                       admitted ? t.kb : t.ks);
+            int64_t x = 0;
+            if (r)
+                rconn_int(r, &x);
+            freeReplyObject(r);
+            if (admitted)
+                *admitted += x;
+            else
+                tg.lag = x;
+        }
+        g->pending += tg.pending;
+        g->lag += tg.lag > 0 ? tg.lag : 0;
+    }
+    return 0;
 }
 
 /* SQLite: refuse a file that does not exist (store_open would create one). */
@@ -924,9 +1075,11 @@ int audit_wait_drain(const char *redis_url, const char *db_url, int64_t vid, int
     uint64_t t0 = clock_mono_ns(), first = 0, last = 0;
     int64_t prev = -1;
     int rc = 0;
+    v.nbuckets = bucket_count(c, &v);
     for (;;) {
         sgroup_t g;
-        if (read_group(c, v.ks, &g, err, errlen) < 0) {
+        if (read_group(c, v.ks, &g, err, errlen) < 0 ||
+            drain_buckets(&rt, &v, &g, NULL, err, errlen) < 0) {
             rc = -1;
             break;
         }
@@ -973,6 +1126,10 @@ int audit_wait_drain(const char *redis_url, const char *db_url, int64_t vid, int
             rconn_int(r, &d->admitted);
             freeReplyObject(r);
         }
+        sgroup_t g;
+        memset(&g, 0, sizeof g);
+        if (drain_buckets(&rt, &v, &g, &d->admitted, err, errlen) < 0)
+            rc = -1;
     }
     store_close(st);
     rcs_route_close(&rt);
@@ -1062,8 +1219,10 @@ int audit_run(const audit_opts_t *o)
             d.have_smallest = g.have_smallest;
             d.smallest = g.smallest;
             d.last_delivered = g.last_delivered;
-            rc = read_sql(st, &d, err, sizeof err);
+            rc = read_bucket_groups(&rt, c, &d, err, sizeof err);
         }
+        if (rc == 0)
+            rc = read_sql(st, &d, err, sizeof err);
         if (rc == 0)
             rc = read_redis_snapshot(c, &d, err, sizeof err);
         if (rc == 0 && !d.group_found)
@@ -1072,6 +1231,8 @@ int audit_run(const audit_opts_t *o)
             rc = read_buyers(c, &d, err, sizeof err);
         if (rc == 0)
             rc = read_stream(c, &d, err, sizeof err);
+        if (rc == 0 && d.nbuckets > 1)
+            rc = read_bucket_rest(&rt, &d, err, sizeof err);
         if (rc < 0) {
             fprintf(stderr, "seckill audit: voucher %lld: %s\n", LL(d.vid), err);
             vdata_free(&d);

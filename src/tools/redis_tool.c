@@ -16,6 +16,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "bucket_sweep.h"
 #include "keys.h"
 #include "rcl_sync.h"
 #include "rebuild.h"
@@ -157,7 +158,8 @@ static int rebuild_cmd(int argc, char **argv)
         if (key_voucher(kv, sizeof kv, list[i]) < 0)
             snprintf(err, sizeof err, "voucher id out of range");
         else if ((c = rcs_route_key(&rt, kv, err, sizeof err)) &&
-                 (g = rcs_route_key(&rt, KEY_STREAMS, err, sizeof err)))
+                 (g = rcs_route_key(&rt, KEY_STREAMS, err, sizeof err)) &&
+                 bks_rebuild_allowed(&rt, list[i], err, sizeof err) > 0)
             rc = rebuild_voucher(c, g, st, list[i], &o, &res, err, sizeof err);
         switch (rc) {
         case REBUILD_DONE:

@@ -1,0 +1,244 @@
+/* bucket_sweep.c -- stock buckets off the hot path: registry, sweep of cut-short
+ * transfers, the rebuild rule, units in transit (see bucket_sweep.h). */
+#include "bucket_sweep.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hiredis/hiredis.h>
+
+#include "embedded.h"
+#include "keys.h"
+#include "log.h"
+#include "rconn.h"
+#include "xmem.h"
+
+/* A member "<id>.<b>.<K>" of seckill:streams. 0, or -1 if it is not one. */
+static int parse_member(const redisReply *e, int64_t *vid, int *k)
+{
+    char buf[64];
+    long long v;
+    int b, kk, used = 0;
+    if (e->type != REDIS_REPLY_STRING || e->len >= sizeof buf)
+        return -1;
+    memcpy(buf, e->str, e->len);
+    buf[e->len] = '\0';
+    if (sscanf(buf, "%lld.%d.%d%n", &v, &b, &kk, &used) != 3 || (size_t)used != e->len ||
+        v <= 0 || kk < 2 || kk > KEY_BUCKETS_MAX || b < 1 || b >= kk)
+        return -1;
+    *vid = v;
+    *k = kk;
+    return 0;
+}
+
+int bks_registry(rcs_route_t *rt, bks_voucher_t **out, size_t *n, char *err, size_t errlen)
+{
+    *out = NULL;
+    *n = 0;
+    redisContext *c = rcs_route_key(rt, KEY_STREAMS, err, errlen);
+    if (c == NULL)
+        return -1;
+    redisReply *r = rconn_cmdf(c, err, errlen, "SMEMBERS %s", KEY_STREAMS);
+    if (r == NULL)
+        return -1;
+    if (r->type != REDIS_REPLY_ARRAY) {
+        freeReplyObject(r);
+        snprintf(err, errlen, "SMEMBERS %s: unexpected reply", KEY_STREAMS);
+        return -1;
+    }
+    bks_voucher_t *v = NULL;
+    size_t nv = 0;
+    for (size_t i = 0; i < r->elements; i++) {
+        int64_t vid;
+        int k;
+        if (parse_member(r->element[i], &vid, &k) != 0)
+            continue;
+        size_t j = 0;
+        while (j < nv && v[j].voucher_id != vid)
+            j++;
+        if (j < nv)
+            continue;
+        v = xrealloc(v, (nv + 1) * sizeof *v);
+        v[nv].voucher_id = vid;
+        v[nv].k = k;
+        nv++;
+    }
+    freeReplyObject(r);
+    *out = v;
+    *n = nv;
+    return 0;
+}
+
+/* The context and a key of bucket b: which = 'v' voucher hash, 'l' log, 'a' applied. */
+static redisContext *bucket_key(rcs_route_t *rt, int64_t vid, int b, int k, int which,
+                                char *key, size_t keylen, char *err, size_t errlen)
+{
+    char tag[48];
+    int n = key_btag(tag, sizeof tag, vid, b, k);
+    if (n >= 0)
+        n = which == 'v' ? key_voucher_t(key, keylen, tag)
+            : which == 'l' ? key_xfer_log(key, keylen, tag) : key_xfer_applied(key, keylen, tag);
+    if (n < 0) {
+        snprintf(err, errlen, "voucher %lld bucket %d: key out of range", (long long)vid, b);
+        return NULL;
+    }
+    return rcs_route_key(rt, key, err, errlen);
+}
+
+/* EVAL scripts/transfer.lua on bucket b (voucher hash + its log or applied set). */
+static redisReply *transfer(rcs_route_t *rt, int64_t vid, int b, int k, int second,
+                            const char *step, const char *a2, const char *a3, char *err,
+                            size_t errlen)
+{
+    char kv[64], k2[80];
+    redisContext *c = bucket_key(rt, vid, b, k, 'v', kv, sizeof kv, err, errlen);
+    if (c == NULL || bucket_key(rt, vid, b, k, second, k2, sizeof k2, err, errlen) == NULL)
+        return NULL;
+    const char *argv[8] = { "EVAL", script_transfer_lua, "2", kv, k2, step, a2, a3 };
+    return rconn_cmd(c, err, errlen, a3 ? 8 : 7, argv, NULL);
+}
+
+int bks_sweep(rcs_route_t *rt, int64_t vid, int k, int stale_ms, char *err, size_t errlen)
+{
+    int finished = 0;
+    char age[16];
+    snprintf(age, sizeof age, "%d", stale_ms);
+    for (int d = 0; d < k; d++) {
+        redisReply *r = transfer(rt, vid, d, k, 'l', "stale", age, NULL, err, errlen);
+        if (r == NULL)
+            return -1;
+        for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i + 2 < r->elements; i += 3) {
+            const redisReply *xid = r->element[i], *recv = r->element[i + 1],
+                             *units = r->element[i + 2];
+            int64_t rb = -1;
+            if (xid->type != REDIS_REPLY_STRING || rconn_int(recv, &rb) != 0 || rb < 0 ||
+                rb >= k || units->type != REDIS_REPLY_STRING)
+                continue;
+            redisReply *a = transfer(rt, vid, (int)rb, k, 'a', "apply", xid->str, units->str,
+                                     err, errlen);
+            if (a == NULL) {
+                freeReplyObject(r);
+                return -1;
+            }
+            int64_t res = 0;
+            rconn_int(a, &res);
+            freeReplyObject(a);
+            if (res >= 0) {
+                char kl[80];
+                redisContext *c = bucket_key(rt, vid, d, k, 'l', kl, sizeof kl, err, errlen);
+                redisReply *h = c ? rconn_cmdf(c, err, errlen, "HDEL %s %s", kl, xid->str) : NULL;
+                if (h == NULL) {
+                    freeReplyObject(r);
+                    return -1;
+                }
+                freeReplyObject(h);
+                log_warn("voucher %lld: transfer %s of %s units from bucket %d to %lld was cut "
+                         "short; finished by the sweep%s", (long long)vid, xid->str, units->str,
+                         d, (long long)rb, res == 0 ? " (it had been applied)" : "");
+            } else {
+                redisReply *cn = transfer(rt, vid, d, k, 'l', "cancel", xid->str, NULL, err,
+                                          errlen);
+                if (cn == NULL) {
+                    freeReplyObject(r);
+                    return -1;
+                }
+                freeReplyObject(cn);
+                log_warn("voucher %lld: transfer %s from bucket %d: bucket %lld has no voucher "
+                         "hash (data lost?); its %s units went back to bucket %d",
+                         (long long)vid, xid->str, d, (long long)rb, units->str, d);
+            }
+            finished++;
+        }
+        freeReplyObject(r);
+    }
+    return finished;
+}
+
+void bks_sweep_all(rcs_route_t *rt)
+{
+    char err[256];
+    bks_voucher_t *v = NULL;
+    size_t n = 0;
+    if (bks_registry(rt, &v, &n, err, sizeof err) != 0) {
+        log_warn("bucket sweep: %s", err);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (bks_sweep(rt, v[i].voucher_id, v[i].k, BKS_STALE_MS, err, sizeof err) < 0)
+            log_warn("bucket sweep: voucher %lld: %s", (long long)v[i].voucher_id, err);
+    free(v);
+}
+
+/* 1 if the hash of bucket b of k has a stock field, 0 if not, -1 (err) on failure. */
+static int bucket_present(rcs_route_t *rt, int64_t vid, int b, int k, char *kv, size_t kvlen,
+                          char *err, size_t errlen)
+{
+    redisContext *c = bucket_key(rt, vid, b, k, 'v', kv, kvlen, err, errlen);
+    redisReply *r = c ? rconn_cmdf(c, err, errlen, "HEXISTS %s stock", kv) : NULL;
+    if (r == NULL)
+        return -1;
+    int64_t x = 0;
+    rconn_int(r, &x);
+    freeReplyObject(r);
+    return x != 0;
+}
+
+/* Every possible bucket (K = 2..KEY_BUCKETS_MAX, b = 1..K-1) is probed, not only the K
+ * the registry names: the registry lives on one node, which may be the one that lost
+ * its data. Rebuilds are rare; 120 HEXISTS are nothing beside one. */
+int bks_rebuild_allowed(rcs_route_t *rt, int64_t vid, char *err, size_t errlen)
+{
+    char kv[64];
+    int p = bucket_present(rt, vid, 0, 1, kv, sizeof kv, err, errlen);
+    if (p != 0)
+        return p < 0 ? -1 : 1;   /* bucket 0 is there: the rebuild finds it present */
+    for (int k = 2; k <= KEY_BUCKETS_MAX; k++)
+        for (int b = 1; b < k; b++) {
+            p = bucket_present(rt, vid, b, k, kv, sizeof kv, err, errlen);
+            if (p < 0)
+                return -1;
+            if (p) {
+                snprintf(err, errlen, "bucket %d of %d still holds its stock (%s): "
+                         "rebuilding bucket 0 from SQL would sell that stock twice", b, k, kv);
+                return 0;
+            }
+        }
+    return 1;
+}
+
+int bks_in_transit(rcs_route_t *rt, int64_t vid, int k, int64_t *units, char *err,
+                   size_t errlen)
+{
+    *units = 0;
+    for (int d = 0; d < k; d++) {
+        char kl[80];
+        redisContext *c = bucket_key(rt, vid, d, k, 'l', kl, sizeof kl, err, errlen);
+        redisReply *r = c ? rconn_cmdf(c, err, errlen, "HGETALL %s", kl) : NULL;
+        if (r == NULL)
+            return -1;
+        for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
+            const redisReply *xid = r->element[i], *val = r->element[i + 1];
+            int rb = -1;
+            long long n = 0;
+            if (xid->type != REDIS_REPLY_STRING || val->type != REDIS_REPLY_STRING ||
+                sscanf(val->str, "%d %lld", &rb, &n) != 2 || rb < 0 || rb >= k)
+                continue;
+            char ka[80];
+            redisContext *ca = bucket_key(rt, vid, rb, k, 'a', ka, sizeof ka, err, errlen);
+            redisReply *m = ca ? rconn_cmdf(ca, err, errlen, "SISMEMBER %s %s", ka, xid->str)
+                               : NULL;
+            if (m == NULL) {
+                freeReplyObject(r);
+                return -1;
+            }
+            int64_t applied = 0;
+            rconn_int(m, &applied);
+            freeReplyObject(m);
+            if (!applied)
+                *units += n;
+        }
+        freeReplyObject(r);
+    }
+    return 0;
+}

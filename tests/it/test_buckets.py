@@ -1,0 +1,326 @@
+"""test_buckets.py -- stock buckets: one hot voucher's stock over K hash tags (src/buckets.c,
+src/bucket_sweep.c, scripts/transfer.lua; docs/redis-cluster.md "Stock buckets").
+
+  - the field: stockBuckets is checked like every field; K = 1 (or no field) writes exactly
+    the keys an unbucketed voucher always had; K = 4 writes four buckets whose shares add
+    up to the stock;
+  - no false sold-out: buyers = stock, every buyer's home bucket the same one (user ids
+    picked for it): every buyer gets an order (stock moves into the home bucket by
+    transfers), each in its home bucket; the next buyer hears 库存不足; audit clean;
+  - a transfer cut short: its two halves driven by hand (take without apply; apply without
+    the log entry deleted): the sweep finishes both, no unit created or lost, and the audit
+    counts the units in transit meanwhile;
+  - Redis data loss: bucket 0's hash lost alone is not rebuilt (it would sell the other
+    buckets' stock twice); FLUSHALL rebuilds the voucher unbucketed: nothing oversold, no
+    buyer buys twice;
+  - on a 3-master cluster: a K = 6 voucher has buckets on every master and sells exactly its
+    stock, one per user, audit clean; a skewed K = 6 sale sells everything there too.
+
+Buyers hold tokens minted with the server's key (harness.mint_token), so user ids can be
+chosen. The bucket arithmetic (slot, tag, home) is re-implemented here from keys.c and
+buckets.c, so a change on either side shows.
+"""
+
+import os
+import subprocess
+import time
+
+import harness as H
+from harness import check, eq
+
+DB_BACKENDS = ("sqlite",)
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TRANSFER_LUA = open(os.path.join(ROOT, "scripts", "transfer.lua")).read()
+ME_PATH = "/voucher-order/of/me"     # a login path that needs only the user id
+
+
+# ---------------------------------------------------------------------------------------
+# the bucket arithmetic (keys.c key_bsalt, buckets.c bk_home)
+
+def crc16(data):
+    crc = 0
+    for byte in data:
+        crc ^= byte << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else (crc << 1)
+            crc &= 0xFFFF
+    return crc
+
+
+def slot(s):
+    return crc16(s.encode()) % 16384
+
+
+def btag(vid, b, k):
+    if b == 0:
+        return str(vid)
+    target = (slot(str(vid)) + (b * 16384 + k // 2) // k) % 16384
+    for s in range(65536):
+        tag = "%d.b%d.%d" % (vid, b, s)
+        if (slot(tag) - target) % 16384 < 32:
+            return tag
+    return "%d.b%d.0" % (vid, b)
+
+
+def home(uid, k):
+    m = (1 << 64) - 1
+    z = (uid + 0x9e3779b97f4a7c15) & m
+    z = ((z ^ (z >> 30)) * 0xbf58476d1ce4e5b9) & m
+    z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & m
+    z ^= z >> 31
+    return z % k
+
+
+def keys(vid, b, k):
+    t = btag(vid, b, k)
+    return {"voucher": "seckill:voucher:{%s}" % t, "buyers": "seckill:order:{%s}" % t,
+            "stream": "seckill:stream:{%s}" % t, "log": "seckill:xfer:{%s}" % t,
+            "applied": "seckill:xfer:applied:{%s}" % t}
+
+
+def users_with_home(k, want_home, n, start=5000000):
+    out, u = [], start
+    while len(out) < n:
+        if home(u, k) == want_home:
+            out.append(u)
+        u += 1
+    return out
+
+
+def bucket_stock(redis, vid, k):
+    return [int(redis.cmd("HGET", keys(vid, b, k)["voucher"], "stock") or -1) for b in range(k)]
+
+
+def bucket_buyers(redis, vid, k):
+    """{user id: (bucket, order id)} over every bucket; a user in two buckets fails."""
+    out = {}
+    for b in range(k):
+        h = redis.cmd("HGETALL", keys(vid, b, k)["buyers"]) or []
+        for u, o in zip(h[::2], h[1::2]):
+            check(int(u) not in out, "user %s bought in bucket %d and %r", u, b, out.get(int(u)))
+            out[int(u)] = (b, int(o))
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# helpers
+
+def tokens_for(srv, uids):
+    """Signed tokens for these user ids, once the workers accept signed tokens locally."""
+    key = H.token_key(srv.data_dir)
+    H.wait_until(lambda: all(srv.http().request("GET", ME_PATH, token=H.mint_token(key, 999999))[0]
+                             == 200 for _ in range(8)), 10, what="signed tokens accepted")
+    return [H.mint_token(key, u) for u in uids]
+
+
+def buy_all(srv, vid, tokens, nthreads=12, deadline_s=60):
+    """Every buyer until a final answer (RetryingBuyers). Returns (final recs by user
+    index, number of non-final answers)."""
+    b = H.RetryingBuyers(srv.port, vid, tokens, nthreads=nthreads, pace=0.02,
+                         deadline=time.monotonic() + deadline_s)
+    b.join()
+    recs = b.snapshot()
+    final = {}
+    for r in recs:
+        if r.ok or r.msg in H.FINAL_MSGS:
+            final[r.user] = r
+    retries = sum(1 for r in recs if not (r.ok or r.msg in H.FINAL_MSGS))
+    eq(len(final), len(tokens), "buyers with a final answer")
+    return final, retries
+
+
+def wait_bucket_drain(srv, redis, vid, k, n, timeout=60):
+    db = srv.db()
+
+    def ok():
+        pend = sum(int(redis.cmd("XPENDING", keys(vid, b, k)["stream"], "g1")[0])
+                   for b in range(k))
+        return db.order_count(vid) == n and pend == 0
+    H.wait_until(ok, timeout, interval=0.2, what="voucher %d: %d orders in SQL" % (vid, n))
+
+
+def check_orders(srv, redis, vid, k, final, uids, expect_sold):
+    """SQL and the buckets agree: exactly the successes, one per user, each in its home."""
+    succ = {uids[i]: r.j["data"] for i, r in final.items() if r.ok}
+    eq(len(succ), expect_sold, "orders answered")
+    wait_bucket_drain(srv, redis, vid, k, expect_sold)
+    db = srv.db()
+    rows = db.orders(vid)
+    eq(dict((u, i) for i, u in rows), succ, "SQL orders (user -> order id) vs answers")
+    eq(db.per_user_max(vid), 1, "orders per user")
+    buyers = bucket_buyers(redis, vid, k)
+    eq({u: o for u, (_, o) in buyers.items()}, succ, "buyers in the buckets vs answers")
+    wrong = [(u, b) for u, (b, _) in buyers.items() if b != home(u, k)]
+    check(not wrong, "buyers not in their home bucket (user, bucket): %r", wrong[:5])
+
+
+def audit_clean(redis, srv, vid, stock):
+    url = redis.url
+    p = subprocess.run([H.binary(), "audit", "--redis", url, "--db", srv.db_url, "--voucher",
+                        str(vid), "--stock", str(stock), "--wait-drain", "30"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=H.san_env(),
+                       timeout=120)
+    out = p.stdout.decode("utf-8", "replace")
+    check(p.returncode == 0 and "audit: 0 violations" in out, "audit: exit %d\n%s",
+          p.returncode, out[-3000:])
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# single Redis
+
+def test_buckets_field_checked_and_k1_keys_unchanged():
+    r, srv = H.setup()
+    h = srv.http()
+    for bad, msg in ((0, "stockBuckets must be an integer from 1 to 16"),
+                     (17, "stockBuckets must be an integer from 1 to 16"),
+                     ("4", "stockBuckets must be an integer"),
+                     (2.5, "stockBuckets must be an integer")):
+        st, j = h.api("POST", "/voucher/seckill", H.seckill_body(10, stockBuckets=bad),
+                      admin=srv.admin_token)
+        check(st == 400 and j and not j["success"] and j["errorMsg"] == msg,
+              "stockBuckets=%r: %r %r", bad, st, j)
+    plain = H.create_seckill(srv, stock=10)
+    one = H.create_seckill(srv, stock=10, stockBuckets=1)
+    for v in (plain, one):
+        eq(sorted(r.cmd("HKEYS", H.k_voucher(v))), ["begin", "end", "stock"],
+           "fields of voucher %d's hash" % v)
+    eq(sorted(r.cmd("SMEMBERS", "seckill:streams")), sorted([str(plain), str(one)]),
+       "seckill:streams")
+    eq(sorted(r.cmd("KEYS", "*%d*" % one)), sorted([H.k_voucher(one), H.k_stream(one)]),
+       "keys of a K = 1 voucher")
+    four = H.create_seckill(srv, stock=10, stockBuckets=4)
+    eq(r.cmd("HGET", H.k_voucher(four), "buckets"), "4", "K in bucket 0's hash")
+    eq(bucket_stock(r, four, 4), [3, 3, 2, 2], "shares of 10 over 4 buckets")
+    members = set(r.cmd("SMEMBERS", "seckill:streams"))
+    check({str(four)} | {"%d.%d.4" % (four, b) for b in (1, 2, 3)} <= members,
+          "bucket streams not registered: %r", members)
+    H.finish(srv)
+
+
+def test_buckets_skewed_homes_no_false_soldout():
+    """Buyers = stock, every buyer's home is bucket 0 (1/6 of the stock): without
+    transfers 5/6 of them would hear 库存不足 with stock left in the other buckets."""
+    r, srv = H.setup()
+    k, stock = 6, 48
+    vid = H.create_seckill(srv, stock=stock, stockBuckets=k)
+    uids = users_with_home(k, 0, stock)
+    tokens = tokens_for(srv, uids)
+    final, retries = buy_all(srv, vid, tokens)
+    bad = {uids[i]: r_.msg for i, r_ in final.items() if not r_.ok}
+    check(not bad, "buyers refused while stock was left (user: answer): %r", list(bad.items())[:5])
+    H.log("skewed sale: %d buyers, all sold, %d answers asked to retry" % (stock, retries))
+    eq(bucket_stock(r, vid, k), [0] * k, "bucket stock after the sale")
+    for b in range(k):
+        eq(r.cmd("HLEN", keys(vid, b, k)["log"]), 0, "transfers left in bucket %d's log" % b)
+    # sold out only when every bucket is empty: a buyer of another home hears it
+    extra = users_with_home(k, 3, 1)
+    st, j = srv.http().api("POST", "/voucher-order/seckill/%d" % vid,
+                           token=tokens_for(srv, extra)[0])
+    check(j and not j["success"] and j["errorMsg"] == H.MSG_SOLD_OUT, "after the sale: %r %r", st, j)
+    check_orders(srv, r, vid, k, final, uids, stock)
+    audit_clean(r, srv, vid, stock)
+    H.finish(srv)
+
+
+def _eval(redis, vid, k, b, second, *args):
+    kk = keys(vid, b, k)
+    return redis.cmd("EVAL", TRANSFER_LUA, "2", kk["voucher"], kk[second], *args)
+
+
+def test_buckets_transfer_cut_short_finished_by_sweep():
+    r, srv = H.setup()
+    k, stock = 3, 30
+    vid = H.create_seckill(srv, stock=stock, stockBuckets=k)
+    eq(bucket_stock(r, vid, k), [10, 10, 10], "shares")
+    # 1. the donor's half only: bucket 1 gives 5 to bucket 2, nobody applies it
+    eq(_eval(r, vid, k, 1, "log", "take", "t-1", "2", "1"), [5, 0], "take")
+    eq(bucket_stock(r, vid, k), [10, 5, 10], "stock with 5 units in transit")
+    out = audit_clean(r, srv, vid, stock)
+    check("5 units in transfer" in out, "the audit did not count the units in transit:\n%s", out)
+    # 2. both halves, but the log entry left behind: bucket 0 gives 5 to bucket 1
+    eq(_eval(r, vid, k, 0, "log", "take", "t-2", "1", "1"), [5, 0], "take")
+    eq(_eval(r, vid, k, 1, "applied", "apply", "t-2", "5"), 1, "apply")
+    eq(_eval(r, vid, k, 1, "applied", "apply", "t-2", "5"), 0, "apply replayed")
+    eq(bucket_stock(r, vid, k), [5, 10, 10], "stock")
+    # the sweep (rebuild watch, every second) finishes entries older than 2 s
+    H.wait_until(lambda: all(int(r.cmd("HLEN", keys(vid, b, k)["log"])) == 0 for b in range(k)),
+                 15, what="the sweep emptied the transfer logs")
+    eq(bucket_stock(r, vid, k), [5, 10, 15], "stock after the sweep (t-1 applied once, t-2 not twice)")
+    eq(sum(bucket_stock(r, vid, k)), stock, "units: none created, none lost")
+    check(any("cut short" in line for line in srv.log_lines()), "no sweep log line:\n%s",
+          srv.log_tail())
+    # and the voucher sells exactly its stock afterwards
+    uids = list(range(7000000, 7000000 + stock + 5))
+    final, _ = buy_all(srv, vid, tokens_for(srv, uids))
+    check_orders(srv, r, vid, k, final, uids, stock)
+    audit_clean(r, srv, vid, stock)
+    H.finish(srv)
+
+
+def test_buckets_redis_data_loss():
+    r, srv = H.setup()
+    k, stock = 4, 20
+    vid = H.create_seckill(srv, stock=stock, stockBuckets=k)
+    first = list(range(8000000, 8000008))
+    tokens = tokens_for(srv, first)
+    final, _ = buy_all(srv, vid, tokens)
+    check(all(x.ok for x in final.values()), "first buyers: %r", [x.msg for x in final.values()])
+    wait_bucket_drain(srv, r, vid, k, len(first))
+    left = bucket_stock(r, vid, k)
+    eq(sum(left), stock - len(first), "stock left")
+    # bucket 0's hash alone lost: not rebuilt (the other buckets still hold their stock)
+    r.cmd("DEL", H.k_voucher(vid))
+    H.wait_until(lambda: any("not all of its stock buckets" in line for line in srv.log_lines()),
+                 15, what="the rebuild watch refusing a partial rebuild")
+    eq(r.cmd("EXISTS", H.k_voucher(vid)), 0, "bucket 0 rebuilt beside the other buckets")
+    eq(bucket_stock(r, vid, k)[1:], left[1:], "the other buckets' stock")
+    # everything lost: rebuilt unbucketed from SQL
+    r.cmd("FLUSHALL")
+    H.wait_until(lambda: r.cmd("HGET", H.k_voucher(vid), "stock") is not None, 20,
+                 what="voucher rebuilt after FLUSHALL")
+    eq(int(r.cmd("HGET", H.k_voucher(vid), "stock")), stock - len(first), "rebuilt stock")
+    eq(r.cmd("HGET", H.k_voucher(vid), "buckets"), None, "rebuilt voucher's K")
+    more = first + list(range(8100000, 8100000 + stock))
+    final, _ = buy_all(srv, vid, tokens_for(srv, more))
+    for i, u in enumerate(more):
+        if u in first:
+            eq(final[i].msg, H.MSG_DUPLICATE, "first buyer %d after the rebuild" % u)
+    eq(sum(1 for x in final.values() if x.ok), stock - len(first), "sold after the rebuild")
+    H.wait_until(lambda: srv.db().order_count(vid) == stock, 30, what="all orders in SQL")
+    eq(srv.db().per_user_max(vid), 1, "orders per user")
+    H.finish(srv)
+
+
+# ---------------------------------------------------------------------------------------
+# Redis Cluster
+
+@H.timeout(200)
+def test_buckets_cluster_k6():
+    cluster = H.start_redis_cluster(replicas=0)
+    srv = H.start_server(cluster.url, name="inst-1", threads=2,
+                         settings={"rate_user_seckill": "0"})
+    k = 6
+    # a sale with more buyers than stock
+    stock = 90
+    vid = H.create_seckill(srv, stock=stock, stockBuckets=k)
+    owners = {cluster.node_for(keys(vid, b, k)["voucher"]).port for b in range(k)}
+    eq(owners, {m.port for m in cluster.masters()}, "masters holding the 6 buckets")
+    uids = list(range(9000000, 9000000 + 150))
+    final, retries = buy_all(srv, vid, tokens_for(srv, uids), nthreads=16)
+    eq(sum(1 for x in final.values() if x.ok), stock, "sold")
+    check(all(x.ok or x.msg == H.MSG_SOLD_OUT for x in final.values()), "answers: %r",
+          H.summarize(final.values()))
+    check_orders(srv, cluster, vid, k, final, uids, stock)
+    audit_clean(cluster, srv, vid, stock)
+    # skewed homes: buyers = stock, all in bucket 2
+    stock = 36
+    vid = H.create_seckill(srv, stock=stock, stockBuckets=k)
+    uids = users_with_home(k, 2, stock, start=9500000)
+    final, retries = buy_all(srv, vid, tokens_for(srv, uids))
+    bad = [x.msg for x in final.values() if not x.ok]
+    check(not bad, "skewed sale on the cluster: refused %r", bad[:5])
+    H.log("skewed sale on the cluster: %d answers asked to retry" % retries)
+    check_orders(srv, cluster, vid, k, final, uids, stock)
+    audit_clean(cluster, srv, vid, stock)
+    H.finish(srv)
