@@ -73,6 +73,8 @@ static const bopt_t bopts[] = {
     {"stock", A_I64, F(stock), 0, 1e8, "N", "initial stock (of the new voucher, or of --voucher) [1000]"},
     {"begin-in", A_INT, F(begin_in_s), 0, 86400, "S", "the new sale opens S seconds from now [0]"},
     {"window", A_INT, F(window_s), 1, 1e8, "S", "the new sale lasts S seconds [3600]"},
+    {"buckets", A_INT, F(buckets), 1, 16, "K",
+     "the new voucher's stock in K buckets (stockBuckets; docs/redis-cluster.md) [1]"},
     {"users", A_I64, F(users), 1, 1e8, "U", "buyers [10000]"},
     {"user-base", A_I64, F(user_base), 0, 1e9, "N", "first user index (phones, seeded ids) [0]"},
     {"conns", A_INT, F(conns), 1, 100000, "C", "keep-alive connections [64]"},
@@ -496,14 +498,16 @@ static int create_voucher(const bench_opts_t *o, const bench_load_t *P, int64_t 
     int64_t now = clock_wall_s();
     *begin = o->begin_in_s > 0 ? now + o->begin_in_s : now - 60;
     *end = (o->begin_in_s > 0 ? *begin : now) + o->window_s;
-    char b[32], e[32], body[512], req[2048];
+    char b[32], e[32], body[512], req[2048], kb[32] = "";
+    if (o->buckets > 1)
+        snprintf(kb, sizeof kb, ",\"stockBuckets\":%d", o->buckets);
     local_time(*begin, b, sizeof b);
     local_time(*end, e, sizeof e);
     int bl = snprintf(body, sizeof body,
                       "{\"shopId\":1,\"title\":\"seckill bench\",\"subTitle\":\"rehearsal\","
                       "\"rules\":\"one per user\",\"payValue\":100,\"actualValue\":1000,\"type\":1,"
-                      "\"stock\":%lld,\"beginTime\":\"%s\",\"endTime\":\"%s\"}",
-                      (long long)stock, b, e);
+                      "\"stock\":%lld,\"beginTime\":\"%s\",\"endTime\":\"%s\"%s}",
+                      (long long)stock, b, e, kb);
     int n = snprintf(req, sizeof req,
                      "POST /voucher/seckill HTTP/1.1\r\nHost: %s\r\nx-admin-token: %s\r\n"
                      "Content-Type: application/json\r\nContent-Length: %d\r\n"

@@ -43,6 +43,7 @@ typedef struct bench_opts {
     int64_t stock;              /* --stock N [1000]; with --voucher: its initial stock, -1 unknown */
     int begin_in_s;             /* --begin-in S: the sale opens S seconds after creation [0] */
     int window_s;               /* --window S: sale length [3600] */
+    int buckets;                /* --buckets K: the new voucher's stockBuckets [1] */
     int64_t users;              /* --users U [10000] */
     int64_t user_base;          /* --user-base N: phones / seeded ids start here [0] */
     int conns;                  /* --conns C [64] */
