@@ -25,6 +25,7 @@ struct rcs {
     int timeout_ms;
     rcl_map_t map;
     redisContext *ctx[RCL_MAX_NODES];
+    unsigned refreshes;                       /* rotates the master asked for the map */
 };
 
 static void nap_ms(int ms)
@@ -99,11 +100,14 @@ static int refresh_from(rcs_t *s, int i, char *err, size_t errlen)
 
 int rcs_refresh(rcs_t *s, char *err, size_t errlen)
 {
-    /* Masters first (they are what the map is about), then every other known node. */
+    /* Masters first (they are what the map is about), then every other known node. The
+     * master asked first rotates: the writers re-read the map every second, and always
+     * asking the first master would put every instance's CLUSTER SLOTS on one node. */
     int ms[RCL_MAX_NODES];
     int n = rcl_map_masters(&s->map, ms);
+    unsigned first = n > 0 ? s->refreshes++ % (unsigned)n : 0;
     for (int i = 0; i < n; i++)
-        if (refresh_from(s, ms[i], err, errlen) == 0)
+        if (refresh_from(s, ms[(first + (unsigned)i) % (unsigned)n], err, errlen) == 0)
             return 0;
     for (int i = 0; i < s->map.nnodes; i++)
         if (refresh_from(s, i, err, errlen) == 0)
