@@ -37,6 +37,7 @@
 #include "orders.h"
 #include "ordq.h"
 #include "rds.h"
+#include "sb.h"
 #include "rebuild_watch.h"
 #include "store.h"
 #include "worker.h"
@@ -474,7 +475,7 @@ static void on_batch(struct redisReply *rep, void *priv)
 static int batch_call(batch_t *b, int64_t voucher_id)
 {
     worker_t *w = b->w;
-    char kv[64], kb[64], ks[64], vid[24], num[BATCH_MAX][2][24];
+    char kv[64], kb[64], ks[64], vid[SB_DEC_MAX], num[BATCH_MAX][2][SB_DEC_MAX];
     const char *argv[5 + 2 * BATCH_MAX];
     size_t lens[5 + 2 * BATCH_MAX];
     /* The keys of the items' home bucket (a lane is one bucket's; unbucketed: bucket 0,
@@ -495,16 +496,14 @@ static int batch_call(batch_t *b, int64_t voucher_id)
     argv[0] = kv; lens[0] = (size_t)lv;
     argv[1] = kb; lens[1] = (size_t)lb;
     argv[2] = k3; lens[2] = (size_t)ls;
-    argv[3] = vid; lens[3] = (size_t)snprintf(vid, sizeof(vid), "%lld", (long long)voucher_id);
+    argv[3] = vid; lens[3] = (size_t)sb_dec(vid, voucher_id);
     argv[4] = tr; lens[4] = strlen(tr);
     for (int k = 0; k < b->n; k++) {
         const adm_ctx_t *c = b->item[k];
         argv[5 + 2 * k] = num[k][0];
-        lens[5 + 2 * k] = (size_t)snprintf(num[k][0], sizeof num[k][0], "%lld",
-                                           (long long)c->user_id);
+        lens[5 + 2 * k] = (size_t)sb_dec(num[k][0], c->user_id);
         argv[6 + 2 * k] = num[k][1];
-        lens[6 + 2 * k] = (size_t)snprintf(num[k][1], sizeof num[k][1], "%lld",
-                                           (long long)c->order_id);
+        lens[6 + 2 * k] = (size_t)sb_dec(num[k][1], c->order_id);
     }
     /* When Redis is down on_batch runs before this returns. */
     rds_evalsha(w->rds, SCRIPT_ADMIT, on_batch, b, 3, 5 + 2 * b->n, argv, lens);

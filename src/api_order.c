@@ -68,10 +68,12 @@ static void on_admitted(http_req_t *r, int code, int64_t order_id)
         }
     }
     if (code == ADMIT_OK) {
-        char buf[64];
-        int n = snprintf(buf, sizeof(buf), "{\"success\":true,\"data\":%lld}",
-                         (long long)order_id);
-        http_reply(r, 200, NULL, buf, (size_t)n);
+        static const char head[] = "{\"success\":true,\"data\":";
+        char buf[sizeof(head) + SB_DEC_MAX + 1];
+        memcpy(buf, head, sizeof(head) - 1);
+        size_t n = sizeof(head) - 1 + (size_t)sb_dec(buf + sizeof(head) - 1, order_id);
+        buf[n++] = '}';
+        http_reply(r, 200, NULL, buf, n);
     } else if (code == ADMIT_RETRY) {
         http_reply(r, 503, NULL, retry_body, sizeof(retry_body) - 1);
     } else if (code == ADMIT_UNAVAILABLE || admission_msg(code) == NULL) {

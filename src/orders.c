@@ -15,6 +15,7 @@
 #include "keys.h"
 #include "orderid.h"
 #include "rds.h"
+#include "sb.h"
 #include "store.h"
 #include "worker.h"
 #include "xmem.h"
@@ -199,10 +200,10 @@ void orders_of_user(worker_t *w, int64_t user_id, orders_done_fn done, void *ctx
 
 void orders_note_admitted(worker_t *w, int64_t user_id, int64_t voucher_id, int64_t order_id)
 {
-    char key[64], vid[24], oid[24];
+    char key[64], vid[SB_DEC_MAX], oid[SB_DEC_MAX];
     int kl = key_orders_of(key, sizeof key, user_id);
-    int vl = snprintf(vid, sizeof vid, "%lld", (long long)voucher_id);
-    int ol = snprintf(oid, sizeof oid, "%lld", (long long)order_id);
+    int vl = sb_dec(vid, voucher_id);
+    int ol = sb_dec(oid, order_id);
     if (kl < 0)
         return;
     const char *argv[4] = {"HSET", key, vid, oid};

@@ -54,6 +54,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "rds_cluster.h"
+#include "sb.h"
 #include "worker.h"
 #include "xmem.h"
 
@@ -305,13 +306,63 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
     maybe_destroy(c);
 }
 
+/* RESP for argv: "*<argc>\r\n" then "$<len>\r\n<bytes>\r\n" per argument. resp_size
+ * is an upper bound of what resp_put writes. Done here rather than by
+ * redisAsyncCommandArgv, whose formatting (an sds grown by sdscatfmt per argument) cost a
+ * worker more than the rest of sending the command. */
+static size_t resp_size(int argc, const size_t *lens)
+{
+    size_t n = 1 + SB_DEC_MAX + 2;
+    for (int i = 0; i < argc; i++)
+        n += 1 + SB_DEC_MAX + 2 + lens[i] + 2;
+    return n;
+}
+
+static size_t resp_put(char *out, int argc, const char **argv, const size_t *lens)
+{
+    char *p = out;
+    *p++ = '*';
+    p += sb_dec(p, argc);
+    *p++ = '\r';
+    *p++ = '\n';
+    for (int i = 0; i < argc; i++) {
+        *p++ = '$';
+        p += sb_dec(p, (int64_t)lens[i]);
+        *p++ = '\r';
+        *p++ = '\n';
+        if (lens[i])
+            memcpy(p, argv[i], lens[i]);
+        p += lens[i];
+        *p++ = '\r';
+        *p++ = '\n';
+    }
+    return (size_t)(p - out);
+}
+
 /* Sends one command for wrapper r. Returns 0, or -1 if hiredis refused it (r untouched
  * and not linked). */
 static int send_argv(rds_t *c, rcmd_t *r, int argc, const char **argv, const size_t *argvlen)
 {
-    if (c->ac == NULL)
+    if (c->ac == NULL || argc <= 0)
         return -1;
-    if (redisAsyncCommandArgv(c->ac, on_reply, r, argc, argv, argvlen) != REDIS_OK)
+    const size_t *lens = argvlen;
+    size_t stack_lens[24], *own = NULL;
+    if (lens == NULL) {
+        own = argc > 24 ? xmalloc(sizeof(*own) * (size_t)argc) : stack_lens;
+        for (int i = 0; i < argc; i++)
+            own[i] = strlen(argv[i]);
+        lens = own;
+    }
+    char stack_buf[2048];
+    size_t cap = resp_size(argc, lens);
+    char *buf = cap <= sizeof(stack_buf) ? stack_buf : xmalloc(cap);
+    size_t len = resp_put(buf, argc, argv, lens);
+    int rc = redisAsyncFormattedCommand(c->ac, on_reply, r, buf, len);
+    if (buf != stack_buf)
+        free(buf);
+    if (own != NULL && own != stack_lens)
+        free(own);
+    if (rc != REDIS_OK)
         return -1;
     r->c = c;
     r->deadline = clock_mono_ms() + (uint64_t)c->timeout_ms;

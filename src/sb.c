@@ -141,9 +141,9 @@ static const char digit_pairs[201] =
     "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
     "8081828384858687888990919293949596979899";
 
-void sb_i64(sb_t *s, int64_t v)
+int sb_dec(char *out, int64_t v)
 {
-    char tmp[24];
+    char tmp[SB_DEC_MAX];
     char *end = tmp + sizeof tmp, *p = end;
     /* Work on the magnitude as unsigned so INT64_MIN does not overflow. */
     uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
@@ -162,7 +162,16 @@ void sb_i64(sb_t *s, int64_t v)
     }
     if (v < 0)
         *--p = '-';
-    sb_append(s, p, (size_t)(end - p));
+    int n = (int)(end - p);
+    memcpy(out, p, (size_t)n);
+    out[n] = '\0';
+    return n;
+}
+
+void sb_i64(sb_t *s, int64_t v)
+{
+    char tmp[SB_DEC_MAX];
+    sb_append(s, tmp, (size_t)sb_dec(tmp, v));
 }
 
 const char *sb_cstr(sb_t *s)

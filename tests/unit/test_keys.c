@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -23,6 +24,47 @@ static void test_voucher_keys(void **state)
     int n = key_voucher(buf, sizeof(buf), INT64_MAX);
     assert_int_equal(n, (int)strlen(buf));
     assert_string_equal(buf, "seckill:voucher:{9223372036854775807}");
+}
+
+/* The numeric keys are put together by hand (no snprintf): they must match "%lld" for
+ * every value, signs and extremes included. */
+static void test_numeric_keys_match_printf(void **state)
+{
+    (void)state;
+    static const int64_t vals[] = {0, 1, 9, 10, 99, 100, 12345, 999999999, 1000000000,
+                                   3000000000LL, 281479271677953LL, INT64_MAX, -1, -10, -99,
+                                   -12345, INT64_MIN, INT64_MIN + 1};
+    char got[64], want[64];
+    for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+        long long v = (long long)vals[i];
+        int n;
+        n = snprintf(want, sizeof want, "seckill:voucher:{%lld}", v);
+        assert_int_equal(key_voucher(got, sizeof got, vals[i]), n);
+        assert_string_equal(got, want);
+        n = snprintf(want, sizeof want, "seckill:order:{%lld}", v);
+        assert_int_equal(key_buyers(got, sizeof got, vals[i]), n);
+        assert_string_equal(got, want);
+        n = snprintf(want, sizeof want, "seckill:stream:{%lld}", v);
+        assert_int_equal(key_stream(got, sizeof got, vals[i]), n);
+        assert_string_equal(got, want);
+        n = snprintf(want, sizeof want, "seckill:dead:{%lld}", v);
+        assert_int_equal(key_dead(got, sizeof got, vals[i]), n);
+        assert_string_equal(got, want);
+        n = snprintf(want, sizeof want, "seckill:orders-of:{u%lld}", v);
+        assert_int_equal(key_orders_of(got, sizeof got, vals[i]), n);
+        assert_string_equal(got, want);
+        n = snprintf(want, sizeof want, "seckill:rebuild:{%lld}", v);
+        assert_int_equal(key_rebuild_lock(got, sizeof got, vals[i]), n);
+        assert_string_equal(got, want);
+        n = snprintf(want, sizeof want, "seckill:rebuild:buyers:{%lld}", v);
+        assert_int_equal(key_rebuild_buyers(got, sizeof got, vals[i]), n);
+        assert_string_equal(got, want);
+        /* one byte short of the key and its NUL: refused, nothing left behind */
+        memset(got, 'x', sizeof got);
+        assert_int_equal(key_rebuild_buyers(got, (size_t)n, vals[i]), -1);
+        assert_string_equal(got, "");
+        assert_int_equal(key_rebuild_buyers(got, (size_t)n + 1, vals[i]), n);
+    }
 }
 
 static void test_login_keys(void **state)
@@ -72,6 +114,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_voucher_keys),
+        cmocka_unit_test(test_numeric_keys_match_printf),
         cmocka_unit_test(test_login_keys),
         cmocka_unit_test(test_constants),
         cmocka_unit_test(test_too_small),
