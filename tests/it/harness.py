@@ -1048,6 +1048,49 @@ def k_stream(v):
     return "seckill:stream:{%d}" % v
 
 
+def key_slot(key):
+    """Redis Cluster's slot of a key without hash tags: CRC16-XMODEM mod 16384."""
+    crc = 0
+    for byte in key.encode():
+        crc ^= byte << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else (crc << 1)
+            crc &= 0xFFFF
+    return crc % 16384
+
+
+def bucket_tag(vid, b, k):
+    """Stock bucket b's hash tag of a K-bucket voucher (keys.c key_bsalt): "<vid>" for
+    bucket 0, else the first "<vid>.b<b>.<salt>" whose slot is within 32 after a b/K turn
+    of the slot ring from bucket 0's."""
+    if b == 0:
+        return str(vid)
+    target = (key_slot(str(vid)) + (b * 16384 + k // 2) // k) % 16384
+    for s in range(65536):
+        tag = "%d.b%d.%d" % (vid, b, s)
+        if (key_slot(tag) - target) % 16384 < 32:
+            return tag
+    return "%d.b%d.0" % (vid, b)
+
+
+def bucket_keys(vid, b, k):
+    """The keys of stock bucket b (keys.h): voucher, buyers, stream, log, applied."""
+    t = bucket_tag(vid, b, k)
+    return {"voucher": "seckill:voucher:{%s}" % t, "buyers": "seckill:order:{%s}" % t,
+            "stream": "seckill:stream:{%s}" % t, "log": "seckill:xfer:{%s}" % t,
+            "applied": "seckill:xfer:applied:{%s}" % t}
+
+
+def bucket_home(uid, k):
+    """A buyer's home bucket (buckets.c bk_home: splitmix64 of the user id, mod K)."""
+    m = (1 << 64) - 1
+    z = (uid + 0x9e3779b97f4a7c15) & m
+    z = ((z ^ (z >> 30)) * 0xbf58476d1ce4e5b9) & m
+    z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & m
+    z ^= z >> 31
+    return z % k
+
+
 def xpending_count(redis, voucher_id, group="g1"):
     r = redis.cmd("XPENDING", k_stream(voucher_id), group)
     return int(r[0])

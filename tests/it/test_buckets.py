@@ -17,8 +17,8 @@ src/bucket_sweep.c, scripts/transfer.lua; docs/redis-cluster.md "Stock buckets")
     stock, one per user, audit clean; a skewed K = 6 sale sells everything there too.
 
 Buyers hold tokens minted with the server's key (harness.mint_token), so user ids can be
-chosen. The bucket arithmetic (slot, tag, home) is re-implemented here from keys.c and
-buckets.c, so a change on either side shows.
+chosen. The bucket arithmetic (slot, tag, home) is re-implemented in the harness from keys.c
+and buckets.c, so a change on either side shows.
 """
 
 import os
@@ -35,47 +35,10 @@ ME_PATH = "/voucher-order/of/me"     # a login path that needs only the user id
 
 
 # ---------------------------------------------------------------------------------------
-# the bucket arithmetic (keys.c key_bsalt, buckets.c bk_home)
+# the bucket arithmetic (harness.bucket_tag / bucket_home re-implement keys.c and buckets.c)
 
-def crc16(data):
-    crc = 0
-    for byte in data:
-        crc ^= byte << 8
-        for _ in range(8):
-            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else (crc << 1)
-            crc &= 0xFFFF
-    return crc
-
-
-def slot(s):
-    return crc16(s.encode()) % 16384
-
-
-def btag(vid, b, k):
-    if b == 0:
-        return str(vid)
-    target = (slot(str(vid)) + (b * 16384 + k // 2) // k) % 16384
-    for s in range(65536):
-        tag = "%d.b%d.%d" % (vid, b, s)
-        if (slot(tag) - target) % 16384 < 32:
-            return tag
-    return "%d.b%d.0" % (vid, b)
-
-
-def home(uid, k):
-    m = (1 << 64) - 1
-    z = (uid + 0x9e3779b97f4a7c15) & m
-    z = ((z ^ (z >> 30)) * 0xbf58476d1ce4e5b9) & m
-    z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & m
-    z ^= z >> 31
-    return z % k
-
-
-def keys(vid, b, k):
-    t = btag(vid, b, k)
-    return {"voucher": "seckill:voucher:{%s}" % t, "buyers": "seckill:order:{%s}" % t,
-            "stream": "seckill:stream:{%s}" % t, "log": "seckill:xfer:{%s}" % t,
-            "applied": "seckill:xfer:applied:{%s}" % t}
+home = H.bucket_home
+keys = H.bucket_keys
 
 
 def users_with_home(k, want_home, n, start=5000000):
