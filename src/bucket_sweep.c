@@ -99,7 +99,25 @@ static redisReply *transfer(rcs_route_t *rt, int64_t vid, int b, int k, int seco
     return rconn_cmd(c, err, errlen, a3 ? 8 : 7, argv, NULL);
 }
 
-int bks_sweep(rcs_route_t *rt, int64_t vid, int k, int stale_ms, char *err, size_t errlen)
+/* --redis-wait-replicas: 1 if wr replicas of the node of bucket b have everything it
+ * did so far (WAIT), 0 if not (or wr is 0: 1). */
+static int replicated(rcs_route_t *rt, int64_t vid, int b, int k, const bks_wait_t *wt)
+{
+    if (wt == NULL || wt->replicas <= 0)
+        return 1;
+    char kv[64], err[128];
+    redisContext *c = bucket_key(rt, vid, b, k, 'v', kv, sizeof kv, err, sizeof err);
+    redisReply *r = c ? rconn_cmdf(c, err, sizeof err, "WAIT %d %d", wt->replicas,
+                                   wt->timeout_ms > 0 ? wt->timeout_ms : 1) : NULL;
+    int64_t n = 0;
+    if (r)
+        rconn_int(r, &n);
+    freeReplyObject(r);
+    return n >= wt->replicas;
+}
+
+int bks_sweep(rcs_route_t *rt, int64_t vid, int k, int stale_ms, const bks_wait_t *wt,
+              char *err, size_t errlen)
 {
     int finished = 0;
     char age[16];
@@ -108,6 +126,10 @@ int bks_sweep(rcs_route_t *rt, int64_t vid, int k, int stale_ms, char *err, size
         redisReply *r = transfer(rt, vid, d, k, 'l', "stale", age, NULL, err, errlen);
         if (r == NULL)
             return -1;
+        if (r->type == REDIS_REPLY_ARRAY && r->elements > 0 && !replicated(rt, vid, d, k, wt)) {
+            freeReplyObject(r);   /* the takes are not on the replicas yet: next pass */
+            continue;
+        }
         for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i + 2 < r->elements; i += 3) {
             const redisReply *xid = r->element[i], *recv = r->element[i + 1],
                              *units = r->element[i + 2];
@@ -124,6 +146,8 @@ int bks_sweep(rcs_route_t *rt, int64_t vid, int k, int stale_ms, char *err, size
             int64_t res = 0;
             rconn_int(a, &res);
             freeReplyObject(a);
+            if (res >= 0 && !replicated(rt, vid, (int)rb, k, wt))
+                continue;   /* applied, not yet on the replicas: the entry stays */
             if (res >= 0) {
                 char kl[80];
                 redisContext *c = bucket_key(rt, vid, d, k, 'l', kl, sizeof kl, err, errlen);
@@ -155,7 +179,7 @@ int bks_sweep(rcs_route_t *rt, int64_t vid, int k, int stale_ms, char *err, size
     return finished;
 }
 
-void bks_sweep_all(rcs_route_t *rt)
+void bks_sweep_all(rcs_route_t *rt, const bks_wait_t *wt)
 {
     char err[256];
     bks_voucher_t *v = NULL;
@@ -165,7 +189,7 @@ void bks_sweep_all(rcs_route_t *rt)
         return;
     }
     for (size_t i = 0; i < n; i++)
-        if (bks_sweep(rt, v[i].voucher_id, v[i].k, BKS_STALE_MS, err, sizeof err) < 0)
+        if (bks_sweep(rt, v[i].voucher_id, v[i].k, BKS_STALE_MS, wt, err, sizeof err) < 0)
             log_warn("bucket sweep: voucher %lld: %s", (long long)v[i].voucher_id, err);
     free(v);
 }

@@ -39,13 +39,19 @@ typedef struct bks_voucher {
  * -1 with err. */
 int bks_registry(rcs_route_t *rt, bks_voucher_t **out, size_t *n, char *err, size_t errlen);
 
-/* Finishes the voucher's transfers logged longer than stale_ms ago. Returns how many
- * were finished, or -1 with err. */
-int bks_sweep(rcs_route_t *rt, int64_t voucher_id, int k, int stale_ms, char *err,
-              size_t errlen);
+/* --redis-wait-replicas: a step of a transfer counts once that many replicas have it. */
+typedef struct bks_wait {
+    int replicas;            /* 0: no WAIT */
+    int timeout_ms;
+} bks_wait_t;
+
+/* Finishes the voucher's transfers logged longer than stale_ms ago (wt may be NULL).
+ * Returns how many were finished, or -1 with err. */
+int bks_sweep(rcs_route_t *rt, int64_t voucher_id, int k, int stale_ms, const bks_wait_t *wt,
+              char *err, size_t errlen);
 
 /* One sweep over every bucketed voucher (errors logged). */
-void bks_sweep_all(rcs_route_t *rt);
+void bks_sweep_all(rcs_route_t *rt, const bks_wait_t *wt);
 
 /* 1 if a rebuild of the voucher from SQL may go ahead (bucket 0 is there -- the rebuild
  * will find it present --, or no bucket b >= 1 of any K is), 0 if not (err says why), -1

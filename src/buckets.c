@@ -247,6 +247,61 @@ static int transfer_eval(worker_t *w, int64_t vid, int b, unsigned salt, int log
     return 0;
 }
 
+/* --redis-wait-replicas: a transfer step counts only once the replicas have it, else a
+ * failover could undo one side of it and not the other (the take undone after the apply
+ * landed would create units). WAIT goes to the node of bucket b. */
+static void xfer_wait(refill_t *f, int b, void (*cb)(struct redisReply *, void *))
+{
+    char tag[48], kv[64], n[16], t[16];
+    int tmo = f->w->app->cfg.redis_timeout_ms / 2;
+    int lv = key_btag_salt(tag, sizeof tag, f->voucher_id, b, f->rt.salt[b]) < 0 ? -1
+             : key_voucher_t(kv, sizeof kv, tag);
+    if (lv < 0) {
+        cb(NULL, f);
+        return;
+    }
+    int ln = snprintf(n, sizeof n, "%d", f->w->app->cfg.redis_wait_replicas);
+    int lt = snprintf(t, sizeof t, "%d", tmo > 0 ? tmo : 1);
+    const char *argv[3] = { "WAIT", n, t };
+    size_t lens[3] = { 4, (size_t)ln, (size_t)lt };
+    rds_command_at(f->w->rds, kv, (size_t)lv, cb, f, 3, argv, lens);
+}
+
+static int waited(const redisReply *rep, const refill_t *f)
+{
+    return rep != NULL && rep->type == REDIS_REPLY_INTEGER &&
+           rep->integer >= f->w->app->cfg.redis_wait_replicas;
+}
+
+/* The last step: the donor's log entry has done its job. If this is lost the sweep
+ * replays apply (a no-op) and deletes it. */
+static void finish_transfer(refill_t *f)
+{
+    int d = (f->home + f->step) % f->rt.k;
+    char tag[48], kl[80];
+    if (key_btag_salt(tag, sizeof tag, f->voucher_id, d, f->rt.salt[d]) >= 0) {
+        int ll = key_xfer_log(kl, sizeof kl, tag);
+        if (ll >= 0) {
+            const char *argv[3] = { "HDEL", kl, f->xid };
+            size_t lens[3] = { 4, (size_t)ll, strlen(f->xid) };
+            rds_command(f->w->rds, NULL, NULL, 3, argv, lens);
+        }
+    }
+    refill_done(f, f->units);
+}
+
+static void on_apply_waited(struct redisReply *rep, void *priv)
+{
+    refill_t *f = priv;
+    if (waited(rep, f)) {
+        finish_transfer(f);
+        return;
+    }
+    /* Applied on the master, not known on its replicas: the log entry stays and the sweep
+     * applies again later (a no-op, unless a failover lost this apply). */
+    refill_done(f, f->units);
+}
+
 static void on_apply(struct redisReply *rep, void *priv)
 {
     refill_t *f = priv;
@@ -260,19 +315,30 @@ static void on_apply(struct redisReply *rep, void *priv)
         refill_done(f, -1);
         return;
     }
-    /* Applied (or applied before): the donor's log entry has done its job. If this is
-     * lost the sweep replays apply (a no-op) and deletes it. */
-    int d = (f->home + f->step) % f->rt.k;
-    char tag[48], kl[80];
-    if (key_btag_salt(tag, sizeof tag, f->voucher_id, d, f->rt.salt[d]) >= 0) {
-        int ll = key_xfer_log(kl, sizeof kl, tag);
-        if (ll >= 0) {
-            const char *argv[3] = { "HDEL", kl, f->xid };
-            size_t lens[3] = { 4, (size_t)ll, strlen(f->xid) };
-            rds_command(f->w->rds, NULL, NULL, 3, argv, lens);
-        }
+    if (f->w->app->cfg.redis_wait_replicas > 0) {
+        xfer_wait(f, f->home, on_apply_waited);
+        return;
     }
-    refill_done(f, f->units);
+    finish_transfer(f);
+}
+
+static void apply(refill_t *f)
+{
+    char n[24];
+    snprintf(n, sizeof n, "%lld", (long long)f->units);
+    if (transfer_eval(f->w, f->voucher_id, f->home, f->rt.salt[f->home], 0, "apply", f->xid, n,
+                      NULL, on_apply, f) < 0)
+        refill_done(f, -1);
+}
+
+static void on_take_waited(struct redisReply *rep, void *priv)
+{
+    refill_t *f = priv;
+    if (waited(rep, f)) {
+        apply(f);
+        return;
+    }
+    refill_done(f, -1);   /* the units wait in the donor's log for the sweep */
 }
 
 static void on_take(struct redisReply *rep, void *priv)
@@ -293,11 +359,10 @@ static void on_take(struct redisReply *rep, void *priv)
     if (rep->element[1]->integer > 0)
         f->inflight = 1;
     if (f->units > 0) {
-        char n[24];
-        snprintf(n, sizeof n, "%lld", (long long)f->units);
-        if (transfer_eval(f->w, f->voucher_id, f->home, f->rt.salt[f->home], 0, "apply", f->xid,
-                          n, NULL, on_apply, f) < 0)
-            refill_done(f, -1);
+        if (f->w->app->cfg.redis_wait_replicas > 0)
+            xfer_wait(f, (f->home + f->step) % f->rt.k, on_take_waited);
+        else
+            apply(f);
         return;
     }
     if (++f->step < f->rt.k) {

@@ -264,8 +264,11 @@ static void check_all(rebuild_watch_t *w, const char *why)
         if (p == 0)
             rebuild_one(w, w->known[i].id, why);
     }
-    if (w->up && !stopping(w))
-        bks_sweep_all(&w->rt);   /* stock-bucket transfers a crash cut short */
+    if (w->up && !stopping(w)) {
+        /* stock-bucket transfers a crash cut short */
+        bks_wait_t wt = {w->app->cfg.redis_wait_replicas, w->app->cfg.redis_timeout_ms / 2};
+        bks_sweep_all(&w->rt, &wt);
+    }
 }
 
 static void handle_pokes(rebuild_watch_t *w)

@@ -13,8 +13,9 @@ src/bucket_sweep.c, scripts/transfer.lua; docs/redis-cluster.md "Stock buckets")
   - Redis data loss: bucket 0's hash lost alone is not rebuilt (it would sell the other
     buckets' stock twice); FLUSHALL rebuilds the voucher unbucketed: nothing oversold, no
     buyer buys twice;
-  - on a 3-master cluster: a K = 6 voucher has buckets on every master and sells exactly its
-    stock, one per user, audit clean; a skewed K = 6 sale sells everything there too.
+  - on a 3-master cluster (with replicas and --redis-wait-replicas 1, so transfers wait for
+    them too): a K = 6 voucher has buckets on every master and sells exactly its stock, one
+    per user, audit clean; a skewed K = 6 sale sells everything there too.
 
 Buyers hold tokens minted with the server's key (harness.mint_token), so user ids can be
 chosen. The bucket arithmetic (slot, tag, home) is re-implemented in the harness from keys.c
@@ -260,9 +261,10 @@ def test_buckets_redis_data_loss():
 
 @H.timeout(200)
 def test_buckets_cluster_k6():
-    cluster = H.start_redis_cluster(replicas=0)
+    # with replicas and --redis-wait-replicas 1: every transfer step waits for its replica
+    cluster = H.start_redis_cluster(replicas=1)
     srv = H.start_server(cluster.url, name="inst-1", threads=2,
-                         settings={"rate_user_seckill": "0"})
+                         settings={"rate_user_seckill": "0", "redis_wait_replicas": 1})
     k = 6
     # a sale with more buyers than stock
     stock = 90
