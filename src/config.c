@@ -82,6 +82,8 @@ static const setting_t settings[] = {
       "orders per SQL transaction at most"),
     S("writer-block-ms", "SECKILL_WRITER_BLOCK_MS", T_INT, writer_block_ms, "1000", 10, 60000,
       "how long the writer waits for new orders per read"),
+    S("writer-nice", "SECKILL_WRITER_NICE", T_INT, writer_nice, "10", 0, 19,
+      "the order writer runs this much nicer than the workers: it yields to answers and catches up"),
     S("claim-idle-ms", "SECKILL_CLAIM_IDLE_MS", T_INT, claim_idle_ms, "30000", 100, 86400000,
       "adopt stream entries left pending this long by a dead instance"),
     S("queue-capacity", "SECKILL_QUEUE_CAPACITY", T_SIZE, queue_capacity, "1048576", 1, 100000000,

@@ -53,6 +53,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -128,6 +129,7 @@ struct writer {
 
     char name[128];                  /* consumer name */
     int batch, block_ms, claim_idle_ms, redis_timeout_ms, sql_timeout_ms;
+    int nice;                      /* added to the thread's nice value at its start */
     int wait_replicas;               /* --redis-wait-replicas: write only replicated orders */
     url_redis_t addr;
 
@@ -1303,6 +1305,27 @@ static void final_drain(writer_t *wr)
         log_info("writer: wrote %zu queued orders before stopping", total);
 }
 
+/* The writer's thread yields the CPU to the workers: its work can wait (every admitted
+ * order is safe in the stream until its commit and XACK), the answers cannot. On a host
+ * with as many busy threads as cores (two workers, redis-server, the writer) a writer at
+ * the workers' priority takes its fair share right when the sale's grabs arrive; a nicer
+ * one runs in the gaps and catches up once the stock is gone. Nice, not SCHED_IDLE: with
+ * other busy processes on the host an idle-class writer could starve for good. Linux
+ * keeps the nice value per thread (setpriority on the thread id). */
+static void lower_priority(int delta)
+{
+    if (delta <= 0)
+        return;
+    id_t tid = (id_t)gettid();
+    errno = 0;
+    int cur = getpriority(PRIO_PROCESS, tid);
+    if (cur == -1 && errno != 0)
+        cur = 0;
+    int want = cur + delta > 19 ? 19 : cur + delta;
+    if (setpriority(PRIO_PROCESS, tid, want) != 0)
+        log_warn("writer: cannot lower its priority to nice %d: %s", want, strerror(errno));
+}
+
 static void *writer_main(void *arg)
 {
     writer_t *wr = arg;
@@ -1310,6 +1333,7 @@ static void *writer_main(void *arg)
     int idle_ms = 0;   /* sub-writer: current poll interval while quiet */
     log_set_thread_name("writer");
     pthread_setname_np(pthread_self(), "writer");   /* top -H, the bench's timeline */
+    lower_priority(wr->nice);
     log_info("writer: consumer %s of group %s, batch %d, block %d ms, claim idle %d ms",
              wr->name, KEY_GROUP, wr->batch, wr->block_ms, wr->claim_idle_ms);
     while (!stopping(wr)) {
@@ -1408,6 +1432,7 @@ static writer_t *writer_new(struct app *app, const url_redis_t *addr)
     const config_t *c = &app->cfg;
     wr->batch = c->writer_batch > 0 ? c->writer_batch : 512;
     wr->block_ms = c->writer_block_ms > 0 ? c->writer_block_ms : 1000;
+    wr->nice = c->writer_nice;
     wr->claim_idle_ms = c->claim_idle_ms > 0 ? c->claim_idle_ms : 30000;
     wr->redis_timeout_ms = c->redis_timeout_ms > 0 ? c->redis_timeout_ms : 1000;
     wr->wait_replicas = c->redis_wait_replicas;

@@ -82,6 +82,8 @@ static const bopt_t bopts[] = {
     {"threads", A_INT, F(threads), 1, 64, "T", "event-loop threads [1]"},
     {"duration", A_DBL, F(duration_s), 0, 86400, "S", "stop after S seconds [until every user tried]"},
     {"rate", A_DBL, F(rate), 0, 1e8, "R", "open loop: R requests/s in total [closed loop]"},
+    {"tick-us", A_INT, F(tick_us), 50, 100000, "T",
+     "open loop: send what fell due every T us, together (each timed from its own due time) [500]"},
     {"dup", A_DBL, F(dup), 0, 10, "F", "sequential repeat attempts, per user [0.1]"},
     {"burst-share", A_DBL, F(burst_share), 0, 1, "F",
      "share of users whose first try is sent as concurrent copies [0.05]"},
@@ -191,6 +193,7 @@ int bench_parse_args(int argc, char **argv, bench_opts_t *o, char *err, size_t e
     o->dup = 0.1;
     o->burst_share = 0.05;
     o->burst = 3;
+    o->tick_us = 500;
     o->token_ttl_s = 7200;
     o->audit = 1;
     o->drain_timeout_s = 60;
@@ -1007,6 +1010,7 @@ int bench_main(int argc, char **argv)
     L.dup = o.dup;
     L.burst_share = o.burst_share;
     L.burst = o.burst;
+    L.tick_us = o.tick_us;
     L.timeout_s = o.timeout_s;
     L.seed = o.seed;
     bench_series_t series = {0};

@@ -51,6 +51,7 @@ typedef struct bench_opts {
     int threads;                /* --threads T [1] */
     double duration_s;          /* --duration S: stop after S seconds; 0 = when every user tried */
     double rate;                /* --rate R: open loop, R requests/s in total; 0 = closed loop */
+    int tick_us;                /* --tick-us T: open loop sends what fell due every T us [500] */
     double dup;                 /* --dup F: extra sequential repeat attempts, F per user [0.1] */
     double burst_share;         /* --burst-share F: users whose first try is concurrent [0.05] */
     int burst;                  /* --burst K: copies sent at once in such a try [3] */
@@ -134,6 +135,7 @@ typedef struct bench_load {
     int threads, conns, pipeline;
     double rate, duration_s, dup, burst_share;
     int burst, timeout_s;
+    int tick_us;                        /* open loop: sends grouped per tick (0: 100 us) */
     uint64_t seed;
     int progress_ms;                    /* how often progress() is called [1000] */
     /* out, valid after bench_load_run */

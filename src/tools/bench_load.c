@@ -53,10 +53,10 @@
 #define REQ_MAX 512
 #define BACKLOG_MAX (8u << 20)        /* open loop: requests waiting for a connection */
 #define RECONNECT_NS 100000000ull
-#define PACE_MIN_US 100               /* open loop: at most this often a wake-up to send */
 #define TICK_US 10000                 /* housekeeping: reconnects, deadlines, p99 */
 #define P99_EVERY_NS 250000000ull
-#define OPEN_START_NS 100000000ull    /* open loop: connections get 100 ms to come up */
+#define OPEN_START_NS 100000000ull    /* open loop: connections get at least 100 ms ... */
+#define OPEN_WAIT_NS 2000000000ull    /* ... and at most 2 s to come up before the first is due */
 #define REC_MAX (4u << 20)            /* per thread: answers logged for the timeline (64 MB) */
 
 enum { CS_DOWN = 0, CS_CONNECTING, CS_UP };
@@ -111,6 +111,8 @@ typedef struct bench_thread {
 
     double rate;                       /* open loop, per thread (0 = closed loop) */
     uint64_t t0, issued;
+    int nup, armed;                    /* connections up; t0 fixed (all were up, or 2 s) */
+    uint64_t start_ns;
     inflight_t *bl;                    /* backlog ring */
     size_t blh, bln, blcap;
     unsigned rr;
@@ -407,8 +409,16 @@ static void openloop_generate(bench_thread_t *t, uint64_t now)
 {
     if (t->gen_done && t->burst_left == 0)
         return;
-    if (now < t->t0)
-        return;
+    if (!t->armed) {
+        /* The crowd is at the door before the sale opens: the first request falls due
+         * once every connection is up, so no accept burst is charged to the sale. */
+        if (now < t->t0 || (t->nup < t->nc && now < t->start_ns + OPEN_WAIT_NS))
+            return;
+        t->t0 = now;
+        if (t->stop_ns)
+            t->stop_ns = now + (uint64_t)(t->L->duration_s * 1e9);
+        t->armed = 1;
+    }
     uint64_t due = (uint64_t)((double)(now - t->t0) * t->rate / 1e9) + 1;
     while (t->issued < due) {
         uint32_t user;
@@ -611,8 +621,10 @@ static void conn_fail(bconn_t *c, uint64_t now)
     }
     if (c->state != CS_DOWN)
         cadd(&t->ctr->conn_failures, 1);
-    if (c->state == CS_UP)
+    if (c->state == CS_UP) {
         t->free_slots -= (long)(t->depth - c->qn);
+        t->nup--;
+    }
     c->qn = 0;
     c->qh = 0;
     c->olen = c->ooff = 0;
@@ -627,7 +639,10 @@ static void on_write(evutil_socket_t fd, short what, void *arg);
 static void after_io(bench_thread_t *t, bconn_t *c, uint64_t now)
 {
     if (t->rate > 0) {
-        openloop_generate(t, now);
+        /* A freed connection takes what is already waiting; what falls due meanwhile
+         * goes out with its tick (--tick-us), all of the tick's requests together. */
+        if (t->bln > 0 || t->L->tick_us <= 100)
+            openloop_generate(t, now);
         openloop_dispatch(t);
     } else {
         conn_fill(c, now);
@@ -720,6 +735,7 @@ static void on_write(evutil_socket_t fd, short what, void *arg)
         }
         c->state = CS_UP;
         t->free_slots += t->depth;
+        t->nup++;
         event_del(c->wev);
         c->wev_on = 0;
         event_add(c->rev, NULL);
@@ -799,7 +815,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 }
 
 /* Open loop: issue what has become due (cheap: no scan of the connections), then sleep
- * until the next request is due -- but at least PACE_MIN_US, so at high rates one wake-up
+ * until the next request is due -- but at least --tick-us, so at high rates one wake-up
  * sends several (each still timed from its own due time). */
 static void on_pace(evutil_socket_t fd, short what, void *arg)
 {
@@ -813,8 +829,8 @@ static void on_pace(evutil_socket_t fd, short what, void *arg)
         return;
     uint64_t next = t->t0 + (uint64_t)((double)t->issued * 1e9 / t->rate);
     uint64_t wait = next > now ? next - now : 0;
-    if (wait < PACE_MIN_US * 1000ull)
-        wait = PACE_MIN_US * 1000ull;
+    if (wait < (uint64_t)t->L->tick_us * 1000ull)
+        wait = (uint64_t)t->L->tick_us * 1000ull;
     struct timeval tv = {(time_t)(wait / 1000000000ull), (suseconds_t)(wait % 1000000000ull / 1000)};
     event_add(t->pace, &tv);
 }
@@ -829,7 +845,7 @@ static void *thread_main(void *arg)
     t->last_progress_ns = now;
     for (int i = 0; i < t->nc; i++)
         conn_connect(&t->c[i], now);
-    struct timeval tv = {0, TICK_US}, pv = {0, PACE_MIN_US};
+    struct timeval tv = {0, TICK_US}, pv = {0, t->L->tick_us};
     event_add(t->tick, &tv);
     if (t->pace)
         event_add(t->pace, &pv);
@@ -884,6 +900,7 @@ static int thread_init(bench_load_t *L, bench_thread_t *t, int id, uint64_t star
     if (L->rate > 0) {
         t->rate = L->rate / L->threads;
         t->t0 = start + OPEN_START_NS;
+        t->start_ns = start;
     }
     if (L->duration_s > 0)
         t->stop_ns = start + (uint64_t)(L->duration_s * 1e9) + (L->rate > 0 ? OPEN_START_NS : 0);
@@ -938,6 +955,8 @@ int bench_load_run(bench_load_t *L, void (*progress)(bench_load_t *L, double ela
         L->pipeline = 1;
     if (L->timeout_s < 1)
         L->timeout_s = 10;
+    if (L->tick_us < 50)
+        L->tick_us = 100;
     int T = L->threads;
     L->ctr = xrealloc(NULL, (size_t)T * sizeof *L->ctr);
     memset(L->ctr, 0, (size_t)T * sizeof *L->ctr);

@@ -55,6 +55,10 @@ static void test_defaults(void **state)
     assert_true(o.rate == 0 && o.duration_s == 0);
     assert_true(o.dup > 0.09 && o.dup < 0.11);
     assert_int_equal(o.burst, 3);
+    assert_int_equal(o.tick_us, 500);
+    assert_int_equal(parse(&o, err, "--tick-us", "100", "--timeline", "t.tsv", NULL), 0);
+    assert_int_equal(o.tick_us, 100);
+    assert_string_equal(o.timeline, "t.tsv");
 }
 
 static void test_values(void **state)
@@ -120,6 +124,7 @@ static void test_errors(void **state)
         {"--dup", "-0.5", "--dup"},
         {"--burst-share", "1.5", "--burst-share"},
         {"--rate", "nan", "--rate"},
+        {"--tick-us", "10", "--tick-us"},
         {"--stock", "-1", "--stock"},
         {"--target", "https://x:1", "http://HOST:PORT"},
         {"--target", "http://:80", "no host"},
