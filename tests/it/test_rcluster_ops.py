@@ -11,6 +11,12 @@ test_rcluster.py does) and checks one feature that used to need a single Redis:
     control run with a lease shorter than the critical section must see the overlaps (the
     check can fail); a lock sent to the wrong master would be refused (MOVED) and show as
     errors and locks never acquired;
+  - a lock's master dies before its replica has the lock (replication link broken, then
+    kill -9; the replica is promoted): a process that saw the failover grants no lock of
+    those slots for one lease (quarantine), so the dead master's holder, still inside, is
+    never joined by a second holder (hold intervals on CLOCK_MONOTONIC compared across the
+    processes). The control, the same failover with --quarantine-ms 0, must see the two
+    holders overlap;
   - a sync-mode sale (per-user lock on the cluster, then SQL) across two instances: exactly
     the stock sold, one order per user, in SQL; no lock key left on any master;
   - Redis data loss on a cluster (src/rebuild.c, rebuild_watch.c): FLUSHALL of the master
@@ -21,8 +27,10 @@ test_rcluster.py does) and checks one feature that used to need a single Redis:
 """
 
 import json
+import os
 import subprocess
 import threading
+import time
 
 import harness as H
 from harness import check, eq
@@ -158,6 +166,91 @@ def test_rlock_mutual_exclusion_on_cluster():
     check(overlaps > 0 and sum(got.values()) < sums,
           "leases shorter than the section: no overlap seen (%d) or no lost increment "
           "(%d counted, %d acquisitions)", overlaps, sum(got.values()), sums)
+
+
+def _replica_of(cluster, master):
+    for r in cluster.alive():
+        role = r.cmd("ROLE")
+        if role[0] == "slave" and int(role[2]) == master.port:
+            return r
+    raise H.TestFailure("no replica of %d" % master.port)
+
+
+def _prefix_on(cluster, master):
+    """A lock-check prefix P whose lock P:0 lives on master."""
+    for k in range(2000):
+        if cluster.node_for("rlock:{fo%d:0}" % k).port == master.port:
+            return "fo%d" % k
+    raise H.TestFailure("no lock name found on master %d" % master.port)
+
+
+def _intervals(path):
+    with open(path) as f:
+        return [(int(a), int(b)) for _, a, b in (line.split() for line in f)]
+
+
+def _lock_check_proc(cluster, out, *extra):
+    argv = [H.binary(), "redis", "lock-check", "--redis", cluster.url, "--json", "--locks", "1",
+            "--lease-ms", "12000", "--timeout-ms", "1000", "--intervals", out] + \
+        [str(x) for x in extra]
+    H.log("run: " + " ".join(argv[1:]))
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=H.san_env(), cwd=H.tmpdir())
+
+
+def _failover_under_lock(cluster, master, quarantine):
+    """A holds P:0 on master, which dies before its replica has the lock; B, started
+    before the promotion, wants P:0. Returns (overlap of A's and B's holds in us, B's
+    report)."""
+    prefix = _prefix_on(cluster, master)
+    replica = _replica_of(cluster, master)
+    d = H.tmpdir()
+    fa, fb = os.path.join(d, prefix + "-a"), os.path.join(d, prefix + "-b")
+    # The replication link breaks (the replica cannot log in again) before A takes the
+    # lock, so the promoted replica will not know it.
+    replica.cmd("CONFIG", "SET", "masterauth", "not-the-password")
+    master.cmd("CLIENT", "KILL", "TYPE", "replica")
+    a = _lock_check_proc(cluster, fa, "--prefix", prefix, "--threads", 1, "--seconds", 1,
+                         "--hold-ms", 6000)
+    H.wait_until(lambda: master.cmd("EXISTS", "seckill:lockcheck:{%s:0}:in" % prefix) == 1,
+                 20, what="A inside its critical section")
+    master.kill()
+    b = _lock_check_proc(cluster, fb, "--prefix", prefix, "--threads", 2, "--seconds", 5,
+                         "--hold-ms", 10, "--wait-ms", 1000,
+                         *(["--quarantine-ms", 0] if not quarantine else []))
+    H.wait_until(lambda: replica.cmd("ROLE")[0] == "master", 30, interval=0.1,
+                 what="replica %d promoted" % replica.port)
+    replica.cmd("CONFIG", "SET", "masterauth", "")
+    master.start()          # back as a replica of the promoted one
+    outs = []
+    for p in (a, b):
+        out, err = p.communicate(timeout=90)
+        outs.append(out.decode())
+        for m in H.SANITIZER_MARKERS:
+            check(m not in err.decode(), "sanitizer report from lock-check:\n%s", err.decode())
+    cluster.wait_ok(30)
+    ia, ib = _intervals(fa), _intervals(fb)
+    check(ia, "A never held the lock: %s", outs[0])
+    overlap = sum(max(0, min(a1, b1) - max(a0, b0)) for a0, a1 in ia for b0, b1 in ib)
+    jb = json.loads(outs[1])
+    H.log("quarantine %s: A held %r, B held %d times (%r); overlap %d us" % (
+        quarantine, ia, len(ib), {k: jb[k] for k in ("acquired", "failovers", "quarantined",
+                                                     "errors")}, overlap))
+    return overlap, jb
+
+
+@H.timeout(150)
+def test_rlock_failover_never_two_holders():
+    cluster = H.start_redis_cluster(masters=3, replicas=1)
+    x, y = cluster.masters()[:2]
+    # The control first: without the quarantine the promoted replica grants the lock the
+    # dead master's holder still has.
+    overlap, _ = _failover_under_lock(cluster, x, quarantine=False)
+    check(overlap > 0, "the control saw no second holder: the scenario does not test anything")
+    overlap, jb = _failover_under_lock(cluster, y, quarantine=True)
+    eq(overlap, 0, "microseconds two processes held the same lock across the failover")
+    check(jb["failovers"] >= 1 and jb["quarantined"] > 0,
+          "the failover was not noticed or no acquire was held back: %r", jb)
 
 
 @H.timeout(180)
