@@ -565,7 +565,7 @@ void admission_try(struct http_req *r, int64_t voucher_id, int64_t user_id, admi
     worker_t *w = r->w;
     struct adm_cache *ac = w->adm;
     if (ac != NULL && ac->ttl_ms > 0) {
-        const verdict_t *v = verdict_get(ac, voucher_id, clock_mono_ms());
+        const verdict_t *v = verdict_get(ac, voucher_id, http_clock_ns(r) / 1000000u);
         if (v != NULL) {
             shard_inc(&w->m->soldout_local);
             cb(r, v->code, 0);

@@ -42,9 +42,15 @@ enum {
 typedef struct route {
     int method;
     const char *pattern;    /* literal, or prefix "{id}" suffix */
+    int pre;                /* length of the literal, or of the prefix before "{id}" */
+    int suf;                /* length of the suffix after "{id}"; -1: no {id} */
     int flags;
     route_fn fn;
 } route_t;
+
+/* A literal path, and a path with one {id} segment between prefix and suffix. */
+#define LIT(m, path, fl, fn) { m, path, (int)sizeof(path) - 1, -1, fl, fn }
+#define ID(m, pre, suf, fl, fn) { m, pre "{id}" suf, (int)sizeof(pre) - 1, (int)sizeof(suf) - 1, (fl) | RF_ID, fn }
 
 /* Adapters to the uniform (r, id, user) signature. */
 static void r_user_code(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_user_code(r); }
@@ -67,41 +73,40 @@ static void r_board_data(http_req_t *r, int64_t id, const auth_user_t *u) { (voi
 /* First match wins: literal routes come before the {id} route they would also match
  * ("/voucher-order/of/me" before "/voucher-order/{id}"). */
 static const route_t routes[] = {
-    { HM_POST, "/voucher-order/seckill/{id}", RF_LOGIN | RF_ID | RF_SECKILL, r_order_seckill },
-    { HM_GET,  "/voucher-order/of/me",        RF_LOGIN,                      r_order_of_me },
-    { HM_GET,  "/voucher-order/{id}",         RF_LOGIN | RF_ID,              r_order_get },
-    { HM_POST, "/user/code",                  0,                             r_user_code },
-    { HM_POST, "/user/login",                 0,                             r_user_login },
-    { HM_GET,  "/user/me",                    RF_LOGIN | RF_PROFILE,         r_user_me },
-    { HM_POST, "/user/logout",                RF_LOGIN,                      r_user_logout },
-    { HM_POST, "/voucher",                    0,                             r_voucher },
-    { HM_POST, "/voucher/seckill",            0,                             r_voucher_sk },
-    { HM_GET,  "/voucher/list/{id}",          RF_ID,                         r_voucher_list },
-    { HM_GET,  "/health",                     RF_NO_TOUCH,                   r_health },
-    { HM_GET,  "/metrics",                    RF_NO_TOUCH,                   r_metrics },
-    { HM_GET,  "/admin/",                     RF_NO_TOUCH,                   r_board_html },
-    { HM_GET,  "/admin/board.js",             RF_NO_TOUCH,                   r_board_js },
-    { HM_GET,  "/admin/board.css",            RF_NO_TOUCH,                   r_board_css },
-    { HM_GET,  "/admin/api/board",            RF_NO_TOUCH,                   r_board_data },
+    ID(HM_POST, "/voucher-order/seckill/", "",    RF_LOGIN | RF_SECKILL,    r_order_seckill),
+    LIT(HM_GET,  "/voucher-order/of/me",          RF_LOGIN,                 r_order_of_me),
+    ID(HM_GET,  "/voucher-order/", "",            RF_LOGIN,                 r_order_get),
+    LIT(HM_POST, "/user/code",                    0,                        r_user_code),
+    LIT(HM_POST, "/user/login",                   0,                        r_user_login),
+    LIT(HM_GET,  "/user/me",                      RF_LOGIN | RF_PROFILE,    r_user_me),
+    LIT(HM_POST, "/user/logout",                  RF_LOGIN,                 r_user_logout),
+    LIT(HM_POST, "/voucher",                      0,                        r_voucher),
+    LIT(HM_POST, "/voucher/seckill",              0,                        r_voucher_sk),
+    ID(HM_GET,  "/voucher/list/", "",             0,                        r_voucher_list),
+    LIT(HM_GET,  "/health",                       RF_NO_TOUCH,              r_health),
+    LIT(HM_GET,  "/metrics",                      RF_NO_TOUCH,              r_metrics),
+    LIT(HM_GET,  "/admin/",                       RF_NO_TOUCH,              r_board_html),
+    LIT(HM_GET,  "/admin/board.js",               RF_NO_TOUCH,              r_board_js),
+    LIT(HM_GET,  "/admin/board.css",              RF_NO_TOUCH,              r_board_css),
+    LIT(HM_GET,  "/admin/api/board",              RF_NO_TOUCH,              r_board_data),
 };
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
 
 
 /* ---------------------------------------------------------------- matching */
 
-/* Matches path against pattern. On a match returns 1 and, for an {id} pattern, sets
- * seg and seglen to the id segment (unparsed, non-empty, without '/'). */
-static int route_match(const char *pattern, const char *path, size_t len, const char **seg,
+/* Matches path against route rt. On a match returns 1 and, for an {id} route, sets seg
+ * and seglen to the id segment (unparsed, non-empty, without '/'). */
+static int route_match(const route_t *rt, const char *path, size_t len, const char **seg,
                        size_t *seglen)
 {
-    const char *brace = strstr(pattern, "{id}");
-    if (brace == NULL) {
-        return strlen(pattern) == len && memcmp(pattern, path, len) == 0;
+    size_t pre = (size_t)rt->pre;
+    if (rt->suf < 0) {
+        return len == pre && memcmp(rt->pattern, path, len) == 0;
     }
-    size_t pre = (size_t)(brace - pattern);
-    const char *suffix = brace + 4;
-    size_t suf = strlen(suffix);
-    if (len < pre + 1 + suf || memcmp(pattern, path, pre) != 0 ||
+    size_t suf = (size_t)rt->suf;
+    const char *suffix = rt->pattern + pre + 4;
+    if (len < pre + 1 + suf || memcmp(rt->pattern, path, pre) != 0 ||
         memcmp(path + len - suf, suffix, suf) != 0) {
         return 0;
     }
@@ -123,7 +128,7 @@ static const route_t *route_find(const http_req_t *r, int *path_known)
     size_t seglen;
     *path_known = 0;
     for (size_t i = 0; i < NROUTES; i++) {
-        if (!route_match(routes[i].pattern, r->path, r->path_len, &seg, &seglen)) {
+        if (!route_match(&routes[i], r->path, r->path_len, &seg, &seglen)) {
             continue;
         }
         /* HEAD is GET without the body (http.c drops it). */
@@ -307,7 +312,7 @@ static void route_run(http_req_t *r, const route_t *rt, const auth_user_t *u)
     if (rt->flags & RF_ID) {
         const char *seg = NULL;
         size_t seglen = 0;
-        if (!route_match(rt->pattern, r->path, r->path_len, &seg, &seglen) ||
+        if (!route_match(rt, r->path, r->path_len, &seg, &seglen) ||
             api_parse_id(seg, seglen, &id) != 0) {
             /* Echo at most 32 bytes of the segment, printable ASCII only: it is raw
              * client input and the message must stay valid UTF-8 JSON. */

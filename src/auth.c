@@ -289,8 +289,8 @@ static int maybe_refresh(worker_t *w, aent_t *e, const uint8_t tok[16], uint64_t
 
 /* Local verdict on a signed token: 1 accepted (user id in *uid), 0 refused (revoked),
  * -1 not decidable here (not signed, past its known life, or no live subscription: ask
- * Redis). Queues the TTL refresh when one is due. */
-static int signed_check(worker_t *w, const uint8_t tok[16], int64_t *uid)
+ * Redis). Queues the TTL refresh when one is due. now: wall ms (http_wall_ms). */
+static int signed_check(worker_t *w, const uint8_t tok[16], uint64_t now, int64_t *uid)
 {
     struct auth_cache *ac = w->auth;
     int64_t issued;
@@ -303,7 +303,6 @@ static int signed_check(worker_t *w, const uint8_t tok[16], int64_t *uid)
     if (!revoke_live(w)) {
         return -1;
     }
-    uint64_t now = revoke_now_ms();
     uint64_t born = (uint64_t)issued * 1000u;   /* login set the TTL just after this */
     uint64_t alive = born + ac->ttl_ms;
     if (now < born + ac->refresh_ms) {
@@ -448,7 +447,7 @@ static void resolve(struct http_req *r, auth_cb cb, int profile)
     struct auth_cache *ac = w->auth;
     if (!profile) {
         int64_t uid;
-        int v = signed_check(w, tok, &uid);
+        int v = signed_check(w, tok, http_wall_ms(r), &uid);
         if (v >= 0) {
             shard_inc(&w->m->token_cache_hits);
             if (v == 0) {

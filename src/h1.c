@@ -7,7 +7,6 @@
 #include "h1.h"
 
 #include <string.h>
-#include <strings.h>
 
 #include "url.h"
 
@@ -58,9 +57,19 @@ long h1_head_len(const char *buf, size_t len, size_t *scan, size_t max)
     return 0;
 }
 
+/* p[0..n) equals the lowercase literal lit, ASCII letters in any case (no locale). */
 static int ieq(const char *p, size_t n, const char *lit, size_t litn)
 {
-    return n == litn && strncasecmp(p, lit, n) == 0;
+    if (n != litn)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)p[i];
+        if (ch >= 'A' && ch <= 'Z')
+            ch = (unsigned char)(ch + ('a' - 'A'));
+        if (ch != (unsigned char)lit[i])
+            return 0;
+    }
+    return 1;
 }
 
 /* Connection: a comma-separated list of options (OWS around each). */

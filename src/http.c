@@ -142,6 +142,8 @@ struct http_worker {
     atomic_int nconns;         /* written by this worker only; read by /metrics anywhere */
     uint64_t now_ns;           /* clock_mono_ns() at the start of the current callback */
     uint64_t now_ms;           /* the same in ms */
+    int in_run;                /* inside conn_run(): now_ns is this callback's (http_clock_ns) */
+    int64_t wall_off_ms;       /* wall - monotonic ms, re-read every sweep (http_wall_ms) */
     char *rbuf;
 
     size_t max_header, max_body;
@@ -393,10 +395,29 @@ void http_reply(http_req_t *r, int status, const char *content_type, const char 
     /* Otherwise we are inside conn_run() (the handler replied at once): it goes on. */
 }
 
+/* The worker's http state while conn_run() runs (its now_ns is then fresh), else NULL.
+ * Only r->w is used: a request made outside http.c (fuzz targets) gets NULL. */
+static const http_worker_t *running(const http_req_t *r)
+{
+    const http_worker_t *hw = r->w != NULL ? r->w->http : NULL;
+    return hw != NULL && hw->in_run ? hw : NULL;
+}
+
 uint64_t http_clock_ns(const http_req_t *r)
 {
-    const conn_t *c = (const conn_t *)(const void *)((const char *)r - offsetof(conn_t, req));
-    return c->busy ? c->hw->now_ns : clock_mono_ns();
+    const http_worker_t *hw = running(r);
+    return hw != NULL ? hw->now_ns : clock_mono_ns();
+}
+
+uint64_t http_wall_ms(const http_req_t *r)
+{
+    const http_worker_t *hw = running(r);
+    return hw != NULL ? (uint64_t)((int64_t)hw->now_ms + hw->wall_off_ms) : clock_wall_ms();
+}
+
+static void sync_wall(http_worker_t *hw)
+{
+    hw->wall_off_ms = (int64_t)clock_wall_ms() - (int64_t)clock_mono_ms();
 }
 
 /* ==== Request buffers and the global budget ==== */
@@ -730,6 +751,8 @@ static void stop_reading(conn_t *c)
  * still be sending (a body we refused): closing now with unread input would make the
  * kernel send a RST, which can destroy our reply in flight. So shut down our side and
  * read and discard for a while (nginx's "lingering close"). */
+static void linger_drain(conn_t *c);
+
 static void conn_finish(conn_t *c)
 {
     if (!c->eof && (c->want_linger || c->in_off < c->in.len || c->in_msg)) {
@@ -739,8 +762,11 @@ static void conn_finish(conn_t *c)
             c->linger_bytes = 0;
             if (!c->read_on && event_add(c->rev, NULL) == 0)
                 c->read_on = 1;
-            if (c->read_on)
+            if (c->read_on) {
+                /* What has arrived already brings no new edge: drain it now. */
+                linger_drain(c);
                 return;
+            }
         }
     }
     conn_free(c);
@@ -802,6 +828,7 @@ static void conn_run(conn_t *c)
     if (c->busy)
         return;
     c->busy = 1;
+    hw->in_run++;
     int reads = 0;
     for (;;) {
         if (c->dead || c->closing || c->in_flight)
@@ -827,8 +854,8 @@ static void conn_run(conn_t *c)
         ssize_t n = recv(c->fd, hw->rbuf, READ_CHUNK, 0);
         if (n > 0) {
             c->last_ms = hw->now_ms;
-            /* A short read drained the socket; the (level-triggered) read event tells us
-             * when more arrives, so don't spend a recv() to learn EAGAIN. */
+            /* A short read drained the socket; the read event fires again when more
+             * arrives, so don't spend a recv() to learn EAGAIN. */
             if ((size_t)n < READ_CHUNK)
                 c->readable = 0;
             size_t used = 0;
@@ -873,7 +900,11 @@ static void conn_run(conn_t *c)
     }
     if (pending(c) > 0 && !c->write_on)
         flush(c);
+    if (reads >= READS_PER_RUN && c->readable && !c->eof && !c->dead && !c->closing &&
+        !c->in_flight && c->read_on)
+        event_active(c->rev, EV_READ, 1);  /* more to read: no new edge will say so */
     c->busy = 0;
+    hw->in_run--;
     conn_tail(c);
 }
 
@@ -889,12 +920,8 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
     }
     c->readable = 1;
     if (c->dead || c->closing || c->in_flight || c->eof ||
-        (c->write_on && pending(c) >= OUT_HIGH)) {
-        /* Not now (a request is being handled, or the client is not reading): stop the
-         * level-triggered event from firing in a loop; conn_tail() re-arms it. */
-        stop_reading(c);
-        return;
-    }
+        (c->write_on && pending(c) >= OUT_HIGH))
+        return;   /* not now: whatever unblocks c runs conn_run(), which reads */
     conn_run(c);
 }
 
@@ -999,7 +1026,12 @@ static conn_t *conn_new(http_worker_t *hw, int fd, const struct sockaddr_storage
     c->hw = hw;
     c->fd = fd;
     c->ckey = key;
-    c->rev = event_new(hw->w->base, fd, EV_READ | EV_PERSIST, on_read, c);
+    /* Edge-triggered, as nginx does: an event only when bytes arrive, so a connection
+     * that was read dry is not polled again by every epoll_wait (level-triggered, the
+     * kernel re-checks each reported socket on the next call), and a connection busy
+     * with a request needs no epoll_ctl to silence it. c->readable remembers what the
+     * edge said until conn_run has read. */
+    c->rev = event_new(hw->w->base, fd, EV_READ | EV_PERSIST | EV_ET, on_read, c);
     if (!c->rev || event_add(c->rev, NULL) != 0) {
         if (c->rev)
             event_free(c->rev);
@@ -1084,6 +1116,7 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg)
     (void)what;
     http_worker_t *hw = arg;
     tick(hw);
+    sync_wall(hw);
     uint64_t now = hw->now_ms;
     for (conn_t *c = hw->conns, *next; c; c = next) {
         next = c->next;
@@ -1330,6 +1363,7 @@ int http_worker_init(worker_t *w, const char *host, int port, http_handler_fn ha
         }
         log_info("http: /metrics served on %s:%d only", mhost, mbound);
     }
+    sync_wall(hw);
     hw->lev = event_new(w->base, hw->lfd, EV_READ | EV_PERSIST, on_accept, hw);
     hw->sweep_ev = event_new(w->base, -1, EV_PERSIST, on_sweep, hw);
     /* Created now so that stopping cannot fail half-way for want of memory. */

@@ -58,10 +58,15 @@ int http_worker_init(struct worker *w, const char *host, int port, http_handler_
  * dropped silently (the handler need not know). */
 void http_reply(http_req_t *r, int status, const char *content_type, const char *body, size_t len);
 
-/* clock_mono_ns() for timing r's answer, without a clock read while r is handled inside
- * the loop callback that read it (the answer is then synchronous: the callback's own
- * reading, a few microseconds old at most, stands for now). */
+/* The clocks for r's handler, without a clock read on the hot path: while r is handled
+ * inside the loop callback that read it (the answer is then synchronous), the reading
+ * that callback took at its start, microseconds old, stands for now; otherwise (a
+ * handler continuing from a Redis or SQL callback) the clock is read.
+ *   http_clock_ns: clock_mono_ns(), for latencies and cache ages.
+ *   http_wall_ms: clock_wall_ms(), derived from the monotonic reading and an offset
+ *     re-read every second, so a step of the wall clock shows within a second. */
 uint64_t http_clock_ns(const http_req_t *r);
+uint64_t http_wall_ms(const http_req_t *r);
 
 /* Graceful stop, on the worker's thread: close the listener, close idle connections,
  * let in-flight requests finish; calls done(w) once no connection remains or after

@@ -31,14 +31,17 @@
 
 _Static_assert(RL__COUNT == METRICS_RL_KINDS, "metrics.h counts every limit of ratelimit.h");
 
+/* A bucket's state; its key is kept apart (keys[]) so that the lookup, which compares
+ * the keys of a whole set, reads one cache line: 8 keys of 8 bytes. */
 typedef struct rl_entry {
-    uint64_t key;        /* 0 = free */
     uint64_t last_ms;    /* when tokens was last brought up to date */
     double tokens;
 } rl_entry_t;
 
 struct rl_table {
-    rl_entry_t *e;
+    uint64_t *keys;      /* 0 = free; set i is keys[i * WAYS .. i * WAYS + WAYS), 64-aligned */
+    void *keys_mem;      /* the allocation keys lies in */
+    rl_entry_t *e;       /* the buckets, in the same order */
     size_t nsets;        /* a power of two */
     double per_ms;       /* refill, tokens per millisecond */
     double burst;
@@ -80,6 +83,9 @@ rl_table_t *rl_table_new(double per_s, double burst, size_t entries, uint64_t se
         nsets *= 2;
     }
     rl_table_t *t = xcalloc(1, sizeof(*t));
+    _Static_assert(WAYS * sizeof(uint64_t) == 64, "a set's keys fill one cache line");
+    t->keys_mem = xcalloc(nsets * WAYS + WAYS, sizeof(uint64_t));   /* + room to align */
+    t->keys = (uint64_t *)(((uintptr_t)t->keys_mem + 63) & ~(uintptr_t)63);
     t->e = xcalloc(nsets * WAYS, sizeof(*t->e));
     t->nsets = nsets;
     t->per_ms = per_s / 1000.0;
@@ -92,6 +98,7 @@ rl_table_t *rl_table_new(double per_s, double burst, size_t entries, uint64_t se
 void rl_table_free(rl_table_t *t)
 {
     if (t != NULL) {
+        free(t->keys_mem);
         free(t->e);
         free(t);
     }
@@ -112,10 +119,12 @@ int rl_table_take(rl_table_t *t, uint64_t key, uint64_t now_ms)
     if (key == 0) {
         key = 1;
     }
-    rl_entry_t *set = &t->e[(mix(key ^ t->seed) & (t->nsets - 1)) * WAYS];
-    rl_entry_t *e = NULL, *victim = NULL;
+    size_t base = (size_t)(mix(key ^ t->seed) & (t->nsets - 1)) * WAYS;
+    uint64_t *keys = &t->keys[base];
+    rl_entry_t *set = &t->e[base];
+    rl_entry_t *e = NULL;
     for (unsigned i = 0; i < WAYS; i++) {
-        if (set[i].key == key) {
+        if (keys[i] == key) {
             e = &set[i];
             break;
         }
@@ -123,24 +132,25 @@ int rl_table_take(rl_table_t *t, uint64_t key, uint64_t now_ms)
     if (e == NULL) {
         /* A free way, else one that has refilled (forgetting it loses nothing), else
          * (open tables only) the least recently used. */
-        for (unsigned i = 0; i < WAYS && victim == NULL; i++) {
-            if (set[i].key == 0 || refilled(t, &set[i], now_ms) >= t->burst) {
-                victim = &set[i];
+        int victim = -1;
+        for (unsigned i = 0; i < WAYS && victim < 0; i++) {
+            if (keys[i] == 0 || refilled(t, &set[i], now_ms) >= t->burst) {
+                victim = (int)i;
             }
         }
-        if (victim == NULL && t->full == RL_FULL_REFUSES) {
+        if (victim < 0 && t->full == RL_FULL_REFUSES) {
             return 0;   /* every way is in use: refuse rather than forget a spent bucket */
         }
-        if (victim == NULL) {
-            victim = &set[0];
+        if (victim < 0) {
+            victim = 0;
             for (unsigned i = 1; i < WAYS; i++) {
-                if (set[i].last_ms < victim->last_ms) {
-                    victim = &set[i];
+                if (set[i].last_ms < set[victim].last_ms) {
+                    victim = (int)i;
                 }
             }
         }
-        e = victim;
-        e->key = key;
+        keys[victim] = key;
+        e = &set[victim];
         e->tokens = t->burst;
         e->last_ms = now_ms;
     }
