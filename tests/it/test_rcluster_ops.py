@@ -17,8 +17,9 @@ test_rcluster.py does) and checks one feature that used to need a single Redis:
     never joined by a second holder (hold intervals on CLOCK_MONOTONIC compared across the
     processes). The control, the same failover with --quarantine-ms 0, must see the two
     holders overlap;
-  - a sync-mode sale (per-user lock on the cluster, then SQL) across two instances: exactly
-    the stock sold, one order per user, in SQL; no lock key left on any master;
+  - a sync-mode sale (per-user lock on the cluster, each acquire WAITing for its master's
+    replica, then SQL) across two instances: exactly the stock sold, one order per user, in
+    SQL; no lock key left on any master;
   - Redis data loss on a cluster (src/rebuild.c, rebuild_watch.c): FLUSHALL of the master
     holding a voucher's slot after orders were written, then of every master: the service
     republishes the vouchers from SQL (stock = SQL's, buyers = SQL's orders), the sale goes
@@ -255,8 +256,10 @@ def test_rlock_failover_never_two_holders():
 
 @H.timeout(180)
 def test_sync_mode_sale_on_cluster_two_instances():
-    cluster = H.start_redis_cluster(masters=3, replicas=0)
-    settings = {"mode": "sync", "rate_user_seckill": "0"}
+    # With replicas and --redis-wait-replicas 1: every lock acquire also WAITs for its
+    # master's replica (rlock's replica sync), the path that keeps locks across failover.
+    cluster = H.start_redis_cluster(masters=3, replicas=1)
+    settings = {"mode": "sync", "rate_user_seckill": "0", "redis_wait_replicas": 1}
     s1 = H.start_server(cluster.url, name="sync-c1", settings=settings)
     s2 = H.start_server(cluster.url, name="sync-c2", settings=settings,
                         data_dir=H.subdir("inst-2"), db_path=s1.db_path,
@@ -281,8 +284,13 @@ def test_sync_mode_sale_on_cluster_two_instances():
     eq(db.per_user_max(vid), 1, "orders of the busiest user")
     eq({x.j["data"] for x in succ}, {row[0] for row in rows}, "answered ids vs SQL orders")
     eq(db.stock(vid), 0, "SQL stock")
+    waits = 0
     for r in cluster.masters():
         eq(r.cmd("KEYS", "rlock:*}"), [], "lock keys left on master %d" % r.port)
+        for line in r.cmd("INFO", "commandstats").splitlines():
+            if line.startswith("cmdstat_wait:"):
+                waits += int(line.split("calls=")[1].split(",")[0])
+    check(waits >= stock, "WAITs on the masters: %d, fewer than the orders", waits)
     H.finish(s1)
     H.finish(s2)
 
