@@ -11,7 +11,8 @@
 --         Only on a single Redis: on a cluster these keys live in other slots and the
 --         server writes the index itself after the call.
 -- ARGV[1] voucherId
--- ARGV[2] transport: 'stream' = XADD to KEYS[3]; 'queue' = nothing (queue mode: the server
+-- ARGV[2] transport: 'stream' = XADD to KEYS[3] the entry o = "orderId userId ts ep" (the
+--         format and its readers: src/sentry.h); 'queue' = nothing (queue mode: the server
 --         keeps the order in its own memory; see src/ordq.h for what that costs);
 --         'list' / 'pubsub' = LPUSH to / PUBLISH on KEYS[3] "orderId userId voucherId ts"
 -- ARGV[3], ARGV[4] userId, orderId of the first buyer; then the next buyer's, and so on.
@@ -25,6 +26,7 @@
 -- order queued in one step: there is no moment where stock is gone and the order is not
 -- in the stream. Each stream entry carries ep, the voucher's Redis generation: after a
 -- rebuild from SQL (src/rebuild.c) the writer refuses entries of the replaced state.
+-- ts is TIME's second, the clock the window was judged by.
 local mode = ARGV[2]
 if (mode ~= 'stream' and mode ~= 'queue' and mode ~= 'list' and mode ~= 'pubsub') or
    #ARGV < 4 or #ARGV % 2 ~= 0 or (#KEYS ~= 3 and #KEYS ~= 3 + (#ARGV - 2) / 2) then
@@ -60,8 +62,7 @@ for i = 1, n do
   else
     taken = taken + 1
     if mode == 'stream' then
-      redis.call('XADD', KEYS[3], '*', 'id', oid, 'userId', uid, 'voucherId', vid, 'ts', now,
-                 'ep', ep)
+      redis.call('XADD', KEYS[3], '*', 'o', oid .. ' ' .. uid .. ' ' .. now .. ' ' .. ep)
     elseif mode == 'list' or mode == 'pubsub' then
       local msg = oid .. ' ' .. uid .. ' ' .. vid .. ' ' .. now
       if mode == 'list' then redis.call('LPUSH', KEYS[3], msg) else redis.call('PUBLISH', KEYS[3], msg) end

@@ -95,6 +95,7 @@ struct adm_cache {
     verdict_t v[VERDICT_SLOTS];
     lane_t lanes[LANES];
     uint64_t ttl_ms;            /* cfg.soldout_cache_ms */
+    int index_in_script;        /* single Redis: admit.lua writes the buyers' order index */
     adm_ctx_t *free_ctx;
     int nfree;
     int outstanding;            /* contexts handed out and not yet returned */
@@ -396,8 +397,9 @@ static void finish(adm_ctx_t *c, int code)
             ordq_release(c->q);
         }
     }
-    if (code == ADMIT_OK) {
-        /* Before the client hears of it: a lookup through this instance finds it. */
+    if (code == ADMIT_OK && !ac->index_in_script) {
+        /* A cluster: the script could not write the buyer's order index (another slot).
+         * Before the client hears of it, so a lookup through this instance finds it. */
         orders_note_admitted(r->w, c->user_id, c->voucher_id, order_id);
     }
     if (code == ADMIT_OK && c->wait_replicas > 0 && !ac->dead) {
@@ -475,9 +477,10 @@ static void on_batch(struct redisReply *rep, void *priv)
 static int batch_call(batch_t *b, int64_t voucher_id)
 {
     worker_t *w = b->w;
-    char kv[64], kb[64], ks[64], vid[SB_DEC_MAX], num[BATCH_MAX][2][SB_DEC_MAX];
-    const char *argv[5 + 2 * BATCH_MAX];
-    size_t lens[5 + 2 * BATCH_MAX];
+    char kv[64], kb[64], ks[64], vid[SB_DEC_MAX], num[BATCH_MAX][2][SB_DEC_MAX],
+        kx[BATCH_MAX][64];
+    const char *argv[5 + 3 * BATCH_MAX];
+    size_t lens[5 + 3 * BATCH_MAX];
     /* The keys of the items' home bucket (a lane is one bucket's; unbucketed: bucket 0,
      * the voucher's own keys). */
     const adm_ctx_t *c0 = b->item[0];
@@ -496,17 +499,32 @@ static int batch_call(batch_t *b, int64_t voucher_id)
     argv[0] = kv; lens[0] = (size_t)lv;
     argv[1] = kb; lens[1] = (size_t)lb;
     argv[2] = k3; lens[2] = (size_t)ls;
-    argv[3] = vid; lens[3] = (size_t)sb_dec(vid, voucher_id);
-    argv[4] = tr; lens[4] = strlen(tr);
+    /* On a single Redis each buyer's order index is a key of the call too (KEYS[4..]):
+     * the script writes it with the admission, atomically and without a command of its
+     * own. On a cluster it is in the buyer's slot: finish() writes it after the call. */
+    int nk = 3;
+    if (b->ac->index_in_script) {
+        for (int k = 0; k < b->n; k++) {
+            int lx = key_orders_of(kx[k], sizeof kx[k], b->item[k]->user_id);
+            if (lx < 0) {
+                return -1;
+            }
+            argv[nk] = kx[k];
+            lens[nk++] = (size_t)lx;
+        }
+    }
+    int na = nk;
+    argv[na] = vid; lens[na++] = (size_t)sb_dec(vid, voucher_id);
+    argv[na] = tr; lens[na++] = strlen(tr);
     for (int k = 0; k < b->n; k++) {
         const adm_ctx_t *c = b->item[k];
-        argv[5 + 2 * k] = num[k][0];
-        lens[5 + 2 * k] = (size_t)sb_dec(num[k][0], c->user_id);
-        argv[6 + 2 * k] = num[k][1];
-        lens[6 + 2 * k] = (size_t)sb_dec(num[k][1], c->order_id);
+        argv[na] = num[k][0];
+        lens[na++] = (size_t)sb_dec(num[k][0], c->user_id);
+        argv[na] = num[k][1];
+        lens[na++] = (size_t)sb_dec(num[k][1], c->order_id);
     }
     /* When Redis is down on_batch runs before this returns. */
-    rds_evalsha(w->rds, SCRIPT_ADMIT, on_batch, b, 3, 5 + 2 * b->n, argv, lens);
+    rds_evalsha(w->rds, SCRIPT_ADMIT, on_batch, b, nk, na, argv, lens);
     return 0;
 }
 
@@ -762,6 +780,8 @@ int adm_cache_init(struct worker *w)
     int ms = w->app->cfg.soldout_cache_ms;
     ac->ttl_ms = ms > 0 ? (uint64_t)ms : 0;
     ac->bk = bk_cache_new();
+    url_redis_t a;
+    ac->index_in_script = url_parse_redis(w->app->redis_url, &a) == 0 && !a.cluster;
     w->adm = ac;
     return 0;
 }

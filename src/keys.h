@@ -5,7 +5,8 @@
  *   seckill:voucher:{42}  hash  stock, begin, end (epoch s), ep (Redis generation), seeded
  *                         (buyers a rebuild took from SQL) -- what admission reads
  *   seckill:order:{42}    hash  userId -> orderId: who bought (one per user)
- *   seckill:stream:{42}   stream of admitted orders: id, userId, voucherId, ts, ep
+ *   seckill:stream:{42}   stream of admitted orders, one field o = "orderId userId ts ep"
+ *                         (the format and its reader: sentry.h)
  *   seckill:rebuild:{42}  lock of a rebuild from SQL (rebuild.h): owner token, PX
  *   seckill:rebuild:buyers:{42}  buyers a rebuild prepares, renamed into place at the end
  *   seckill:dead:{42}     stream of entries the writer could not turn into orders
@@ -19,7 +20,8 @@
  *   seckill:xfer:applied:{tag}  set of transfer ids this bucket has received
  * Per buyer (its own slot: "u" + user id as the hash tag):
  *   seckill:orders-of:{u7} hash  voucherId -> orderId: the user's admitted orders, written
- *                          by the server after admit.lua (orders.h), read by lookups
+ *                          by admit.lua on a single Redis, by the server after it on a
+ *                          cluster (orders.h); read by lookups; no TTL
  * Process-wide keys:
  *   seckill:streams       set of voucher ids whose streams the writers read; a bucket
  *                         b >= 1 of a K-bucket voucher is the member "<id>.<b>.<K>"

@@ -4,12 +4,13 @@
  * Where the not-yet-persisted orders come from: every admitted order is also recorded in
  * its buyer's order index, seckill:orders-of:{u<userId>} (hash voucherId -> orderId;
  * keys.h), so a lookup costs ONE Redis command (HGETALL of that hash) and one SQL job,
- * whatever the number of vouchers. The index lives in the user's slot, not the voucher's,
- * so admit.lua cannot write it on a Redis Cluster: the server writes it itself, right
- * after the script admits the order and before the client hears of it
- * (orders_note_admitted), on the same connection -- a later lookup through this
- * instance finds it. If the instance dies between the two commands, the order is still
- * in the voucher's stream and shows up here once the writer has put it into SQL.
+ * whatever the number of vouchers. On a single Redis admit.lua writes the index with the
+ * admission (admission.c passes the buyers' index keys). The index lives in the user's
+ * slot, not the voucher's, so on a Redis Cluster the script cannot write it: there the
+ * server writes it itself, right after the script admits the order and before the client
+ * hears of it (orders_note_admitted), on the same connection -- a later lookup through
+ * this instance finds it. If the instance dies between the two commands, the order is
+ * still in the voucher's stream and shows up here once the writer has put it into SQL.
  * Entries are never removed (one field per order, like the voucher's buyer hash); a
  * lookup ignores those already in SQL. docs/design.md, "Order lookups".
  *
@@ -53,7 +54,8 @@ void orders_get(struct worker *w, int64_t user_id, int64_t order_id, orders_done
 void orders_of_user(struct worker *w, int64_t user_id, orders_done_fn done, void *ctx);
 
 /* Records an admitted order in its buyer's index (fire and forget: a failure only
- * delays its visibility until the writer persists it). */
+ * delays its visibility until the writer persists it). Only on a Redis Cluster: on a
+ * single Redis admit.lua has already written it. */
 void orders_note_admitted(struct worker *w, int64_t user_id, int64_t voucher_id, int64_t order_id);
 
 #endif

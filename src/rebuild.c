@@ -16,6 +16,7 @@
 
 #include "pairs.h"
 #include "rconn.h"
+#include "sentry.h"
 #include "embedded.h"
 #include "keys.h"
 #include "log.h"
@@ -47,19 +48,6 @@ static void plan(const rebuild_opts_t *o, const char *fmt, ...)
     vfprintf(o->plan, fmt, ap);
     va_end(ap);
     fputc('\n', o->plan);
-}
-
-/* A stream entry's field value as an integer (0 = absent or bad). */
-static int entry_field(const redisReply *fields, const char *name, int64_t *out)
-{
-    if (!fields || fields->type != REDIS_REPLY_ARRAY)
-        return -1;
-    for (size_t i = 0; i + 1 < fields->elements; i += 2) {
-        const redisReply *k = fields->element[i];
-        if (k->type == REDIS_REPLY_STRING && strcmp(k->str, name) == 0)
-            return rconn_int(fields->element[i + 1], out);
-    }
-    return -1;
 }
 
 int rebuild_present(redisContext *c, int64_t voucher_id, char *err, size_t errlen)
@@ -128,13 +116,11 @@ static int read_stream(redisContext *c, const char *ks, int64_t vid, int64_t epo
                 continue;
             if (i + 1 == n)
                 snprintf(start, sizeof start, "(%s", e->element[0]->str);
-            int64_t oid = 0, user = 0, v = 0, ep = 0;
-            if (entry_field(e->element[1], "id", &oid) != 0 ||
-                entry_field(e->element[1], "userId", &user) != 0 ||
-                entry_field(e->element[1], "voucherId", &v) != 0 || v != vid)
+            sentry_t se;
+            const char *why_bad;
+            if (sentry_parse(e->element[1], vid, &se, &why_bad) != 0)
                 continue;   /* the writer moves such an entry to the dead letters */
-            if (entry_field(e->element[1], "ep", &ep) != 0)
-                ep = 0;
+            int64_t oid = se.order_id, user = se.user_id, ep = se.ep;
             if (*nids == cap) {
                 cap = cap ? cap * 2 : 1024;
                 *ids = xrealloc(*ids, cap * sizeof **ids);

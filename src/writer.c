@@ -68,6 +68,7 @@
 #include "metrics.h"
 #include "rcl_sync.h"
 #include "rconn.h"
+#include "sentry.h"
 #include "store.h"
 #include "url.h"
 #include "writer.h"
@@ -545,46 +546,16 @@ static int parse_entry(writer_t *wr, size_t si, const redisReply *er)
     }
     e->kind = E_DEAD;
     e->fields = f;
-    if (f->type != REDIS_REPLY_ARRAY || f->elements % 2 != 0) {
-        e->fields = NULL;
-        e->reason = "fields are not field/value pairs";
+    if (f->type != REDIS_REPLY_ARRAY || f->elements % 2 != 0)
+        e->fields = NULL;   /* nothing to copy into the dead letter */
+    /* The entry's format, compact or named: sentry.h. */
+    sentry_t se;
+    if (sentry_parse(f, wr->streams[si].vid, &se, &e->reason) != 0)
         return 0;
-    }
-    const redisReply *fid = NULL, *fuser = NULL, *fvoucher = NULL, *fts = NULL, *fep = NULL;
-    for (size_t i = 0; i + 1 < f->elements; i += 2) {
-        const redisReply *k = f->element[i], *v = f->element[i + 1];
-        if (!is_str(k) || !is_str(v)) {
-            e->reason = "a field or value is not a string";
-            return 0;
-        }
-        if (str_eq(k, "id"))
-            fid = v;
-        else if (str_eq(k, "userId"))
-            fuser = v;
-        else if (str_eq(k, "voucherId"))
-            fvoucher = v;
-        else if (str_eq(k, "ts"))
-            fts = v;
-        else if (str_eq(k, "ep"))
-            fep = v;
-    }
     store_order_t *o = &e->o;
-    if (!fid || parse_pos_i64(fid->str, fid->len, &o->id) != 0) {
-        e->reason = "missing or bad id";
-        return 0;
-    }
-    if (!fuser || parse_pos_i64(fuser->str, fuser->len, &o->user_id) != 0) {
-        e->reason = "missing or bad userId";
-        return 0;
-    }
-    if (!fvoucher || parse_pos_i64(fvoucher->str, fvoucher->len, &o->voucher_id) != 0) {
-        e->reason = "missing or bad voucherId";
-        return 0;
-    }
-    if (o->voucher_id != wr->streams[si].vid) {
-        e->reason = "voucherId is not the stream's voucher";
-        return 0;
-    }
+    o->id = se.order_id;
+    o->user_id = se.user_id;
+    o->voucher_id = wr->streams[si].vid;
     if (o->user_id > WRITER_MAX_USER_ID) {
         e->reason = "userId out of range";
         return 0;
@@ -592,19 +563,14 @@ static int parse_entry(writer_t *wr, size_t si, const redisReply *er)
     /* ts is Redis's clock at admission; without it, the entry id's milliseconds. A time
      * SQL cannot store (MariaDB's DATETIME ends in 9999) would fail the whole batch on
      * every retry: out of range is dead, not retried. */
-    if (!fts || parse_pos_i64(fts->str, fts->len, &o->create_time) != 0)
-        o->create_time = strtoll(e->id, NULL, 10) / 1000;
+    o->create_time = se.ts > 0 ? se.ts : strtoll(e->id, NULL, 10) / 1000;
     if (o->create_time < WRITER_MIN_TIME || o->create_time > (int64_t)time(NULL) + WRITER_TIME_SLACK_S) {
         e->reason = "time out of range";
         return 0;
     }
     /* ep: the voucher's Redis generation at admission (admit.lua); entries written before
      * generations existed have none, i.e. 0. */
-    o->epoch = 0;
-    if (fep && !str_eq(fep, "0") && parse_pos_i64(fep->str, fep->len, &o->epoch) != 0) {
-        e->reason = "bad ep";
-        return 0;
-    }
+    o->epoch = se.ep;
     o->status = 1;
     e->kind = E_ORDER;
     e->reason = NULL;

@@ -41,6 +41,7 @@
 #include "clock.h"
 #include "keys.h"
 #include "sb.h"
+#include "sentry.h"
 #include "store.h"
 #include "xmem.h"
 #include "datadir.h"
@@ -482,19 +483,16 @@ static int read_stream(redisContext *c, vdata_t *d, char *err, size_t errlen)
             sid_t sid;
             if (sid_parse(eid, &sid) != 0)
                 continue;
-            int64_t user = 0, oid = 0, ts = 0, vid = 0;
-            int ok = rconn_int(field(e->element[1], "userId"), &user) == 0 &&
-                     rconn_int(field(e->element[1], "id"), &oid) == 0 &&
-                     rconn_int(field(e->element[1], "voucherId"), &vid) == 0 &&
-                     vid == d->vid;
-            if (!ok) {
+            sentry_t se;   /* the entry format: sentry.h */
+            const char *why_bad;
+            if (sentry_parse(e->element[1], d->vid, &se, &why_bad) != 0) {
                 d->st_bad++;
                 continue;
             }
+            int64_t user = se.user_id, oid = se.order_id;
             pairs_push(&d->st_by_user, user, oid);
             pairs_push(&d->st_by_order, oid, user);
-            if (rconn_int(field(e->element[1], "ts"), &ts) != 0)
-                ts = (int64_t)(sid.ms / 1000);
+            int64_t ts = se.ts > 0 ? se.ts : (int64_t)(sid.ms / 1000);
             if (d->r_has_window && (ts < d->r_begin || ts >= d->r_end)) {
                 if (d->st_outside++ == 0)
                     d->st_outside_example = oid;

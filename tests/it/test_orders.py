@@ -102,3 +102,34 @@ def test_lookup_rate_limited():
     st, j = h.api("GET", "/voucher-order/of/me", token=b)
     eq(st, 200, "another user's lookup")
     H.finish(srv)
+
+
+def test_index_written_by_the_script():
+    """On a single Redis the buyer's order index is written inside admit.lua, with the
+    admission: no command of its own per grab (MONITOR shows script-issued commands as
+    "lua"), and never an admission without its index entry."""
+    r, srv = H.setup()
+    h = srv.http()
+    a = H.login(srv, r, "13512345631", h)
+    vids = [H.create_seckill(srv, stock=5, http=h) for _ in range(3)]
+    mon = r.client(timeout=10)
+    mon.send("MONITOR")
+    eq(mon._read(), "OK", "MONITOR")
+    oids = [H.seckill(srv, a, v, h)[1]["data"] for v in vids]
+    uid = h.api("GET", "/user/me", token=a)[1]["data"]["id"]
+    key = "seckill:orders-of:{u%d}" % uid
+    r.cmd("ECHO", "end-of-grabs")
+    seen = []
+    while True:
+        line = mon._read()
+        if "end-of-grabs" in line:
+            break
+        if key in line:
+            seen.append(line)
+    mon.close()
+    # outside the script only the script call itself names the key (one of its KEYS)
+    top = [x for x in seen if "[0 lua]" not in x and '"EVALSHA"' not in x.upper()]
+    eq(top, [], "index commands outside the script")
+    eq(len([x for x in seen if '"HSET"' in x.upper()]), 3, "index writes inside the script")
+    eq(sorted(map(int, r.cmd("HGETALL", key)[1::2])), sorted(oids), "the index")
+    H.finish(srv)

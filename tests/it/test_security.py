@@ -966,6 +966,10 @@ def test_writer_validates_stream_entries():
     for k, (ts, uid, what, why) in enumerate(forged):
         r.cmd("XADD", H.k_stream(vid), "*", "id", str(4242424200 + k), "userId", uid,
               "voucherId", str(vid), "ts", ts)
+    # an order an earlier version queued in the named form (src/sentry.h) is still written
+    r.cmd("XADD", H.k_stream(vid), "*", "id", "4242424250", "userId", "11",
+          "voucherId", str(vid), "ts", str(now), "ep", "0")
+    r.cmd("HSET", H.k_buyers(vid), "11", "4242424250")   # its admission's buyer
     ghost = 987654321
     r.cmd("SADD", "seckill:streams", str(ghost))
     r.cmd("XADD", H.k_stream(ghost), "*", "id", "4242424299", "userId", "9",
@@ -974,7 +978,7 @@ def test_writer_validates_stream_entries():
     tok = H.login(srv, r, "13600000077", srv.http())
     st, j = H.seckill(srv, tok, vid, srv.http())
     check(st == 200 and j["success"], "the real order: %r %r", st, j)
-    eq(H.wait_drained(srv, r, vid, 30), 1, "orders in SQL for the voucher")
+    eq(H.wait_drained(srv, r, vid, 30), 2, "orders in SQL for the voucher (the named one too)")
 
     def dead(v):
         out = []
@@ -986,5 +990,7 @@ def test_writer_validates_stream_entries():
     eq(sorted(dead(vid)), sorted(why for ts, uid, what, why in forged), "dead-letter reasons")
     eq(dead(ghost), ["no such flash-sale voucher in SQL"], "the ghost voucher's entry")
     eq(srv.db().scalar("SELECT COUNT(*) FROM tb_voucher_order WHERE id >= 4242424200 "
-                       "AND id < 4242424300"), 0, "forged orders in SQL")
+                       "AND id < 4242424300 AND id <> 4242424250"), 0, "forged orders in SQL")
+    eq(srv.db().scalar("SELECT user_id FROM tb_voucher_order WHERE id = 4242424250"), 11,
+       "the named-form order")
     H.finish(srv)

@@ -1,0 +1,115 @@
+/* sentry.c -- reading an order stream entry, compact or named (sentry.h). */
+#include "sentry.h"
+
+#include <stddef.h>
+#include <string.h>
+
+#include <hiredis/hiredis.h>
+
+/* Strict decimal of n bytes: digits only, no sign, at most 19 digits, <= INT64_MAX.
+ * zero_ok: 0 is allowed. */
+static int dec(const char *z, size_t n, int zero_ok, int64_t *out)
+{
+    if (n == 0 || n > 19)
+        return -1;
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (z[i] < '0' || z[i] > '9')
+            return -1;
+        v = v * 10 + (uint64_t)(z[i] - '0');
+    }
+    if ((v == 0 && !zero_ok) || v > (uint64_t)INT64_MAX)
+        return -1;
+    *out = (int64_t)v;
+    return 0;
+}
+
+static int is_str(const redisReply *r)
+{
+    return r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS;
+}
+
+static int str_eq(const redisReply *r, const char *s)
+{
+    size_t n = strlen(s);
+    return r->len == n && memcmp(r->str, s, n) == 0;
+}
+
+/* "<orderId> <userId> <ts> <ep>" */
+static int parse_compact(const redisReply *v, sentry_t *out, const char **reason)
+{
+    static const char *const bad[4] = {"missing or bad id", "missing or bad userId",
+                                       "bad ts", "bad ep"};
+    int64_t num[4];
+    const char *p = v->str, *end = v->str + v->len;
+    for (int k = 0; k < 4; k++) {
+        const char *sp = memchr(p, ' ', (size_t)(end - p));
+        const char *e = k < 3 ? sp : end;
+        if (e == NULL || (k == 3 && sp != NULL) || dec(p, (size_t)(e - p), k >= 2, &num[k]) != 0) {
+            *reason = bad[k];
+            return -1;
+        }
+        p = e + (k < 3);
+    }
+    out->order_id = num[0];
+    out->user_id = num[1];
+    out->ts = num[2];
+    out->ep = num[3];
+    return 0;
+}
+
+int sentry_parse(const redisReply *f, int64_t voucher_id, sentry_t *out, const char **reason)
+{
+    memset(out, 0, sizeof *out);
+    if (f == NULL || f->type != REDIS_REPLY_ARRAY || f->elements % 2 != 0) {
+        *reason = "fields are not field/value pairs";
+        return -1;
+    }
+    const redisReply *fo = NULL, *fid = NULL, *fuser = NULL, *fvoucher = NULL, *fts = NULL,
+                     *fep = NULL;
+    for (size_t i = 0; i + 1 < f->elements; i += 2) {
+        const redisReply *k = f->element[i], *v = f->element[i + 1];
+        if (!is_str(k) || !is_str(v)) {
+            *reason = "a field or value is not a string";
+            return -1;
+        }
+        if (str_eq(k, "o"))
+            fo = v;
+        else if (str_eq(k, "id"))
+            fid = v;
+        else if (str_eq(k, "userId"))
+            fuser = v;
+        else if (str_eq(k, "voucherId"))
+            fvoucher = v;
+        else if (str_eq(k, "ts"))
+            fts = v;
+        else if (str_eq(k, "ep"))
+            fep = v;
+    }
+    if (fo != NULL)
+        return parse_compact(fo, out, reason);
+    int64_t vid = 0;
+    if (!fid || dec(fid->str, fid->len, 0, &out->order_id) != 0) {
+        *reason = "missing or bad id";
+        return -1;
+    }
+    if (!fuser || dec(fuser->str, fuser->len, 0, &out->user_id) != 0) {
+        *reason = "missing or bad userId";
+        return -1;
+    }
+    if (!fvoucher || dec(fvoucher->str, fvoucher->len, 0, &vid) != 0) {
+        *reason = "missing or bad voucherId";
+        return -1;
+    }
+    if (vid != voucher_id) {
+        *reason = "voucherId is not the stream's voucher";
+        return -1;
+    }
+    if (fts && dec(fts->str, fts->len, 0, &out->ts) != 0)
+        out->ts = 0;
+    if (fep && dec(fep->str, fep->len, 1, &out->ep) != 0) {
+        *reason = "bad ep";
+        return -1;
+    }
+    return 0;
+}
