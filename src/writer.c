@@ -67,6 +67,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "rcl_sync.h"
+#include "rarena.h"
 #include "rconn.h"
 #include "sentry.h"
 #include "store.h"
@@ -135,6 +136,8 @@ struct writer {
     url_redis_t addr;
 
     redisContext *rc;
+    rarena_t *arena;                 /* every reply of rc lives here (rarena.h): reset
+                                      * before each read and each turn of the loop */
     int redis_backoff_ms;
     uint64_t redis_retry_at;
     int redis_down;                  /* a failure has been logged, not yet recovered */
@@ -304,8 +307,6 @@ static int redis_fail(writer_t *wr, const char *cmd, redisReply *r)
         snprintf(why, sizeof why, "%s: %.*s", cmd, (int)(r->len > 200 ? 200 : r->len), r->str);
     else
         snprintf(why, sizeof why, "%s: %s", cmd, wr->rc && wr->rc->errstr[0] ? wr->rc->errstr : "no reply");
-    if (r)
-        freeReplyObject(r);
     redis_drop(wr, why);
     return -1;
 }
@@ -334,6 +335,9 @@ static int redis_ensure(writer_t *wr)
      * again from nothing: large mallocs and glibc's malloc_consolidate, ~10 % of the
      * writer's CPU. Its size is bounded by the largest reply (COUNT batch entries). */
     c->reader->maxbuf = 0;
+    /* Replies in bulk (rarena.h): hiredis's own reply objects cost a calloc or malloc per
+     * element and per string, and as many frees -- a dozen of each per order. */
+    rarena_attach(wr->arena, c->reader);
     /* Acks may have been lost with the old connection: replay our own pending entries.
      * And the groups may be gone (a restarted Redis without persistence). */
     for (size_t i = 0; i < wr->nstreams; i++)
@@ -359,7 +363,6 @@ static int group_create(writer_t *wr, wstream_t *s)
         return redis_fail(wr, "XGROUP CREATE", NULL);
     if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "BUSYGROUP", 9) != 0)
         return redis_fail(wr, "XGROUP CREATE", r);
-    freeReplyObject(r);
     s->group_ok = 1;
     return 0;
 }
@@ -475,7 +478,8 @@ static int streams_refresh(writer_t *wr)
         else
             log_info("writer: reading order stream %s", s->key);
     }
-    freeReplyObject(r);
+    if (wr->node_mode)
+        freeReplyObject(r);   /* the cluster client's; our own connection's live in the arena */
     free(wr->streams);
     wr->streams = next;
     wr->nstreams = nn;
@@ -790,7 +794,6 @@ static int batch_replicated(writer_t *wr)
     void *rv = NULL;
     if (redisGetReply(wr->rc, &rv) != REDIS_OK)
         return redis_fail(wr, "XCLAIM", NULL) == 0;
-    freeReplyObject(rv);
     rv = NULL;
     if (redisGetReply(wr->rc, &rv) != REDIS_OK)
         return redis_fail(wr, "WAIT", NULL) == 0;
@@ -801,11 +804,9 @@ static int batch_replicated(writer_t *wr)
         snprintf(why, sizeof why, "WAIT: %lld of %d replicas have the batch",
                  r->type == REDIS_REPLY_INTEGER ? (long long)r->integer : -1LL,
                  wr->wait_replicas);
-        freeReplyObject(r);
         redis_drop(wr, why);
         return 0;
     }
-    freeReplyObject(r);
     return 1;
 }
 
@@ -927,7 +928,6 @@ static int handle_batch(writer_t *wr)
             log_error("writer: ack failed: %s", r->str);
             ok = 0;
         }
-        freeReplyObject(r);
     }
     wr->dead += ndead;
     if (!ok) {
@@ -941,7 +941,8 @@ static int handle_batch(writer_t *wr)
 
 /* XREADGROUP over all streams (those not done, for the pending pass). ids: ">" for new
  * entries, else each stream's cursor. Returns entries read (>= 0) or -1 on Redis error.
- * The reply is kept in *out until the batch is handled (dead letters borrow from it). */
+ * The reply lives in wr->arena until the next read, so the batch's entries can borrow
+ * from it (a dead letter keeps its original fields). */
 /* XREADGROUP GROUP g1 <name> COUNT <count> -- the head of every read. */
 static void args_xreadgroup(writer_t *wr, size_t *n, const char *count)
 {
@@ -959,7 +960,7 @@ static void args_xreadgroup(writer_t *wr, size_t *n, const char *count)
  * put together into one reply of the usual shape ([key, entries] per stream) for
  * parse_read. A stream that moved (MOVED/ASK) or lost its group is skipped and the
  * stream list re-read; the caller naps when nothing came back. */
-static int read_group_node(writer_t *wr, int pending, redisReply **out)
+static int read_group_node(writer_t *wr, int pending)
 {
     char count[16];
     snprintf(count, sizeof count, "%d", wr->batch);
@@ -977,8 +978,9 @@ static int read_group_node(writer_t *wr, int pending, redisReply **out)
     }
     if (sent == 0)
         return 0;
-    redisReply *all = xcalloc(1, sizeof *all);
-    redisReply **els = xcalloc(sent, sizeof *els);
+    redisReply *all = rarena_alloc(wr->arena, sizeof *all);
+    redisReply **els = rarena_alloc(wr->arena, sent * sizeof *els);
+    memset(all, 0, sizeof *all);
     all->type = REDIS_REPLY_ARRAY;
     all->element = els;
     int failed = 0;
@@ -986,7 +988,6 @@ static int read_group_node(writer_t *wr, int pending, redisReply **out)
     for (size_t k = 0; k < sent; k++) {
         void *rv = NULL;
         if (redisGetReply(wr->rc, &rv) != REDIS_OK) {
-            freeReplyObject(all);
             return redis_fail(wr, "XREADGROUP", NULL);
         }
         redisReply *r = rv;
@@ -1005,7 +1006,6 @@ static int read_group_node(writer_t *wr, int pending, redisReply **out)
                 failed = 1;
                 snprintf(why, sizeof why, "XREADGROUP: %.200s", r->str);
             }
-            freeReplyObject(r);
             continue;
         }
         if (r->type == REDIS_REPLY_ARRAY && r->elements == 1) {
@@ -1015,28 +1015,25 @@ static int read_group_node(writer_t *wr, int pending, redisReply **out)
             failed = 1;
             snprintf(why, sizeof why, "XREADGROUP: unexpected reply shape");
         }
-        freeReplyObject(r);
     }
     if (failed) {
-        freeReplyObject(all);
         redis_drop(wr, why);
         return -1;
     }
     wr->nents = 0;
     if (parse_read(wr, all, pending) != 0) {
         log_error("writer: unexpected XREADGROUP reply shape");
-        freeReplyObject(all);
         redis_drop(wr, "XREADGROUP: unexpected reply shape");
         return -1;
     }
-    *out = all;
     return (int)wr->nents;
 }
 
-static int read_group(writer_t *wr, int pending, int block_ms, redisReply **out)
+static int read_group(writer_t *wr, int pending, int block_ms)
 {
+    rarena_reset(wr->arena);   /* the previous batch's replies are done with */
     if (wr->node_mode)
-        return read_group_node(wr, pending, out);
+        return read_group_node(wr, pending);
     char count[16], block[16];
     snprintf(count, sizeof count, "%d", wr->batch);
     snprintf(block, sizeof block, "%d", block_ms);
@@ -1070,7 +1067,6 @@ static int read_group(writer_t *wr, int pending, int block_ms, redisReply **out)
         if (strncmp(r->str, "NOGROUP", 7) == 0) {
             /* A stream or its group vanished (deleted key, flushed Redis): recreate. */
             log_warn("writer: %s; recreating consumer groups", r->str);
-            freeReplyObject(r);
             for (size_t i = 0; i < wr->nstreams; i++)
                 wr->streams[i].group_ok = 0;
             wr->streams_at = 0;
@@ -1083,7 +1079,6 @@ static int read_group(writer_t *wr, int pending, int block_ms, redisReply **out)
         log_error("writer: unexpected XREADGROUP reply shape");
         return redis_fail(wr, "XREADGROUP", r);
     }
-    *out = r;
     return (int)wr->nents;
 }
 
@@ -1096,15 +1091,12 @@ static int pending_pass(writer_t *wr)
     }
     size_t total = 0;
     for (;;) {
-        redisReply *r = NULL;
-        int got = read_group(wr, 1, 0, &r);
+        int got = read_group(wr, 1, 0);
         if (got < 0)
             return -1;
         int rc = handle_batch(wr);
         total += wr->nents;
         wr->nents = 0;
-        if (r)
-            freeReplyObject(r);
         if (rc != 0)
             return rc;
         /* Nothing came back for any stream still asked about: all drained. When stopping,
@@ -1136,12 +1128,12 @@ static int claim_pass(writer_t *wr)
             args(wr, &n, cursor);
             args(wr, &n, "COUNT");
             args(wr, &n, count);
+            rarena_reset(wr->arena);   /* the previous round's replies are done with */
             redisReply *r = cmd(wr, n);
             if (!r)
                 return redis_fail(wr, "XAUTOCLAIM", NULL);
             if (r->type == REDIS_REPLY_ERROR) {
                 if (strncmp(r->str, "NOGROUP", 7) == 0) {
-                    freeReplyObject(r);
                     wr->streams[si].group_ok = 0;
                     wr->streams_at = 0;
                     break;
@@ -1174,7 +1166,6 @@ static int claim_pass(writer_t *wr)
             }
             int rc = handle_batch(wr);
             wr->nents = 0;
-            freeReplyObject(r);
             if (rc != 0)
                 return rc;
             if (strcmp(cursor, "0-0") == 0)
@@ -1239,7 +1230,6 @@ static int info_pass(writer_t *wr)
                 }
             }
         }
-        freeReplyObject(r);
     }
     publish_backlog(wr, pending, lag);
     return 0;
@@ -1256,14 +1246,11 @@ static void final_drain(writer_t *wr)
     uint64_t until = clock_mono_ms() + FINAL_DRAIN_MS;
     size_t total = 0;
     while (wr->rc && wr->nstreams > 0 && clock_mono_ms() < until) {
-        redisReply *r = NULL;
-        int got = read_group(wr, 0, 0, &r);
+        int got = read_group(wr, 0, 0);
         if (got > 0)
             total += (size_t)got;
         int rc = got > 0 ? handle_batch(wr) : 0;
         wr->nents = 0;
-        if (r)
-            freeReplyObject(r);
         if (got <= 0 || rc != 0)
             break;
     }
@@ -1303,6 +1290,7 @@ static void *writer_main(void *arg)
     log_info("writer: consumer %s of group %s, batch %d, block %d ms, claim idle %d ms",
              wr->name, KEY_GROUP, wr->batch, wr->block_ms, wr->claim_idle_ms);
     while (!stopping(wr)) {
+        rarena_reset(wr->arena);   /* no reply outlives a turn of the loop */
         if (redis_ensure(wr) != 0) {
             nap(wr, (int)(wr->redis_retry_at > clock_mono_ms()
                               ? wr->redis_retry_at - clock_mono_ms()
@@ -1348,14 +1336,11 @@ static void *writer_main(void *arg)
         }
         if (stopping(wr))
             break;
-        redisReply *r = NULL;
-        int got = read_group(wr, 0, wr->block_ms, &r);
+        int got = read_group(wr, 0, wr->block_ms);
         if (got < 0)
             continue;
         rc = handle_batch(wr);
         wr->nents = 0;
-        if (r)
-            freeReplyObject(r);
         if (rc == -2) {
             gave_up = 1;
             break;
@@ -1394,6 +1379,7 @@ static writer_t *writer_new(struct app *app, const url_redis_t *addr)
 {
     writer_t *wr = xcalloc(1, sizeof *wr);
     wr->app = app;
+    wr->arena = rarena_new();
     wr->m = app->metrics ? app->metrics : &wr->m_own;
     const config_t *c = &app->cfg;
     wr->batch = c->writer_batch > 0 ? c->writer_batch : 512;
@@ -1427,6 +1413,7 @@ static void writer_free(writer_t *wr)
 {
     if (wr->rc)
         redisFree(wr->rc);
+    rarena_free(wr->arena);   /* after the reader that used it */
     rcs_close(wr->rcs);
     store_close(wr->st);
     free(wr->streams);
