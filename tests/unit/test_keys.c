@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "keys.h"
+#include "rcluster.h"
 
 static void test_voucher_keys(void **state)
 {
@@ -110,6 +111,47 @@ static void test_too_small(void **state)
     assert_int_equal(key_voucher(NULL, 10, 1), -1);
 }
 
+/* Stock buckets: bucket 0 is the voucher's own tag; bucket b of K lands within 32 slots
+ * after a b/K turn of the ring from bucket 0's slot, so K = 3 on three equal masters puts
+ * one bucket on each (unless within 32 slots of a boundary). */
+static void test_bucket_tags(void **state)
+{
+    (void)state;
+    char tag[48], key[80];
+    assert_int_equal(key_btag(tag, sizeof tag, 42, 0, 1), 2);
+    assert_string_equal(tag, "42");
+    assert_int_equal(key_btag(tag, sizeof tag, 42, 0, 6), 2);
+    assert_int_equal(key_voucher_t(key, sizeof key, tag), 20);
+    assert_string_equal(key, "seckill:voucher:{42}");
+    assert_int_equal(key_btag(tag, sizeof tag, 42, 6, 6), -1);   /* b must be < K */
+    assert_int_equal(key_btag(tag, sizeof tag, 42, 1, 17), -1);
+    assert_int_equal(key_btag(tag, sizeof tag, 42, -1, 6), -1);
+    int spread = 0;
+    for (int64_t v = 1; v <= 300; v++) {
+        char t0[32];
+        int n0 = key_btag(t0, sizeof t0, v, 0, 3);
+        unsigned s0 = rcl_slot(t0, (size_t)n0), third[3];
+        for (int b = 0; b < 3; b++) {
+            int n = key_btag(tag, sizeof tag, v, b, 3);
+            assert_true(n > 0);
+            unsigned slot = rcl_slot(tag, (size_t)n);
+            unsigned target = (s0 + ((unsigned)b * RCL_SLOTS + 1) / 3) % RCL_SLOTS;
+            assert_true((slot + RCL_SLOTS - target) % RCL_SLOTS < 32);
+            third[b] = slot * 3 / RCL_SLOTS;
+            /* the same tag from its salt, and stable across calls */
+            char again[48];
+            assert_int_equal(key_btag_salt(again, sizeof again, v, b, key_bsalt(v, b, 3)), n);
+            assert_string_equal(again, tag);
+        }
+        spread += third[0] != third[1] && third[1] != third[2] && third[0] != third[2];
+    }
+    assert_true(spread >= 290);   /* one bucket per third of the ring, nearly always */
+    assert_int_equal(key_xfer_log(key, sizeof key, "7.b1.3"), 21);
+    assert_string_equal(key, "seckill:xfer:{7.b1.3}");
+    assert_int_equal(key_xfer_applied(key, sizeof key, "7"), 24);
+    assert_string_equal(key, "seckill:xfer:applied:{7}");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -118,6 +160,7 @@ int main(void)
         cmocka_unit_test(test_login_keys),
         cmocka_unit_test(test_constants),
         cmocka_unit_test(test_too_small),
+        cmocka_unit_test(test_bucket_tags),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
