@@ -179,19 +179,25 @@ int bks_sweep(rcs_route_t *rt, int64_t vid, int k, int stale_ms, const bks_wait_
     return finished;
 }
 
-void bks_sweep_all(rcs_route_t *rt, const bks_wait_t *wt)
+int bks_sweep_all(rcs_route_t *rt, const bks_wait_t *wt)
 {
     char err[256];
     bks_voucher_t *v = NULL;
     size_t n = 0;
+    int total = 0;
     if (bks_registry(rt, &v, &n, err, sizeof err) != 0) {
         log_warn("bucket sweep: %s", err);
-        return;
+        return 0;
     }
-    for (size_t i = 0; i < n; i++)
-        if (bks_sweep(rt, v[i].voucher_id, v[i].k, BKS_STALE_MS, wt, err, sizeof err) < 0)
+    for (size_t i = 0; i < n; i++) {
+        int done = bks_sweep(rt, v[i].voucher_id, v[i].k, BKS_STALE_MS, wt, err, sizeof err);
+        if (done < 0)
             log_warn("bucket sweep: voucher %lld: %s", (long long)v[i].voucher_id, err);
+        else
+            total += done;
+    }
     free(v);
+    return total;
 }
 
 /* 1 if the hash of bucket b of k has a stock field, 0 if not, -1 (err) on failure. */

@@ -50,8 +50,8 @@ typedef struct bks_wait {
 int bks_sweep(rcs_route_t *rt, int64_t voucher_id, int k, int stale_ms, const bks_wait_t *wt,
               char *err, size_t errlen);
 
-/* One sweep over every bucketed voucher (errors logged). */
-void bks_sweep_all(rcs_route_t *rt, const bks_wait_t *wt);
+/* One sweep over every bucketed voucher (errors logged). Returns the transfers finished. */
+int bks_sweep_all(rcs_route_t *rt, const bks_wait_t *wt);
 
 /* 1 if a rebuild of the voucher from SQL may go ahead (bucket 0 is there -- the rebuild
  * will find it present --, or no bucket b >= 1 of any K is), 0 if not (err says why), -1

@@ -18,6 +18,7 @@
 #include "embedded.h"
 #include "http.h"
 #include "log.h"
+#include "metrics.h"
 #include "orderid.h"
 #include "rds.h"
 #include "worker.h"
@@ -305,6 +306,9 @@ static void on_apply_waited(struct redisReply *rep, void *priv)
 static void on_apply(struct redisReply *rep, void *priv)
 {
     refill_t *f = priv;
+    if (rep != NULL && rep->type == REDIS_REPLY_INTEGER && rep->integer == 1 &&
+        f->w->app->metrics != NULL)
+        metric_inc(&f->w->app->metrics->bucket_transfers);
     if (rep == NULL || rep->type != REDIS_REPLY_INTEGER || rep->integer < 0) {
         /* Not known to be applied: the donor's log keeps the units and the sweep
          * finishes (or, for a receiver without its hash, cancels) the transfer. */

@@ -222,6 +222,12 @@ void metrics_render(struct app *app, struct sb *out)
             "(lost with Redis).", ld(&g->orders_fenced));
         one(out, "seckill_redis_rebuilds_total", "counter",
             "Vouchers whose Redis keys this process rebuilt from SQL.", ld(&g->redis_rebuilds));
+        one(out, "seckill_bucket_transfers_total", "counter",
+            "Stock-bucket transfers the refills of this process applied.",
+            ld(&g->bucket_transfers));
+        one(out, "seckill_bucket_transfers_swept_total", "counter",
+            "Stock-bucket transfers cut short (a crash, a lost reply) that the sweep finished.",
+            ld(&g->bucket_swept));
         one(out, "seckill_writer_batches_total", "counter",
             "SQL transactions committed by the order writer.", ld(&g->writer_batches));
         one(out, "seckill_writer_batch_orders_total", "counter",

@@ -61,6 +61,8 @@ typedef struct metrics {
     _Atomic uint64_t sql_errors;
     _Atomic uint64_t orders_fenced;           /* admitted by a Redis state a rebuild replaced */
     _Atomic uint64_t redis_rebuilds;          /* vouchers this process republished from SQL */
+    _Atomic uint64_t bucket_transfers;        /* stock moved between buckets (buckets.h) */
+    _Atomic uint64_t bucket_swept;            /* of them cut short, finished by the sweep */
 } metrics_t;
 
 static inline void metric_inc(_Atomic uint64_t *c)

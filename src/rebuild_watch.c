@@ -267,7 +267,9 @@ static void check_all(rebuild_watch_t *w, const char *why)
     if (w->up && !stopping(w)) {
         /* stock-bucket transfers a crash cut short */
         bks_wait_t wt = {w->app->cfg.redis_wait_replicas, w->app->cfg.redis_timeout_ms / 2};
-        bks_sweep_all(&w->rt, &wt);
+        int swept = bks_sweep_all(&w->rt, &wt);
+        if (swept > 0 && w->app->metrics)
+            metric_add(&w->app->metrics->bucket_swept, (uint64_t)swept);
     }
 }
 
