@@ -22,6 +22,7 @@ chosen. The bucket arithmetic (slot, tag, home) is re-implemented in the harness
 and buckets.c, so a change on either side shows.
 """
 
+import json
 import os
 import subprocess
 import time
@@ -301,4 +302,25 @@ def test_buckets_cluster_k6():
     H.log("skewed sale on the cluster: %d answers asked to retry" % retries)
     check_orders(srv, cluster, vid, k, final, uids, stock)
     audit_clean(cluster, srv, vid, stock)
+    H.finish(srv)
+
+
+def test_buckets_bench_and_audit():
+    """seckill bench --buckets 4: the voucher it creates is bucketed, the sale sells its
+    stock, and the bench's own drain wait and audit cover every bucket."""
+    r, srv = H.setup()
+    js = os.path.join(H.tmpdir(), "bench.json")
+    rc, out, err = H.run_tool(["bench", "--target", "http://127.0.0.1:%d" % srv.port,
+                               "--redis", r.url, "--db", srv.db_url, "--admin-token",
+                               srv.admin_token, "--quiet", "--stock", 100, "--users", 300,
+                               "--conns", 16, "--buckets", 4, "--json", js])
+    check(rc == 0, "bench exit %d:\n%s\n%s", rc, out, err)
+    j = json.load(open(js))
+    eq(j["outcomes"]["success"], 100, "bench success answers")
+    eq(j["audit"], 0, "bench's audit status")
+    check(j["drain"]["drained"], "not drained: %r", j["drain"])
+    vid = j["voucher"]
+    eq(r.cmd("HGET", H.k_voucher(vid), "buckets"), "4", "the bench's voucher's K")
+    eq(sum(int(r.cmd("HLEN", keys(vid, b, 4)["buyers"])) for b in range(4)), 100,
+       "buyers over the buckets")
     H.finish(srv)
