@@ -193,8 +193,26 @@ run_wrk "$(mk 0)" soldout
 say ""
 
 # ---- 2c. sales with 10x more buyers than stock, open loop, then drain + audit --------------
+# Each sale starts from an idle service: the writer has drained every earlier order (the
+# grab runs leave up to a few hundred thousand in the stream; a writer still busy would
+# compete with the sale's answers); and the host's own load is measured right before it.
+host_busy() {  # % of all cores busy over $1 s (/proc/stat), and the same for the steal
+    python3 - "$1" <<'PY'
+import sys, time
+def snap():
+    f = [int(x) for x in open("/proc/stat").readline().split()[1:9]]
+    return f[0] + f[1] + f[2] + f[5] + f[6], sum(f), f[7]
+b0, t0, s0 = snap(); time.sleep(float(sys.argv[1])); b1, t1, s1 = snap()
+print("%.0f %.0f" % (100.0 * (b1 - b0) / max(1, t1 - t0), 100.0 * (s1 - s0) / max(1, t1 - t0)))
+PY
+}
 SALE_P99=""
+SALE_DETAIL=""
 for rate in $SALE_RATES; do
+    "$BIN" audit --data-dir "$D" --wait-drain 120 > "$TMP/pre-sale-audit.txt" 2>&1 || true
+    set -- $(host_busy 2)
+    say "host          before sale-$rate: $1% of the $(nproc) cores busy (steal $2%) with the service idle: the neighbours' share (above ~5%, the sale's p99 measures them too)"
+    HOST_BUSY=$1
     bench "sale-$rate" --users $((SALE_STOCK * 10)) --stock "$SALE_STOCK" --rate "$rate" --dup 0.1 \
         --burst-share 0.05 --conns 256 --timeline "$OUT/timeline-sale-$rate.tsv"
     j="$TMP/sale-$rate.json"
@@ -217,6 +235,7 @@ for k in ("selling", "sold_out"):
           p["p99_us"] / 1e3, p["send_p99_us"] / 1e3, p["late_p99_us"] / 1e3, busy, p.get("others_cpu_pct", -1)))
 PY
     SALE_P99="$SALE_P99 $rate:$(jget "$j" latency_us.p99)"
+    SALE_DETAIL="$SALE_DETAIL $rate:$(jget "$j" phases.selling.p99_us):$(jget "$j" phases.sold_out.p99_us):$HOST_BUSY"
 done
 
 # ---- 3. writer drain rate from a full backlog ---------------------------------------------
@@ -253,7 +272,8 @@ say ""
 python3 - "$BG" "$RB_P16" "$RB_P1" "$BS" "$NGINX_1" "$NGINX_2" "$WRK_grab" "$WRK_soldout" \
     "$DRAIN_RATE" "$SALE_P99" "$WRK_CMDS_soldout" "$WRK_RCPU_grab" "$WRK_CPU_grab" "$WRK_CPU_soldout" \
     "$(jget "$TMP/soldout.json" server_cpu_us_per_request)" "$(jget "$TMP/grab.json" redis_cpu_us_per_request)" \
-    "$(jget "$TMP/grab.json" server_cpu_us_per_request)" "$SOLDOUT_CMDS" "$WRK_CMDS_grab" "$WRK_TOP_grab" <<'PY' | tee -a "$RES"
+    "$(jget "$TMP/grab.json" server_cpu_us_per_request)" "$SOLDOUT_CMDS" "$WRK_CMDS_grab" "$WRK_TOP_grab" \
+    "$SALE_DETAIL" <<'PY' | tee -a "$RES"
 import sys
 bg, p16, p1, bs, n1, n2, wg, ws, dr = map(float, sys.argv[1:10])
 wcmds, wrcpu_g, wcpu_g, wcpu_s, bcpu_s, brcpu_g, bcpu_g, bcmds = map(float, sys.argv[11:19])
@@ -279,6 +299,10 @@ print("  %-62s %-22s %s" % ("Redis commands per grab (wrk): sent by clients / in
 print("  %-62s %-22s %s" % ("server CPU per grab / per sold out",
                             "%.1f / %.1f us wrk; %.1f / %.1f bench" % (wcpu_g, wcpu_s, bcpu_g, bcpu_s), "<= 12 / <= 6 us"))
 print("  %-62s %-22s %s" % ("p99 at 20,000 req/s open loop, 10x buyers per stock", p99, "< 5 ms"))
+for x in sys.argv[21].split():
+    r, sell, out, busy = x.split(":")
+    print("  %-62s selling %.2f ms, sold out %.2f ms; host %s%% busy before it" % (
+        "  sale at %s req/s, p99 by phase" % r, int(sell) / 1000, int(out) / 1000, busy))
 PY
 kill "$SPID"; wait "$SPID" 2>/dev/null || true
 echo "results: $RES"
