@@ -334,13 +334,14 @@ static void admit_send(adm_ctx_t *c);
 static void finish(adm_ctx_t *c, int code);
 static void on_learned(void *priv, int k);
 
-/* The refill (buckets.h) a bucketed buyer's sold-out home waited for: units moved in
- * (try at home again), every bucket empty (sold out for the whole voucher) or unknown
- * (retry: never a sold out while stock may be left). */
+/* The refill (buckets.h) a bucketed buyer's sold-out home waited for: units moved in, or
+ * on their way between buckets (try at home again, where a refill looks again), every
+ * bucket empty (sold out for the whole voucher) or unknown (retry: never a sold out while
+ * stock may be left). */
 static void on_refilled(void *priv, int64_t rc)
 {
     adm_ctx_t *c = priv;
-    if (rc > 0 && !c->ac->dead && ++c->rounds <= REFILL_ROUNDS_MAX) {
+    if ((rc > 0 || rc == BK_IN_FLIGHT) && !c->ac->dead && ++c->rounds <= REFILL_ROUNDS_MAX) {
         admit_send(c);
         return;
     }

@@ -373,7 +373,7 @@ static void on_take(struct redisReply *rep, void *priv)
         refill_take(f);
         return;
     }
-    refill_done(f, f->inflight ? -1 : 0);
+    refill_done(f, f->inflight ? BK_IN_FLIGHT : 0);
 }
 
 static void refill_take(refill_t *f)

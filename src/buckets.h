@@ -72,9 +72,11 @@ int bk_keys(int64_t voucher_id, int b, unsigned salt, char *kv, char *kb, char *
 
 /* Moves stock into bucket home from another bucket of the voucher. done(priv, rc): rc > 0
  * units were moved into home; 0 every other bucket was seen empty and no transfer was in
- * flight from it; -1 could not tell (Redis failed or answered late, a transfer in flight:
- * the buyer should retry). want: units wanted (the buyers waiting). Refills of one
- * (voucher, home) on a worker are coalesced: later callers join the one in flight. */
+ * flight from it; BK_IN_FLIGHT every other bucket was empty but one had a transfer in
+ * flight (its units are landing somewhere: look again); -1 could not tell (Redis failed
+ * or answered late). want: units wanted (the buyers waiting). Refills of one (voucher,
+ * home) on a worker are coalesced: later callers join the one in flight. */
+#define BK_IN_FLIGHT (-2)
 void bk_refill(struct worker *w, int64_t voucher_id, const bk_route_t *rt, int home,
                int want, void (*done)(void *priv, int64_t rc), void *priv);
 
