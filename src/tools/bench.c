@@ -936,37 +936,15 @@ int bench_main(int argc, char **argv)
     }
     snprintf(L.hosthdr, sizeof L.hosthdr, "%s:%d", o.host, o.port);
 
-    /* the voucher */
-    int created = 0;
-    int64_t vid = o.voucher, stock = o.stock, begin = 0, end = 0;
-    if (!vid) {
-        if (!o.admin_token[0]) {
-            fprintf(stderr, "seckill bench: creating a voucher needs --admin-token (or --data-dir "
-                            "of an embedded default), or pass --voucher ID\n");
-            return 2;
-        }
-        if (stock < 0)
-            stock = 1000;
-        if (create_voucher(&o, &L, stock, &vid, &begin, &end, err, sizeof err) < 0) {
-            fprintf(stderr, "seckill bench: %s\n", err);
-            return 2;
-        }
-        created = 1;
-        if (o.create_only) {   /* the lab makes the voucher before it injects a fault */
-            printf("%lld\n", (long long)vid);
-            return 0;
-        }
-        if (o.progress)
-            fprintf(stderr, "seckill bench: voucher %lld, stock %lld, sale %s\n", (long long)vid,
-                    (long long)stock, o.begin_in_s ? "opens shortly" : "open");
-    }
-
-    /* the users */
+    /* the users: prepared before the voucher is made, so a sale that opens --begin-in
+     * seconds after its creation still has its crowd at the door however long seeding or
+     * logging in a million buyers took */
     const char *login = o.login == LOGIN_SEED ? "seeded tokens"
                         : o.login == LOGIN_FILE ? "tokens file" : "API login";
     bench_users_t users;
+    memset(&users, 0, sizeof users);
     uint64_t t0 = clock_mono_ns();
-    if (bench_users_prepare(&o, &L, &users, err, sizeof err) < 0) {
+    if (!o.create_only && bench_users_prepare(&o, &L, &users, err, sizeof err) < 0) {
         fprintf(stderr, "seckill bench: preparing users: %s\n", err);
         return 2;
     }
@@ -974,6 +952,34 @@ int bench_main(int argc, char **argv)
     if (o.progress)
         fprintf(stderr, "seckill bench: %zu users ready (%s) in %.2f s\n", users.n, login,
                 (double)(clock_mono_ns() - t0) / 1e9);
+
+    /* the voucher */
+    int created = 0;
+    int64_t vid = o.voucher, stock = o.stock, begin = 0, end = 0;
+    if (!vid) {
+        if (!o.admin_token[0]) {
+            fprintf(stderr, "seckill bench: creating a voucher needs --admin-token (or --data-dir "
+                            "of an embedded default), or pass --voucher ID\n");
+            bench_users_free(&users);
+            return 2;
+        }
+        if (stock < 0)
+            stock = 1000;
+        if (create_voucher(&o, &L, stock, &vid, &begin, &end, err, sizeof err) < 0) {
+            fprintf(stderr, "seckill bench: %s\n", err);
+            bench_users_free(&users);
+            return 2;
+        }
+        created = 1;
+        if (o.create_only) {   /* the lab makes the voucher before it injects a fault */
+            printf("%lld\n", (long long)vid);
+            bench_users_free(&users);
+            return 0;
+        }
+        if (o.progress)
+            fprintf(stderr, "seckill bench: voucher %lld, stock %lld, sale %s\n", (long long)vid,
+                    (long long)stock, o.begin_in_s ? "opens shortly" : "open");
+    }
 
     /* CPU accounting */
     results_t r;
