@@ -68,6 +68,52 @@ static void test_numeric_keys_match_printf(void **state)
     }
 }
 
+/* The same for the keys around a hash tag, and the tags of stock buckets. */
+static void test_tag_keys_match_printf(void **state)
+{
+    (void)state;
+    static const char *const tags[] = {"42", "42.b3.17", "", "9223372036854775807.b31.65535"};
+    char got[96], want[96];
+    for (size_t i = 0; i < sizeof tags / sizeof tags[0]; i++) {
+        const char *t = tags[i];
+        int n;
+        n = snprintf(want, sizeof want, "seckill:voucher:{%s}", t);
+        assert_int_equal(key_voucher_t(got, sizeof got, t), n);
+        assert_string_equal(got, want);
+        n = snprintf(want, sizeof want, "seckill:order:{%s}", t);
+        assert_int_equal(key_buyers_t(got, sizeof got, t), n);
+        assert_string_equal(got, want);
+        n = snprintf(want, sizeof want, "seckill:stream:{%s}", t);
+        assert_int_equal(key_stream_t(got, sizeof got, t), n);
+        assert_string_equal(got, want);
+        n = snprintf(want, sizeof want, "seckill:dead:{%s}", t);
+        assert_int_equal(key_dead_t(got, sizeof got, t), n);
+        assert_string_equal(got, want);
+        n = snprintf(want, sizeof want, "seckill:xfer:{%s}", t);
+        assert_int_equal(key_xfer_log(got, sizeof got, t), n);
+        assert_string_equal(got, want);
+        n = snprintf(want, sizeof want, "seckill:xfer:applied:{%s}", t);
+        assert_int_equal(key_xfer_applied(got, sizeof got, t), n);
+        assert_string_equal(got, want);
+        memset(got, 'x', sizeof got);
+        assert_int_equal(key_xfer_applied(got, (size_t)n, t), -1);
+        assert_string_equal(got, "");
+    }
+    assert_int_equal(key_voucher_t(got, sizeof got, NULL), -1);
+    assert_string_equal(got, "");
+    static const struct { int64_t v; int b; unsigned salt; } bt[] = {
+        {42, 0, 7}, {42, 1, 0}, {42, 3, 17}, {-5, 2, 1}, {INT64_MAX, 31, 65535}};
+    for (size_t i = 0; i < sizeof bt / sizeof bt[0]; i++) {
+        int n = bt[i].b <= 0 ? snprintf(want, sizeof want, "%lld", (long long)bt[i].v)
+                             : snprintf(want, sizeof want, "%lld.b%d.%u", (long long)bt[i].v,
+                                        bt[i].b, bt[i].salt);
+        assert_int_equal(key_btag_salt(got, sizeof got, bt[i].v, bt[i].b, bt[i].salt), n);
+        assert_string_equal(got, want);
+        assert_int_equal(key_btag_salt(got, (size_t)n, bt[i].v, bt[i].b, bt[i].salt), -1);
+        assert_string_equal(got, "");
+    }
+}
+
 static void test_login_keys(void **state)
 {
     (void)state;
@@ -157,6 +203,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_voucher_keys),
         cmocka_unit_test(test_numeric_keys_match_printf),
+        cmocka_unit_test(test_tag_keys_match_printf),
         cmocka_unit_test(test_login_keys),
         cmocka_unit_test(test_constants),
         cmocka_unit_test(test_too_small),
