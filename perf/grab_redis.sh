@@ -20,21 +20,14 @@ USERS=${USERS:-300000}
 ROUNDS=${ROUNDS:-1}
 [ $# -gt 0 ] || set -- build/seckill
 TMP=$(mktemp -d /tmp/skgr.XXXXXX)   # short: the Redis socket path must fit in 107 bytes
-. perf/lib.sh   # cleanup trap, free_port, tick_us, cpu_ticks
+. perf/lib.sh   # cleanup trap, free_port, tick_us, cpu_ticks, serve_embedded
 for t in redis-cli wrk curl; do
     command -v $t >/dev/null || { echo "perf: $t not found (sh tools/deps.sh perf)"; exit 2; }
 done
 
 one() {  # $1 binary, $2 label
     D="$TMP/d$2"; rm -rf "$D"; mkdir -p "$D"
-    HP=$(free_port)
-    "$1" serve --data-dir "$D" --listen "127.0.0.1:$HP" --log-level warn \
-        > "$TMP/out" 2> "$TMP/err" &
-    SPID=$!; pids="$pids $SPID"
-    until curl -s "http://127.0.0.1:$HP/health" | grep -q '"success":true'; do
-        kill -0 "$SPID" 2>/dev/null || { cat "$TMP/err"; exit 1; }
-        sleep 0.1
-    done
+    serve_embedded "$1" "$D"   # sets HP, SPID
     R="redis-cli -s $D/redis/redis.sock"
     RPID=$($R info server | tr -d '\r' | awk -F: '/^process_id:/ {print $2}')
     V=$(curl -s -X POST "http://127.0.0.1:$HP/voucher/seckill" -H "x-admin-token: $(cat "$D/admin-token")" -d \

@@ -16,3 +16,15 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 tick_us() { echo $((1000000 / $(getconf CLK_TCK))); }
 # CPU ticks (utime + stime) of the given processes, summed.
 cpu_ticks() { t=0; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo $t; }
+# Starts `$1 serve` on its embedded default (private redis-server + SQLite) in data dir $2
+# on a free port and waits for /health; sets HP (the port) and SPID (added to $pids).
+# Its output goes to $2.out and $2.err.
+serve_embedded() {
+    HP=$(free_port)
+    "$1" serve --data-dir "$2" --listen "127.0.0.1:$HP" --log-level warn > "$2.out" 2> "$2.err" &
+    SPID=$!; pids="$pids $SPID"
+    until curl -s "http://127.0.0.1:$HP/health" | grep -q '"success":true'; do
+        kill -0 "$SPID" 2>/dev/null || { cat "$2.err"; exit 1; }
+        sleep 0.1
+    done
+}

@@ -35,7 +35,7 @@ mkdir -p "$OUT"
 RES="$OUT/results.txt"
 TMP=$(mktemp -d /tmp/skbench.XXXXXX)   # short: the Redis socket path must fit in 107 bytes
 : > "$RES"
-. perf/lib.sh   # cleanup trap, free_port, tick_us, cpu_ticks
+. perf/lib.sh   # cleanup trap, free_port, tick_us, cpu_ticks, serve_embedded
 
 say() { echo "$*" | tee -a "$RES"; }
 per_req() { python3 -c "import sys; t,n,us=map(float,sys.argv[1:]); print('%.1f' % (t*us/n if n else 0))" "$1" "$2" "$(tick_us)"; }
@@ -49,16 +49,10 @@ for t in redis-benchmark redis-cli nginx wrk curl sqlite3; do
 done
 
 # ---- the service on its embedded default -------------------------------------------------
-HP=$(free_port); NP=$(free_port)
+NP=$(free_port)
 D="$TMP/d"
 mkdir -p "$D"
-"$BIN" serve --data-dir "$D" --listen "127.0.0.1:$HP" --log-level warn \
-    > "$TMP/seckill.out" 2> "$TMP/seckill.err" &
-SPID=$!; pids="$pids $SPID"
-until curl -s "http://127.0.0.1:$HP/health" | grep -q '"success":true'; do
-    kill -0 "$SPID" 2>/dev/null || { cat "$TMP/seckill.err"; exit 1; }
-    sleep 0.1
-done
+serve_embedded "$BIN" "$D"   # sets HP, SPID
 SOCK="$D/redis/redis.sock"
 R="redis-cli -s $SOCK"
 # Redis commands executed so far (INFO commandstats; this script's INFO/CONFIG not counted;
@@ -73,7 +67,7 @@ grep -qa "redis.call('HSET', KEYS\[3 + i\]" "$BIN" && INNER="$INNER|hset"
 cmds_top() { $R info commandstats | tr -d '\r' | awk -F'[=,:]' -v inner="^cmdstat_($INNER)\$" '/^cmdstat_/ && $1 !~ /^cmdstat_(info|config)/ && $1 !~ inner {n += $3} END {print n + 0}'; }
 # "evalsha-calls hsetnx-calls usec-of-all-commands" (the profile line of the wrk grab)
 # (the script's inner commands are left out of the sum: EVALSHA's own time includes them)
-cprof() { $R info commandstats | tr -d '\r' | awk -F'[=,:]' '/^cmdstat_/ && $1 !~ /^cmdstat_(info|config|hmget|time|hsetnx|hincrby|xadd)$/ {u += $5}
+cprof() { $R info commandstats | tr -d '\r' | awk -F'[=,:]' -v inner="^cmdstat_($INNER)\$" '/^cmdstat_/ && $1 !~ /^cmdstat_(info|config)/ && $1 !~ inner {u += $5}
     $1 == "cmdstat_evalsha" {e = $3} $1 == "cmdstat_hsetnx" {h = $3} END {print e + 0, h + 0, u + 0}'; }
 RPID=$($R info server | tr -d '\r' | awk -F: '/^process_id:/ {print $2}')
 ADMIN=$(cat "$D/admin-token")

@@ -51,6 +51,9 @@ if code then
   return out
 end
 local vid, ep = ARGV[1], v[4] or '0'
+-- the entry's part every buyer of the call shares, made once (a number becomes a string
+-- by a printf inside Lua: once per call, not once per buyer)
+local tail = ' ' .. tostring(now) .. ' ' .. ep
 local index = #KEYS > 3
 local taken = 0
 for i = 1, n do
@@ -62,7 +65,7 @@ for i = 1, n do
   else
     taken = taken + 1
     if mode == 'stream' then
-      redis.call('XADD', KEYS[3], '*', 'o', oid .. ' ' .. uid .. ' ' .. now .. ' ' .. ep)
+      redis.call('XADD', KEYS[3], '*', 'o', oid .. ' ' .. uid .. tail)
     elseif mode == 'list' or mode == 'pubsub' then
       local msg = oid .. ' ' .. uid .. ' ' .. vid .. ' ' .. now
       if mode == 'list' then redis.call('LPUSH', KEYS[3], msg) else redis.call('PUBLISH', KEYS[3], msg) end
