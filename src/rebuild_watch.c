@@ -55,6 +55,8 @@ struct rebuild_watch {
     uint64_t list_at;
     int64_t not_sale[NOT_SALE_MAX];  /* poked ids SQL does not know (ring) */
     size_t nnot_sale;
+    int64_t refused[NOT_SALE_MAX];   /* bucketed vouchers not rebuilt, already logged (ring) */
+    size_t nrefused;
 };
 
 /* ---------------------------------------------------------------- helpers */
@@ -131,11 +133,17 @@ static void rebuild_one(rebuild_watch_t *w, int64_t vid, const char *why)
     }
     int allowed = bks_rebuild_allowed(&w->rt, vid, err, sizeof err);
     if (allowed <= 0) {
-        if (allowed < 0)
+        if (allowed < 0) {
             drop_redis(w, err);
-        else
-            log_error("voucher %lld: Redis lost its keys (%s) but not all of its stock "
-                      "buckets; not rebuilt: %s", (long long)vid, why, err);
+            return;
+        }
+        /* Looked at again every pass (an operator may fix it), logged once. */
+        for (size_t k = 0; k < NOT_SALE_MAX && k < w->nrefused; k++)
+            if (w->refused[k] == vid)
+                return;
+        w->refused[w->nrefused++ % NOT_SALE_MAX] = vid;
+        log_error("voucher %lld: Redis lost its keys (%s) but not all of its stock buckets; "
+                  "not rebuilt: %s", (long long)vid, why, err);
         return;
     }
     int rc = rebuild_voucher(c, g, w->st, vid, &o, &res, err, sizeof err);
