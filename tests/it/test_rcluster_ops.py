@@ -17,6 +17,10 @@ test_rcluster.py does) and checks one feature that used to need a single Redis:
     never joined by a second holder (hold intervals on CLOCK_MONOTONIC compared across the
     processes). The control, the same failover with --quarantine-ms 0, must see the two
     holders overlap;
+  - resharding a lock's slot while two processes contend for it (`redis-cli --cluster
+    reshard`): the lock follows its slot (MIGRATE carries it; MOVED leads to the new
+    owner), no overlap, the counter equals the acquisitions, acquisitions go on after the
+    move, and the move is not taken for a failover (no quarantine);
   - a sync-mode sale (per-user lock on the cluster, each acquire WAITing for its master's
     replica, then SQL) across two instances: exactly the stock sold, one order per user, in
     SQL; no lock key left on any master;
@@ -252,6 +256,73 @@ def test_rlock_failover_never_two_holders():
     eq(overlap, 0, "microseconds two processes held the same lock across the failover")
     check(jb["failovers"] >= 1 and jb["quarantined"] > 0,
           "the failover was not noticed or no acquire was held back: %r", jb)
+
+
+def _slot_ranges(cluster):
+    """[(lo, hi, master port, master node id)] from CLUSTER SLOTS."""
+    return [(lo, hi, int(m[1]), m[2]) for lo, hi, m, *_ in
+            cluster.alive()[0].cmd("CLUSTER", "SLOTS")]
+
+
+def _overlaps(paths):
+    """Holds of one lock (every process's --intervals file) that began before another
+    ended."""
+    iv = sorted(x for p in paths for x in _intervals(p))
+    bad, end = 0, 0
+    for a, b in iv:
+        bad += a < end
+        end = max(end, b)
+    return bad, iv
+
+
+@H.timeout(150)
+def test_rlock_reshard_lock_follows_its_slot():
+    cluster = H.start_redis_cluster(masters=3, replicas=0)
+    # A lock whose slot is near the start of its master's range, so that moving the first
+    # slots of that master (what reshard moves) moves it, and not thousands more.
+    prefix = offset = src = None
+    for k in range(3000):
+        slot = cluster.cmd("CLUSTER", "KEYSLOT", "rlock:{rs%d:0}" % k)
+        for lo, hi, port, nid in _slot_ranges(cluster):
+            if lo <= slot <= hi and slot - lo < 300:
+                prefix, offset, src = "rs%d" % k, slot - lo, (port, nid)
+        if prefix:
+            break
+    check(prefix is not None, "no lock name near the start of a slot range")
+    dst = next((port, nid) for _, _, port, nid in _slot_ranges(cluster) if port != src[0])
+    d = H.tmpdir()
+    files = [os.path.join(d, "%s-%d" % (prefix, i)) for i in range(2)]
+    procs = [_lock_check_proc(cluster, f, "--prefix", prefix, "--threads", 4, "--seconds", 8,
+                              "--hold-ms", 5, "--wait-ms", 2000, "--lease-ms", 5000)
+             for f in files]
+    counter = "seckill:lockcheck:{%s:0}:n" % prefix
+    H.wait_until(lambda: int(cluster.cmd("GET", counter) or 0) >= 20, 20,
+                 what="the lock changing hands")
+    p = subprocess.run(["redis-cli", "--cluster", "reshard", "127.0.0.1:%d" % src[0],
+                        "--cluster-from", src[1], "--cluster-to", dst[1],
+                        "--cluster-slots", str(offset + 1), "--cluster-yes"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+    check(p.returncode == 0, "reshard failed: %s", p.stdout.decode(errors="replace")[-2000:])
+    moved_at = time.monotonic_ns() // 1000
+    eq(cluster.node_for("rlock:{%s:0}" % prefix).port, dst[0], "owner of the lock's slot")
+    outs = []
+    for pr in procs:
+        out, err = pr.communicate(timeout=90)
+        for m in H.SANITIZER_MARKERS:
+            check(m not in err.decode(), "sanitizer report from lock-check:\n%s", err.decode())
+        outs.append(json.loads(out.decode()))
+    H.log("reshard of %d slots; lock-check: %r" % (offset + 1, outs))
+    bad, iv = _overlaps(files)
+    eq(bad, 0, "holds that began before the previous one ended")
+    eq(int(cluster.cmd("GET", counter) or 0), sum(j["acquired"] for j in outs),
+       "counter (moved with the slot) vs acquisitions")
+    after = sum(1 for a, _ in iv if a > moved_at)
+    check(after > 0, "no acquisition after the slot moved")
+    for j in outs:
+        eq((j["overlaps"], j["failovers"], j["quarantined"]), (0, 0, 0),
+           "overlaps, failovers seen, quarantined acquires (a reshard is not a failover)")
+    check(sum(j["retries"] for j in outs) > 0, "no acquire was redirected: the test did "
+          "not exercise the move")
 
 
 @H.timeout(180)
