@@ -354,9 +354,14 @@ static int send_argv(rds_t *c, rcmd_t *r, int argc, const char **argv, const siz
         lens = own;
     }
     char stack_buf[2048];
-    size_t cap = resp_size(argc, lens);
+    /* +1: a NUL after the command. hiredis 0.14 scans a formatted command with strchr
+     * and looks at the byte after the command name (is another argument next?), which
+     * for a one-word command such as PING is the byte after the buffer; its own
+     * formatter leaves an sds NUL there, so we do too. */
+    size_t cap = resp_size(argc, lens) + 1;
     char *buf = cap <= sizeof(stack_buf) ? stack_buf : xmalloc(cap);
     size_t len = resp_put(buf, argc, argv, lens);
+    buf[len] = '\0';
     int rc = redisAsyncFormattedCommand(c->ac, on_reply, r, buf, len);
     if (buf != stack_buf)
         free(buf);
