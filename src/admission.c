@@ -364,7 +364,7 @@ static void finish(adm_ctx_t *c, int code)
     int64_t order_id = c->order_id;
     if (c->rt.k > 1 && !ac->dead) {
         if (code == ADMIT_SOLD_OUT) {
-            bk_refill(r->w, c->voucher_id, &c->rt, c->bucket, 1, on_refilled, c);
+            bk_refill(r->w, ac->bk, c->voucher_id, &c->rt, c->bucket, 1, on_refilled, c);
             return;
         }
         if (code == ADMIT_NO_VOUCHER) {
@@ -373,7 +373,7 @@ static void finish(adm_ctx_t *c, int code)
             bk_forget(ac->bk, c->voucher_id);
             if (c->bucket > 0 && c->rounds == 0) {
                 c->rounds++;
-                bk_learn(r->w, c->voucher_id, on_learned, c);
+                bk_learn(r->w, ac->bk, c->voucher_id, on_learned, c);
                 return;
             }
         }
@@ -613,7 +613,7 @@ void admission_try(struct http_req *r, int64_t voucher_id, int64_t user_id, admi
     c->rounds = 0;
     const bk_route_t *rt = bk_lookup(ac->bk, voucher_id);
     if (rt == NULL) {
-        bk_learn(w, voucher_id, on_learned, c);
+        bk_learn(w, ac->bk, voucher_id, on_learned, c);
         return;
     }
     c->rt = *rt;
@@ -769,11 +769,6 @@ void admission_publish(struct http_req *r, int64_t voucher_id, int64_t stock, in
 }
 
 /* ------------------------------------------------------------ lifetime */
-
-struct bk_cache *admission_buckets(struct worker *w)
-{
-    return w->adm != NULL ? w->adm->bk : NULL;
-}
 
 int adm_cache_init(struct worker *w)
 {

@@ -38,9 +38,6 @@ void admission_try(struct http_req *r, int64_t voucher_id, int64_t user_id, admi
 void admission_publish(struct http_req *r, int64_t voucher_id, int64_t stock, int64_t begin,
                        int64_t end, void (*done)(struct http_req *r, int ok));
 
-/* The worker's stock-bucket routes and refills (buckets.h); NULL after adm_cache_free. */
-struct bk_cache *admission_buckets(struct worker *w);
-
 int adm_cache_init(struct worker *w);
 void adm_cache_free(struct worker *w);
 

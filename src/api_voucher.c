@@ -174,6 +174,19 @@ static void on_published(http_req_t *r, int ok)
     api_unavailable(r, msg);
 }
 
+/* Buckets 1..K-1 are there (buckets.h): bucket 0, the voucher's own keys, goes last like
+ * any voucher's, with its share of the stock. */
+static void on_buckets_published(http_req_t *r, int ok)
+{
+    create_ctx_t *c = r->ctx;
+    if (!ok) {
+        on_published(r, 0);
+        return;
+    }
+    admission_publish(r, c->v.id, bk_share(c->v.stock, 0, (int)c->buckets), c->v.begin_time,
+                      c->v.end_time, on_published);
+}
+
 static void run_create(store_t *st, void *arg)
 {
     create_ctx_t *c = arg;
@@ -206,8 +219,12 @@ static void done_create(worker_t *w, void *arg)
         return;
     }
     r->ctx = c;
-    bk_publish(r, c->v.id, c->v.stock, c->v.begin_time, c->v.end_time, (int)c->buckets,
-               on_published);
+    if (c->buckets > 1) {
+        bk_publish_buckets(r, c->v.id, c->v.stock, c->v.begin_time, c->v.end_time,
+                           (int)c->buckets, on_buckets_published);
+        return;
+    }
+    admission_publish(r, c->v.id, c->v.stock, c->v.begin_time, c->v.end_time, on_published);
 }
 
 void api_voucher_create(http_req_t *r, int seckill)

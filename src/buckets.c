@@ -12,7 +12,6 @@
 
 #include <hiredis/hiredis.h>
 
-#include "admission.h"
 #include "app.h"
 #include "clock.h"
 #include "embedded.h"
@@ -158,7 +157,7 @@ static void route_put(bk_cache_t *bc, int64_t voucher_id, int k)
 /* ------------------------------------------------------------ learning K */
 
 typedef struct learn {
-    worker_t *w;
+    bk_cache_t *bc;
     int64_t voucher_id;
     void (*done)(void *priv, int k);
     void *priv;
@@ -182,16 +181,16 @@ static void on_learn(struct redisReply *rep, void *priv)
                           "sold as unbucketed", (long long)l->voucher_id, kb->str, BK_MAX);
         }
     }
-    bk_cache_t *bc = admission_buckets(l->w);
-    if (k >= 1 && bc != NULL)
-        route_put(bc, l->voucher_id, k);
+    if (k >= 1)
+        route_put(l->bc, l->voucher_id, k);
     void (*done)(void *, int) = l->done;
     void *p = l->priv;
     free(l);
     done(p, k);
 }
 
-void bk_learn(worker_t *w, int64_t voucher_id, void (*done)(void *priv, int k), void *priv)
+void bk_learn(worker_t *w, bk_cache_t *bc, int64_t voucher_id,
+              void (*done)(void *priv, int k), void *priv)
 {
     char kv[64];
     int lv = key_voucher(kv, sizeof kv, voucher_id);
@@ -200,7 +199,7 @@ void bk_learn(worker_t *w, int64_t voucher_id, void (*done)(void *priv, int k), 
         return;
     }
     learn_t *l = xmalloc(sizeof *l);
-    l->w = w;
+    l->bc = bc;
     l->voucher_id = voucher_id;
     l->done = done;
     l->priv = priv;
@@ -387,10 +386,9 @@ static void refill_take(refill_t *f)
         refill_done(f, -1);
 }
 
-void bk_refill(worker_t *w, int64_t voucher_id, const bk_route_t *rt, int home, int want,
-               void (*done)(void *priv, int64_t rc), void *priv)
+void bk_refill(worker_t *w, bk_cache_t *bc, int64_t voucher_id, const bk_route_t *rt, int home,
+               int want, void (*done)(void *priv, int64_t rc), void *priv)
 {
-    bk_cache_t *bc = admission_buckets(w);
     if (bc == NULL || rt == NULL || rt->k < 2 || home < 0 || home >= rt->k) {
         done(priv, -1);
         return;
@@ -426,7 +424,7 @@ typedef struct bpub {
     http_req_t *r;
     void (*done)(http_req_t *r, int ok);
     int left, ok;
-    int64_t voucher_id, share0, begin, end;
+    int64_t voucher_id;
 } bpub_t;
 
 static void bpub_step(struct redisReply *rep, void *priv)
@@ -445,32 +443,20 @@ static void bpub_step(struct redisReply *rep, void *priv)
         return;
     http_req_t *r = p->r;
     void (*done)(http_req_t *, int) = p->done;
-    if (!p->ok) {
-        free(p);
-        done(r, 0);
-        return;
-    }
-    int64_t vid = p->voucher_id, share0 = p->share0, begin = p->begin, end = p->end;
+    int all_ok = p->ok;
     free(p);
-    admission_publish(r, vid, share0, begin, end, done);
+    done(r, all_ok);
 }
 
-void bk_publish(http_req_t *r, int64_t voucher_id, int64_t stock, int64_t begin, int64_t end,
-                int k, void (*done)(http_req_t *r, int ok))
+void bk_publish_buckets(http_req_t *r, int64_t voucher_id, int64_t stock, int64_t begin,
+                        int64_t end, int k, void (*done)(http_req_t *r, int ok))
 {
-    if (k <= 1) {
-        admission_publish(r, voucher_id, stock, begin, end, done);
-        return;
-    }
     worker_t *w = r->w;
     bpub_t *p = xcalloc(1, sizeof *p);
     p->r = r;
     p->done = done;
     p->ok = 1;
     p->voucher_id = voucher_id;
-    p->share0 = bk_share(stock, 0, k);
-    p->begin = begin;
-    p->end = end;
     p->left = 4 * (k - 1) + 1;
     char sk[8], sbe[24], sen[24], kv0[64];
     int lk = snprintf(sk, sizeof sk, "%d", k);

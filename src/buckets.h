@@ -56,9 +56,11 @@ void bk_route_fill(bk_route_t *rt, int64_t voucher_id, int k);
 const bk_route_t *bk_lookup(bk_cache_t *bc, int64_t voucher_id);
 void bk_forget(bk_cache_t *bc, int64_t voucher_id);
 
-/* Asks bucket 0 for K. done(priv, k): k >= 1 learned (and cached), 0 the voucher is not
- * in Redis (nothing cached), -1 Redis did not answer. Runs exactly once. */
-void bk_learn(struct worker *w, int64_t voucher_id, void (*done)(void *priv, int k), void *priv);
+/* Asks bucket 0 for K. done(priv, k): k >= 1 learned (and cached in bc), 0 the voucher is
+ * not in Redis (nothing cached), -1 Redis did not answer. Runs exactly once; bc must live
+ * until then. */
+void bk_learn(struct worker *w, bk_cache_t *bc, int64_t voucher_id,
+              void (*done)(void *priv, int k), void *priv);
 
 /* The buyer's home bucket, 0..k-1 (0 when k <= 1). */
 int bk_home(int64_t user_id, int k);
@@ -77,13 +79,14 @@ int bk_keys(int64_t voucher_id, int b, unsigned salt, char *kv, char *kb, char *
  * or answered late). want: units wanted (the buyers waiting). Refills of one (voucher,
  * home) on a worker are coalesced: later callers join the one in flight. */
 #define BK_IN_FLIGHT (-2)
-void bk_refill(struct worker *w, int64_t voucher_id, const bk_route_t *rt, int home,
-               int want, void (*done)(void *priv, int64_t rc), void *priv);
+void bk_refill(struct worker *w, bk_cache_t *bc, int64_t voucher_id, const bk_route_t *rt,
+               int home, int want, void (*done)(void *priv, int64_t rc), void *priv);
 
-/* Publishes a flash-sale voucher with k buckets: k = 1 is admission_publish(); k > 1
- * publishes buckets 1..k-1 and bucket 0's `buckets` field first, then bucket 0 with
- * admission_publish() (its stock last: that makes the voucher sellable). done(r, ok). */
-void bk_publish(struct http_req *r, int64_t voucher_id, int64_t stock, int64_t begin,
-                int64_t end, int k, void (*done)(struct http_req *r, int ok));
+/* Publishes buckets 1..k-1 of a flash-sale voucher with k > 1 buckets (stream group,
+ * seckill:streams member, hash with its share of stock) and bucket 0's `buckets` field.
+ * done(r, ok) after the last reply; the caller then publishes bucket 0 like any voucher
+ * (admission_publish with bk_share(stock, 0, k)): its stock makes the voucher sellable. */
+void bk_publish_buckets(struct http_req *r, int64_t voucher_id, int64_t stock, int64_t begin,
+                        int64_t end, int k, void (*done)(struct http_req *r, int ok));
 
 #endif
