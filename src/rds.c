@@ -54,7 +54,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "rds_cluster.h"
-#include "sb.h"
+#include "resp.h"
 #include "worker.h"
 #include "xmem.h"
 
@@ -306,41 +306,8 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
     maybe_destroy(c);
 }
 
-/* RESP for argv: "*<argc>\r\n" then "$<len>\r\n<bytes>\r\n" per argument. resp_size
- * is an upper bound of what resp_put writes. Done here rather than by
- * redisAsyncCommandArgv, whose formatting (an sds grown by sdscatfmt per argument) cost a
- * worker more than the rest of sending the command. */
-static size_t resp_size(int argc, const size_t *lens)
-{
-    size_t n = 1 + SB_DEC_MAX + 2;
-    for (int i = 0; i < argc; i++)
-        n += 1 + SB_DEC_MAX + 2 + lens[i] + 2;
-    return n;
-}
-
-static size_t resp_put(char *out, int argc, const char **argv, const size_t *lens)
-{
-    char *p = out;
-    *p++ = '*';
-    p += sb_dec(p, argc);
-    *p++ = '\r';
-    *p++ = '\n';
-    for (int i = 0; i < argc; i++) {
-        *p++ = '$';
-        p += sb_dec(p, (int64_t)lens[i]);
-        *p++ = '\r';
-        *p++ = '\n';
-        if (lens[i])
-            memcpy(p, argv[i], lens[i]);
-        p += lens[i];
-        *p++ = '\r';
-        *p++ = '\n';
-    }
-    return (size_t)(p - out);
-}
-
-/* Sends one command for wrapper r. Returns 0, or -1 if hiredis refused it (r untouched
- * and not linked). */
+/* Sends one command for wrapper r, put in RESP by resp.h rather than by hiredis. Returns
+ * 0, or -1 if hiredis refused it (r untouched and not linked). */
 static int send_argv(rds_t *c, rcmd_t *r, int argc, const char **argv, const size_t *argvlen)
 {
     if (c->ac == NULL || argc <= 0)
