@@ -28,3 +28,9 @@ serve_embedded() {
         sleep 0.1
     done
 }
+# CPU ticks (utime + stime) of the threads of PID whose name matches the awk regex $2
+# (the service names its threads: w0, w1, ... the workers; writer the order writer).
+thread_ticks() {
+    cat /proc/"$1"/task/*/stat 2>/dev/null |
+        awk -v re="$2" '{ n = $2; gsub(/[()]/, "", n); if (n ~ re) t += $14 + $15 } END { print t + 0 }'
+}
