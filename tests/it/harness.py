@@ -431,6 +431,19 @@ class RedisCluster:
         """Something with cmd() and close(), as Redis.client() returns (routes per call)."""
         return _ClusterClient(self)
 
+    def replica_of(self, master):
+        """The live Redis object replicating master (ROLE)."""
+        for r in self.alive():
+            role = r.cmd("ROLE")
+            if role[0] == "slave" and int(role[2]) == master.port:
+                return r
+        raise TestFailure("no replica of %d" % master.port)
+
+    def slot_ranges(self):
+        """[(lo, hi, master port, master node id)] from CLUSTER SLOTS."""
+        return [(lo, hi, int(m[1]), m[2]) for lo, hi, m, *_ in
+                self.alive()[0].cmd("CLUSTER", "SLOTS")]
+
     def wait_ok(self, timeout=30):
         def ok():
             for r in self.alive():
@@ -1109,6 +1122,20 @@ def group_lag(redis, voucher_id, group="g1"):
                 return 0 if si.get("last-generated-id") == d.get("last-delivered-id") else 1
             return int(lag)
     raise TestFailure("no group %s on %s" % (group, k_stream(voucher_id)))
+
+
+def voucher_present(redis, voucher_id):
+    """The voucher's Redis hash has its stock (False while Redis does not answer)."""
+    try:
+        return redis.cmd("HEXISTS", k_voucher(voucher_id), "stock") == 1
+    except (OSError, RedisError):
+        return False
+
+
+def rebuild_epoch(srv, voucher_id):
+    """The voucher's Redis generation in SQL (raised by each rebuild from SQL)."""
+    return srv.db().scalar("SELECT coalesce((SELECT epoch FROM tb_seckill_epoch "
+                           "WHERE voucher_id = ?), 0)", voucher_id)
 
 
 def wait_drained(srv, redis, voucher_id, timeout=90):

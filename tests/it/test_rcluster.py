@@ -119,14 +119,6 @@ class Buyers:
         self.retries = sum(1 for r in recs if not (r.ok or r.msg in H.FINAL_MSGS))
 
 
-def _replica_of(cluster, master):
-    for r in cluster.alive():
-        role = r.cmd("ROLE")
-        if role[0] == "slave" and int(role[2]) == master.port:
-            return r
-    raise H.TestFailure("no replica of %d" % master.port)
-
-
 def _failover_sale(wait_replicas):
     """The failover scenario; returns (answered successes, of them missing from SQL,
     SQL orders, stock)."""
@@ -138,7 +130,7 @@ def _failover_sale(wait_replicas):
     tokens = H.login_many(srv, cluster, users)
     vid = H.create_seckill(srv, stock=stock)
     master = cluster.node_for(H.k_voucher(vid))
-    replica = _replica_of(cluster, master)
+    replica = cluster.replica_of(master)
     H.log("voucher %d on master %d, replica %d; wait-replicas %d" % (
         vid, master.port, replica.port, wait_replicas))
 
@@ -224,12 +216,6 @@ def _metric(srv, name):
     raise H.TestFailure("no %s in /metrics" % name)
 
 
-def _slot_ranges(cluster):
-    """[(lo, hi, master port, master node id)] from CLUSTER SLOTS."""
-    return [(lo, hi, int(m[1]), m[2]) for lo, hi, m, *_ in
-            cluster.alive()[0].cmd("CLUSTER", "SLOTS")]
-
-
 @H.timeout(200)
 def test_cluster_reshard_hot_voucher_mid_sale():
     cluster = H.start_redis_cluster()
@@ -243,13 +229,13 @@ def test_cluster_reshard_hot_voucher_mid_sale():
     for _ in range(60):
         v = H.create_seckill(srv, stock=stock)
         slot = cluster.cmd("CLUSTER", "KEYSLOT", H.k_voucher(v))
-        for lo, hi, port, nid in _slot_ranges(cluster):
+        for lo, hi, port, nid in cluster.slot_ranges():
             if lo <= slot <= hi and slot - lo < 400:
                 vid, offset, src = v, slot - lo, (port, nid)
         if vid:
             break
     check(vid is not None, "no voucher near the start of a slot range in 60 tries")
-    dst = next((port, nid) for _, _, port, nid in _slot_ranges(cluster) if port != src[0])
+    dst = next((port, nid) for _, _, port, nid in cluster.slot_ranges() if port != src[0])
     H.log("voucher %d: slot offset %d on %d, moving to %d" % (vid, offset, src[0], dst[0]))
 
     b = Buyers(srv, vid, tokens, deadline_s=60, pace=0.1)

@@ -173,14 +173,6 @@ def test_rlock_mutual_exclusion_on_cluster():
           "(%d counted, %d acquisitions)", overlaps, sum(got.values()), sums)
 
 
-def _replica_of(cluster, master):
-    for r in cluster.alive():
-        role = r.cmd("ROLE")
-        if role[0] == "slave" and int(role[2]) == master.port:
-            return r
-    raise H.TestFailure("no replica of %d" % master.port)
-
-
 def _prefix_on(cluster, master):
     """A lock-check prefix P whose lock P:0 lives on master."""
     for k in range(2000):
@@ -208,7 +200,7 @@ def _failover_under_lock(cluster, master, quarantine):
     before the promotion, wants P:0. Returns (overlap of A's and B's holds in us, B's
     report)."""
     prefix = _prefix_on(cluster, master)
-    replica = _replica_of(cluster, master)
+    replica = cluster.replica_of(master)
     d = H.tmpdir()
     fa, fb = os.path.join(d, prefix + "-a"), os.path.join(d, prefix + "-b")
     # The replication link breaks (the replica cannot log in again) before A takes the
@@ -258,12 +250,6 @@ def test_rlock_failover_never_two_holders():
           "the failover was not noticed or no acquire was held back: %r", jb)
 
 
-def _slot_ranges(cluster):
-    """[(lo, hi, master port, master node id)] from CLUSTER SLOTS."""
-    return [(lo, hi, int(m[1]), m[2]) for lo, hi, m, *_ in
-            cluster.alive()[0].cmd("CLUSTER", "SLOTS")]
-
-
 def _overlaps(paths):
     """Holds of one lock (every process's --intervals file) that began before another
     ended."""
@@ -283,13 +269,13 @@ def test_rlock_reshard_lock_follows_its_slot():
     prefix = offset = src = None
     for k in range(3000):
         slot = cluster.cmd("CLUSTER", "KEYSLOT", "rlock:{rs%d:0}" % k)
-        for lo, hi, port, nid in _slot_ranges(cluster):
+        for lo, hi, port, nid in cluster.slot_ranges():
             if lo <= slot <= hi and slot - lo < 300:
                 prefix, offset, src = "rs%d" % k, slot - lo, (port, nid)
         if prefix:
             break
     check(prefix is not None, "no lock name near the start of a slot range")
-    dst = next((port, nid) for _, _, port, nid in _slot_ranges(cluster) if port != src[0])
+    dst = next((port, nid) for _, _, port, nid in cluster.slot_ranges() if port != src[0])
     d = H.tmpdir()
     files = [os.path.join(d, "%s-%d" % (prefix, i)) for i in range(2)]
     procs = [_lock_check_proc(cluster, f, "--prefix", prefix, "--threads", 4, "--seconds", 8,
@@ -369,18 +355,6 @@ def test_sync_mode_sale_on_cluster_two_instances():
 # ---------------------------------------------------------------------------------------
 # Redis data loss on a cluster: rebuild from SQL
 
-def _present(cluster, vid):
-    try:
-        return cluster.cmd("HEXISTS", H.k_voucher(vid), "stock") == 1
-    except (OSError, H.RedisError):
-        return False
-
-
-def _epoch(srv, vid):
-    return srv.db().scalar("SELECT coalesce((SELECT epoch FROM tb_seckill_epoch "
-                           "WHERE voucher_id = ?), 0)", vid)
-
-
 def _buy(srv, vid, tokens, users, attempts=2):
     recs = H.run_sale(srv, vid, tokens, attempts=attempts, users=users, nthreads=8)
     bad = [x for x in recs if not x.ok and x.msg not in (H.MSG_SOLD_OUT, H.MSG_DUPLICATE)]
@@ -389,11 +363,11 @@ def _buy(srv, vid, tokens, users, attempts=2):
 
 
 def _rebuilt(cluster, srv, vid, stock, sold, epoch):
-    H.wait_until(lambda: _present(cluster, vid), 20, what="voucher %d republished" % vid)
+    H.wait_until(lambda: H.voucher_present(cluster, vid), 20, what="voucher %d republished" % vid)
     eq(int(cluster.cmd("HGET", H.k_voucher(vid), "stock")), stock - sold,
        "voucher %d rebuilt stock" % vid)
     eq(cluster.cmd("HLEN", H.k_buyers(vid)), sold, "voucher %d rebuilt buyers" % vid)
-    eq(_epoch(srv, vid), epoch, "voucher %d SQL generation" % vid)
+    eq(H.rebuild_epoch(srv, vid), epoch, "voucher %d SQL generation" % vid)
 
 
 def _sold_out_clean(cluster, srv, vid, stock, before, after):
@@ -425,7 +399,7 @@ def test_rebuild_after_master_flush_on_cluster():
     # 1. The master holding the hot voucher's slot loses everything; the other is untouched.
     homes[hot].cmd("FLUSHALL")
     _rebuilt(cluster, srv, hot, stock, 20, 1)
-    eq(_epoch(srv, other), 0, "the other master's voucher was not rebuilt")
+    eq(H.rebuild_epoch(srv, other), 0, "the other master's voucher was not rebuilt")
     tokens = H.login_many(srv, cluster, users)     # logins on that master went too
     after = _buy(srv, hot, tokens, range(users))
     _sold_out_clean(cluster, srv, hot, stock, before[hot], after)
@@ -469,11 +443,11 @@ def test_operator_rebuild_dry_run_on_cluster():
               "dry run output for voucher %d:\n%s", v, out)
     for r in cluster.masters():
         eq(r.cmd("DBSIZE"), 0, "keys on master %d after a dry run" % r.port)
-    eq(sum(_epoch(srv, v) for v in vids), 0, "generations after a dry run")
+    eq(sum(H.rebuild_epoch(srv, v) for v in vids), 0, "generations after a dry run")
     rc, out = tool()
     eq(rc, 0, "rebuild exit: " + out)
     for v in vids:
-        eq(_epoch(srv, v), 1, "voucher %d generation after the rebuild" % v)
+        eq(H.rebuild_epoch(srv, v), 1, "voucher %d generation after the rebuild" % v)
         eq(cluster.cmd("HLEN", H.k_buyers(v)), vids.index(v) % 4, "voucher %d buyers" % v)
     rc, out = tool()
     check(rc == 0 and "nothing to do" in out, "second run:\n%s", out)

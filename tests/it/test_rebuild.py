@@ -23,18 +23,6 @@ from harness import check, eq
 DB_BACKENDS = ("sqlite", "mysql")
 
 
-def _present(r, vid):
-    try:
-        return r.cmd("HEXISTS", H.k_voucher(vid), "stock") == 1
-    except (OSError, H.RedisError):
-        return False
-
-
-def _epoch(srv, vid):
-    return srv.db().scalar("SELECT coalesce((SELECT epoch FROM tb_seckill_epoch "
-                           "WHERE voucher_id = ?), 0)", vid)
-
-
 def _sale_round(srv, vid, tokens, users, attempts=2):
     recs = H.run_sale(srv, vid, tokens, attempts=attempts, users=users)
     bad = [x for x in recs if not x.ok and x.msg not in (H.MSG_SOLD_OUT, H.MSG_DUPLICATE)]
@@ -73,12 +61,12 @@ def _lose_and_resume(replace):
         r = H.Redis(port, d).start()
     else:
         r.cmd("FLUSHALL")
-    H.wait_until(lambda: _present(r, vid), 15, what="voucher republished")
+    H.wait_until(lambda: H.voucher_present(r, vid), 15, what="voucher republished")
     H.log("voucher republished %.2f s after the loss" % (time.monotonic() - t0))
     # the order-id slot counter is put back, so a new instance cannot lease ours
     H.wait_until(lambda: int(r.cmd("GET", "seckill:instance") or 0) >= 1, 10,
                  what="seckill:instance restored")
-    eq(_epoch(srv, vid), 1, "SQL generation after one rebuild")
+    eq(H.rebuild_epoch(srv, vid), 1, "SQL generation after one rebuild")
     eq(int(r.cmd("HGET", H.k_voucher(vid), "stock")), stock - 40, "rebuilt stock")
     eq(r.cmd("HLEN", H.k_buyers(vid)), 40, "rebuilt buyers")
     tokens = H.login_many(srv, r, users)   # logins may have gone with Redis
@@ -127,10 +115,11 @@ def test_undrained_backlog_fenced_and_audited():
         b = H.start_server(r, name="inst-b", data_dir=a.data_dir + "-b", db_path=a.db_path,
                            admin_token=a.admin_token)
         if H.DB_KIND == "sqlite":
-            H.wait_until(lambda: _present(r, vid), 15, what="B rebuilt the voucher at start")
+            H.wait_until(lambda: H.voucher_present(r, vid), 15,
+                         what="B rebuilt the voucher at start")
     finally:
         os.kill(a.proc.pid, signal.SIGCONT)
-    H.wait_until(lambda: _present(r, vid), 30, what="B rebuilt the voucher")
+    H.wait_until(lambda: H.voucher_present(r, vid), 30, what="B rebuilt the voucher")
     kept = {row[0] for row in a.db().orders(vid)}
     check(kept <= set(answered), "SQL orders before round 2 that were never answered: %r",
           sorted(kept - set(answered))[:5])
@@ -184,7 +173,8 @@ def test_voucher_created_while_redis_down_sells_after():
     vid = srv.db().scalar("SELECT max(voucher_id) FROM tb_seckill_voucher")
     t0 = time.monotonic()
     r.start()
-    H.wait_until(lambda: _present(r, vid), 15, what="voucher published after Redis returned")
+    H.wait_until(lambda: H.voucher_present(r, vid), 15,
+                 what="voucher published after Redis returned")
     H.log("sellable %.2f s after Redis returned" % (time.monotonic() - t0))
     recs = _sale_round(srv, vid, tokens, range(5), attempts=1)
     eq(sum(1 for x in recs if x.ok), 3, "sold")
@@ -203,9 +193,9 @@ def test_two_instances_rebuild_once():
         _sale_round(a, v, tokens, range(5), attempts=1)
         H.wait_drained(a, r, v, 60)
     r.cmd("FLUSHALL")
-    H.wait_until(lambda: all(_present(r, v) for v in vids), 15, what="all republished")
+    H.wait_until(lambda: all(H.voucher_present(r, v) for v in vids), 15, what="all republished")
     for v in vids:
-        eq(_epoch(a, v), 1, "SQL generation of voucher %d (raised once)" % v)
+        eq(H.rebuild_epoch(a, v), 1, "SQL generation of voucher %d (raised once)" % v)
     n = sum(len([l for l in s.log_lines() if "rebuilt from SQL" in l]) for s in (a, b))
     eq(n, len(vids), "rebuilds over both instances")
     H.finish(b)
@@ -233,13 +223,13 @@ def test_operator_rebuild_dry_run_and_idempotent():
     check("would be rebuilt: stock 5, 3 buyers" in out, "dry run output:\n%s", out)
     check("HSET seckill:voucher:{%d}" % vid in out, "dry run lists the writes:\n%s", out)
     eq(r.cmd("DBSIZE"), 0, "keys after a dry run")
-    eq(_epoch(srv, vid), 0, "generation after a dry run")
+    eq(H.rebuild_epoch(srv, vid), 0, "generation after a dry run")
     rc, out = tool()
     eq(rc, 0, "rebuild exit: " + out)
     check("rebuilt: stock 5, 3 buyers, generation 1" in out, "rebuild output:\n%s", out)
     rc, out = tool()
     check(rc == 0 and "nothing to do" in out, "second run:\n%s", out)
-    eq(_epoch(srv, vid), 1, "generation after two runs")
+    eq(H.rebuild_epoch(srv, vid), 1, "generation after two runs")
     rc, out = H.audit(r, srv.db_url, vid, wait_drain=10)
     check(rc == 0, "audit after the operator's rebuild:\n%s", out[-3000:])
 
@@ -263,9 +253,9 @@ def test_no_such_voucher_answer_triggers_rebuild():
         return j.get("errorMsg")
 
     eq(answer(vid), H.MSG_NO_VOUCHER, "first answer after the loss")
-    H.wait_until(lambda: _present(r, vid), 10, what="rebuilt after the answer")
+    H.wait_until(lambda: H.voucher_present(r, vid), 10, what="rebuilt after the answer")
     H.wait_until(lambda: answer(vid) == H.MSG_ENDED, 10, what="the sale's own answer")
     eq(answer(vid + 1000), H.MSG_NO_VOUCHER, "an id SQL does not know")
-    check(not _present(r, vid + 1000), "a voucher SQL does not know was published")
+    check(not H.voucher_present(r, vid + 1000), "a voucher SQL does not know was published")
     h.close()
     H.finish(srv)
