@@ -434,12 +434,27 @@ static lane_t *lane_find(struct adm_cache *ac, int64_t voucher_id, int bucket, i
 }
 
 static void batch_send(lane_t *l, struct adm_cache *ac, worker_t *w);
+static int batch_call(batch_t *b, int64_t voucher_id);
 
 static void on_batch(struct redisReply *rep, void *priv)
 {
     batch_t *b = priv;
     struct adm_cache *ac = b->ac;
     lane_t *l = b->lane;
+    if (rep != NULL && rep->type == REDIS_REPLY_ERROR && rep->len >= 9 &&
+        memcmp(rep->str, "CROSSSLOT", 9) == 0 && ac->index_in_script && !ac->dead) {
+        /* A plain redis:// address of a cluster node (a one-node cluster, say): it
+         * refuses the buyers' index keys beside the voucher's before running anything.
+         * From now on this worker writes the index itself, as on a cluster, and the
+         * same admissions go again without those keys. */
+        ac->index_in_script = 0;
+        log_warn("admission: Redis refused the order index keys in the admission script "
+                 "(CROSSSLOT: a cluster node behind a redis:// address?); the server writes "
+                 "the index itself from now on (redis+cluster:// addresses a cluster)");
+        if (batch_call(b, b->item[0]->voucher_id) == 0) {
+            return;
+        }
+    }
     int ok = rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements == (size_t)b->n;
     if (rep != NULL && !ok) {
         /* An error reply (script bug, OOM, READONLY replica...) or a shape we do not

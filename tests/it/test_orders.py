@@ -6,6 +6,8 @@ SQLite only: the unpersisted case holds the database's write lock, which MariaDB
 LOCK TABLES would also hold against the lookup's own read; the lookup code is the same for
 both backends (test_api.py::test_order_lookup runs on both)."""
 
+import os
+
 import harness as H
 from harness import check, eq
 
@@ -132,4 +134,25 @@ def test_index_written_by_the_script():
     eq(top, [], "index commands outside the script")
     eq(len([x for x in seen if '"HSET"' in x.upper()]), 3, "index writes inside the script")
     eq(sorted(map(int, r.cmd("HGETALL", key)[1::2])), sorted(oids), "the index")
+    H.finish(srv)
+
+
+def test_index_on_a_cluster_node_behind_a_plain_address():
+    """A one-node cluster addressed as redis:// refuses the buyers' index keys beside the
+    voucher's (CROSSSLOT) before running the script: the same admissions go again without
+    them, the server writes the index itself, and the buyer never sees the refusal."""
+    r = H.start_redis(extra=["--cluster-enabled", "yes", "--cluster-config-file",
+                             os.path.join(H.subdir("cl"), "nodes.conf")])
+    r.cmd("CLUSTER", "ADDSLOTSRANGE", "0", "16383")
+    H.wait_until(lambda: "cluster_state:ok" in r.cmd("CLUSTER", "INFO"), 20,
+                 what="the one-node cluster")
+    srv = H.start_server(r)
+    h = srv.http()
+    a = H.login(srv, r, "13512345641", h)
+    v = H.create_seckill(srv, stock=5, http=h)
+    st, j = H.seckill(srv, a, v, h)
+    check(st == 200 and j["success"], "the grab: %r %r", st, j)
+    uid = h.api("GET", "/user/me", token=a)[1]["data"]["id"]
+    eq(r.cmd("HGET", "seckill:orders-of:{u%d}" % uid, str(v)), str(j["data"]), "the index")
+    eq(H.seckill(srv, a, v, h)[1].get("code"), "DUPLICATE", "the second try")
     H.finish(srv)
