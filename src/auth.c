@@ -39,6 +39,7 @@
 #include "rds.h"
 #include "revoke.h"
 #include "rnd.h"
+#include "sb.h"
 #include "token.h"
 #include "worker.h"
 #include "xmem.h"
@@ -335,25 +336,6 @@ static void copy_utf8(char *dst, size_t cap, const char *src, size_t n)
     dst[n] = '\0';
 }
 
-static int parse_pos_i64(const char *z, size_t n, int64_t *out)
-{
-    if (n == 0 || n > 19) {
-        return -1;
-    }
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (z[i] < '0' || z[i] > '9') {
-            return -1;
-        }
-        v = v * 10 + (uint64_t)(z[i] - '0');
-    }
-    if (v == 0 || v > INT64_MAX) {
-        return -1;
-    }
-    *out = (int64_t)v;
-    return 0;
-}
-
 /* Reads an HGETALL reply into u: 1 found, 0 empty/malformed (unknown token). */
 static int parse_user(const redisReply *rep, auth_user_t *u)
 {
@@ -365,7 +347,7 @@ static int parse_user(const redisReply *rep, auth_user_t *u)
             continue;
         }
         if (f->len == 2 && memcmp(f->str, "id", 2) == 0) {
-            have_id = parse_pos_i64(v->str, v->len, &u->id) == 0;
+            have_id = sb_parse_pos(v->str, v->len, &u->id) == 0;
         } else if (f->len == 8 && memcmp(f->str, "nickName", 8) == 0) {
             copy_utf8(u->nick_name, sizeof(u->nick_name), v->str, v->len);
         } else if (f->len == 4 && memcmp(f->str, "icon", 4) == 0) {

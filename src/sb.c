@@ -141,6 +141,25 @@ static const char digit_pairs[201] =
     "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
     "8081828384858687888990919293949596979899";
 
+int sb_parse_pos(const char *z, size_t n, int64_t *out)
+{
+    if (n == 0 || n > 19) {
+        return -1;
+    }
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (z[i] < '0' || z[i] > '9') {
+            return -1;
+        }
+        v = v * 10 + (uint64_t)(z[i] - '0');
+    }
+    if (v == 0 || v > (uint64_t)INT64_MAX) {
+        return -1;
+    }
+    *out = (int64_t)v;
+    return 0;
+}
+
 int sb_dec(char *out, int64_t v)
 {
     char tmp[SB_DEC_MAX];

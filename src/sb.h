@@ -36,6 +36,9 @@ void sb_i64(sb_t *s, int64_t v);
  * the length. For the hot path: snprintf costs ~10x more. */
 #define SB_DEC_MAX 21
 int sb_dec(char *out, int64_t v);
+/* The strict inverse for ids read from Redis: the n bytes at z are 1..19 digits (no sign,
+ * no space) of a value in 1..INT64_MAX. 0 and *out, or -1. */
+int sb_parse_pos(const char *z, size_t n, int64_t *out);
 const char *sb_cstr(sb_t *s);                 /* always NUL-terminated, never NULL */
 /* Makes room for n more bytes (and the NUL) and returns where they go: the caller writes
  * up to n bytes there, then sets len and the NUL itself. */

@@ -6,22 +6,16 @@
 
 #include <hiredis/hiredis.h>
 
-/* Strict decimal of n bytes: digits only, no sign, at most 19 digits, <= INT64_MAX.
- * zero_ok: 0 is allowed. */
+#include "sb.h"
+
+/* A decimal id or number of an entry (sb_parse_pos); zero_ok: "0" too. */
 static int dec(const char *z, size_t n, int zero_ok, int64_t *out)
 {
-    if (n == 0 || n > 19)
-        return -1;
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (z[i] < '0' || z[i] > '9')
-            return -1;
-        v = v * 10 + (uint64_t)(z[i] - '0');
+    if (zero_ok && n == 1 && z[0] == '0') {
+        *out = 0;
+        return 0;
     }
-    if ((v == 0 && !zero_ok) || v > (uint64_t)INT64_MAX)
-        return -1;
-    *out = (int64_t)v;
-    return 0;
+    return sb_parse_pos(z, n, out);
 }
 
 static int is_str(const redisReply *r)

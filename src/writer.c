@@ -70,6 +70,7 @@
 #include "rarena.h"
 #include "resp.h"
 #include "rconn.h"
+#include "sb.h"
 #include "sentry.h"
 #include "store.h"
 #include "url.h"
@@ -205,23 +206,6 @@ static struct timeval tv_ms(int ms)
 {
     struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
     return tv;
-}
-
-/* Strict decimal: digits only, no sign, 1..INT64_MAX. */
-static int parse_pos_i64(const char *z, size_t n, int64_t *out)
-{
-    if (n == 0 || n > 19)
-        return -1;
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (z[i] < '0' || z[i] > '9')
-            return -1;
-        v = v * 10 + (uint64_t)(z[i] - '0');
-    }
-    if (v == 0 || v > (uint64_t)INT64_MAX)
-        return -1;
-    *out = (int64_t)v;
-    return 0;
 }
 
 static int is_str(const redisReply *r)
@@ -468,7 +452,7 @@ static int streams_refresh(writer_t *wr)
         const redisReply *e = r->element[i];
         int64_t vid;
         int bucket = 0, nb = 1;
-        if (!is_str(e) || (parse_pos_i64(e->str, e->len, &vid) != 0 &&
+        if (!is_str(e) || (sb_parse_pos(e->str, e->len, &vid) != 0 &&
                            bucket_member(e->str, e->len, &vid, &bucket, &nb) != 0)) {
             log_debug("writer: ignoring member of %s that is not a voucher id", KEY_STREAMS);
             continue;

@@ -62,6 +62,23 @@ static void test_growth(void **state)
     sb_free(&s);
 }
 
+static void test_parse_pos(void **state)
+{
+    (void)state;
+    int64_t v = -1;
+    assert_int_equal(sb_parse_pos("42", 2, &v), 0);
+    assert_int_equal(v, 42);
+    assert_int_equal(sb_parse_pos("9223372036854775807", 19, &v), 0);
+    assert_true(v == INT64_MAX);
+    static const char *const bad[] = {"", "0", "00", "-1", "+1", " 1", "1 ", "1a",
+                                      "9223372036854775808", "99999999999999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        v = 7;
+        assert_int_equal(sb_parse_pos(bad[i], strlen(bad[i]), &v), -1);
+        assert_int_equal(v, 7);
+    }
+}
+
 static void test_i64(void **state)
 {
     (void)state;
@@ -264,6 +281,7 @@ int main(void)
         cmocka_unit_test(test_append_and_cstr),
         cmocka_unit_test(test_growth),
         cmocka_unit_test(test_i64),
+        cmocka_unit_test(test_parse_pos),
         cmocka_unit_test(test_json_escaping),
         cmocka_unit_test(test_json_bad_utf8),
         cmocka_unit_test(test_json_appends),
