@@ -20,8 +20,11 @@
  * not the server keeps up. Due requests wait in a backlog until a connection has a free
  * slot, and latency is measured from the due time, not from the send -- so a server that
  * stalls is charged for the whole wait of every request queued behind the stall
- * (no coordinated omission). A timerfd-precise timer armed for the next due time (at
- * most every 100 us) and every read callback issue what has become due.
+ * (no coordinated omission). A timerfd-precise timer armed for the next due time, at
+ * most every --tick-us (500 us), sends what fell due since the last tick together (one
+ * wake-up for many requests, on both sides); a freed connection takes from the backlog at
+ * once. t0 is when every connection is up (at least 100 ms, at most 2 s after the start).
+ * Every answer is logged (due, send, answer time, outcome) for the timeline.
  *
  * A connection that fails or closes with requests in flight counts them as unanswered
  * (their outcome is unknown: they may have been admitted) and reconnects after 100 ms;
