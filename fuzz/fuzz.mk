@@ -25,7 +25,7 @@ FUZZ_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
 FUZZ_WRAP := -Wl,--wrap=rds_command,--wrap=rds_evalsha,--wrap=jobs_submit,--wrap=log_msg
 FUZZ_WRAP_fuzz_json := -Wl,--wrap=http_reply
-FUZZ_WRAP_fuzz_redis_reply := -Wl,--wrap=http_reply,--wrap=redisAppendCommandArgv
+FUZZ_WRAP_fuzz_redis_reply := -Wl,--wrap=http_reply,--wrap=redisAppendCommandArgv,--wrap=redisAppendFormattedCommand
 
 .PHONY: fuzz fuzz-build fuzz-bins fuzz-regress fuzz-merge
 fuzz-build:
