@@ -9,6 +9,11 @@
  * Queue mode, the lab's list/pubsub transports and --redis-wait-replicas send every
  * admission alone (a batch of one, no lane).
  *
+ * Stock buckets (buckets.h): the voucher's K is learned once per worker (bk_learn) before
+ * its first admission; each admission goes to the buyer's home bucket (lanes are per
+ * voucher and bucket), and a home bucket's sold out waits for a refill and tries again;
+ * only a refill that found every bucket empty makes it the voucher's verdict.
+ *
  * Verdict cache: per worker, a small set-associative table voucher id -> (verdict, until).
  * Only verdicts that are the same for every user are kept (sold out, ended, not started,
  * no such voucher), for soldout_cache_ms. When an entry expires the next request asks
