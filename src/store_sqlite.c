@@ -807,6 +807,26 @@ static int epoch_of(sq_t *q, int64_t voucher_id, int64_t *cache_vid, int64_t *ca
     return STORE_OK;
 }
 
+/* Is o fenced: admitted under a Redis generation of its voucher that a rebuild from SQL
+ * has replaced? 1 yes, 0 no, STORE_ERR. (ep_vid, ep) cache the last voucher's epoch. */
+static int order_fenced(sq_t *q, const store_order_t *o, int64_t *ep_vid, int64_t *ep)
+{
+    if (o->epoch == STORE_EPOCH_ANY)
+        return 0;
+    if (epoch_of(q, o->voucher_id, ep_vid, ep) != STORE_OK)
+        return STORE_ERR;
+    return *ep >= 0 && o->epoch != *ep;
+}
+
+/* The end of a batch's transaction: the stock taken, then COMMIT. On STORE_ERR the
+ * caller rolls back. */
+static int orders_commit(sq_t *q, const tallies_t *tl)
+{
+    if (stock_take(q, tl) != STORE_OK)
+        return STORE_ERR;
+    return exec_stmt(q, ST_COMMIT, "orders: COMMIT");
+}
+
 /* The row-by-row batch: each order is checked against its voucher's generation, inserted
  * alone, and an insert that changes nothing is told apart (replay or id collision). */
 static int orders_write_rows(sq_t *q, const store_order_t *orders, size_t n, size_t *inserted,
@@ -826,18 +846,17 @@ static int orders_write_rows(sq_t *q, const store_order_t *orders, size_t n, siz
         goto fail;
     for (size_t i = 0; i < n; i++) {
         const store_order_t *o = &orders[i];
-        if (o->epoch != STORE_EPOCH_ANY) {
-            if (epoch_of(q, o->voucher_id, &ep_vid, &ep) != STORE_OK)
-                goto fail;
-            if (ep >= 0 && o->epoch != ep) {
-                log_warn("order %lld (user %lld, voucher %lld) not written: admitted under "
-                         "Redis generation %lld, which a rebuild from SQL replaced with %lld "
-                         "(the order was lost with Redis)",
-                         (long long)o->id, (long long)o->user_id, (long long)o->voucher_id,
-                         (long long)o->epoch, (long long)ep);
-                fen++;
-                continue;
-            }
+        int f = order_fenced(q, o, &ep_vid, &ep);
+        if (f == STORE_ERR)
+            goto fail;
+        if (f) {
+            log_warn("order %lld (user %lld, voucher %lld) not written: admitted under "
+                     "Redis generation %lld, which a rebuild from SQL replaced with %lld "
+                     "(the order was lost with Redis)",
+                     (long long)o->id, (long long)o->user_id, (long long)o->voucher_id,
+                     (long long)o->epoch, (long long)ep);
+            fen++;
+            continue;
         }
         sqlite3_bind_int64(st, 1, o->id);
         sqlite3_bind_int64(st, 2, o->user_id);
@@ -859,9 +878,7 @@ static int orders_write_rows(sq_t *q, const store_order_t *orders, size_t n, siz
             conf += (size_t)c;
         }
     }
-    if (stock_take(q, &tl) != STORE_OK)
-        goto fail;
-    if (exec_stmt(q, ST_COMMIT, "orders: COMMIT") != STORE_OK)
+    if (orders_commit(q, &tl) != STORE_OK)
         goto fail;
     tallies_free(&tl);
     *inserted = ins;
@@ -950,13 +967,12 @@ static int orders_write_chunked(sq_t *q, const store_order_t *orders, size_t n,
         return STORE_ERR;
     for (size_t i = 0; i < n; i++) {
         const store_order_t *o = &orders[i];
-        if (o->epoch != STORE_EPOCH_ANY) {
-            if (epoch_of(q, o->voucher_id, &ep_vid, &ep) != STORE_OK)
-                goto fail;
-            if (ep >= 0 && o->epoch != ep) {
-                rc = ORDERS_UNUSUAL;
-                goto fail;
-            }
+        int f = order_fenced(q, o, &ep_vid, &ep);
+        if (f == STORE_ERR)
+            goto fail;
+        if (f) {
+            rc = ORDERS_UNUSUAL;
+            goto fail;
         }
         chunk[k++] = o;
         tally_add(&tl, o->voucher_id, 1);
@@ -971,9 +987,7 @@ static int orders_write_chunked(sq_t *q, const store_order_t *orders, size_t n,
         }
         k = 0;
     }
-    if (stock_take(q, &tl) != STORE_OK)
-        goto fail;
-    if (exec_stmt(q, ST_COMMIT, "orders: COMMIT") != STORE_OK)
+    if (orders_commit(q, &tl) != STORE_OK)
         goto fail;
     tallies_free(&tl);
     *inserted = n;
