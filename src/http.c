@@ -135,6 +135,8 @@ struct http_worker {
     const clientip_set_t *trusted; /* --trusted-proxy (app's), or NULL: not capped */
     int accept_on;
     uint64_t accept_resume_ms;
+    uint64_t held_start_ms, held_until_ms; /* http_worker_hold_accept: closed until opened or then */
+    int held;
     struct event *sweep_ev;
     struct event *grace_ev;    /* fires grace_ms after http_worker_stop */
     struct event *done_ev;     /* activated when the last connection goes */
@@ -1065,6 +1067,14 @@ static void pause_accepting(http_worker_t *hw)
 
 static void resume_accepting(http_worker_t *hw)
 {
+    if (hw->held) {
+        if (hw->now_ms < hw->held_until_ms)
+            return;
+        hw->held = 0;
+        log_warn("http: worker %d accepts connections before its Redis connection is up "
+                 "(waited %d ms): its first answers may be 503", hw->w->id,
+                 (int)(hw->held_until_ms - hw->held_start_ms));
+    }
     if (hw->lev && !hw->accept_on && !hw->stopping && hw->now_ms >= hw->accept_resume_ms &&
         event_add(hw->lev, NULL) == 0) {
         hw->accept_on = 1;
@@ -1381,6 +1391,32 @@ int http_worker_init(worker_t *w, const char *host, int port, http_handler_fn ha
     w->http = hw;
     log_debug("http: worker %d listening on %s:%d", w->id, host, hw->port);
     return 0;
+}
+
+void http_worker_hold_accept(worker_t *w, int max_ms)
+{
+    http_worker_t *hw = w->http;
+    if (!hw || !hw->lev)
+        return;
+    if (hw->accept_on) {
+        event_del(hw->lev);
+        if (hw->mlev)
+            event_del(hw->mlev);
+        hw->accept_on = 0;
+    }
+    tick(hw);
+    hw->held = 1;
+    hw->held_start_ms = hw->now_ms;
+    hw->held_until_ms = hw->now_ms + (uint64_t)(max_ms > 0 ? max_ms : 0);
+}
+
+void http_worker_open_accept(worker_t *w)
+{
+    http_worker_t *hw = w->http;
+    if (!hw || !hw->held)
+        return;
+    hw->held = 0;
+    resume_accepting(hw);
 }
 
 void http_worker_free(worker_t *w)

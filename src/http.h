@@ -72,6 +72,13 @@ uint64_t http_wall_ms(const http_req_t *r);
  * let in-flight requests finish; calls done(w) once no connection remains or after
  * grace_ms (then the rest are closed). */
 void http_worker_stop(struct worker *w, int grace_ms, void (*done)(struct worker *w));
+
+/* Start-up: the listener stays closed (connections wait in the kernel's backlog, none is
+ * refused) until http_worker_open_accept, or at most max_ms (then it opens anyway, with
+ * a warning), so a worker answers nothing before it can reach Redis. hold: before the
+ * worker's thread starts; open: on the worker's thread. */
+void http_worker_hold_accept(struct worker *w, int max_ms);
+void http_worker_open_accept(struct worker *w);
 void http_worker_free(struct worker *w);
 
 /* Connections currently open on this worker (for /metrics). */

@@ -444,6 +444,8 @@ static void handshake_step(rds_t *c, rcmd_t *r, redisReply *reply)
     }
     c->was_up = 1;
     c->failures = 0;
+    if (c->w && c->w->on_redis_up)
+        c->w->on_redis_up(c->w);
 }
 
 static int is_noscript(const redisReply *reply)

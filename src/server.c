@@ -219,6 +219,14 @@ static int redis_prepare(app_t *app, char *err, size_t errlen)
     return 0;
 }
 
+/* A worker opens its listener once its Redis client is up (http_worker_hold_accept):
+ * before that every order would be a 503. */
+static void on_worker_redis_up(worker_t *w)
+{
+    if (rds_is_up(w->rds))
+        http_worker_open_accept(w);
+}
+
 static void *worker_main(void *arg)
 {
     worker_t *w = arg;
@@ -300,6 +308,13 @@ static worker_t *make_worker(app_t *app, int id, const url_redis_t *addr, char *
     if (http_worker_init(w, app->cfg.listen_host, app->cfg.listen_port, api_dispatch, err, errlen) < 0) {
         free_worker(w);
         return NULL;
+    }
+    /* Plain Redis only: a cluster client connects to each node on first use, so there is
+     * no "up" to wait for before the first command (it retries within its deadline). */
+    if (!addr->cluster) {
+        w->on_redis_up = on_worker_redis_up;
+        http_worker_hold_accept(w, app->cfg.redis_timeout_ms > 2000 ? app->cfg.redis_timeout_ms
+                                                                    : 2000);
     }
     if (id == 0 && board_init(w) < 0) {
         snprintf(err, errlen, "cannot start the sale board's announcements");
