@@ -3,10 +3,11 @@
  * The page (web/board.*) is compiled into the binary (tools/embed.sh) and public: it holds
  * no data. Its data call needs x-admin-token. One EVALSHA of scripts/board.lua announces
  * this instance and returns every live instance's snapshot (board.c); beside it, every
- * sale's Redis stock and buyer count are read voucher by voucher, so the board works on a
- * Redis Cluster too. The page polls it once a second and takes rates from the
+ * sale's Redis stock and buyer count are read voucher by voucher (and summed over its
+ * stock buckets, buckets.h), so the board works on a Redis Cluster too. The page polls it once a second and takes rates from the
  * differences. Snapshots come back from Redis as text: each is checked to be a JSON
  * object before it is passed on, so a bad entry cannot break the page. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,39 +43,65 @@ static int is_str(const redisReply *e)
     return e != NULL && (e->type == REDIS_REPLY_STRING || e->type == REDIS_REPLY_STATUS);
 }
 
-/* A decimal integer reply element (string or integer), or the JSON null. */
-static void put_num(sb_t *s, const redisReply *e)
+/* A decimal integer reply element (string or integer) into *v: 0, or -1 if it is none. */
+static int reply_i64(const redisReply *e, int64_t *v)
 {
     if (e != NULL && e->type == REDIS_REPLY_INTEGER) {
-        sb_i64(s, (int64_t)e->integer);
-        return;
+        *v = (int64_t)e->integer;
+        return 0;
     }
     if (is_str(e) && e->len > 0 && e->len < 21) {
         char buf[24], *end;
         memcpy(buf, e->str, e->len);
         buf[e->len] = '\0';
-        long long v = strtoll(buf, &end, 10);
+        long long x = strtoll(buf, &end, 10);
         if (*end == '\0') {
-            sb_i64(s, v);
-            return;
+            *v = x;
+            return 0;
         }
     }
-    sb_puts(s, "null");
+    return -1;
+}
+
+/* The same as JSON, or the JSON null. */
+static void put_num(sb_t *s, const redisReply *e)
+{
+    int64_t v;
+    if (reply_i64(e, &v) == 0) {
+        sb_i64(s, v);
+    } else {
+        sb_puts(s, "null");
+    }
 }
 
 /* One board request. Its parts: board.lua on the {board} slot's node (announce, and every
- * live instance's snapshot), SMEMBERS seckill:streams (the sales), then per sale an HMGET
- * of its voucher hash and an HLEN of its buyers, each sent to the node owning that
- * voucher's slot (on one Redis all go down the one connection, pipelined). The page
- * needs no single moment across vouchers, so nothing here has to span slots. */
+ * live instance's snapshot), SMEMBERS seckill:streams (the sales, and for a voucher with
+ * K > 1 stock buckets its members "<id>.<b>.<K>"), then per sale and bucket an HMGET of
+ * the bucket's voucher hash and an HLEN of its buyers, plus for K > 1 an HGETALL of the
+ * bucket's transfer log and, per entry found there (rare: a transfer lasts a round trip),
+ * a SISMEMBER on the receiver's applied set. Each command goes to the node owning its
+ * bucket's slot; rds pipelines all of one node's commands on its one connection. The page
+ * needs no single moment across vouchers or buckets, so nothing here has to span slots. */
 typedef struct board_req board_req_t;
 
 typedef struct board_sale {
     board_req_t *b;
     int64_t id;
-    sb_t hm;                /* "stock":..,"begin":..,"end":.. once HMGET answered */
-    sb_t buyers;            /* the HLEN as JSON, once answered */
+    int k;                  /* stock buckets (1: unbucketed) */
+    sb_t when;              /* "begin":..,"end":.. once bucket 0's HMGET answered */
+    int64_t stock;          /* sum over the buckets, plus units in transit */
+    int64_t buyers;         /* sum over the buckets */
+    int stock_bad;          /* a bucket's stock, log or applied set unknown: stock null */
+    int buyers_bad;         /* a bucket's buyer count unknown: buyers null */
 } board_sale_t;
+
+/* One command's context: its sale and bucket (for a transfer log, and its units for a
+ * SISMEMBER on the receiver). */
+typedef struct board_part {
+    board_sale_t *s;
+    int bucket;
+    int64_t units;
+} board_part_t;
 
 struct board_req {
     http_req_t *r;
@@ -84,6 +111,7 @@ struct board_req {
     sb_t insts;             /* the valid snapshots, comma-separated */
     board_sale_t *sales;
     size_t nsales;
+    board_part_t *parts;    /* one per (sale, bucket) */
 };
 
 static void board_finish(board_req_t *b)
@@ -101,17 +129,24 @@ static void board_finish(board_req_t *b)
         sb_puts(&s, "],\"sales\":[");
         for (size_t i = 0; i < b->nsales; i++) {
             board_sale_t *e = &b->sales[i];
-            sb_printf(&s, "%s{\"id\":%lld,", i ? "," : "", (long long)e->id);
-            if (e->hm.len > 0) {
-                sb_append(&s, e->hm.buf, e->hm.len);
+            sb_printf(&s, "%s{\"id\":%lld,\"buckets\":%d,\"stock\":", i ? "," : "",
+                      (long long)e->id, e->k);
+            if (e->stock_bad || e->when.len == 0) {
+                sb_puts(&s, "null");
             } else {
-                sb_puts(&s, "\"stock\":null,\"begin\":null,\"end\":null");
+                sb_i64(&s, e->stock);
+            }
+            sb_puts(&s, ",");
+            if (e->when.len > 0) {
+                sb_append(&s, e->when.buf, e->when.len);
+            } else {
+                sb_puts(&s, "\"begin\":null,\"end\":null");
             }
             sb_puts(&s, ",\"buyers\":");
-            if (e->buyers.len > 0) {
-                sb_append(&s, e->buyers.buf, e->buyers.len);
-            } else {
+            if (e->buyers_bad) {
                 sb_puts(&s, "null");
+            } else {
+                sb_i64(&s, e->buyers);
             }
             sb_puts(&s, "}");
         }
@@ -120,10 +155,10 @@ static void board_finish(board_req_t *b)
         sb_free(&s);
     }
     for (size_t i = 0; i < b->nsales; i++) {
-        sb_free(&b->sales[i].hm);
-        sb_free(&b->sales[i].buyers);
+        sb_free(&b->sales[i].when);
     }
     free(b->sales);
+    free(b->parts);
     sb_free(&b->insts);
     free(b);
 }
@@ -167,31 +202,154 @@ static void on_insts(redisReply *rep, void *priv)
     board_unref(b);
 }
 
-/* A voucher Redis does not answer for (its node is down) shows nulls: the rest of the
- * board is still worth showing. */
+/* A bucket's HMGET: stock (and for bucket 0 begin, end). A bucket Redis does not answer
+ * for (its node is down), or that has no stock, makes the voucher's stock null: a partial
+ * sum would look like a real figure. The rest of the board is still worth showing. */
 static void on_hmget(redisReply *rep, void *priv)
 {
-    board_sale_t *e = priv;
-    if (rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements == 3) {
-        static const char *const field[3] = { "stock", "begin", "end" };
-        for (int f = 0; f < 3; f++) {
-            sb_printf(&e->hm, "%s\"%s\":", f ? "," : "", field[f]);
-            put_num(&e->hm, rep->element[f]);
-        }
+    board_part_t *p = priv;
+    board_sale_t *e = p->s;
+    size_t want = p->bucket == 0 ? 3 : 1;
+    int64_t v;
+    if (rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements == want &&
+        reply_i64(rep->element[0], &v) == 0) {
+        e->stock += v;
+    } else {
+        e->stock_bad = 1;
+    }
+    if (p->bucket == 0 && rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements == 3) {
+        sb_puts(&e->when, "\"begin\":");
+        put_num(&e->when, rep->element[1]);
+        sb_puts(&e->when, ",\"end\":");
+        put_num(&e->when, rep->element[2]);
     }
     board_unref(e->b);
 }
 
 static void on_hlen(redisReply *rep, void *priv)
 {
-    board_sale_t *e = priv;
+    board_part_t *p = priv;
     if (rep != NULL && rep->type == REDIS_REPLY_INTEGER) {
-        put_num(&e->buyers, rep);
+        p->s->buyers += (int64_t)rep->integer;
+    } else {
+        p->s->buyers_bad = 1;
     }
+    board_unref(p->s->b);
+}
+
+/* The receiver's answer for one logged transfer: not applied yet, so its units are in
+ * transit and still the voucher's stock (as seckill audit counts them). */
+static void on_applied(redisReply *rep, void *priv)
+{
+    board_part_t *p = priv;
+    board_sale_t *e = p->s;
+    if (rep != NULL && rep->type == REDIS_REPLY_INTEGER) {
+        if (rep->integer == 0) {
+            e->stock += p->units;
+        }
+    } else {
+        e->stock_bad = 1;
+    }
+    free(p);
     board_unref(e->b);
 }
 
-/* The sales: then one HMGET and one HLEN per voucher, each routed by its own key. */
+/* Bucket `bucket`'s hash tag (keys.h): "<id>" for bucket 0. Length, or -1. */
+static int bucket_tag(const board_sale_t *e, int bucket, char *tag, size_t len)
+{
+    return key_btag(tag, len, e->id, bucket, e->k);
+}
+
+/* A bucket's transfer log: id -> "<receiver> <units> <ms>". Each entry's units are in
+ * transit unless the receiver has applied the id: one SISMEMBER per entry asks. */
+static void on_xlog(redisReply *rep, void *priv)
+{
+    board_part_t *p = priv;
+    board_sale_t *e = p->s;
+    board_req_t *b = e->b;
+    if (rep == NULL || rep->type != REDIS_REPLY_ARRAY) {
+        e->stock_bad = 1;
+        board_unref(b);
+        return;
+    }
+    for (size_t i = 0; i + 1 < rep->elements; i += 2) {
+        const redisReply *xid = rep->element[i], *val = rep->element[i + 1];
+        int rb = -1;
+        long long n = 0;
+        char tag[48], ka[96];
+        if (!is_str(xid) || !is_str(val) || sscanf(val->str, "%d %lld", &rb, &n) != 2 ||
+            rb < 0 || rb >= e->k || n < 0) {
+            continue;          /* not an entry transfer.lua writes: the audit skips it too */
+        }
+        int kl = bucket_tag(e, rb, tag, sizeof tag) < 0 ? -1 : key_xfer_applied(ka, sizeof ka, tag);
+        if (kl < 0) {
+            e->stock_bad = 1;
+            continue;
+        }
+        board_part_t *q = xmalloc(sizeof *q);
+        *q = (board_part_t){ .s = e, .bucket = rb, .units = n };
+        const char *sm[3] = { "SISMEMBER", ka, xid->str };
+        size_t sml[3] = { 9, (size_t)kl, xid->len };
+        b->pending++;
+        rds_command(b->r->w->rds, on_applied, q, 3, sm, sml);
+    }
+    board_unref(b);
+}
+
+/* A member "<id>.<b>.<K>" of seckill:streams: the voucher's K, or 0 if it is not one. */
+static int bucket_member(const redisReply *e, int64_t *id)
+{
+    char buf[64];
+    long long v;
+    int bk, k, used = 0;
+    if (!is_str(e) || e->len >= sizeof buf) {
+        return 0;
+    }
+    memcpy(buf, e->str, e->len);
+    buf[e->len] = '\0';
+    if (sscanf(buf, "%lld.%d.%d%n", &v, &bk, &k, &used) != 3 || (size_t)used != e->len ||
+        v <= 0 || k < 2 || k > KEY_BUCKETS_MAX || bk < 1 || bk >= k) {
+        return 0;
+    }
+    *id = v;
+    return k;
+}
+
+/* Sends one sale's commands: per bucket HMGET and HLEN, and HGETALL of its log if K > 1. */
+static void board_send_sale(board_req_t *b, board_sale_t *s, board_part_t *parts)
+{
+    rds_t *c = b->r->w->rds;
+    for (int bk = 0; bk < s->k; bk++) {
+        board_part_t *p = &parts[bk];
+        p->s = s;
+        p->bucket = bk;
+        char tag[48], vk[64], byk[64], lk[64];
+        int vl = -1, bl = -1, ll = 0;
+        if (bucket_tag(s, bk, tag, sizeof tag) >= 0) {
+            vl = key_voucher_t(vk, sizeof vk, tag);
+            bl = key_buyers_t(byk, sizeof byk, tag);
+            ll = s->k > 1 ? key_xfer_log(lk, sizeof lk, tag) : 0;
+        }
+        if (vl < 0 || bl < 0 || ll < 0) {
+            s->stock_bad = s->buyers_bad = 1;
+            continue;
+        }
+        const char *hm[5] = { "HMGET", vk, "stock", "begin", "end" };
+        size_t hml[5] = { 5, (size_t)vl, 5, 5, 3 };
+        const char *hl[2] = { "HLEN", byk };
+        size_t hll[2] = { 4, (size_t)bl };
+        const char *hg[2] = { "HGETALL", lk };
+        size_t hgl[2] = { 7, (size_t)ll };
+        b->pending += s->k > 1 ? 3 : 2;
+        rds_command(c, on_hmget, p, bk == 0 ? 5 : 3, hm, hml);
+        rds_command(c, on_hlen, p, 2, hl, hll);
+        if (s->k > 1) {
+            rds_command(c, on_xlog, p, 2, hg, hgl);
+        }
+    }
+}
+
+/* The sales (and their K): then each sale's commands, each routed by its own key. */
 static void on_streams(redisReply *rep, void *priv)
 {
     board_req_t *b = priv;
@@ -203,32 +361,33 @@ static void on_streams(redisReply *rep, void *priv)
     b->sales = xcalloc(rep->elements ? rep->elements : 1, sizeof *b->sales);
     for (size_t i = 0; i < rep->elements; i++) {
         const redisReply *e = rep->element[i];
-        char buf[24], *end;
-        if (!is_str(e) || e->len == 0 || e->len >= sizeof buf) {
-            continue;
-        }
-        memcpy(buf, e->str, e->len);
-        buf[e->len] = '\0';
-        long long id = strtoll(buf, &end, 10);
-        if (*end != '\0' || id <= 0) {
+        int64_t id;
+        if (reply_i64(e, &id) != 0 || id <= 0) {
             continue;
         }
         board_sale_t *s = &b->sales[b->nsales++];
         s->b = b;
         s->id = id;
+        s->k = 1;
     }
-    rds_t *c = b->r->w->rds;
-    b->pending += 2 * (int)b->nsales;      /* this callback's own reference is still held */
+    size_t nparts = 0;
+    for (size_t i = 0; i < rep->elements; i++) {
+        int64_t id;
+        int k = bucket_member(rep->element[i], &id);
+        for (size_t j = 0; k > 0 && j < b->nsales; j++) {
+            if (b->sales[j].id == id && k > b->sales[j].k) {
+                b->sales[j].k = k;
+            }
+        }
+    }
     for (size_t i = 0; i < b->nsales; i++) {
-        board_sale_t *s = &b->sales[i];
-        char vk[64], bk[64];
-        int vl = key_voucher(vk, sizeof vk, s->id), bl = key_buyers(bk, sizeof bk, s->id);
-        const char *hm[5] = { "HMGET", vk, "stock", "begin", "end" };
-        size_t hml[5] = { 5, (size_t)vl, 5, 5, 3 };
-        const char *hl[2] = { "HLEN", bk };
-        size_t hll[2] = { 4, (size_t)bl };
-        rds_command(c, on_hmget, s, 5, hm, hml);
-        rds_command(c, on_hlen, s, 2, hl, hll);
+        nparts += (size_t)b->sales[i].k;
+    }
+    b->parts = xcalloc(nparts ? nparts : 1, sizeof *b->parts);
+    /* this callback's own reference is still held while the commands go out */
+    for (size_t i = 0, at = 0; i < b->nsales; i++) {
+        board_send_sale(b, &b->sales[i], &b->parts[at]);
+        at += (size_t)b->sales[i].k;
     }
     board_unref(b);
 }

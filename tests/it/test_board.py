@@ -2,7 +2,8 @@
 
 Two instances on one Redis and one SQLite file (a small cluster): the data endpoint must
 refuse a missing or wrong x-admin-token, list both instances (each announces itself in
-Redis with a TTL; a stopped one drops off), and report each sale's live stock. Then
+Redis with a TTL; a stopped one drops off), and report each sale's live stock and buyers
+(for a voucher with stock buckets, the sums over its buckets and the units in transit). Then
 tests/browser/board.mjs drives Debian's chromium through playwright-core (pinned in
 tests/browser/package.json, installed by tools/deps.sh), through nginx at /api/admin/:
 wrong token refused, log in,
@@ -21,6 +22,7 @@ from harness import check, eq
 
 DB_BACKENDS = ("sqlite",)      # the board reads Redis; one backend is enough
 BROWSER_DIR = os.path.join(H.ROOT, "tests", "browser")
+TRANSFER_LUA = open(os.path.join(H.ROOT, "scripts", "transfer.lua")).read()
 
 
 def _cluster(n=2):
@@ -78,6 +80,24 @@ def test_board_data_endpoint():
     sale = [s for s in d["sales"] if s["id"] == vid]
     eq(len(sale), 1, "the sale on the board")
     eq((sale[0]["stock"], sale[0]["buyers"]), (2, 3), "stock left and buyers")
+    # A voucher with 4 stock buckets: the board sums them (each bucket's stock and buyers,
+    # plus units a transfer took from one bucket and has not yet added to another), so it
+    # shows the sale's true totals, not bucket 0's share.
+    k, bstock = 4, 20
+    bvid = H.create_seckill(s1, stock=bstock, stockBuckets=k)
+    btokens = [H.login(s1, redis, H.phone_for(i)) for i in range(3, 9)]
+    for t in btokens:
+        st, j = H.seckill(s2, t, bvid)
+        check(st == 200 and j["success"], "order of the bucketed voucher: %r", j)
+    bk = H.bucket_keys(bvid, 1, k)
+    eq(redis.cmd("EVAL", TRANSFER_LUA, "2", bk["voucher"], bk["log"], "take", "board-t1", "2",
+                 "1")[0] > 0, True, "a transfer taken from bucket 1, not applied")
+    st, j = _board(s1, s1.admin_token)
+    bsale = [s for s in j["data"]["sales"] if s["id"] == bvid]
+    eq(len(bsale), 1, "the bucketed sale on the board (once)")
+    eq((bsale[0]["stock"], bsale[0]["buyers"]), (bstock - len(btokens), len(btokens)),
+       "stock left and buyers summed over the buckets")
+    eq(bsale[0].get("buckets"), k, "the sale's stock buckets")
     by = {i["name"]: i for i in d["instances"]}
     eq(by["board-2"]["seckill"]["ok"], 3, "admissions counted by the instance that made them")
     eq(by["board-1"]["seckill"]["ok"], 0, "admissions of board-1")
