@@ -3,7 +3,8 @@
 Each test forms its own cluster of 3 masters (harness.start_redis_cluster, as
 test_rcluster.py does) and checks one feature that used to need a single Redis:
   - the sale board (/admin/api/board): both instances listed, every sale's stock and buyer
-    count read on the master owning its voucher (vouchers on every master);
+    count read on the master owning its voucher (vouchers on every master), and a voucher
+    with 3 stock buckets (one per master) shown with its summed stock and buyers;
   - sync mode's locks (src/lockmap.c: rlock routed to the master owning each lock's slot):
     two `seckill redis lock-check` processes contend for 12 locks spread over every master;
     each critical section is a non-atomic GET/sleep/SET of a counter beside its lock, so the
@@ -75,6 +76,11 @@ def test_board_on_redis_cluster():
             st, j = H.seckill(s1 if u % 2 else s2, tokens[u], v)
             check(j.get("success"), "buy %d by user %d: %r", v, u, j)
         bought[v] = n
+    # A voucher with 3 stock buckets, one on each master: the board sums the buckets.
+    bvid = H.create_seckill(s1, stock=12, stockBuckets=3)
+    for u in range(6):
+        st, j = H.seckill(s2 if u % 2 else s1, tokens[u], bvid)
+        check(j.get("success"), "buy bucketed %d by user %d: %r", bvid, u, j)
 
     # Both instances announce (once a second) on the {board} slot's master.
     def both():
@@ -86,7 +92,10 @@ def test_board_on_redis_cluster():
         st, j = _board(srv)
         eq(st, 200, "board data on a Redis Cluster via %s" % srv.name)
         sales = {s["id"]: s for s in j["data"]["sales"]}
-        eq(set(sales), set(vids), "sales on the board")
+        eq(set(sales), set(vids) | {bvid}, "sales on the board")
+        eq((sales[bvid]["stock"], sales[bvid]["buyers"]), (6, 6),
+           "bucketed voucher %d: stock and buyers over its masters" % bvid)
+        eq(sales[bvid].get("buckets"), 3, "bucketed voucher %d: buckets" % bvid)
         for v in vids:
             eq(sales[v]["stock"], 5 - bought[v], "voucher %d stock (master %d)" % (v, owners[v]))
             eq(sales[v]["buyers"], bought[v], "voucher %d buyers" % v)
