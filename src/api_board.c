@@ -296,25 +296,6 @@ static void on_xlog(redisReply *rep, void *priv)
     board_unref(b);
 }
 
-/* A member "<id>.<b>.<K>" of seckill:streams: the voucher's K, or 0 if it is not one. */
-static int bucket_member(const redisReply *e, int64_t *id)
-{
-    char buf[64];
-    long long v;
-    int bk, k, used = 0;
-    if (!is_str(e) || e->len >= sizeof buf) {
-        return 0;
-    }
-    memcpy(buf, e->str, e->len);
-    buf[e->len] = '\0';
-    if (sscanf(buf, "%lld.%d.%d%n", &v, &bk, &k, &used) != 3 || (size_t)used != e->len ||
-        v <= 0 || k < 2 || k > KEY_BUCKETS_MAX || bk < 1 || bk >= k) {
-        return 0;
-    }
-    *id = v;
-    return k;
-}
-
 /* Sends one sale's commands: per bucket HMGET and HLEN, and HGETALL of its log if K > 1. */
 static void board_send_sale(board_req_t *b, board_sale_t *s, board_part_t *parts)
 {
@@ -372,9 +353,13 @@ static void on_streams(redisReply *rep, void *priv)
     }
     size_t nparts = 0;
     for (size_t i = 0; i < rep->elements; i++) {
+        const redisReply *e = rep->element[i];
         int64_t id;
-        int k = bucket_member(rep->element[i], &id);
-        for (size_t j = 0; k > 0 && j < b->nsales; j++) {
+        int bk, k = 0;
+        if (!is_str(e) || key_bmember_parse(e->str, e->len, &id, &bk, &k) != 0) {
+            continue;
+        }
+        for (size_t j = 0; j < b->nsales; j++) {
             if (b->sales[j].id == id && k > b->sales[j].k) {
                 b->sales[j].k = k;
             }

@@ -14,24 +14,6 @@
 #include "rconn.h"
 #include "xmem.h"
 
-/* A member "<id>.<b>.<K>" of seckill:streams. 0, or -1 if it is not one. */
-static int parse_member(const redisReply *e, int64_t *vid, int *k)
-{
-    char buf[64];
-    long long v;
-    int b, kk, used = 0;
-    if (e->type != REDIS_REPLY_STRING || e->len >= sizeof buf)
-        return -1;
-    memcpy(buf, e->str, e->len);
-    buf[e->len] = '\0';
-    if (sscanf(buf, "%lld.%d.%d%n", &v, &b, &kk, &used) != 3 || (size_t)used != e->len ||
-        v <= 0 || kk < 2 || kk > KEY_BUCKETS_MAX || b < 1 || b >= kk)
-        return -1;
-    *vid = v;
-    *k = kk;
-    return 0;
-}
-
 int bks_registry(rcs_route_t *rt, bks_voucher_t **out, size_t *n, char *err, size_t errlen)
 {
     *out = NULL;
@@ -50,9 +32,10 @@ int bks_registry(rcs_route_t *rt, bks_voucher_t **out, size_t *n, char *err, siz
     bks_voucher_t *v = NULL;
     size_t nv = 0;
     for (size_t i = 0; i < r->elements; i++) {
+        const redisReply *e = r->element[i];
         int64_t vid;
-        int k;
-        if (parse_member(r->element[i], &vid, &k) != 0)
+        int b, k;
+        if (e->type != REDIS_REPLY_STRING || key_bmember_parse(e->str, e->len, &vid, &b, &k) != 0)
             continue;
         size_t j = 0;
         while (j < nv && v[j].voucher_id != vid)

@@ -186,6 +186,24 @@ int key_xfer_applied(char *buf, size_t len, const char *tag)
     return KEY_STR(buf, len, "seckill:xfer:applied:{", tag, "}");
 }
 
+int key_bmember_parse(const char *z, size_t n, int64_t *voucher_id, int *bucket, int *nbuckets)
+{
+    char buf[64];
+    long long v;
+    int b, k, used = 0;
+    if (n >= sizeof buf)
+        return -1;
+    memcpy(buf, z, n);
+    buf[n] = '\0';
+    if (sscanf(buf, "%lld.%d.%d%n", &v, &b, &k, &used) != 3 || (size_t)used != n || v <= 0 ||
+        k < 2 || k > KEY_BUCKETS_MAX || b < 1 || b >= k)
+        return -1;
+    *voucher_id = v;
+    *bucket = b;
+    *nbuckets = k;
+    return 0;
+}
+
 int key_login_code(char *buf, size_t len, const char *phone)
 {
     if (phone == NULL)

@@ -81,6 +81,10 @@ int key_stream_t(char *buf, size_t len, const char *tag);
 int key_dead_t(char *buf, size_t len, const char *tag);
 int key_xfer_log(char *buf, size_t len, const char *tag);
 int key_xfer_applied(char *buf, size_t len, const char *tag);
+/* Parses a member "<id>.<b>.<K>" of seckill:streams (stock bucket b >= 1 of a voucher with
+ * K buckets) of n bytes at z: 0 with *voucher_id, *bucket, *nbuckets set, or -1 if it is
+ * not one (a plain voucher id is not). */
+int key_bmember_parse(const char *z, size_t n, int64_t *voucher_id, int *bucket, int *nbuckets);
 int key_login_code(char *buf, size_t len, const char *phone);
 int key_login_fails(char *buf, size_t len, const char *phone);
 int key_login_token(char *buf, size_t len, const char *token);

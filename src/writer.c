@@ -408,26 +408,6 @@ static redisReply *cluster_streams(writer_t *wr)
     return r;
 }
 
-/* A member "<vid>.<bucket>.<buckets>" of seckill:streams: the stream of stock bucket
- * 1..buckets-1 of a bucketed voucher (buckets.h). 0, or -1 if it is not one. */
-static int bucket_member(const char *z, size_t n, int64_t *vid, int *bucket, int *nb)
-{
-    char buf[64];
-    long long v;
-    int b, k, used = 0;
-    if (n >= sizeof buf)
-        return -1;
-    memcpy(buf, z, n);
-    buf[n] = '\0';
-    if (sscanf(buf, "%lld.%d.%d%n", &v, &b, &k, &used) != 3 || (size_t)used != n || v <= 0 ||
-        k < 2 || k > KEY_BUCKETS_MAX || b < 1 || b >= k)
-        return -1;
-    *vid = v;
-    *bucket = b;
-    *nb = k;
-    return 0;
-}
-
 static int streams_refresh(writer_t *wr)
 {
     size_t n = 0;
@@ -453,7 +433,7 @@ static int streams_refresh(writer_t *wr)
         int64_t vid;
         int bucket = 0, nb = 1;
         if (!is_str(e) || (sb_parse_pos(e->str, e->len, &vid) != 0 &&
-                           bucket_member(e->str, e->len, &vid, &bucket, &nb) != 0)) {
+                           key_bmember_parse(e->str, e->len, &vid, &bucket, &nb) != 0)) {
             log_debug("writer: ignoring member of %s that is not a voucher id", KEY_STREAMS);
             continue;
         }

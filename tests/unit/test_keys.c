@@ -198,6 +198,24 @@ static void test_bucket_tags(void **state)
     assert_string_equal(key, "seckill:xfer:applied:{7}");
 }
 
+/* The members "<id>.<b>.<K>" of seckill:streams (the writer, the sweep and the board
+ * read them); a plain id or anything malformed is not one. */
+static void test_bucket_members(void **state)
+{
+    (void)state;
+    int64_t v = 0;
+    int b = 0, k = 0;
+    assert_int_equal(key_bmember_parse("42.3.4", 6, &v, &b, &k), 0);
+    assert_true(v == 42 && b == 3 && k == 4);
+    static const char *const bad[] = { "42", "42.0.4", "42.4.4", "42.1.1", "42.1.17",
+                                       "0.1.4", "42.1.4x", "42.1", "", "x.1.4" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_int_equal(key_bmember_parse(bad[i], strlen(bad[i]), &v, &b, &k), -1);
+    /* only the n bytes given count */
+    assert_int_equal(key_bmember_parse("42.1.4.9", 6, &v, &b, &k), 0);
+    assert_int_equal(key_bmember_parse("42.1.4.9", 8, &v, &b, &k), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -208,6 +226,7 @@ int main(void)
         cmocka_unit_test(test_constants),
         cmocka_unit_test(test_too_small),
         cmocka_unit_test(test_bucket_tags),
+        cmocka_unit_test(test_bucket_members),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
