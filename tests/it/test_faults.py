@@ -106,6 +106,13 @@ def write_record(path, vid, stock, recs, unanswered):
                 f.write("%d 0\n" % r.j["data"])
 
 
+def unknown_outcomes(recs):
+    """Requests whose outcome the client cannot know: no answer, or a 503 -- an admission
+    in flight when Redis died may have run before its answer was lost (docs/api.md), so
+    the audit may find up to this many orders never answered success."""
+    return sum(1 for x in recs if x.error or x.status == 503)
+
+
 def hlen(r, vid):
     return int(r.cmd("HLEN", H.k_buyers(vid)))
 
@@ -312,7 +319,7 @@ def test_f3_redis_kill9_appendfsync_always():
     H.check_sale_consistency(srv, r, vid, stock, recs, tokens, require_all_answered=False)
     errors = [x for x in recs if x.error]
     rec_path = os.path.join(H.tmpdir(), "f3a.orders")
-    write_record(rec_path, vid, stock, recs, len(errors))
+    write_record(rec_path, vid, stock, recs, unknown_outcomes(recs))
     require_clean(r, srv, vid, stock, rec_path)
     figures("F3-always", requests=len(recs), answered_success=sum(x.ok for x in recs),
             admitted_before_kill=before, answered_before_kill=len(answered_before),
@@ -356,7 +363,7 @@ def test_f3_redis_kill9_appendfsync_everysec():
     vanished = sorted(set(lost_redis) | set(lost_sql))
     ages = [t_kill - answered[i].t_recv for i in vanished]
     rec_path = os.path.join(H.tmpdir(), "f3b.orders")
-    write_record(rec_path, vid, stock, recs, sum(1 for x in recs if x.error))
+    write_record(rec_path, vid, stock, recs, unknown_outcomes(recs))
     rc, j, text = audit(r, srv, "--orders", rec_path)
     H.log(text)
     ap = checks_of(j).get("answered-persisted", {})
