@@ -36,27 +36,7 @@ PY
 }
 
 NP=$(free_port)
-mkdir -p "$TMP/nginx"
-cat > "$TMP/nginx/nginx.conf" <<NGX
-worker_processes 2;
-pid $TMP/nginx/nginx.pid;
-error_log $TMP/nginx/error.log;
-daemon off;
-events { worker_connections 4096; }
-http {
-    access_log off;
-    client_body_temp_path $TMP/nginx; proxy_temp_path $TMP/nginx;
-    fastcgi_temp_path $TMP/nginx; uwsgi_temp_path $TMP/nginx; scgi_temp_path $TMP/nginx;
-    keepalive_requests 100000000;
-    server { listen 127.0.0.1:$NP;
-             location / { default_type application/json; return 200 '{"success":true}'; } }
-}
-NGX
-nginx -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" &
-NGPID=$!
-pids="$pids $NGPID"
-until curl -s "http://127.0.0.1:$NP/" >/dev/null; do sleep 0.05; done
-NGALL="$NGPID $(ps -o pid= --ppid "$NGPID" | tr '\n' ' ')"
+nginx_static 2 '{"success":true}'
 
 i=0
 ports=""

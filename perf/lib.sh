@@ -28,6 +28,32 @@ serve_embedded() {
         sleep 0.1
     done
 }
+# The reference: nginx with $1 worker processes answering every request 200 with the JSON
+# body $2, on port $NP (the caller picks it with free_port), its files under $TMP/nginx.
+# Sets NGPID (the master, added to $pids), NGW (its workers) and NGALL (both).
+nginx_static() {
+    mkdir -p "$TMP/nginx"
+    cat > "$TMP/nginx/nginx.conf" <<NGX
+worker_processes $1;
+pid $TMP/nginx/nginx.pid;
+error_log $TMP/nginx/error.log;
+daemon off;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    client_body_temp_path $TMP/nginx; proxy_temp_path $TMP/nginx;
+    fastcgi_temp_path $TMP/nginx; uwsgi_temp_path $TMP/nginx; scgi_temp_path $TMP/nginx;
+    keepalive_requests 100000000;
+    server { listen 127.0.0.1:$NP;
+             location / { default_type application/json; return 200 '$2'; } }
+}
+NGX
+    nginx -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" &
+    NGPID=$!; pids="$pids $NGPID"
+    until curl -s "http://127.0.0.1:$NP/" >/dev/null; do sleep 0.05; done
+    NGW=$(ps -o pid= --ppid "$NGPID" | tr '\n' ' ')
+    NGALL="$NGPID $NGW"
+}
 # CPU ticks (utime + stime) of the threads of PID whose name matches the awk regex $2
 # (the service names its threads: w0, w1, ... the workers; writer the order writer).
 thread_ticks() {

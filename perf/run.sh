@@ -97,26 +97,8 @@ for P in 1 16; do
 done
 $R del 'seckill:voucher:{1}' >/dev/null
 
-mkdir -p "$TMP/nginx"
 for W in 1 2; do
-    cat > "$TMP/nginx/nginx.conf" <<NGX
-worker_processes $W;
-pid $TMP/nginx/nginx.pid;
-error_log $TMP/nginx/error.log;
-daemon off;
-events { worker_connections 4096; }
-http {
-    access_log off;
-    client_body_temp_path $TMP/nginx; proxy_temp_path $TMP/nginx;
-    fastcgi_temp_path $TMP/nginx; uwsgi_temp_path $TMP/nginx; scgi_temp_path $TMP/nginx;
-    server { listen 127.0.0.1:$NP; keepalive_requests 100000000;
-             location / { default_type application/json; return 200 '{"success":false,"errorMsg":"sold out","code":"SOLD_OUT"}'; } }
-}
-NGX
-    nginx -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" &
-    NGPID=$!; pids="$pids $NGPID"
-    until curl -s "http://127.0.0.1:$NP/" >/dev/null; do sleep 0.05; done
-    NGW=$(ps -o pid= --ppid "$NGPID" | tr '\n' ' ')
+    nginx_static "$W" '{"success":false,"errorMsg":"sold out","code":"SOLD_OUT"}'
     n0=$(cpu_ticks $NGPID $NGW)
     wrk -t2 -c"$CONNS" -d"${DURATION}s" "http://127.0.0.1:$NP/" > "$TMP/wrk.txt"
     n1=$(cpu_ticks $NGPID $NGW)
