@@ -10,6 +10,7 @@ import os
 import re
 import socket
 import subprocess
+import threading
 import time
 
 import harness as H
@@ -175,3 +176,85 @@ def test_metrics_listen():
     eq(m.request("GET", "/voucher/list/1")[0], 404, "/voucher/list/1 on the metrics listener")
     m.close()
     H.finish(srv)
+
+
+class _SlowStartProxy:
+    """A TCP proxy to Redis that holds back the first reply of every new connection for
+    `delay` seconds: Redis connections that come up slowly, as on a busy host."""
+
+    def __init__(self, upstream_port, delay):
+        self.upstream, self.delay = upstream_port, delay
+        self.ls = socket.socket()
+        self.ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.ls.bind(("127.0.0.1", 0))
+        self.ls.listen(64)
+        self.port = self.ls.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.ls.accept()
+            except OSError:
+                return
+            u = socket.create_connection(("127.0.0.1", self.upstream))
+            threading.Thread(target=self._pump, args=(c, u, 0), daemon=True).start()
+            threading.Thread(target=self._pump, args=(u, c, self.delay), daemon=True).start()
+
+    @staticmethod
+    def _pump(src, dst, first_delay):
+        try:
+            while True:
+                d = src.recv(65536)
+                if not d:
+                    break
+                if first_delay:
+                    time.sleep(first_delay)   # the injected slowness itself, not a wait
+                    first_delay = 0
+                dst.sendall(d)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self):
+        self.ls.close()
+
+
+def test_first_request_waits_for_redis_not_503():
+    """A worker opens its listener only once its Redis client is up (docs/http.md): a
+    request sent the moment the port accepts -- what nginx does with a restarted instance
+    -- waits in the backlog and is answered, not refused with 503 because the worker's
+    Redis connection was still being made."""
+    r = H.start_redis()
+    proxy = _SlowStartProxy(r.port, 0.3)
+    d = H.subdir("seckill-data")
+    port = H.free_port()
+    argv = H.server_argv(port, "redis://127.0.0.1:%d" % proxy.port,
+                         H.db_url_for(os.path.join(d, "seckill.db")), "adm" + "0" * 29, d)
+    srv = H.Server(argv, d, port, "adm" + "0" * 29, os.path.join(d, "seckill.db"), None)
+    srv.start(wait_ready=False)
+    try:
+        def connected():
+            try:
+                return socket.create_connection(("127.0.0.1", port), timeout=10)
+            except OSError:
+                return None
+        s = H.wait_until(connected, 60, interval=0.002, what="the port to accept")
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        head = b""
+        while b"\r\n" not in head:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            head += chunk
+        s.close()
+        status = head.split(b"\r\n", 1)[0].decode(errors="replace")
+        eq(status, "HTTP/1.1 200 OK", "the first request's answer")
+        srv.wait_ready()
+        H.finish(srv)
+    finally:
+        proxy.close()
