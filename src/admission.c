@@ -43,23 +43,17 @@
 #include "ordq.h"
 #include "rds.h"
 #include "sb.h"
+#include "vcache.h"
 #include "rebuild_watch.h"
 #include "store.h"
 #include "worker.h"
 #include "xmem.h"
 
 #define VERDICT_SLOTS 1024u
-#define VERDICT_WAYS 4u
 #define CTX_FREE_MAX 4096
 #define LANES 64u
 #define BATCH_MAX 64
 #define REFILL_ROUNDS_MAX 16   /* a bucketed buyer's tries at home between refills */
-
-typedef struct verdict {
-    int64_t voucher_id;         /* 0 = unused */
-    int code;
-    uint64_t until_ms;          /* clock_mono_ms() */
-} verdict_t;
 
 typedef struct adm_ctx {
     struct adm_cache *ac;
@@ -97,7 +91,7 @@ typedef struct batch {
 } batch_t;
 
 struct adm_cache {
-    verdict_t v[VERDICT_SLOTS];
+    vcache_t *verdicts;         /* voucher -> cached answer code (int), until clock_mono_ms() */
     lane_t lanes[LANES];
     uint64_t ttl_ms;            /* cfg.soldout_cache_ms */
     int index_in_script;        /* single Redis: admit.lua writes the buyers' order index */
@@ -162,51 +156,20 @@ static int cacheable(int code)
            code == ADMIT_NO_VOUCHER;
 }
 
-static verdict_t *verdict_set(struct adm_cache *ac, int64_t voucher_id)
+/* A cached answer for the voucher (an ADMIT_* code), or NULL. */
+static const int *verdict_get(struct adm_cache *ac, int64_t voucher_id, uint64_t now)
 {
-    uint64_t h = (uint64_t)voucher_id * UINT64_C(0x9e3779b97f4a7c15);
-    h ^= h >> 29;
-    return &ac->v[(h & (VERDICT_SLOTS - 1)) & ~(uint64_t)(VERDICT_WAYS - 1)];
-}
-
-static const verdict_t *verdict_get(struct adm_cache *ac, int64_t voucher_id, uint64_t now)
-{
-    verdict_t *set = verdict_set(ac, voucher_id);
-    for (unsigned i = 0; i < VERDICT_WAYS; i++) {
-        if (set[i].voucher_id == voucher_id) {
-            return now < set[i].until_ms ? &set[i] : NULL;
-        }
-    }
-    return NULL;
+    return vcache_get(ac->verdicts, voucher_id, now);
 }
 
 static void verdict_put(struct adm_cache *ac, int64_t voucher_id, int code, uint64_t until)
 {
-    verdict_t *set = verdict_set(ac, voucher_id);
-    verdict_t *pick = &set[0];
-    for (unsigned i = 0; i < VERDICT_WAYS; i++) {
-        if (set[i].voucher_id == voucher_id) {
-            pick = &set[i];
-            break;
-        }
-        if (set[i].until_ms < pick->until_ms) {
-            pick = &set[i];   /* the one expiring first (unused slots have 0) */
-        }
-    }
-    pick->voucher_id = voucher_id;
-    pick->code = code;
-    pick->until_ms = until;
+    *(int *)vcache_put(ac->verdicts, voucher_id, until) = code;
 }
 
 static void verdict_drop(struct adm_cache *ac, int64_t voucher_id)
 {
-    verdict_t *set = verdict_set(ac, voucher_id);
-    for (unsigned i = 0; i < VERDICT_WAYS; i++) {
-        if (set[i].voucher_id == voucher_id) {
-            set[i].voucher_id = 0;
-            set[i].until_ms = 0;
-        }
-    }
+    vcache_drop(ac->verdicts, voucher_id);
 }
 
 /* ------------------------------------------------------------ contexts */
@@ -233,6 +196,7 @@ static void cache_destroy(struct adm_cache *ac)
         free(c);
     }
     bk_cache_free(ac->bk);
+    vcache_free(ac->verdicts);
     free(ac);
 }
 
@@ -554,14 +518,14 @@ static int batch_call(batch_t *b, int64_t voucher_id)
 static void batch_send(lane_t *l, struct adm_cache *ac, worker_t *w)
 {
     while (!l->inflight && l->head != NULL) {
-        const verdict_t *v = ac->ttl_ms > 0 && !ac->dead
-                             ? verdict_get(ac, l->voucher_id, clock_mono_ms()) : NULL;
+        const int *v = ac->ttl_ms > 0 && !ac->dead
+                       ? verdict_get(ac, l->voucher_id, clock_mono_ms()) : NULL;
         if (v != NULL) {
             adm_ctx_t *c = l->head;
             l->head = c->next;
             l->nwait--;
             shard_inc(&w->m->soldout_local);
-            int code = v->code;
+            int code = *v;
             http_req_t *r = c->r;
             admission_cb cb = c->cb;
             ctx_put(c);
@@ -604,10 +568,10 @@ void admission_try(struct http_req *r, int64_t voucher_id, int64_t user_id, admi
     worker_t *w = r->w;
     struct adm_cache *ac = w->adm;
     if (ac != NULL && ac->ttl_ms > 0) {
-        const verdict_t *v = verdict_get(ac, voucher_id, http_clock_ns(r) / 1000000u);
+        const int *v = verdict_get(ac, voucher_id, http_clock_ns(r) / 1000000u);
         if (v != NULL) {
             shard_inc(&w->m->soldout_local);
-            cb(r, v->code, 0);
+            cb(r, *v, 0);
             return;
         }
     }
@@ -631,7 +595,7 @@ void admission_try(struct http_req *r, int64_t voucher_id, int64_t user_id, admi
     c->order_id = orderid_next(now);
     c->now = now;
     c->rounds = 0;
-    const bk_route_t *rt = bk_lookup(ac->bk, voucher_id);
+    const bk_route_t *rt = bk_lookup(ac->bk, voucher_id, http_clock_ns(r) / 1000000u);
     if (rt == NULL) {
         bk_learn(w, ac->bk, voucher_id, on_learned, c);
         return;
@@ -796,6 +760,7 @@ int adm_cache_init(struct worker *w)
     int ms = w->app->cfg.soldout_cache_ms;
     ac->ttl_ms = ms > 0 ? (uint64_t)ms : 0;
     ac->bk = bk_cache_new();
+    ac->verdicts = vcache_new(VERDICT_SLOTS, sizeof(int));
     url_redis_t a;
     ac->index_in_script = url_parse_redis(w->app->redis_url, &a) == 0 && !a.cluster;
     w->adm = ac;

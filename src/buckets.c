@@ -20,17 +20,11 @@
 #include "metrics.h"
 #include "orderid.h"
 #include "rds.h"
+#include "vcache.h"
 #include "worker.h"
 #include "xmem.h"
 
 #define ROUTE_SLOTS 256u
-#define ROUTE_WAYS 4u
-
-typedef struct route_ent {
-    int64_t voucher_id;           /* 0 = unused */
-    uint64_t until_ms;
-    bk_route_t rt;
-} route_ent_t;
 
 typedef struct waiter {
     void (*done)(void *priv, int64_t rc);
@@ -54,17 +48,22 @@ typedef struct refill {
 } refill_t;
 
 struct bk_cache {
-    route_ent_t v[ROUTE_SLOTS];
+    vcache_t *routes;             /* voucher -> bk_route_t, for BK_ROUTE_TTL_MS */
     refill_t *refills;
 };
 
 bk_cache_t *bk_cache_new(void)
 {
-    return xcalloc(1, sizeof(bk_cache_t));
+    bk_cache_t *bc = xcalloc(1, sizeof(bk_cache_t));
+    bc->routes = vcache_new(ROUTE_SLOTS, sizeof(bk_route_t));
+    return bc;
 }
 
 void bk_cache_free(bk_cache_t *bc)
 {
+    if (bc == NULL)
+        return;
+    vcache_free(bc->routes);
     free(bc);   /* refills hold admission contexts, so none is left when this runs */
 }
 
@@ -110,48 +109,20 @@ void bk_route_fill(bk_route_t *rt, int64_t voucher_id, int k)
         rt->salt[b] = (uint16_t)key_bsalt(voucher_id, b, rt->k);
 }
 
-static route_ent_t *route_set(bk_cache_t *bc, int64_t voucher_id)
+const bk_route_t *bk_lookup(bk_cache_t *bc, int64_t voucher_id, uint64_t now_ms)
 {
-    uint64_t h = (uint64_t)voucher_id * UINT64_C(0x9e3779b97f4a7c15);
-    h ^= h >> 29;
-    return &bc->v[(h & (ROUTE_SLOTS - 1)) & ~(uint64_t)(ROUTE_WAYS - 1)];
-}
-
-const bk_route_t *bk_lookup(bk_cache_t *bc, int64_t voucher_id)
-{
-    route_ent_t *set = route_set(bc, voucher_id);
-    uint64_t now = clock_mono_ms();
-    for (unsigned i = 0; i < ROUTE_WAYS; i++)
-        if (set[i].voucher_id == voucher_id)
-            return now < set[i].until_ms ? &set[i].rt : NULL;
-    return NULL;
+    return vcache_get(bc->routes, voucher_id, now_ms);
 }
 
 void bk_forget(bk_cache_t *bc, int64_t voucher_id)
 {
-    route_ent_t *set = route_set(bc, voucher_id);
-    for (unsigned i = 0; i < ROUTE_WAYS; i++)
-        if (set[i].voucher_id == voucher_id) {
-            set[i].voucher_id = 0;
-            set[i].until_ms = 0;
-        }
+    vcache_drop(bc->routes, voucher_id);
 }
 
 static void route_put(bk_cache_t *bc, int64_t voucher_id, int k)
 {
-    route_ent_t *set = route_set(bc, voucher_id);
-    route_ent_t *pick = &set[0];
-    for (unsigned i = 0; i < ROUTE_WAYS; i++) {
-        if (set[i].voucher_id == voucher_id) {
-            pick = &set[i];
-            break;
-        }
-        if (set[i].until_ms < pick->until_ms)
-            pick = &set[i];
-    }
-    pick->voucher_id = voucher_id;
-    pick->until_ms = clock_mono_ms() + BK_ROUTE_TTL_MS;
-    bk_route_fill(&pick->rt, voucher_id, k);
+    bk_route_fill(vcache_put(bc->routes, voucher_id, clock_mono_ms() + BK_ROUTE_TTL_MS),
+                  voucher_id, k);
 }
 
 /* ------------------------------------------------------------ learning K */

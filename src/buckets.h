@@ -52,8 +52,9 @@ void bk_cache_free(bk_cache_t *bc);
 /* The route of a voucher with k buckets (the salts computed: key_bsalt). */
 void bk_route_fill(bk_route_t *rt, int64_t voucher_id, int k);
 
-/* The route this worker knows for the voucher, or NULL (not known or expired). */
-const bk_route_t *bk_lookup(bk_cache_t *bc, int64_t voucher_id);
+/* The route this worker knows for the voucher, or NULL (not known, or expired at now_ms,
+ * a clock_mono_ms() reading). */
+const bk_route_t *bk_lookup(bk_cache_t *bc, int64_t voucher_id, uint64_t now_ms);
 void bk_forget(bk_cache_t *bc, int64_t voucher_id);
 
 /* Asks bucket 0 for K. done(priv, k): k >= 1 learned (and cached in bc), 0 the voucher is
