@@ -412,6 +412,7 @@ static void test_redis_down(void **state)
 
 /* 16: N threads x M iterations, increment inside the lock: exact count */
 struct count_arg {
+    rlock_client_t *c;   /* NULL: the suite's client C */
     const char *name;
     int iters;
     int64_t *counter;
@@ -422,7 +423,10 @@ static void *count_thread(void *p)
 {
     struct count_arg *a = p;
     rlock_t *l = NULL;
-    rlock_open(C, a->name, RLOCK_REENTRANT, NULL, 0, &l);
+    if (rlock_open(a->c != NULL ? a->c : C, a->name, RLOCK_REENTRANT, NULL, 0, &l) != RLOCK_OK) {
+        a->errors++;
+        return NULL;
+    }
     for (int i = 0; i < a->iters; i++) {
         if (rlock_lock(l, 5000) != RLOCK_OK) {
             a->errors++;
@@ -463,35 +467,6 @@ static void test_threads_count(void **state)
  * threads each, a shared counter read and written inside the lock; then a waiter of one
  * client is woken by the other's release, its channel seen by the server as a shard
  * channel (PUBSUB SHARDNUMSUB) while it waits. */
-struct sharded_arg {
-    rlock_client_t *c;
-    const char *name;
-    int64_t *counter;
-    int errors;
-};
-
-static void *sharded_thread(void *p)
-{
-    struct sharded_arg *a = p;
-    rlock_t *l = NULL;
-    if (rlock_open(a->c, a->name, RLOCK_REENTRANT, NULL, 0, &l) != RLOCK_OK) {
-        a->errors++;
-        return NULL;
-    }
-    for (int i = 0; i < 50; i++) {
-        if (rlock_lock(l, 5000) != RLOCK_OK) {
-            a->errors++;
-            continue;
-        }
-        int64_t v = *a->counter;
-        th_sleep_ms(0);
-        *a->counter = v + 1;
-        if (rlock_unlock(l) != RLOCK_OK) a->errors++;
-    }
-    rlock_close(l);
-    return NULL;
-}
-
 static rlock_client_t *sharded_client(void)
 {
     rlock_config_t cfg;
@@ -513,10 +488,11 @@ static void test_sharded_pubsub(void **state)
     th_name(name, sizeof name, "shard");
     int64_t counter = 0;
     pthread_t t[8];
-    struct sharded_arg a[8];
+    struct count_arg a[8];
     for (int i = 0; i < 8; i++) {
-        a[i] = (struct sharded_arg){ .c = sc[i % 2], .name = name, .counter = &counter };
-        pthread_create(&t[i], NULL, sharded_thread, &a[i]);
+        a[i] = (struct count_arg){ .c = sc[i % 2], .name = name, .iters = 50,
+                                   .counter = &counter };
+        pthread_create(&t[i], NULL, count_thread, &a[i]);
     }
     int errors = 0;
     for (int i = 0; i < 8; i++) {
