@@ -340,7 +340,10 @@ def finish(srv):
 
 def start_redis(name="redis", port=None, extra=()):
     d = subdir(name)
-    return Redis(port or free_port(), d, extra).start()
+    if port is None:
+        # a cluster-enabled node needs its bus port (port + 10000) to exist and be free
+        port = cluster_ports(1)[0] if "--cluster-enabled" in extra else free_port()
+    return Redis(port, d, extra).start()
 
 
 # ---------------------------------------------------------------------------------------
