@@ -243,10 +243,11 @@ redisReply *rcs_command(rcs_t *s, const char *key, size_t keylen, int argc, cons
 int rcs_route_open(const char *url, int timeout_ms, rcs_route_t *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
+    out->timeout_ms = timeout_ms > 0 ? timeout_ms : 5000;
     url_redis_t a;
     if (url_parse_redis(url, &a) == 0 && a.cluster) {
         char why[300];
-        out->cl = rcs_open(&a, timeout_ms > 0 ? timeout_ms : 5000, why, sizeof why);
+        out->cl = rcs_open(&a, out->timeout_ms, why, sizeof why);
         if (!out->cl) {
             char shown[600];
             snprintf(err, errlen, "Redis Cluster %s: %s", url_redact(url, shown, sizeof shown),
@@ -259,6 +260,11 @@ int rcs_route_open(const char *url, int timeout_ms, rcs_route_t *out, char *err,
     return out->one ? 0 : -1;
 }
 
+uint64_t rcs_route_deadline(const rcs_route_t *r)
+{
+    return clock_mono_ms() + (uint64_t)(r->timeout_ms > 0 ? r->timeout_ms : 5000);
+}
+
 redisContext *rcs_route_key(rcs_route_t *r, const char *key, char *err, size_t errlen)
 {
     if (r->one)
@@ -267,21 +273,49 @@ redisContext *rcs_route_key(rcs_route_t *r, const char *key, char *err, size_t e
         snprintf(err, errlen, "no Redis connection");
         return NULL;
     }
-    int node = rcs_owner(r->cl, key, strlen(key));
-    if (node < 0) {
-        if (rcs_refresh(r->cl, err, errlen) != 0 ||
-            (node = rcs_owner(r->cl, key, strlen(key))) < 0) {
+    uint64_t deadline = rcs_route_deadline(r);
+    for (;;) {
+        int node = rcs_owner(r->cl, key, strlen(key));
+        if (node < 0) {
             snprintf(err, errlen, "no cluster node serves %s", key);
-            return NULL;
+        } else {
+            redisContext *c = rcs_ctx(r->cl, node, err, errlen);
+            if (c && c->err) {
+                /* broken by an earlier call: once more, fresh */
+                rcs_drop(r->cl, node);
+                c = rcs_ctx(r->cl, node, err, errlen);
+            }
+            if (c)
+                return c;
         }
+        if (clock_mono_ms() >= deadline)
+            return NULL;
+        /* A failover in progress, or a map older than the cluster: ask again. */
+        char why[256];
+        nap_ms(NAP_MS);
+        rcs_refresh(r->cl, why, sizeof why);
     }
-    redisContext *c = rcs_ctx(r->cl, node, err, errlen);
-    if (c && c->err) {
-        /* broken by an earlier call: once more, fresh */
-        rcs_drop(r->cl, node);
-        c = rcs_ctx(r->cl, node, err, errlen);
-    }
-    return c;
+}
+
+int rcs_route_retry(rcs_route_t *r, uint64_t deadline, const char *err)
+{
+    if (!r->cl || clock_mono_ms() >= deadline)
+        return 0;
+    int broken = 0;
+    for (int i = 0; i < RCL_MAX_NODES; i++)
+        if (r->cl->ctx[i] && r->cl->ctx[i]->err)
+            broken = 1;
+    int moved = err && (strstr(err, "MOVED ") || strstr(err, "ASK ") ||
+                        strstr(err, "TRYAGAIN") || strstr(err, "CLUSTERDOWN") ||
+                        strstr(err, "no cluster node serves"));
+    if (!broken && !moved)
+        return 0;
+    for (int i = 0; i < RCL_MAX_NODES; i++)
+        rcs_drop(r->cl, i);
+    char why[256];
+    nap_ms(NAP_MS);
+    rcs_refresh(r->cl, why, sizeof why);
+    return 1;
 }
 
 void rcs_route_close(rcs_route_t *r)

@@ -13,6 +13,7 @@
 #define SECKILL_RCL_SYNC_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "rcluster.h"
 #include "url.h"
@@ -54,12 +55,28 @@ struct redisReply *rcs_command(rcs_t *s, const char *key, size_t keylen, int arg
 typedef struct rcs_route {
     struct redisContext *one;    /* one Redis */
     rcs_t *cl;                   /* a cluster */
+    int timeout_ms;              /* the deadline of one call: rcs_route_key, a retried read */
 } rcs_route_t;
 int rcs_route_open(const char *url, int timeout_ms, rcs_route_t *out, char *err,
                    size_t errlen);
-/* The context for key (owned by r; do not free). NULL with err. */
+/* The context for key (owned by r; do not free). NULL with err. On a cluster, a slot
+ * without an owner or an owner that cannot be reached (a master that died: until its
+ * replica is promoted, every node's map still names it) makes it reread the map from any
+ * known node, seeds included, and try again until timeout_ms has passed. */
 struct redisContext *rcs_route_key(rcs_route_t *r, const char *key, char *err, size_t errlen);
 void rcs_route_close(rcs_route_t *r);   /* NULL members are fine */
+
+/* Retrying a failed read on a cluster. A tool's read of one voucher (or one pipeline)
+ * that failed because the cluster changed under it -- a connection broke, or Redis
+ * answered MOVED, ASK, TRYAGAIN or CLUSTERDOWN -- can be redone from the start on the new
+ * map: rcs_route_retry returns 1 when err (what the read failed with) or a broken
+ * connection says so and the deadline (from rcs_route_deadline, taken before the first
+ * attempt) has not passed; it has then dropped every connection (a pipeline cut short may
+ * have left replies unread on the others), napped 20 ms and reread the map. 0: give up
+ * (one Redis, another error, or out of time). Only for reads and idempotent writes: a
+ * command whose connection broke may have run. */
+uint64_t rcs_route_deadline(const rcs_route_t *r);
+int rcs_route_retry(rcs_route_t *r, uint64_t deadline, const char *err);
 /* Pipelines through routed contexts: append each command to rcs_route_key(key)'s context
  * and remember that context in ctx[i]; then this reads the n replies in append order
  * (each context keeps its own order, so every reply meets its command), hands each to fn

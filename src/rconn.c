@@ -113,6 +113,17 @@ redisContext *rconn_open(const url_redis_t *a, int timeout_ms, char *err, size_t
     return c;
 }
 
+/* INFO cluster says cluster_enabled:1. A server that does not answer INFO (renamed, or
+ * denied by an ACL) is taken for what the URL says. */
+static int cluster_enabled(redisContext *c)
+{
+    redisReply *r = redisCommand(c, "INFO cluster");
+    int on = r && r->type == REDIS_REPLY_STRING && r->str &&
+             strstr(r->str, "cluster_enabled:1") != NULL;
+    freeReplyObject(r);
+    return on;
+}
+
 redisContext *rconn_open_url(const char *url, int timeout_ms, char *err, size_t errlen)
 {
     char shown[600], why[512];
@@ -126,8 +137,20 @@ redisContext *rconn_open_url(const char *url, int timeout_ms, char *err, size_t 
         return NULL;
     }
     redisContext *c = rconn_open(&a, timeout_ms, why, sizeof why);
-    if (!c)
+    if (!c) {
         snprintf(err, errlen, "Redis at %s: %s", shown, why);
+        return NULL;
+    }
+    if (!a.cluster && cluster_enabled(c)) {
+        snprintf(err, errlen,
+                 "Redis at %s runs in cluster mode (cluster_enabled:1): address it as "
+                 "redis+cluster://host:port[,host:port...] (seed nodes). As a single Redis "
+                 "every key would go to this one node, and commands over several vouchers' "
+                 "keys are refused there (CROSSSLOT)",
+                 shown);
+        redisFree(c);
+        return NULL;
+    }
     return c;
 }
 

@@ -22,7 +22,9 @@ struct redisReply;
 /* Connects to a, authenticates and selects a->db, the whole within timeout_ms (<= 0:
  * 5 s); afterwards each command's socket timeout is timeout_ms. NULL + err on failure. */
 struct redisContext *rconn_open(const url_redis_t *a, int timeout_ms, char *err, size_t errlen);
-/* The same from a URL (url.h); err names the URL with its password hidden. */
+/* The same from a URL (url.h); err names the URL with its password hidden. A server in
+ * cluster mode behind a plain redis:// or unix: address is refused (err says to use
+ * redis+cluster://): it cannot serve a single-Redis client's multi-key commands. */
 struct redisContext *rconn_open_url(const char *url, int timeout_ms, char *err, size_t errlen);
 void rconn_close(struct redisContext *c); /* NULL is fine */
 

@@ -1071,6 +1071,7 @@ int audit_wait_drain(const char *redis_url, const char *db_url, int64_t vid, int
         return -1;
     }
     uint64_t t0 = clock_mono_ns(), first = 0, last = 0;
+    uint64_t retry_until = 0;   /* the deadline of the current run of failed reads */
     int64_t prev = -1;
     int rc = 0;
     v.nbuckets = bucket_count(c, &v);
@@ -1078,9 +1079,17 @@ int audit_wait_drain(const char *redis_url, const char *db_url, int64_t vid, int
         sgroup_t g;
         if (read_group(c, v.ks, &g, err, errlen) < 0 ||
             drain_buckets(&rt, &v, &g, NULL, err, errlen) < 0) {
+            /* a failover or reshard under the wait: the map again, the voucher's node again */
+            if (!retry_until)
+                retry_until = rcs_route_deadline(&rt);
+            if (rcs_route_retry(&rt, retry_until, err) && (c = rcs_route_key(&rt, v.ks, err, errlen))) {
+                v.nbuckets = bucket_count(c, &v);
+                continue;
+            }
             rc = -1;
             break;
         }
+        retry_until = 0;
         int64_t count = 0, stock = 0;
         if (store_voucher_counts(st, vid, &count, &stock) == STORE_ERR) {
             snprintf(err, errlen, "SQL: %s", store_errmsg(st));
@@ -1117,20 +1126,74 @@ int audit_wait_drain(const char *redis_url, const char *db_url, int64_t vid, int
     }
     d->seconds = (double)(clock_mono_ns() - t0) / 1e9;
     d->active_seconds = first ? (double)(last - first) / 1e9 : 0;
-    if (rc == 0) {
-        char why[128];
-        redisReply *r = rconn_cmdf(c, why, sizeof why, "HLEN %s", v.kb);
+    retry_until = rcs_route_deadline(&rt);
+    while (rc == 0) {
+        redisReply *r = rconn_cmdf(c, err, errlen, "HLEN %s", v.kb);
+        d->admitted = 0;
         if (r) {
             rconn_int(r, &d->admitted);
             freeReplyObject(r);
         }
         sgroup_t g;
         memset(&g, 0, sizeof g);
-        if (drain_buckets(&rt, &v, &g, &d->admitted, err, errlen) < 0)
+        if (r && drain_buckets(&rt, &v, &g, &d->admitted, err, errlen) == 0)
+            break;
+        if (!rcs_route_retry(&rt, retry_until, err) || !(c = rcs_route_key(&rt, v.ks, err, errlen)))
             rc = -1;
     }
     store_close(st);
     rcs_route_close(&rt);
+    return rc;
+}
+
+/* Everything the checks need of one voucher, from Redis and SQL. */
+static int read_voucher(rcs_route_t *rt, store_t *st, vdata_t *d, char *err, size_t errlen)
+{
+    /* Every key of the voucher shares its hash tag: one node answers them all. */
+    redisContext *c = rcs_route_key(rt, d->ks, err, errlen);
+    if (!c)
+        return -1;
+    sgroup_t g;
+    int rc = read_group(c, d->ks, &g, err, errlen);
+    if (rc == 0) {
+        d->group_found = g.found;
+        d->pending = g.pending;
+        d->lag = g.found ? g.lag : 0;
+        d->have_smallest = g.have_smallest;
+        d->smallest = g.smallest;
+        d->last_delivered = g.last_delivered;
+        rc = read_bucket_groups(rt, c, d, err, errlen);
+    }
+    if (rc == 0)
+        rc = read_sql(st, d, err, errlen);
+    if (rc == 0)
+        rc = read_redis_snapshot(c, d, err, errlen);
+    if (rc == 0 && !d->group_found)
+        d->lag = d->xlen;   /* no consumer group: nothing was ever delivered to a writer */
+    if (rc == 0)
+        rc = read_buyers(c, d, err, errlen);
+    if (rc == 0)
+        rc = read_stream(c, d, err, errlen);
+    if (rc == 0 && d->nbuckets > 1)
+        rc = read_bucket_rest(rt, d, err, errlen);
+    return rc;
+}
+
+/* read_voucher, read again from the start when a cluster changed under it (a failover, a
+ * reshard) until the route's deadline: the reads are a snapshot, so a half-read one is
+ * thrown away. */
+static int read_voucher_retried(rcs_route_t *rt, store_t *st, vdata_t *d, char *err,
+                                size_t errlen)
+{
+    uint64_t deadline = rcs_route_deadline(rt);
+    int rc;
+    while ((rc = read_voucher(rt, st, d, err, errlen)) < 0 && rcs_route_retry(rt, deadline, err)) {
+        int64_t vid = d->vid;
+        vdata_free(d);
+        memset(d, 0, sizeof *d);
+        d->vid = vid;
+        voucher_keys(d);
+    }
     return rc;
 }
 
@@ -1200,37 +1263,7 @@ int audit_run(const audit_opts_t *o)
             }
             drained_wanted = 1;
         }
-        /* Every key of the voucher shares its hash tag: one node answers them all. */
-        redisContext *c = rcs_route_key(&rt, d.ks, err, sizeof err);
-        if (!c) {
-            fprintf(stderr, "seckill audit: voucher %lld: %s\n", LL(d.vid), err);
-            vdata_free(&d);
-            status = 2;
-            break;
-        }
-        sgroup_t g;
-        int rc = read_group(c, d.ks, &g, err, sizeof err);
-        if (rc == 0) {
-            d.group_found = g.found;
-            d.pending = g.pending;
-            d.lag = g.found ? g.lag : 0;
-            d.have_smallest = g.have_smallest;
-            d.smallest = g.smallest;
-            d.last_delivered = g.last_delivered;
-            rc = read_bucket_groups(&rt, c, &d, err, sizeof err);
-        }
-        if (rc == 0)
-            rc = read_sql(st, &d, err, sizeof err);
-        if (rc == 0)
-            rc = read_redis_snapshot(c, &d, err, sizeof err);
-        if (rc == 0 && !d.group_found)
-            d.lag = d.xlen;   /* no consumer group: nothing was ever delivered to a writer */
-        if (rc == 0)
-            rc = read_buyers(c, &d, err, sizeof err);
-        if (rc == 0)
-            rc = read_stream(c, &d, err, sizeof err);
-        if (rc == 0 && d.nbuckets > 1)
-            rc = read_bucket_rest(&rt, &d, err, sizeof err);
+        int rc = read_voucher_retried(&rt, st, &d, err, sizeof err);
         if (rc < 0) {
             fprintf(stderr, "seckill audit: voucher %lld: %s\n", LL(d.vid), err);
             vdata_free(&d);

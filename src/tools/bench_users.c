@@ -110,7 +110,8 @@ static int read_codes(rcs_route_t *rt, const bench_opts_t *o, char (*codes)[8], 
     redisContext **ctx = xcalloc(PIPE, sizeof *ctx);
     char(*keys)[32] = xcalloc(PIPE, sizeof *keys);
     int rc = 0;
-    for (size_t a = lo; a < hi && rc == 0; a += PIPE) {
+    uint64_t retry_until = 0;
+    for (size_t a = lo; a < hi && rc == 0;) {
         size_t b = a + PIPE < hi ? a + PIPE : hi, nc = 0;
         for (size_t i = a; i < b; i++) {
             char phone[16];
@@ -126,8 +127,16 @@ static int read_codes(rcs_route_t *rt, const bench_opts_t *o, char (*codes)[8], 
             ctx[nc++] = c;
         }
         codes_dst_t d = {codes, a, keys};
-        if (rcs_route_replies(ctx, nc, take_code, &d, "reading login codes", err, errlen) < 0)
-            rc = -1;
+        if (rc == 0 &&
+            rcs_route_replies(ctx, nc, take_code, &d, "reading login codes", err, errlen) == 0) {
+            retry_until = 0;
+            a = b;
+            continue;
+        }
+        /* a failover or reshard on a cluster: the chunk again on the new map */
+        if (!retry_until)
+            retry_until = rcs_route_deadline(rt);
+        rc = rcs_route_retry(rt, retry_until, err) ? 0 : -1;
     }
     free(ctx);
     free(keys);

@@ -155,12 +155,16 @@ static int rebuild_cmd(int argc, char **argv)
         char kv[64];
         redisContext *c = NULL, *g = NULL;
         int rc = REBUILD_ERR;
+        uint64_t retry_until = rcs_route_deadline(&rt);
         if (key_voucher(kv, sizeof kv, list[i]) < 0)
             snprintf(err, sizeof err, "voucher id out of range");
-        else if ((c = rcs_route_key(&rt, kv, err, sizeof err)) &&
-                 (g = rcs_route_key(&rt, KEY_STREAMS, err, sizeof err)) &&
-                 bks_rebuild_allowed(&rt, list[i], err, sizeof err) > 0)
-            rc = rebuild_voucher(c, g, st, list[i], &o, &res, err, sizeof err);
+        else
+            do   /* again on a new map when a failover or reshard cut it short */
+                if ((c = rcs_route_key(&rt, kv, err, sizeof err)) &&
+                    (g = rcs_route_key(&rt, KEY_STREAMS, err, sizeof err)) &&
+                    bks_rebuild_allowed(&rt, list[i], err, sizeof err) > 0)
+                    rc = rebuild_voucher(c, g, st, list[i], &o, &res, err, sizeof err);
+            while (rc == REBUILD_ERR && rcs_route_retry(&rt, retry_until, err));
         switch (rc) {
         case REBUILD_DONE:
             done++;

@@ -29,7 +29,8 @@ static int write_hashes(const seed_req_t *q, char (*tokens)[33], const int64_t *
     snprintf(ttl, sizeof ttl, "%d", q->ttl_s > 0 ? q->ttl_s : 7200);
     redisContext **ctx = xcalloc(2 * PIPE, sizeof *ctx);
     int rc = 0;
-    for (size_t lo = 0; lo < q->n && rc == 0; lo += PIPE) {
+    uint64_t retry_until = 0;
+    for (size_t lo = 0; lo < q->n && rc == 0;) {
         size_t hi = lo + PIPE < q->n ? lo + PIPE : q->n, nc = 0;
         for (size_t i = lo; i < hi; i++) {
             char key[64], id[24], nick[32];
@@ -48,8 +49,17 @@ static int write_hashes(const seed_req_t *q, char (*tokens)[33], const int64_t *
             ctx[nc++] = c;
             ctx[nc++] = c;
         }
-        if (rcs_route_replies(ctx, nc, NULL, NULL, "writing token hashes", err, errlen) < 0)
-            rc = -1;
+        if (rc == 0 && rcs_route_replies(ctx, nc, NULL, NULL, "writing token hashes", err,
+                                         errlen) == 0) {
+            retry_until = 0;
+            lo = hi;
+            continue;
+        }
+        /* a failover or reshard on a cluster: the chunk again (HSET and EXPIRE repeat
+         * harmlessly) on the new map */
+        if (!retry_until)
+            retry_until = rcs_route_deadline(&rt);
+        rc = rcs_route_retry(&rt, retry_until, err) ? 0 : -1;
     }
     free(ctx);
     rcs_route_close(&rt);

@@ -1,0 +1,65 @@
+"""test_rcluster_tools.py -- the blocking tools (`seckill audit`, `seckill bench`) on a
+Redis Cluster through a failover (src/rcl_sync.c: rcs_route_key and rcs_route_retry).
+
+One cluster of 3 masters + 3 replicas (cluster-node-timeout 1 s), one seckill on it, a few
+vouchers sold on every master (one of them in 3 stock buckets, one per master). Then the
+master of the first seed is killed with kill -9 and its replica promoted. The tools get a
+seed list that still names the dead node first, as an operator's configuration would:
+  - `seckill audit` reads every voucher, each bucket on the master that owns it now, and
+    reports 0 violations (before: it failed on the dead node or on a stale map);
+  - a short `seckill bench` (API logins, a sale, the drain and its own audit) succeeds;
+  - an audit started the moment the master dies (before the promotion) waits for the new
+    map within its deadline and succeeds too.
+"""
+
+import json
+import os
+
+import harness as H
+from harness import check, eq
+
+DB_BACKENDS = ("sqlite",)   # the Redis side is under test; a cluster costs ~6 s to form
+
+
+@H.timeout(200)
+def test_tools_follow_a_failover():
+    cluster = H.start_redis_cluster(masters=3, replicas=1)
+    srv = H.start_server(cluster.url, name="tools-1", settings={"rate_user_seckill": "0"})
+    tokens = H.login_many(srv, cluster, 30)
+    vids = [H.create_seckill(srv, stock=12) for _ in range(6)]
+    vids.append(H.create_seckill(srv, stock=12, stockBuckets=3))
+    for v in vids:
+        recs = H.run_sale(srv, v, tokens[:10], attempts=1, nthreads=4)
+        check(all(r.ok for r in recs), "voucher %d: %r", v, H.summarize(recs))
+    for v in vids[:-1]:
+        H.wait_drained(srv, cluster, v, timeout=60)
+    db = srv.db()
+    H.wait_until(lambda: db.order_count(vids[-1]) == 10, 60, what="bucketed voucher in SQL")
+
+    dead = cluster.node_for(H.k_voucher(vids[-1]))
+    replica = cluster.replica_of(dead)
+    seeds = [dead] + [r for r in cluster.nodes if r is not dead]
+    url = "redis+cluster://" + ",".join("127.0.0.1:%d" % r.port for r in seeds)
+    dead.kill()
+    # At once: the dead master still owns its slots in every live node's map until its
+    # replica is promoted (~1-2 s); the audit waits for that within its deadline.
+    st, out = H.audit(url, srv.db_url)
+    promoted = replica.cmd("ROLE")[0] == "master"
+    check(st == 0 and "audit: 0 violations" in out, "audit during the failover: exit %d\n%s",
+          st, out[-3000:])
+    check(promoted, "the audit ended before the replica was promoted")
+    cluster.wait_ok(30)
+    st, out = H.audit(url, srv.db_url)
+    check(st == 0 and "audit: 0 violations" in out, "audit after the failover: exit %d\n%s",
+          st, out[-3000:])
+
+    js = os.path.join(H.tmpdir(), "bench.json")
+    rc, out, err = H.run_tool(["bench", "--target", "http://127.0.0.1:%d" % srv.port,
+                               "--redis", url, "--db", srv.db_url,
+                               "--admin-token", srv.admin_token, "--quiet", "--stock", 40,
+                               "--users", 60, "--conns", 8, "--json", js])
+    check(rc == 0, "bench after the failover: exit %d:\n%s\n%s", rc, out, err)
+    j = json.load(open(js))
+    eq(j["outcomes"]["success"], 40, "bench success answers")
+    eq(j["audit"], 0, "bench's audit status")
+    H.finish(srv)
