@@ -8,6 +8,7 @@
  *   bench_users.c  user preparation: API login, direct token seeding, a tokens file
  *   bench_hist.c   latency histogram; bench_redis.c blocking Redis helpers
  *   bench_timeline.c  the answers cut into 100 ms slots and the sale's two phases
+ *   bench_outcome.h   a request's outcome, shared with the timeline
  *
  * The public entry is bench_main(); the rest of this header is shared by the bench_*.c
  * files and the unit tests (bench_parse_args is pure). */
@@ -18,6 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
+
+#include "bench_outcome.h"
 
 /* `seckill bench ...` (argv[0] is "bench"). 0 = run done and audit clean, 1 = audit found a
  * violation, 2 = could not run. */
@@ -76,28 +79,6 @@ typedef struct bench_opts {
  * err. Pure: no I/O (the data dir's admin token is read later, by bench_main). */
 int bench_parse_args(int argc, char **argv, bench_opts_t *o, char *err, size_t errlen);
 void bench_usage(void);
-
-/* ==== outcomes of one flash-sale request ==== */
-
-typedef enum {
-    BO_SUCCESS = 0,    /* success:true, data = order id */
-    BO_SOLD_OUT,       /* 库存不足 / SOLD_OUT */
-    BO_DUPLICATE,      /* 不能重复下单 / DUPLICATE */
-    BO_NOT_STARTED,
-    BO_ENDED,
-    BO_NO_VOUCHER,
-    BO_UNAUTHORIZED,   /* 401 */
-    BO_UNAVAILABLE,    /* 503 */
-    BO_OTHER,          /* any other answer */
-    BO_ERROR,          /* no answer: connection failed or closed with the request in flight */
-    BO__COUNT
-} bench_outcome_t;
-
-extern const char *const bench_outcome_names[BO__COUNT];
-
-/* Classifies an HTTP answer to POST /voucher-order/seckill/{id}; *order_id gets the id on
- * success. Understands the `code` member and the course's Chinese messages. Pure. */
-bench_outcome_t bench_classify(int status, const char *body, size_t len, int64_t *order_id);
 
 /* ==== the load generator (bench_load.c) ==== */
 

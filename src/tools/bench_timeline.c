@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench.h"
 #include "xmem.h"
 
 static int cmp_due(const void *a, const void *b)

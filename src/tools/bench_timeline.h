@@ -24,6 +24,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "bench_outcome.h"
+
 typedef struct bench_rec {
     uint32_t due_us;    /* us since the load's origin: when it was due (= sent, closed loop) */
     uint32_t send_us;   /* when it was sent */
