@@ -283,15 +283,29 @@ def _consumers(cluster, vid):
     return out
 
 
+def _holds_all(cluster, vid, consumer, at_least):
+    """Does consumer hold (pending) every entry of the voucher's stream, at least
+    at_least of them?"""
+    n = cluster.cmd("XLEN", H.k_stream(vid))
+    return n >= at_least and _consumers(cluster, vid).get(consumer, 0) == n
+
+
 @H.timeout(200)
 def test_cluster_dead_instance_entries_adopted_per_node():
+    """inst-a dies holding the pending entries of two vouchers on two masters; inst-b's
+    writer adopts them on each master (XAUTOCLAIM) and writes them.
+
+    inst-b starts only after the kill, so that inst-a is the group's only consumer while
+    it reads. With both running from the start (as this test did), inst-b's writer could
+    read part of the sale itself; behind the held SQL lock its entries went idle past
+    claim_idle_ms, inst-a's claim pass took them over, and after the kill inst-b wrote and
+    acked the batch it still had in hand: every order written, nothing adopted, and the
+    check below failed (seen in CI under load: the cluster's AOF showed each entry
+    delivered to inst-b, then claimed by inst-a, then acked)."""
     cluster = H.start_redis_cluster()
     settings = {"rate_user_seckill": "0", "claim_idle_ms": 1000}
     a = H.start_server(cluster.url, name="inst-a", threads=2, settings=settings,
                        data_dir=H.subdir("inst-a"))
-    b = H.start_server(cluster.url, name="inst-b", threads=2, settings=settings,
-                       data_dir=H.subdir("inst-b"), db_path=a.db_path,
-                       admin_token=a.admin_token)
     tokens = H.login_many(a, cluster, 60)
     # two vouchers on two different masters
     vids, owners = [], set()
@@ -304,14 +318,22 @@ def test_cluster_dead_instance_entries_adopted_per_node():
     lock = H.hold_db_lock(a.db_url)
     try:
         recs = {v: H.run_sale(a, v, tokens, attempts=1) for v in vids}
-        held = {v: H.wait_until(lambda v=v: _consumers(cluster, v).get("inst-a", 0), 20,
-                                interval=0.02, what="pending entries of inst-a")
-                for v in vids}
+        held = {}
+        for v in vids:
+            sold = sum(1 for r in recs[v] if r.ok)
+            check(sold > 0, "nothing sold on voucher %d", v)
+            # every entry of the stream read by inst-a and held: SQL is locked
+            H.wait_until(lambda v=v, sold=sold: _holds_all(cluster, v, "inst-a", sold), 20,
+                         interval=0.02, what="inst-a holding every entry of voucher %d" % v)
+            held[v] = _consumers(cluster, v)["inst-a"]
         a.kill9()
     finally:
         lock.rollback()
         lock.close()
     H.log("kill -9 inst-a holding %r pending entries" % held)
+    b = H.start_server(cluster.url, name="inst-b", threads=2, settings=settings,
+                       data_dir=H.subdir("inst-b"), db_path=a.db_path,
+                       admin_token=a.admin_token)
     for v in vids:
         H.wait_until(lambda v=v: _consumers(cluster, v).get("inst-a", 0) == 0, 30,
                      interval=0.1, what="inst-a's entries adopted on voucher %d" % v)
