@@ -6,7 +6,9 @@
 -- KEYS[3] seckill:stream:{id}          the order stream (consumer group ARGV[7])
 -- KEYS[4] seckill:rebuild:{id}         the rebuild lock, holding its owner's token
 -- KEYS[5] seckill:rebuild:buyers:{id}  the buyers the rebuild prepared (may not exist)
--- ARGV: token, stock, begin, end, ep, seeded, group
+-- ARGV: token, stock, begin, end, ep, seeded, group[, buckets]
+-- (buckets: K of a voucher in stock buckets, written as the hash's `buckets` field; the
+-- keys are then one bucket's, under its own tag: docs/redis-cluster.md)
 --
 -- Returns 1 published, 0 the voucher was already there (someone else rebuilt or published
 -- it: nothing is changed), -1 the lock is no longer ours (nothing is changed).
@@ -28,6 +30,9 @@ end
 local g = redis.pcall('XGROUP', 'CREATE', KEYS[3], ARGV[7], '0', 'MKSTREAM')
 if type(g) == 'table' and g.err and not string.find(g.err, 'BUSYGROUP', 1, true) then
   return redis.error_reply(g.err)
+end
+if ARGV[8] and tonumber(ARGV[8]) > 1 then
+  redis.call('HSET', KEYS[1], 'buckets', ARGV[8])
 end
 redis.call('HSET', KEYS[1], 'begin', ARGV[3], 'end', ARGV[4], 'ep', ARGV[5],
            'seeded', ARGV[6], 'stock', ARGV[2])

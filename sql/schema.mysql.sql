@@ -120,6 +120,17 @@ CREATE TABLE IF NOT EXISTS lab_voucher_order (
     KEY idx_lab_order_voucher_user (voucher_id, user_id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_general_ci;
 
+-- Version 4: a flash-sale voucher's stock buckets (docs/redis-cluster.md, "Stock
+-- buckets"), so a rebuild of Redis from SQL brings every bucket back. A side table, not a
+-- column of tb_seckill_voucher, so the course's tables stay column for column what the
+-- Java backend sharing the database expects. No row = 1 (unbucketed).
+CREATE TABLE IF NOT EXISTS tb_seckill_buckets (
+    voucher_id  BIGINT UNSIGNED NOT NULL,
+    buckets     INT             NOT NULL DEFAULT 1,
+    create_time DATETIME        NOT NULL DEFAULT CURRENT_TIMESTAMP,
+    PRIMARY KEY (voucher_id)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_general_ci;
+
 -- Last: the version this file brings the database to (MYSQL_SCHEMA_VERSION).
-INSERT INTO schema_version (id, version) VALUES (1, 3)
-    ON DUPLICATE KEY UPDATE version = GREATEST(version, 3);
+INSERT INTO schema_version (id, version) VALUES (1, 4)
+    ON DUPLICATE KEY UPDATE version = GREATEST(version, 4);

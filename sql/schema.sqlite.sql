@@ -106,4 +106,14 @@ CREATE TABLE IF NOT EXISTS tb_seckill_epoch (
     update_time TEXT    NOT NULL DEFAULT (datetime('now', 'localtime'))
 );
 
-PRAGMA user_version = 3;
+-- Version 4. Not the course's: a flash-sale voucher's stock buckets (docs/redis-cluster.md,
+-- "Stock buckets"), so a rebuild of Redis from SQL brings every bucket back. A side table,
+-- not a column of tb_seckill_voucher, so the course's tables stay column for column what
+-- the Java backend sharing the database expects. No row = 1 (unbucketed).
+CREATE TABLE IF NOT EXISTS tb_seckill_buckets (
+    voucher_id  INTEGER PRIMARY KEY,
+    buckets     INTEGER NOT NULL DEFAULT 1,
+    create_time TEXT    NOT NULL DEFAULT (datetime('now', 'localtime'))
+);
+
+PRAGMA user_version = 4;

@@ -284,6 +284,7 @@ void api_voucher_create(http_req_t *r, int seckill)
     v->type = (int)type;
     v->status = (int)status;
     v->is_seckill = seckill;
+    v->buckets = (int)c->buckets;   /* kept in SQL too: a rebuild brings every bucket back */
     c->r = r;
     c->rc = STORE_ERR;
     if (jobs_submit(r->w->app->jobs, r->w, run_create, done_create, c) != 0) {

@@ -161,6 +161,16 @@ int key_voucher_t(char *buf, size_t len, const char *tag)
     return KEY_STR(buf, len, "seckill:voucher:{", tag, "}");
 }
 
+int key_rebuild_lock_t(char *buf, size_t len, const char *tag)
+{
+    return KEY_STR(buf, len, "seckill:rebuild:{", tag, "}");
+}
+
+int key_rebuild_buyers_t(char *buf, size_t len, const char *tag)
+{
+    return KEY_STR(buf, len, "seckill:rebuild:buyers:{", tag, "}");
+}
+
 int key_buyers_t(char *buf, size_t len, const char *tag)
 {
     return KEY_STR(buf, len, "seckill:order:{", tag, "}");

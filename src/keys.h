@@ -79,6 +79,10 @@ int key_voucher_t(char *buf, size_t len, const char *tag);
 int key_buyers_t(char *buf, size_t len, const char *tag);
 int key_stream_t(char *buf, size_t len, const char *tag);
 int key_dead_t(char *buf, size_t len, const char *tag);
+/* A bucket's rebuild lock and staged buyers (rebuild.c): seckill:rebuild:{tag},
+ * seckill:rebuild:buyers:{tag} -- for bucket 0 the same keys as key_rebuild_lock/_buyers. */
+int key_rebuild_lock_t(char *buf, size_t len, const char *tag);
+int key_rebuild_buyers_t(char *buf, size_t len, const char *tag);
 int key_xfer_log(char *buf, size_t len, const char *tag);
 int key_xfer_applied(char *buf, size_t len, const char *tag);
 /* Parses a member "<id>.<b>.<K>" of seckill:streams (stock bucket b >= 1 of a voucher with

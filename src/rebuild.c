@@ -14,7 +14,9 @@
 
 #include <hiredis/hiredis.h>
 
+#include "buckets.h"
 #include "pairs.h"
+#include "rcl_sync.h"
 #include "rconn.h"
 #include "sentry.h"
 #include "embedded.h"
@@ -193,6 +195,90 @@ static int stage_buyers(redisContext *c, const char *kt, const pairs_t *a, const
     return rc;
 }
 
+/* The pairs of in (user, order) whose user's home is bucket b of k, into out. */
+static void home_split(const pairs_t *in, int b, int k, pairs_t *out)
+{
+    for (size_t i = 0; i < in->n; i++)
+        if (bk_home(in->v[i].a, k) == b)
+            pairs_push(out, in->v[i].a, in->v[i].b);
+}
+
+/* Step 4 for bucket b (0: the voucher's own keys): stage its buyers (a, then b2), list its
+ * stream in seckill:streams, and run rebuild.lua on its node. Bucket 0's lock is the one
+ * step 1 took; a bucket b >= 1 gets a lock key of its own (its slot's), taken with the
+ * same token: the voucher's lock, held meanwhile, already makes this the one rebuilder.
+ * A REBUILD_* code. */
+static int publish_bucket(redisContext *c, redisContext *g, const rebuild_opts_t *o,
+                          int64_t vid, int b, const rebuild_result_t *res, const pairs_t *a,
+                          const pairs_t *b2, int64_t stock, int64_t seeded, const char *token,
+                          char *err, size_t errlen)
+{
+    char tag[48], kv[80], kb[80], ks[80], kl[80], kt[96], mem[48], why[256];
+    int k = res->buckets;
+    if ((b == 0 ? snprintf(tag, sizeof tag, "%lld", (long long)vid) < 0
+                : key_btag(tag, sizeof tag, vid, b, k) < 0) ||
+        key_voucher_t(kv, sizeof kv, tag) < 0 || key_buyers_t(kb, sizeof kb, tag) < 0 ||
+        key_stream_t(ks, sizeof ks, tag) < 0 || key_rebuild_lock_t(kl, sizeof kl, tag) < 0 ||
+        key_rebuild_buyers_t(kt, sizeof kt, tag) < 0) {
+        snprintf(err, errlen, "voucher %lld bucket %d: key out of range", (long long)vid, b);
+        return REBUILD_ERR;
+    }
+    if (b == 0)
+        snprintf(mem, sizeof mem, "%lld", (long long)vid);
+    else
+        snprintf(mem, sizeof mem, "%lld.%d.%d", (long long)vid, b, k);
+    redisContext *bc = c;
+    if (b > 0 && o->rt && !(bc = rcs_route_key(o->rt, kv, err, errlen)))
+        return REBUILD_ERR;
+    if (b > 0) {
+        plan(o, "  bucket %d: stock %lld, %zu buyers (HSET %s, RENAME to %s), SADD %s %s", b,
+             (long long)stock, a->n + b2->n, kt, kb, KEY_STREAMS, mem);
+        redisReply *r = rconn_cmdf(bc, why, sizeof why, "SET %s %s PX %d", kl, token,
+                                   o->lock_ttl_ms > 0 ? o->lock_ttl_ms : LOCK_TTL_MS);
+        if (!r) {
+            snprintf(err, errlen, "SET %s: %s", kl, why);
+            return REBUILD_ERR;
+        }
+        freeReplyObject(r);
+    }
+    if (a->n + b2->n > 0 && stage_buyers(bc, kt, a, b2, err, errlen) != 0)
+        return REBUILD_ERR;
+    redisReply *r = rconn_cmdf(g, why, sizeof why, "SADD %s %s", KEY_STREAMS, mem);
+    if (!r) {
+        snprintf(err, errlen, "SADD %s: %s", KEY_STREAMS, why);
+        return REBUILD_ERR;
+    }
+    freeReplyObject(r);
+    char a_stock[24], a_begin[24], a_end[24], a_ep[24], a_seeded[24], a_k[16];
+    snprintf(a_stock, sizeof a_stock, "%lld", (long long)stock);
+    snprintf(a_begin, sizeof a_begin, "%lld", (long long)res->begin);
+    snprintf(a_end, sizeof a_end, "%lld", (long long)res->end);
+    snprintf(a_ep, sizeof a_ep, "%lld", (long long)res->epoch);
+    snprintf(a_seeded, sizeof a_seeded, "%lld", (long long)(seeded > 0 ? seeded : 0));
+    snprintf(a_k, sizeof a_k, "%d", k);
+    const char *argv[] = {"EVAL", script_rebuild_lua, "5", kv, kb, ks, kl, kt, token,
+                          a_stock, a_begin, a_end, a_ep, a_seeded, KEY_GROUP, a_k};
+    r = rconn_cmd(bc, why, sizeof why, (int)(sizeof argv / sizeof argv[0]), argv, NULL);
+    int64_t out = -2;
+    if (!r || rconn_int(r, &out) != 0) {
+        snprintf(err, errlen, "rebuild.lua: %s", r ? "unexpected reply" : why);
+        if (r)
+            freeReplyObject(r);
+        return REBUILD_ERR;
+    }
+    freeReplyObject(r);
+    if (out == 1)
+        return REBUILD_DONE;
+    if (out == 0) {
+        if (b > 0)
+            log_error("rebuild: voucher %lld: bucket %d was back already; its stock and the "
+                      "share rebuilt for the others may add up to more than SQL's",
+                      (long long)vid, b);
+        return b == 0 ? REBUILD_PRESENT : REBUILD_DONE;
+    }
+    return REBUILD_BUSY;   /* the lock expired under us: someone else owns the rebuild */
+}
+
 int rebuild_voucher(redisContext *c, redisContext *g, store_t *st, int64_t vid,
                     const rebuild_opts_t *o, rebuild_result_t *res, char *err, size_t errlen)
 {
@@ -297,6 +383,11 @@ int rebuild_voucher(redisContext *c, redisContext *g, store_t *st, int64_t vid,
         goto out;
     }
     res->initial = stock + count;
+    if (store_voucher_buckets(st, vid, &res->buckets) != STORE_OK) {
+        snprintf(err, errlen, "SQL stock buckets: %s", store_errmsg(st));
+        res->sql_failed = 1;
+        goto out;
+    }
     if (read_sql_orders(st, vid, &sql, err, errlen) != 0) {
         res->sql_failed = 1;
         goto out;
@@ -326,6 +417,9 @@ int rebuild_voucher(redisContext *c, redisContext *g, store_t *st, int64_t vid,
          (long long)vid, (long long)stock, (long long)count, (long long)res->initial,
          (long long)res->buyers, (long long)res->from_sql, (long long)res->from_stream,
          (long long)res->stock);
+    if (res->buckets > 1)
+        plan(o, "voucher %lld: %d stock buckets (SQL): each gets its share of the stock and "
+                "its home buyers, bucket 0 last", (long long)vid, res->buckets);
     plan(o, "  HSET %s <%lld buyers>, then RENAME to %s", kt, (long long)res->buyers, kb);
     plan(o, "  SADD %s %lld", KEY_STREAMS, (long long)vid);
     plan(o, "  XGROUP CREATE %s %s 0 MKSTREAM", ks, KEY_GROUP);
@@ -337,41 +431,20 @@ int rebuild_voucher(redisContext *c, redisContext *g, store_t *st, int64_t vid,
         goto out;
     }
 
-    /* 4. write */
-    if (res->buyers > 0 && stage_buyers(c, kt, &sql, &fresh, err, errlen) != 0)
-        goto out;
-    char vs[24];
-    snprintf(vs, sizeof vs, "%lld", (long long)vid);
-    r = rconn_cmdf(g, why, sizeof why, "SADD %s %s", KEY_STREAMS, vs);
-    if (!r) {
-        snprintf(err, errlen, "SADD %s: %s", KEY_STREAMS, why);
-        goto out;
+    /* 4. write: buckets 1..K-1 first, bucket 0 (the voucher's own keys) last */
+    rc = REBUILD_DONE;
+    for (int bk = res->buckets - 1; bk >= 0 && rc == REBUILD_DONE; bk--) {
+        pairs_t ba = {0}, bb = {0};
+        home_split(&sql, bk, res->buckets, &ba);
+        home_split(&fresh, bk, res->buckets, &bb);
+        int64_t share = bk_share(res->stock, bk, res->buckets);
+        /* the surviving stream is bucket 0's: elsewhere every buyer is seeded */
+        int64_t seeded = bk == 0 ? res->seeded - (int64_t)(sql.n - ba.n) : (int64_t)ba.n;
+        rc = publish_bucket(c, g, o, vid, bk, res, &ba, &bb, share, seeded, token, err, errlen);
+        pairs_free(&ba);
+        pairs_free(&bb);
     }
-    freeReplyObject(r);
-    char a_stock[24], a_begin[24], a_end[24], a_ep[24], a_seeded[24];
-    snprintf(a_stock, sizeof a_stock, "%lld", (long long)res->stock);
-    snprintf(a_begin, sizeof a_begin, "%lld", (long long)res->begin);
-    snprintf(a_end, sizeof a_end, "%lld", (long long)res->end);
-    snprintf(a_ep, sizeof a_ep, "%lld", (long long)res->epoch);
-    snprintf(a_seeded, sizeof a_seeded, "%lld", (long long)res->seeded);
-    const char *argv[] = {"EVAL", script_rebuild_lua, "5", kv, kb, ks, kl, kt, token,
-                          a_stock, a_begin, a_end, a_ep, a_seeded, KEY_GROUP};
-    r = rconn_cmd(c, why, sizeof why, (int)(sizeof argv / sizeof argv[0]), argv, NULL);
-    int64_t out = -2;
-    if (!r || rconn_int(r, &out) != 0) {
-        snprintf(err, errlen, "rebuild.lua: %s", r ? "unexpected reply" : why);
-        if (r)
-            freeReplyObject(r);
-        goto out;
-    }
-    freeReplyObject(r);
     locked = 0;   /* the script released it (or it was no longer ours) */
-    if (out == 1)
-        rc = REBUILD_DONE;
-    else if (out == 0)
-        rc = REBUILD_PRESENT;
-    else
-        rc = REBUILD_BUSY;   /* the lock expired under us: someone else owns the rebuild */
 out:
     if (locked)
         unlock(c, kl, token);

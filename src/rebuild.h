@@ -20,6 +20,12 @@
  *      still has no stock, rename the buyers into place, create the stream's group
  *      (MKSTREAM), write the hash (stock, begin, end, ep, seeded) -- the sale resumes.
  *
+ * A voucher in K > 1 stock buckets (K from SQL) comes back in K buckets: the stock split
+ * as at creation (bk_share of the stock computed in 3, so the sum is exact), each buyer
+ * in the bucket of their home (bk_home), buckets 1..K-1 first (each through steps 4 on its
+ * own tag and node, with its own lock key) and bucket 0 last, as a create publishes them.
+ * Only when every bucket is gone: bks_rebuild_allowed refuses while one still holds stock.
+ *
  * Idempotent: a voucher with stock in Redis is left alone. `seeded` is the number of
  * buyers that are not entries of the current stream, so `stream entries = buyers -
  * seeded` still holds for the audit. Every key is under the voucher's hash tag, so the
@@ -55,6 +61,7 @@ typedef struct rebuild_opts {
     const char *owner;      /* written into the lock's token, for whoever looks */
     int lock_ttl_ms;        /* 0 = 30000 */
     FILE *plan;             /* if set: a line per write, as it is (or would be) done */
+    struct rcs_route *rt;   /* reaches a stock bucket's node (NULL: c reaches them all) */
 } rebuild_opts_t;
 
 typedef struct rebuild_result {
@@ -68,6 +75,8 @@ typedef struct rebuild_result {
     int64_t from_stream;    /* of which: stream entries not yet in SQL */
     int64_t seeded;         /* buyers that are not entries of the stream */
     int64_t begin, end;     /* the window, epoch seconds */
+    int buckets;            /* stock buckets K from SQL (store_voucher_buckets): each is
+                               rebuilt with its share of the stock and its home buyers */
     int sql_failed;         /* REBUILD_ERR: SQL failed (else Redis did) */
 } rebuild_result_t;
 

@@ -292,3 +292,15 @@ int store_redis_epoch(store_t *s, int64_t voucher_id, int bump, int64_t *epoch)
                            s->ops->scheme);
     return s->ops->redis_epoch(s, voucher_id, bump, epoch);
 }
+
+int store_voucher_buckets(store_t *s, int64_t voucher_id, int *buckets)
+{
+    STORE_ENTER(s);
+    if (!buckets)
+        return store__fail(s, "store_voucher_buckets: bad arguments");
+    *buckets = 1;
+    if (!s->ops->voucher_buckets)
+        return store__fail(s, "store_voucher_buckets: not supported by the %s backend",
+                           s->ops->scheme);
+    return s->ops->voucher_buckets(s, voucher_id, buckets);
+}

@@ -39,6 +39,8 @@ typedef struct store_voucher {
     int is_seckill;             /* has a tb_seckill_voucher row */
     int64_t stock;              /* flash sale only */
     int64_t begin_time, end_time; /* flash sale only, epoch seconds */
+    int buckets;                /* flash sale only, on create: stock buckets K (0 or 1: none);
+                                   K > 1 is kept in tb_seckill_buckets (store_voucher_buckets) */
 } store_voucher_t;
 
 typedef struct store_order {
@@ -119,6 +121,11 @@ int store_order_sync(store_t *s, const store_order_t *o, int *result);
  * visible to any later read, and every batch after it is fenced by the new value.
  * STORE_NOTFOUND if the voucher is not a flash-sale voucher. */
 int store_redis_epoch(store_t *s, int64_t voucher_id, int bump, int64_t *epoch);
+
+/* A flash-sale voucher's stock bucket count K as created (tb_seckill_buckets, a side
+ * table: the course's tables keep their columns); 1 when it has none, whether or not the
+ * voucher exists. For the rebuild of Redis from SQL (rebuild.h). */
+int store_voucher_buckets(store_t *s, int64_t voucher_id, int *buckets);
 
 /* Read-only queries for the invariant checker and the rebuild. A backend that does not
  * implement one leaves its ops member NULL: the call then fails with "not supported by this

@@ -52,6 +52,7 @@ typedef struct store_ops {
     int (*lab_user_orders)(store_t *s, int64_t user_id, int64_t voucher_id, int64_t *n);
     int (*lab_insert)(store_t *s, const store_order_t *o);
     int (*redis_epoch)(store_t *s, int64_t voucher_id, int bump, int64_t *epoch);
+    int (*voucher_buckets)(store_t *s, int64_t voucher_id, int *buckets);
 } store_ops_t;
 
 extern const store_ops_t store_sqlite_ops;

@@ -77,7 +77,7 @@
 #include "url.h"
 
 /* Must equal the version the last statement of sql/schema.mysql.sql writes. */
-#define MYSQL_SCHEMA_VERSION 3
+#define MYSQL_SCHEMA_VERSION 4
 
 /* Multi-row inserts: statements of 2^k rows, k = 0 .. INS_LEVELS-1. */
 #define INS_LEVELS 10
@@ -113,6 +113,8 @@ enum {
     ST_VOUCHER_ORDERS,
     ST_EPOCH_LOCK,
     ST_EPOCH_BUMP,
+    ST_BUCKETS_INSERT,
+    ST_BUCKETS_GET,
     ST_LAB_TAKE_ANY,             /* the lab's guards: STORE_LAB_TAKE_* order */
     ST_LAB_TAKE_IF_EQ,
     ST_LAB_TAKE_IF_POSITIVE,
@@ -173,6 +175,8 @@ static const char *const stmt_sql[ST__COUNT] = {
     [ST_EPOCH_LOCK] = "SELECT COALESCE(e.epoch, 0) FROM tb_seckill_voucher sv "
                       "LEFT JOIN tb_seckill_epoch e ON e.voucher_id = sv.voucher_id "
                       "WHERE sv.voucher_id = ? FOR UPDATE",
+    [ST_BUCKETS_INSERT] = "INSERT INTO tb_seckill_buckets (voucher_id, buckets) VALUES (?, ?)",
+    [ST_BUCKETS_GET] = "SELECT buckets FROM tb_seckill_buckets WHERE voucher_id = ?",
     [ST_EPOCH_BUMP] = "INSERT INTO tb_seckill_epoch (voucher_id, epoch) VALUES (?, 1) "
                       "ON DUPLICATE KEY UPDATE epoch = epoch + 1",
     /* The lab's course steps: one autocommit statement each (store.h). */
@@ -1093,6 +1097,16 @@ static int do_voucher_create(my_t *m, store_voucher_t *v)
         b_time(&par[5], &now);
         if (run(m, st, par, "seckill voucher insert") != STORE_OK)
             goto fail;
+        if (v->buckets > 1) {
+            int64_t k = v->buckets;
+            st = stmt(m, ST_BUCKETS_INSERT);
+            if (!st)
+                goto fail;
+            b_i64(&par[0], &id);
+            b_i64(&par[1], &k);
+            if (run(m, st, par, "stock buckets insert") != STORE_OK)
+                goto fail;
+        }
     }
     if (tx_commit(m, "voucher create: COMMIT") != STORE_OK)
         goto fail;
@@ -1826,6 +1840,33 @@ static int do_voucher_counts(my_t *m, int64_t voucher_id, int64_t *orders, int64
     return STORE_OK;
 }
 
+static int do_voucher_buckets(my_t *m, int64_t voucher_id, int *buckets)
+{
+    MYSQL_STMT *st = stmt(m, ST_BUCKETS_GET);
+    if (!st)
+        return STORE_ERR;
+    MYSQL_BIND par[1], res[1];
+    ri64_t k;
+    b_i64(&par[0], &voucher_id);
+    r_i64(&res[0], &k);
+    if (run(m, st, par, "stock buckets") != STORE_OK ||
+        bind_result(m, st, res, "stock buckets") != STORE_OK)
+        return STORE_ERR;
+    int f = fetch(m, st, "stock buckets");
+    finish(m, st);
+    if (f == STORE_ERR)
+        return STORE_ERR;
+    if (f == 1 && !k.null && k.v > 1 && k.v <= 1024)
+        *buckets = (int)k.v;
+    return STORE_OK;
+}
+
+static int my_voucher_buckets(store_t *s, int64_t voucher_id, int *buckets)
+{
+    my_t *m = (my_t *)s;
+    RETRYING(m, 2, do_voucher_buckets(m, voucher_id, buckets));
+}
+
 static int my_voucher_counts(store_t *s, int64_t voucher_id, int64_t *orders, int64_t *stock)
 {
     my_t *m = (my_t *)s;
@@ -2039,6 +2080,7 @@ static int my_lab_insert(store_t *s, const store_order_t *o)
         .order_sync = my_order_sync, .voucher_orders = my_voucher_orders,               \
         .redis_epoch = my_redis_epoch, .lab_take_stock = my_lab_take_stock,             \
         .lab_user_orders = my_lab_user_orders, .lab_insert = my_lab_insert,             \
+        .voucher_buckets = my_voucher_buckets,                                          \
     }
 
 const store_ops_t store_mysql_ops = MYSQL_OPS("mysql");

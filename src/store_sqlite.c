@@ -37,7 +37,7 @@
 #include "url.h"
 
 /* Must equal the PRAGMA user_version that sql/schema.sqlite.sql sets. */
-#define SQLITE_SCHEMA_VERSION 3
+#define SQLITE_SCHEMA_VERSION 4
 
 /* How many VM instructions between deadline checks. */
 #define PROGRESS_OPS 1000
@@ -54,6 +54,8 @@ enum {
     ST_USER_INSERT,
     ST_VOUCHER_INSERT,
     ST_SECKILL_INSERT,
+    ST_BUCKETS_INSERT,
+    ST_BUCKETS_GET,
     ST_VOUCHER_GET,
     ST_VOUCHER_LIST,
     ST_SECKILL_IDS,
@@ -87,6 +89,8 @@ static const char *const stmt_sql[ST__COUNT] = {
     [ST_VOUCHER_INSERT] = "INSERT INTO tb_voucher (shop_id, title, sub_title, rules, pay_value, "
                           "actual_value, type, status, create_time, update_time) "
                           "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)",
+    [ST_BUCKETS_INSERT] = "INSERT INTO tb_seckill_buckets (voucher_id, buckets) VALUES (?1, ?2)",
+    [ST_BUCKETS_GET] = "SELECT buckets FROM tb_seckill_buckets WHERE voucher_id = ?1",
     [ST_SECKILL_INSERT] = "INSERT INTO tb_seckill_voucher (voucher_id, stock, begin_time, "
                           "end_time, create_time, update_time) VALUES (?1, ?2, ?3, ?4, ?5, ?5)",
     [ST_VOUCHER_GET] = VOUCHER_COLS "WHERE v.id = ?1",
@@ -550,6 +554,19 @@ static int sq_voucher_create(store_t *s, store_voucher_t *v)
         if (rc != SQLITE_DONE) {
             sq_fail(q, "seckill voucher insert");
             goto fail;
+        }
+        if (v->buckets > 1) {
+            st = stmt(q, ST_BUCKETS_INSERT);
+            if (!st)
+                goto fail;
+            sqlite3_bind_int64(st, 1, id);
+            sqlite3_bind_int(st, 2, v->buckets);
+            rc = sqlite3_step(st);
+            sqlite3_reset(st);
+            if (rc != SQLITE_DONE) {
+                sq_fail(q, "stock buckets insert");
+                goto fail;
+            }
         }
     }
     if (exec_stmt(q, ST_COMMIT, "voucher create: COMMIT") != STORE_OK)
@@ -1106,6 +1123,25 @@ static int sq_orders_of_user(store_t *s, int64_t user_id, size_t max, store_orde
     return STORE_OK;
 }
 
+static int sq_voucher_buckets(store_t *s, int64_t voucher_id, int *buckets)
+{
+    sq_t *q = (sq_t *)s;
+    call_begin(q);
+    sqlite3_stmt *st = stmt(q, ST_BUCKETS_GET);
+    if (!st)
+        return STORE_ERR;
+    sqlite3_bind_int64(st, 1, voucher_id);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        int64_t k = sqlite3_column_int64(st, 0);
+        *buckets = k > 1 && k <= 1024 ? (int)k : 1;
+    }
+    sqlite3_reset(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        return sq_fail(q, "stock buckets");
+    return STORE_OK;
+}
+
 static int sq_voucher_counts(store_t *s, int64_t voucher_id, int64_t *orders, int64_t *stock)
 {
     sq_t *q = (sq_t *)s;
@@ -1396,6 +1432,7 @@ const store_ops_t store_sqlite_ops = {
     .orders_of_user = sq_orders_of_user,
     .voucher_counts = sq_voucher_counts,
     .redis_epoch = sq_redis_epoch,
+    .voucher_buckets = sq_voucher_buckets,
     .order_sync = sq_order_sync,
     .voucher_orders = sq_voucher_orders,
     .lab_take_stock = sq_lab_take_stock,

@@ -147,7 +147,7 @@ static int rebuild_cmd(int argc, char **argv)
         }
         list = all;
     }
-    rebuild_opts_t o = {.dry_run = dry, .owner = "seckill-redis-rebuild", .plan = stdout};
+    rebuild_opts_t o = {.dry_run = dry, .owner = "seckill-redis-rebuild", .plan = stdout, .rt = &rt};
     int status = 0;
     size_t done = 0, present = 0;
     for (size_t i = 0; i < nv; i++) {

@@ -11,8 +11,9 @@ src/bucket_sweep.c, scripts/transfer.lua; docs/redis-cluster.md "Stock buckets")
     the log entry deleted): the sweep finishes both, no unit created or lost, and the audit
     counts the units in transit meanwhile;
   - Redis data loss: bucket 0's hash lost alone is not rebuilt (it would sell the other
-    buckets' stock twice); FLUSHALL rebuilds the voucher unbucketed: nothing oversold, no
-    buyer buys twice;
+    buckets' stock twice); FLUSHALL rebuilds every bucket from SQL (K is kept there): the
+    stock left split as at creation, each buyer in their home bucket; nothing oversold, no
+    buyer buys twice, audit clean;
   - on a 3-master cluster (with replicas and --redis-wait-replicas 1, so transfers wait for
     them too): a K = 6 voucher has buckets on every master and sells exactly its stock, one
     per user, audit clean; a skewed K = 6 sale sells everything there too.
@@ -263,12 +264,17 @@ def test_buckets_redis_data_loss():
                  what="the sweep finishing the transfer")
     eq(sum(bucket_stock(r, vid, k)[1:]), sum(left[1:]), "the other buckets' stock after it")
     eq(len(srv.log_lines("not all of its stock buckets")), 1, "refusals logged")
-    # everything lost: rebuilt unbucketed from SQL
+    # everything lost: every bucket rebuilt from SQL (K is kept in SQL beside the voucher),
+    # the stock SQL has left split as at creation, each buyer back in their home bucket
     r.cmd("FLUSHALL")
     H.wait_until(lambda: r.cmd("HGET", H.k_voucher(vid), "stock") is not None, 20,
                  what="voucher rebuilt after FLUSHALL")
-    eq(int(r.cmd("HGET", H.k_voucher(vid), "stock")), stock - len(first), "rebuilt stock")
-    eq(r.cmd("HGET", H.k_voucher(vid), "buckets"), None, "rebuilt voucher's K")
+    eq(r.cmd("HGET", H.k_voucher(vid), "buckets"), str(k), "rebuilt voucher's K")
+    left = stock - len(first)
+    eq(bucket_stock(r, vid, k), [left // k + (1 if b < left % k else 0) for b in range(k)],
+       "rebuilt buckets' stock")
+    eq({u: b for u, (b, _) in bucket_buyers(r, vid, k).items()},
+       {u: home(u, k) for u in first}, "rebuilt buyers (user -> bucket)")
     more = first + list(range(8100000, 8100000 + stock))
     final, _ = buy_all(srv, vid, tokens_for(srv, more))
     for i, u in enumerate(more):
@@ -277,6 +283,9 @@ def test_buckets_redis_data_loss():
     eq(sum(1 for x in final.values() if x.ok), stock - len(first), "sold after the rebuild")
     H.wait_until(lambda: srv.db().order_count(vid) == stock, 30, what="all orders in SQL")
     eq(srv.db().per_user_max(vid), 1, "orders per user")
+    wrong = [(u, b) for u, (b, _) in bucket_buyers(r, vid, k).items() if b != home(u, k)]
+    check(not wrong, "buyers not in their home bucket (user, bucket): %r", wrong[:5])
+    audit_clean(r, srv, vid, stock)
     H.finish(srv)
 
 

@@ -328,6 +328,33 @@ static void test_schema_idempotent(void **state)
     assert_non_null(strstr(err, "newer"));
 }
 
+/* A voucher's stock bucket count survives in SQL (tb_seckill_buckets), written in the
+ * create's transaction; no row reads as 1. */
+static void test_voucher_buckets(void **state)
+{
+    FX(f);
+    store_voucher_t v = {0};
+    v.shop_id = 1;
+    v.title = "hot";
+    v.type = 1;
+    v.status = 1;
+    v.is_seckill = 1;
+    v.stock = 60;
+    v.begin_time = 1700000000;
+    v.end_time = 1700086400;
+    v.buckets = 6;
+    assert_int_equal(store_voucher_create(f->s, &v), STORE_OK);
+    int64_t plain = create_seckill(f->s, 1, 5);
+    int k = 0;
+    assert_int_equal(store_voucher_buckets(f->s, v.id, &k), STORE_OK);
+    assert_int_equal(k, 6);
+    assert_int_equal(store_voucher_buckets(f->s, plain, &k), STORE_OK);
+    assert_int_equal(k, 1);
+    assert_int_equal(store_voucher_buckets(f->s, 999999, &k), STORE_OK);
+    assert_int_equal(k, 1);
+    assert_int_equal(store_voucher_buckets(f->s, v.id, NULL), STORE_ERR);
+}
+
 static void test_users(void **state)
 {
     FX(f);
@@ -774,11 +801,11 @@ static void test_mysql_engine_and_version(void **state)
 {
     FX(f);
     MYSQL *m = admin(f->db);
-    assert_int_equal(sql_int(m, "SELECT version FROM schema_version WHERE id = 1"), 3);
+    assert_int_equal(sql_int(m, "SELECT version FROM schema_version WHERE id = 1"), 4);
     assert_int_equal(sql_int(m, "SELECT COUNT(*) FROM information_schema.tables WHERE "
                                 "table_schema = DATABASE() AND engine = 'InnoDB' AND "
                                 "table_collation LIKE 'utf8mb4%'"),
-                     7);
+                     8);
     mysql_close(m);
 }
 
@@ -902,6 +929,7 @@ int main(void)
     const struct CMUnitTest contract[] = {
         CONTRACT(test_schema_idempotent),
         CONTRACT(test_users),
+        CONTRACT(test_voucher_buckets),
         CONTRACT(test_vouchers),
         CONTRACT(test_orders_idempotent),
         CONTRACT(test_orders_dup_and_conflict),
