@@ -41,11 +41,23 @@
 
 enum { F_NONE, F_PAUSE, F_KILL_DB_LOCKED, F_KILL_POPPED, F_NO_SUBSCRIBER };
 
+/* The lease of a step's SET NX lock. LEASE_SHORT (--lease-ms) runs out inside the
+ * check-write pause, in the middle of the order: the course's 误删情况1, which must show.
+ * LEASE_PAST_ORDER is for the get-del pause, which must begin after the order is saved and
+ * outlast the lease: the lease is LONG_LEASE_MS and the pause that plus --pause-ms. A lease
+ * as short as --lease-ms there would also have to outlast the order itself, which it does
+ * not on a busy host (an ASan build's order, two SQLite commits among 32 pool threads,
+ * took over 100 ms at load 15: duplicates in 14 of 30 runs); then the user's next click
+ * got in mid-order and the row showed the check-write row's duplicates, which this row is
+ * there to rule out. */
+enum { LEASE_NONE, LEASE_SHORT, LEASE_PAST_ORDER };
+#define LONG_LEASE_MS 2000
+
 typedef struct step {
     const char *mode;
     int instances;
     const char *point;          /* --lab-pause point, or NULL */
-    int short_lease;            /* --lab-lease-ms shorter than the pause */
+    int lease;                  /* LEASE_*: the setnx-like locks' --lab-lease-ms */
     int fault;
     const char *claim;          /* what the course says (docs/lab.md has the long form) */
 } step_t;
@@ -61,13 +73,13 @@ static const step_t steps[] = {
      "synchronized on the user id: one order per user on one instance"},
     {"local-lock", 2, "check-write", 0, F_PAUSE,
      "...but not on two: each JVM has its own lock monitor"},
-    {"setnx", 1, "check-write", 1, F_PAUSE,
+    {"setnx", 1, "check-write", LEASE_SHORT, F_PAUSE,
      "SET NX EX + DEL: a lease that ends mid-order lets the user's next click in"},
-    {"setnx-owner", 1, "check-write", 1, F_PAUSE,
+    {"setnx-owner", 1, "check-write", LEASE_SHORT, F_PAUSE,
      "owner check before DEL: no deleting others' locks, but the lease still ends mid-order"},
-    {"lua-unlock", 1, "get-del", 1, F_PAUSE,
+    {"lua-unlock", 1, "get-del", LEASE_PAST_ORDER, F_PAUSE,
      "compare-and-DEL in one script: a pause between GET and DEL breaks nothing"},
-    {"lua-unlock", 1, "check-write", 1, F_PAUSE,
+    {"lua-unlock", 1, "check-write", LEASE_SHORT, F_PAUSE,
      "...yet a lease that ends mid-order still lets a second order in (why Redisson)"},
     {"reentrant", 2, "check-write", 0, F_PAUSE,
      "Redisson RLock, watchdog lease: one order per user even on two instances"},
@@ -219,6 +231,19 @@ typedef struct inst {
     char name[64];
 } inst_t;
 
+/* The step's --lab-pause delay and --lab-lease-ms (LEASE_*). */
+static int step_lease_ms(const lab_t *L, const step_t *s)
+{
+    return s->lease == LEASE_PAST_ORDER ? LONG_LEASE_MS : L->lease_ms;
+}
+
+static int step_pause_ms(const lab_t *L, const step_t *s)
+{
+    if (s->fault == F_NO_SUBSCRIBER)
+        return L->pause_ms * 3;
+    return s->lease == LEASE_PAST_ORDER ? LONG_LEASE_MS + L->pause_ms : L->pause_ms;
+}
+
 static int inst_start(const lab_t *L, const step_t *s, inst_t *in, int with_pause,
                       const char *log_path, char *err, size_t errlen)
 {
@@ -246,13 +271,12 @@ static int inst_start(const lab_t *L, const step_t *s, inst_t *in, int with_paus
     argv[n++] = "--log-level";
     argv[n++] = "warn";
     if (with_pause && s->point) {
-        int ms = s->fault == F_NO_SUBSCRIBER ? L->pause_ms * 3 : L->pause_ms;
-        snprintf(pause, sizeof pause, "%s:%d", s->point, ms);
+        snprintf(pause, sizeof pause, "%s:%d", s->point, step_pause_ms(L, s));
         argv[n++] = "--lab-pause";
         argv[n++] = pause;
     }
-    if (s->short_lease) {
-        snprintf(lease, sizeof lease, "%d", L->lease_ms);
+    if (s->lease != LEASE_NONE) {
+        snprintf(lease, sizeof lease, "%d", step_lease_ms(L, s));
         argv[n++] = "--lab-lease-ms";
         argv[n++] = lease;
     }
@@ -414,9 +438,9 @@ static void describe_fault(const lab_t *L, const step_t *s, row_t *r)
 {
     switch (s->fault) {
     case F_PAUSE:
-        if (s->short_lease)
+        if (s->lease != LEASE_NONE)
             snprintf(r->fault, sizeof r->fault, "pause %s %d ms, lease %d ms", s->point,
-                     L->pause_ms, L->lease_ms);
+                     step_pause_ms(L, s), step_lease_ms(L, s));
         else
             snprintf(r->fault, sizeof r->fault, "pause %s %d ms", s->point, L->pause_ms);
         break;
@@ -743,6 +767,7 @@ static void usage(FILE *f)
             "  --dup F            repeat clicks per buyer [2]\n"
             "  --pause-ms N       the injected delay (--lab-pause) [300]\n"
             "  --lease-ms N       the setnx locks' lease, shorter than the pause [100]\n"
+            "                     (lua-unlock's get-del row: 2000 ms, pause 2000 + N)\n"
             "  --json FILE        also write the table as JSON (- = stdout)\n"
             "  --html FILE        also write an HTML report with a chart per column\n"
             "  --dir DIR          working directory (kept) [a temporary one, removed]\n"
