@@ -1,7 +1,7 @@
 /* rds.c -- a worker's asynchronous Redis client: deadlines, reconnects, scripts.
  *
- * One rds_t per worker, living on the worker's libevent loop through hiredis's libevent
- * adapter. hiredis 0.14 has no timeouts, so this file adds them (see rds.h for the
+ * One rds_t per worker, living on the worker's libevent loop through rds_ev.c (a libevent
+ * adapter without hiredis's epoll_ctl per command). hiredis 0.14 has no timeouts, so this file adds them (see rds.h for the
  * contract callers rely on).
  *
  * States:
@@ -45,7 +45,6 @@
 #include <string.h>
 
 #include <event2/event.h>
-#include <hiredis/adapters/libevent.h>
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 
@@ -54,6 +53,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "rds_cluster.h"
+#include "rds_ev.h"
 #include "resp.h"
 #include "worker.h"
 #include "xmem.h"
@@ -589,7 +589,7 @@ static void start_connect(rds_t *c)
         return;
     }
     ac->data = c;
-    if (redisLibeventAttach(ac, c->base) != REDIS_OK) {
+    if (rds_ev_attach(ac, c->base) != REDIS_OK) {
         attempt_failed(c, "connect to", "cannot attach to the event loop");
         redisAsyncFree(ac);
         after_lost(c);
