@@ -16,6 +16,9 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 tick_us() { echo $((1000000 / $(getconf CLK_TCK))); }
 # CPU ticks (utime + stime) of the given processes, summed.
 cpu_ticks() { t=0; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo $t; }
+# Kernel CPU ticks (stime) of the given processes, summed: syscalls, and on loopback TCP
+# also the receiver's side of every send (the kernel charges it to the sender).
+sys_ticks() { t=0; for p in "$@"; do t=$((t + $(awk '{print $15}' "/proc/$p/stat"))); done; echo $t; }
 # Starts `$1 serve` on its embedded default (private redis-server + SQLite) in data dir $2
 # on a free port and waits for /health; sets HP (the port) and SPID (added to $pids).
 # Its output goes to $2.out and $2.err.

@@ -105,7 +105,7 @@ for W in 1 2; do
     rps=$(awk '/Requests\/sec/ {print $2}' "$TMP/wrk.txt")
     n=$(awk '/requests in/ {print $1}' "$TMP/wrk.txt")
     say "ceiling  nginx static 200 ($W worker$([ $W = 2 ] && echo s || true)): $rps req/s; nginx CPU $(per_req $((n1 - n0)) "$n") us/req"
-    eval "NGINX_$W=$rps"
+    eval "NGINX_$W=$rps; NGINX_CPU_$W=$(per_req $((n1 - n0)) "$n")"
     kill "$NGPID"; wait "$NGPID" 2>/dev/null || true
 done
 say ""
@@ -166,18 +166,19 @@ run_wrk() {  # $1 voucher, $2 label
     # its login (docs/api-notes.md), and is measured separately below.
     "$BIN" tokens --users "$USERS" --key-file "$D/token-key" --redis "unix:$SOCK" > "$TMP/tokens.txt"
     sleep 1   # let the hashes' writes settle out of the CPU figures
-    s0=$(cpu_ticks "$SPID"); r0=$(cpu_ticks "$RPID"); c0=$(cmds); t0=$(cmds_top); p0=$(cprof)
+    s0=$(cpu_ticks "$SPID"); k0=$(sys_ticks "$SPID"); r0=$(cpu_ticks "$RPID"); c0=$(cmds); t0=$(cmds_top); p0=$(cprof)
     grab_full_start
     VOUCHER=$1 TOKENS="$TMP/tokens.txt" wrk -t2 -c"$CONNS" -d"${DURATION}s" --latency -s perf/grab.lua "$URL" \
         > "$TMP/wrk.txt"
-    s1=$(cpu_ticks "$SPID"); r1=$(cpu_ticks "$RPID"); c1=$(cmds); t1=$(cmds_top); p1=$(cprof)
+    s1=$(cpu_ticks "$SPID"); k1=$(sys_ticks "$SPID"); r1=$(cpu_ticks "$RPID"); c1=$(cmds); t1=$(cmds_top); p1=$(cprof)
     rps=$(awk '/Requests\/sec/ {print $2}' "$TMP/wrk.txt")
     n=$(awk '/requests in/ {print $1}' "$TMP/wrk.txt")
     p50=$(awk '$1=="50%" {print $2}' "$TMP/wrk.txt"); p99=$(awk '$1=="99%" {print $2}' "$TMP/wrk.txt")
     errs=$(grep -E 'Non-2xx|Socket errors' "$TMP/wrk.txt" | tr '\n' ' ' || true)
     cpr=$(python3 -c "import sys; print('%.4f' % (float(sys.argv[1]) / max(1.0, float(sys.argv[2]))))" $((c1 - c0)) "$n")
     tpr=$(python3 -c "import sys; print('%.4f' % (float(sys.argv[1]) / max(1.0, float(sys.argv[2]))))" $((t1 - t0)) "$n")
-    say "wrk           $2: $rps req/s, p50 $p50, p99 $p99; server CPU $(per_req $((s1 - s0)) "$n") us/req, redis CPU $(per_req $((r1 - r0)) "$n") us/req, redis commands $cpr/req, of them sent by clients $tpr/req ($n requests) $errs"
+    kpct=$(python3 -c "import sys; k, s = map(float, sys.argv[1:]); print('%.0f' % (100 * k / s if s else 0))" $((k1 - k0)) $((s1 - s0)))
+    say "wrk           $2: $rps req/s, p50 $p50, p99 $p99; server CPU $(per_req $((s1 - s0)) "$n") us/req (kernel $kpct %), redis CPU $(per_req $((r1 - r0)) "$n") us/req, redis commands $cpr/req, of them sent by clients $tpr/req ($n requests) $errs"
     if [ "$2" = grab ]; then
         # Where Redis's time goes in a grab (INFO commandstats: command execution only,
         # a script's inner commands counted once, inside its EVALSHA's time).
@@ -185,7 +186,7 @@ run_wrk() {  # $1 voucher, $2 label
 e0, h0, u0, e1, h1, u1, n = map(float, sys.argv[1:])
 print('%.0f admissions in %.0f script calls (%.1f per call); Redis command time %.1f us per request' % (h1 - h0, e1 - e0, (h1 - h0) / max(1, e1 - e0), (u1 - u0) / max(1, n)))" $p0 $p1 "$n")"
     fi
-    eval "WRK_$2=$rps; WRK_CPU_$2=$(per_req $((s1 - s0)) "$n"); WRK_RCPU_$2=$(per_req $((r1 - r0)) "$n"); WRK_CMDS_$2=$cpr; WRK_TOP_$2=$tpr"
+    eval "WRK_$2=$rps; WRK_KPCT_$2=$kpct; WRK_CPU_$2=$(per_req $((s1 - s0)) "$n"); WRK_RCPU_$2=$(per_req $((r1 - r0)) "$n"); WRK_CMDS_$2=$cpr; WRK_TOP_$2=$tpr"
     if [ "$2" = grab ]; then
         grab_full "$1" "$n" wrk
     fi
@@ -275,7 +276,7 @@ python3 - "$BG" "$RB_P16" "$RB_P1" "$BS" "$NGINX_1" "$NGINX_2" "$WRK_grab" "$WRK
     "$DRAIN_RATE" "$SALE_P99" "$WRK_CMDS_soldout" "$WRK_RCPU_grab" "$WRK_CPU_grab" "$WRK_CPU_soldout" \
     "$(jget "$TMP/soldout.json" server_cpu_us_per_request)" "$(jget "$TMP/grab.json" redis_cpu_us_per_request)" \
     "$(jget "$TMP/grab.json" server_cpu_us_per_request)" "$SOLDOUT_CMDS" "$WRK_CMDS_grab" "$WRK_TOP_grab" \
-    "$SALE_DETAIL" "$GRAB_FULL_wrk" "$GRAB_FULL_bench" <<'PY' | tee -a "$RES"
+    "$SALE_DETAIL" "$GRAB_FULL_wrk" "$GRAB_FULL_bench" "$NGINX_CPU_2" "$WRK_KPCT_grab" "$WRK_KPCT_soldout" <<'PY' | tee -a "$RES"
 import sys
 bg, p16, p1, bs, n1, n2, wg, ws, dr = map(float, sys.argv[1:10])
 wcmds, wrcpu_g, wcpu_g, wcpu_s, bcpu_s, brcpu_g, bcpu_g, bcmds = map(float, sys.argv[11:19])
@@ -302,6 +303,14 @@ print("  %-62s %-22s %s" % ("server CPU per grab / per sold out",
                             "%.1f / %.1f us wrk; %.1f / %.1f bench" % (wcpu_g, wcpu_s, bcpu_g, bcpu_s), "<= 12 / <= 6 us"))
 print("  %-62s %-22s %s" % ("server CPU per grab, the writer's catch-up after the load included",
                             "%.1f us wrk, %.1f bench" % (float(sys.argv[22]), float(sys.argv[23])), "<= 12 us"))
+ng = float(sys.argv[24])   # nginx `return 200`, 2 workers: CPU per answer in this run
+if ng > 0:
+    # The same per-request figures as multiples of nginx's CPU per static answer: on a
+    # slower or busier host both grow, the ratio much less (most of either is the kernel's
+    # loopback TCP and wake-ups; "kernel" is the server's stime share over the wrk run).
+    print("  %-62s %-22s %s" % ("  the same / nginx CPU per static answer (%.1f us, 2 workers)" % ng,
+                                "%.2f / %.2f wrk; %.2f / %.2f bench" % (wcpu_g / ng, wcpu_s / ng, bcpu_g / ng, bcpu_s / ng),
+                                "kernel %s %% / %s %% (wrk)" % (sys.argv[25], sys.argv[26])))
 print("  %-62s %-22s %s" % ("p99 at 20,000 req/s open loop, 10x buyers per stock", p99, "< 5 ms"))
 for x in sys.argv[21].split():
     r, sell, out, busy = x.split(":")
