@@ -46,6 +46,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -192,6 +193,20 @@ static void set_nconns(http_worker_t *hw, int n)
 static size_t pending(const conn_t *c)
 {
     return c->out.len - c->out_off;
+}
+
+/* send(2) and recv(2) without glibc's wrappers. Those are thread-cancellation points: in
+ * a process with threads each call flips the thread's cancellation state with two atomic
+ * operations around the syscall (1.5 % of a sold-out answer's CPU in perf). No thread of
+ * ours is ever cancelled, so the plain syscall does the same job. */
+static ssize_t sock_send(int fd, const void *p, size_t n, int flags)
+{
+    return syscall(SYS_sendto, fd, p, n, flags, NULL, 0);
+}
+
+static ssize_t sock_recv(int fd, void *p, size_t n)
+{
+    return syscall(SYS_recvfrom, fd, p, n, 0, NULL, NULL);
 }
 
 /* ==== Replies ==== */
@@ -715,7 +730,7 @@ static void arm_write(conn_t *c)
 static void flush(conn_t *c)
 {
     while (c->out_off < c->out.len && !c->dead) {
-        ssize_t n = send(c->fd, c->out.buf + c->out_off, c->out.len - c->out_off, MSG_NOSIGNAL);
+        ssize_t n = sock_send(c->fd, c->out.buf + c->out_off, c->out.len - c->out_off, MSG_NOSIGNAL);
         if (n > 0) {
             c->out_off += (size_t)n;
             c->last_ms = c->hw->now_ms;
@@ -777,7 +792,7 @@ static void conn_finish(conn_t *c)
 static void linger_drain(conn_t *c)
 {
     for (;;) {
-        ssize_t n = recv(c->fd, c->hw->rbuf, READ_CHUNK, 0);
+        ssize_t n = sock_recv(c->fd, c->hw->rbuf, READ_CHUNK);
         if (n > 0) {
             c->linger_bytes += (size_t)n;
             if (c->linger_bytes > LINGER_MAX_BYTES)
@@ -853,7 +868,7 @@ static void conn_run(conn_t *c)
         if (!c->readable || c->eof || reads >= READS_PER_RUN)
             break;
         reads++;
-        ssize_t n = recv(c->fd, hw->rbuf, READ_CHUNK, 0);
+        ssize_t n = sock_recv(c->fd, hw->rbuf, READ_CHUNK);
         if (n > 0) {
             c->last_ms = hw->now_ms;
             /* A short read drained the socket; the read event fires again when more

@@ -122,6 +122,12 @@ int rl_table_take(rl_table_t *t, uint64_t key, uint64_t now_ms)
     size_t base = (size_t)(mix(key ^ t->seed) & (t->nsets - 1)) * WAYS;
     uint64_t *keys = &t->keys[base];
     rl_entry_t *set = &t->e[base];
+    /* Both the set's keys and its buckets are usually cache misses (a new buyer's key;
+     * its victim search reads the buckets too): start loading the buckets now, so the
+     * two misses overlap instead of following one another (perf: they were ~80 % of
+     * this function). */
+    __builtin_prefetch(&set[0]);
+    __builtin_prefetch(&set[WAYS - 1]);
     rl_entry_t *e = NULL;
     for (unsigned i = 0; i < WAYS; i++) {
         if (keys[i] == key) {
