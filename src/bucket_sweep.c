@@ -197,6 +197,57 @@ static int bucket_present(rcs_route_t *rt, int64_t vid, int b, int k, char *kv, 
     return x != 0;
 }
 
+int bks_present(rcs_route_t *rt, int64_t vid, int k, unsigned *mask, char *err, size_t errlen)
+{
+    char kv[64];
+    *mask = 0;
+    for (int b = 0; b < k && b < KEY_BUCKETS_MAX; b++) {
+        int p = bucket_present(rt, vid, b, k, kv, sizeof kv, err, errlen);
+        if (p < 0)
+            return -1;
+        if (p)
+            *mask |= 1u << b;
+    }
+    return 0;
+}
+
+int bks_live_units(rcs_route_t *rt, int64_t vid, int k, unsigned mask, int64_t *units,
+                   char *err, size_t errlen)
+{
+    *units = 0;
+    for (int b = 0; b < k && b < KEY_BUCKETS_MAX; b++) {
+        if (!(mask & (1u << b)))
+            continue;
+        char tag[48], kv[64], kb[64];
+        if (key_btag(tag, sizeof tag, vid, b, k) < 0 || key_voucher_t(kv, sizeof kv, tag) < 0 ||
+            key_buyers_t(kb, sizeof kb, tag) < 0) {
+            snprintf(err, errlen, "voucher %lld bucket %d: key out of range", (long long)vid, b);
+            return -1;
+        }
+        redisContext *c = rcs_route_key(rt, kv, err, errlen);
+        if (c == NULL)
+            return -1;
+        /* one moment: an admission moves a unit from stock to buyers atomically */
+        redisReply *r = rconn_cmdf(c, err, errlen,
+                                   "EVAL %s 2 %s %s",
+                                   "return {redis.call('HGET', KEYS[1], 'stock') or '0', "
+                                   "redis.call('HLEN', KEYS[2])}",
+                                   kv, kb);
+        if (r == NULL)
+            return -1;
+        int64_t st = 0, n = 0;
+        int ok = r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+                 rconn_int(r->element[0], &st) == 0 && rconn_int(r->element[1], &n) == 0;
+        freeReplyObject(r);
+        if (!ok) {
+            snprintf(err, errlen, "bucket %d of voucher %lld: unexpected reply", b, (long long)vid);
+            return -1;
+        }
+        *units += st + n;
+    }
+    return 0;
+}
+
 /* Every possible bucket (K = 2..KEY_BUCKETS_MAX, b = 1..K-1) is probed, not only the K
  * the registry names: the registry lives on one node, which may be the one that lost
  * its data. Rebuilds are rare; 120 HEXISTS are nothing beside one. */

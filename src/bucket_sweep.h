@@ -10,14 +10,14 @@
  *             applied: the receiver's applied set), then delete the entry; a receiver
  *             without its voucher hash (its data lost) never applied it: the units go back
  *             to the donor. Run every second by the rebuild watch (rebuild_watch.c);
- *   rebuild   bucket 0's hash gone while other buckets still have theirs (a cluster node
- *             lost its data): a rebuild from SQL would put the whole remaining stock back
- *             into bucket 0 beside the stock the other buckets still hold -- an oversell --
- *             so bks_rebuild_allowed says no and the voucher stays unsellable for the
- *             buyers whose home is bucket 0 until an operator acts. With every bucket
- *             gone (FLUSHALL, a single Redis lost) the rebuild goes ahead and the voucher
- *             comes back unbucketed (K = 1: its whole remaining stock and every SQL buyer
- *             in bucket 0, so nothing is oversold and nobody buys twice).
+ *   rebuild   K is in SQL (store_voucher_buckets), and rebuild.c brings back every lost
+ *             bucket: all of them from SQL, or -- some kept (a cluster node lost its
+ *             data) -- the lost ones with what SQL's initial stock leaves beside the
+ *             units the kept ones account for (bks_present, bks_live_units,
+ *             bks_in_transit). A voucher whose K is not in SQL (created before it was
+ *             kept there) with bucket 0 gone and other buckets kept: a rebuild from SQL
+ *             would put the whole remaining stock into bucket 0 beside theirs -- an
+ *             oversell -- so bks_rebuild_allowed says no.
  *
  * Blocking, with the contexts' deadlines; one thread at a time per rcs_route_t. */
 #ifndef SECKILL_BUCKET_SWEEP_H
@@ -57,6 +57,15 @@ int bks_sweep_all(rcs_route_t *rt, const bks_wait_t *wt);
  * will find it present --, or no bucket b >= 1 of any K is), 0 if not (err says why), -1
  * on a Redis failure (err). */
 int bks_rebuild_allowed(rcs_route_t *rt, int64_t voucher_id, char *err, size_t errlen);
+
+/* Which of the voucher's k buckets have their voucher hash (stock field): bit b of *mask.
+ * 0, or -1 on a Redis failure (err). */
+int bks_present(rcs_route_t *rt, int64_t voucher_id, int k, unsigned *mask, char *err,
+                size_t errlen);
+/* The units the buckets in mask account for: stock + buyers of each (each bucket read at
+ * one moment of its own). For a rebuild of the other buckets. 0, or -1 with err. */
+int bks_live_units(rcs_route_t *rt, int64_t voucher_id, int k, unsigned mask, int64_t *units,
+                   char *err, size_t errlen);
 
 /* Units of the voucher in transfers not yet applied (for the audit): the sum over its
  * buckets' logs of entries the receiver has not applied. 0, or -1 with err. */

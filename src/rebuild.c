@@ -14,6 +14,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "bucket_sweep.h"
 #include "buckets.h"
 #include "pairs.h"
 #include "rcl_sync.h"
@@ -279,6 +280,148 @@ static int publish_bucket(redisContext *c, redisContext *g, const rebuild_opts_t
     return REBUILD_BUSY;   /* the lock expired under us: someone else owns the rebuild */
 }
 
+/* Step 1's lock: SET kl <token> NX PX with a fresh token (into token). 1 taken, 0 held by
+ * another rebuilder, -1 Redis failed (err). */
+static int lock_voucher(redisContext *c, const char *kl, const rebuild_opts_t *o, char *token,
+                        size_t toklen, char *err, size_t errlen)
+{
+    unsigned char rnd[8];
+    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
+        uint64_t t = (uint64_t)time(NULL) ^ (uint64_t)clock();
+        memcpy(rnd, &t, sizeof rnd);
+    }
+    snprintf(token, toklen, "%s:%02x%02x%02x%02x%02x%02x%02x%02x",
+             o->owner && o->owner[0] ? o->owner : "seckill", rnd[0], rnd[1], rnd[2], rnd[3],
+             rnd[4], rnd[5], rnd[6], rnd[7]);
+    char why[256];
+    redisReply *r = rconn_cmdf(c, why, sizeof why, "SET %s %s NX PX %d", kl, token,
+                               o->lock_ttl_ms > 0 ? o->lock_ttl_ms : LOCK_TTL_MS);
+    if (!r) {
+        snprintf(err, errlen, "SET %s NX: %s", kl, why);
+        return -1;
+    }
+    int got = r->type == REDIS_REPLY_STATUS;
+    freeReplyObject(r);
+    return got;
+}
+
+/* Some of a bucketed voucher's buckets lost (a cluster node lost its data), the others
+ * kept and selling. The lost ones come back with their home buyers from SQL and the units
+ * nobody else accounts for: SQL's initial stock (stock + orders) minus what the kept
+ * buckets hold (stock + buyers, bks_live_units), minus units in transfers not yet
+ * applied, minus the lost buckets' SQL buyers -- split over the lost buckets as at
+ * creation. The generation is not raised: the kept buckets' streams hold entries of the
+ * current one. Under the voucher's lock; bucket 0 last if it is among them. */
+static int rebuild_partial(redisContext *c, redisContext *g, store_t *st, int64_t vid,
+                           const rebuild_opts_t *o, rebuild_result_t *res, char *err,
+                           size_t errlen)
+{
+    int k = res->buckets, rc = REBUILD_ERR, locked = 0;
+    unsigned mask = 0, all = (1u << k) - 1;
+    char kl[64], token[160] = "dry-run";
+    pairs_t sql = {0};
+    store_voucher_t v;
+    memset(&v, 0, sizeof v);
+    if (key_rebuild_lock(kl, sizeof kl, vid) < 0) {
+        snprintf(err, errlen, "voucher id %lld out of range", (long long)vid);
+        return REBUILD_ERR;
+    }
+    if (!o->dry_run) {
+        int l = lock_voucher(c, kl, o, token, sizeof token, err, errlen);
+        if (l <= 0)
+            return l < 0 ? REBUILD_ERR : REBUILD_BUSY;
+        locked = 1;
+    }
+    /* again under the lock: someone may have finished meanwhile */
+    if (bks_present(o->rt, vid, k, &mask, err, errlen) < 0)
+        goto out;
+    if (mask == all) {
+        rc = REBUILD_PRESENT;
+        goto out;
+    }
+    int got = store_voucher_get(st, vid, &v);
+    if (got == STORE_NOTFOUND || (got == STORE_OK && !v.is_seckill)) {
+        rc = REBUILD_NOT_SALE;
+        goto out;
+    }
+    int64_t count = 0, stock = 0, live = 0, transit = 0;
+    if (got != STORE_OK || store_redis_epoch(st, vid, 0, &res->epoch) != STORE_OK ||
+        store_voucher_counts(st, vid, &count, &stock) != STORE_OK) {
+        snprintf(err, errlen, "SQL: %s", store_errmsg(st));
+        res->sql_failed = 1;
+        goto out;
+    }
+    res->begin = v.begin_time;
+    res->end = v.end_time;
+    res->initial = stock + count;
+    if (read_sql_orders(st, vid, &sql, err, errlen) != 0) {
+        res->sql_failed = 1;
+        goto out;
+    }
+    if (bks_live_units(o->rt, vid, k, mask, &live, err, errlen) < 0 ||
+        bks_in_transit(o->rt, vid, k, &transit, err, errlen) < 0)
+        goto out;
+    int nlost = 0;
+    for (size_t i = 0; i < sql.n; i++)
+        if (!(mask & (1u << bk_home(sql.v[i].a, k))))
+            res->buyers++;
+    for (int b = 0; b < k; b++)
+        nlost += !(mask & (1u << b));
+    res->from_sql = res->buyers;
+    res->stock = res->initial - live - transit - res->buyers;
+    plan(o, "voucher %lld: %d of its %d stock buckets lost: SQL stock %lld + %lld orders = "
+            "initial %lld; the kept buckets hold %lld (stock + buyers), %lld in transfers; "
+            "the lost ones get %lld units and their %lld SQL buyers",
+         (long long)vid, nlost, k, (long long)stock, (long long)count, (long long)res->initial,
+         (long long)live, (long long)transit, (long long)res->stock, (long long)res->buyers);
+    if (res->stock < 0) {
+        log_error("rebuild: voucher %lld: the kept buckets and SQL account for %lld units more "
+                  "than its initial stock %lld: the lost buckets get stock 0",
+                  (long long)vid, (long long)-res->stock, (long long)res->initial);
+        res->stock = 0;
+    }
+    if (o->dry_run) {
+        rc = REBUILD_DONE;
+        goto out;
+    }
+    rc = REBUILD_DONE;
+    pairs_t none = {0};
+    for (int b = k - 1, i = nlost - 1; b >= 0 && rc == REBUILD_DONE; b--) {
+        if (mask & (1u << b))
+            continue;
+        pairs_t ba = {0};
+        home_split(&sql, b, k, &ba);
+        rc = publish_bucket(c, g, o, vid, b, res, &ba, &none,
+                            bk_share(res->stock, i--, nlost), (int64_t)ba.n, token, err, errlen);
+        if (b == 0)
+            locked = 0;   /* bucket 0's script released it */
+        pairs_free(&ba);
+    }
+    /* The registry (seckill:streams) may have gone with the lost node: the kept buckets'
+     * streams are listed again too, or no writer would read them. */
+    for (int b = 0; b < k && rc == REBUILD_DONE; b++) {
+        char mem[48], why[256];
+        if (!(mask & (1u << b)))
+            continue;
+        if (b == 0)
+            snprintf(mem, sizeof mem, "%lld", (long long)vid);
+        else
+            snprintf(mem, sizeof mem, "%lld.%d.%d", (long long)vid, b, k);
+        redisReply *r = rconn_cmdf(g, why, sizeof why, "SADD %s %s", KEY_STREAMS, mem);
+        if (!r) {
+            snprintf(err, errlen, "SADD %s: %s", KEY_STREAMS, why);
+            rc = REBUILD_ERR;
+        }
+        freeReplyObject(r);
+    }
+out:
+    if (locked)
+        unlock(c, kl, token);
+    store_voucher_clear(&v);
+    pairs_free(&sql);
+    return rc;
+}
+
 int rebuild_voucher(redisContext *c, redisContext *g, store_t *st, int64_t vid,
                     const rebuild_opts_t *o, rebuild_result_t *res, char *err, size_t errlen)
 {
@@ -293,6 +436,27 @@ int rebuild_voucher(redisContext *c, redisContext *g, store_t *st, int64_t vid,
         snprintf(err, errlen, "voucher id %lld out of range", (long long)vid);
         return REBUILD_ERR;
     }
+    /* K from SQL first: a bucketed voucher is present only with every bucket */
+    if (store_voucher_buckets(st, vid, &res->buckets) != STORE_OK) {
+        snprintf(err, errlen, "SQL stock buckets: %s", store_errmsg(st));
+        res->sql_failed = 1;
+        return REBUILD_ERR;
+    }
+    if (!o->rt)
+        res->buckets = 1;   /* no way to the other buckets' nodes: bucket 0 alone */
+    if (res->buckets > 1) {
+        unsigned mask = 0, all = (1u << res->buckets) - 1;
+        if (bks_present(o->rt, vid, res->buckets, &mask, err, errlen) < 0)
+            return REBUILD_ERR;
+        if (mask == all)
+            return REBUILD_PRESENT;
+        if (mask != 0)
+            return rebuild_partial(c, g, st, vid, o, res, err, errlen);
+    } else if (o->rt) {
+        int a = bks_rebuild_allowed(o->rt, vid, err, errlen);
+        if (a <= 0)
+            return a < 0 ? REBUILD_ERR : REBUILD_REFUSED;
+    }
     int p = rebuild_present(c, vid, err, errlen);
     if (p < 0)
         return REBUILD_ERR;
@@ -300,26 +464,12 @@ int rebuild_voucher(redisContext *c, redisContext *g, store_t *st, int64_t vid,
         return REBUILD_PRESENT;
 
     /* 1. the lock */
-    unsigned char rnd[8];
-    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
-        uint64_t t = (uint64_t)time(NULL) ^ (uint64_t)clock();
-        memcpy(rnd, &t, sizeof rnd);
-    }
-    snprintf(token, sizeof token, "%s:%02x%02x%02x%02x%02x%02x%02x%02x",
-             o->owner && o->owner[0] ? o->owner : "seckill", rnd[0], rnd[1], rnd[2], rnd[3],
-             rnd[4], rnd[5], rnd[6], rnd[7]);
     int locked = 0;
     if (!o->dry_run) {
-        redisReply *r = rconn_cmdf(c, why, sizeof why, "SET %s %s NX PX %d", kl, token,
-                                    o->lock_ttl_ms > 0 ? o->lock_ttl_ms : LOCK_TTL_MS);
-        if (!r) {
-            snprintf(err, errlen, "SET %s NX: %s", kl, why);
-            return REBUILD_ERR;
-        }
-        locked = r->type == REDIS_REPLY_STATUS;
-        freeReplyObject(r);
-        if (!locked)
-            return REBUILD_BUSY;
+        int l = lock_voucher(c, kl, o, token, sizeof token, err, errlen);
+        if (l <= 0)
+            return l < 0 ? REBUILD_ERR : REBUILD_BUSY;
+        locked = 1;
         /* Someone may have finished between our look and the lock. */
         p = rebuild_present(c, vid, err, errlen);
         if (p != 0) {
@@ -383,11 +533,6 @@ int rebuild_voucher(redisContext *c, redisContext *g, store_t *st, int64_t vid,
         goto out;
     }
     res->initial = stock + count;
-    if (store_voucher_buckets(st, vid, &res->buckets) != STORE_OK) {
-        snprintf(err, errlen, "SQL stock buckets: %s", store_errmsg(st));
-        res->sql_failed = 1;
-        goto out;
-    }
     if (read_sql_orders(st, vid, &sql, err, errlen) != 0) {
         res->sql_failed = 1;
         goto out;

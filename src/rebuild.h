@@ -53,6 +53,8 @@ enum {
     REBUILD_PRESENT = 1,    /* the voucher has stock in Redis: nothing to do */
     REBUILD_BUSY = 2,       /* another rebuilder holds the lock */
     REBUILD_NOT_SALE = 3,   /* SQL has no flash-sale voucher with this id */
+    REBUILD_REFUSED = 4,    /* buckets in Redis that SQL does not know of (K not in SQL):
+                               rebuilding bucket 0 would sell their stock twice (err) */
     REBUILD_ERR = -1
 };
 
@@ -80,7 +82,8 @@ typedef struct rebuild_result {
     int sql_failed;         /* REBUILD_ERR: SQL failed (else Redis did) */
 } rebuild_result_t;
 
-/* Rebuilds one voucher if its keys are missing. c reaches the voucher's keys (on a cluster:
+/* Rebuilds one voucher if its keys are missing (with K > 1 in SQL and o->rt: any of its
+ * buckets' keys; the lost buckets alone when others are kept). c reaches the voucher's keys (on a cluster:
  * the node of its hash tag), g the process-wide seckill:streams (NULL: c). Returns a
  * REBUILD_* code; on REBUILD_ERR err says why (and the lock, if taken, is released). */
 int rebuild_voucher(struct redisContext *c, struct redisContext *g, struct store *st,

@@ -34,6 +34,7 @@
 typedef struct known {
     int64_t id;
     int64_t end;                     /* sale end, epoch seconds (windows never change) */
+    int k;                           /* stock buckets (SQL): each is watched */
 } known_t;
 
 struct rebuild_watch {
@@ -131,12 +132,9 @@ static void rebuild_one(rebuild_watch_t *w, int64_t vid, const char *why)
         drop_redis(w, err);
         return;
     }
-    int allowed = bks_rebuild_allowed(&w->rt, vid, err, sizeof err);
-    if (allowed <= 0) {
-        if (allowed < 0) {
-            drop_redis(w, err);
-            return;
-        }
+    int rc = rebuild_voucher(c, g, w->st, vid, &o, &res, err, sizeof err);
+    switch (rc) {
+    case REBUILD_REFUSED:
         /* Looked at again every pass (an operator may fix it), logged once. */
         for (size_t k = 0; k < NOT_SALE_MAX && k < w->nrefused; k++)
             if (w->refused[k] == vid)
@@ -144,10 +142,7 @@ static void rebuild_one(rebuild_watch_t *w, int64_t vid, const char *why)
         w->refused[w->nrefused++ % NOT_SALE_MAX] = vid;
         log_error("voucher %lld: Redis lost its keys (%s) but not all of its stock buckets; "
                   "not rebuilt: %s", (long long)vid, why, err);
-        return;
-    }
-    int rc = rebuild_voucher(c, g, w->st, vid, &o, &res, err, sizeof err);
-    switch (rc) {
+        break;
     case REBUILD_DONE:
         if (w->app->metrics)
             metric_inc(&w->app->metrics->redis_rebuilds);
@@ -197,6 +192,9 @@ static int refresh_list(rebuild_watch_t *w)
         int rc = store_voucher_get(w->st, ids[i], &v);
         int64_t end = v.end_time;
         store_voucher_clear(&v);
+        int nb = 1;
+        if (rc == STORE_OK && store_voucher_buckets(w->st, ids[i], &nb) != STORE_OK)
+            rc = STORE_ERR;
         if (rc == STORE_ERR) {
             drop_sql(w, store_errmsg(w->st));
             free(ids);
@@ -207,6 +205,7 @@ static int refresh_list(rebuild_watch_t *w)
         w->known = xrealloc(w->known, (w->nknown + 1) * sizeof *w->known);
         w->known[w->nknown].id = ids[i];
         w->known[w->nknown].end = end;
+        w->known[w->nknown].k = nb;
         w->nknown++;
     }
     free(ids);
@@ -265,6 +264,13 @@ static void check_all(rebuild_watch_t *w, const char *why)
         c = rcs_route_key(&w->rt, kv, err, sizeof err);
         if (c)
             p = rebuild_present(c, w->known[i].id, err, sizeof err);
+        if (p == 1 && w->known[i].k > 1) {
+            /* a bucketed voucher: any lost bucket is rebuilt (K more HEXISTS) */
+            unsigned mask = 0;
+            p = bks_present(&w->rt, w->known[i].id, w->known[i].k, &mask, err, sizeof err) < 0
+                    ? -1
+                    : mask == (1u << w->known[i].k) - 1;
+        }
         if (p < 0) {
             drop_redis(w, err);
             return;

@@ -161,8 +161,7 @@ static int rebuild_cmd(int argc, char **argv)
         else
             do   /* again on a new map when a failover or reshard cut it short */
                 if ((c = rcs_route_key(&rt, kv, err, sizeof err)) &&
-                    (g = rcs_route_key(&rt, KEY_STREAMS, err, sizeof err)) &&
-                    bks_rebuild_allowed(&rt, list[i], err, sizeof err) > 0)
+                    (g = rcs_route_key(&rt, KEY_STREAMS, err, sizeof err)))
                     rc = rebuild_voucher(c, g, st, list[i], &o, &res, err, sizeof err);
             while (rc == REBUILD_ERR && rcs_route_retry(&rt, retry_until, err));
         switch (rc) {
@@ -178,6 +177,10 @@ static int rebuild_cmd(int argc, char **argv)
             break;
         case REBUILD_BUSY:
             printf("voucher %lld: another instance is rebuilding it now\n", (long long)list[i]);
+            break;
+        case REBUILD_REFUSED:
+            fprintf(stderr, "voucher %lld: not rebuilt: %s\n", (long long)list[i], err);
+            status = 1;
             break;
         case REBUILD_NOT_SALE:
             fprintf(stderr, "voucher %lld: not a flash-sale voucher in SQL\n", (long long)list[i]);

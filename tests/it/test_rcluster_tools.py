@@ -1,5 +1,5 @@
 """test_rcluster_tools.py -- the blocking tools (`seckill audit`, `seckill bench`) on a
-Redis Cluster through a failover (src/rcl_sync.c: rcs_route_key and rcs_route_retry).
+Redis Cluster through a failover, and a stock-bucketed voucher through one master's data loss (src/rcl_sync.c: rcs_route_key and rcs_route_retry).
 
 One cluster of 3 masters + 3 replicas (cluster-node-timeout 1 s), one seckill on it, a few
 vouchers sold on every master (one of them in 3 stock buckets, one per master). Then the
@@ -9,7 +9,10 @@ seed list that still names the dead node first, as an operator's configuration w
     reports 0 violations (before: it failed on the dead node or on a stale map);
   - a short `seckill bench` (API logins, a sale, the drain and its own audit) succeeds;
   - an audit started the moment the master dies (before the promotion) waits for the new
-    map within its deadline and succeeds too.
+    map within its deadline and succeeds too;
+  - then a master loses its data (FLUSHALL): the bucketed voucher's bucket(s) there come
+    back alone (src/rebuild.c, K from SQL) with exactly the units the other buckets do not
+    account for and their home buyers; the sale sells exactly the rest, audit clean.
 """
 
 import json
@@ -62,4 +65,36 @@ def test_tools_follow_a_failover():
     j = json.load(open(js))
     eq(j["outcomes"]["success"], 40, "bench success answers")
     eq(j["audit"], 0, "bench's audit status")
+
+    # One master loses its data (FLUSHALL): the bucketed voucher's bucket there comes back
+    # alone, with what SQL's initial stock leaves beside the other buckets (stock +
+    # buyers) and its home buyers from SQL; the sale then sells exactly the rest.
+    bvid, k = vids[-1], 3
+    bk = [H.bucket_keys(bvid, b, k) for b in range(k)]
+    sold = 10
+    db = srv.db()
+
+    def units(b):
+        return (int(cluster.cmd("HGET", bk[b]["voucher"], "stock") or 0) +
+                int(cluster.cmd("HLEN", bk[b]["buyers"])))
+    before = [units(b) for b in range(k)]
+    eq(sum(before), 12, "units over the buckets before the loss")
+    flushed = cluster.node_for(bk[1]["voucher"])
+    lost = [b for b in range(k) if cluster.node_for(bk[b]["voucher"]) is flushed]
+    flushed.cmd("FLUSHALL")
+    H.wait_until(lambda: all(cluster.cmd("HEXISTS", bk[b]["voucher"], "stock") == 1
+                             for b in range(k)), 20, what="buckets %r rebuilt" % lost)
+    eq([units(b) for b in range(k)], before, "units per bucket after the rebuild of %r" % lost)
+    more = H.login_many(srv, cluster, 30, start=100)
+    recs = H.run_sale(srv, bvid, tokens[:10] + more, attempts=1, nthreads=4)
+    s = H.summarize(recs)
+    eq(s.get("success", 0), 12 - sold, "sold after the rebuild (answers %r)" % s)
+    early = H.summarize(r for r in recs if r.user < 10)
+    check(set(early) <= {H.MSG_DUPLICATE, H.MSG_SOLD_OUT},
+          "earlier buyers after the rebuild: %r", early)
+    H.wait_until(lambda: db.order_count(bvid) == 12, 60, what="the bucketed voucher sold out in SQL")
+    eq(db.per_user_max(bvid), 1, "orders per user")
+    st, out = H.audit(cluster, srv.db_url, voucher_id=bvid)
+    check(st == 0 and "audit: 0 violations" in out, "audit after the rebuild: exit %d\n%s",
+          st, out[-3000:])
     H.finish(srv)
