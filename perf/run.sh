@@ -216,6 +216,10 @@ for rate in $SALE_RATES; do
     set -- $(host_busy 2)
     say "host          before sale-$rate: $1% of the $(nproc) cores busy (steal $2%) with the service idle: the neighbours' share (above ~5%, the sale's p99 measures them too)"
     HOST_BUSY=$1
+    # Redis's own stalls during the sale: LATENCY events above 2 ms (a command, an AOF
+    # write that waited for the disk, a fork), and its AOF rewrites (fork + child)
+    $R config set latency-monitor-threshold 2 >/dev/null; $R latency reset >/dev/null
+    rw0=$($R info persistence | tr -d '\r' | awk -F: '$1 == "aof_rewrites" {print $2}')
     bench "sale-$rate" --users $((SALE_STOCK * 10)) --stock "$SALE_STOCK" --rate "$rate" --dup 0.1 \
         --burst-share 0.05 --conns 256 --timeline "$OUT/timeline-sale-$rate.tsv"
     j="$TMP/sale-$rate.json"
@@ -237,6 +241,10 @@ for k in ("selling", "sold_out"):
           sys.argv[2], k.replace("_", " "), p["from_s"], p["to_s"], p["requests"], p["p50_us"] / 1e3,
           p["p99_us"] / 1e3, p["send_p99_us"] / 1e3, p["late_p99_us"] / 1e3, busy, p.get("others_cpu_pct", -1)))
 PY
+    rw1=$($R info persistence | tr -d '\r' | awk -F: '$1 == "aof_rewrites" {print $2}')
+    say "              sale-$rate redis stalls: $($R latency latest | tr -d '\r' | paste -sd' ' |
+        awk '{s = ""; for (i = 1; i + 3 <= NF; i += 4) s = s sprintf("%s max %s ms; ", $i, $(i + 3)); print (s == "" ? "none above 2 ms; " : s)}')AOF rewrites $((rw1 - rw0)) (last fork $($R info stats | tr -d '\r' | awk -F: '$1 == "latest_fork_usec" {print $2}') us)"
+    $R config set latency-monitor-threshold 0 >/dev/null
     SALE_P99="$SALE_P99 $rate:$(jget "$j" latency_us.p99)"
     SALE_DETAIL="$SALE_DETAIL $rate:$(jget "$j" phases.selling.p99_us):$(jget "$j" phases.sold_out.p99_us):$HOST_BUSY"
 done
