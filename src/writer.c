@@ -74,6 +74,7 @@
 #include "sentry.h"
 #include "store.h"
 #include "url.h"
+#include "wprio.h"
 #include "writer.h"
 
 #define STREAMS_REFRESH_MS 1000
@@ -134,6 +135,8 @@ struct writer {
     char name[128];                  /* consumer name */
     int batch, block_ms, claim_idle_ms, redis_timeout_ms, sql_timeout_ms;
     int nice;                      /* added to the thread's nice value at its start */
+    int idle_lag_ms, pace_ms;      /* wprio.h: idle class while it keeps up, commit pacing */
+    wprio_t prio;                  /* the thread's own */
     int wait_replicas;               /* --redis-wait-replicas: write only replicated orders */
     url_redis_t addr;
 
@@ -618,8 +621,10 @@ static int sql_write(writer_t *wr, size_t n, size_t *inserted, size_t *conflicts
             wr->st = store_open(wr->app->db_url, wr->sql_timeout_ms, err, sizeof err);
         }
         if (wr->st) {
-            if (store_orders_write(wr->st, wr->orders, n, inserted, conflicts, fenced) ==
-                STORE_OK) {
+            wprio_hold(&wr->prio);   /* SQL's write lock: never held at idle priority */
+            int wrc = store_orders_write(wr->st, wr->orders, n, inserted, conflicts, fenced);
+            wprio_release(&wr->prio);
+            if (wrc == STORE_OK) {
                 if (wr->sql_down)
                     log_info("writer: SQL writes work again (%zu orders written)", *inserted);
                 wr->sql_down = 0;
@@ -1244,27 +1249,13 @@ static void final_drain(writer_t *wr)
         log_info("writer: wrote %zu queued orders before stopping", total);
 }
 
-/* The writer's thread yields the CPU to the workers: its work can wait (every admitted
- * order is safe in the stream until its commit and XACK), the answers cannot. On a host
- * with as many busy threads as cores (two workers, redis-server, the writer) a writer at
- * the workers' priority takes its fair share right when the sale's grabs arrive; a nicer
- * one runs in the gaps and catches up once the stock is gone. Nice, not SCHED_IDLE: with
- * other busy processes on the host an idle-class writer could starve for good. Linux
- * keeps the nice value per thread (setpriority on the thread id). */
-static void lower_priority(int delta)
-{
-    if (delta <= 0)
-        return;
-    id_t tid = (id_t)gettid();
-    errno = 0;
-    int cur = getpriority(PRIO_PROCESS, tid);
-    if (cur == -1 && errno != 0)
-        cur = 0;
-    int want = cur + delta > 19 ? 19 : cur + delta;
-    if (setpriority(PRIO_PROCESS, tid, want) != 0)
-        log_warn("writer: cannot lower its priority to nice %d: %s", want, strerror(errno));
-}
-
+/* The writer's thread yields the CPU to the workers (wprio.h): its work can wait (every
+ * admitted order is safe in the stream until its commit and XACK), the answers cannot. On
+ * a host with as many busy threads as cores (two workers, redis-server, the writer) a
+ * writer at the workers' priority takes its fair share right when the sale's grabs
+ * arrive; in the idle class it runs in the gaps, commits bigger batches and catches up
+ * once the stock is gone, and it leaves the idle class when it falls behind for longer
+ * than --writer-idle-lag-ms, so a busy host cannot starve it for good. */
 static void *writer_main(void *arg)
 {
     writer_t *wr = arg;
@@ -1272,7 +1263,7 @@ static void *writer_main(void *arg)
     int idle_ms = 0;   /* sub-writer: current poll interval while quiet */
     log_set_thread_name("writer");
     pthread_setname_np(pthread_self(), "writer");   /* top -H, the bench's timeline */
-    lower_priority(wr->nice);
+    wprio_start(&wr->prio, wr->nice, wr->idle_lag_ms, wr->pace_ms);
     log_info("writer: consumer %s of group %s, batch %d, block %d ms, claim idle %d ms",
              wr->name, KEY_GROUP, wr->batch, wr->block_ms, wr->claim_idle_ms);
     while (!stopping(wr)) {
@@ -1322,6 +1313,7 @@ static void *writer_main(void *arg)
         }
         if (stopping(wr))
             break;
+        wprio_read_begins(&wr->prio, clock_mono_ms());
         int got = read_group(wr, 0, wr->block_ms);
         if (got < 0)
             continue;
@@ -1331,6 +1323,10 @@ static void *writer_main(void *arg)
             gave_up = 1;
             break;
         }
+        /* caught up: let the next orders gather (fewer commits, each an fsync) */
+        int pause = rc == 0 ? wprio_after_batch(&wr->prio, got, wr->batch, clock_mono_ms()) : 0;
+        if (pause > 0 && !wr->node_mode)
+            nap(wr, pause);
         if (wr->node_mode) {
             /* No BLOCK across slots (read_group_node): poll, backing off while quiet
              * from IDLE_MIN_MS to IDLE_MAX_MS (never beyond block_ms). */
@@ -1371,6 +1367,8 @@ static writer_t *writer_new(struct app *app, const url_redis_t *addr)
     wr->batch = c->writer_batch > 0 ? c->writer_batch : 512;
     wr->block_ms = c->writer_block_ms > 0 ? c->writer_block_ms : 1000;
     wr->nice = c->writer_nice;
+    wr->idle_lag_ms = c->writer_idle_lag_ms;
+    wr->pace_ms = c->writer_pace_ms;
     wr->claim_idle_ms = c->claim_idle_ms > 0 ? c->claim_idle_ms : 30000;
     wr->redis_timeout_ms = c->redis_timeout_ms > 0 ? c->redis_timeout_ms : 1000;
     wr->wait_replicas = c->redis_wait_replicas;

@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""perf/sale_ab.py -- the open-loop sale's tail, A/B between binaries or settings, in one command.
+
+    python3 perf/sale_ab.py [--rounds N] [--rate R] [--stock S] [--users U] VARIANT [VARIANT ...]
+
+A VARIANT is a seckill binary, optionally followed by serve flags after commas:
+`build/seckill`, `/tmp/old`, `build/seckill,--writer-idle-lag-ms=0,--writer-pace-ms=0`.
+Each round runs every variant in turn, each on a fresh `seckill serve` on its embedded
+default (private redis-server + SQLite, AOF everysec, synchronous=FULL): the sale of
+`make perf` (S in stock, 10x buyers, +10 % repeats, 5 % sent three times at once, open
+loop at R req/s over 256 connections; seeded tokens), with the timeline.
+
+Per run it prints p99 from the due time overall and per phase (selling / sold out), the
+selling phase's p99 from the send and of "sent late", the CPU / run-queue wait (% of a
+core) of the writer, the workers, redis-server and the bench in the selling phase, the
+fdatasync calls the server made during the sale (SQLite commits; `perf stat` on the
+syscall tracepoint), Redis's stalls above 2 ms (LATENCY LATEST) and the other processes'
+CPU (the neighbours). Then the medians per variant. The p99s move with the neighbours on
+a shared host; the run-queue waits and the fsync counts are the steadier signals.
+"""
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def wait_health(port, proc, err):
+    for _ in range(300):
+        if proc.poll() is not None:
+            sys.exit("server exited: " + open(err).read()[-2000:])
+        try:
+            with urllib.request.urlopen("http://127.0.0.1:%d/health" % port, timeout=1) as r:
+                if b'"success":true' in r.read():
+                    return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    sys.exit("server did not come up")
+
+
+def redis_cli(sock, *args):
+    return subprocess.run(["redis-cli", "-s", sock] + list(args), capture_output=True,
+                          text=True).stdout
+
+
+def one_run(variant, a, tmp):
+    parts = variant.split(",")
+    binary, flags = parts[0], [f for f in parts[1:] if f]
+    d = tempfile.mkdtemp(prefix="sab", dir=tmp)
+    port = free_port()
+    err = os.path.join(d, "serve.err")
+    srv = subprocess.Popen([binary, "serve", "--data-dir", os.path.join(d, "d"), "--listen",
+                            "127.0.0.1:%d" % port, "--log-level", "warn"] + flags,
+                           stdout=subprocess.DEVNULL, stderr=open(err, "w"))
+    try:
+        wait_health(port, srv, err)
+        sock = os.path.join(d, "d", "redis", "redis.sock")
+        redis_cli(sock, "config", "set", "latency-monitor-threshold", "2")
+        # the bench seeds its tokens first: count fsyncs from the load's start only is not
+        # possible from outside, so the count covers seeding + sale (seeding writes no SQL)
+        pst = subprocess.Popen(["perf", "stat", "-x,", "-e", "syscalls:sys_enter_fdatasync,"
+                                "syscalls:sys_enter_fsync", "-p", str(srv.pid)],
+                               stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+        j = os.path.join(d, "sale.json")
+        tl = os.path.join(d, "timeline.tsv")
+        # the bench's own load is the same for every variant: take it from the first binary
+        subprocess.run([a.bench or binary, "bench", "--target", "http://127.0.0.1:%d" % port,
+                        "--data-dir", os.path.join(d, "d"), "--seed-tokens", "--quiet",
+                        "--users", str(a.users or a.stock * 10), "--stock", str(a.stock), "--rate",
+                        str(a.rate), "--dup", "0.1", "--burst-share", "0.05", "--conns", "256",
+                        "--json", j, "--timeline", tl], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        pst.send_signal(2)
+        fs = 0
+        for line in pst.communicate()[1].splitlines():
+            f = line.split(",")
+            if len(f) > 2 and f[0].strip().isdigit():
+                fs += int(f[0])
+        lat = redis_cli(sock, "latency", "latest").split()
+        stalls = " ".join("%s:%s" % (lat[i], lat[i + 3]) for i in range(0, len(lat) - 3, 4))
+        dj = json.load(open(j))
+        if a.keep:
+            shutil.copy(tl, os.path.join(a.keep, "timeline-%s-%d.tsv" % (
+                os.path.basename(binary), int(time.time()))))
+        return dj, fs, stalls or "none"
+    finally:
+        srv.terminate()
+        try:
+            srv.wait(10)
+        except subprocess.TimeoutExpired:
+            srv.kill()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rate", type=int, default=20000)
+    ap.add_argument("--stock", type=int, default=20000)
+    ap.add_argument("--users", type=int, default=0, help="buyers [10x the stock]")
+    ap.add_argument("--bench", help="the seckill binary whose bench drives every run "
+                    "[each variant's own]")
+    ap.add_argument("--keep", help="copy each run's timeline into this directory")
+    ap.add_argument("variants", nargs="+")
+    a = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="sab", dir="/tmp")
+    names = ("server/writer", "server/w0", "server/w1", "redis/redis-server", "bench/bench0")
+    rows = {v: [] for v in a.variants}
+    try:
+        for r in range(a.rounds):
+            for v in a.variants:
+                d, fs, stalls = one_run(v, a, tmp)
+                ph = d.get("phases", {})
+                s, o = ph.get("selling", {}), ph.get("sold_out", {})
+                th = s.get("threads", {})
+                cw = " ".join("%s %.0f/%.0f" % (n.split("/")[1], th[n]["cpu_pct"], th[n]["wait_pct"])
+                              for n in names if n in th)
+                row = (d["latency_us"]["p99"] / 1e3, s.get("p99_us", 0) / 1e3,
+                       o.get("p99_us", 0) / 1e3, s.get("send_p99_us", 0) / 1e3,
+                       s.get("late_p99_us", 0) / 1e3, fs, s.get("others_cpu_pct", -1))
+                rows[v].append(row + tuple(th.get(n, {}).get("wait_pct", 0) for n in names))
+                print("round %d %-50s p99 %7.2f ms  selling %7.2f  sold out %7.2f  (selling from send "
+                      "%.2f, late %.2f)  fdatasync %d  selling CPU/wait %s  others %.0f  redis stalls %s"
+                      % ((r + 1, v) + row[:6] + (cw, row[6], stalls)), flush=True)
+        print("medians (p99 ms overall / selling / sold out, fdatasyncs, run-queue wait %% in the "
+              "selling phase: %s)" % " ".join(n.split("/")[1] for n in names))
+        for v, rs in rows.items():
+            med = [statistics.median(x) for x in zip(*rs)]
+            print("  %-50s %.2f / %.2f / %.2f  fdatasync %.0f  wait %s" % (
+                v, med[0], med[1], med[2], med[5], " ".join("%.0f" % x for x in med[7:])))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
