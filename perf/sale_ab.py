@@ -15,7 +15,9 @@ selling phase's p99 from the send and of "sent late", the CPU / run-queue wait (
 core) of the writer, the workers, redis-server and the bench in the selling phase, the
 fdatasync calls the server made during the sale (SQLite commits; `perf stat` on the
 syscall tracepoint), Redis's stalls above 2 ms (LATENCY LATEST) and the other processes'
-CPU (the neighbours). Then the medians per variant. The p99s move with the neighbours on
+CPU (the neighbours); with --sched S, S seconds of the selling phase's scheduler events:
+how long w0, w1, redis-server and bench0 waited runnable and how much of it behind the
+order writer (perf/sched_blame.py). Then the medians per variant. The p99s move with the neighbours on
 a shared host; the run-queue waits and the fsync counts are the steadier signals.
 """
 import argparse
@@ -29,6 +31,9 @@ import sys
 import tempfile
 import time
 import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sched_blame  # noqa: E402
 
 
 def free_port():
@@ -79,12 +84,25 @@ def one_run(variant, a, tmp):
         j = os.path.join(d, "sale.json")
         tl = os.path.join(d, "timeline.tsv")
         # the bench's own load is the same for every variant: take it from the first binary
-        subprocess.run([a.bench or binary, "bench", "--target", "http://127.0.0.1:%d" % port,
+        bench = subprocess.Popen([a.bench or binary, "bench", "--target", "http://127.0.0.1:%d" % port,
                         "--data-dir", os.path.join(d, "d"), "--seed-tokens", "--quiet",
                         "--users", str(a.users or a.stock * 10), "--stock", str(a.stock), "--rate",
                         str(a.rate), "--dup", "0.1", "--burst-share", "0.05", "--conns", "256",
                         "--json", j, "--timeline", tl], stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL)
+        blamed = None
+        if a.sched:
+            # the selling phase: from the first admission on, for a.sched seconds
+            while bench.poll() is None and "evalsha" not in redis_cli(sock, "info", "commandstats"):
+                time.sleep(0.05)
+            sd = os.path.join(d, "sched.data")
+            subprocess.run(["perf", "sched", "record", "-o", sd, "--", "sleep", str(a.sched)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            txt = subprocess.run(["perf", "script", "-i", sd, "-F", "cpu,time,event,trace"],
+                                 capture_output=True, text=True).stdout
+            blamed = sched_blame.blame(txt.splitlines())
+            os.unlink(sd)
+        bench.wait()
         pst.send_signal(2)
         fs = 0
         for line in pst.communicate()[1].splitlines():
@@ -97,7 +115,7 @@ def one_run(variant, a, tmp):
         if a.keep:
             shutil.copy(tl, os.path.join(a.keep, "timeline-%s-%d.tsv" % (
                 os.path.basename(binary), int(time.time()))))
-        return dj, fs, stalls or "none"
+        return dj, fs, stalls or "none", blamed
     finally:
         srv.terminate()
         try:
@@ -115,16 +133,20 @@ def main():
     ap.add_argument("--users", type=int, default=0, help="buyers [10x the stock]")
     ap.add_argument("--bench", help="the seckill binary whose bench drives every run "
                     "[each variant's own]")
+    ap.add_argument("--sched", type=float, default=0,
+                    help="record S seconds of scheduler events from the first admission on "
+                    "and blame the waits (perf/sched_blame.py)")
     ap.add_argument("--keep", help="copy each run's timeline into this directory")
     ap.add_argument("variants", nargs="+")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="sab", dir="/tmp")
     names = ("server/writer", "server/w0", "server/w1", "redis/redis-server", "bench/bench0")
     rows = {v: [] for v in a.variants}
+    sb = {v: [] for v in a.variants}
     try:
         for r in range(a.rounds):
             for v in a.variants:
-                d, fs, stalls = one_run(v, a, tmp)
+                d, fs, stalls, blamed = one_run(v, a, tmp)
                 ph = d.get("phases", {})
                 s, o = ph.get("selling", {}), ph.get("sold_out", {})
                 th = s.get("threads", {})
@@ -137,12 +159,24 @@ def main():
                 print("round %d %-50s p99 %7.2f ms  selling %7.2f  sold out %7.2f  (selling from send "
                       "%.2f, late %.2f)  fdatasync %d  selling CPU/wait %s  others %.0f  redis stalls %s"
                       % ((r + 1, v) + row[:6] + (cw, row[6], stalls)), flush=True)
+                if blamed is not None:
+                    wb = sum(blamed.get(n, (0, {}))[1].get("writer", 0) for n in ("w0", "w1", "redis-server", "bench0"))
+                    wt = sum(blamed.get(n, (0, {}))[0] for n in ("w0", "w1", "redis-server", "bench0"))
+                    sb[v].append((wb * 1e3, wt * 1e3))
+                    print("        selling, %ss of sched events: w0+w1+redis+bench0 waited %.1f ms, %.1f ms of it "
+                          "behind the writer; %s" % (a.sched, wt * 1e3, wb * 1e3, "; ".join(
+                              "%s %.0f (%s)" % (n, blamed[n][0] * 1e3, " ".join(
+                                  "%s %.0f" % (k, x * 1e3) for k, x in blamed[n][1].most_common(4)))
+                              for n in sched_blame.WATCHED if n in blamed)), flush=True)
         print("medians (p99 ms overall / selling / sold out, fdatasyncs, run-queue wait %% in the "
               "selling phase: %s)" % " ".join(n.split("/")[1] for n in names))
         for v, rs in rows.items():
             med = [statistics.median(x) for x in zip(*rs)]
             print("  %-50s %.2f / %.2f / %.2f  fdatasync %.0f  wait %s" % (
                 v, med[0], med[1], med[2], med[5], " ".join("%.0f" % x for x in med[7:])))
+            if sb[v]:
+                print("  %-50s waits behind the writer %.1f ms of %.1f ms (median)" % (
+                    "", statistics.median(x[0] for x in sb[v]), statistics.median(x[1] for x in sb[v])))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
