@@ -68,6 +68,7 @@ typedef struct login_ctx {
     size_t code_len;
     char nick[16];              /* for a new user: "user_" + 10 of [a-z0-9] */
     int rc;                     /* STORE_* */
+    char err[256];              /* why the store call failed, for the log */
     store_user_t user;
     char token[33];
 } login_ctx_t;
@@ -134,6 +135,7 @@ static void run_login(store_t *st, void *arg)
     login_ctx_t *L = arg;
     if (st == NULL) {
         L->rc = STORE_ERR;
+        snprintf(L->err, sizeof(L->err), "no database connection");
         return;
     }
     L->rc = store_user_by_phone(st, L->phone, &L->user);
@@ -143,6 +145,9 @@ static void run_login(store_t *st, void *arg)
             log_info("new user %lld for phone %s", (long long)L->user.id, L->phone);
         }
     }
+    if (L->rc != STORE_OK) {
+        snprintf(L->err, sizeof(L->err), "%s", store_errmsg(st));
+    }
 }
 
 static void done_login(worker_t *w, void *arg)
@@ -150,6 +155,8 @@ static void done_login(worker_t *w, void *arg)
     login_ctx_t *L = arg;
     http_req_t *r = L->r;
     if (L->rc != STORE_OK || L->user.id <= 0) {
+        /* the operator's only trace of a refused login: the buyer sees a bare 503 */
+        log_warn("login of %s: %s", L->phone, L->rc != STORE_OK ? L->err : "no user id");
         free(L);
         api_unavailable(r, "database unavailable");
         return;
