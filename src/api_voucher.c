@@ -275,6 +275,16 @@ void api_voucher_create(http_req_t *r, int seckill)
             api_error(r, 400, "endTime must be after beginTime", "BAD_REQUEST");
             failed = 1;
         }
+        order_mode_t mode = r->w->app->cfg.mode;
+        if (!failed && c->buckets > 1 && mode != MODE_STREAM) {
+            /* Buckets split the Redis admission and its streams: elsewhere they would be
+             * accepted and mean nothing (docs/redis-cluster.md, "Stock buckets"). */
+            char msg[200];
+            snprintf(msg, sizeof msg, "stockBuckets above 1 needs --mode stream; this server "
+                     "runs --mode %s", config_mode_name(mode));
+            api_error(r, 400, msg, "BAD_REQUEST");
+            failed = 1;
+        }
     }
     json_decref(root);
     if (failed) {

@@ -97,4 +97,15 @@ def test_sync_mode_window_and_unknown_voucher():
         eq((status, j.get("success"), j.get("errorMsg")), (200, False, msg),
            "reply for voucher %d" % vid)
     eq(srv.db().order_count(future) + srv.db().order_count(past), 0, "orders outside the window")
+    # Stock buckets split the Redis admission: sync mode refuses them instead of
+    # accepting a field that would mean nothing (K = 1 is the plain voucher).
+    h = srv.http()
+    st, j = h.api("POST", "/voucher/seckill", H.seckill_body(stock=6, stockBuckets=3),
+                  admin=srv.admin_token)
+    eq(st, 400, "stockBuckets 3 in sync mode: %r" % (j,))
+    check("--mode stream" in j.get("errorMsg", "") and "sync" in j["errorMsg"],
+          "the refusal says why: %r", j)
+    one = H.create_seckill(srv, stock=6, stockBuckets=1, http=h)
+    status, j = H.seckill(srv, tokens[1], one)
+    check(status == 200 and j.get("success"), "a K = 1 voucher in sync mode: %r", j)
     H.finish(srv)
