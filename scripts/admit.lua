@@ -11,8 +11,9 @@
 --         Only on a single Redis: on a cluster these keys live in other slots and the
 --         server writes the index itself after the call.
 -- ARGV[1] voucherId
--- ARGV[2] transport: 'stream' = XADD to KEYS[3] the entry o = "orderId userId ts ep" (the
---         format and its readers: src/sentry.h); 'queue' = nothing (queue mode: the server
+-- ARGV[2] transport: 'stream' = XADD to KEYS[3] ONE entry per call carrying every order it
+--         admitted, os = "ts ep orderId userId [orderId userId ...]" (the format and its
+--         readers: src/sentry.h); 'queue' = nothing (queue mode: the server
 --         keeps the order in its own memory; see src/ordq.h for what that costs);
 --         'list' / 'pubsub' = LPUSH to / PUBLISH on KEYS[3] "orderId userId voucherId ts"
 -- ARGV[3], ARGV[4] userId, orderId of the first buyer; then the next buyer's, and so on.
@@ -21,8 +22,10 @@
 -- 3 not started, 4 ended, 5 no such flash-sale voucher. The checks run in the course's
 -- order (stock before duplicate), with the sale window checked first against Redis's own
 -- clock, so every instance judges the window by the same time. A batch decides exactly as
--- the same buyers one call each, back to back: one TIME, one read of the voucher and one
--- stock write per call instead of one each. Stock is taken, the buyer recorded and the
+-- the same buyers one call each, back to back: one TIME, one read of the voucher, one read
+-- and one write of the buyer hash, one stream entry and one stock write per call instead
+-- of one each (each redis.call costs the script ~0.5-1 us beside the command's own work,
+-- and each write is one more record in the AOF; docs/bench.md, "Fewer writes per grab"). Stock is taken, the buyer recorded and the
 -- order queued in one step: there is no moment where stock is gone and the order is not
 -- in the stream. Each stream entry carries ep, the voucher's Redis generation: after a
 -- rebuild from SQL (src/rebuild.c) the writer refuses entries of the replaced state.
@@ -51,21 +54,33 @@ if code then
   return out
 end
 local vid, ep = ARGV[1], v[4] or '0'
--- the entry's part every buyer of the call shares, made once (a number becomes a string
--- by a printf inside Lua: once per call, not once per buyer)
-local tail = ' ' .. tostring(now) .. ' ' .. ep
+if stock <= 0 then
+  for i = 1, n do out[i] = 1 end
+  return out
+end
+-- Who bought already: one HMGET for the call (false = not yet). seen catches a buyer
+-- twice in the same call, as the second HSETNX would have.
+local uids = {}
+for i = 1, n do uids[i] = ARGV[2 * i + 1] end
+local had = redis.call('HMGET', KEYS[2], unpack(uids))
 local index = #KEYS > 3
+local seen, set = {}, {}
+-- the stream entry: the call's shared part first (a number becomes a string by a printf
+-- inside Lua: once per call), then orderId userId per admitted buyer
+local entry = {tostring(now), ep}
 local taken = 0
 for i = 1, n do
-  local uid, oid = ARGV[2 * i + 1], ARGV[2 * i + 2]
+  local uid, oid = uids[i], ARGV[2 * i + 2]
   if stock - taken <= 0 then
     out[i] = 1
-  elseif redis.call('HSETNX', KEYS[2], uid, oid) == 0 then
+  elseif had[i] or seen[uid] then
     out[i] = 2
   else
     taken = taken + 1
+    seen[uid] = true
+    set[2 * taken - 1], set[2 * taken] = uid, oid
     if mode == 'stream' then
-      redis.call('XADD', KEYS[3], '*', 'o', oid .. ' ' .. uid .. tail)
+      entry[2 * taken + 1], entry[2 * taken + 2] = oid, uid
     elseif mode == 'list' or mode == 'pubsub' then
       local msg = oid .. ' ' .. uid .. ' ' .. vid .. ' ' .. now
       if mode == 'list' then redis.call('LPUSH', KEYS[3], msg) else redis.call('PUBLISH', KEYS[3], msg) end
@@ -74,5 +89,9 @@ for i = 1, n do
     out[i] = 0
   end
 end
-if taken > 0 then redis.call('HINCRBY', KEYS[1], 'stock', -taken) end
+if taken > 0 then
+  redis.call('HSET', KEYS[2], unpack(set))
+  if mode == 'stream' then redis.call('XADD', KEYS[3], '*', 'os', table.concat(entry, ' ')) end
+  redis.call('HINCRBY', KEYS[1], 'stock', -taken)
+end
 return out

@@ -5,8 +5,9 @@
  *   seckill:voucher:{42}  hash  stock, begin, end (epoch s), ep (Redis generation), seeded
  *                         (buyers a rebuild took from SQL) -- what admission reads
  *   seckill:order:{42}    hash  userId -> orderId: who bought (one per user)
- *   seckill:stream:{42}   stream of admitted orders, one field o = "orderId userId ts ep"
- *                         (the format and its reader: sentry.h)
+ *   seckill:stream:{42}   stream of admitted orders, one entry per admission call, one
+ *                         field os = "ts ep orderId userId ..." (the format and its
+ *                         reader: sentry.h)
  *   seckill:rebuild:{42}  lock of a rebuild from SQL (rebuild.h): owner token, PX
  *   seckill:rebuild:buyers:{42}  buyers a rebuild prepares, renamed into place at the end
  *   seckill:dead:{42}     stream of entries the writer could not turn into orders

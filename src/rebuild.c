@@ -119,18 +119,21 @@ static int read_stream(redisContext *c, const char *ks, int64_t vid, int64_t epo
                 continue;
             if (i + 1 == n)
                 snprintf(start, sizeof start, "(%s", e->element[0]->str);
+            sentry_it_t it;
             sentry_t se;
+            size_t no;
             const char *why_bad;
-            if (sentry_parse(e->element[1], vid, &se, &why_bad) != 0)
+            if (sentry_open(e->element[1], vid, &it, &no, &why_bad) != 0)
                 continue;   /* the writer moves such an entry to the dead letters */
-            int64_t oid = se.order_id, user = se.user_id, ep = se.ep;
-            if (*nids == cap) {
-                cap = cap ? cap * 2 : 1024;
-                *ids = xrealloc(*ids, cap * sizeof **ids);
+            while (sentry_next(&it, &se)) {   /* an entry holds one call's orders */
+                if (*nids == cap) {
+                    cap = cap ? cap * 2 : 1024;
+                    *ids = xrealloc(*ids, cap * sizeof **ids);
+                }
+                (*ids)[(*nids)++] = se.order_id;
+                if (se.ep == epoch)
+                    pairs_push(cur, se.user_id, se.order_id);
             }
-            (*ids)[(*nids)++] = oid;
-            if (ep == epoch)
-                pairs_push(cur, user, oid);
         }
         freeReplyObject(r);
         if (n < PAGE)

@@ -1,4 +1,5 @@
-/* sentry.c -- reading an order stream entry, compact or named (sentry.h). */
+/* sentry.c -- reading an order stream entry: many orders, one order compact, or named
+ * (sentry.h). */
 #include "sentry.h"
 
 #include <stddef.h>
@@ -29,6 +30,59 @@ static int str_eq(const redisReply *r, const char *s)
     return r->len == n && memcmp(r->str, s, n) == 0;
 }
 
+/* More orders in one entry than this is not what admit.lua writes (64 admissions per
+ * call at most): refused before a reader allocates for them. */
+#define SENTRY_MAX_ORDERS 4096
+
+/* The next space-separated number of [*p, end) into *out (zero_ok: "0" too), *p moved
+ * past it and its one separating space. 0, or -1 when missing or bad. */
+static int next_num(const char **p, const char *end, int zero_ok, int64_t *out)
+{
+    if (*p >= end)
+        return -1;
+    const char *sp = memchr(*p, ' ', (size_t)(end - *p));
+    const char *e = sp ? sp : end;
+    if (dec(*p, (size_t)(e - *p), zero_ok, out) != 0)
+        return -1;
+    *p = sp ? sp + 1 : end;
+    return sp && *p == end ? -1 : 0;   /* a trailing space */
+}
+
+/* "<ts> <ep> <orderId> <userId> ...": checks every number; it at the first pair. */
+static int open_many(const redisReply *v, sentry_it_t *it, size_t *norders,
+                     const char **reason)
+{
+    const char *p = v->str, *end = v->str + v->len;
+    if (next_num(&p, end, 1, &it->cur.ts) != 0) {
+        *reason = "bad ts";
+        return -1;
+    }
+    if (next_num(&p, end, 1, &it->cur.ep) != 0) {
+        *reason = "bad ep";
+        return -1;
+    }
+    it->p = p;
+    it->end = end;
+    size_t n = 0;
+    int64_t num;
+    do {
+        if (next_num(&p, end, 0, &num) != 0) {
+            *reason = "missing or bad id";
+            return -1;
+        }
+        if (next_num(&p, end, 0, &num) != 0) {
+            *reason = "missing or bad userId";
+            return -1;
+        }
+        if (++n > SENTRY_MAX_ORDERS) {
+            *reason = "more orders than one admission call writes";
+            return -1;
+        }
+    } while (p < end);
+    it->left = *norders = n;
+    return 0;
+}
+
 /* "<orderId> <userId> <ts> <ep>" */
 static int parse_compact(const redisReply *v, sentry_t *out, const char **reason)
 {
@@ -52,36 +106,12 @@ static int parse_compact(const redisReply *v, sentry_t *out, const char **reason
     return 0;
 }
 
-int sentry_parse(const redisReply *f, int64_t voucher_id, sentry_t *out, const char **reason)
+/* The named form's fields into *out. */
+static int parse_named(const redisReply *fid, const redisReply *fuser,
+                       const redisReply *fvoucher, const redisReply *fts,
+                       const redisReply *fep, int64_t voucher_id, sentry_t *out,
+                       const char **reason)
 {
-    memset(out, 0, sizeof *out);
-    if (f == NULL || f->type != REDIS_REPLY_ARRAY || f->elements % 2 != 0) {
-        *reason = "fields are not field/value pairs";
-        return -1;
-    }
-    const redisReply *fo = NULL, *fid = NULL, *fuser = NULL, *fvoucher = NULL, *fts = NULL,
-                     *fep = NULL;
-    for (size_t i = 0; i + 1 < f->elements; i += 2) {
-        const redisReply *k = f->element[i], *v = f->element[i + 1];
-        if (!is_str(k) || !is_str(v)) {
-            *reason = "a field or value is not a string";
-            return -1;
-        }
-        if (str_eq(k, "o"))
-            fo = v;
-        else if (str_eq(k, "id"))
-            fid = v;
-        else if (str_eq(k, "userId"))
-            fuser = v;
-        else if (str_eq(k, "voucherId"))
-            fvoucher = v;
-        else if (str_eq(k, "ts"))
-            fts = v;
-        else if (str_eq(k, "ep"))
-            fep = v;
-    }
-    if (fo != NULL)
-        return parse_compact(fo, out, reason);
     int64_t vid = 0;
     if (!fid || dec(fid->str, fid->len, 0, &out->order_id) != 0) {
         *reason = "missing or bad id";
@@ -106,4 +136,60 @@ int sentry_parse(const redisReply *f, int64_t voucher_id, sentry_t *out, const c
         return -1;
     }
     return 0;
+}
+
+int sentry_open(const redisReply *f, int64_t voucher_id, sentry_it_t *it, size_t *norders,
+                const char **reason)
+{
+    memset(it, 0, sizeof *it);
+    *norders = 0;
+    if (f == NULL || f->type != REDIS_REPLY_ARRAY || f->elements % 2 != 0) {
+        *reason = "fields are not field/value pairs";
+        return -1;
+    }
+    const redisReply *fos = NULL, *fo = NULL, *fid = NULL, *fuser = NULL, *fvoucher = NULL,
+                     *fts = NULL, *fep = NULL;
+    for (size_t i = 0; i + 1 < f->elements; i += 2) {
+        const redisReply *k = f->element[i], *v = f->element[i + 1];
+        if (!is_str(k) || !is_str(v)) {
+            *reason = "a field or value is not a string";
+            return -1;
+        }
+        if (str_eq(k, "os"))
+            fos = v;
+        else if (str_eq(k, "o"))
+            fo = v;
+        else if (str_eq(k, "id"))
+            fid = v;
+        else if (str_eq(k, "userId"))
+            fuser = v;
+        else if (str_eq(k, "voucherId"))
+            fvoucher = v;
+        else if (str_eq(k, "ts"))
+            fts = v;
+        else if (str_eq(k, "ep"))
+            fep = v;
+    }
+    if (fos != NULL)
+        return open_many(fos, it, norders, reason);
+    int rc = fo != NULL ? parse_compact(fo, &it->cur, reason)
+                        : parse_named(fid, fuser, fvoucher, fts, fep, voucher_id, &it->cur, reason);
+    if (rc != 0)
+        return -1;
+    it->left = *norders = 1;
+    return 0;
+}
+
+int sentry_next(sentry_it_t *it, sentry_t *out)
+{
+    if (it->left == 0)
+        return 0;
+    it->left--;
+    *out = it->cur;
+    if (it->p == NULL)
+        return 1;   /* the one order of an o or named entry */
+    /* os: checked whole by open_many, so every pair is there and parses */
+    (void)next_num(&it->p, it->end, 0, &out->order_id);
+    (void)next_num(&it->p, it->end, 0, &out->user_id);
+    return 1;
 }

@@ -2,30 +2,37 @@
  * seckill:stream:{<voucherId>}, and the one reader of it that the order writer, a rebuild
  * from SQL and the audit share.
  *
- * An entry admit.lua writes has one field:
+ * An entry admit.lua writes carries every order one script call admitted (up to the 64
+ * admissions admission.c sends together), in one field:
  *
- *     o   "<orderId> <userId> <ts> <ep>"     (decimal numbers, one space between)
+ *     os  "<ts> <ep> <orderId> <userId> [<orderId> <userId> ...]"   (decimal, one space
+ *                                                                     between)
  *
- * orderId and userId are positive; ts is the admission's second by Redis's clock (TIME);
- * ep is the voucher's Redis generation at admission (0 until a rebuild from SQL; the writer
- * fences orders of a replaced generation, store.h). The voucher is the stream's own: its
- * key names it. One field instead of five (id, userId, voucherId, ts, ep) makes the XADD
- * inside the script, the AOF record, and every XREADGROUP reply the writer reads a fraction
- * of their former size (docs/bench.md, "Redis per grab").
+ * orderId and userId are positive; ts is the admission's second by Redis's clock (TIME,
+ * one per call); ep is the voucher's Redis generation at admission (0 until a rebuild from
+ * SQL; the writer fences orders of a replaced generation, store.h). The voucher is the
+ * stream's own: its key names it. One entry per call instead of one per order makes the
+ * script's XADDs, their AOF records, the writer's XREADGROUP reply, the consumer group's
+ * pending list and its XACKs a fraction of what they were (docs/bench.md, "Fewer writes
+ * per grab"). An entry is one unit: the writer acks it once ALL its orders are in SQL,
+ * and an entry with one bad order is moved to the dead letters whole.
  *
- * Entries in the earlier named form are still read, so orders queued by an earlier version
- * are written after an upgrade:
+ * The forms earlier versions wrote are still read, so orders queued by them are written
+ * after an upgrade:
  *
- *     id <orderId> userId <userId> voucherId <voucherId> [ts <ts>] [ep <ep>]
+ *     o   "<orderId> <userId> <ts> <ep>"                        (one order per entry)
+ *     id <orderId> userId <userId> voucherId <voucherId> [ts <ts>] [ep <ep>]   (named)
  *
  * Pure functions on a hiredis reply; any thread. */
 #ifndef SECKILL_SENTRY_H
 #define SECKILL_SENTRY_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 struct redisReply;
 
+/* One order of an entry. */
 typedef struct sentry {
     int64_t order_id;
     int64_t user_id;
@@ -33,10 +40,21 @@ typedef struct sentry {
     int64_t ep;   /* 0 when absent */
 } sentry_t;
 
-/* Parses an entry's field/value array (the second element of an XRANGE / XREADGROUP
- * entry) of the stream of voucher_id. 0, or -1 with *reason set to a short static text
- * (e.g. "missing or bad userId", "voucherId is not the stream's voucher"). */
-int sentry_parse(const struct redisReply *fields, int64_t voucher_id, sentry_t *out,
-                 const char **reason);
+/* An entry's orders, one after the other (sentry_next). Borrows the reply. */
+typedef struct sentry_it {
+    size_t left;          /* orders not yet returned */
+    const char *p, *end;  /* os: the next "<orderId> <userId>" pair, the value's end */
+    sentry_t cur;         /* o, named: the one order; os: ts and ep shared by all */
+} sentry_it_t;
+
+/* Checks an entry's field/value array (the second element of an XRANGE / XREADGROUP
+ * entry) of the stream of voucher_id, all of it: 0 with it at the first of *norders (>= 1)
+ * orders, or -1 with *reason set to a short static text (e.g. "missing or bad userId",
+ * "voucherId is not the stream's voucher") when any part of it is bad. */
+int sentry_open(const struct redisReply *fields, int64_t voucher_id, sentry_it_t *it,
+                size_t *norders, const char **reason);
+
+/* The next order of an opened entry into *out: 1, or 0 when there is none left. */
+int sentry_next(sentry_it_t *it, sentry_t *out);
 
 #endif

@@ -23,6 +23,11 @@
  * acked unwritten. Replays are harmless: the order id is the primary key and
  * (user, voucher) is unique.
  *
+ * An entry carries every order of one admission call (sentry.h): its orders are all in
+ * the batch's one transaction, so the entry is acked only once ALL of them are in SQL;
+ * one order of it that cannot be written makes the whole entry a dead letter (below).
+ * COUNT batch counts entries, so a batch holds up to 64 x batch orders.
+ *
  * An entry that can never parse (missing or non-numeric id/userId/voucherId, or a
  * voucherId that is not its stream's), or that the admission script would never have
  * written (a user id past 2^53-1, a time before 2000 or past this host's clock + 1 h or
@@ -118,7 +123,8 @@ typedef struct wentry {
     size_t si;                       /* index into streams */
     char id[ENTRY_ID_MAX];           /* stream entry id */
     int kind;                        /* E_* */
-    store_order_t o;                 /* E_ORDER */
+    size_t o0, no;                   /* E_ORDER: its orders, wr->orders[o0 .. o0+no) (an
+                                      * entry of admit.lua holds every order of one call) */
     const char *reason;              /* E_DEAD */
     const redisReply *fields;        /* E_DEAD: the original fields (borrowed) */
 } wentry_t;
@@ -158,8 +164,8 @@ struct writer {
 
     wentry_t *ents;
     size_t nents, capents;
-    store_order_t *orders;
-    size_t caporders;
+    store_order_t *orders;           /* the batch's orders, entry by entry */
+    size_t norders, caporders;
     const char **argv;               /* command building */
     size_t *argvlen;
     size_t capargv;
@@ -498,6 +504,8 @@ static wentry_t *ent_new(writer_t *wr)
         wr->capents = wr->capents ? wr->capents * 2 : 256;
         wr->ents = xrealloc(wr->ents, wr->capents * sizeof *wr->ents);
     }
+    if (wr->nents == 0)
+        wr->norders = 0;   /* a new batch (every reader empties ents before parsing) */
     wentry_t *e = &wr->ents[wr->nents++];
     memset(e, 0, sizeof *e);
     return e;
@@ -541,30 +549,46 @@ static int parse_entry(writer_t *wr, size_t si, const redisReply *er)
     e->fields = f;
     if (f->type != REDIS_REPLY_ARRAY || f->elements % 2 != 0)
         e->fields = NULL;   /* nothing to copy into the dead letter */
-    /* The entry's format, compact or named: sentry.h. */
+    /* The entry's format, many orders, one compact or named: sentry.h. An entry is one
+     * unit: all its orders are written, or (one of them bad) it goes to the dead letters
+     * whole. */
+    sentry_it_t it;
+    size_t no;
+    if (sentry_open(f, wr->streams[si].vid, &it, &no, &e->reason) != 0)
+        return 0;
+    if (wr->norders + no > wr->caporders) {
+        while (wr->norders + no > wr->caporders)
+            wr->caporders = wr->caporders ? wr->caporders * 2 : 1024;
+        wr->orders = xrealloc(wr->orders, wr->caporders * sizeof *wr->orders);
+    }
+    e->o0 = wr->norders;
     sentry_t se;
-    if (sentry_parse(f, wr->streams[si].vid, &se, &e->reason) != 0)
-        return 0;
-    store_order_t *o = &e->o;
-    o->id = se.order_id;
-    o->user_id = se.user_id;
-    o->voucher_id = wr->streams[si].vid;
-    if (o->user_id > WRITER_MAX_USER_ID) {
-        e->reason = "userId out of range";
-        return 0;
+    for (size_t k = 0; sentry_next(&it, &se); k++) {
+        store_order_t *o = &wr->orders[e->o0 + k];
+        memset(o, 0, sizeof *o);
+        o->id = se.order_id;
+        o->user_id = se.user_id;
+        o->voucher_id = wr->streams[si].vid;
+        if (o->user_id > WRITER_MAX_USER_ID) {
+            e->reason = "userId out of range";
+            return 0;
+        }
+        /* ts is Redis's clock at admission; without it, the entry id's milliseconds. A
+         * time SQL cannot store (MariaDB's DATETIME ends in 9999) would fail the whole
+         * batch on every retry: out of range is dead, not retried. */
+        o->create_time = se.ts > 0 ? se.ts : strtoll(e->id, NULL, 10) / 1000;
+        if (o->create_time < WRITER_MIN_TIME ||
+            o->create_time > (int64_t)time(NULL) + WRITER_TIME_SLACK_S) {
+            e->reason = "time out of range";
+            return 0;
+        }
+        /* ep: the voucher's Redis generation at admission (admit.lua); entries written
+         * before generations existed have none, i.e. 0. */
+        o->epoch = se.ep;
+        o->status = 1;
     }
-    /* ts is Redis's clock at admission; without it, the entry id's milliseconds. A time
-     * SQL cannot store (MariaDB's DATETIME ends in 9999) would fail the whole batch on
-     * every retry: out of range is dead, not retried. */
-    o->create_time = se.ts > 0 ? se.ts : strtoll(e->id, NULL, 10) / 1000;
-    if (o->create_time < WRITER_MIN_TIME || o->create_time > (int64_t)time(NULL) + WRITER_TIME_SLACK_S) {
-        e->reason = "time out of range";
-        return 0;
-    }
-    /* ep: the voucher's Redis generation at admission (admit.lua); entries written before
-     * generations existed have none, i.e. 0. */
-    o->epoch = se.ep;
-    o->status = 1;
+    wr->norders += no;
+    e->no = no;
     e->kind = E_ORDER;
     e->reason = NULL;
     return 0;
@@ -833,10 +857,14 @@ static int check_vouchers(writer_t *wr)
         if (!s->vknown) {
             e->kind = E_DEAD;
             e->reason = "no such flash-sale voucher in SQL";
-        } else if (e->o.create_time < s->vbegin - WRITER_TIME_SLACK_S ||
-                   e->o.create_time > s->vend + WRITER_TIME_SLACK_S) {
-            e->kind = E_DEAD;
-            e->reason = "time outside the voucher's sale window";
+        } else {
+            for (size_t k = e->o0; k < e->o0 + e->no; k++)
+                if (wr->orders[k].create_time < s->vbegin - WRITER_TIME_SLACK_S ||
+                    wr->orders[k].create_time > s->vend + WRITER_TIME_SLACK_S) {
+                    e->kind = E_DEAD;
+                    e->reason = "time outside the voucher's sale window";
+                    break;
+                }
         }
     }
     return 0;
@@ -848,10 +876,6 @@ static int handle_batch(writer_t *wr)
         return 0;
     if (wr->wait_replicas > 0 && wr->rc && !batch_replicated(wr))
         return -1;
-    if (wr->caporders < wr->nents) {
-        wr->caporders = wr->nents;
-        wr->orders = xrealloc(wr->orders, wr->caporders * sizeof *wr->orders);
-    }
     for (int backoff = SQL_BACKOFF_MIN_MS; check_vouchers(wr) != 0;) {
         if (wr->st) {
             log_warn("writer: voucher check failed (%s); retry in %d ms", store_errmsg(wr->st),
@@ -874,7 +898,11 @@ static int handle_batch(writer_t *wr)
     for (size_t i = 0; i < wr->nents; i++) {
         const wentry_t *e = &wr->ents[i];
         if (e->kind == E_ORDER) {
-            wr->orders[n++] = e->o;
+            /* the orders of the entries to write, packed to the front (in place: n never
+             * passes o0) */
+            if (n != e->o0)
+                memmove(&wr->orders[n], &wr->orders[e->o0], e->no * sizeof *wr->orders);
+            n += e->no;
         } else if (e->kind == E_DEAD) {
             ndead++;
             log_error("writer: %s entry %s cannot be an order (%s): moved to "
@@ -1246,7 +1274,7 @@ static void final_drain(writer_t *wr)
             break;
     }
     if (total)
-        log_info("writer: wrote %zu queued orders before stopping", total);
+        log_info("writer: wrote %zu queued stream entries before stopping", total);
 }
 
 /* The writer's thread yields the CPU to the workers (wprio.h): its work can wait (every

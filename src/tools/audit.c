@@ -199,6 +199,10 @@ typedef struct vdata {
     pairs_t inflight_users;           /* (user id, order id) of entries in flight at step 1 */
     pairs_t inflight_orders;          /* (order id, user id) */
     int64_t st_outside, st_outside_example, st_bad;
+    int have_snap_last;               /* the stream's last entry at step 3 ... */
+    sid_t snap_last;
+    int64_t st_orders;                /* ... and the orders of the entries up to it (an
+                                       * entry holds one admission call's orders) */
 
     /* stock buckets (buckets.h): buckets 1..nbuckets-1 are read like bucket 0 (the
      * voucher's own keys) into bk[] and summed into the fields above */
@@ -361,9 +365,10 @@ static int read_redis_snapshot(redisContext *c, vdata_t *d, char *err, size_t er
     redisAppendCommand(c, "HLEN %s", d->kb);
     redisAppendCommand(c, "XLEN %s", d->ks);
     redisAppendCommand(c, "XLEN %s", d->kd);
+    redisAppendCommand(c, "XREVRANGE %s + - COUNT 1", d->ks);   /* its last entry's id */
     redisAppendCommand(c, "EXEC");
     redisReply *r = NULL;
-    for (int i = 0; i < 6; i++) {   /* +OK and five +QUEUED */
+    for (int i = 0; i < 7; i++) {   /* +OK and six +QUEUED */
         if (redisGetReply(c, (void **)&r) != REDIS_OK) {
             snprintf(err, errlen, "Redis: %s", c->errstr);
             return -1;
@@ -384,7 +389,7 @@ static int read_redis_snapshot(redisContext *c, vdata_t *d, char *err, size_t er
         snprintf(err, errlen, "Redis: %s", c->errstr);
         return -1;
     }
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 5) {
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 6) {
         snprintf(err, errlen, "Redis EXEC: unexpected reply");
         freeReplyObject(r);
         return -1;
@@ -406,6 +411,12 @@ static int read_redis_snapshot(redisContext *c, vdata_t *d, char *err, size_t er
     rconn_int(r->element[2], &d->admitted);
     rconn_int(r->element[3], &d->xlen);
     rconn_int(r->element[4], &d->dead);
+    const redisReply *lr = r->element[5];
+    d->have_snap_last = lr->type == REDIS_REPLY_ARRAY && lr->elements == 1 &&
+                        lr->element[0]->type == REDIS_REPLY_ARRAY &&
+                        lr->element[0]->elements >= 1 &&
+                        lr->element[0]->element[0]->type == REDIS_REPLY_STRING &&
+                        sid_parse(lr->element[0]->element[0]->str, &d->snap_last) == 0;
     freeReplyObject(r);
     return 0;
 }
@@ -483,23 +494,30 @@ static int read_stream(redisContext *c, vdata_t *d, char *err, size_t errlen)
             sid_t sid;
             if (sid_parse(eid, &sid) != 0)
                 continue;
-            sentry_t se;   /* the entry format: sentry.h */
+            sentry_it_t it;   /* the entry format: sentry.h */
+            sentry_t se;
+            size_t no;
             const char *why_bad;
-            if (sentry_parse(e->element[1], d->vid, &se, &why_bad) != 0) {
+            if (sentry_open(e->element[1], d->vid, &it, &no, &why_bad) != 0) {
                 d->st_bad++;
                 continue;
             }
-            int64_t user = se.user_id, oid = se.order_id;
-            pairs_push(&d->st_by_user, user, oid);
-            pairs_push(&d->st_by_order, oid, user);
-            int64_t ts = se.ts > 0 ? se.ts : (int64_t)(sid.ms / 1000);
-            if (d->r_has_window && (ts < d->r_begin || ts >= d->r_end)) {
-                if (d->st_outside++ == 0)
-                    d->st_outside_example = oid;
-            }
-            if (in_flight(d, sid)) {
-                pairs_push(&d->inflight_users, user, oid);
-                pairs_push(&d->inflight_orders, oid, user);
+            int flight = in_flight(d, sid);
+            if (d->have_snap_last && sid_cmp(sid, d->snap_last) <= 0)
+                d->st_orders += (int64_t)no;
+            while (sentry_next(&it, &se)) {   /* an entry holds one call's orders */
+                int64_t user = se.user_id, oid = se.order_id;
+                pairs_push(&d->st_by_user, user, oid);
+                pairs_push(&d->st_by_order, oid, user);
+                int64_t ts = se.ts > 0 ? se.ts : (int64_t)(sid.ms / 1000);
+                if (d->r_has_window && (ts < d->r_begin || ts >= d->r_end)) {
+                    if (d->st_outside++ == 0)
+                        d->st_outside_example = oid;
+                }
+                if (flight) {
+                    pairs_push(&d->inflight_users, user, oid);
+                    pairs_push(&d->inflight_orders, oid, user);
+                }
             }
         }
         freeReplyObject(r);
@@ -604,8 +622,11 @@ static void check_voucher(const audit_opts_t *o, vdata_t *d, int drained_wanted,
                                                         "the pipeline)");
     /* After a rebuild from SQL, `seeded` buyers came from SQL, not from this stream. */
     int64_t via_stream = d->admitted - d->seeded;
-    add(rp, "I1", "stream-entries", d->xlen == via_stream ? C_OK : C_FAIL,
-        "stream entries %lld %s admitted %lld%s%s", LL(d->xlen), d->xlen == via_stream ? "=" : "!=",
+    /* Counted in the entries that were there at the snapshot (step 3): an entry holds
+     * the orders of one admission call (sentry.h). */
+    add(rp, "I1", "stream-entries", d->st_orders == via_stream ? C_OK : C_FAIL,
+        "stream orders %lld (in %lld entries) %s admitted %lld%s%s", LL(d->st_orders),
+        LL(d->xlen), d->st_orders == via_stream ? "=" : "!=",
         LL(via_stream), d->seeded ? " (buyers minus those rebuilt from SQL)" : "",
         d->st_bad ? " (some entries unreadable)" : "");
 
@@ -632,7 +653,7 @@ static void check_voucher(const audit_opts_t *o, vdata_t *d, int drained_wanted,
             "%lld users with more than one stream entry (e.g. user %lld), %lld order ids "
             "queued twice (e.g. %lld)", LL(dsu), LL(ex), LL(dso), LL(exo));
     else
-        add(rp, "I2", "dup-stream", C_OK, "%lld entries, one per user and per order id",
+        add(rp, "I2", "dup-stream", C_OK, "%lld orders, one per user and per order id",
             LL(d->st_by_user.n));
     pairs_t ans = {0}, ans_user = {0};
     if (o->have_answers) {
@@ -967,6 +988,7 @@ static int read_bucket_rest(rcs_route_t *rt, vdata_t *d, char *err, size_t errle
         d->r_stock += t->r_stock;
         d->admitted += t->admitted;
         d->xlen += t->xlen;
+        d->st_orders += t->st_orders;
         d->dead += t->dead;
         d->seeded += t->seeded;
         d->st_outside += t->st_outside;

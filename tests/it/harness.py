@@ -1135,6 +1135,47 @@ def group_lag(redis, voucher_id, group="g1"):
     raise TestFailure("no group %s on %s" % (group, k_stream(voucher_id)))
 
 
+
+def entry_orders(fields):
+    """The orders [(orderId, userId), ...] of one order-stream entry, in any of its forms
+    (src/sentry.h): os = "ts ep orderId userId ..." (every order of one admission call),
+    o = "orderId userId ts ep", or the named fields id, userId, ..."""
+    d = dict(zip(fields[::2], fields[1::2]))
+    if "os" in d:
+        n = d["os"].split(" ")[2:]
+        return [(int(n[i]), int(n[i + 1])) for i in range(0, len(n), 2)]
+    if "o" in d:
+        oid, uid = d["o"].split(" ")[:2]
+        return [(int(oid), int(uid))]
+    return [(int(d["id"]), int(d["userId"]))]
+
+
+def stream_orders(redis, voucher_id, key=None):
+    """Every order the voucher's stream holds, as {entryId: [(orderId, userId), ...]}: an
+    entry holds the orders of one admission call, so entries are not orders."""
+    return {eid: entry_orders(f)
+            for eid, f in redis.cmd("XRANGE", key or k_stream(voucher_id), "-", "+")}
+
+
+def unacked_orders(redis, voucher_id, group="g1", pending_only=False):
+    """Orders in the entries the group has not acked: delivered and pending, plus (unless
+    pending_only) not yet delivered -- what the writer has still to put into SQL."""
+    key = k_stream(voucher_id)
+    ents = stream_orders(redis, voucher_id)
+    n = sum(len(ents.get(p[0], [])) for p in redis.cmd("XPENDING", key, group, "-", "+",
+                                                         "1000000"))
+    if pending_only:
+        return n
+    last = None
+    for g in redis.cmd("XINFO", "GROUPS", key):
+        d = dict(zip(g[::2], g[1::2]))
+        if d.get("name") == group:
+            last = tuple(int(x) for x in d["last-delivered-id"].split("-"))
+    if last is None:
+        raise TestFailure("no group %s on %s" % (group, key))
+    return n + sum(len(o) for eid, o in ents.items()
+                   if tuple(int(x) for x in eid.split("-")) > last)
+
 def voucher_present(redis, voucher_id):
     """The voucher's Redis hash has its stock (False while Redis does not answer)."""
     try:

@@ -239,7 +239,7 @@ def _f2(outage_s):
         adm_during = hlen(r, vid) - adm_at_lock
         eq(lock.execute("SELECT COUNT(*) FROM tb_voucher_order").fetchone()[0], sql_at_lock,
            "orders committed through our exclusive lock")
-        backlog = H.xpending_count(r, vid) + H.group_lag(r, vid)
+        backlog = H.unacked_orders(r, vid)
         check(backlog >= adm_during, "backlog %d < admissions during outage %d", backlog,
               adm_during)
     finally:

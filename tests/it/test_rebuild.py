@@ -101,7 +101,8 @@ def test_undrained_backlog_fenced_and_audited():
     recs1 = _sale_round(a, vid, tokens, range(30), attempts=1)
     answered = {x.j["data"]: x for x in recs1 if x.ok}
     eq(len(answered), 30, "answered while SQL is locked")
-    H.wait_until(lambda: H.xpending_count(r, vid) == 30, 20, what="A's writer holds the batch")
+    H.wait_until(lambda: H.unacked_orders(r, vid, pending_only=True) == 30, 20,
+                 what="A's writer holds the batch")
     os.kill(a.proc.pid, signal.SIGSTOP)
     try:
         lock.rollback()

@@ -1,5 +1,6 @@
-/* test_sentry.c -- reading order stream entries (sentry.h): the compact form admit.lua
- * writes, the named form of earlier versions, and what either may not carry. */
+/* test_sentry.c -- reading order stream entries (sentry.h): the many-order form admit.lua
+ * writes, the one-order compact and named forms of earlier versions, and what each may not
+ * carry. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -34,11 +35,71 @@ static const redisReply *mk(fields_t *f, size_t n, const char *const *s)
     return &f->arr;
 }
 
+/* Opens an entry of one order and reads it into *e. */
 static int parse(size_t n, const char *const *s, sentry_t *e, const char **why)
 {
     fields_t f;
+    sentry_it_t it;
+    size_t no;
     *why = NULL;
-    return sentry_parse(mk(&f, n, s), 42, e, why);
+    if (sentry_open(mk(&f, n, s), 42, &it, &no, why) != 0)
+        return -1;
+    assert_int_equal(no, 1);
+    assert_int_equal(sentry_next(&it, e), 1);
+    assert_int_equal(sentry_next(&it, e), 0);
+    return 0;
+}
+
+static void test_many(void **state)
+{
+    (void)state;
+    fields_t f;
+    sentry_it_t it;
+    sentry_t e;
+    size_t no;
+    const char *why = NULL;
+    const char *ok[] = {"os", "1796155124 3 281479271677953 1000000001 7 8 9 10"};
+    assert_int_equal(sentry_open(mk(&f, 2, ok), 42, &it, &no, &why), 0);
+    assert_int_equal(no, 3);
+    static const int64_t want[3][2] = {{281479271677953LL, 1000000001}, {7, 8}, {9, 10}};
+    for (size_t k = 0; k < 3; k++) {
+        assert_int_equal(sentry_next(&it, &e), 1);
+        assert_true(e.order_id == want[k][0] && e.user_id == want[k][1] &&
+                    e.ts == 1796155124 && e.ep == 3);
+    }
+    assert_int_equal(sentry_next(&it, &e), 0);
+    const char *one[] = {"os", "0 0 5 6"};   /* ts 0: the entry id's time */
+    assert_int_equal(parse(2, one, &e, &why), 0);
+    assert_true(e.order_id == 5 && e.user_id == 6 && e.ts == 0 && e.ep == 0);
+    /* one bad order makes the whole entry bad: an entry is one unit */
+    static const char *const bad[][2] = {
+        {"os", ""}, {"os", "1 2"}, {"os", "1 2 "}, {"os", "1 2 5"}, {"os", "1 2 5 6 7"},
+        {"os", "1 2 5 6 0 8"}, {"os", "1 2 5 6 7 0"}, {"os", "1 2 5 6 7 8 "},
+        {"os", "1 2 5  6"}, {"os", "x 2 5 6"}, {"os", "1 -2 5 6"},
+        {"os", "1 2 5 99999999999999999999"},
+    };
+    static const char *const reason[] = {
+        "bad ts", "missing or bad id", "bad ep", "missing or bad userId",
+        "missing or bad userId", "missing or bad id", "missing or bad userId",
+        "missing or bad userId", "missing or bad userId", "bad ts", "bad ep",
+        "missing or bad userId",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        why = NULL;
+        assert_int_equal(sentry_open(mk(&f, 2, bad[i]), 42, &it, &no, &why), -1);
+        assert_string_equal(why, reason[i]);
+    }
+    /* more orders than a call admits: refused before anyone allocates for them */
+    size_t big = 4097, len = 0;
+    char *z = malloc(4 + big * 4);
+    assert_non_null(z);
+    len += (size_t)sprintf(z, "1 2");
+    for (size_t k = 0; k < big; k++)
+        len += (size_t)sprintf(z + len, " 5 6");
+    const char *huge[] = {"os", z};
+    assert_int_equal(sentry_open(mk(&f, 2, huge), 42, &it, &no, &why), -1);
+    assert_string_equal(why, "more orders than one admission call writes");
+    free(z);
 }
 
 static void test_compact(void **state)
@@ -92,12 +153,15 @@ static void test_named(void **state)
     const char *odd[] = {"id", "9", "userId"};
     assert_int_equal(parse(3, odd, &e, &why), -1);
     assert_string_equal(why, "fields are not field/value pairs");
-    assert_int_equal(sentry_parse(NULL, 42, &e, &why), -1);
+    sentry_it_t it;
+    size_t no;
+    assert_int_equal(sentry_open(NULL, 42, &it, &no, &why), -1);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_many),
         cmocka_unit_test(test_compact),
         cmocka_unit_test(test_named),
     };
