@@ -65,10 +65,13 @@ cmds() { $R info commandstats | tr -d '\r' | awk -F'[=,:]' '/^cmdstat_/ && $1 !~
 INNER='hmget|time|hsetnx|hincrby|xadd'
 grep -qa "redis.call('HSET', KEYS\[3 + i\]" "$BIN" && INNER="$INNER|hset"
 cmds_top() { $R info commandstats | tr -d '\r' | awk -F'[=,:]' -v inner="^cmdstat_($INNER)\$" '/^cmdstat_/ && $1 !~ /^cmdstat_(info|config)/ && $1 !~ inner {n += $3} END {print n + 0}'; }
-# "evalsha-calls hsetnx-calls usec-of-all-commands" (the profile line of the wrk grab)
+# "evalsha-calls admitted-buyers usec-of-all-commands" for voucher $1 (the profile line of
+# the wrk grab; admitted = HLEN of its buyer hash: the script records a call's buyers with
+# one HSET, so commands no longer count them)
 # (the script's inner commands are left out of the sum: EVALSHA's own time includes them)
-cprof() { $R info commandstats | tr -d '\r' | awk -F'[=,:]' -v inner="^cmdstat_($INNER)\$" '/^cmdstat_/ && $1 !~ /^cmdstat_(info|config)/ && $1 !~ inner {u += $5}
-    $1 == "cmdstat_evalsha" {e = $3} $1 == "cmdstat_hsetnx" {h = $3} END {print e + 0, h + 0, u + 0}'; }
+cprof() { echo "$($R info commandstats | tr -d '\r' | awk -F'[=,:]' -v inner="^cmdstat_($INNER)\$" '/^cmdstat_/ && $1 !~ /^cmdstat_(info|config)/ && $1 !~ inner {u += $5}
+    $1 == "cmdstat_evalsha" {e = $3} END {print e + 0, u + 0}')" "$($R hlen "seckill:order:{$1}")" |
+    awk '{print $1, $3, $2}'; }
 RPID=$($R info server | tr -d '\r' | awk -F: '/^process_id:/ {print $2}')
 ADMIN=$(cat "$D/admin-token")
 URL="http://127.0.0.1:$HP"
@@ -166,11 +169,11 @@ run_wrk() {  # $1 voucher, $2 label
     # its login (docs/api-notes.md), and is measured separately below.
     "$BIN" tokens --users "$USERS" --key-file "$D/token-key" --redis "unix:$SOCK" > "$TMP/tokens.txt"
     sleep 1   # let the hashes' writes settle out of the CPU figures
-    s0=$(cpu_ticks "$SPID"); k0=$(sys_ticks "$SPID"); r0=$(cpu_ticks "$RPID"); c0=$(cmds); t0=$(cmds_top); p0=$(cprof)
+    s0=$(cpu_ticks "$SPID"); k0=$(sys_ticks "$SPID"); r0=$(cpu_ticks "$RPID"); c0=$(cmds); t0=$(cmds_top); p0=$(cprof "$1")
     grab_full_start
     VOUCHER=$1 TOKENS="$TMP/tokens.txt" wrk -t2 -c"$CONNS" -d"${DURATION}s" --latency -s perf/grab.lua "$URL" \
         > "$TMP/wrk.txt"
-    s1=$(cpu_ticks "$SPID"); k1=$(sys_ticks "$SPID"); r1=$(cpu_ticks "$RPID"); c1=$(cmds); t1=$(cmds_top); p1=$(cprof)
+    s1=$(cpu_ticks "$SPID"); k1=$(sys_ticks "$SPID"); r1=$(cpu_ticks "$RPID"); c1=$(cmds); t1=$(cmds_top); p1=$(cprof "$1")
     rps=$(awk '/Requests\/sec/ {print $2}' "$TMP/wrk.txt")
     n=$(awk '/requests in/ {print $1}' "$TMP/wrk.txt")
     p50=$(awk '$1=="50%" {print $2}' "$TMP/wrk.txt"); p99=$(awk '$1=="99%" {print $2}' "$TMP/wrk.txt")
