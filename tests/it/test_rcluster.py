@@ -286,8 +286,9 @@ def _consumers(cluster, vid):
 def _holds_all(cluster, vid, consumer, at_least):
     """Does consumer hold (pending) every entry of the voucher's stream, at least
     at_least of them?"""
-    n = cluster.cmd("XLEN", H.k_stream(vid))
-    return n >= at_least and _consumers(cluster, vid).get(consumer, 0) == n
+    ents = H.stream_orders(cluster, vid)   # an entry holds one admission call's orders
+    return (sum(len(o) for o in ents.values()) >= at_least and
+            _consumers(cluster, vid).get(consumer, 0) == len(ents))
 
 
 @H.timeout(200)
