@@ -93,15 +93,43 @@ typedef struct board_sale {
     int64_t buyers;         /* sum over the buckets */
     int stock_bad;          /* a bucket's stock, log or applied set unknown: stock null */
     int buyers_bad;         /* a bucket's buyer count unknown: buyers null */
+    int64_t transit;        /* units in transfers not yet applied (K > 1) */
+    struct board_part *parts;   /* its K buckets' parts, for the per-bucket figures */
 } board_sale_t;
 
 /* One command's context: its sale and bucket (for a transfer log, and its units for a
- * SISMEMBER on the receiver). */
+ * SISMEMBER on the receiver), and the bucket's own figures. */
 typedef struct board_part {
     board_sale_t *s;
     int bucket;
     int64_t units;
+    int64_t stock, buyers;  /* this bucket's, when known */
+    int stock_ok, buyers_ok;
 } board_part_t;
+
+/* ,"inTransit":N,"perBucket":[{"stock":S,"buyers":B},...] of a sale in K > 1 buckets
+ * (null where its Redis did not answer), so the page can show how the stock is spread. */
+static void put_buckets(sb_t *s, const board_sale_t *e)
+{
+    sb_puts(s, ",\"inTransit\":");
+    sb_i64(s, e->transit);
+    sb_puts(s, ",\"perBucket\":[");
+    for (int b = 0; b < e->k; b++) {
+        const board_part_t *p = &e->parts[b];
+        sb_puts(s, b ? ",{\"stock\":" : "{\"stock\":");
+        if (p->stock_ok)
+            sb_i64(s, p->stock);
+        else
+            sb_puts(s, "null");
+        sb_puts(s, ",\"buyers\":");
+        if (p->buyers_ok)
+            sb_i64(s, p->buyers);
+        else
+            sb_puts(s, "null");
+        sb_puts(s, "}");
+    }
+    sb_puts(s, "]");
+}
 
 struct board_req {
     http_req_t *r;
@@ -148,6 +176,8 @@ static void board_finish(board_req_t *b)
             } else {
                 sb_i64(&s, e->buyers);
             }
+            if (e->k > 1 && e->parts)
+                put_buckets(&s, e);
             sb_puts(&s, "}");
         }
         sb_puts(&s, "]}");
@@ -214,6 +244,8 @@ static void on_hmget(redisReply *rep, void *priv)
     if (rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements == want &&
         reply_i64(rep->element[0], &v) == 0) {
         e->stock += v;
+        p->stock = v;
+        p->stock_ok = 1;
     } else {
         e->stock_bad = 1;
     }
@@ -231,6 +263,8 @@ static void on_hlen(redisReply *rep, void *priv)
     board_part_t *p = priv;
     if (rep != NULL && rep->type == REDIS_REPLY_INTEGER) {
         p->s->buyers += (int64_t)rep->integer;
+        p->buyers = (int64_t)rep->integer;
+        p->buyers_ok = 1;
     } else {
         p->s->buyers_bad = 1;
     }
@@ -246,6 +280,7 @@ static void on_applied(redisReply *rep, void *priv)
     if (rep != NULL && rep->type == REDIS_REPLY_INTEGER) {
         if (rep->integer == 0) {
             e->stock += p->units;
+            e->transit += p->units;
         }
     } else {
         e->stock_bad = 1;
@@ -300,6 +335,7 @@ static void on_xlog(redisReply *rep, void *priv)
 static void board_send_sale(board_req_t *b, board_sale_t *s, board_part_t *parts)
 {
     rds_t *c = b->r->w->rds;
+    s->parts = parts;
     for (int bk = 0; bk < s->k; bk++) {
         board_part_t *p = &parts[bk];
         p->s = s;

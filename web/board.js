@@ -298,12 +298,43 @@ function sales(list, now) {
     cell(tr, state, cls);
     cell(tr, fmtWhen(s.begin) + " → " + fmtWhen(s.end));
     tb.appendChild(tr);
+    if (s.buckets > 1 && Array.isArray(s.perBucket)) tb.appendChild(bucketRow(s));
   }
   if (!list.length) {
     const tr = document.createElement("tr");
     cell(tr, "No flash sales yet: create one.").colSpan = 6;
     tb.appendChild(tr);
   }
+}
+
+/* A sale in K stock buckets: a second row with each bucket's stock left and sold, and the
+ * units on their way between buckets (they count in the sale's stock above). */
+function bucketRow(s) {
+  const tr = document.createElement("tr");
+  tr.className = "buckets";
+  tr.dataset.bucketsOf = s.id;
+  const td = cell(tr, "", "bk-cell");
+  td.colSpan = 6;
+  const head = document.createElement("span");
+  head.className = "bk-head";
+  head.textContent = s.buckets + " stock buckets:";
+  td.appendChild(head);
+  s.perBucket.forEach((b, i) => {
+    const span = document.createElement("span");
+    span.className = "bk" + (b.stock === 0 ? " bk-empty" : "");
+    span.dataset.bucket = i;
+    const left = b.stock == null ? "–" : b.stock.toLocaleString();
+    const sold = b.buyers == null ? "–" : b.buyers.toLocaleString();
+    span.textContent = "#" + i + " " + left + " left, " + sold + " sold";
+    td.appendChild(span);
+  });
+  if (s.inTransit > 0) {
+    const t = document.createElement("span");
+    t.className = "bk bk-transit";
+    t.textContent = s.inTransit.toLocaleString() + " in transit";
+    td.appendChild(t);
+  }
+  return tr;
 }
 
 function fmtWhen(s) {
@@ -357,6 +388,8 @@ $("create").addEventListener("submit", async (ev) => {
     payValue: num(f.payValue.value), actualValue: num(f.actualValue.value), type: 1,
     stock: num(f.stock.value), beginTime: secs(f.begin.value), endTime: secs(f.end.value),
   };
+  /* stock buckets (1-16): one hot voucher's stock over several Redis masters */
+  if (f.buckets.value.trim() !== "" && f.buckets.value.trim() !== "1") body.stockBuckets = num(f.buckets.value);
   msg.className = "";
   msg.textContent = "creating…";
   let r, j = null;

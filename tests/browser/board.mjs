@@ -7,6 +7,8 @@
 //     BENCH          JSON argv of a `seckill bench` to run against the new sale; "{voucher}"
 //                    is replaced by its id
 //     STOCK          the stock to create the sale with
+//     BUCKETS        its stock buckets (default 1); above 1 the page must show each
+//                    bucket's stock under the sale's row, adding up to its stock
 //     OUT_DIR        where the screenshots go
 //     CHROMIUM       the browser binary (default /usr/bin/chromium)
 //
@@ -31,6 +33,7 @@ const token = env("ADMIN_TOKEN");
 const instances = Number(env("INSTANCES", "1"));
 const bench = JSON.parse(env("BENCH"));
 const stock = Number(env("STOCK", "300"));
+const buckets = Number(env("BUCKETS", "1"));
 const out = env("OUT_DIR");
 mkdirSync(out, { recursive: true });
 
@@ -97,6 +100,7 @@ try {
   // Create the sale.
   await page.fill("#create input[name=title]", "浏览器测试券");
   await page.fill("#create input[name=stock]", String(stock));
+  await page.fill("#create input[name=buckets]", String(buckets));
   await page.click("#create button");
   await page.waitForFunction(() => /Created flash sale #\d+/.test(document.getElementById("create-msg").textContent));
   const voucher = Number((await page.textContent("#create-msg")).match(/#(\d+)/)[1]);
@@ -104,6 +108,13 @@ try {
   const stockCell = `#sales tr[data-id="${voucher}"] td.stock`;
   await page.waitForFunction(([sel, s]) => document.querySelector(sel)?.textContent === s.toLocaleString(),
                              [stockCell, stock], { timeout: 10000 });
+  if (buckets > 1) {
+    // each bucket's share of the stock, under the sale's row
+    const sel = `#sales tr[data-buckets-of="${voucher}"] span.bk[data-bucket]`;
+    await page.waitForFunction(([s, k]) => document.querySelectorAll(s).length === k,
+                               [sel, buckets], { timeout: 10000 });
+    found.bucket_texts = await page.$$eval(sel, (els) => els.map((e) => e.textContent));
+  }
   await shot(page, "board-created.png");
 
   // Sell it out with a bench and watch.
@@ -128,6 +139,9 @@ try {
                              { timeout: 20000 });
   found.state_after = await page.textContent(`#sales tr[data-id="${voucher}"] td:nth-child(5)`);
   found.stock_after = await page.textContent(stockCell);
+  if (buckets > 1)
+    found.bucket_texts_after = await page.$$eval(
+      `#sales tr[data-buckets-of="${voucher}"] span.bk[data-bucket]`, (els) => els.map((e) => e.textContent));
   // Let a few polls draw the tail of the sale in the charts.
   await page.waitForTimeout(2500);
   found.p99 = await page.textContent("#t-p99");

@@ -3,12 +3,14 @@
 Two instances on one Redis and one SQLite file (a small cluster): the data endpoint must
 refuse a missing or wrong x-admin-token, list both instances (each announces itself in
 Redis with a TTL; a stopped one drops off), and report each sale's live stock and buyers
-(for a voucher with stock buckets, the sums over its buckets and the units in transit). Then
+(for a voucher with stock buckets, the sums over its buckets and the units in transit, and
+each bucket's own stock and buyers). Then
 tests/browser/board.mjs drives Debian's chromium through playwright-core (pinned in
 tests/browser/package.json, installed by tools/deps.sh), through nginx at /api/admin/:
 wrong token refused, log in,
-create a sale through the form, sell it out with `seckill bench`, and see admissions/s and
-the stock change on the page with no reload and no JavaScript error. Screenshots land in
+create a sale in 3 stock buckets through the form (each bucket's share shown under its
+row), sell it out with `seckill bench`, and see admissions/s, the stock and every bucket's
+stock change on the page with no reload and no JavaScript error. Screenshots land in
 build/browser/ for a person to look at.
 """
 
@@ -90,14 +92,28 @@ def test_board_data_endpoint():
         st, j = H.seckill(s2, t, bvid)
         check(st == 200 and j["success"], "order of the bucketed voucher: %r", j)
     bk = H.bucket_keys(bvid, 1, k)
-    eq(redis.cmd("EVAL", TRANSFER_LUA, "2", bk["voucher"], bk["log"], "take", "board-t1", "2",
-                 "1")[0] > 0, True, "a transfer taken from bucket 1, not applied")
+    taken = redis.cmd("EVAL", TRANSFER_LUA, "2", bk["voucher"], bk["log"], "take", "board-t1",
+                      "2", "1")[0]
+    eq(taken > 0, True, "a transfer taken from bucket 1, not applied")
     st, j = _board(s1, s1.admin_token)
     bsale = [s for s in j["data"]["sales"] if s["id"] == bvid]
     eq(len(bsale), 1, "the bucketed sale on the board (once)")
     eq((bsale[0]["stock"], bsale[0]["buyers"]), (bstock - len(btokens), len(btokens)),
        "stock left and buyers summed over the buckets")
     eq(bsale[0].get("buckets"), k, "the sale's stock buckets")
+    # and each bucket's own figures: buyers in their home buckets, the units taken from
+    # bucket 1 in transit (not in bucket 1's stock any more, counted in the sum)
+    per = bsale[0].get("perBucket")
+    check(isinstance(per, list) and len(per) == k, "perBucket: %r", per)
+    h = s1.http()
+    homes = [H.bucket_home(h.api("GET", "/user/me", token=t)[1]["data"]["id"], k)
+             for t in btokens]
+    eq([p["buyers"] for p in per], [homes.count(b) for b in range(k)], "buyers per bucket")
+    eq([p["stock"] for p in per],
+       [int(redis.cmd("HGET", H.bucket_keys(bvid, b, k)["voucher"], "stock")) for b in range(k)],
+       "stock per bucket")
+    eq(bsale[0].get("inTransit"), taken, "units in transit")
+    check("perBucket" not in sale[0], "an unbucketed sale has no perBucket: %r", sale[0])
     by = {i["name"]: i for i in d["instances"]}
     eq(by["board-2"]["seckill"]["ok"], 3, "admissions counted by the instance that made them")
     eq(by["board-1"]["seckill"]["ok"], 0, "admissions of board-1")
@@ -137,7 +153,7 @@ def test_board_in_chromium():
     nginx = H.start_nginx(["127.0.0.1:%d" % s.port for s in (s1, s2)])
     env = dict(os.environ, BOARD_URL="http://127.0.0.1:%d/api" % nginx.port,
                ADMIN_TOKEN=s1.admin_token, INSTANCES="2", BENCH=json.dumps(bench),
-               STOCK=str(stock), OUT_DIR=out_dir, CHROMIUM=chromium)
+               STOCK=str(stock), BUCKETS="3", OUT_DIR=out_dir, CHROMIUM=chromium)
     env.update(H.san_env())
     p = subprocess.run([node, os.path.join(BROWSER_DIR, "board.mjs")], env=env,
                        capture_output=True, text=True, timeout=180, cwd=BROWSER_DIR)
@@ -152,6 +168,11 @@ def test_board_in_chromium():
     check(float(found["admissions_per_s"].replace(",", "")) > 0, "admissions/s %r",
           found["admissions_per_s"])
     eq(found["stock_after"], "0", "stock on the page after the sale")
+    # the sale in 3 stock buckets: each bucket's share shown, and all empty at the end
+    eq(found.get("bucket_texts"), ["#%d %d left, 0 sold" % (b, stock // 3) for b in range(3)],
+       "per-bucket figures on the page after the create")
+    eq([t.split(" left")[0] for t in found.get("bucket_texts_after", [])],
+       ["#0 0", "#1 0", "#2 0"], "per-bucket stock on the page after the sale")
     eq(found["state_after"], "sold out", "state after the sale")
     eq(found["bench_exit"], 0, "seckill bench exit status (its audit)")
     eq(found["navigations"], 1, "page loads (live updates without reloads)")
