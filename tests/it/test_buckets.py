@@ -14,7 +14,8 @@ src/bucket_sweep.c, scripts/transfer.lua; docs/redis-cluster.md "Stock buckets")
     exactly the units the other buckets do not account for and their home buyers from SQL;
     FLUSHALL rebuilds every bucket from SQL (K is kept there): the
     stock left split as at creation, each buyer in their home bucket; nothing oversold, no
-    buyer buys twice, audit clean;
+    buyer buys twice, audit clean; a voucher whose K SQL lacks (created before K was kept
+    there) with bucket 0 lost and the others kept is refused, with the reason logged;
   - on a 3-master cluster (with replicas and --redis-wait-replicas 1, so transfers wait for
     them too): a K = 6 voucher has buckets on every master and sells exactly its stock, one
     per user, audit clean; a skewed K = 6 sale sells everything there too.
@@ -294,6 +295,18 @@ def test_buckets_redis_data_loss():
     wrong = [(u, b) for u, (b, _) in bucket_buyers(r, vid, k).items() if b != home(u, k)]
     check(not wrong, "buyers not in their home bucket (user, bucket): %r", wrong[:5])
     audit_clean(r, srv, vid, stock)
+    # A voucher whose K is not in SQL (created before it was kept there) with bucket 0 lost
+    # and the other buckets kept: rebuilding bucket 0 alone from SQL would sell their stock
+    # twice, so the rebuild refuses and says why.
+    import sqlite3
+    con = sqlite3.connect(srv.db_path)
+    con.execute("DELETE FROM tb_seckill_buckets WHERE voucher_id = ?", (vid,))
+    con.commit()
+    con.close()
+    r.cmd("DEL", H.k_voucher(vid))
+    H.wait_until(lambda: any("not all of its stock buckets" in line for line in srv.log_lines()),
+                 15, what="the rebuild refusing bucket 0 of a voucher whose K SQL lacks")
+    eq(r.cmd("EXISTS", H.k_voucher(vid)), 0, "bucket 0 rebuilt beside the other buckets")
     H.finish(srv)
 
 
