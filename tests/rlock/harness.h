@@ -18,6 +18,17 @@
 
 #include "rlock.h"
 
+/* Timing on a loaded host. CI runs on 2 cores shared with other builds and tests, under
+ * ASan: a test thread, a watchdog thread or the redis-server can be kept off the CPU for
+ * hundreds of milliseconds (seen at load 14-19: a hand-off 186 ms late, a 300 ms watchdog
+ * lease lapsing). TH_LATE_MS is how much later than its mechanism's own time a test lets
+ * something happen; an upper bound that must tell two mechanisms apart needs them more
+ * than TH_LATE_MS apart, or counts (wake-ups, commands) instead of timing.
+ * TH_WD_LEASE_MS is the watchdog lease of the tests' short-lease clients: renewed every
+ * lease/3, a hold survives a stall of 2/3 of it, TH_LATE_MS. */
+#define TH_LATE_MS 1000
+#define TH_WD_LEASE_MS 1500
+
 typedef struct th_server {
     pid_t pid;
     int port;

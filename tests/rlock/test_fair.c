@@ -23,7 +23,7 @@ static int setup(void **state)
     rlock_config_t cfg;
     rlock_config_init(&cfg);
     cfg.url = th_url();
-    cfg.watchdog_lease_ms = 300;
+    cfg.watchdog_lease_ms = TH_WD_LEASE_MS;
     cfg.fair_waiter_ttl_ms = 1000;
     cfg.unsubscribe_delay_ms = 200;
     return rlock_client_new(&cfg, &C) == RLOCK_OK ? 0 : -1;
@@ -120,14 +120,17 @@ static void test_try_zero_and_timeout(void **state)
     assert_int_equal(rlock_open(C, name, RLOCK_FAIR, "holder", 0, &h), RLOCK_OK);
     assert_int_equal(rlock_open(C, name, RLOCK_FAIR, "other", 0, &o), RLOCK_OK);
     assert_int_equal(rlock_lock(h, 5000), RLOCK_OK);
-    int64_t t0 = th_now_ms();
+    rlock_stats_t s0, s1;
+    rlock_client_stats(C, &s0);
     assert_int_equal(rlock_try_lock(o, 0, 1000), RLOCK_TIMEOUT);
-    assert_true(th_now_ms() - t0 < 50);
+    rlock_client_stats(C, &s1);
+    assert_int_equal(s1.commands - s0.commands, 1);   /* one attempt, no waiting */
+    assert_int_equal(s1.subscribes - s0.subscribes, 0);
     assert_int_equal(llen(name), 0);
-    t0 = th_now_ms();
+    int64_t t0 = th_now_ms();
     assert_int_equal(rlock_try_lock(o, 200, 1000), RLOCK_TIMEOUT);
     int64_t took = th_now_ms() - t0;
-    assert_true(took >= 200 && took < 300);
+    assert_true(took >= 200 && took < 200 + TH_LATE_MS);   /* the holder's lease is 5 s */
     assert_int_equal(llen(name), 0);   /* the timed-out waiter left the queue */
     assert_int_equal(rlock_unlock(h), RLOCK_OK);
     bool v = true;
@@ -153,7 +156,7 @@ static void test_fair_reentrant_watchdog(void **state)
     int64_t n = 0;
     assert_int_equal(rlock_hold_count(h, &n), RLOCK_OK);
     assert_int_equal(n, 2);
-    th_sleep_ms(1000);   /* > 3 leases */
+    th_sleep_ms(2 * TH_WD_LEASE_MS);   /* past two leases */
     assert_true(rlock_is_valid(h));
     assert_int_equal(rlock_try_lock(o, 0, 1000), RLOCK_TIMEOUT);
     assert_int_equal(rlock_unlock(h), RLOCK_OK);
@@ -165,8 +168,11 @@ static void test_fair_reentrant_watchdog(void **state)
     rlock_close(o);
 }
 
-/* A release hands over to the head promptly (notification, not polling). */
+/* A release hands over to the head by its message, not at the next heartbeat poll: the
+ * head's client counts the wake-up. (Time cannot tell them apart on a loaded host: the
+ * heartbeat is 333 ms, less than TH_LATE_MS.) */
 struct ho_arg {
+    rlock_client_t *c;
     const char *name;
     int64_t got_ms;
     rlock_status_t st;
@@ -176,12 +182,25 @@ static void *handoff_thread(void *p)
 {
     struct ho_arg *a = p;
     rlock_t *l = NULL;
-    rlock_open(C, a->name, RLOCK_FAIR, "head", 0, &l);
+    rlock_open(a->c, a->name, RLOCK_FAIR, "head", 0, &l);
     a->st = rlock_try_lock(l, 5000, 1000);
     a->got_ms = th_now_ms();
     if (a->st == RLOCK_OK) rlock_unlock(l);
     rlock_close(l);
     return NULL;
+}
+
+static bool head_waiting(rlock_client_t *c, const char *name)
+{
+    rlock_stats_t s;
+    rlock_client_stats(c, &s);
+    redisContext *r = th_connect(th_url());
+    redisReply *x = redisCommand(r, "PUBSUB NUMSUB rlock:{%s}:f:ch", name);
+    bool subscribed = x && x->type == REDIS_REPLY_ARRAY && x->elements == 2 &&
+                      x->element[1]->type == REDIS_REPLY_INTEGER && x->element[1]->integer >= 1;
+    if (x) freeReplyObject(x);
+    redisFree(r);
+    return llen(name) == 1 && subscribed && s.commands >= 2;
 }
 
 static void test_fair_handoff_prompt(void **state)
@@ -192,16 +211,25 @@ static void test_fair_handoff_prompt(void **state)
     rlock_t *h = NULL;
     assert_int_equal(rlock_open(C, name, RLOCK_FAIR, "holder", 0, &h), RLOCK_OK);
     assert_int_equal(rlock_lock(h, 10000), RLOCK_OK);
+    rlock_config_t cfg;
+    rlock_config_init(&cfg);
+    cfg.url = th_url();
+    cfg.fair_waiter_ttl_ms = 1000;
     struct ho_arg a = { .name = name };
+    assert_int_equal(rlock_client_new(&cfg, &a.c), RLOCK_OK);
     pthread_t t;
     pthread_create(&t, NULL, handoff_thread, &a);
-    th_sleep_ms(200);
-    int64_t t0 = th_now_ms();
+    /* the head is waiting: queued, its channel subscribed, its attempt after that sent */
+    for (int i = 0; i < 1000 && !head_waiting(a.c, name); i++) th_sleep_ms(5);
+    assert_true(head_waiting(a.c, name));
     assert_int_equal(rlock_unlock(h), RLOCK_OK);
     pthread_join(t, NULL);
     assert_int_equal(a.st, RLOCK_OK);
-    assert_true(a.got_ms - t0 < 100);   /* heartbeat interval is 333 ms */
+    rlock_stats_t s;
+    rlock_client_stats(a.c, &s);
+    assert_true(s.wakeups >= 1);
     rlock_close(h);
+    rlock_client_free(a.c);
 }
 
 int main(void)

@@ -34,7 +34,7 @@ struct worker {
     int iters;
     int64_t lease;
     int hold_us;
-    int overlaps, errors;
+    int overlaps, errors, timeouts;
 };
 
 static void *worker_thread(void *p)
@@ -51,8 +51,21 @@ static void *worker_thread(void *p)
     snprintf(inside, sizeof inside, "%s:inside", w->name);
     unsigned seed = (unsigned)(uintptr_t)&r ^ (unsigned)getpid();
     for (int i = 0; i < w->iters; i++) {
+        int64_t t0 = th_now_ms();
         rlock_status_t st = rlock_try_lock(l, 20000, w->lease);
+        if (st == RLOCK_TIMEOUT) {
+            /* Not a failure of exclusion: these locks are not fair, and on a loaded host
+             * one process's waiters can lose every race for longer than the wait. Wait
+             * again for the same iteration; the parent prints how often. (A run at load
+             * 18 took 24.8 s instead of 4 and counted 5 errors, of a kind it did not
+             * record: every error now prints its kind on stderr.) */
+            __atomic_add_fetch(&w->timeouts, 1, __ATOMIC_SEQ_CST);
+            i--;
+            continue;
+        }
         if (st != RLOCK_OK) {
+            fprintf(stderr, "worker %d: try_lock: %s after %lld ms\n", (int)getpid(),
+                    rlock_status_str(st), (long long)(th_now_ms() - t0));
             __atomic_add_fetch(&w->errors, 1, __ATOMIC_SEQ_CST);
             continue;
         }
@@ -67,8 +80,16 @@ static void *worker_thread(void *p)
         if (x) freeReplyObject(x);
         x = redisCommand(r, "DECR %s", inside);
         if (x) freeReplyObject(x);
-        if (!rlock_is_valid(l)) __atomic_add_fetch(&w->errors, 1, __ATOMIC_SEQ_CST);
-        if (rlock_unlock(l) != RLOCK_OK) __atomic_add_fetch(&w->errors, 1, __ATOMIC_SEQ_CST);
+        if (!rlock_is_valid(l)) {
+            fprintf(stderr, "worker %d: not valid %lld ms after try_lock began\n",
+                    (int)getpid(), (long long)(th_now_ms() - t0));
+            __atomic_add_fetch(&w->errors, 1, __ATOMIC_SEQ_CST);
+        }
+        st = rlock_unlock(l);
+        if (st != RLOCK_OK) {
+            fprintf(stderr, "worker %d: unlock: %s\n", (int)getpid(), rlock_status_str(st));
+            __atomic_add_fetch(&w->errors, 1, __ATOMIC_SEQ_CST);
+        }
     }
     rlock_close(l);
     redisFree(r);
@@ -86,7 +107,7 @@ static int child_main(int argc, char **argv)
     for (int i = 0; i < THREADS; i++) pthread_create(&t[i], NULL, worker_thread, &w);
     for (int i = 0; i < THREADS; i++) pthread_join(t[i], NULL);
     rlock_client_free(w.c);
-    printf("%d %d\n", w.overlaps, w.errors);
+    printf("%d %d %d\n", w.overlaps, w.errors, w.timeouts);
     fflush(stdout);
     return 0;
 }
@@ -111,17 +132,18 @@ static int run(rlock_kind_t kind, int iters, int64_t lease, int hold_us, int *er
         pid[i] = th_spawn_self(args, NULL, &out[i]);
         assert_true(pid[i] > 0);
     }
-    int overlaps = 0, errors = 0;
+    int overlaps = 0, errors = 0, timeouts = 0;
     for (int i = 0; i < PROCS; i++) {
         char line[64] = "";
         if (!th_read_line(out[i], line, sizeof line, 60000)) {
             fprintf(stderr, "worker %d: no result (exit %d)\n", i, th_wait_exit(pid[i], 5000));
             fail();
         }
-        int o = -1, e = -1;
-        assert_int_equal(sscanf(line, "%d %d", &o, &e), 2);
+        int o = -1, e = -1, to = -1;
+        assert_int_equal(sscanf(line, "%d %d %d", &o, &e, &to), 3);
         overlaps += o;
         errors += e;
+        timeouts += to;
         assert_int_equal(th_wait_exit(pid[i], 5000), 0);
         close(out[i]);
     }
@@ -130,9 +152,9 @@ static int run(rlock_kind_t kind, int iters, int64_t lease, int hold_us, int *er
     long long v = x->type == REDIS_REPLY_STRING ? atoll(x->str) : -1;
     freeReplyObject(x);
     redisFree(r);
-    printf("    kind %d lease %lld: %d critical sections in %lld ms, overlaps %d, errors %d\n",
-           (int)kind, (long long)lease, PROCS * THREADS * iters,
-           (long long)(th_now_ms() - t0), overlaps, errors);
+    printf("    kind %d lease %lld: %d critical sections in %lld ms, overlaps %d, errors %d, "
+           "waits past 20 s %d\n", (int)kind, (long long)lease, PROCS * THREADS * iters,
+           (long long)(th_now_ms() - t0), overlaps, errors, timeouts);
     *errors_out = errors;
     *value = v;
     return overlaps;

@@ -19,7 +19,7 @@ static rlock_client_t *C;
 static int setup(void **state)
 {
     (void)state;
-    C = th_client(th_url(), 300);
+    C = th_client(th_url(), TH_WD_LEASE_MS);
     return C ? 0 : -1;
 }
 
@@ -88,7 +88,8 @@ static void test_readers_then_writer(void **state)
     pthread_join(t, NULL);
     assert_int_equal(a.st, RLOCK_OK);
     assert_true(a.got_ms >= t_last);
-    assert_true(a.got_ms - t_last < 100);   /* woken by the last release */
+    /* woken by the last release, not at the readers' 5 s leases */
+    assert_true(a.got_ms - t_last < TH_LATE_MS);
     for (int i = 0; i < 5; i++) rlock_close(r[i]);
 }
 
@@ -153,7 +154,8 @@ static void test_per_reader_lease(void **state)
     writer_thread(&w);
     assert_int_equal(w.st, RLOCK_OK);
     int64_t at = w.got_ms - t0;
-    assert_true(at >= 390 && at < 600);
+    /* at A's lease, not at B's 3 s one */
+    assert_true(at >= 390 && at < 400 + TH_LATE_MS);
     assert_int_equal(rlock_unlock(a), RLOCK_LOST);
     rlock_close(a);
     rlock_close(b);
@@ -173,11 +175,11 @@ static void test_readers_watchdog(void **state)
         assert_int_equal(rlock_lock(r[i], RLOCK_WATCHDOG), RLOCK_OK);
     }
     rlock_t *w = op(name, RLOCK_WRITE, "w", 0);
-    th_sleep_ms(1000);
+    th_sleep_ms(2 * TH_WD_LEASE_MS);
     assert_int_equal(rlock_try_lock(w, 0, 1000), RLOCK_TIMEOUT);
     int64_t ttl = 0;
     assert_int_equal(rlock_remaining_ttl(r[0], &ttl), RLOCK_OK);
-    assert_true(ttl > 0 && ttl <= 300);
+    assert_true(ttl > 0 && ttl <= TH_WD_LEASE_MS);
     for (int i = 0; i < 10; i++) {
         assert_true(rlock_is_valid(r[i]));
         assert_int_equal(rlock_unlock(r[i]), RLOCK_OK);
@@ -214,6 +216,17 @@ static void test_force_sides(void **state)
     rlock_close(wo);
 }
 
+/* Writers queued on the lock (their entries in its waiting-writers set). */
+static long long waiting_writers(const char *name)
+{
+    redisContext *r = th_connect(th_url());
+    redisReply *x = redisCommand(r, "ZCARD rlock:{%s}:rw:w", name);
+    long long n = x && x->type == REDIS_REPLY_INTEGER ? x->integer : -1;
+    if (x) freeReplyObject(x);
+    redisFree(r);
+    return n;
+}
+
 /* Writer preference: a waiting writer blocks new readers (no starvation). */
 static void test_writer_preference(void **state)
 {
@@ -226,7 +239,8 @@ static void test_writer_preference(void **state)
     struct wr_arg a = { .name = name, .flags = RLOCK_F_WRITER_PREF, .wait_ms = 5000 };
     pthread_t t;
     pthread_create(&t, NULL, writer_thread, &a);
-    th_sleep_ms(150);
+    for (int i = 0; i < 1000 && waiting_writers(name) < 1; i++) th_sleep_ms(5);
+    assert_int_equal(waiting_writers(name), 1);
     assert_int_equal(rlock_try_lock(r2, 0, 5000), RLOCK_TIMEOUT);   /* writer waits */
     assert_int_equal(rlock_try_lock(r1, 0, 5000), RLOCK_OK);        /* reentrant reader ok */
     assert_int_equal(rlock_unlock(r1), RLOCK_OK);
@@ -237,7 +251,7 @@ static void test_writer_preference(void **state)
     int64_t r2_at = th_now_ms();
     pthread_join(t, NULL);
     assert_int_equal(a.st, RLOCK_OK);
-    assert_true(a.got_ms - t0 < 100);
+    assert_true(a.got_ms - t0 < TH_LATE_MS);   /* at r1's release, not its 5 s lease */
     assert_true(r2_at >= a.got_ms + 40);   /* after the writer's 50 ms section */
     assert_int_equal(rlock_unlock(r2), RLOCK_OK);
     rlock_close(r1);
