@@ -434,6 +434,90 @@ static store_t *sq_open(const char *url, int timeout_ms, char *err, size_t errle
     return &q->base;
 }
 
+/* ---------------------------------------------------------------- writers' turns */
+
+/* SQLite lets one connection write at a time, and a connection that finds the write lock
+ * taken can only poll for it (on_busy). Two connections of this process that both write
+ * in a burst -- the job pool's threads creating users in a login storm -- then do not take
+ * turns: the one holding the lock commits and takes it again within microseconds, the
+ * other's polls keep finding it taken until its deadline passes (seen: a login answered
+ * 503 "database unavailable" after 2 s while the other pool thread created 497 users).
+ * So a user insert first takes this process's turn: a FIFO of waiters, each handed the
+ * turn by the one before, the wait counted against the call's deadline. Writers of other
+ * processes, and this process's other write paths, are still met by on_busy alone. One
+ * turn per process: it rarely has more than one database. */
+typedef struct turn_waiter {
+    struct turn_waiter *next;
+    int granted;
+    pthread_cond_t cv;            /* CLOCK_MONOTONIC */
+} turn_waiter_t;
+
+static struct {
+    pthread_mutex_t mu;
+    int taken;
+    turn_waiter_t *head, *tail;   /* waiting, oldest first */
+} turns = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* 0 with the turn (give it back with turn_give); -1 if the call's deadline passed first. */
+static int turn_take(const sq_t *q)
+{
+    pthread_mutex_lock(&turns.mu);
+    if (!turns.taken && !turns.head) {
+        turns.taken = 1;
+        pthread_mutex_unlock(&turns.mu);
+        return 0;
+    }
+    turn_waiter_t w = {0};
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&w.cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (turns.tail)
+        turns.tail->next = &w;
+    else
+        turns.head = &w;
+    turns.tail = &w;
+    while (!w.granted) {
+        uint64_t now = clock_mono_ms();
+        if (now >= q->deadline_ms)
+            break;
+        struct timespec ts = clock_mono_after((int)(q->deadline_ms - now));
+        pthread_cond_timedwait(&w.cv, &turns.mu, &ts);
+    }
+    if (!w.granted) {   /* still queued: leave the queue */
+        turn_waiter_t **pp = &turns.head, *prev = NULL;
+        while (*pp != &w) {
+            prev = *pp;
+            pp = &(*pp)->next;
+        }
+        *pp = w.next;
+        if (turns.tail == &w)
+            turns.tail = prev;
+    }
+    int granted = w.granted;
+    pthread_mutex_unlock(&turns.mu);
+    pthread_cond_destroy(&w.cv);
+    return granted ? 0 : -1;
+}
+
+/* Hands the turn to the oldest waiter, or frees it. */
+static void turn_give(void)
+{
+    pthread_mutex_lock(&turns.mu);
+    turn_waiter_t *w = turns.head;
+    if (w) {
+        turns.head = w->next;
+        if (!turns.head)
+            turns.tail = NULL;
+        w->granted = 1;   /* turns.taken stays set: handed over */
+        pthread_cond_signal(&w->cv);
+    } else {
+        turns.taken = 0;
+    }
+    pthread_mutex_unlock(&turns.mu);
+}
+
 /* ---------------------------------------------------------------- users */
 
 static int sq_ping(store_t *s)
@@ -485,11 +569,17 @@ static int sq_user_create(store_t *s, const char *phone, const char *nick, store
     sqlite3_stmt *st = stmt(q, ST_USER_INSERT);
     if (!st)
         return STORE_ERR;
+    if (turn_take(q) != 0) {
+        q->timed_out = 1;
+        return store__fail(&q->base, "sqlite: user insert: deadline of %d ms passed (waiting "
+                           "for this process's other user inserts)", q->timeout_ms);
+    }
     sqlite3_bind_text(st, 1, phone, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, nick, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 3, time_text(q, clock_wall_s()), -1, SQLITE_TRANSIENT);
     rc = sqlite3_step(st);
     sqlite3_reset(st);
+    turn_give();
     if (rc != SQLITE_DONE)
         return sq_fail(q, "user insert");
     /* Inserted, or the phone existed (a concurrent login): either way read it back. */
