@@ -3,7 +3,9 @@
 #
 #   1. ceilings   redis-benchmark EVALSHA of scripts/admit.lua (-P 1 and -P 16, 64 clients)
 #                 on the service's own redis-server (its unix socket); nginx returning a
-#                 static 200 with 1 and with 2 workers (wrk -t2 -c64)
+#                 static 200 with 1 and with 2 workers (wrk -t2 -c64); measured before
+#                 the service's runs and again after them: the ratios use the mean of the
+#                 two, and their spread shows how far the host drifted during the run
 #   2. service    `seckill serve` on its embedded default (private redis-server over a
 #                 unix socket, AOF everysec; SQLite), driven by `seckill bench` and,
 #                 independently, by wrk with perf/grab.lua (a distinct token per request):
@@ -83,34 +85,43 @@ say "# $(redis-server --version | cut -d' ' -f1-3), AOF everysec over a unix soc
 say "# service: seckill serve --data-dir (embedded default: private redis-server + SQLite), $(nproc) worker threads"
 say ""
 
-# ---- 1. ceilings ------------------------------------------------------------------------
+# ---- 1. ceilings, before the service's runs (and again after them, in 4.) ------------------
+# The run takes minutes on a shared host whose speed drifts meanwhile: each reference is
+# measured before and after the service's runs, the ratios use the mean of the two, and the
+# spread between them is printed beside it (a large one says the host changed under the run).
+# The redis-benchmark keys belong to a voucher id no voucher of the run has: after the runs
+# the order writer reads the streams of real vouchers.
 SHA=$($R script load "$(cat scripts/admit.lua)")
-$R hset 'seckill:voucher:{1}' stock 1000000000 begin 0 end 4102444800 >/dev/null
-for P in 1 16; do
-    N=$((P == 1 ? 300000 : 2000000))
-    r0=$(cpu_ticks "$RPID")
-    line=$(redis-benchmark -s "$SOCK" -c 64 -n $N -P $P -r 1000000000 -q \
-        EVALSHA "$SHA" 3 'seckill:voucher:{1}' 'seckill:order:{1}' 'seckill:stream:{1}' \
-        1 stream __rand_int__ __rand_int__ | tr '\r' '\n' | grep -a 'requests per second' | tail -1)
-    r1=$(cpu_ticks "$RPID")
-    rps=$(echo "$line" | sed -n 's/.*: \([0-9.]*\) requests per second.*/\1/p')
-    say "ceiling  redis-benchmark EVALSHA admit.lua -c64 -P$P: $rps req/s; redis CPU $(per_req $((r1 - r0)) $N) us/req"
-    eval "RB_P$P=$rps"
-    $R del 'seckill:order:{1}' 'seckill:stream:{1}' >/dev/null
-done
-$R del 'seckill:voucher:{1}' >/dev/null
-
-for W in 1 2; do
-    nginx_static "$W" '{"success":false,"errorMsg":"sold out","code":"SOLD_OUT"}'
-    n0=$(cpu_ticks $NGPID $NGW)
-    wrk -t2 -c"$CONNS" -d"${DURATION}s" "http://127.0.0.1:$NP/" > "$TMP/wrk.txt"
-    n1=$(cpu_ticks $NGPID $NGW)
-    rps=$(awk '/Requests\/sec/ {print $2}' "$TMP/wrk.txt")
-    n=$(awk '/requests in/ {print $1}' "$TMP/wrk.txt")
-    say "ceiling  nginx static 200 ($W worker$([ $W = 2 ] && echo s || true)): $rps req/s; nginx CPU $(per_req $((n1 - n0)) "$n") us/req"
-    eval "NGINX_$W=$rps; NGINX_CPU_$W=$(per_req $((n1 - n0)) "$n")"
-    kill "$NGPID"; wait "$NGPID" 2>/dev/null || true
-done
+CV=999999999
+ceilings() {  # $1 before|after: sets RB_P1_$1, RB_P16_$1, NGINX_1_$1, NGINX_2_$1, NGINX_CPU_2_$1
+    $R hset "seckill:voucher:{$CV}" stock 1000000000 begin 0 end 4102444800 >/dev/null
+    for P in 1 16; do
+        N=$((P == 1 ? 300000 : 2000000))
+        r0=$(cpu_ticks "$RPID")
+        line=$(redis-benchmark -s "$SOCK" -c 64 -n $N -P $P -r 1000000000 -q \
+            EVALSHA "$SHA" 3 "seckill:voucher:{$CV}" "seckill:order:{$CV}" "seckill:stream:{$CV}" \
+            $CV stream __rand_int__ __rand_int__ | tr '\r' '\n' | grep -a 'requests per second' | tail -1)
+        r1=$(cpu_ticks "$RPID")
+        rps=$(echo "$line" | sed -n 's/.*: \([0-9.]*\) requests per second.*/\1/p')
+        say "ceiling  ($1) redis-benchmark EVALSHA admit.lua -c64 -P$P: $rps req/s; redis CPU $(per_req $((r1 - r0)) $N) us/req"
+        eval "RB_P${P}_$1=$rps"
+        $R del "seckill:order:{$CV}" "seckill:stream:{$CV}" >/dev/null
+    done
+    $R del "seckill:voucher:{$CV}" >/dev/null
+    NP=$(free_port)
+    for W in 1 2; do
+        nginx_static "$W" '{"success":false,"errorMsg":"sold out","code":"SOLD_OUT"}'
+        n0=$(cpu_ticks $NGPID $NGW)
+        wrk -t2 -c"$CONNS" -d"${DURATION}s" "http://127.0.0.1:$NP/" > "$TMP/wrk.txt"
+        n1=$(cpu_ticks $NGPID $NGW)
+        rps=$(awk '/Requests\/sec/ {print $2}' "$TMP/wrk.txt")
+        n=$(awk '/requests in/ {print $1}' "$TMP/wrk.txt")
+        say "ceiling  ($1) nginx static 200 ($W worker$([ $W = 2 ] && echo s || true)): $rps req/s; nginx CPU $(per_req $((n1 - n0)) "$n") us/req"
+        eval "NGINX_${W}_$1=$rps; NGINX_CPU_${W}_$1=$(per_req $((n1 - n0)) "$n")"
+        kill "$NGPID"; wait "$NGPID" 2>/dev/null || true
+    done
+}
+ceilings before
 say ""
 
 # ---- 2. the service, driven by seckill bench ----------------------------------------------
@@ -297,6 +308,22 @@ DRAIN_RATE=$2
 "$BIN" audit --data-dir "$D" --wait-drain 60 > "$TMP/audit.txt" 2>&1 && AUD=0 || AUD=$?
 say "audit         of every voucher of this run: $(tail -1 "$TMP/audit.txt") (exit $AUD)"
 say ""
+ceilings after
+# mean of before and after, and their spread: |after - before| / mean
+ms() { python3 -c "import sys; b, a = map(float, sys.argv[1:]); m = (a + b) / 2; print('%.2f %.0f' % (m, 100 * abs(a - b) / m if m else 0))" "$1" "$2"; }
+ref() {  # $1 variable, $2 label, $3 unit: sets $1 to the mean, prints both and the spread
+    eval "b=\$${1}_before a=\$${1}_after"
+    set -- "$1" "$2" "$3" $(ms "$b" "$a")
+    eval "$1=$4"
+    say "reference     $2: before $b, after $a $3; mean $4, spread $5 %"
+}
+ref RB_P1 "redis-benchmark -P1" req/s
+ref RB_P16 "redis-benchmark -P16" req/s
+ref NGINX_1 "nginx static (1 worker)" req/s
+ref NGINX_2 "nginx static (2 workers)" req/s
+ref NGINX_CPU_2 "nginx CPU per static answer (2 workers)" us
+say "              (the ratios below use the means; a spread above ~10 % says the host's speed drifted during the run, and every ratio is that uncertain)"
+say ""
 python3 - "$BG" "$RB_P16" "$RB_P1" "$BS" "$NGINX_1" "$NGINX_2" "$WRK_grab" "$WRK_soldout" \
     "$DRAIN_RATE" "$SALE_P99" "$WRK_CMDS_soldout" "$WRK_RCPU_grab" "$WRK_CPU_grab" "$WRK_CPU_soldout" \
     "$(jget "$TMP/soldout.json" server_cpu_us_per_request)" "$(jget "$TMP/grab.json" redis_cpu_us_per_request)" \
@@ -333,7 +360,7 @@ if ng > 0:
     # The same per-request figures as multiples of nginx's CPU per static answer: on a
     # slower or busier host both grow, the ratio much less (most of either is the kernel's
     # loopback TCP and wake-ups; "kernel" is the server's stime share over the wrk run).
-    print("  %-62s %-22s %s" % ("  the same / nginx CPU per static answer (%.1f us, 2 workers)" % ng,
+    print("  %-62s %-22s %s" % ("  the same / nginx CPU per static answer (%.1f us, 2 w., mean)" % ng,
                                 "%.2f / %.2f wrk; %.2f / %.2f bench" % (wcpu_g / ng, wcpu_s / ng, bcpu_g / ng, bcpu_s / ng),
                                 "kernel %s %% / %s %% (wrk)" % (sys.argv[25], sys.argv[26])))
 print("  %-62s %-22s %s" % ("p99 at 20,000 req/s open loop, 10x buyers per stock", p99, "< 5 ms"))
