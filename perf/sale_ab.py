@@ -8,7 +8,9 @@ A VARIANT is a seckill binary, optionally followed by serve flags after commas:
 Each round runs every variant in turn, each on a fresh `seckill serve` on its embedded
 default (private redis-server + SQLite, AOF everysec, synchronous=FULL): the sale of
 `make perf` (S in stock, 10x buyers, +10 % repeats, 5 % sent three times at once, open
-loop at R req/s over 256 connections; seeded tokens), with the timeline.
+loop at R req/s over 256 connections; seeded tokens), with the timeline. Its Redis makes no
+automatic AOF rewrite (in a fresh instance the seeding alone would start one right at the
+sale in some runs); `make perf` rewrites the AOF before each sale instead.
 
 Per run it prints p99 from the due time overall and per phase (selling / sold out), the
 selling phase's p99 from the send and of "sent late", the CPU / run-queue wait (% of a
@@ -76,6 +78,9 @@ def one_run(variant, a, tmp):
         wait_health(port, srv, err)
         sock = os.path.join(d, "d", "redis", "redis.sock")
         redis_cli(sock, "config", "set", "latency-monitor-threshold", "2")
+        # no automatic AOF rewrite: the seeding's ~70 MB would start one (a fork, then a
+        # child on a core) in some runs' selling phase and not in others'
+        redis_cli(sock, "config", "set", "auto-aof-rewrite-percentage", "0")
         # the bench seeds its tokens first: count fsyncs from the load's start only is not
         # possible from outside, so the count covers seeding + sale (seeding writes no SQL)
         pst = subprocess.Popen(["perf", "stat", "-x,", "-e", "syscalls:sys_enter_fdatasync,"
