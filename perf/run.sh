@@ -269,6 +269,7 @@ for k in ("selling", "sold_out"):
           sys.argv[2], k.replace("_", " "), p["from_s"], p["to_s"], p["requests"], p["p50_us"] / 1e3,
           p["p99_us"] / 1e3, p["send_p99_us"] / 1e3, p["late_p99_us"] / 1e3, busy, p.get("others_cpu_pct", -1)))
 PY
+    say "              sale-$rate $(grep -m1 'worst 100ms' "$TMP/sale-$rate.txt" | sed 's/^ *//')"
     rw1=$($R info persistence | tr -d '\r' | awk -F: '$1 == "aof_rewrites" {print $2}')
     say "              sale-$rate redis stalls: $($R latency latest | tr -d '\r' | paste -sd' ' |
         awk '{s = ""; for (i = 1; i + 3 <= NF; i += 4) s = s sprintf("%s max %s ms; ", $i, $(i + 3)); print (s == "" ? "none above 2 ms; " : s)}')AOF rewrites $((rw1 - rw0)) (last fork $($R info stats | tr -d '\r' | awk -F: '$1 == "latest_fork_usec" {print $2}') us)"
