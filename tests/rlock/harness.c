@@ -287,6 +287,20 @@ redisContext *th_connect(const char *url)
     return c;
 }
 
+long long th_subscribers(const char *url, const char *name, const char *suffix)
+{
+    redisContext *r = th_connect(url);
+    if (!r) return -1;
+    redisReply *x = redisCommand(r, "PUBSUB NUMSUB rlock:{%s}%s:ch", name, suffix);
+    long long n = -1;
+    if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 2 &&
+        x->element[1]->type == REDIS_REPLY_INTEGER)
+        n = x->element[1]->integer;
+    if (x) freeReplyObject(x);
+    redisFree(r);
+    return n;
+}
+
 rlock_client_t *th_client(const char *url, int64_t watchdog_ms)
 {
     rlock_config_t cfg;

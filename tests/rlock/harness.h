@@ -52,6 +52,10 @@ const char *th_url(void);
 /* host/port of a redis:// URL */
 bool th_parse_url(const char *url, char *host, size_t hlen, int *port);
 redisContext *th_connect(const char *url);
+/* Subscribers of a lock's release channel (PUBSUB NUMSUB rlock:{name}[suffix]:ch; suffix
+ * "" for reentrant, ":f" fair, ":rw" read-write, ":s" simple); -1 on error. A waiter
+ * subscribes after its first attempt failed: a test waits for this instead of sleeping. */
+long long th_subscribers(const char *url, const char *name, const char *suffix);
 /* A client for url with the given watchdog lease (0 = default). */
 rlock_client_t *th_client(const char *url, int64_t watchdog_ms);
 /* A unique lock name with prefix. */

@@ -194,13 +194,7 @@ static bool head_waiting(rlock_client_t *c, const char *name)
 {
     rlock_stats_t s;
     rlock_client_stats(c, &s);
-    redisContext *r = th_connect(th_url());
-    redisReply *x = redisCommand(r, "PUBSUB NUMSUB rlock:{%s}:f:ch", name);
-    bool subscribed = x && x->type == REDIS_REPLY_ARRAY && x->elements == 2 &&
-                      x->element[1]->type == REDIS_REPLY_INTEGER && x->element[1]->integer >= 1;
-    if (x) freeReplyObject(x);
-    redisFree(r);
-    return llen(name) == 1 && subscribed && s.commands >= 2;
+    return llen(name) == 1 && th_subscribers(th_url(), name, ":f") >= 1 && s.commands >= 2;
 }
 
 static void test_fair_handoff_prompt(void **state)

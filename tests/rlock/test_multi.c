@@ -296,7 +296,10 @@ static void test_redis_restart(void **state)
     struct wait_arg w = { .name = other };
     pthread_t t;
     pthread_create(&t, NULL, restart_waiter, &w);
-    th_sleep_ms(100);
+    /* the waiter is waiting before the kill: its first attempt failed and it subscribed
+     * (an attempt that meets the dead server first returns REDIS_ERROR at once) */
+    for (int i = 0; i < 1000 && th_subscribers(S[0].url, other, "") < 1; i++) th_sleep_ms(5);
+    assert_true(th_subscribers(S[0].url, other, "") >= 1);
 
     th_server_kill(&S[0], SIGKILL);
     int64_t t0 = th_now_ms();
