@@ -25,11 +25,12 @@
 -- the same buyers one call each, back to back: one TIME, one read of the voucher, one read
 -- and one write of the buyer hash, one stream entry and one stock write per call instead
 -- of one each (each redis.call costs the script ~0.5-1 us beside the command's own work,
--- and each write is one more record in the AOF; docs/bench.md, "Fewer writes per grab"). Stock is taken, the buyer recorded and the
--- order queued in one step: there is no moment where stock is gone and the order is not
--- in the stream. Each stream entry carries ep, the voucher's Redis generation: after a
--- rebuild from SQL (src/rebuild.c) the writer refuses entries of the replaced state.
--- ts is TIME's second, the clock the window was judged by.
+-- and each write is one more record in the AOF; docs/bench.md, "Fewer writes per
+-- grab"). Stock is taken, the buyer recorded and the order queued in one step: there is
+-- no moment where stock is gone and the order is not in the stream. Each stream entry
+-- carries ep, the voucher's Redis generation: after a rebuild from SQL (src/rebuild.c)
+-- the writer refuses entries of the replaced state. ts is TIME's second, the clock the
+-- window was judged by.
 local mode = ARGV[2]
 if (mode ~= 'stream' and mode ~= 'queue' and mode ~= 'list' and mode ~= 'pubsub') or
    #ARGV < 4 or #ARGV % 2 ~= 0 or (#KEYS ~= 3 and #KEYS ~= 3 + (#ARGV - 2) / 2) then

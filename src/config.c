@@ -79,7 +79,7 @@ static const setting_t settings[] = {
     S("soldout-cache-ms", "SECKILL_SOLDOUT_CACHE_MS", T_INT, soldout_cache_ms, "500", 0, 60000,
       "how long a worker answers sold out / ended / not started from memory"),
     S("writer-batch", "SECKILL_WRITER_BATCH", T_INT, writer_batch, "512", 1, 100000,
-      "orders per SQL transaction at most"),
+      "stream entries per SQL transaction at most (an entry: one admission call's orders, <= 64)"),
     S("writer-block-ms", "SECKILL_WRITER_BLOCK_MS", T_INT, writer_block_ms, "1000", 10, 60000,
       "how long the writer waits for new orders per read"),
     S("writer-nice", "SECKILL_WRITER_NICE", T_INT, writer_nice, "10", 0, 19,
