@@ -7,7 +7,8 @@
  *   list    BRPOP removes the message before it is written: a consumer that dies in
  *           between (kill -9 during --lab-pause pop-write) loses it. No ack, no pending list.
  *   pubsub  a message published while nobody subscribes is dropped by Redis (PUBLISH
- *           returns 0); --lab-pause subscribe:MS starts the subscriber late to show it.
+ *           returns 0); --lab-pause subscribe:MS starts the subscriber MS after the
+ *           first order was published, to show it.
  *
  * Ownership: one thread owns its Redis connection and its store connection; the main
  * thread only sets `stop` and joins. */
@@ -159,6 +160,47 @@ static void pubsub_step(struct lab_mq *mq)
     }
 }
 
+/* PUBLISH calls this Redis has run (INFO commandstats counts those of scripts too);
+ * -1 if it cannot tell. */
+static long long publishes(redisContext *c)
+{
+    static const char field[] = "cmdstat_publish:calls=";
+    char err[256];
+    const char *argv[] = {"INFO", "commandstats"};
+    redisReply *r = rconn_cmd(c, err, sizeof err, 2, argv, NULL);
+    long long n = -1;
+    if (r && r->type == REDIS_REPLY_STRING) {
+        const char *p = strstr(r->str, field);
+        n = p ? atoll(p + sizeof field - 1) : 0;
+    }
+    if (r)
+        freeReplyObject(r);
+    return n;
+}
+
+/* --lab-pause subscribe:MS counts from the first order published, not from the start: on
+ * a busy host the lab's buyers can arrive later than MS after the start, and a subscriber
+ * already up hears every order (seen: the pubsub step losing nothing at load 15). Waits
+ * for this Redis's PUBLISH count to go up; returns at once if it cannot tell. */
+static void wait_first_publish(struct lab_mq *mq)
+{
+    app_t *app = mq->app;
+    char err[256];
+    redisContext *c = rconn_open_url(app->redis_url, app->cfg.redis_timeout_ms, err, sizeof err);
+    if (!c) {
+        log_warn("pubsub: redis: %s (the subscriber's delay counts from now)", err);
+        return;
+    }
+    long long base = publishes(c);
+    while (base >= 0 && !atomic_load(&mq->stop)) {
+        long long n = publishes(c);
+        if (n < 0 || n > base)
+            break;
+        sleep_ms(20);
+    }
+    redisFree(c);
+}
+
 static int connect_mq(struct lab_mq *mq)
 {
     app_t *app = mq->app;
@@ -190,6 +232,7 @@ static void *mq_main(void *arg)
     log_set_thread_name(app->cfg.mode == MODE_LIST ? "list" : "pubsub");
     if (app->cfg.mode == MODE_PUBSUB && app->cfg.lab_pause_ms[LAB_P_SUBSCRIBE] > 0) {
         /* The course's "no subscriber": everything published until then is dropped. */
+        wait_first_publish(mq);
         uint64_t until = clock_mono_ms() + (uint64_t)app->cfg.lab_pause_ms[LAB_P_SUBSCRIBE];
         while (!atomic_load(&mq->stop) && clock_mono_ms() < until)
             sleep_ms(20);
