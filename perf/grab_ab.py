@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """perf/grab_ab.py -- server CPU per grab, A/B between seckill binaries, in one command.
 
-    python3 perf/grab_ab.py [--rounds N] [--duration S] [--users U] BIN [BIN ...]
+    python3 perf/grab_ab.py [--rounds N] [--duration S] [--users U] [--callgrind] BIN [BIN ...]
 
 Starts one `seckill serve` per binary on its embedded default (private redis-server +
 SQLite, a temp data dir each), then alternates between them for N rounds: each round runs
@@ -15,11 +15,19 @@ Per round and binary it prints the grabs and the server's CPU per grab from
 CPU per grab; then the writer alone ("drain": the orders deleted from SQL and the consumer
 group rewound, the writer thread's CPU per order until all are back). At the end: the median of each column per binary. The CPU figures include
 the kernel's share (utime + stime) -- the same figure `make perf` reports.
+
+--callgrind: each server runs under valgrind's callgrind instead (this VM has no hardware
+counters for `perf stat -e instructions`), and the table is the server's user-space
+instructions per grab over each bench run (counters zeroed before it, dumped after;
+all threads: workers, writer and the rest): a count that the host's load does not move,
+for changes too small for the CPU times' noise. Slow (~50x): use a short --duration and
+few --users; the batches are smaller than at full speed, so compare binaries, not runs.
 """
 import argparse
 import glob
 import json
 import os
+import re
 import shutil
 import socket
 import sqlite3
@@ -85,16 +93,19 @@ def proc_ticks(pid):
 
 
 class Server:
-    def __init__(self, binary, tmp, i):
+    def __init__(self, binary, tmp, i, callgrind=False):
         self.bin = binary
         self.dir = os.path.join(tmp, "d%d" % i)
         self.port = free_port()
         self.url = "http://127.0.0.1:%d" % self.port
         self.log = open(os.path.join(tmp, "serve%d.log" % i), "w")
-        self.p = subprocess.Popen([binary, "serve", "--data-dir", self.dir, "--listen",
-                                   "127.0.0.1:%d" % self.port, "--log-level", "warn"],
+        self.cg = os.path.join(tmp, "cg%d" % i) if callgrind else None
+        pre = (["valgrind", "--tool=callgrind", "--callgrind-out-file=" + self.cg + ".%p"]
+               if callgrind else [])
+        self.p = subprocess.Popen(pre + [binary, "serve", "--data-dir", self.dir, "--listen",
+                                         "127.0.0.1:%d" % self.port, "--log-level", "warn"],
                                   stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 30
+        deadline = time.time() + (180 if callgrind else 30)
         while True:
             if self.p.poll() is not None:
                 sys.exit("grab_ab: %s serve exited" % binary)
@@ -111,6 +122,26 @@ class Server:
                                "info", "server"], capture_output=True, text=True).stdout
         self.rpid = int([ln.split(":")[1] for ln in info.splitlines()
                          if ln.startswith("process_id:")][0])
+
+    def instructions(self, zero=False):
+        """callgrind only: zeroes the counters, or dumps them and returns the instructions
+        executed since the last zeroing (every thread)."""
+        if zero:
+            subprocess.run(["callgrind_control", "-z", str(self.p.pid)], capture_output=True,
+                           check=True)
+            return 0
+        before = set(glob.glob(self.cg + ".*"))
+        subprocess.run(["callgrind_control", "-d", str(self.p.pid)], capture_output=True,
+                       check=True)
+        total = 0
+        for f in set(glob.glob(self.cg + ".*")) - before:
+            with open(f) as fh:
+                for line in fh:
+                    m = re.match(r"(?:summary|totals): (\d+)", line)
+                    if m:
+                        total += int(m.group(1))
+                        break
+        return total
 
     def stop(self):
         self.p.terminate()
@@ -143,12 +174,45 @@ def drain(s, vid):
     return split(t0, t1)["writer"] * TICK_US / n if n else 0
 
 
+def bench(s, a, rnd, js):
+    r = subprocess.run([s.bin, "bench", "--target", s.url, "--data-dir", s.dir,
+                        "--seed-tokens", "--users", str(a.users),
+                        "--user-base", str(rnd * a.users), "--stock", "100000000",
+                        "--dup", "0", "--burst-share", "0", "--conns", str(a.conns),
+                        "--duration", str(a.duration), "--quiet", "--json", js],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        print(r.stdout[-2000:], r.stderr[-2000:])
+        sys.exit("grab_ab: bench failed (%d)" % r.returncode)
+    with open(js) as f:
+        return json.load(f)
+
+
+def instr_rounds(a, servers, tmp):
+    """--callgrind: instructions per grab, alternating binaries as the CPU rounds do."""
+    rows = {s.bin: [] for s in servers}
+    print("%-28s %5s %8s %12s" % ("binary", "round", "grabs", "instr/grab"))
+    for rnd in range(a.rounds):
+        for s in servers:
+            s.instructions(zero=True)
+            d = bench(s, a, rnd, os.path.join(tmp, "b.json"))
+            n = d["outcomes"]["success"]
+            ipg = s.instructions() / n if n else 0.0
+            rows[s.bin].append(ipg)
+            print("%-28s %5d %8d %12.0f" % (s.bin[-28:], rnd, n, ipg), flush=True)
+    print("median")
+    for s in servers:
+        print("%-28s %5s %8s %12.0f" % (s.bin[-28:], "", "", statistics.median(rows[s.bin])))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--duration", type=int, default=4)
     ap.add_argument("--users", type=int, default=150000)
     ap.add_argument("--conns", type=int, default=64)
+    ap.add_argument("--callgrind", action="store_true",
+                    help="user-space instructions per grab under valgrind (see above)")
     ap.add_argument("bins", nargs="+")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="skab.")
@@ -156,7 +220,9 @@ def main():
     rows = {b: [] for b in a.bins}
     try:
         for i, b in enumerate(a.bins):
-            servers.append(Server(b, tmp, i))
+            servers.append(Server(b, tmp, i, a.callgrind))
+        if a.callgrind:
+            return instr_rounds(a, servers, tmp)
         hdr = "%-28s %5s %8s %7s %7s %7s %7s %7s %7s" % ("binary", "round", "grabs", "total",
                                                         "workers", "writer", "other", "redis",
                                                         "drain")
@@ -165,18 +231,8 @@ def main():
             for s in servers:
                 js = os.path.join(tmp, "b.json")
                 t0, r0 = threads(s.p.pid), proc_ticks(s.rpid)
-                r = subprocess.run([s.bin, "bench", "--target", s.url, "--data-dir", s.dir,
-                                    "--seed-tokens", "--users", str(a.users),
-                                    "--user-base", str(rnd * a.users), "--stock", "100000000",
-                                    "--dup", "0", "--burst-share", "0", "--conns", str(a.conns),
-                                    "--duration", str(a.duration), "--quiet", "--json", js],
-                                   capture_output=True, text=True)
+                d = bench(s, a, rnd, js)
                 t1, r1 = threads(s.p.pid), proc_ticks(s.rpid)
-                if r.returncode != 0:
-                    print(r.stdout[-2000:], r.stderr[-2000:])
-                    sys.exit("grab_ab: bench failed (%d)" % r.returncode)
-                with open(js) as f:
-                    d = json.load(f)
                 n = d["outcomes"]["success"]
                 g = split(t0, t1)
                 tot = sum(g.values())

@@ -145,7 +145,8 @@ struct http_worker {
     atomic_int nconns;         /* written by this worker only; read by /metrics anywhere */
     uint64_t now_ns;           /* clock_mono_ns() at the start of the current callback */
     uint64_t now_ms;           /* the same in ms */
-    int in_run;                /* inside conn_run(): now_ns is this callback's (http_clock_ns) */
+    int in_run;                /* inside conn_run() or http_callback_begin/end: now_ns is
+                                  this callback's (http_clock_ns) */
     int64_t wall_off_ms;       /* wall - monotonic ms, re-read every sweep (http_wall_ms) */
     char *rbuf;
 
@@ -405,8 +406,10 @@ void http_reply(http_req_t *r, int status, const char *content_type, const char 
     c->req.retry_after_s = 0;   /* an error reply before the next dispatch has none */
     end_request(c);
     if (!c->busy) {
-        /* An asynchronous reply: send it now, then go on with pipelined input. */
-        tick(hw);
+        /* An asynchronous reply: send it now, then go on with pipelined input (inside
+         * http_callback_begin/end the clock was read for this callback already). */
+        if (hw->in_run == 0)
+            tick(hw);
         conn_run(c);
     }
     /* Otherwise we are inside conn_run() (the handler replied at once): it goes on. */
@@ -430,6 +433,22 @@ uint64_t http_wall_ms(const http_req_t *r)
 {
     const http_worker_t *hw = running(r);
     return hw != NULL ? (uint64_t)((int64_t)hw->now_ms + hw->wall_off_ms) : clock_wall_ms();
+}
+
+void http_callback_begin(worker_t *w)
+{
+    http_worker_t *hw = w != NULL ? w->http : NULL;
+    if (hw == NULL)
+        return;
+    if (hw->in_run++ == 0)
+        tick(hw);
+}
+
+void http_callback_end(worker_t *w)
+{
+    http_worker_t *hw = w != NULL ? w->http : NULL;
+    if (hw != NULL && hw->in_run > 0)
+        hw->in_run--;
 }
 
 static void sync_wall(http_worker_t *hw)

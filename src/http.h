@@ -68,6 +68,13 @@ void http_reply(http_req_t *r, int status, const char *content_type, const char 
 uint64_t http_clock_ns(const http_req_t *r);
 uint64_t http_wall_ms(const http_req_t *r);
 
+/* Brackets a loop callback outside http.c that may answer several requests (a Redis
+ * reply answering an admission batch): begin reads the clock once, and until end it
+ * stands for now for every request answered in between, as inside http.c's own
+ * callbacks (the clocks above, and the replies sent). Nests; w without http is fine. */
+void http_callback_begin(struct worker *w);
+void http_callback_end(struct worker *w);
+
 /* Graceful stop, on the worker's thread: close the listener, close idle connections,
  * let in-flight requests finish; calls done(w) once no connection remains or after
  * grace_ms (then the rest are closed). */

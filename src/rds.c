@@ -31,6 +31,12 @@
  *   - on_connect must never free the context (hiredis keeps using it afterwards).
  *   - rds_free may be called from a user callback: the client becomes a zombie and is
  *     destroyed by whichever frame is outermost once the context is gone (maybe_destroy).
+ *
+ * Replies are built in an arena (rarena.h) that is reset when the outermost on_reply
+ * returns: hiredis parses the next reply only after the callback of the current one, and
+ * a reply is valid only during its callback (rds.h), so nothing built in it is live then.
+ * hiredis's own functions made a calloc and a free per array element (an admission
+ * batch's reply is an array of one integer per buyer).
  */
 #include "rds.h"
 
@@ -50,9 +56,11 @@
 
 #include "clock.h"
 #include "embedded.h"
+#include "http.h"
 #include "log.h"
 #include "metrics.h"
 #include "rds_cluster.h"
+#include "rarena.h"
 #include "rds_ev.h"
 #include "resp.h"
 #include "worker.h"
@@ -150,6 +158,8 @@ struct rds {
     int timeout_ms;
 
     redisAsyncContext *ac;      /* NULL while DOWN */
+    rarena_t *replies;          /* where ac's reader builds replies; owned, outlives ac */
+    int in_reply;               /* on_reply frames on the stack */
     int state;
     int setup_left;             /* HANDSHAKE replies still expected */
     uint64_t connect_deadline;  /* CONNECTING/HANDSHAKE */
@@ -227,6 +237,7 @@ static void destroy(rds_t *c)
         event_free(c->tick);
     if (c->retry)
         event_free(c->retry);
+    rarena_free(c->replies);
     free(c);
 }
 
@@ -499,6 +510,7 @@ static void on_reply(redisAsyncContext *ac, void *vreply, void *priv)
 
     fifo_unlink(c, r);
     c->busy++;
+    c->in_reply++;
 
     switch (r->kind) {
     case K_SETUP:
@@ -530,11 +542,18 @@ static void on_reply(redisAsyncContext *ac, void *vreply, void *priv)
         free(r);
         if (reply && reply->type == REDIS_REPLY_ERROR)
             count_error(c);
-        if (cb)
+        if (cb) {
+            /* one clock read for every request this reply answers (an admission
+             * batch answers a dozen), not two per request */
+            http_callback_begin(c->w);
             cb(reply, cbpriv);
+            http_callback_end(c->w);
+        }
         break;
     }
     }
+    if (--c->in_reply == 0)
+        rarena_reset(c->replies);
     c->busy--;
     maybe_destroy(c);
 }
@@ -589,6 +608,7 @@ static void start_connect(rds_t *c)
         return;
     }
     ac->data = c;
+    rarena_attach(c->replies, ac->c.reader);
     if (rds_ev_attach(ac, c->base) != REDIS_OK) {
         attempt_failed(c, "connect to", "cannot attach to the event loop");
         redisAsyncFree(ac);
@@ -628,6 +648,7 @@ rds_t *rds_new(struct worker *w, const url_redis_t *addr, int timeout_ms)
         snprintf(c->where, sizeof(c->where), "%s:%d (db %d)", addr->host, addr->port, addr->db);
     c->tick = event_new(c->base, -1, EV_PERSIST, on_tick, c);
     c->retry = evtimer_new(c->base, on_retry, c);
+    c->replies = rarena_new();
     if (c->tick == NULL || c->retry == NULL) {
         destroy(c);
         return NULL;

@@ -14,6 +14,7 @@
 #include "rds_ev.h"
 
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <event2/event.h>
 #include <hiredis/async.h>
@@ -52,8 +53,35 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
     redisAsyncHandleRead(e->ac);   /* may free e (cleanup): not touched afterwards */
 }
 
+static void del_write(void *p);
+
+/* The usual case, written here rather than by redisAsyncHandleWrite: hiredis 0.14 frees
+ * its output buffer after every complete write and allocates a new empty one, which the
+ * next command then grows again (three allocator calls per round trip); clearing it keeps
+ * the allocation. Returns 1 when everything queued was written, else 0 (nothing or part
+ * written: hiredis's handler then goes on, waits for EPOLLOUT or reports the error). */
+static int write_all(rds_ev_t *e)
+{
+    redisContext *rc = &e->ac->c;
+    size_t len = sdslen(rc->obuf);
+    if (rc->err || len == 0 || !(rc->flags & REDIS_CONNECTED) ||
+        (rc->flags & (REDIS_DISCONNECTING | REDIS_FREEING)))
+        return 0;
+    ssize_t n = write(rc->fd, rc->obuf, len);
+    if (n == (ssize_t)len) {
+        sdsclear(rc->obuf);
+        del_write(e);          /* what hiredis does once its buffer is empty */
+        return 1;
+    }
+    if (n > 0)
+        sdsrange(rc->obuf, (int)n, -1);
+    return 0;
+}
+
 static void do_write(rds_ev_t *e)
 {
+    if (write_all(e))
+        return;
     e->in_write = 1;
     redisAsyncHandleWrite(e->ac);
     if (e->dead) {

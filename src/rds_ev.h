@@ -11,7 +11,9 @@
  *     current loop turn (an fd-less event made active), so every command queued in this
  *     turn leaves in one write(), and no epoll_ctl is made. Only when that write could not
  *     send everything (a full socket), or while a connect is still in progress, does it
- *     wait for the socket to become writable, like the stock adapter.
+ *     wait for the socket to become writable, like the stock adapter;
+ *   - a write that sends everything clears hiredis's output buffer instead of letting
+ *     hiredis free it and allocate a new one (which the next command grows again).
  *
  * Ownership: the adapter's state belongs to the context; hiredis frees it through its
  * cleanup hook (redisAsyncFree, or a disconnect), also from inside our own callbacks. */
