@@ -6,7 +6,9 @@
  * commit and XACK), the answers cannot. Two knobs keep it out of their way while a sale
  * sells, each with a bound on how late an order reaches SQL:
  *
- *   class   the writer thread runs in the idle scheduling class (SCHED_IDLE: any other
+ *   class   (only with lag_ms > 0, --writer-idle-lag-ms; off by default: a busy host
+ *           starves an idle-class thread, docs/bench.md "The sale's tail")
+ *           the writer thread runs in the idle scheduling class (SCHED_IDLE: any other
  *           thread that wakes up takes the core at once) while it keeps up; once its
  *           reads have come back full (more orders waiting than one batch) for longer
  *           than lag_ms it returns to the normal class at nice `nice` until a read comes
