@@ -196,6 +196,22 @@ int key_xfer_applied(char *buf, size_t len, const char *tag)
     return KEY_STR(buf, len, "seckill:xfer:applied:{", tag, "}");
 }
 
+int key_bmember(char *buf, size_t len, char *ks, size_t kslen, int64_t voucher_id, int bucket,
+                int nbuckets)
+{
+    char tag[48];
+    if (bucket < 0 || (bucket > 0 && (nbuckets < 2 || nbuckets > KEY_BUCKETS_MAX ||
+                                      bucket >= nbuckets)))
+        return -1;
+    /* key_btag searches the salt: only when the stream key is asked for */
+    if (ks != NULL && (key_btag(tag, sizeof tag, voucher_id, bucket, nbuckets) < 0 ||
+                       key_stream_t(ks, kslen, tag) < 0))
+        return -1;
+    int n = bucket == 0 ? KEY_NUM(buf, len, "", voucher_id, "")
+                        : snprintf(buf, len, "%lld.%d.%d", (long long)voucher_id, bucket, nbuckets);
+    return n < 0 || (size_t)n >= len ? -1 : n;
+}
+
 int key_bmember_parse(const char *z, size_t n, int64_t *voucher_id, int *bucket, int *nbuckets)
 {
     char buf[64];

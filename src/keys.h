@@ -90,6 +90,11 @@ int key_xfer_applied(char *buf, size_t len, const char *tag);
  * K buckets) of n bytes at z: 0 with *voucher_id, *bucket, *nbuckets set, or -1 if it is
  * not one (a plain voucher id is not). */
 int key_bmember_parse(const char *z, size_t n, int64_t *voucher_id, int *bucket, int *nbuckets);
+/* The member of seckill:streams naming bucket b of a voucher with K buckets ("<id>" for
+ * b = 0, "<id>.<b>.<K>" else) and, if ks, that bucket's stream key. Length of the member,
+ * or -1 (out of range). */
+int key_bmember(char *buf, size_t len, char *ks, size_t kslen, int64_t voucher_id, int bucket,
+                int nbuckets);
 int key_login_code(char *buf, size_t len, const char *phone);
 int key_login_fails(char *buf, size_t len, const char *phone);
 int key_login_token(char *buf, size_t len, const char *token);

@@ -223,14 +223,11 @@ static int publish_bucket(redisContext *c, redisContext *g, const rebuild_opts_t
                 : key_btag(tag, sizeof tag, vid, b, k) < 0) ||
         key_voucher_t(kv, sizeof kv, tag) < 0 || key_buyers_t(kb, sizeof kb, tag) < 0 ||
         key_stream_t(ks, sizeof ks, tag) < 0 || key_rebuild_lock_t(kl, sizeof kl, tag) < 0 ||
-        key_rebuild_buyers_t(kt, sizeof kt, tag) < 0) {
+        key_rebuild_buyers_t(kt, sizeof kt, tag) < 0 ||
+        key_bmember(mem, sizeof mem, NULL, 0, vid, b, k) < 0) {
         snprintf(err, errlen, "voucher %lld bucket %d: key out of range", (long long)vid, b);
         return REBUILD_ERR;
     }
-    if (b == 0)
-        snprintf(mem, sizeof mem, "%lld", (long long)vid);
-    else
-        snprintf(mem, sizeof mem, "%lld.%d.%d", (long long)vid, b, k);
     redisContext *bc = c;
     if (b > 0 && o->rt && !(bc = rcs_route_key(o->rt, kv, err, errlen)))
         return REBUILD_ERR;
@@ -406,10 +403,7 @@ static int rebuild_partial(redisContext *c, redisContext *g, store_t *st, int64_
         char mem[48], why[256];
         if (!(mask & (1u << b)))
             continue;
-        if (b == 0)
-            snprintf(mem, sizeof mem, "%lld", (long long)vid);
-        else
-            snprintf(mem, sizeof mem, "%lld.%d.%d", (long long)vid, b, k);
+        key_bmember(mem, sizeof mem, NULL, 0, vid, b, k);
         redisReply *r = rconn_cmdf(g, why, sizeof why, "SADD %s %s", KEY_STREAMS, mem);
         if (!r) {
             snprintf(err, errlen, "SADD %s: %s", KEY_STREAMS, why);

@@ -30,6 +30,9 @@
 #define BACKOFF_MAX_MS 2000
 #define POKE_MAX 64
 #define NOT_SALE_MAX 256
+#define REG_ENDED_S 3600             /* ended sales still checked in the registry: a backlog
+                                        may wait in their streams that long */
+#define REG_BATCH 256                /* members per SMISMEMBER */
 
 typedef struct known {
     int64_t id;
@@ -239,6 +242,91 @@ static void keep_slot_counter(rebuild_watch_t *w)
     freeReplyObject(r);
 }
 
+/* A member of seckill:streams the watch expects: bucket b of voucher vid with k buckets. */
+typedef struct reg_member {
+    int64_t vid;
+    int b, k;
+    char mem[48];
+} reg_member_t;
+
+/* One SMISMEMBER for m[0..n); each missing member whose stream exists (EXISTS on the
+ * stream's node) is added again. A stream that is gone has nothing to read: its voucher's
+ * rebuild lists it. */
+static void registry_batch(rebuild_watch_t *w, redisContext *g, const reg_member_t *m, size_t n)
+{
+    const char *argv[REG_BATCH + 2] = { "SMISMEMBER", KEY_STREAMS };
+    char why[256];
+    for (size_t i = 0; i < n; i++)
+        argv[2 + i] = m[i].mem;
+    redisReply *r = rconn_cmd(g, why, sizeof why, (int)(n + 2), argv, NULL);
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != n) {
+        drop_redis(w, r ? "SMISMEMBER: unexpected reply" : why);
+        freeReplyObject(r);
+        return;
+    }
+    for (size_t i = 0; i < n && w->up; i++) {
+        char ks[64], mem[48];
+        if (r->element[i]->type != REDIS_REPLY_INTEGER || r->element[i]->integer != 0 ||
+            key_bmember(mem, sizeof mem, ks, sizeof ks, m[i].vid, m[i].b, m[i].k) < 0)
+            continue;
+        redisContext *c = rcs_route_key(&w->rt, ks, why, sizeof why);
+        redisReply *e = c ? rconn_cmdf(c, why, sizeof why, "EXISTS %s", ks) : NULL;
+        int64_t there = 0;
+        if (!e) {
+            drop_redis(w, why);
+            break;
+        }
+        rconn_int(e, &there);
+        freeReplyObject(e);
+        if (!there)
+            continue;
+        redisReply *a = rconn_cmdf(g, why, sizeof why, "SADD %s %s", KEY_STREAMS, mem);
+        if (!a) {
+            drop_redis(w, why);
+            break;
+        }
+        if (a->type == REDIS_REPLY_INTEGER && a->integer == 1)
+            log_warn("%s had lost %s (Redis lost data on its node?): listed again, so the "
+                     "writers read %s", KEY_STREAMS, mem, ks);
+        freeReplyObject(a);
+    }
+    freeReplyObject(r);
+}
+
+/* seckill:streams lives on one node (on a cluster, one master of several): if that node
+ * loses its data while the streams' nodes keep theirs, no writer reads the streams it no
+ * longer lists and their admitted orders never reach SQL. Every pass asks, in one
+ * SMISMEMBER per REG_BATCH members, whether every bucket of every sale SQL knows (live,
+ * or ended less than REG_ENDED_S ago) is listed; only a missing one costs more. */
+static void keep_registry(rebuild_watch_t *w)
+{
+    int64_t now = (int64_t)time(NULL);
+    char why[256];
+    redisContext *g = rcs_route_key(&w->rt, KEY_STREAMS, why, sizeof why);
+    if (!g) {
+        drop_redis(w, why);
+        return;
+    }
+    reg_member_t *m = xmalloc(REG_BATCH * sizeof *m);
+    size_t n = 0;
+    for (size_t i = 0; w->up && i < w->nknown; i++) {
+        if (w->known[i].end <= now - REG_ENDED_S)
+            continue;
+        for (int b = 0; b < w->known[i].k && w->up; b++) {
+            m[n] = (reg_member_t){.vid = w->known[i].id, .b = b, .k = w->known[i].k};
+            if (key_bmember(m[n].mem, sizeof m[n].mem, NULL, 0, m[n].vid, b, m[n].k) < 0)
+                continue;
+            if (++n == REG_BATCH) {
+                registry_batch(w, g, m, n);
+                n = 0;
+            }
+        }
+    }
+    if (n > 0 && w->up)
+        registry_batch(w, g, m, n);
+    free(m);
+}
+
 /* One HEXISTS per live voucher (on its node); rebuilds those without stock. */
 static void check_all(rebuild_watch_t *w, const char *why)
 {
@@ -278,6 +366,8 @@ static void check_all(rebuild_watch_t *w, const char *why)
         if (p == 0)
             rebuild_one(w, w->known[i].id, why);
     }
+    if (w->up && !stopping(w))
+        keep_registry(w);
     if (w->up && !stopping(w)) {
         /* stock-bucket transfers a crash cut short */
         bks_wait_t wt = {w->app->cfg.redis_wait_replicas, w->app->cfg.redis_timeout_ms / 2};

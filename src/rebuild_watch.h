@@ -11,7 +11,11 @@
  *     (rebuilt only if SQL knows it as a flash-sale voucher, ended or not).
  * Rebuilds from several instances race for the per-voucher lock; one writes. Each pass
  * also puts the order-id slot counter (seckill:instance) back to at least this instance's
- * slot, so an instance started after a loss does not lease a live one's slot. */
+ * slot, so an instance started after a loss does not lease a live one's slot, and lists
+ * again in seckill:streams every stream of a sale SQL knows (on sale, or ended within the
+ * hour) that still exists but is no longer listed: on a cluster the registry's master may
+ * lose its data alone, and no writer would read those streams (one SMISMEMBER per 256
+ * members a pass; docs/redis-cluster.md "When a master loses its data"). */
 #ifndef SECKILL_REBUILD_WATCH_H
 #define SECKILL_REBUILD_WATCH_H
 

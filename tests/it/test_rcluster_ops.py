@@ -29,7 +29,10 @@ test_rcluster.py does) and checks one feature that used to need a single Redis:
     holding a voucher's slot after orders were written, then of every master: the service
     republishes the vouchers from SQL (stock = SQL's, buyers = SQL's orders), the sale goes
     on to exactly its stock, one order per user, audit clean; `seckill redis rebuild
-    --dry-run` against a flushed cluster writes nothing, the real run rebuilds once.
+    --dry-run` against a flushed cluster writes nothing, the real run rebuilds once;
+  - the stream registry seckill:streams lives on one master: FLUSHALL of that master alone
+    (two vouchers' streams on the other masters, untouched) -- the rebuild watch lists
+    their streams again, and a sale after it puts every admitted order in SQL, audit clean.
 """
 
 import json
@@ -421,6 +424,35 @@ def test_rebuild_after_master_flush_on_cluster():
     tokens = H.login_many(srv, cluster, users)
     after = _buy(srv, other, tokens, range(users))
     _sold_out_clean(cluster, srv, other, stock, before[other], after)
+    H.finish(srv)
+
+
+@H.timeout(150)
+def test_stream_registry_lost_with_its_master_on_cluster():
+    cluster = H.start_redis_cluster(masters=3, replicas=0)
+    srv = H.start_server(cluster.url, name="rb-c3", settings={"rate_user_seckill": "0"})
+    users, stock = 15, 10
+    reg = cluster.node_for("seckill:streams")
+    vids = []
+    while len(vids) < 2:    # two vouchers whose streams live on other masters than the registry
+        v = H.create_seckill(srv, stock=stock)
+        if cluster.node_for(H.k_stream(v)).port != reg.port:
+            vids.append(v)
+
+    def listed():
+        return all(reg.cmd("SISMEMBER", "seckill:streams", str(v)) == 1 for v in vids)
+
+    check(listed(), "vouchers %r not in seckill:streams after their creation", vids)
+    # Only the registry's master loses its data: the vouchers' own keys are untouched, so
+    # nothing is rebuilt; the watch must list their streams again or no writer reads them.
+    reg.cmd("FLUSHALL")
+    H.wait_until(listed, 15, what="seckill:streams listing vouchers %r again" % vids)
+    tokens = H.login_many(srv, cluster, users)     # logins on that master went too
+    for v in vids:
+        bought = _buy(srv, v, tokens, range(users))
+        eq(len(bought), stock, "voucher %d buyers" % v)
+        _sold_out_clean(cluster, srv, v, stock, set(), bought)
+        eq(H.rebuild_epoch(srv, v), 0, "voucher %d was not rebuilt" % v)
     H.finish(srv)
 
 

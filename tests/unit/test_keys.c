@@ -216,6 +216,35 @@ static void test_bucket_members(void **state)
     assert_int_equal(key_bmember_parse("42.1.4.9", 8, &v, &b, &k), -1);
 }
 
+/* key_bmember writes what key_bmember_parse reads, and the stream key of that bucket
+ * (the rebuild watch lists a lost member again when its stream exists). */
+static void test_bucket_member_format(void **state)
+{
+    (void)state;
+    char mem[48], ks[64], tag[48], want[64];
+    assert_int_equal(key_bmember(mem, sizeof mem, ks, sizeof ks, 42, 0, 1), 2);
+    assert_string_equal(mem, "42");
+    assert_string_equal(ks, "seckill:stream:{42}");
+    assert_int_equal(key_bmember(mem, sizeof mem, ks, sizeof ks, 42, 0, 6), 2);
+    assert_string_equal(mem, "42");
+    assert_int_equal(key_bmember(mem, sizeof mem, ks, sizeof ks, 42, 3, 6), 6);
+    assert_string_equal(mem, "42.3.6");
+    assert_true(key_btag(tag, sizeof tag, 42, 3, 6) > 0);
+    assert_true(key_stream_t(want, sizeof want, tag) > 0);
+    assert_string_equal(ks, want);
+    int64_t v = 0;
+    int b = 0, k = 0;
+    assert_int_equal(key_bmember_parse(mem, strlen(mem), &v, &b, &k), 0);
+    assert_true(v == 42 && b == 3 && k == 6);
+    /* no stream key asked for */
+    assert_int_equal(key_bmember(mem, sizeof mem, NULL, 0, 7, 1, 2), 5);
+    assert_string_equal(mem, "7.1.2");
+    assert_int_equal(key_bmember(mem, sizeof mem, NULL, 0, 7, 2, 2), -1);
+    assert_int_equal(key_bmember(mem, sizeof mem, NULL, 0, 7, -1, 2), -1);
+    assert_int_equal(key_bmember(mem, sizeof mem, NULL, 0, 7, 1, KEY_BUCKETS_MAX + 1), -1);
+    assert_int_equal(key_bmember(mem, 3, NULL, 0, 7, 1, 2), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -227,6 +256,7 @@ int main(void)
         cmocka_unit_test(test_too_small),
         cmocka_unit_test(test_bucket_tags),
         cmocka_unit_test(test_bucket_members),
+        cmocka_unit_test(test_bucket_member_format),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
