@@ -15,7 +15,8 @@
  *           back short. Only where it is allowed to return (checked at its start: root,
  *           CAP_SYS_NICE or RLIMIT_NICE >= 20 - nice); otherwise it stays at nice + 1.
  *           Its SQL transactions run in the normal class (wprio_hold).
- *   pace    after a short read (it has caught up) it reads again no sooner than pace_ms
+ *   pace    (only with pace_ms > 0, --writer-pace-ms; off by default)
+ *           after a short read (it has caught up) it reads again no sooner than pace_ms
  *           after the previous read began: at most 1000 / pace_ms commits (each one an
  *           fsync of SQLite's WAL, synchronous=FULL) per second besides the full
  *           batches, instead of one per handful of orders. Fewer fsyncs while the sale

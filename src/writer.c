@@ -1281,9 +1281,10 @@ static void final_drain(writer_t *wr)
  * admitted order is safe in the stream until its commit and XACK), the answers cannot. On
  * a host with as many busy threads as cores (two workers, redis-server, the writer) a
  * writer at the workers' priority takes its fair share right when the sale's grabs
- * arrive; niced (--writer-nice) and paced (--writer-pace-ms) it runs in the gaps, commits
- * bigger batches and catches up once the stock is gone. With --writer-idle-lag-ms it
- * runs in the idle class instead, and leaves it when it falls behind for that long. */
+ * arrive; niced (--writer-nice) it runs in the gaps, commits bigger batches and catches
+ * up once the stock is gone. --writer-pace-ms spaces its short reads (fewer commits);
+ * with --writer-idle-lag-ms it runs in the idle class, and leaves it when it falls behind
+ * for that long. */
 static void *writer_main(void *arg)
 {
     writer_t *wr = arg;
