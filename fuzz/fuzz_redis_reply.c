@@ -100,9 +100,17 @@ static void fuzz_writer(const redisReply *rep, int pending)
             e->id[0] == '\0') {
             abort();
         }
-        if (e->kind == E_ORDER && (e->o.id <= 0 || e->o.user_id <= 0 ||
-                                   e->o.voucher_id != wr.streams[e->si].vid || e->reason)) {
-            abort();
+        if (e->kind == E_ORDER) {
+            /* an entry holds every order of one admission call: each must be whole */
+            if (e->no == 0 || e->o0 + e->no > wr.norders || e->reason) {
+                abort();
+            }
+            for (size_t k = e->o0; k < e->o0 + e->no; k++) {
+                const store_order_t *o = &wr.orders[k];
+                if (o->id <= 0 || o->user_id <= 0 || o->voucher_id != wr.streams[e->si].vid) {
+                    abort();
+                }
+            }
         }
         if (e->kind == E_DEAD && e->reason == NULL) {
             abort();
