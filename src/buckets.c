@@ -444,7 +444,7 @@ void bk_publish_buckets(http_req_t *r, int64_t voucher_id, int64_t stock, int64_
                 bpub_step(NULL, p);
             continue;
         }
-        int lm = snprintf(mem, sizeof mem, "%lld.%d.%d", (long long)voucher_id, b, k);
+        int lm = key_bmember(mem, sizeof mem, NULL, 0, voucher_id, b, k);
         int l1 = snprintf(sst, sizeof sst, "%lld", (long long)bk_share(stock, b, k));
         const char *xg[6] = { "XGROUP", "CREATE", ks, KEY_GROUP, "0", "MKSTREAM" };
         size_t xgl[6] = { 6, 6, (size_t)ls, strlen(KEY_GROUP), 1, 8 };

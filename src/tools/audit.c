@@ -933,6 +933,21 @@ static int bucket_keys(vdata_t *t, int64_t vid, int b, int k)
                : 0;
 }
 
+/* Reads the consumer group of t's stream (t->ks) into t's stream-position fields. */
+static int read_vgroup(redisContext *c, vdata_t *t, char *err, size_t errlen)
+{
+    sgroup_t g;
+    if (read_group(c, t->ks, &g, err, errlen) < 0)
+        return -1;
+    t->group_found = g.found;
+    t->pending = g.pending;
+    t->lag = g.found ? g.lag : 0;
+    t->have_smallest = g.have_smallest;
+    t->smallest = g.smallest;
+    t->last_delivered = g.last_delivered;
+    return 0;
+}
+
 /* Step 1 for buckets 1..K-1 (before SQL, as for bucket 0): their stream positions. */
 static int read_bucket_groups(rcs_route_t *rt, redisContext *c0, vdata_t *d, char *err,
                               size_t errlen)
@@ -943,20 +958,13 @@ static int read_bucket_groups(rcs_route_t *rt, redisContext *c0, vdata_t *d, cha
     d->bk = xcalloc((size_t)d->nbuckets - 1, sizeof *d->bk);
     for (int b = 1; b < d->nbuckets; b++) {
         vdata_t *t = &d->bk[b - 1];
-        sgroup_t g;
         redisContext *c;
         if (bucket_keys(t, d->vid, b, d->nbuckets) < 0) {
             snprintf(err, errlen, "bucket %d: key out of range", b);
             return -1;
         }
-        if (!(c = rcs_route_key(rt, t->ks, err, errlen)) || read_group(c, t->ks, &g, err, errlen) < 0)
+        if (!(c = rcs_route_key(rt, t->ks, err, errlen)) || read_vgroup(c, t, err, errlen) < 0)
             return -1;
-        t->group_found = g.found;
-        t->pending = g.pending;
-        t->lag = g.found ? g.lag : 0;
-        t->have_smallest = g.have_smallest;
-        t->smallest = g.smallest;
-        t->last_delivered = g.last_delivered;
     }
     return 0;
 }
@@ -1175,17 +1183,9 @@ static int read_voucher(rcs_route_t *rt, store_t *st, vdata_t *d, char *err, siz
     redisContext *c = rcs_route_key(rt, d->ks, err, errlen);
     if (!c)
         return -1;
-    sgroup_t g;
-    int rc = read_group(c, d->ks, &g, err, errlen);
-    if (rc == 0) {
-        d->group_found = g.found;
-        d->pending = g.pending;
-        d->lag = g.found ? g.lag : 0;
-        d->have_smallest = g.have_smallest;
-        d->smallest = g.smallest;
-        d->last_delivered = g.last_delivered;
+    int rc = read_vgroup(c, d, err, errlen);
+    if (rc == 0)
         rc = read_bucket_groups(rt, c, d, err, errlen);
-    }
     if (rc == 0)
         rc = read_sql(st, d, err, errlen);
     if (rc == 0)
