@@ -166,7 +166,7 @@ void __wrap_http_reply(http_req_t *r, int status, const char *ctype, const char 
 
 static void on_admitted(http_req_t *r, int code, int64_t order_id)
 {
-    if (r != &req || ++callbacks > 1 || code < ADMIT_UNAVAILABLE || code > ADMIT_NO_VOUCHER ||
+    if (r != &req || ++callbacks > 1 || code < ADMIT_RETRY || code > ADMIT_NO_VOUCHER ||
         (code == ADMIT_OK) != (order_id > 0)) {
         fprintf(stderr, "fuzz_redis_reply: admission callback (%d, %lld)\n", code,
                 (long long)order_id);
