@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """perf/sale_ab.py -- the open-loop sale's tail, A/B between binaries or settings, in one command.
 
-    python3 perf/sale_ab.py [--rounds N] [--rate R] [--stock S] [--users U] VARIANT [VARIANT ...]
+    python3 perf/sale_ab.py [--rounds N] [--rate R] [--stock S] [--users U] [--rt] VARIANT [VARIANT ...]
 
 A VARIANT is a seckill binary, optionally followed by serve flags after commas:
 `build/seckill`, `/tmp/old`, `build/seckill,--writer-idle-lag-ms=0,--writer-pace-ms=0`.
@@ -17,7 +17,8 @@ selling phase's p99 from the send and of "sent late", the CPU / run-queue wait (
 core) of the writer, the workers, redis-server and the bench in the selling phase, the
 fdatasync calls the server made during the sale (SQLite commits; `perf stat` on the
 syscall tracepoint), Redis's stalls above 2 ms (LATENCY LATEST) and the other processes'
-CPU (the neighbours); with --sched S, S seconds of the selling phase's scheduler events:
+CPU (the neighbours), the machine's own CPU slow spells that the bench's probe saw and the
+p99s of the requests that met none of them (bench_cpuprobe.h); with --sched S, S seconds of the selling phase's scheduler events:
 how long w0, w1, redis-server and bench0 waited runnable and how much of it behind the
 order writer (perf/sched_blame.py). Then the medians per variant. The p99s move with the neighbours on
 a shared host; the run-queue waits and the fsync counts are the steadier signals.
@@ -63,7 +64,8 @@ def one_run(variant, a, tmp):
     d = tempfile.mkdtemp(prefix="sab", dir=tmp)
     port = free_port()
     err = os.path.join(d, "serve.err")
-    srv = subprocess.Popen([binary, "serve", "--data-dir", os.path.join(d, "d"), "--listen",
+    rt = ["chrt", "-f", "5"] if a.rt else []
+    srv = subprocess.Popen(rt + [binary, "serve", "--data-dir", os.path.join(d, "d"), "--listen",
                             "127.0.0.1:%d" % port, "--log-level", "warn"] + flags,
                            stdout=subprocess.DEVNULL, stderr=open(err, "w"))
     try:
@@ -81,7 +83,7 @@ def one_run(variant, a, tmp):
         j = os.path.join(d, "sale.json")
         tl = os.path.join(d, "timeline.tsv")
         # the bench's own load is the same for every variant: take it from the first binary
-        bench = subprocess.Popen([a.bench or binary, "bench", "--target", "http://127.0.0.1:%d" % port,
+        bench = subprocess.Popen(rt + [a.bench or binary, "bench", "--target", "http://127.0.0.1:%d" % port,
                         "--data-dir", os.path.join(d, "d"), "--seed-tokens", "--quiet",
                         "--users", str(a.users or a.stock * 10), "--stock", str(a.stock), "--rate",
                         str(a.rate), "--dup", "0.1", "--burst-share", "0.05", "--conns", "256",
@@ -133,6 +135,11 @@ def main():
     ap.add_argument("--sched", type=float, default=0,
                     help="record S seconds of scheduler events from the first admission on "
                     "and blame the waits (perf/sched_blame.py)")
+    ap.add_argument("--rt", action="store_true",
+                    help="run the server (with its redis-server) and the bench in the real-time "
+                    "class (chrt -f 5): the host's other processes cannot take their CPU, so a "
+                    "shared host measures the service; every thread of it then ignores nice "
+                    "(the order writer's --writer-nice and idle class do nothing)")
     ap.add_argument("--keep", help="copy each run's timeline into this directory")
     ap.add_argument("variants", nargs="+")
     a = ap.parse_args()
@@ -140,6 +147,7 @@ def main():
     names = ("server/writer", "server/w0", "server/w1", "redis/redis-server", "bench/bench0")
     rows = {v: [] for v in a.variants}
     sb = {v: [] for v in a.variants}
+    slow = {v: [] for v in a.variants}
     try:
         for r in range(a.rounds):
             for v in a.variants:
@@ -152,10 +160,17 @@ def main():
                 row = (d["latency_us"]["p99"] / 1e3, s.get("p99_us", 0) / 1e3,
                        o.get("p99_us", 0) / 1e3, s.get("send_p99_us", 0) / 1e3,
                        s.get("late_p99_us", 0) / 1e3, fs, s.get("others_cpu_pct", -1))
+                cp = d.get("cpu_probe", {})
+                out = cp.get("outside", {})
                 rows[v].append(row + tuple(th.get(n, {}).get("wait_pct", 0) for n in names))
+                slow[v].append((out.get("p99_us", 0) / 1e3, out.get("selling_p99_us", 0) / 1e3,
+                                out.get("sold_out_p99_us", 0) / 1e3, cp.get("slow_spells", 0),
+                                cp.get("slow_ms", 0)))
                 print("round %d %-50s p99 %7.2f ms  selling %7.2f  sold out %7.2f  (selling from send "
                       "%.2f, late %.2f)  fdatasync %d  selling CPU/wait %s  others %.0f  redis stalls %s"
                       % ((r + 1, v) + row[:6] + (cw, row[6], stalls)), flush=True)
+                print("        the machine's CPU slow %d time(s), %.0f ms; outside those spells p99 %.2f ms, "
+                      "selling %.2f, sold out %.2f" % (slow[v][-1][3:] + slow[v][-1][:3]), flush=True)
                 if blamed is not None:
                     wb = sum(blamed.get(n, (0, {}))[1].get("writer", 0) for n in ("w0", "w1", "redis-server", "bench0"))
                     wt = sum(blamed.get(n, (0, {}))[0] for n in ("w0", "w1", "redis-server", "bench0"))
@@ -171,6 +186,9 @@ def main():
             med = [statistics.median(x) for x in zip(*rs)]
             print("  %-50s %.2f / %.2f / %.2f  fdatasync %.0f  wait %s" % (
                 v, med[0], med[1], med[2], med[5], " ".join("%.0f" % x for x in med[7:])))
+            sm = [statistics.median(x) for x in zip(*slow[v])]
+            print("  %-50s outside the CPU's slow spells %.2f / %.2f / %.2f  (spells %.0f, %.0f ms)" % (
+                "", sm[0], sm[1], sm[2], sm[3], sm[4]))
             if sb[v]:
                 print("  %-50s waits behind the writer %.1f ms of %.1f ms (median)" % (
                     "", statistics.median(x[0] for x in sb[v]), statistics.median(x[1] for x in sb[v])))

@@ -37,6 +37,7 @@
 #include "bench_hist.h"
 #include "bench_procs.h"
 #include "bench_timeline.h"
+#include "bench_cpuprobe.h"
 #include "bench_redis.h"
 #include "rconn.h"
 #include "clock.h"
@@ -103,6 +104,8 @@ static const bopt_t bopts[] = {
     {"server-pid", A_INT, F(server_pid), 1, INT_MAX, "PID", "for CPU/request [the listener's]"},
     {"redis-pid", A_INT, F(redis_pid), 1, INT_MAX, "PID", "for CPU/request [from INFO, if local]"},
     {"no-audit", A_SET, SET(audit, 0), 0, 0, NULL, "skip the drain wait and the audit"},
+    {"no-cpu-probe", A_SET, SET(cpu_probe, 0), 0, 0, NULL,
+     "do not watch the machine's CPU speed during the load (bench_cpuprobe.h)"},
     {"drain-timeout", A_INT, F(drain_timeout_s), 1, 86400, "S", "wait for the writer at most [60]"},
     {"timeout", A_INT, F(timeout_s), 1, 3600, "S", "wait for answers after the last send [10]"},
     {"seed", A_I64, F(seed), 0, 9e18, "N", "random seed of the schedule [time]"},
@@ -196,6 +199,7 @@ int bench_parse_args(int argc, char **argv, bench_opts_t *o, char *err, size_t e
     o->tick_us = 500;
     o->token_ttl_s = 7200;
     o->audit = 1;
+    o->cpu_probe = 1;
     o->drain_timeout_s = 60;
     o->timeout_s = 10;
     o->progress = 1;
@@ -626,6 +630,11 @@ typedef struct results {
     size_t nslots;
     tl_phase_t phase[2];                /* selling, sold out */
     const bench_procs_t *procs;
+    const cpuprobe_t *probe;            /* NULL: --no-cpu-probe */
+    tl_span_t *slow;                    /* the probe's slow spells, us since the origin */
+    size_t nslow;
+    double slow_factor;                 /* their median slowdown */
+    tl_phase_t outside[3];              /* all, selling, sold out: requests that missed them */
 } results_t;
 
 #define SLOT_US 100000
@@ -658,6 +667,91 @@ static double phase_others(const bench_procs_t *bp, const tl_phase_t *ph)
     return busy < 0 ? -1 : busy > ours ? busy - ours : 0;
 }
 
+/* Requests whose life met a slow spell of the CPU, or started within this long after
+ * one, are left out of the "outside" percentiles: the backlog a spell leaves takes a few
+ * ms to clear at 20,000 req/s. */
+#define SLOW_PAD_US 30000
+
+static uint32_t clamp_u32(uint64_t v)
+{
+    return v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+}
+
+/* The probe's slow spells in the load's time, and the percentiles without them. */
+static void slow_spells(results_t *r, const bench_load_t *L)
+{
+    size_t n;
+    const cpr_span_t *sp = cpr_spans(r->probe, &n);
+    r->slow = xcalloc(n ? n : 1, sizeof *r->slow);
+    double *f = xcalloc(n ? n : 1, sizeof *f);
+    for (size_t i = 0; i < n; i++) {
+        if (sp[i].to_ns <= L->origin_ns)
+            continue;   /* while the connections were made */
+        uint64_t a = sp[i].from_ns > L->origin_ns ? sp[i].from_ns - L->origin_ns : 0;
+        r->slow[r->nslow].from_us = clamp_u32(a / 1000);
+        r->slow[r->nslow].to_us = clamp_u32((sp[i].to_ns - L->origin_ns) / 1000);
+        f[r->nslow++] = sp[i].factor;
+    }
+    /* the median slowdown over the spells (insertion sort: a handful) */
+    for (size_t i = 1; i < r->nslow; i++)
+        for (size_t j = i; j > 0 && f[j - 1] > f[j]; j--) {
+            double t = f[j];
+            f[j] = f[j - 1];
+            f[j - 1] = t;
+        }
+    r->slow_factor = r->nslow ? f[r->nslow / 2] : 0;
+    free(f);
+    tl_phases_outside(L->recs, L->nrecs, r->slow, r->nslow, SLOW_PAD_US,
+                      r->phase[0].n ? r->phase[0].to_us : 0, &r->outside[0], &r->outside[1],
+                      &r->outside[2]);
+}
+
+static uint64_t slow_total_us(const results_t *r)
+{
+    uint64_t us = 0;
+    for (size_t i = 0; i < r->nslow; i++)
+        us += r->slow[i].to_us - r->slow[i].from_us;
+    return us;
+}
+
+/* How much of [from, to) lay in a slow spell, in us. */
+static uint64_t slow_within(const results_t *r, uint32_t from, uint32_t to)
+{
+    uint64_t us = 0;
+    for (size_t i = 0; i < r->nslow; i++) {
+        uint32_t a = r->slow[i].from_us > from ? r->slow[i].from_us : from;
+        uint32_t b = r->slow[i].to_us < to ? r->slow[i].to_us : to;
+        if (b > a)
+            us += b - a;
+    }
+    return us;
+}
+
+/* The probe's lines: when the machine's CPU ran slow, and the tail without those spells. */
+static void print_probe(FILE *f, const results_t *r, uint64_t requests)
+{
+    if (!r->probe)
+        return;
+    if (!r->nslow) {
+        fprintf(f, "  host CPU    never slow: a probe thread's fixed work (%.0f us of CPU, %llu runs) "
+                   "never took %.0fx as long\n",
+                (double)cpr_work_ns(r->probe) / 1e3, (unsigned long long)cpr_runs(r->probe),
+                CPR_SLOW_X);
+        return;
+    }
+    fprintf(f, "  host CPU    slow %zu time%s, %.0f ms in all, at", r->nslow, r->nslow > 1 ? "s" : "",
+            (double)slow_total_us(r) / 1e3);
+    for (size_t i = 0; i < r->nslow && i < 12; i++)
+        fprintf(f, "%s %.2f", i ? "," : "", r->slow[i].from_us / 1e6);
+    fprintf(f, "%s s: the probe's fixed work took %.1fx its CPU time (median; the machine's "
+               "CPU, not its processes)\n", r->nslow > 12 ? ", ..." : "", r->slow_factor);
+    const tl_phase_t *o = r->outside;
+    fprintf(f, "  outside     them (%.1f%% of the requests left out: those that met a slow spell or "
+               "came within %d ms after it): p99 %.3f ms; selling %.3f, sold out %.3f\n",
+            requests ? 100.0 * (double)(requests - o[0].n) / (double)requests : 0.0,
+            SLOW_PAD_US / 1000, o[0].p99_us / 1e3, o[1].p99_us / 1e3, o[2].p99_us / 1e3);
+}
+
 /* Where the tail is: each phase's percentiles, the worst slots, which threads ran. */
 static void print_timeline(FILE *f, const bench_load_t *L, const results_t *r)
 {
@@ -686,6 +780,7 @@ static void print_timeline(FILE *f, const bench_load_t *L, const results_t *r)
     fprintf(f, "\n");
     if (L->recs_truncated)
         fprintf(f, "  timeline    only the first answers: the log filled up\n");
+    print_probe(f, r, L->nrecs);
     const bench_procs_t *bp = r->procs;
     if (!bp || !bp->ng)
         return;
@@ -717,11 +812,13 @@ static int write_timeline(const char *path, const results_t *r, char *err, size_
     }
     const bench_procs_t *bp = r->procs;
     tl_write_header(f);
+    fprintf(f, "\thost_slow_ms");
     for (size_t g = 0; bp && g < bp->ng; g++)
         fprintf(f, "\tcpu_ms:%s\twait_ms:%s", bp->g[g].name, bp->g[g].name);
     fputc('\n', f);
     for (size_t i = 0; i < r->nslots; i++) {
         tl_write_slot(f, &r->slots[i]);
+        fprintf(f, "\t%.1f", (double)slow_within(r, r->slots[i].t_us, r->slots[i].t_us + SLOT_US) / 1e3);
         for (size_t g = 0; bp && g < bp->ng; g++) {
             uint64_t run, wait;
             bp_between(bp, g, r->slots[i].t_us, r->slots[i].t_us + SLOT_US, &run, &wait);
@@ -857,6 +954,15 @@ static void json_results(FILE *f, const bench_opts_t *o, const bench_load_t *L, 
                "\"bench_cpu_us_per_request\":%.2f",
             r->server_pid ? r->server_us_req : -1.0, r->redis_pid ? r->redis_us_req : -1.0,
             r->self_us_req);
+    if (r->probe) {
+        const tl_phase_t *ou = r->outside;
+        fprintf(f, ",\"cpu_probe\":{\"runs\":%llu,\"work_us\":%.1f,\"slow_spells\":%zu,\"slow_ms\":%.1f,"
+                   "\"slowdown\":%.2f,\"outside\":{\"requests\":%llu,\"p99_us\":%u,\"selling_p99_us\":%u,"
+                   "\"sold_out_p99_us\":%u}}",
+                (unsigned long long)cpr_runs(r->probe), (double)cpr_work_ns(r->probe) / 1e3, r->nslow,
+                (double)slow_total_us(r) / 1e3, r->slow_factor, (unsigned long long)ou[0].n,
+                ou[0].p99_us, ou[1].p99_us, ou[2].p99_us);
+    }
     if (have_drain)
         fprintf(f, ",\"drain\":{\"drained\":%s,\"seconds\":%.3f,\"persisted\":%lld,\"pending\":%lld,"
                    "\"lag\":%lld}",
@@ -994,6 +1100,9 @@ int bench_main(int argc, char **argv)
             rconn_close(rc2);
         }
     }
+    /* Started (and calibrated) before the bench's own CPU is first read: its CPU time is
+     * taken out of the bench's per request below. */
+    cpuprobe_t *probe = o.cpu_probe ? cpr_start() : NULL;
     int64_t s0 = proc_cpu_us(r.server_pid), r0 = proc_cpu_us(r.redis_pid), b0 = own_cpu_us();
     if (s0 < 0)
         r.server_pid = 0;
@@ -1032,7 +1141,10 @@ int bench_main(int argc, char **argv)
     /* ten samples a second: the timeline's threads, and the charts of --html */
     L.progress_ms = SLOT_US / 1000;
     bp_sample(&procs, 0);
-    if (bench_load_run(&L, on_progress, &prog, err, sizeof err) < 0) {
+    int load_rc = bench_load_run(&L, on_progress, &prog, err, sizeof err);
+    cpr_stop(probe);
+    if (load_rc < 0) {
+        cpr_free(probe);
         bench_series_free(&series);
         bp_free(&procs);
         fprintf(stderr, "\nseckill bench: %s\n", err);
@@ -1043,11 +1155,14 @@ int bench_main(int argc, char **argv)
     if (o.progress && prog.tty)
         fprintf(stderr, "\n");
     int64_t s1 = proc_cpu_us(r.server_pid), r1 = proc_cpu_us(r.redis_pid);
-    r.self_cpu_us = own_cpu_us() - b0;
+    r.self_cpu_us = own_cpu_us() - b0 - (int64_t)(cpr_cpu_ns(probe) / 1000);
     bp_sample(&procs, (uint32_t)((clock_mono_ns() - L.origin_ns) / 1000));
     r.procs = &procs;
     r.nslots = tl_build(L.recs, L.nrecs, SLOT_US, &r.slots);
     tl_phases(L.recs, L.nrecs, &r.phase[0], &r.phase[1]);
+    r.probe = probe;
+    if (probe)
+        slow_spells(&r, &L);
 
     sum_counters(&L, r.out, &r.sent, r.kinds, NULL, NULL);
     for (int i = 0; i < BO__COUNT; i++)
@@ -1194,6 +1309,8 @@ int bench_main(int argc, char **argv)
     free(audit_text);
     bench_series_free(&series);
     bp_free(&procs);
+    cpr_free(probe);
+    free(r.slow);
     free(r.slots);
     free(rec.answers);
     free(rec.soldout);

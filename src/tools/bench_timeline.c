@@ -151,6 +151,54 @@ void tl_phases(const bench_rec_t *sorted, size_t n, tl_phase_t *selling, tl_phas
     free(scratch);
 }
 
+/* 1 if [due, done] of r meets a span of sp (ascending, disjoint) stretched by pad_us. */
+static int in_span(const bench_rec_t *r, const tl_span_t *sp, size_t nsp, uint32_t pad_us)
+{
+    /* the first span that ends (with its pad) at or after the request's due time */
+    size_t lo = 0, hi = nsp;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if ((uint64_t)sp[mid].to_us + pad_us < r->due_us)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < nsp && sp[lo].from_us <= r->done_us;
+}
+
+void tl_phases_outside(const bench_rec_t *sorted, size_t n, const tl_span_t *sp, size_t nsp,
+                       uint32_t pad_us, uint32_t cut_us, tl_phase_t *all, tl_phase_t *selling,
+                       tl_phase_t *sold_out)
+{
+    memset(all, 0, sizeof *all);
+    memset(selling, 0, sizeof *selling);
+    memset(sold_out, 0, sizeof *sold_out);
+    bench_rec_t *keep = xmalloc((n ? n : 1) * sizeof *keep);
+    size_t m = 0, cut = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (in_span(&sorted[i], sp, nsp, pad_us))
+            continue;
+        keep[m++] = sorted[i];
+        if (sorted[i].due_us < cut_us)
+            cut = m;
+    }
+    uint32_t *scratch = xmalloc((m ? m : 1) * sizeof *scratch);
+    tl_phase_t *ph[3] = {all, selling, sold_out};
+    size_t lo[3] = {0, 0, cut}, hi[3] = {m, cut, m};
+    for (int p = 0; p < 3; p++) {
+        tl_phase_t *x = ph[p];
+        x->n = hi[p] - lo[p];
+        if (x->n == 0)
+            continue;
+        x->from_us = keep[lo[p]].due_us;
+        x->to_us = keep[hi[p] - 1].due_us + 1;
+        summarise(keep + lo[p], x->n, scratch, &x->p50_us, &x->p99_us, &x->max_us,
+                  &x->send_p99_us, &x->late_p99_us);
+    }
+    free(scratch);
+    free(keep);
+}
+
 size_t tl_worst(const tl_slot_t *s, size_t n, size_t k, size_t *idx)
 {
     size_t m = 0;

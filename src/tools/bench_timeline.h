@@ -57,6 +57,20 @@ size_t tl_build(bench_rec_t *recs, size_t n, uint32_t slot_us, tl_slot_t **out);
  * all, everything is "sold out". */
 void tl_phases(const bench_rec_t *sorted, size_t n, tl_phase_t *selling, tl_phase_t *sold_out);
 
+/* A stretch of the run, us since the load's origin: [from_us, to_us). */
+typedef struct tl_span {
+    uint32_t from_us, to_us;
+} tl_span_t;
+
+/* The same percentiles as tl_phases, of only the requests whose life (due .. answer)
+ * misses every span of sp[0..nsp) (ascending, not overlapping) stretched by pad_us at its
+ * end (the backlog a stall leaves behind takes a while to clear): *all over the run, and
+ * per phase cut at cut_us (the selling phase's end as tl_phases found it over every
+ * request, so both views split the run at the same moment). sorted: by due time. */
+void tl_phases_outside(const bench_rec_t *sorted, size_t n, const tl_span_t *sp, size_t nsp,
+                       uint32_t pad_us, uint32_t cut_us, tl_phase_t *all, tl_phase_t *selling,
+                       tl_phase_t *sold_out);
+
 /* The k slots with the highest p99 (ties: the earlier), indexes into s, worst first. */
 size_t tl_worst(const tl_slot_t *s, size_t n, size_t k, size_t *idx);
 

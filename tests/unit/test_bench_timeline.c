@@ -1,5 +1,7 @@
 /* test_bench_timeline.c -- the bench's timeline (bench_timeline.c): slots, backlog and
- * in-flight counts, exact percentiles, the selling / sold-out cut, the worst slots. */
+ * in-flight counts, exact percentiles, the selling / sold-out cut, the worst slots, the
+ * percentiles outside the CPU's slow spells; and how the CPU probe (bench_cpuprobe.c)
+ * cuts its slow runs into spells. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -8,8 +10,10 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "tools/bench.h"
+#include "tools/bench_cpuprobe.h"
 #include "tools/bench_timeline.h"
 
 static bench_rec_t rec(uint32_t due, uint32_t send, uint32_t done, int o)
@@ -118,12 +122,101 @@ static void test_worst(void **state)
     assert_int_equal(idx[1], 0);
 }
 
+/* Requests whose life meets a spell (or starts within pad after it) are left out; the
+ * phase cut stays where it was given. */
+static void test_outside(void **state)
+{
+    (void)state;
+    enum { N = 1000 };
+    bench_rec_t *r = calloc(N, sizeof *r);
+    for (uint32_t i = 0; i < N; i++) {
+        uint32_t due = i * 1000;                      /* one a millisecond, 1 ms each */
+        r[i] = rec(due, due, due + 1000, i < 100 ? BO_SUCCESS : BO_SOLD_OUT);
+    }
+    /* a stall: the requests due at 500..519 ms answered 30 ms late */
+    for (uint32_t i = 500; i < 520; i++)
+        r[i].done_us += 30000;
+    /* one slow spell at 505-510 ms, 10 ms of pad: due 504 (answered 535) meets it, so
+     * does every request up to due 520 (pad end); 521 on is outside */
+    tl_span_t sp[] = {{100000000, 100000001}};
+    tl_span_t spells[] = {{505000, 510000}, {900000000, 900000001}};
+    tl_phase_t all, a, b;
+    tl_phases_outside(r, N, spells, 2, 10000, 100000, &all, &a, &b);
+    assert_int_equal(all.n, N - 21);                  /* due 500 .. 520 */
+    assert_int_equal(a.n, 100);                       /* due 0 .. 99 ms: selling */
+    assert_int_equal(b.n, N - 100 - 21);
+    assert_int_equal(all.max_us, 1000);               /* every stalled request left out */
+    assert_int_equal(b.p99_us, 1000);
+    /* nothing to leave out: the same as over every request */
+    tl_phases_outside(r, N, sp, 0, 10000, 100000, &all, &a, &b);
+    assert_int_equal(all.n, N);
+    assert_int_equal(all.max_us, 31000);
+    assert_int_equal(b.n, N - 100);
+    /* a spell before every request's due time but whose pad reaches into the first ones */
+    tl_span_t early[] = {{0, 1500}};
+    tl_phases_outside(r, N, early, 1, 1000, 100000, &all, &a, &b);
+    assert_int_equal(all.n, N - 3);                   /* due 0, 1, 2 ms: 2 ms <= 1.5 + 1 */
+    assert_int_equal(a.n, 97);
+    free(r);
+}
+
+/* Slow runs (>= CPR_SLOW_X the calibrated work) within CPR_MERGE_US of each other join
+ * into a spell; fewer than CPR_MIN_RUNS are noise; the spell's factor is their median. */
+static void test_probe_cut(void **state)
+{
+    (void)state;
+    const uint64_t ms = 1000000, work = 20000;        /* 20 us of work */
+    uint64_t t[] = {0, 1 * ms, 2 * ms, 3 * ms, 4 * ms,       /* fast, then 3 slow runs */
+                    100 * ms, 101 * ms,                      /* two slow: noise */
+                    200 * ms, 220 * ms, 249 * ms, 400 * ms}; /* 3 slow within 30 ms; then fast */
+    uint32_t c[] = {20000, 70000, 200000, 100000, 21000,
+                    90000, 90000,
+                    60000, 60000, 100000, 25000};
+    size_t n = sizeof t / sizeof t[0];
+    cpr_span_t sp[8];
+    size_t k = cpr_cut(t, c, n, work, sp, 8);
+    assert_int_equal(k, 2);
+    assert_int_equal(sp[0].from_ns, 1 * ms);
+    assert_int_equal(sp[0].to_ns, 3 * ms + 100000);
+    assert_int_equal(sp[0].runs, 3);
+    assert_true(sp[0].factor > 4.99 && sp[0].factor < 5.01);     /* 3.5, 10, 5 -> 5 */
+    assert_int_equal(sp[1].from_ns, 200 * ms);
+    assert_int_equal(sp[1].to_ns, 249 * ms + 100000);
+    assert_int_equal(sp[1].runs, 3);
+    assert_true(sp[1].factor > 2.99 && sp[1].factor < 3.01);
+    /* the cap is honoured, and nothing slow gives nothing */
+    assert_int_equal(cpr_cut(t, c, n, work, sp, 1), 1);
+    assert_int_equal(cpr_cut(t, c, 1, work, sp, 8), 0);
+}
+
+/* The probe itself: it starts, measures, stops, and its own CPU is accounted. */
+static void test_probe_runs(void **state)
+{
+    (void)state;
+    cpuprobe_t *p = cpr_start();
+    assert_non_null(p);
+    assert_true(cpr_work_ns(p) > 0);
+    struct timespec ms = {0, 1000000};
+    while (cpr_runs(p) < 5)
+        nanosleep(&ms, NULL);
+    cpr_stop(p);
+    assert_true(cpr_runs(p) >= 5);
+    assert_true(cpr_cpu_ns(p) > 0);
+    size_t n;
+    (void)cpr_spans(p, &n);
+    cpr_free(p);
+    cpr_free(NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_slots),
         cmocka_unit_test(test_phases),
         cmocka_unit_test(test_worst),
+        cmocka_unit_test(test_outside),
+        cmocka_unit_test(test_probe_cut),
+        cmocka_unit_test(test_probe_runs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
