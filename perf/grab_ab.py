@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """perf/grab_ab.py -- server CPU per grab, A/B between seckill binaries, in one command.
 
-    python3 perf/grab_ab.py [--rounds N] [--duration S] [--users U] [--callgrind] BIN [BIN ...]
+    python3 perf/grab_ab.py [--rounds N] [--duration S] [--users U] [--drains K] [--callgrind] BIN [BIN ...]
 
 Starts one `seckill serve` per binary on its embedded default (private redis-server +
 SQLite, a temp data dir each), then alternates between them for N rounds: each round runs
@@ -13,7 +13,8 @@ Per round and binary it prints the grabs and the server's CPU per grab from
 /proc/PID/task/*/stat over the whole bench run (load + drain), split into the workers
 (threads w0, w1, ...), the order writer (thread "writer") and the rest, plus redis-server's
 CPU per grab; then the writer alone ("drain": the orders deleted from SQL and the consumer
-group rewound, the writer thread's CPU per order until all are back). At the end: the median of each column per binary. The CPU figures include
+group rewound, the writer thread's CPU per order until all are back; --drains K: K times,
+their median). At the end: the median of each column per binary. The CPU figures include
 the kernel's share (utime + stime) -- the same figure `make perf` reports.
 
 --callgrind: each server runs under valgrind's callgrind instead (this VM has no hardware
@@ -211,6 +212,8 @@ def main():
     ap.add_argument("--duration", type=int, default=4)
     ap.add_argument("--users", type=int, default=150000)
     ap.add_argument("--conns", type=int, default=64)
+    ap.add_argument("--drains", type=int, default=1,
+                    help="drains per round and binary (their median is the drain column)")
     ap.add_argument("--callgrind", action="store_true",
                     help="user-space instructions per grab under valgrind (see above)")
     ap.add_argument("bins", nargs="+")
@@ -238,7 +241,7 @@ def main():
                 tot = sum(g.values())
                 row = [n] + [x * TICK_US / n for x in (tot, g["workers"], g["writer"], g["other"],
                                                        r1 - r0)]
-                row.append(drain(s, d["voucher"]))
+                row.append(statistics.median(drain(s, d["voucher"]) for _ in range(a.drains)))
                 rows[s.bin].append(row)
                 print("%-28s %5d %8d %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f" % ((s.bin[-28:], rnd) + tuple(row)),
                       flush=True)
