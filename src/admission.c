@@ -87,6 +87,7 @@ typedef struct batch {
     worker_t *w;
     lane_t *lane;               /* NULL: a call outside the lanes (always one admission) */
     int n;
+    int resent;                 /* sent again after Redis lost its scripts (on_batch) */
     adm_ctx_t *item[BATCH_MAX];
 } batch_t;
 
@@ -424,6 +425,14 @@ static void on_batch(struct redisReply *rep, void *priv)
             return;
         }
     }
+    if (rds_is_noscript(rep) && !b->resent && !ac->dead) {
+        /* Redis lost its scripts (SCRIPT FLUSH, a restart without them): rds has queued
+         * their reload on this connection, so the same call sent now runs after it. */
+        b->resent = 1;
+        if (batch_call(b, b->item[0]->voucher_id) == 0) {
+            return;
+        }
+    }
     int ok = rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements == (size_t)b->n;
     if (rep != NULL && !ok) {
         /* An error reply (script bug, OOM, READONLY replica...) or a shape we do not
@@ -508,8 +517,9 @@ static int batch_call(batch_t *b, int64_t voucher_id)
         argv[na] = num[k][1];
         lens[na++] = (size_t)sb_dec(num[k][1], c->order_id);
     }
-    /* When Redis is down on_batch runs before this returns. */
-    rds_evalsha(w->rds, SCRIPT_ADMIT, on_batch, b, nk, na, argv, lens);
+    /* When Redis is down on_batch runs before this returns. No copy of the arguments
+     * for the EVAL fallback: on_batch sends the call again on NOSCRIPT. */
+    rds_evalsha_nocopy(w->rds, SCRIPT_ADMIT, on_batch, b, nk, na, argv, lens);
     return 0;
 }
 
@@ -537,6 +547,7 @@ static void batch_send(lane_t *l, struct adm_cache *ac, worker_t *w)
         b->w = w;
         b->lane = l;
         b->n = 0;
+        b->resent = 0;
         while (l->head != NULL && b->n < BATCH_MAX) {
             adm_ctx_t *c = l->head;
             l->head = c->next;
@@ -647,6 +658,7 @@ static void admit_send(adm_ctx_t *c)
     b->w = w;
     b->lane = NULL;
     b->n = 1;
+    b->resent = 0;
     b->item[0] = c;
     if (batch_call(b, voucher_id) != 0) {
         free(b);

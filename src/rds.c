@@ -63,6 +63,7 @@
 #include "rarena.h"
 #include "rds_ev.h"
 #include "resp.h"
+#include "sb.h"
 #include "worker.h"
 #include "xmem.h"
 
@@ -317,6 +318,19 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
     maybe_destroy(c);
 }
 
+/* Sends one command already in RESP (buf[len] must be a NUL: see send_argv) for wrapper
+ * r. Returns 0, or -1 if hiredis refused it (r untouched and not linked). */
+static int send_formatted(rds_t *c, rcmd_t *r, const char *buf, size_t len)
+{
+    if (redisAsyncFormattedCommand(c->ac, on_reply, r, buf, len) != REDIS_OK)
+        return -1;
+    r->c = c;
+    r->deadline = clock_mono_ms() + (uint64_t)c->timeout_ms;
+    fifo_push(c, r);
+    arm_tick(c);
+    return 0;
+}
+
 /* Sends one command for wrapper r, put in RESP by resp.h rather than by hiredis. Returns
  * 0, or -1 if hiredis refused it (r untouched and not linked). */
 static int send_argv(rds_t *c, rcmd_t *r, int argc, const char **argv, const size_t *argvlen)
@@ -340,18 +354,12 @@ static int send_argv(rds_t *c, rcmd_t *r, int argc, const char **argv, const siz
     char *buf = cap <= sizeof(stack_buf) ? stack_buf : xmalloc(cap);
     size_t len = resp_put(buf, argc, argv, lens);
     buf[len] = '\0';
-    int rc = redisAsyncFormattedCommand(c->ac, on_reply, r, buf, len);
+    int rc = send_formatted(c, r, buf, len);
     if (buf != stack_buf)
         free(buf);
     if (own != NULL && own != stack_lens)
         free(own);
-    if (rc != REDIS_OK)
-        return -1;
-    r->c = c;
-    r->deadline = clock_mono_ms() + (uint64_t)c->timeout_ms;
-    fifo_push(c, r);
-    arm_tick(c);
-    return 0;
+    return rc;
 }
 
 static int send_internal(rds_t *c, int kind, int op, script_id_t s, int argc, const char **argv,
@@ -459,7 +467,7 @@ static void handshake_step(rds_t *c, rcmd_t *r, redisReply *reply)
         c->w->on_redis_up(c->w);
 }
 
-static int is_noscript(const redisReply *reply)
+int rds_is_noscript(const redisReply *reply)
 {
     return reply != NULL && reply->type == REDIS_REPLY_ERROR && reply->len >= 8 &&
            memcmp(reply->str, "NOSCRIPT", 8) == 0;
@@ -528,9 +536,22 @@ static void on_reply(redisAsyncContext *ac, void *vreply, void *priv)
         free(r);
         break;
     case K_EVALSHA:
-        if (is_noscript(reply) && !r->retried) {
+        if (rds_is_noscript(reply) && !r->retried) {
             r->retried = 1;
             start_reload(c);
+            if (r->argv == NULL) {
+                /* rds_evalsha_nocopy: the caller sends the call again, after the
+                 * reload just queued */
+                rds_cb cb = r->cb;
+                void *cbpriv = r->priv;
+                free(r);
+                if (cb) {
+                    http_callback_begin(c->w);
+                    cb(reply, cbpriv);
+                    http_callback_end(c->w);
+                }
+                break;
+            }
             if (resend_as_eval(c, r) == 0)
                 break;   /* r lives on; its callback runs on the EVAL's reply */
             reply = NULL;
@@ -717,6 +738,60 @@ void rds_command(rds_t *c, rds_cb cb, void *priv, int argc, const char **argv,
     }
 }
 
+/* EVALSHA <sha> <numkeys> argv..., put in RESP in one buffer (no argument arrays built
+ * for it). keep: the arguments are copied into the wrapper for the EVAL fallback on
+ * NOSCRIPT; without it the caller resends (rds_evalsha_nocopy). */
+static void evalsha_send(rds_t *c, script_id_t s, rds_cb cb, void *priv, int numkeys,
+                         int argc, const char **argv, const size_t *argvlen, int keep)
+{
+    const char *sha = rds_script_sha(s);
+    if (c == NULL || c->state != ST_UP || c->ac == NULL || sha == NULL || numkeys < 0 ||
+        argc < numkeys || argc > INT_MAX - 3) {
+        if (cb)
+            cb(NULL, priv);
+        return;
+    }
+    rcmd_t *r;
+    if (keep || argvlen == NULL) {
+        /* One allocation: the wrapper, then argv/argvlen arrays, then the bytes, kept so a
+         * NOSCRIPT reply can be answered with an EVAL of the same arguments. */
+        const char **cargv;
+        size_t *clens;
+        r = rds__argv_block(sizeof(*r), argc, argv, argvlen, &cargv, &clens);
+        r->argv = cargv;
+        r->argvlen = clens;
+        argv = cargv;
+        argvlen = clens;
+    } else {
+        r = xcalloc(1, sizeof(*r));
+    }
+    r->kind = K_EVALSHA;
+    r->cb = cb;
+    r->priv = priv;
+    r->script = s;
+    r->numkeys = numkeys;
+    r->argc = argc;
+
+    char nk[SB_DEC_MAX];
+    const char *head[3] = { "EVALSHA", sha, nk };
+    size_t hlens[3] = { 7, SHA_LEN, (size_t)sb_dec(nk, numkeys) };
+    char stack_buf[4096];
+    size_t cap = resp_size(3, hlens) + resp_size(argc, argvlen) + 1;
+    char *buf = cap <= sizeof(stack_buf) ? stack_buf : xmalloc(cap);
+    size_t len = resp_put_head(buf, 3 + argc);
+    len += resp_put_args(buf + len, 3, head, hlens);
+    len += resp_put_args(buf + len, argc, argv, argvlen);
+    buf[len] = '\0';   /* send_argv says why */
+    int rc = send_formatted(c, r, buf, len);
+    if (buf != stack_buf)
+        free(buf);
+    if (rc < 0) {
+        free(r);
+        if (cb)
+            cb(NULL, priv);
+    }
+}
+
 void rds_evalsha(rds_t *c, script_id_t s, rds_cb cb, void *priv, int numkeys, int argc,
                  const char **argv, const size_t *argvlen)
 {
@@ -724,56 +799,17 @@ void rds_evalsha(rds_t *c, script_id_t s, rds_cb cb, void *priv, int numkeys, in
         rcla_evalsha(c->cl, s, cb, priv, numkeys, argc, argv, argvlen);
         return;
     }
-    const char *sha = rds_script_sha(s);
-    if (c == NULL || c->state != ST_UP || sha == NULL || numkeys < 0 || argc < numkeys ||
-        argc > INT_MAX - 3) {
-        if (cb)
-            cb(NULL, priv);
+    evalsha_send(c, s, cb, priv, numkeys, argc, argv, argvlen, 1);
+}
+
+void rds_evalsha_nocopy(rds_t *c, script_id_t s, rds_cb cb, void *priv, int numkeys, int argc,
+                        const char **argv, const size_t *argvlen)
+{
+    if (c != NULL && c->cl) {
+        rcla_evalsha(c->cl, s, cb, priv, numkeys, argc, argv, argvlen);
         return;
     }
-    /* One allocation: the wrapper, then argv/argvlen arrays, then the bytes, kept so a
-     * NOSCRIPT reply can be answered with an EVAL of the same arguments. */
-    const char **cargv;
-    size_t *clens;
-    rcmd_t *r = rds__argv_block(sizeof(*r), argc, argv, argvlen, &cargv, &clens);
-    r->kind = K_EVALSHA;
-    r->cb = cb;
-    r->priv = priv;
-    r->script = s;
-    r->numkeys = numkeys;
-    r->argc = argc;
-    r->argv = cargv;
-    r->argvlen = clens;
-
-    const char *stack_argv[24];
-    size_t stack_lens[24];
-    int n = 3 + argc;
-    const char **av = stack_argv;
-    size_t *lens = stack_lens;
-    if (n > 24) {
-        av = xmalloc(sizeof(*av) * (size_t)n);
-        lens = xmalloc(sizeof(*lens) * (size_t)n);
-    }
-    char nk[16];
-    int nklen = snprintf(nk, sizeof(nk), "%d", numkeys);
-    av[0] = "EVALSHA";
-    lens[0] = 7;
-    av[1] = sha;
-    lens[1] = SHA_LEN;
-    av[2] = nk;
-    lens[2] = (size_t)nklen;
-    memcpy(av + 3, r->argv, sizeof(*av) * (size_t)argc);
-    memcpy(lens + 3, r->argvlen, sizeof(*lens) * (size_t)argc);
-    int rc = send_argv(c, r, n, av, lens);
-    if (av != stack_argv) {
-        free(av);
-        free(lens);
-    }
-    if (rc < 0) {
-        free(r);
-        if (cb)
-            cb(NULL, priv);
-    }
+    evalsha_send(c, s, cb, priv, numkeys, argc, argv, argvlen, 0);
 }
 
 

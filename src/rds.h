@@ -18,7 +18,8 @@
  * Callback contract: every accepted command calls its callback exactly once, on the
  * worker's thread; reply is NULL on timeout, disconnect or when Redis is down, else the
  * hiredis reply, valid only during the callback (do not free it). Redis error replies
- * (REDIS_REPLY_ERROR) are passed through, except NOSCRIPT, which rds handles itself. */
+ * (REDIS_REPLY_ERROR) are passed through, except NOSCRIPT, which rds handles itself
+ * (rds_evalsha_nocopy: with the caller's help). */
 #ifndef SECKILL_RDS_H
 #define SECKILL_RDS_H
 
@@ -62,6 +63,17 @@ void rds_command_at(rds_t *c, const char *key, size_t keylen, rds_cb cb, void *p
 /* EVALSHA script with numkeys keys followed by the args (argv holds keys then args). */
 void rds_evalsha(rds_t *c, script_id_t s, rds_cb cb, void *priv, int numkeys, int argc,
                  const char **argv, const size_t *argvlen);
+
+/* rds_evalsha for a hot path, without the copy of every argument that the EVAL fallback
+ * needs: on NOSCRIPT the scripts' reload is queued on the connection and cb gets the
+ * NOSCRIPT error reply; the same call sent again from cb (once: it may fail the same way)
+ * reaches Redis after the reload, on the same connection, in order. On a cluster it is
+ * rds_evalsha (the cluster client keeps the arguments for its redirects anyway). */
+void rds_evalsha_nocopy(rds_t *c, script_id_t s, rds_cb cb, void *priv, int numkeys, int argc,
+                        const char **argv, const size_t *argvlen);
+
+/* 1 if reply is Redis's NOSCRIPT error (what rds_evalsha_nocopy's callback may get). */
+int rds_is_noscript(const struct redisReply *reply);
 
 /* The SHA1 (40 hex + NUL) of a built-in script, NULL before it is known. */
 const char *rds_script_sha(script_id_t s);

@@ -28,9 +28,20 @@ static char *put_head(char *p, char c, int64_t n)
     return p;
 }
 
+size_t resp_put_head(char *out, int argc)
+{
+    return (size_t)(put_head(out, '*', argc) - out);
+}
+
 size_t resp_put(char *out, int argc, const char *const *argv, const size_t *lens)
 {
-    char *p = put_head(out, '*', argc);
+    size_t n = resp_put_head(out, argc);
+    return n + resp_put_args(out + n, argc, argv, lens);
+}
+
+size_t resp_put_args(char *out, int argc, const char *const *argv, const size_t *lens)
+{
+    char *p = out;
     for (int i = 0; i < argc; i++) {
         p = put_head(p, '$', (int64_t)lens[i]);
         if (lens[i] > 0)

@@ -16,4 +16,10 @@ size_t resp_size(int argc, const size_t *lens);
 /* Writes the command into out (resp_size bytes at least); returns its length. */
 size_t resp_put(char *out, int argc, const char *const *argv, const size_t *lens);
 
+/* The same in parts, for a command put together from several argument lists: the head
+ * "*<argc>\r\n" of all argc arguments, then each list's arguments (resp_size bounds
+ * both together). Each returns how many bytes it wrote. */
+size_t resp_put_head(char *out, int argc);
+size_t resp_put_args(char *out, int argc, const char *const *argv, const size_t *lens);
+
 #endif

@@ -117,6 +117,26 @@ def test_two_vouchers_at_once():
     H.finish(srv)
 
 
+@H.timeout(300)
+def test_script_flush_mid_sale():
+    """Redis loses its scripts mid-sale (SCRIPT FLUSH; a restart without them is the same):
+    the admissions waiting on the EVALSHA that gets NOSCRIPT are sent again after the
+    scripts' reload, so no buyer sees an error and every admission is an order."""
+    r, srv = H.setup()
+    users, stock = 200, 1000
+    tokens = H.login_many(srv, r, users)
+    vid = H.create_seckill(srv, stock=stock)
+    recs = H.run_sale(srv, vid, tokens, attempts=1, users=range(50))
+    eq(r.cmd("SCRIPT", "FLUSH"), "OK", "SCRIPT FLUSH")
+    recs += H.run_sale(srv, vid, tokens, attempts=3, nthreads=50, users=range(50, users))
+    _no_errors(recs, {H.MSG_DUPLICATE})
+    eq(sorted(x.user for x in recs if x.ok), list(range(users)), "users answered success")
+    check(srv.log_lines("lost its script cache"), "no NOSCRIPT seen: %r", srv.log_tail())
+    eq(H.wait_drained(srv, r, vid, 90), users, "orders in SQL after drain")
+    H.check_sale_consistency(srv, r, vid, stock, recs, tokens)
+    H.finish(srv)
+
+
 @H.long_test
 @H.timeout(900)
 def test_big_sale():
