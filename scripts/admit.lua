@@ -3,13 +3,10 @@
 -- admissions that queue up behind a call in flight together, up to 64).
 --
 -- KEYS[1] seckill:voucher:{id}  hash stock, begin, end (epoch seconds), ep (Redis generation)
--- KEYS[2] seckill:order:{id}    hash userId -> orderId (one order per user)
+-- KEYS[2] seckill:order:{id}    hash userId -> orderId (one order per user; order lookups
+--                               read it for orders not yet in SQL: src/orders.h)
 -- KEYS[3] seckill:stream:{id}   the voucher's order stream (consumer group g1); in the lab's
 --                               transports the list / the channel instead (src/lab_mq.c)
--- KEYS[4..3+n] optional, one per buyer: seckill:orders-of:{u<userId>}, the buyer's order
---         index (hash voucherId -> orderId, src/orders.h), written here on an admission.
---         Only on a single Redis: on a cluster these keys live in other slots and the
---         server writes the index itself after the call.
 -- ARGV[1] voucherId
 -- ARGV[2] transport: 'stream' = XADD to KEYS[3] ONE entry per call carrying every order it
 --         admitted, os = "ts ep orderId userId [orderId userId ...]" (the format and its
@@ -33,10 +30,10 @@
 -- window was judged by.
 local mode = ARGV[2]
 if (mode ~= 'stream' and mode ~= 'queue' and mode ~= 'list' and mode ~= 'pubsub') or
-   #ARGV < 4 or #ARGV % 2 ~= 0 or (#KEYS ~= 3 and #KEYS ~= 3 + (#ARGV - 2) / 2) then
+   #ARGV < 4 or #ARGV % 2 ~= 0 or #KEYS ~= 3 then
   -- before any write: a caller of another argument layout must not take stock
-  return redis.error_reply('ERR admit.lua: bad arguments (KEYS voucher buyers stream ' ..
-                           '[index...], ARGV voucherId transport userId orderId ...)')
+  return redis.error_reply('ERR admit.lua: bad arguments (KEYS voucher buyers stream, ' ..
+                           'ARGV voucherId transport userId orderId ...)')
 end
 local n = (#ARGV - 2) / 2
 local out = {}
@@ -72,7 +69,6 @@ if n == 1 then
 else
   had = redis.call('HMGET', KEYS[2], unpack(uids))
 end
-local index = #KEYS > 3
 local seen, set = {}, {}
 -- the stream entry: the call's shared part first (a number becomes a string by a printf
 -- inside Lua: once per call), then orderId userId per admitted buyer
@@ -94,7 +90,6 @@ for i = 1, n do
       local msg = oid .. ' ' .. uid .. ' ' .. vid .. ' ' .. now
       if mode == 'list' then redis.call('LPUSH', KEYS[3], msg) else redis.call('PUBLISH', KEYS[3], msg) end
     end
-    if index then redis.call('HSET', KEYS[3 + i], vid, oid) end
     out[i] = 0
   end
 end

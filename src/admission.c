@@ -39,7 +39,6 @@
 #include "keys.h"
 #include "log.h"
 #include "orderid.h"
-#include "orders.h"
 #include "ordq.h"
 #include "rds.h"
 #include "sb.h"
@@ -95,7 +94,6 @@ struct adm_cache {
     vcache_t *verdicts;         /* voucher -> cached answer code (int), until clock_mono_ms() */
     lane_t lanes[LANES];
     uint64_t ttl_ms;            /* cfg.soldout_cache_ms */
-    int index_in_script;        /* single Redis: admit.lua writes the buyers' order index */
     adm_ctx_t *free_ctx;
     int nfree;
     int outstanding;            /* contexts handed out and not yet returned */
@@ -323,9 +321,8 @@ static void on_refilled(void *priv, int64_t rc)
     finish(c, ADMIT_RETRY);
 }
 
-/* The end of one admission whose code Redis decided: caches, queue mode, the order
- * index, WAIT, then the caller's callback. A bucketed buyer's sold-out home first waits
- * for a refill. */
+/* The end of one admission whose code Redis decided: caches, queue mode, WAIT, then the
+ * caller's callback. A bucketed buyer's sold-out home first waits for a refill. */
 static void finish(adm_ctx_t *c, int code)
 {
     struct adm_cache *ac = c->ac;
@@ -368,11 +365,6 @@ static void finish(adm_ctx_t *c, int code)
             ordq_release(c->q);
         }
     }
-    if (code == ADMIT_OK && !ac->index_in_script) {
-        /* A cluster: the script could not write the buyer's order index (another slot).
-         * Before the client hears of it, so a lookup through this instance finds it. */
-        orders_note_admitted(r->w, c->user_id, c->voucher_id, order_id);
-    }
     if (code == ADMIT_OK && c->wait_replicas > 0 && !ac->dead) {
         send_wait(c);
         return;
@@ -411,20 +403,6 @@ static void on_batch(struct redisReply *rep, void *priv)
     batch_t *b = priv;
     struct adm_cache *ac = b->ac;
     lane_t *l = b->lane;
-    if (rep != NULL && rep->type == REDIS_REPLY_ERROR && rep->len >= 9 &&
-        memcmp(rep->str, "CROSSSLOT", 9) == 0 && ac->index_in_script && !ac->dead) {
-        /* A plain redis:// address of a cluster node (a one-node cluster, say): it
-         * refuses the buyers' index keys beside the voucher's before running anything.
-         * From now on this worker writes the index itself, as on a cluster, and the
-         * same admissions go again without those keys. */
-        ac->index_in_script = 0;
-        log_warn("admission: Redis refused the order index keys in the admission script "
-                 "(CROSSSLOT: a cluster node behind a redis:// address?); the server writes "
-                 "the index itself from now on (redis+cluster:// addresses a cluster)");
-        if (batch_call(b, b->item[0]->voucher_id) == 0) {
-            return;
-        }
-    }
     if (rds_is_noscript(rep) && !b->resent && !ac->dead) {
         /* Redis lost its scripts (SCRIPT FLUSH, a restart without them): rds has queued
          * their reload on this connection, so the same call sent now runs after it. */
@@ -471,10 +449,9 @@ static void on_batch(struct redisReply *rep, void *priv)
 static int batch_call(batch_t *b, int64_t voucher_id)
 {
     worker_t *w = b->w;
-    char kv[64], kb[64], ks[64], vid[SB_DEC_MAX], num[BATCH_MAX][2][SB_DEC_MAX],
-        kx[BATCH_MAX][64];
-    const char *argv[5 + 3 * BATCH_MAX];
-    size_t lens[5 + 3 * BATCH_MAX];
+    char kv[64], kb[64], ks[64], vid[SB_DEC_MAX], num[BATCH_MAX][2][SB_DEC_MAX];
+    const char *argv[5 + 2 * BATCH_MAX];
+    size_t lens[5 + 2 * BATCH_MAX];
     /* The keys of the items' home bucket (a lane is one bucket's; unbucketed: bucket 0,
      * the voucher's own keys). */
     const adm_ctx_t *c0 = b->item[0];
@@ -493,20 +470,7 @@ static int batch_call(batch_t *b, int64_t voucher_id)
     argv[0] = kv; lens[0] = (size_t)lv;
     argv[1] = kb; lens[1] = (size_t)lb;
     argv[2] = k3; lens[2] = (size_t)ls;
-    /* On a single Redis each buyer's order index is a key of the call too (KEYS[4..]):
-     * the script writes it with the admission, atomically and without a command of its
-     * own. On a cluster it is in the buyer's slot: finish() writes it after the call. */
     int nk = 3;
-    if (b->ac->index_in_script) {
-        for (int k = 0; k < b->n; k++) {
-            int lx = key_orders_of(kx[k], sizeof kx[k], b->item[k]->user_id);
-            if (lx < 0) {
-                return -1;
-            }
-            argv[nk] = kx[k];
-            lens[nk++] = (size_t)lx;
-        }
-    }
     int na = nk;
     argv[na] = vid; lens[na++] = (size_t)sb_dec(vid, voucher_id);
     argv[na] = tr; lens[na++] = strlen(tr);
@@ -773,8 +737,6 @@ int adm_cache_init(struct worker *w)
     ac->ttl_ms = ms > 0 ? (uint64_t)ms : 0;
     ac->bk = bk_cache_new();
     ac->verdicts = vcache_new(VERDICT_SLOTS, sizeof(int));
-    url_redis_t a;
-    ac->index_in_script = url_parse_redis(w->app->redis_url, &a) == 0 && !a.cluster;
     w->adm = ac;
     return 0;
 }

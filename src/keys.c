@@ -74,11 +74,6 @@ int key_dead(char *buf, size_t len, int64_t voucher_id)
     return KEY_NUM(buf, len, "seckill:dead:{", voucher_id, "}");
 }
 
-int key_orders_of(char *buf, size_t len, int64_t user_id)
-{
-    return KEY_NUM(buf, len, "seckill:orders-of:{u", user_id, "}");
-}
-
 int key_stream(char *buf, size_t len, int64_t voucher_id)
 {
     return KEY_NUM(buf, len, "seckill:stream:{", voucher_id, "}");

@@ -19,13 +19,13 @@
  *   seckill:xfer:{tag}    hash  transfer id -> "<receiver bucket> <units> <ms>": units
  *                         this bucket gave away and the receiver may not have yet
  *   seckill:xfer:applied:{tag}  set of transfer ids this bucket has received
- * Per buyer (its own slot: "u" + user id as the hash tag):
- *   seckill:orders-of:{u7} hash  voucherId -> orderId: the user's admitted orders, written
- *                          by admit.lua on a single Redis, by the server after it on a
- *                          cluster (orders.h); read by lookups; no TTL
  * Process-wide keys:
  *   seckill:streams       set of voucher ids whose streams the writers read; a bucket
  *                         b >= 1 of a K-bucket voucher is the member "<id>.<b>.<K>"
+ *   {seckill:streams}:drained  set of members of seckill:streams whose sale has ended and
+ *                         whose every admitted order is in SQL, added by the writers;
+ *                         order lookups skip them (orders.h). Its hash tag puts it in
+ *                         seckill:streams' slot, so one SDIFF reads both on a cluster
  *   seckill:instance      counter leasing order-id instance slots
  *   seckill:{board}:instance:<name>  string, one instance's snapshot for the sale board,
  *                         PX 5 s, renewed each second; seckill:{board}:instances: set of
@@ -50,6 +50,7 @@
 #define KEY_REVOKED "seckill:revoked"
 #define CHANNEL_REVOKE "seckill:revoke"
 #define KEY_STREAMS "seckill:streams"
+#define KEY_DRAINED "{seckill:streams}:drained"
 #define KEY_INSTANCE "seckill:instance"
 #define KEY_BOARD_INSTANCES "seckill:{board}:instances"
 /* The lab's course steps (lab.h): the course's lock key prefix (SimpleRedisLock's
@@ -63,7 +64,6 @@
 int key_voucher(char *buf, size_t len, int64_t voucher_id);
 int key_buyers(char *buf, size_t len, int64_t voucher_id);
 int key_stream(char *buf, size_t len, int64_t voucher_id);
-int key_orders_of(char *buf, size_t len, int64_t user_id);
 int key_dead(char *buf, size_t len, int64_t voucher_id);
 int key_rebuild_lock(char *buf, size_t len, int64_t voucher_id);
 int key_rebuild_buyers(char *buf, size_t len, int64_t voucher_id);

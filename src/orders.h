@@ -1,18 +1,37 @@
 /* orders.h -- a user's flash-sale orders as the API shows them: the persisted ones from
  * SQL merged with admitted orders the writer has not written yet.
  *
- * Where the not-yet-persisted orders come from: every admitted order is also recorded in
- * its buyer's order index, seckill:orders-of:{u<userId>} (hash voucherId -> orderId;
- * keys.h), so a lookup costs ONE Redis command (HGETALL of that hash) and one SQL job,
- * whatever the number of vouchers. On a single Redis admit.lua writes the index with the
- * admission (admission.c passes the buyers' index keys). The index lives in the user's
- * slot, not the voucher's, so on a Redis Cluster the script cannot write it: there the
- * server writes it itself, right after the script admits the order and before the client
- * hears of it (orders_note_admitted), on the same connection -- a later lookup through
- * this instance finds it. If the instance dies between the two commands, the order is
- * still in the voucher's stream and shows up here once the writer has put it into SQL.
- * Entries are never removed (one field per order, like the voucher's buyer hash); a
- * lookup ignores those already in SQL. docs/design.md, "Order lookups".
+ * Where the not-yet-persisted orders come from: the buyer hashes the admission already
+ * keeps, seckill:order:{tag} (userId -> orderId, one per stock bucket; keys.h), so a
+ * grab writes nothing for lookups. A lookup asks one HGET per bucket that may hold an
+ * order not yet in SQL: the members of seckill:streams (every bucket that can sell is
+ * registered there before it can sell: admission_publish, buckets.c, rebuild.c) minus
+ * those in {seckill:streams}:drained -- one SDIFF, both in one slot -- then the HGETs,
+ * pipelined (on a Redis Cluster each goes to its bucket's node).
+ *
+ * The drained set, kept by the order writers (writer.c, "drained"): a bucket goes in once
+ * its voucher's sale has ended by the clock of the Redis that holds its stream (the clock
+ * admit.lua judges the window by) plus DRAIN_MARGIN_S, and its stream's group g1 has
+ * nothing undelivered (lag 0) and nothing pending: every order it ever admitted has been
+ * committed to SQL (the writer acks only after the commit), and no order can be admitted
+ * there any more (a sale window never changes). So a lookup skips only buckets whose
+ * orders SQL has, whatever the writer's outage was: with the writer down for an hour
+ * nothing is marked and every registered bucket is asked. What a lookup costs: one SDIFF
+ * plus one HGET per bucket of the vouchers on sale, upcoming, or ended and not yet fully
+ * written (plus DRAIN_MARGIN_S) -- not per voucher ever sold once the writers keep up.
+ * Only stream mode marks (queue mode's orders wait in a process's memory, invisible to
+ * the stream); sync mode writes SQL before it answers and skips the Redis phase.
+ *
+ * No race between the two halves: a list reads Redis first and SQL second, so an order
+ * the writer commits meanwhile is in a buyer hash of a bucket not yet drained, or in SQL;
+ * by id reads SQL, then Redis, then SQL once more when Redis did not have it.
+ *
+ * A rebuild from SQL (rebuild.h) writes the buyer hash from SQL plus the orders still in
+ * the stream, so lookups see the same orders before and after it.
+ *
+ * The former per-buyer index (seckill:orders-of:{u<id>}) is neither written nor read any
+ * more: every order in it is also in its voucher's buyer hash, which lookups now ask
+ * until the order is in SQL. Old keys can be deleted (docs/design.md, "Order lookups").
  *
  * The api layer (api_order.c) owns the HTTP side; this module owns the Redis and SQL
  * work and hands back plain records. Runs on the worker's thread. */
@@ -52,10 +71,5 @@ void orders_get(struct worker *w, int64_t user_id, int64_t order_id, orders_done
                 void *ctx);
 /* The user's orders, newest first, at most ORDERS_OF_USER_MAX. */
 void orders_of_user(struct worker *w, int64_t user_id, orders_done_fn done, void *ctx);
-
-/* Records an admitted order in its buyer's index (fire and forget: a failure only
- * delays its visibility until the writer persists it). Only on a Redis Cluster: on a
- * single Redis admit.lua has already written it. */
-void orders_note_admitted(struct worker *w, int64_t user_id, int64_t voucher_id, int64_t order_id);
 
 #endif

@@ -13,7 +13,10 @@
  *               reports nothing left: entries this consumer read and never acked;
  *   claim       every ~2 s, XAUTOCLAIM k g1 <name> <claim_idle_ms> 0-0 COUNT batch, cursor
  *               followed to the end: entries of consumers that died holding them;
- *   metrics     every ~1 s, XINFO GROUPS per stream -> stream_pending, stream_lag;
+ *   metrics     every ~1 s, XINFO GROUPS per stream -> stream_pending, stream_lag; in
+ *               stream mode also TIME first, and a stream whose sale has ended and whose
+ *               group has nothing undelivered or pending goes into the drained set
+ *               (drain_marks: order lookups skip it, orders.h);
  *   read        XREADGROUP GROUP g1 <name> COUNT batch BLOCK block_ms STREAMS k.. >..
  *
  * Every batch, whatever its source, goes the same way (handle_batch): parse, write the
@@ -104,6 +107,11 @@
 #define CLUSTER_CHECK_MS 1000
 #define IDLE_MIN_MS 5          /* sub-writer poll interval while quiet: 5 ms doubling ... */
 #define IDLE_MAX_MS 100        /* ... to 100 ms */
+/* The drained set (orders.h): a stream is marked once its sale ended this long ago by its
+ * own Redis's clock -- the clock admit.lua judges the window by, so the margin only covers
+ * that clock stepping back or a failover to a node whose clock lags. */
+#define DRAIN_MARGIN_S 5
+#define VOUCHER_RELOOK_MS 30000   /* drain check: next SQL look-up of a voucher not found */
 
 enum { E_ORDER, E_DELETED, E_DEAD };
 
@@ -117,6 +125,11 @@ typedef struct wstream {
     int done;                        /* pending pass: nothing more */
     int vknown;                      /* the voucher was found in SQL (vbegin, vend valid) */
     int64_t vbegin, vend;            /* its sale window, epoch seconds */
+    char member[48];                 /* its member of seckill:streams */
+    int idle;                        /* last XINFO GROUPS: g1 with lag 0 and nothing pending */
+    int drained;                     /* in the drained set (added, or seen there) */
+    int drained_known;               /* the drained set was read since the stream was added */
+    uint64_t vlook_at;               /* drain check: no SQL look-up of the voucher before */
 } wstream_t;
 
 typedef struct wentry {
@@ -461,8 +474,10 @@ static int streams_refresh(writer_t *wr)
         s->vid = vid;
         s->bucket = bucket;
         if (key_btag(s->tag, sizeof s->tag, vid, bucket, nb) < 0 ||
-            key_stream_t(s->key, sizeof s->key, s->tag) < 0)
+            key_stream_t(s->key, sizeof s->key, s->tag) < 0 || e->len >= sizeof s->member)
             continue;
+        memcpy(s->member, e->str, e->len);
+        s->member[e->len] = '\0';
         if (wr->node_mode && !mine(wr, s->key))
             continue;
         nn++;
@@ -829,6 +844,27 @@ static int batch_replicated(writer_t *wr)
  * (is it a flash-sale voucher in SQL, and its window), then turns orders of a missing
  * voucher, or outside its window, into dead letters. Returns 0, or -1 when SQL failed
  * (nothing is decided: the caller retries). */
+/* The stream's voucher from SQL: vknown, vbegin, vend once SQL has it as a flash-sale
+ * voucher. 0 (found or not), or -1 when SQL failed. */
+static int voucher_load(writer_t *wr, wstream_t *s)
+{
+    char err[512] = "";
+    if (!wr->st)
+        wr->st = store_open(wr->app->db_url, wr->sql_timeout_ms, err, sizeof err);
+    if (!wr->st)
+        return -1;
+    store_voucher_t v;
+    memset(&v, 0, sizeof v);
+    int rc = store_voucher_get(wr->st, s->vid, &v);
+    if (rc == STORE_OK && v.is_seckill) {
+        s->vknown = 1;
+        s->vbegin = v.begin_time;
+        s->vend = v.end_time;
+    }
+    store_voucher_clear(&v);
+    return rc == STORE_OK || rc == STORE_NOTFOUND ? 0 : -1;
+}
+
 static int check_vouchers(writer_t *wr)
 {
     for (size_t i = 0; i < wr->nents; i++) {
@@ -836,24 +872,8 @@ static int check_vouchers(writer_t *wr)
         if (e->kind != E_ORDER)
             continue;
         wstream_t *s = &wr->streams[e->si];
-        if (!s->vknown) {
-            char err[512] = "";
-            if (!wr->st)
-                wr->st = store_open(wr->app->db_url, wr->sql_timeout_ms, err, sizeof err);
-            if (!wr->st)
-                return -1;
-            store_voucher_t v;
-            memset(&v, 0, sizeof v);
-            int rc = store_voucher_get(wr->st, s->vid, &v);
-            if (rc == STORE_OK && v.is_seckill) {
-                s->vknown = 1;
-                s->vbegin = v.begin_time;
-                s->vend = v.end_time;
-            }
-            store_voucher_clear(&v);
-            if (rc != STORE_OK && rc != STORE_NOTFOUND)
-                return -1;
-        }
+        if (!s->vknown && voucher_load(wr, s) != 0)
+            return -1;
         if (!s->vknown) {
             e->kind = E_DEAD;
             e->reason = "no such flash-sale voucher in SQL";
@@ -1207,12 +1227,115 @@ static void publish_backlog(writer_t *wr, int64_t pending, int64_t lag)
     atomic_store(&wr->m->stream_lag, lag);
 }
 
-/* Every ~1 s: pending and lag of g1 summed over the streams (XINFO GROUPS). */
+/* SADD of one member to the drained set: on one Redis through our connection, on a
+ * cluster through the cluster client (the set lives in seckill:streams' slot). */
+static int drained_add(writer_t *wr, const wstream_t *s)
+{
+    const char *argv[3] = { "SADD", KEY_DRAINED, s->member };
+    size_t lens[3] = { 4, strlen(KEY_DRAINED), strlen(s->member) };
+    char why[300] = "";
+    redisReply *r;
+    if (wr->node_mode) {
+        if (wr->rcs == NULL)
+            return -1;
+        r = rcs_command(wr->rcs, KEY_DRAINED, strlen(KEY_DRAINED), 3, argv, lens, why,
+                        sizeof why);
+    } else {
+        size_t n = 0;
+        for (int k = 0; k < 3; k++)
+            arg(wr, &n, argv[k], lens[k]);
+        r = cmd(wr, n);
+        if (r == NULL)
+            return redis_fail(wr, "SADD " KEY_DRAINED, NULL);
+    }
+    int ok = r != NULL && r->type == REDIS_REPLY_INTEGER;
+    if (!ok)
+        log_warn("writer: SADD %s %s: %s", KEY_DRAINED, s->member,
+                 r && r->type == REDIS_REPLY_ERROR ? r->str : why[0] ? why : "unexpected reply");
+    if (wr->node_mode)
+        freeReplyObject(r);
+    return ok ? 0 : -1;
+}
+
+/* Which of our streams the drained set already holds (one SMEMBERS, only after streams
+ * were added): a writer that restarts re-marks nothing and looks up no old voucher. */
+static int drained_read(writer_t *wr)
+{
+    const char *argv[2] = { "SMEMBERS", KEY_DRAINED };
+    size_t lens[2] = { 8, strlen(KEY_DRAINED) };
+    char why[300] = "";
+    redisReply *r;
+    if (wr->node_mode) {
+        if (wr->rcs == NULL)
+            return -1;
+        r = rcs_command(wr->rcs, KEY_DRAINED, strlen(KEY_DRAINED), 2, argv, lens, why,
+                        sizeof why);
+    } else {
+        size_t n = 0;
+        arg(wr, &n, argv[0], lens[0]);
+        arg(wr, &n, argv[1], lens[1]);
+        r = cmd(wr, n);
+        if (r == NULL)
+            return redis_fail(wr, "SMEMBERS " KEY_DRAINED, NULL);
+    }
+    int ok = r != NULL && r->type == REDIS_REPLY_ARRAY;
+    for (size_t i = 0; i < wr->nstreams; i++) {
+        wstream_t *s = &wr->streams[i];
+        for (size_t k = 0; ok && !s->drained && k < r->elements; k++)
+            s->drained = str_eq(r->element[k], s->member);
+        s->drained_known = ok;
+    }
+    if (wr->node_mode)
+        freeReplyObject(r);
+    return ok ? 0 : -1;
+}
+
+/* Marks the streams no order lookup needs to ask any more (orders.h): the voucher's sale
+ * ended DRAIN_MARGIN_S before now (the stream's Redis's TIME, read before its XINFO) and
+ * g1 had nothing undelivered or pending at that XINFO. Only in stream mode: queue mode's
+ * orders wait in a process's memory, the lab's in their own lists. */
+static void drain_marks(writer_t *wr, int64_t now)
+{
+    int need_read = 0;
+    for (size_t i = 0; i < wr->nstreams; i++)
+        need_read |= wr->streams[i].idle && !wr->streams[i].drained_known;
+    if (need_read && drained_read(wr) != 0)
+        return;
+    uint64_t mono = clock_mono_ms();
+    for (size_t i = 0; i < wr->nstreams && wr->rc; i++) {
+        wstream_t *s = &wr->streams[i];
+        if (s->drained || !s->idle || s->member[0] == '\0')
+            continue;
+        if (!s->vknown) {
+            if (mono < s->vlook_at)
+                continue;
+            s->vlook_at = mono + VOUCHER_RELOOK_MS;
+            if (voucher_load(wr, s) != 0 || !s->vknown)
+                continue;
+        }
+        if (now < s->vend + DRAIN_MARGIN_S)
+            continue;
+        if (drained_add(wr, s) != 0)
+            return;
+        s->drained = 1;
+        log_info("writer: %s: the sale has ended and every order is in SQL; order lookups "
+                 "skip it (%s)", s->key, KEY_DRAINED);
+    }
+}
+
+/* Every ~1 s: pending and lag of g1 summed over the streams (XINFO GROUPS), and in stream
+ * mode the drained marks (drain_marks). */
 static int info_pass(writer_t *wr)
 {
     if (wr->nstreams == 0) {
         publish_backlog(wr, 0, 0);
         return 0;
+    }
+    int marks = wr->app->cfg.mode == MODE_STREAM;
+    if (marks) {
+        size_t n = 0;
+        args(wr, &n, "TIME");
+        append(wr, n);
     }
     for (size_t i = 0; i < wr->nstreams; i++) {
         size_t n = 0;
@@ -1221,18 +1344,29 @@ static int info_pass(writer_t *wr)
         args(wr, &n, wr->streams[i].key);
         append(wr, n);
     }
+    int64_t now = 0;
+    if (marks) {
+        void *rv = NULL;
+        if (redisGetReply(wr->rc, &rv) != REDIS_OK)
+            return redis_fail(wr, "TIME", NULL);
+        const redisReply *t = rv;
+        if (t->type != REDIS_REPLY_ARRAY || t->elements < 1 || !is_str(t->element[0]) ||
+            sb_parse_pos(t->element[0]->str, t->element[0]->len, &now) != 0)
+            now = 0;   /* nothing is marked this pass */
+    }
     int64_t pending = 0, lag = 0;
     for (size_t i = 0; i < wr->nstreams; i++) {
         void *rv = NULL;
         if (redisGetReply(wr->rc, &rv) != REDIS_OK)
             return redis_fail(wr, "XINFO GROUPS", NULL);
         redisReply *r = rv;
+        wr->streams[i].idle = 0;
         if (r->type == REDIS_REPLY_ARRAY) {
             for (size_t g = 0; g < r->elements; g++) {
                 const redisReply *gr = r->element[g];
                 if (gr->type != REDIS_REPLY_ARRAY)
                     continue;
-                int mine = 0;
+                int mine = 0, lag_known = 0;
                 int64_t p = 0, l = 0;
                 for (size_t k = 0; k + 1 < gr->elements; k += 2) {
                     const redisReply *key = gr->element[k], *val = gr->element[k + 1];
@@ -1240,18 +1374,23 @@ static int info_pass(writer_t *wr)
                         mine = str_eq(val, KEY_GROUP);
                     else if (str_eq(key, "pending") && val->type == REDIS_REPLY_INTEGER)
                         p = val->integer;
-                    else if (str_eq(key, "lag") && val->type == REDIS_REPLY_INTEGER)
+                    else if (str_eq(key, "lag") && val->type == REDIS_REPLY_INTEGER) {
                         l = val->integer;
+                        lag_known = 1;   /* nil: Redis cannot tell (deleted entries) */
+                    }
                 }
                 if (mine) {
                     pending += p;
                     lag += l;
+                    wr->streams[i].idle = p == 0 && lag_known && l == 0;
                 }
             }
         }
     }
     publish_backlog(wr, pending, lag);
-    return 0;
+    if (marks && now > 0)
+        drain_marks(wr, now);
+    return wr->rc ? 0 : -1;   /* drain_marks may have lost the connection */
 }
 
 /* ---------------------------------------------------------------- the thread */
