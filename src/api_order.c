@@ -4,9 +4,9 @@
  * The flash sale is: logged-in user (router) -> admission_try -> reply from a stack
  * buffer. No SQL, no JSON library, no allocation here.
  *
- * Order lookups are orders.h's (SQL merged with the buyer's order index in Redis); this
- * file checks the login and the per-user lookup limit and writes the JSON. Admitted
- * orders not yet in SQL come with "persisted":false. */
+ * Order lookups are orders.h's (SQL merged with the admitted orders still in the vouchers'
+ * buyer hashes in Redis); this file checks the login and the per-user lookup limit and
+ * writes the JSON. Admitted orders not yet in SQL come with "persisted":false. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>

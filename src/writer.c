@@ -368,8 +368,11 @@ static int redis_ensure(writer_t *wr)
     rarena_attach(wr->arena, c->reader);
     /* Acks may have been lost with the old connection: replay our own pending entries.
      * And the groups may be gone (a restarted Redis without persistence). */
-    for (size_t i = 0; i < wr->nstreams; i++)
+    for (size_t i = 0; i < wr->nstreams; i++) {
         wr->streams[i].group_ok = 0;
+        /* and the drained set may be gone with them: read it again, re-mark */
+        wr->streams[i].drained = wr->streams[i].drained_known = 0;
+    }
     wr->streams_at = 0;
     wr->need_pending = 1;
     return 0;

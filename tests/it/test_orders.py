@@ -208,6 +208,34 @@ def test_grab_writes_nothing_for_lookups():
     H.finish(srv)
 
 
+def test_lookup_finds_orders_in_every_bucket():
+    """A voucher sold from 4 stock buckets: each buyer's unwritten order is in the buyer
+    hash of their home bucket (its own hash tag), and the lookup asks every bucket."""
+    r, srv = H.setup()
+    h = srv.http()
+    vid = H.create_seckill(srv, stock=40, stockBuckets=4, http=h)
+    toks = [H.login(srv, r, "135123457%02d" % i, h) for i in range(8)]
+    lock = H.hold_db_lock(srv)
+    try:
+        oids = []
+        for t in toks:
+            st, j = H.seckill(srv, t, vid, h)
+            check(st == 200 and j["success"], "the grab: %r %r", st, j)
+            oids.append(j["data"])
+        homes = [k for k in r.cmd("KEYS", "seckill:order:{*") if int(r.cmd("HLEN", k)) > 0]
+        check(len(homes) >= 2, "buyers in %d bucket(s): %r", len(homes), homes)
+        for t, o in zip(toks, oids):
+            st, j = h.api("GET", "/voucher-order/of/me", token=t)
+            eq([(x["id"], x["voucherId"], x["persisted"]) for x in j["data"]],
+               [(o, vid, False)], "of/me of a bucketed buyer")
+            st, j = h.api("GET", "/voucher-order/%d" % o, token=t)
+            check(j["success"] and j["data"]["id"] == o, "GET of a bucketed order: %r", j)
+    finally:
+        lock.rollback()
+        lock.close()
+    H.finish(srv)
+
+
 def test_cluster_node_behind_a_plain_address_refused():
     """A Redis with cluster mode on, addressed as redis://: as a single Redis the order
     writer's one XREADGROUP over every voucher's stream is refused there (CROSSSLOT) once
@@ -241,6 +269,11 @@ def test_cluster_node_behind_a_plain_address_refused():
     db = srv.db()
     H.wait_until(lambda: all(db.order_count(v) == 1 for v in vids), 30,
                  what="both vouchers' orders in SQL")
+    # the per-node writer marks an ended sale drained through the cluster client
+    past = time.time() - 60
+    over = H.create_seckill(srv, stock=5, begin=past - 3600, end=past, http=h)
+    H.wait_until(lambda: over in _drained(r), 30, what="the ended sale marked drained")
+    check(not (_drained(r) & set(vids)), "a sale on sale marked drained: %r", _drained(r))
     st, out = H.audit(r, srv.db_url)
     check(st == 2 and "redis+cluster://" in out, "audit behind redis://: exit %d\n%s", st,
           out[-2000:])
