@@ -61,11 +61,9 @@ R="redis-cli -s $SOCK"
 # the commands admit.lua issues count one each, as in MONITOR)
 cmds() { $R info commandstats | tr -d '\r' | awk -F'[=,:]' '/^cmdstat_/ && $1 !~ /^cmdstat_(info|config)/ {n += $3} END {print n + 0}'; }
 # The same, top-level only: what clients sent (the script call, the writer's reads and
-# acks...), without the commands issued inside admit.lua. Its HSET of the buyer's order
-# index is one of those when the binary's script writes it (single Redis), else the
-# server's own command.
-INNER='hmget|time|hsetnx|hincrby|xadd'
-grep -qa "redis.call('HSET', KEYS\[3 + i\]" "$BIN" && INNER="$INNER|hset"
+# acks...), without the commands issued inside admit.lua (its HSET: the buyer hash of a
+# call of several buyers -- and the order index of binaries before the buyer-hash lookups).
+INNER='hmget|time|hsetnx|hset|hincrby|xadd'
 cmds_top() { $R info commandstats | tr -d '\r' | awk -F'[=,:]' -v inner="^cmdstat_($INNER)\$" '/^cmdstat_/ && $1 !~ /^cmdstat_(info|config)/ && $1 !~ inner {n += $3} END {print n + 0}'; }
 # "evalsha-calls admitted-buyers usec-of-all-commands" for voucher $1 (the profile line of
 # the wrk grab; admitted = HLEN of its buyer hash: the script records a call's buyers with
