@@ -1230,57 +1230,54 @@ static void publish_backlog(writer_t *wr, int64_t pending, int64_t lag)
     atomic_store(&wr->m->stream_lag, lag);
 }
 
-/* SADD of one member to the drained set: on one Redis through our connection, on a
- * cluster through the cluster client (the set lives in seckill:streams' slot). */
+/* A command on the drained set: on one Redis through our connection (its reply lives in
+ * the arena), on a cluster through the cluster client (the set lives in seckill:streams'
+ * slot; the caller frees the reply with drained_done). NULL: no reply (why says). */
+static redisReply *drained_cmd(writer_t *wr, int argc, const char **argv, const size_t *lens,
+                               char *why, size_t whylen)
+{
+    if (wr->node_mode)
+        return wr->rcs ? rcs_command(wr->rcs, KEY_DRAINED, strlen(KEY_DRAINED), argc, argv,
+                                     lens, why, whylen)
+                       : NULL;
+    size_t n = 0;
+    for (int k = 0; k < argc; k++)
+        arg(wr, &n, argv[k], lens[k]);
+    redisReply *r = cmd(wr, n);
+    if (r == NULL)
+        redis_fail(wr, argv[0], NULL);
+    return r;
+}
+
+static void drained_done(writer_t *wr, redisReply *r)
+{
+    if (wr->node_mode)
+        freeReplyObject(r);
+}
+
 static int drained_add(writer_t *wr, const wstream_t *s)
 {
     const char *argv[3] = { "SADD", KEY_DRAINED, s->member };
     size_t lens[3] = { 4, strlen(KEY_DRAINED), strlen(s->member) };
     char why[300] = "";
-    redisReply *r;
-    if (wr->node_mode) {
-        if (wr->rcs == NULL)
-            return -1;
-        r = rcs_command(wr->rcs, KEY_DRAINED, strlen(KEY_DRAINED), 3, argv, lens, why,
-                        sizeof why);
-    } else {
-        size_t n = 0;
-        for (int k = 0; k < 3; k++)
-            arg(wr, &n, argv[k], lens[k]);
-        r = cmd(wr, n);
-        if (r == NULL)
-            return redis_fail(wr, "SADD " KEY_DRAINED, NULL);
-    }
+    redisReply *r = drained_cmd(wr, 3, argv, lens, why, sizeof why);
     int ok = r != NULL && r->type == REDIS_REPLY_INTEGER;
     if (!ok)
         log_warn("writer: SADD %s %s: %s", KEY_DRAINED, s->member,
-                 r && r->type == REDIS_REPLY_ERROR ? r->str : why[0] ? why : "unexpected reply");
-    if (wr->node_mode)
-        freeReplyObject(r);
+                 r && r->type == REDIS_REPLY_ERROR ? r->str : why[0] ? why : "no reply");
+    drained_done(wr, r);
     return ok ? 0 : -1;
 }
 
 /* Which of our streams the drained set already holds (one SMEMBERS, only after streams
- * were added): a writer that restarts re-marks nothing and looks up no old voucher. */
+ * were added or a reconnect): a writer that restarts re-marks nothing and looks up no old
+ * voucher. */
 static int drained_read(writer_t *wr)
 {
     const char *argv[2] = { "SMEMBERS", KEY_DRAINED };
     size_t lens[2] = { 8, strlen(KEY_DRAINED) };
     char why[300] = "";
-    redisReply *r;
-    if (wr->node_mode) {
-        if (wr->rcs == NULL)
-            return -1;
-        r = rcs_command(wr->rcs, KEY_DRAINED, strlen(KEY_DRAINED), 2, argv, lens, why,
-                        sizeof why);
-    } else {
-        size_t n = 0;
-        arg(wr, &n, argv[0], lens[0]);
-        arg(wr, &n, argv[1], lens[1]);
-        r = cmd(wr, n);
-        if (r == NULL)
-            return redis_fail(wr, "SMEMBERS " KEY_DRAINED, NULL);
-    }
+    redisReply *r = drained_cmd(wr, 2, argv, lens, why, sizeof why);
     int ok = r != NULL && r->type == REDIS_REPLY_ARRAY;
     for (size_t i = 0; i < wr->nstreams; i++) {
         wstream_t *s = &wr->streams[i];
@@ -1288,8 +1285,7 @@ static int drained_read(writer_t *wr)
             s->drained = str_eq(r->element[k], s->member);
         s->drained_known = ok;
     }
-    if (wr->node_mode)
-        freeReplyObject(r);
+    drained_done(wr, r);
     return ok ? 0 : -1;
 }
 
