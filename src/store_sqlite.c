@@ -41,7 +41,7 @@
 
 /* How many VM instructions between deadline checks. */
 #define PROGRESS_OPS 1000
-#define ORDER_CHUNK_LOG2 5
+#define ORDER_CHUNK_LOG2 7
 #define ORDER_CHUNK (1 << ORDER_CHUNK_LOG2)   /* orders per INSERT (orders_write_chunked) */
 
 enum {

@@ -580,6 +580,7 @@ static int parse_entry(writer_t *wr, size_t si, const redisReply *er)
         wr->orders = xrealloc(wr->orders, wr->caporders * sizeof *wr->orders);
     }
     e->o0 = wr->norders;
+    const int64_t latest = (int64_t)time(NULL) + WRITER_TIME_SLACK_S;
     sentry_t se;
     for (size_t k = 0; sentry_next(&it, &se); k++) {
         store_order_t *o = &wr->orders[e->o0 + k];
@@ -595,8 +596,7 @@ static int parse_entry(writer_t *wr, size_t si, const redisReply *er)
          * time SQL cannot store (MariaDB's DATETIME ends in 9999) would fail the whole
          * batch on every retry: out of range is dead, not retried. */
         o->create_time = se.ts > 0 ? se.ts : strtoll(e->id, NULL, 10) / 1000;
-        if (o->create_time < WRITER_MIN_TIME ||
-            o->create_time > (int64_t)time(NULL) + WRITER_TIME_SLACK_S) {
+        if (o->create_time < WRITER_MIN_TIME || o->create_time > latest) {
             e->reason = "time out of range";
             return 0;
         }
