@@ -17,7 +17,7 @@
  * than CPR_MERGE_US join into one span; a span needs CPR_MIN_RUNS slow runs (a single
  * interrupt is not a slow machine).
  *
- * Cost: ~CPR_WORK_US of CPU per CPR_PERIOD_US (about 2 % of one core); its thread
+ * Cost: ~CPR_WORK_US of CPU per CPR_PERIOD_US (about 0.5 % of one core); its thread
  * ("cpuprobe") shows in the bench's thread list and its CPU time is returned so the
  * bench's CPU per request can leave it out.
  *
@@ -29,8 +29,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CPR_PERIOD_US 1000
-#define CPR_WORK_US 20
+#define CPR_PERIOD_US 2000
+#define CPR_WORK_US 10
 #define CPR_SLOW_X 3.0
 #define CPR_MERGE_US 30000
 #define CPR_MIN_RUNS 3
