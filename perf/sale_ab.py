@@ -4,7 +4,10 @@
     python3 perf/sale_ab.py [--rounds N] [--rate R] [--stock S] [--users U] [--rt] VARIANT [VARIANT ...]
 
 A VARIANT is a seckill binary, optionally followed by serve flags after commas:
-`build/seckill`, `/tmp/old`, `build/seckill,--writer-idle-lag-ms=0,--writer-pace-ms=0`.
+`build/seckill`, `/tmp/old`, `build/seckill,--writer-idle-lag-ms=0,--writer-pace-ms=0`;
+or `nginx`: the control, nginx answering every request with the course's sold-out body,
+driven by the same bench (--bench, else build/seckill) -- a tail it shows too is the
+machine's or the bench's, not the service's.
 Each round runs every variant in turn, each on a fresh `seckill serve` on its embedded
 default (private redis-server + SQLite, AOF everysec, synchronous=FULL): the sale of
 `make perf` (S in stock, 10x buyers, +10 % repeats, 5 % sent three times at once, open
@@ -58,7 +61,61 @@ def redis_cli(sock, *args):
                           text=True).stdout
 
 
+SOLD_OUT_BODY = '{"success":false,"errorMsg":"库存不足"}'
+
+
+def nginx_run(a, tmp):
+    """The control: nginx (2 workers) answering every request with the course's sold-out
+    body, driven by the same bench at the same rate (tokens from a file, a voucher id that
+    nginx ignores, no audit). What its tail shows is not the service's."""
+    d = tempfile.mkdtemp(prefix="sabng", dir=tmp)
+    port = free_port()
+    with open(os.path.join(d, "nginx.conf"), "w") as f:
+        f.write("""worker_processes 2;
+pid %(d)s/nginx.pid;
+error_log %(d)s/error.log;
+daemon off;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    client_body_temp_path %(d)s; proxy_temp_path %(d)s;
+    fastcgi_temp_path %(d)s; uwsgi_temp_path %(d)s; scgi_temp_path %(d)s;
+    keepalive_requests 100000000;
+    server { listen 127.0.0.1:%(port)d;
+             location / { default_type application/json; return 200 '%(body)s'; } }
+}
+""" % {"d": d, "port": port, "body": SOLD_OUT_BODY})
+    users = a.users or a.stock * 10
+    with open(os.path.join(d, "tokens"), "w") as f:
+        for i in range(users):
+            f.write("%s %d\n" % (os.urandom(16).hex(), i + 1))
+    rt = ["chrt", "-f", "5"] if a.rt else []
+    ng = subprocess.Popen(rt + ["nginx", "-p", d, "-c", os.path.join(d, "nginx.conf")],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            try:
+                urllib.request.urlopen("http://127.0.0.1:%d/" % port, timeout=1).read()
+                break
+            except OSError:
+                time.sleep(0.05)
+        j = os.path.join(d, "sale.json")
+        subprocess.run(rt + [a.bench or "build/seckill", "bench", "--target",
+                             "http://127.0.0.1:%d" % port, "--voucher", "1", "--tokens",
+                             os.path.join(d, "tokens"), "--no-audit", "--quiet", "--users",
+                             str(users), "--stock", str(a.stock), "--rate", str(a.rate), "--dup",
+                             "0.1", "--burst-share", "0.05", "--conns", "256", "--json", j],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return json.load(open(j)), 0, "n/a", None
+    finally:
+        ng.terminate()
+        ng.wait(10)
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def one_run(variant, a, tmp):
+    if variant == "nginx":
+        return nginx_run(a, tmp)
     parts = variant.split(",")
     binary, flags = parts[0], [f for f in parts[1:] if f]
     d = tempfile.mkdtemp(prefix="sab", dir=tmp)
