@@ -120,6 +120,20 @@ size_t tl_build(bench_rec_t *recs, size_t n, uint32_t slot_us, tl_slot_t **out)
     return ns;
 }
 
+/* x = the requests r[lo, hi) (sorted by due time): their count, due span (to_us, or just
+ * after the last due time when 0) and percentiles; scratch holds hi - lo values. */
+static void fill_phase(tl_phase_t *x, const bench_rec_t *r, size_t lo, size_t hi, uint32_t to_us,
+                       uint32_t *scratch)
+{
+    x->n = hi - lo;
+    if (x->n == 0)
+        return;
+    x->from_us = r[lo].due_us;
+    x->to_us = to_us ? to_us : r[hi - 1].due_us + 1;
+    summarise(r + lo, x->n, scratch, &x->p50_us, &x->p99_us, &x->max_us, &x->send_p99_us,
+              &x->late_p99_us);
+}
+
 void tl_phases(const bench_rec_t *sorted, size_t n, tl_phase_t *selling, tl_phase_t *sold_out)
 {
     memset(selling, 0, sizeof *selling);
@@ -136,18 +150,8 @@ void tl_phases(const bench_rec_t *sorted, size_t n, tl_phase_t *selling, tl_phas
         while (cut < n && sorted[cut].due_us < last_sale)
             cut++;
     uint32_t *scratch = xmalloc((n ? n : 1) * sizeof *scratch);
-    tl_phase_t *ph[2] = {selling, sold_out};
-    size_t lo[2] = {0, cut}, hi[2] = {cut, n};
-    for (int p = 0; p < 2; p++) {
-        tl_phase_t *x = ph[p];
-        x->n = hi[p] - lo[p];
-        if (x->n == 0)
-            continue;
-        x->from_us = sorted[lo[p]].due_us;
-        x->to_us = p == 0 ? last_sale : sorted[hi[p] - 1].due_us + 1;
-        summarise(sorted + lo[p], x->n, scratch, &x->p50_us, &x->p99_us, &x->max_us,
-                  &x->send_p99_us, &x->late_p99_us);
-    }
+    fill_phase(selling, sorted, 0, cut, last_sale, scratch);
+    fill_phase(sold_out, sorted, cut, n, 0, scratch);
     free(scratch);
 }
 
@@ -183,18 +187,9 @@ void tl_phases_outside(const bench_rec_t *sorted, size_t n, const tl_span_t *sp,
             cut = m;
     }
     uint32_t *scratch = xmalloc((m ? m : 1) * sizeof *scratch);
-    tl_phase_t *ph[3] = {all, selling, sold_out};
-    size_t lo[3] = {0, 0, cut}, hi[3] = {m, cut, m};
-    for (int p = 0; p < 3; p++) {
-        tl_phase_t *x = ph[p];
-        x->n = hi[p] - lo[p];
-        if (x->n == 0)
-            continue;
-        x->from_us = keep[lo[p]].due_us;
-        x->to_us = keep[hi[p] - 1].due_us + 1;
-        summarise(keep + lo[p], x->n, scratch, &x->p50_us, &x->p99_us, &x->max_us,
-                  &x->send_p99_us, &x->late_p99_us);
-    }
+    fill_phase(all, keep, 0, m, 0, scratch);
+    fill_phase(selling, keep, 0, cut, 0, scratch);
+    fill_phase(sold_out, keep, cut, m, 0, scratch);
     free(scratch);
     free(keep);
 }
