@@ -20,7 +20,8 @@ the kernel's share (utime + stime) -- the same figure `make perf` reports.
 --callgrind: each server runs under valgrind's callgrind instead (this VM has no hardware
 counters for `perf stat -e instructions`), and the table is the server's user-space
 instructions per grab over each bench run (counters zeroed before it, dumped after;
-all threads: workers, writer and the rest): a count that the host's load does not move,
+all threads: workers, writer and the rest), then per order over the drain of the same
+orders (the writer alone, in full batches): counts that the host's load does not move,
 for changes too small for the CPU times' noise. Slow (~50x): use a short --duration and
 few --users; the batches are smaller than at full speed, so compare binaries, not runs.
 """
@@ -192,18 +193,24 @@ def bench(s, a, rnd, js):
 def instr_rounds(a, servers, tmp):
     """--callgrind: instructions per grab, alternating binaries as the CPU rounds do."""
     rows = {s.bin: [] for s in servers}
-    print("%-28s %5s %8s %12s" % ("binary", "round", "grabs", "instr/grab"))
+    print("%-28s %5s %8s %12s %12s" % ("binary", "round", "grabs", "instr/grab",
+                                        "drain/order"))
     for rnd in range(a.rounds):
         for s in servers:
             s.instructions(zero=True)
             d = bench(s, a, rnd, os.path.join(tmp, "b.json"))
             n = d["outcomes"]["success"]
             ipg = s.instructions() / n if n else 0.0
-            rows[s.bin].append(ipg)
-            print("%-28s %5d %8d %12.0f" % (s.bin[-28:], rnd, n, ipg), flush=True)
+            # the writer alone over the same orders, in full batches (drain())
+            s.instructions(zero=True)
+            drain(s, d["voucher"])
+            ipo = s.instructions() / n if n else 0.0
+            rows[s.bin].append((ipg, ipo))
+            print("%-28s %5d %8d %12.0f %12.0f" % (s.bin[-28:], rnd, n, ipg, ipo), flush=True)
     print("median")
     for s in servers:
-        print("%-28s %5s %8s %12.0f" % (s.bin[-28:], "", "", statistics.median(rows[s.bin])))
+        print("%-28s %5s %8s %12.0f %12.0f" % ((s.bin[-28:], "", "") + tuple(
+            statistics.median(c) for c in zip(*rows[s.bin]))))
 
 
 def main():
