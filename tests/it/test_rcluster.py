@@ -13,8 +13,9 @@ deploy/redis-cluster.sh; cluster-node-timeout 1 s), one seckill against it:
     oversold, none twice. Without it, the same run loses the orders answered while the
     replica lagged: the second test shows that loss (so the first can fail) and logs it;
   - a dead instance's pending entries adopted per node: two instances on the cluster, the
-    sale through the first while SQL is locked (its writers hold what they read), kill -9 of
-    it, the second adopts every entry on every master (XAUTOCLAIM per node) and writes it;
+    sale through the first while SQL is locked (its writers hold what they read; its order
+    lookups show the buyers their unwritten orders from each master's buyer hashes), kill -9
+    of it, the second adopts every entry on every master (XAUTOCLAIM per node) and writes it;
   - resharding mid-sale: `redis-cli --cluster reshard` moves the hot voucher's slot to
     another master while buyers buy (ASK during the migration, MOVED after): the voucher
     sells exactly its stock, every answered order is in SQL, the audit is clean.
@@ -327,6 +328,15 @@ def test_cluster_dead_instance_entries_adopted_per_node():
             H.wait_until(lambda v=v, sold=sold: _holds_all(cluster, v, "inst-a", sold), 20,
                          interval=0.02, what="inst-a holding every entry of voucher %d" % v)
             held[v] = _consumers(cluster, v)["inst-a"]
+        # the buyers see their unwritten orders at once: the lookup asks each voucher's
+        # buyer hash on its own master
+        got = {v: {r.user: r.j["data"] for r in recs[v] if r.ok} for v in vids}
+        both = sorted(set(got[vids[0]]) & set(got[vids[1]]))
+        for u in both[:3] or sorted(set(got[vids[0]]))[:1]:
+            _, j = a.http().api("GET", "/voucher-order/of/me", token=tokens[u])
+            want = sorted((got[v][u], v) for v in vids if u in got[v])
+            eq(sorted((o["id"], o["voucherId"]) for o in j["data"] if not o["persisted"]),
+               want, "user %d's unwritten orders on two masters" % u)
         a.kill9()
     finally:
         lock.rollback()
