@@ -1,6 +1,6 @@
 """test_orders.py -- order lookups (GET /voucher-order/{id}, GET /voucher-order/of/me):
 admitted orders visible before the writer has persisted them -- also after their sale
-ended, with the writer stopped --, a lookup's Redis reads bounded by the buckets that may
+ended, with the writer stopped, and across a rebuild of the voucher's Redis keys --, a lookup's Redis reads bounded by the buckets that may
 hold such orders (not by every voucher ever sold), a grab that writes nothing for lookups,
 and the per-user lookup limit.
 
@@ -171,6 +171,37 @@ def test_unpersisted_order_of_an_ended_sale_stays_visible():
     eq([(o["id"], o["persisted"]) for o in j["data"]], [(oa, True)], "of/me once written")
     if srv2 is not None:
         H.finish(srv2)
+    H.finish(srv)
+
+
+def test_unpersisted_order_visible_across_a_rebuild():
+    """Redis loses the voucher's hash and buyer hash (not its stream) while the writer
+    cannot write: the rebuild from SQL puts the stream's unwritten orders back into the
+    buyer hash (rebuild.h), so the buyer still sees the order -- before SQL has it."""
+    r, srv = H.setup()
+    h = srv.http()
+    a = H.login(srv, r, "13512345661", h)
+    vid = H.create_seckill(srv, stock=5, http=h)
+    lock = H.hold_db_lock(srv)
+    try:
+        st, j = H.seckill(srv, a, vid, h)
+        check(st == 200 and j["success"], "the grab: %r %r", st, j)
+        oid = j["data"]
+        H.wait_until(lambda: H.unacked_orders(r, vid, pending_only=True) == 1, 20,
+                     what="the writer holding the order")
+        r.cmd("DEL", H.k_voucher(vid), H.k_buyers(vid))
+        H.wait_until(lambda: H.voucher_present(r, vid), 30, what="the voucher rebuilt")
+        eq(r.cmd("HGET", H.k_buyers(vid), str(H.user_ids(r, [a])[0])), str(oid),
+           "the rebuilt buyer hash")
+        st, j = h.api("GET", "/voucher-order/of/me", token=a)
+        eq([(o["id"], o["persisted"]) for o in j["data"]], [(oid, False)],
+           "of/me after the rebuild, unwritten")
+    finally:
+        lock.rollback()
+        lock.close()
+    H.wait_drained(srv, r, vid, 30)
+    st, j = h.api("GET", "/voucher-order/of/me", token=a)
+    eq([(o["id"], o["persisted"]) for o in j["data"]], [(oid, True)], "of/me once written")
     H.finish(srv)
 
 
