@@ -250,7 +250,9 @@ typedef struct sgroup {
     sid_t smallest;
 } sgroup_t;
 
-/* XINFO GROUPS + XPENDING (+ XINFO STREAM when lag is unknown). 0, or -1 + err. */
+/* XINFO GROUPS + XPENDING (+ XINFO STREAM when lag is unknown). 0, or -1 + err.
+ * pending and lag come from the one XINFO GROUPS reply, so "drained" (both 0) is one
+ * moment of the group; XPENDING, a later read, gives only the smallest pending id. */
 static int read_group(redisContext *c, const char *ks, sgroup_t *g, char *err, size_t errlen)
 {
     memset(g, 0, sizeof *g);
@@ -300,7 +302,6 @@ static int read_group(redisContext *c, const char *ks, sgroup_t *g, char *err, s
         return -1;
     }
     if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2) {
-        rconn_int(r->element[0], &g->pending);
         const redisReply *sm = r->element[1];
         if (sm && sm->type == REDIS_REPLY_STRING && sid_parse(sm->str, &g->smallest) == 0)
             g->have_smallest = 1;

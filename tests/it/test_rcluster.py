@@ -159,8 +159,8 @@ def _failover_sale(wait_replicas):
           % (len(b.successes), b.retries, users - len(b.answers)))
 
     db = srv.db()
-    H.wait_until(lambda: H.xpending_count(cluster, vid) == 0 and H.group_lag(cluster, vid) == 0,
-                 60, interval=0.2, what="the stream drained")
+    H.wait_until(lambda: H.group_settled(cluster, vid), 60, interval=0.2,
+                 what="the stream drained")
     rows = db.orders(vid)
     sql_ids = {oid for oid, _ in rows}
     answered = {oid for _, oid in b.successes}
