@@ -144,7 +144,7 @@ typedef struct rcmd {
     script_id_t script;         /* K_EVALSHA, K_SETUP/K_RELOAD script load */
     int numkeys;                /* K_EVALSHA: copies of the caller's keys and args */
     int argc;
-    const char **argv;
+    const char **argv;          /* NULL: rds_evalsha_nocopy (the caller resends) */
     size_t *argvlen;
 } rcmd_t;
 
