@@ -90,6 +90,8 @@ static const setting_t settings[] = {
       "N > 0: once caught up, the writer reads and commits at most every N ms: fewer fsyncs in a sale (0 = at once)"),
     S("claim-idle-ms", "SECKILL_CLAIM_IDLE_MS", T_INT, claim_idle_ms, "30000", 100, 86400000,
       "adopt stream entries left pending this long by a dead instance"),
+    S("writer-drain-sweep-ms", "SECKILL_WRITER_DRAIN_SWEEP_MS", T_INT, writer_drain_sweep_ms, "60000", 100, 86400000,
+      "the writer re-checks up to 64 drained streams this often, reads again any with orders (tests shorten it)"),
     S("queue-capacity", "SECKILL_QUEUE_CAPACITY", T_SIZE, queue_capacity, "1048576", 1, 100000000,
       "queue mode: admitted orders the in-process queue holds (the course's 1024*1024)"),
     S("lab-pause", "SECKILL_LAB_PAUSE", T_STR, lab_pause, "", 0, 0,

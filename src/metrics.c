@@ -243,6 +243,17 @@ void metrics_render(struct app *app, struct sb *out)
         head(out, "seckill_stream_lag", "gauge",
              "Order stream entries not yet delivered to the writers (Redis >= 7).");
         sb_printf(out, "seckill_stream_lag %lld\n", (long long)lds(&g->stream_lag));
+        head(out, "seckill_writer_streams_live", "gauge",
+             "Order streams the writer reads: every registered one not in the drained set.");
+        sb_printf(out, "seckill_writer_streams_live %lld\n",
+                  (long long)lds(&g->writer_streams_live));
+        head(out, "seckill_writer_streams_drained", "gauge",
+             "Order streams the writer no longer reads: sale ended, every order in SQL.");
+        sb_printf(out, "seckill_writer_streams_drained %lld\n",
+                  (long long)lds(&g->writer_streams_drained));
+        one(out, "seckill_writer_undrained_total", "counter",
+            "Drained streams the writer's sweep found with pending or undelivered entries "
+            "(read again; should stay 0).", ld(&g->writer_undrained));
         one(out, "seckill_sql_errors_total", "counter", "Failed SQL calls.",
             ld(&g->sql_errors));
     }

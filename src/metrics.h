@@ -58,6 +58,9 @@ typedef struct metrics {
     _Atomic uint64_t writer_claimed;          /* entries adopted from other consumers */
     _Atomic int64_t stream_pending;           /* last seen pending entries, all streams */
     _Atomic int64_t stream_lag;               /* last seen undelivered entries (Redis >= 7) */
+    _Atomic int64_t writer_streams_live;      /* streams the writer reads (not drained) */
+    _Atomic int64_t writer_streams_drained;   /* streams it skips (in the drained set) */
+    _Atomic uint64_t writer_undrained;        /* drained streams the sweep found with orders */
     _Atomic uint64_t sql_errors;
     _Atomic uint64_t orders_fenced;           /* admitted by a Redis state a rebuild replaced */
     _Atomic uint64_t redis_rebuilds;          /* vouchers this process republished from SQL */

@@ -112,6 +112,7 @@
  * that clock stepping back or a failover to a node whose clock lags. */
 #define DRAIN_MARGIN_S 5
 #define VOUCHER_RELOOK_MS 30000   /* drain check: next SQL look-up of a voucher not found */
+#define SWEEP_MAX 64              /* drained streams re-checked per sweep (drain_sweep) */
 
 enum { E_ORDER, E_DELETED, E_DEAD };
 
@@ -174,6 +175,10 @@ struct writer {
     size_t nstreams;
     uint64_t streams_at, claim_at, info_at;
     int need_pending;
+    int drains;                      /* stream mode: drained streams are skipped (orders.h) */
+    int sweep_ms;                    /* --writer-drain-sweep-ms */
+    uint64_t sweep_at;
+    size_t sweep_next;               /* drain_sweep's round-robin position in streams */
 
     wentry_t *ents;
     size_t nents, capents;
@@ -195,8 +200,9 @@ struct writer {
     int node_mode;
     url_redis_t cluster_addr;
     rcs_t *rcs;
-    _Atomic int64_t node_pending, node_lag;   /* sub-writer: its node's backlog; the
-                                                * supervisor sums them into the metrics */
+    _Atomic int64_t node_pending, node_lag;   /* sub-writer: its node's backlog and */
+    _Atomic int64_t node_live, node_drained;  /* streams; the supervisor sums them into
+                                                * the metrics */
 };
 
 /* ---------------------------------------------------------------- small helpers */
@@ -433,6 +439,8 @@ static redisReply *cluster_streams(writer_t *wr)
     return r;
 }
 
+static int drained_read(writer_t *wr);
+
 static int streams_refresh(writer_t *wr)
 {
     size_t n = 0;
@@ -498,8 +506,13 @@ static int streams_refresh(writer_t *wr)
     wr->nstreams = nn;
     if (added)
         wr->need_pending = 1;
+    /* Which of them are drained, before the pending pass and the first read name them: a
+     * writer that (re)starts reads only the live streams. On failure they are read. */
+    if (wr->drains && drained_read(wr) != 0 && wr->rc == NULL)
+        return -1;
     for (size_t i = 0; i < wr->nstreams; i++)
-        if (!wr->streams[i].group_ok && group_create(wr, &wr->streams[i]) != 0)
+        if (!wr->streams[i].group_ok && !wr->streams[i].drained &&
+            group_create(wr, &wr->streams[i]) != 0)
             return -1;
     wr->streams_at = clock_mono_ms() + STREAMS_REFRESH_MS;
     redis_up(wr);
@@ -985,6 +998,14 @@ static int handle_batch(writer_t *wr)
  * entries, else each stream's cursor. Returns entries read (>= 0) or -1 on Redis error.
  * The reply lives in wr->arena until the next read, so the batch's entries can borrow
  * from it (a dead letter keeps its original fields). */
+/* Whether a read names stream s: a drained one never (its sale is over and every order
+ * it admitted is in SQL: drain_sweep watches it instead), in the pending pass only until
+ * it reports nothing left. */
+static int reads(const wstream_t *s, int pending)
+{
+    return !s->drained && !(pending && s->done);
+}
+
 /* XREADGROUP GROUP g1 <name> COUNT <count> -- the head of every read. */
 static void args_xreadgroup(writer_t *wr, size_t *n, const char *count)
 {
@@ -1008,7 +1029,7 @@ static int read_group_node(writer_t *wr, int pending)
     snprintf(count, sizeof count, "%d", wr->batch);
     size_t sent = 0;
     for (size_t i = 0; i < wr->nstreams; i++) {
-        if (pending && wr->streams[i].done)
+        if (!reads(&wr->streams[i], pending))
             continue;
         size_t n = 0;
         args_xreadgroup(wr, &n, count);
@@ -1088,14 +1109,14 @@ static int read_group(writer_t *wr, int pending, int block_ms)
     args(wr, &n, "STREAMS");
     size_t k = 0;
     for (size_t i = 0; i < wr->nstreams; i++)
-        if (!pending || !wr->streams[i].done) {
+        if (reads(&wr->streams[i], pending)) {
             args(wr, &n, wr->streams[i].key);
             k++;
         }
     if (k == 0)
         return 0;
     for (size_t i = 0; i < wr->nstreams; i++)
-        if (!pending || !wr->streams[i].done)
+        if (reads(&wr->streams[i], pending))
             args(wr, &n, pending ? wr->streams[i].cursor : ">");
 
     if (block_ms > 0)
@@ -1129,7 +1150,7 @@ static int pending_pass(writer_t *wr)
 {
     for (size_t i = 0; i < wr->nstreams; i++) {
         snprintf(wr->streams[i].cursor, sizeof wr->streams[i].cursor, "0");
-        wr->streams[i].done = 0;
+        wr->streams[i].done = wr->streams[i].drained;
     }
     size_t total = 0;
     for (;;) {
@@ -1159,6 +1180,8 @@ static int claim_pass(writer_t *wr)
     snprintf(idle, sizeof idle, "%d", wr->claim_idle_ms);
     snprintf(count, sizeof count, "%d", wr->batch);
     for (size_t si = 0; si < wr->nstreams && !stopping(wr); si++) {
+        if (wr->streams[si].drained)
+            continue;   /* nothing pending when marked; drain_sweep checks it stays so */
         char cursor[ENTRY_ID_MAX] = "0-0";
         for (int rounds = 0; !stopping(wr); rounds++) {
             size_t n = 0;
@@ -1218,16 +1241,32 @@ static int claim_pass(writer_t *wr)
 }
 
 /* The backlog gauges: a writer's own go to the metrics; a sub-writer's to its node's
- * fields, summed over the nodes by the supervisor. */
+ * fields, summed over the nodes by the supervisor. Backlog and stream counts cover the
+ * live streams (drained ones are not asked: drain_sweep checks them slowly). */
 static void publish_backlog(writer_t *wr, int64_t pending, int64_t lag)
 {
+    int64_t live = 0, drained = 0;
+    if (wr->cluster) {
+        for (size_t i = 0; i < wr->nsubs; i++) {
+            live += atomic_load(&wr->subs[i]->node_live);
+            drained += atomic_load(&wr->subs[i]->node_drained);
+        }
+    } else {
+        for (size_t i = 0; i < wr->nstreams; i++)
+            drained += wr->streams[i].drained;
+        live = (int64_t)wr->nstreams - drained;
+    }
     if (wr->node_mode) {
         atomic_store(&wr->node_pending, pending);
         atomic_store(&wr->node_lag, lag);
+        atomic_store(&wr->node_live, live);
+        atomic_store(&wr->node_drained, drained);
         return;
     }
     atomic_store(&wr->m->stream_pending, pending);
     atomic_store(&wr->m->stream_lag, lag);
+    atomic_store(&wr->m->writer_streams_live, live);
+    atomic_store(&wr->m->writer_streams_drained, drained);
 }
 
 /* A command on the drained set: on one Redis through our connection (its reply lives in
@@ -1255,46 +1294,110 @@ static void drained_done(writer_t *wr, redisReply *r)
         freeReplyObject(r);
 }
 
-static int drained_add(writer_t *wr, const wstream_t *s)
+/* SADD (add = 1) or SREM of s's member. */
+static int drained_set(writer_t *wr, const wstream_t *s, int add)
 {
-    const char *argv[3] = { "SADD", KEY_DRAINED, s->member };
+    const char *argv[3] = { add ? "SADD" : "SREM", KEY_DRAINED, s->member };
     size_t lens[3] = { 4, strlen(KEY_DRAINED), strlen(s->member) };
     char why[300] = "";
     redisReply *r = drained_cmd(wr, 3, argv, lens, why, sizeof why);
     int ok = r != NULL && r->type == REDIS_REPLY_INTEGER;
     if (!ok)
-        log_warn("writer: SADD %s %s: %s", KEY_DRAINED, s->member,
+        log_warn("writer: %s %s %s: %s", argv[0], KEY_DRAINED, s->member,
                  r && r->type == REDIS_REPLY_ERROR ? r->str : why[0] ? why : "no reply");
     drained_done(wr, r);
     return ok ? 0 : -1;
 }
 
-/* Which of our streams the drained set already holds (one SMEMBERS, only after streams
- * were added or a reconnect): a writer that restarts re-marks nothing and looks up no old
- * voucher. */
+/* Which of our streams not yet looked up (drained_known = 0) the drained set holds: one
+ * SMISMEMBER, after streams were added, a reconnect, or the set found shrunk. A writer that
+ * restarts reads only the live streams, re-marks nothing and looks up no old voucher. A
+ * stream not in the set is read (again). */
 static int drained_read(writer_t *wr)
 {
-    const char *argv[2] = { "SMEMBERS", KEY_DRAINED };
-    size_t lens[2] = { 8, strlen(KEY_DRAINED) };
+    size_t k = 0;
+    for (size_t i = 0; i < wr->nstreams; i++)
+        k += !wr->streams[i].drained_known;
+    if (k == 0)
+        return 0;
+    const char **argv = xmalloc((k + 2) * sizeof *argv);
+    size_t *lens = xmalloc((k + 2) * sizeof *lens);
+    argv[0] = "SMISMEMBER";
+    argv[1] = KEY_DRAINED;
+    lens[0] = 10;
+    lens[1] = strlen(KEY_DRAINED);
+    size_t n = 2;
+    for (size_t i = 0; i < wr->nstreams; i++)
+        if (!wr->streams[i].drained_known) {
+            argv[n] = wr->streams[i].member;
+            lens[n++] = strlen(wr->streams[i].member);
+        }
     char why[300] = "";
-    redisReply *r = drained_cmd(wr, 2, argv, lens, why, sizeof why);
-    int ok = r != NULL && r->type == REDIS_REPLY_ARRAY;
-    for (size_t i = 0; i < wr->nstreams; i++) {
-        wstream_t *s = &wr->streams[i];
-        for (size_t k = 0; ok && !s->drained && k < r->elements; k++)
-            s->drained = str_eq(r->element[k], s->member);
-        s->drained_known = ok;
+    redisReply *r = drained_cmd(wr, (int)n, argv, lens, why, sizeof why);
+    int ok = r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == k;
+    if (ok) {
+        size_t j = 0;
+        for (size_t i = 0; i < wr->nstreams; i++) {
+            wstream_t *s = &wr->streams[i];
+            if (s->drained_known)
+                continue;
+            const redisReply *e = r->element[j++];
+            s->drained = e->type == REDIS_REPLY_INTEGER && e->integer == 1;
+            s->drained_known = 1;
+        }
+    } else {
+        log_warn("writer: SMISMEMBER %s: %s", KEY_DRAINED,
+                 r && r->type == REDIS_REPLY_ERROR ? r->str : why[0] ? why : "no reply");
     }
     drained_done(wr, r);
+    free(argv);
+    free(lens);
     return ok ? 0 : -1;
+}
+
+/* The drained set may be lost (Redis data loss, its master flushed, an operator's DEL):
+ * then every stream must be read again and re-marked as before. One SCARD per pass tells
+ * it cheaply: the set holds at least our drained streams unless some were taken out. */
+static int drained_check(writer_t *wr)
+{
+    int64_t ours = 0;
+    for (size_t i = 0; i < wr->nstreams; i++)
+        ours += wr->streams[i].drained;
+    if (ours == 0)
+        return 0;
+    const char *argv[2] = { "SCARD", KEY_DRAINED };
+    size_t lens[2] = { 5, strlen(KEY_DRAINED) };
+    char why[300] = "";
+    redisReply *r = drained_cmd(wr, 2, argv, lens, why, sizeof why);
+    int ok = r != NULL && r->type == REDIS_REPLY_INTEGER;
+    long long card = ok ? r->integer : 0;
+    drained_done(wr, r);
+    if (!ok || card >= ours)
+        return ok ? 0 : -1;
+    log_warn("writer: %s holds %lld members, fewer than the %lld streams this writer skips "
+             "as drained: reading it again, streams not in it are read again",
+             KEY_DRAINED, card, (long long)ours);
+    for (size_t i = 0; i < wr->nstreams; i++)
+        if (wr->streams[i].drained)
+            wr->streams[i].drained_known = 0;
+    int rc = drained_read(wr);
+    for (size_t i = 0; i < wr->nstreams; i++)
+        if (!wr->streams[i].drained)
+            wr->streams[i].group_ok = 0;   /* maybe lost with the set: recreated if so */
+    wr->streams_at = 0;
+    wr->need_pending = 1;
+    return rc;
 }
 
 /* Marks the streams no order lookup needs to ask any more (orders.h): the voucher's sale
  * ended DRAIN_MARGIN_S before now (the stream's Redis's TIME, read before its XINFO) and
  * g1 had nothing undelivered or pending at that XINFO. Only in stream mode: queue mode's
- * orders wait in a process's memory, the lab's in their own lists. */
+ * orders wait in a process's memory, the lab's in their own lists. A marked stream is no
+ * longer read nor asked by the metrics pass. */
 static void drain_marks(writer_t *wr, int64_t now)
 {
+    if (drained_check(wr) != 0)
+        return;
     int need_read = 0;
     for (size_t i = 0; i < wr->nstreams; i++)
         need_read |= wr->streams[i].idle && !wr->streams[i].drained_known;
@@ -1314,29 +1417,63 @@ static void drain_marks(writer_t *wr, int64_t now)
         }
         if (now < s->vend + DRAIN_MARGIN_S)
             continue;
-        if (drained_add(wr, s) != 0)
+        if (drained_set(wr, s, 1) != 0)
             return;
         s->drained = 1;
+        s->idle = 0;
         log_info("writer: %s: the sale has ended and every order is in SQL; order lookups "
-                 "skip it (%s)", s->key, KEY_DRAINED);
+                 "and this writer's reads skip it (%s)", s->key, KEY_DRAINED);
     }
 }
 
-/* Every ~1 s: pending and lag of g1 summed over the streams (XINFO GROUPS), and in stream
- * mode the drained marks (drain_marks). */
+/* g1's pending count and lag in an XINFO GROUPS reply. Returns 1 if g1 is there (lag_known:
+ * Redis could tell the lag; nil after deleted entries), 0 if not. */
+static int group_state(const redisReply *r, int64_t *pending, int64_t *lag, int *lag_known)
+{
+    *pending = *lag = 0;
+    *lag_known = 0;
+    if (r->type != REDIS_REPLY_ARRAY)
+        return 0;
+    for (size_t g = 0; g < r->elements; g++) {
+        const redisReply *gr = r->element[g];
+        if (gr->type != REDIS_REPLY_ARRAY)
+            continue;
+        int mine = 0, known = 0;
+        int64_t p = 0, l = 0;
+        for (size_t k = 0; k + 1 < gr->elements; k += 2) {
+            const redisReply *key = gr->element[k], *val = gr->element[k + 1];
+            if (str_eq(key, "name"))
+                mine = str_eq(val, KEY_GROUP);
+            else if (str_eq(key, "pending") && val->type == REDIS_REPLY_INTEGER)
+                p = val->integer;
+            else if (str_eq(key, "lag") && val->type == REDIS_REPLY_INTEGER) {
+                l = val->integer;
+                known = 1;
+            }
+        }
+        if (mine) {
+            *pending = p;
+            *lag = l;
+            *lag_known = known;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Every ~1 s: pending and lag of g1 summed over the live streams (XINFO GROUPS; a drained
+ * stream is not asked), and in stream mode the drained marks (drain_marks). */
 static int info_pass(writer_t *wr)
 {
-    if (wr->nstreams == 0) {
-        publish_backlog(wr, 0, 0);
-        return 0;
-    }
-    int marks = wr->app->cfg.mode == MODE_STREAM;
+    int marks = wr->drains;
     if (marks) {
         size_t n = 0;
         args(wr, &n, "TIME");
         append(wr, n);
     }
     for (size_t i = 0; i < wr->nstreams; i++) {
+        if (wr->streams[i].drained)
+            continue;
         size_t n = 0;
         args(wr, &n, "XINFO");
         args(wr, &n, "GROUPS");
@@ -1355,44 +1492,127 @@ static int info_pass(writer_t *wr)
     }
     int64_t pending = 0, lag = 0;
     for (size_t i = 0; i < wr->nstreams; i++) {
+        if (wr->streams[i].drained)
+            continue;
         void *rv = NULL;
         if (redisGetReply(wr->rc, &rv) != REDIS_OK)
             return redis_fail(wr, "XINFO GROUPS", NULL);
-        redisReply *r = rv;
+        int64_t p, l;
+        int lag_known;
         wr->streams[i].idle = 0;
-        if (r->type == REDIS_REPLY_ARRAY) {
-            for (size_t g = 0; g < r->elements; g++) {
-                const redisReply *gr = r->element[g];
-                if (gr->type != REDIS_REPLY_ARRAY)
-                    continue;
-                int mine = 0, lag_known = 0;
-                int64_t p = 0, l = 0;
-                for (size_t k = 0; k + 1 < gr->elements; k += 2) {
-                    const redisReply *key = gr->element[k], *val = gr->element[k + 1];
-                    if (str_eq(key, "name"))
-                        mine = str_eq(val, KEY_GROUP);
-                    else if (str_eq(key, "pending") && val->type == REDIS_REPLY_INTEGER)
-                        p = val->integer;
-                    else if (str_eq(key, "lag") && val->type == REDIS_REPLY_INTEGER) {
-                        l = val->integer;
-                        lag_known = 1;   /* nil: Redis cannot tell (deleted entries) */
-                    }
-                }
-                if (mine) {
-                    pending += p;
-                    lag += l;
-                    wr->streams[i].idle = p == 0 && lag_known && l == 0;
-                }
-            }
+        if (group_state(rv, &p, &l, &lag_known)) {
+            pending += p;
+            lag += l;
+            wr->streams[i].idle = p == 0 && lag_known && l == 0;
         }
     }
-    publish_backlog(wr, pending, lag);
     if (marks && now > 0)
         drain_marks(wr, now);
+    publish_backlog(wr, pending, lag);
     return wr->rc ? 0 : -1;   /* drain_marks may have lost the connection */
 }
 
+/* A drained stream found with something to write: read again at once. */
+static void undrain(writer_t *wr, wstream_t *s)
+{
+    s->drained = 0;
+    s->idle = 0;
+    s->group_ok = 0;             /* made again if it was lost */
+    wr->streams_at = 0;
+    wr->need_pending = 1;        /* any entries of ours pending there, then new ones */
+}
+
+/* The safety net (every --writer-drain-sweep-ms, SWEEP_MAX streams, round-robin): a drained
+ * stream must stay without undelivered or pending entries -- nothing can be admitted
+ * after its sale -- but an operator's XADD or a bug must not strand orders. One pipeline
+ * of XINFO GROUPS for the next SWEEP_MAX drained streams and one SMISMEMBER of their
+ * members: a stream showing lag or pending (or whose g1 is gone) is taken out of the set
+ * and read again, loudly (writer_undrained); one no longer in the set (an operator's SREM)
+ * is read again and re-marked as usual. */
+static int drain_sweep(writer_t *wr)
+{
+    size_t idx[SWEEP_MAX], k = 0;
+    for (size_t j = 0; j < wr->nstreams && k < SWEEP_MAX; j++) {
+        size_t i = (wr->sweep_next + j) % wr->nstreams;
+        if (wr->streams[i].drained)
+            idx[k++] = i;
+    }
+    if (k == 0)
+        return 0;
+    wr->sweep_next = (idx[k - 1] + 1) % wr->nstreams;
+    for (size_t j = 0; j < k; j++) {
+        size_t n = 0;
+        args(wr, &n, "XINFO");
+        args(wr, &n, "GROUPS");
+        args(wr, &n, wr->streams[idx[j]].key);
+        append(wr, n);
+    }
+    int bad[SWEEP_MAX];
+    for (size_t j = 0; j < k; j++) {
+        void *rv = NULL;
+        if (redisGetReply(wr->rc, &rv) != REDIS_OK)
+            return redis_fail(wr, "XINFO GROUPS", NULL);
+        const redisReply *r = rv;
+        wstream_t *s = &wr->streams[idx[j]];
+        int64_t p, l;
+        int known;
+        bad[j] = 0;
+        if (r->type == REDIS_REPLY_ERROR) {
+            /* "no such key": nothing to write. MOVED and the like: the stream list is read
+             * again and the stream's new owner checks it. */
+            if (strncmp(r->str, "ERR no such key", 15) != 0) {
+                log_info("writer: sweep: XINFO GROUPS %s: %s", s->key, r->str);
+                wr->streams_at = 0;
+            }
+            continue;
+        }
+        if (!group_state(r, &p, &l, &known)) {
+            log_error("writer: drained stream %s has no group %s any more; reading it again",
+                      s->key, KEY_GROUP);
+            bad[j] = 1;
+        } else if (p > 0 || l > 0 || !known) {
+            log_error("writer: drained stream %s has %lld pending and %s undelivered entries "
+                      "after its sale ended; taking it out of %s and reading it again", s->key,
+                      (long long)p, known ? (l > 0 ? "some" : "no") : "unknown", KEY_DRAINED);
+            bad[j] = 1;
+        }
+    }
+    for (size_t j = 0; j < k; j++) {
+        wstream_t *s = &wr->streams[idx[j]];
+        if (!bad[j])
+            continue;
+        metric_inc(&wr->m->writer_undrained);
+        /* out of the set first: order lookups ask the stream's bucket again */
+        if (drained_set(wr, s, 0) != 0 && wr->rc == NULL)
+            return -1;
+        undrain(wr, s);
+    }
+    /* still members? (the set is checked as a whole by drained_check every pass) */
+    for (size_t j = 0; j < k; j++)
+        if (wr->streams[idx[j]].drained)
+            wr->streams[idx[j]].drained_known = 0;
+    if (drained_read(wr) != 0)
+        return wr->rc ? 0 : -1;
+    for (size_t j = 0; j < k; j++) {
+        wstream_t *s = &wr->streams[idx[j]];
+        if (!bad[j] && !s->drained) {
+            log_warn("writer: stream %s is no longer in %s; reading it again", s->key,
+                     KEY_DRAINED);
+            undrain(wr, s);
+        }
+    }
+    return 0;
+}
+
 /* ---------------------------------------------------------------- the thread */
+
+static size_t live_count(const writer_t *wr)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < wr->nstreams; i++)
+        n += !wr->streams[i].drained;
+    return n;
+}
 
 /* On a clean stop the workers have already stopped admitting (server.c stops them
  * first), so what the streams hold now is all this instance will add. Write it without
@@ -1478,8 +1698,19 @@ static void *writer_main(void *arg)
             if (info_pass(wr) != 0)
                 continue;
         }
+        if (wr->drains && now >= wr->sweep_at) {
+            wr->sweep_at = now + (uint64_t)wr->sweep_ms;
+            if (drain_sweep(wr) != 0)
+                continue;
+        }
         if (stopping(wr))
             break;
+        if (live_count(wr) == 0) {
+            /* every stream drained: nothing to read, look for new ones after a while */
+            nap(wr, wr->block_ms < STREAMS_REFRESH_MS ? wr->block_ms : STREAMS_REFRESH_MS);
+            wr->streams_at = 0;
+            continue;
+        }
         wprio_read_begins(&wr->prio, clock_mono_ms());
         int got = read_group(wr, 0, wr->block_ms);
         if (got < 0)
@@ -1537,6 +1768,9 @@ static writer_t *writer_new(struct app *app, const url_redis_t *addr)
     wr->idle_lag_ms = c->writer_idle_lag_ms;
     wr->pace_ms = c->writer_pace_ms;
     wr->claim_idle_ms = c->claim_idle_ms > 0 ? c->claim_idle_ms : 30000;
+    wr->drains = c->mode == MODE_STREAM;
+    wr->sweep_ms = c->writer_drain_sweep_ms > 0 ? c->writer_drain_sweep_ms : 60000;
+    wr->sweep_at = clock_mono_ms() + (uint64_t)wr->sweep_ms;
     wr->redis_timeout_ms = c->redis_timeout_ms > 0 ? c->redis_timeout_ms : 1000;
     wr->wait_replicas = c->redis_wait_replicas;
     wr->sql_timeout_ms = c->sql_timeout_ms > 0 ? c->sql_timeout_ms : 2000;
