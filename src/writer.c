@@ -7,18 +7,41 @@
  *               (re)connect the stream list is re-read and our own pending entries are
  *               replayed, since XACKs in flight when the connection broke may be lost;
  *   streams     SMEMBERS seckill:streams -> seckill:stream:{id} for each voucher id, every
- *               ~1 s and whenever a read comes back empty; XGROUP CREATE key g1 0 MKSTREAM
- *               for each new one (BUSYGROUP is fine);
+ *               ~1 s and whenever a read comes back empty; for new ones (and all after a
+ *               reconnect) one SMISMEMBER of the drained set (below); XGROUP CREATE key g1
+ *               0 MKSTREAM for each new live one (BUSYGROUP is fine);
  *   pending     XREADGROUP ... STREAMS k.. 0.. with a per-stream cursor until every stream
  *               reports nothing left: entries this consumer read and never acked;
  *   claim       every ~2 s, XAUTOCLAIM k g1 <name> <claim_idle_ms> 0-0 COUNT batch, cursor
  *               followed to the end: entries of consumers that died holding them;
- *   metrics     every ~1 s, XINFO GROUPS per stream -> stream_pending, stream_lag; in
+ *   metrics     every ~1 s, XINFO GROUPS per live stream -> stream_pending, stream_lag; in
  *               stream mode also TIME first, and a stream whose sale has ended and whose
  *               group has nothing undelivered or pending goes into the drained set
- *               (drain_marks: order lookups skip it, orders.h);
+ *               (drain_marks: order lookups skip it, orders.h), and SCARD of the set
+ *               (drained_check);
+ *   sweep       stream mode, every --writer-drain-sweep-ms (60 s): drain_sweep, below;
  *   read        XREADGROUP GROUP g1 <name> COUNT batch BLOCK block_ms STREAMS k.. >..
  *
+ * Live and drained streams. seckill:streams is never trimmed: a service that sells every
+ * day lists thousands of streams. A drained one (in {seckill:streams}:drained: its sale
+ * ended by its Redis's clock + DRAIN_MARGIN_S and g1 had no lag and nothing pending, so
+ * every order it admitted is in SQL and none can be admitted any more) is named by none of
+ * the reads, claims and XINFO passes above: the per-poll work follows the live streams.
+ * What keeps that safe:
+ *   - the set lost (Redis data loss, its master flushed, a DEL): SCARD each metrics pass
+ *     is below the number of streams we skip -> SMISMEMBER again, a stream no longer in
+ *     it is read again (pending pass included) and re-marked as before; after a reconnect
+ *     every stream is looked up again;
+ *   - the sweep: up to SWEEP_MAX drained streams per sweep, round-robin, XINFO GROUPS in
+ *     one pipeline and one SMISMEMBER: a stream showing lag or pending (an operator's
+ *     XADD, a bug) or whose g1 is gone is taken out of the set (SREM: lookups ask it
+ *     again), counted (writer_undrained) and logged as an error, and read again; one an
+ *     operator took out of the set is read again and re-marked. A full round over N
+ *     drained streams takes N / SWEEP_MAX sweeps;
+ *   - stream_pending and stream_lag sum the live streams only (a drained one had 0 of
+ *     each when marked; the sweep is what watches it since); writer_streams_live and
+ *     writer_streams_drained count the two kinds.
+ * Queue and lab modes never mark nor skip (their orders are not in the streams alone).
  * Every batch, whatever its source, goes the same way (handle_batch): parse, write the
  * orders in ONE transaction (store_orders_write: idempotent inserts + stock decrement),
  * and only after the commit XACK them. A failed write keeps the batch and retries it
