@@ -7,9 +7,11 @@
  *               (re)connect the stream list is re-read and our own pending entries are
  *               replayed, since XACKs in flight when the connection broke may be lost;
  *   streams     SMEMBERS seckill:streams -> seckill:stream:{id} for each voucher id, every
- *               ~1 s and whenever a read comes back empty; for new ones (and all after a
- *               reconnect) one SMISMEMBER of the drained set (below); XGROUP CREATE key g1
- *               0 MKSTREAM for each new live one (BUSYGROUP is fine);
+ *               ~1 s and whenever a read comes back empty (on a single Redis an SCARD
+ *               equal to the last full read's count stands for it, the registry only
+ *               grows; a full read every 30 s and after a reconnect); for new streams
+ *               (all after a reconnect) one SMISMEMBER of the drained set (below);
+ *               XGROUP CREATE key g1 0 MKSTREAM for each new live one (BUSYGROUP is fine);
  *   pending     XREADGROUP ... STREAMS k.. 0.. with a per-stream cursor until every stream
  *               reports nothing left: entries this consumer read and never acked;
  *   claim       every ~2 s, XAUTOCLAIM k g1 <name> <claim_idle_ms> 0-0 COUNT batch, cursor
@@ -136,6 +138,7 @@
 #define DRAIN_MARGIN_S 5
 #define VOUCHER_RELOOK_MS 30000   /* drain check: next SQL look-up of a voucher not found */
 #define SWEEP_MAX 64              /* drained streams re-checked per sweep (drain_sweep) */
+#define REGISTRY_FULL_MS 30000    /* single Redis: SMEMBERS seckill:streams at least this often */
 
 enum { E_ORDER, E_DELETED, E_DEAD };
 
@@ -202,6 +205,9 @@ struct writer {
     int sweep_ms;                    /* --writer-drain-sweep-ms */
     uint64_t sweep_at;
     size_t sweep_next;               /* drain_sweep's round-robin position in streams */
+    long long reg_card;              /* single Redis: members of seckill:streams at the last
+                                      * full read (-1: none since the connection opened) */
+    uint64_t reg_full_at;            /* ... and when the next full read is due */
 
     wentry_t *ents;
     size_t nents, capents;
@@ -403,6 +409,7 @@ static int redis_ensure(writer_t *wr)
         wr->streams[i].drained = wr->streams[i].drained_known = 0;
     }
     wr->streams_at = 0;
+    wr->reg_card = -1;
     wr->need_pending = 1;
     return 0;
 }
@@ -464,6 +471,22 @@ static redisReply *cluster_streams(writer_t *wr)
 
 static int drained_read(writer_t *wr);
 
+/* The end of a refresh, the list known: which streams are drained, before the pending pass
+ * and the first read name them (a writer that (re)starts reads only the live ones; on a
+ * failure they are read), and the live ones' groups. */
+static int streams_ready(writer_t *wr)
+{
+    if (wr->drains && drained_read(wr) != 0 && wr->rc == NULL)
+        return -1;
+    for (size_t i = 0; i < wr->nstreams; i++)
+        if (!wr->streams[i].group_ok && !wr->streams[i].drained &&
+            group_create(wr, &wr->streams[i]) != 0)
+            return -1;
+    wr->streams_at = clock_mono_ms() + STREAMS_REFRESH_MS;
+    redis_up(wr);
+    return 0;
+}
+
 static int streams_refresh(writer_t *wr)
 {
     size_t n = 0;
@@ -475,11 +498,26 @@ static int streams_refresh(writer_t *wr)
             return -1;
         }
     } else {
+        /* The registry only grows (never trimmed): as many members as at the last full
+         * read means the same ones -- one SCARD instead of a reply that grows with history.
+         * A full read after a reconnect and every REGISTRY_FULL_MS all the same. */
+        if (wr->reg_card >= 0 && clock_mono_ms() < wr->reg_full_at) {
+            args(wr, &n, "SCARD");
+            args(wr, &n, KEY_STREAMS);
+            r = cmd(wr, n);
+            if (!r || r->type != REDIS_REPLY_INTEGER)
+                return redis_fail(wr, "SCARD " KEY_STREAMS, r);
+            if (r->integer == wr->reg_card)
+                return streams_ready(wr);
+            n = 0;
+        }
         args(wr, &n, "SMEMBERS");
         args(wr, &n, KEY_STREAMS);
         r = cmd(wr, n);
         if (!r || r->type != REDIS_REPLY_ARRAY)
             return redis_fail(wr, "SMEMBERS " KEY_STREAMS, r);
+        wr->reg_card = (long long)r->elements;
+        wr->reg_full_at = clock_mono_ms() + REGISTRY_FULL_MS;
     }
     wstream_t *next = xrealloc(NULL, (r->elements + 1) * sizeof *next);
     size_t nn = 0;
@@ -529,17 +567,7 @@ static int streams_refresh(writer_t *wr)
     wr->nstreams = nn;
     if (added)
         wr->need_pending = 1;
-    /* Which of them are drained, before the pending pass and the first read name them: a
-     * writer that (re)starts reads only the live streams. On failure they are read. */
-    if (wr->drains && drained_read(wr) != 0 && wr->rc == NULL)
-        return -1;
-    for (size_t i = 0; i < wr->nstreams; i++)
-        if (!wr->streams[i].group_ok && !wr->streams[i].drained &&
-            group_create(wr, &wr->streams[i]) != 0)
-            return -1;
-    wr->streams_at = clock_mono_ms() + STREAMS_REFRESH_MS;
-    redis_up(wr);
-    return 0;
+    return streams_ready(wr);
 }
 
 static size_t stream_index(writer_t *wr, const redisReply *key)
@@ -1806,6 +1834,7 @@ static writer_t *writer_new(struct app *app, const url_redis_t *addr)
     }
     wr->addr = *addr;
     wr->redis_backoff_ms = REDIS_BACKOFF_MIN_MS;
+    wr->reg_card = -1;
     wr->need_pending = 1;
     atomic_init(&wr->stop, 0);
     pthread_condattr_t ca;
