@@ -792,26 +792,29 @@ static void evalsha_send(rds_t *c, script_id_t s, rds_cb cb, void *priv, int num
     }
 }
 
-void rds_evalsha(rds_t *c, script_id_t s, rds_cb cb, void *priv, int numkeys, int argc,
-                 const char **argv, const size_t *argvlen)
+/* rds_evalsha and rds_evalsha_nocopy: a cluster connection routes the call itself (its
+ * own copy), a single Redis sends it here, keeping a copy for NOSCRIPT only when asked. */
+static void evalsha_route(rds_t *c, script_id_t s, rds_cb cb, void *priv, int numkeys,
+                          int argc, const char **argv, const size_t *argvlen, int copy)
 {
     if (c != NULL && c->cl) {
         rcla_evalsha(c->cl, s, cb, priv, numkeys, argc, argv, argvlen);
         return;
     }
-    evalsha_send(c, s, cb, priv, numkeys, argc, argv, argvlen, 1);
+    evalsha_send(c, s, cb, priv, numkeys, argc, argv, argvlen, copy);
+}
+
+void rds_evalsha(rds_t *c, script_id_t s, rds_cb cb, void *priv, int numkeys, int argc,
+                 const char **argv, const size_t *argvlen)
+{
+    evalsha_route(c, s, cb, priv, numkeys, argc, argv, argvlen, 1);
 }
 
 void rds_evalsha_nocopy(rds_t *c, script_id_t s, rds_cb cb, void *priv, int numkeys, int argc,
                         const char **argv, const size_t *argvlen)
 {
-    if (c != NULL && c->cl) {
-        rcla_evalsha(c->cl, s, cb, priv, numkeys, argc, argv, argvlen);
-        return;
-    }
-    evalsha_send(c, s, cb, priv, numkeys, argc, argv, argvlen, 0);
+    evalsha_route(c, s, cb, priv, numkeys, argc, argv, argvlen, 0);
 }
-
 
 void *rds__argv_block(size_t head_size, int argc, const char **argv, const size_t *argvlen,
                       const char ***out_argv, size_t **out_lens)

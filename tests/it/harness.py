@@ -1199,6 +1199,16 @@ def rebuild_epoch(srv, voucher_id):
                            "WHERE voucher_id = ?), 0)", voucher_id)
 
 
+def metric(srv, name):
+    """An unlabelled series of the server's /metrics (a gauge or a counter), as a float."""
+    st, _, body = srv.http().request("GET", "/metrics")
+    check(st == 200, "/metrics: HTTP %d", st)
+    for line in body.decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise TestFailure("no %s in /metrics" % name)
+
+
 def wait_drained(srv, redis, voucher_id, timeout=90):
     """Waits until every admitted order (HLEN of the buyers hash) is in SQL and the stream
     has nothing pending or undelivered. Returns the SQL order count."""

@@ -122,15 +122,6 @@ def check_orders(srv, redis, vid, k, final, uids, expect_sold):
     check(not wrong, "buyers not in their home bucket (user, bucket): %r", wrong[:5])
 
 
-def metric(srv, name):
-    st, _, body = srv.http().request("GET", "/metrics")
-    check(st == 200, "/metrics: HTTP %d", st)
-    for line in body.decode().splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise H.TestFailure("no %s in /metrics" % name)
-
-
 def audit_clean(redis, srv, vid, stock):
     url = redis.url
     p = subprocess.run([H.binary(), "audit", "--redis", url, "--db", srv.db_url, "--voucher",
@@ -186,7 +177,7 @@ def test_buckets_skewed_homes_no_false_soldout():
     final, retries = buy_all(srv, vid, tokens)
     bad = {uids[i]: r_.msg for i, r_ in final.items() if not r_.ok}
     check(not bad, "buyers refused while stock was left (user: answer): %r", list(bad.items())[:5])
-    moved = metric(srv, "seckill_bucket_transfers_total")
+    moved = H.metric(srv, "seckill_bucket_transfers_total")
     check(moved > 0, "no transfer between buckets counted")
     H.log("skewed sale: %d buyers, all sold, %d transfers, %d answers asked to retry" % (
         stock, moved, retries))
@@ -230,7 +221,7 @@ def test_buckets_transfer_cut_short_finished_by_sweep():
     eq(sum(bucket_stock(r, vid, k)), stock, "units: none created, none lost")
     check(any("cut short" in line for line in srv.log_lines()), "no sweep log line:\n%s",
           srv.log_tail())
-    eq(metric(srv, "seckill_bucket_transfers_swept_total"), 2, "transfers finished by the sweep")
+    eq(H.metric(srv, "seckill_bucket_transfers_swept_total"), 2, "transfers finished by the sweep")
     # and the voucher sells exactly its stock afterwards
     uids = list(range(7000000, 7000000 + stock + 5))
     final, _ = buy_all(srv, vid, tokens_for(srv, uids))

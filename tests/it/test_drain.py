@@ -24,15 +24,6 @@ def _drained(r):
     return set(int(x) for x in r.cmd("SMEMBERS", DRAINED) if x.isdigit())
 
 
-def _metric(srv, name):
-    st, _, body = srv.http().request("GET", "/metrics")
-    check(st == 200, "/metrics: HTTP %d", st)
-    for line in body.decode().splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise H.TestFailure("no %s in /metrics" % name)
-
-
 def _stream_vid(key):
     """seckill:stream:{42} -> 42 (bucket streams "{42.b.K}" -> 42)."""
     inner = key[key.index("{") + 1:key.index("}")]
@@ -79,9 +70,9 @@ def test_writer_reads_only_live_streams():
              for _ in range(ENDED)]
     live = [H.create_seckill(srv, stock=5, http=h) for _ in range(2)]
     H.wait_until(lambda: _drained(r) >= set(ended), 60, what="the ended vouchers drained")
-    H.wait_until(lambda: _metric(srv, "seckill_writer_streams_drained") == ENDED, 10,
+    H.wait_until(lambda: H.metric(srv, "seckill_writer_streams_drained") == ENDED, 10,
                  what="the writer skipping the drained streams")
-    eq(_metric(srv, "seckill_writer_streams_live"), 2, "streams the writer reads")
+    eq(H.metric(srv, "seckill_writer_streams_live"), 2, "streams the writer reads")
 
     named = _watch(r, 3)
     for c, vids in named.items():
@@ -105,9 +96,9 @@ def test_writer_reads_only_live_streams():
         return again >= set(ended)
     _watch(r, 1, until=read_again)
     H.wait_until(lambda: _drained(r) >= set(ended), 30, what="the ended vouchers re-marked")
-    H.wait_until(lambda: _metric(srv, "seckill_writer_streams_drained") == ENDED, 10,
+    H.wait_until(lambda: H.metric(srv, "seckill_writer_streams_drained") == ENDED, 10,
                  what="the writer skipping them again")
-    eq(_metric(srv, "seckill_writer_undrained_total"), 0, "sweep findings")
+    eq(H.metric(srv, "seckill_writer_undrained_total"), 0, "sweep findings")
     H.finish(srv)
 
 
@@ -121,13 +112,13 @@ def test_sweep_picks_up_entry_in_drained_stream():
     vids = [H.create_seckill(srv, stock=5, begin=past - 3600, end=past, http=h)
             for _ in range(3)]
     H.wait_until(lambda: _drained(r) >= set(vids), 60, what="the ended vouchers drained")
-    H.wait_until(lambda: _metric(srv, "seckill_writer_streams_drained") == 3, 10,
+    H.wait_until(lambda: H.metric(srv, "seckill_writer_streams_drained") == 3, 10,
                  what="the writer skipping them")
     vid = vids[1]
     r.cmd("XADD", H.k_stream(vid), "*", "os", "%d 0 4343434300 77" % (past - 10))
     db = srv.db()
     H.wait_until(lambda: db.order_count(vid) == 1, 30, what="the hand-added order in SQL")
-    check(_metric(srv, "seckill_writer_undrained_total") >= 1, "the sweep's finding counted")
+    check(H.metric(srv, "seckill_writer_undrained_total") >= 1, "the sweep's finding counted")
     check(srv.log_lines("drained stream .*" + str(vid)),
           "no log line of the sweep's finding:\n%s", srv.log_tail())
     H.wait_until(lambda: vid in _drained(r), 30, what="the stream marked drained again")
@@ -151,7 +142,7 @@ def test_cluster_node_writer_skips_drained():
              for _ in range(8)]
     live = [H.create_seckill(srv, stock=5, http=h)]
     H.wait_until(lambda: _drained(r) >= set(ended), 60, what="the ended vouchers drained")
-    H.wait_until(lambda: _metric(srv, "seckill_writer_streams_drained") == 8, 10,
+    H.wait_until(lambda: H.metric(srv, "seckill_writer_streams_drained") == 8, 10,
                  what="the node's writer skipping them")
     named = _watch(r, 3)
     for c, vids in named.items():
