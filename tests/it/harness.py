@@ -232,6 +232,25 @@ class Resp:
 # ---------------------------------------------------------------------------------------
 # redis-server
 
+class PortTaken(TestFailure):
+    """A port found free was bound by another process (e.g. as a client's ephemeral port)
+    before redis-server could listen on it."""
+
+
+def start_fresh_redis(make, pick, tries=5):
+    """Starts make(port) on pick()'d ports until one binds: a free port can be taken
+    between free_port() and redis-server's bind. For first starts only: a restart must
+    keep its port."""
+    for i in range(tries):
+        r = make(pick())
+        try:
+            return r.start()
+        except PortTaken:
+            r.forget()
+            if i == tries - 1:
+                raise
+
+
 class Redis:
     def __init__(self, port, dir_, extra=()):
         self.port = port
@@ -255,8 +274,7 @@ class Redis:
 
         def ready():
             if self.proc.poll() is not None:
-                raise TestFailure("redis-server exited with %s: %s" % (
-                    self.proc.returncode, tail(os.path.join(self.dir, "redis.log"))))
+                return "exited"     # ends the wait: it will not come up by itself
             try:
                 c = Resp(port=self.port, timeout=1)
             except OSError:
@@ -267,8 +285,19 @@ class Redis:
                 return False
             finally:
                 c.close()
-        wait_until(ready, timeout, what="redis-server on port %d" % self.port)
+        if wait_until(ready, timeout, what="redis-server on port %d" % self.port) == "exited":
+            log = tail(os.path.join(self.dir, "redis.log"))
+            if "Address already in use" in log:
+                raise PortTaken("redis-server: port %d (or its bus port) was taken by "
+                                "another process after it was found free" % self.port)
+            raise TestFailure("redis-server exited with %s: %s" % (self.proc.returncode, log))
         return self
+
+    def forget(self):
+        """A node that never started: out of the registry that cleanup walks."""
+        with _registry_lock:
+            if self in _redises:
+                _redises.remove(self)
 
     def client(self, timeout=5.0):
         return Resp(port=self.port, timeout=timeout)
@@ -340,10 +369,11 @@ def finish(srv):
 
 def start_redis(name="redis", port=None, extra=()):
     d = subdir(name)
-    if port is None:
-        # a cluster-enabled node needs its bus port (port + 10000) to exist and be free
-        port = cluster_ports(1)[0] if "--cluster-enabled" in extra else free_port()
-    return Redis(port, d, extra).start()
+    if port is not None:
+        return Redis(port, d, extra).start()
+    # a cluster-enabled node needs its bus port (port + 10000) to exist and be free
+    pick = (lambda: cluster_ports(1)[0]) if "--cluster-enabled" in extra else free_port
+    return start_fresh_redis(lambda p: Redis(p, d, extra), pick)
 
 
 # ---------------------------------------------------------------------------------------
@@ -472,14 +502,24 @@ def start_redis_cluster(masters=3, replicas=1, node_timeout_ms=1000, extra=()):
     """masters x (1 + replicas) cluster nodes on free ports, formed by
     deploy/redis-cluster.sh create; waits for state ok and replicas in sync."""
     n = masters * (1 + replicas)
-    ports = cluster_ports(n)
+    first = iter(cluster_ports(n))
     nodes = []
-    for p in ports:
+
+    def node(p):
         d = subdir("cluster-%d" % p)
-        nodes.append(Redis(p, d, ["--cluster-enabled", "yes",
-                                  "--cluster-config-file", os.path.join(d, "nodes.conf"),
-                                  "--cluster-node-timeout", str(node_timeout_ms)] +
-                           list(extra)).start())
+        return Redis(p, d, ["--cluster-enabled", "yes",
+                            "--cluster-config-file", os.path.join(d, "nodes.conf"),
+                            "--cluster-node-timeout", str(node_timeout_ms)] + list(extra))
+
+    def pick():
+        # the planned port first; if another process took it meanwhile, a new one
+        p = next(first, None)
+        while p is None or p in [r.port for r in nodes]:
+            p = cluster_ports(1)[0]
+        return p
+    for _ in range(n):
+        nodes.append(start_fresh_redis(node, pick))
+    ports = [r.port for r in nodes]
     env = dict(os.environ, REPLICAS=str(replicas),
                CREATE_LOG=os.path.join(tmpdir(), "cluster-create.log"))
     p = subprocess.run(["sh", CLUSTER_SCRIPT, "create"] + [str(x) for x in ports], env=env,
