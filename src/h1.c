@@ -32,6 +32,88 @@ static int value_byte(unsigned char ch)
     return ch == '\t' || (ch >= 0x20 && ch != 0x7f);
 }
 
+/* ==== scanning eight bytes at a time ====
+ * The request target and the field values are most of a head's bytes; testing them a
+ * word at a time instead of a byte at a time was the larger part of the parse's cost.
+ * below(w, n) sets the high bit of the bytes of w that are below n (n <= 0x80; bytes of
+ * 0x80 and up are never flagged). A flag can be wrong only above a byte that is rightly
+ * flagged (the borrow of its subtraction), so the lowest flag -- the first byte in
+ * memory, the words being loaded little-endian -- is always exact, in either mask of an
+ * OR too. */
+#define ONES 0x0101010101010101ull
+#define HIGHS 0x8080808080808080ull
+
+static inline uint64_t load8(const char *p)
+{
+    uint64_t w;
+    memcpy(&w, p, 8);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    w = __builtin_bswap64(w);
+#endif
+    return w;
+}
+
+static inline uint64_t below(uint64_t w, unsigned n)
+{
+    return (w - ONES * n) & ~w & HIGHS;
+}
+
+/* The first byte of p[0..end) that may not be in a request target (a CTL, SP or DEL:
+ * anything <= 0x20 or 0x7f), or end. */
+static const char *span_target(const char *p, const char *end)
+{
+    while (end - p >= 8) {
+        uint64_t w = load8(p);
+        uint64_t m = below(w, 0x21) | below(w ^ (ONES * 0x7f), 1);
+        if (m)
+            return p + (__builtin_ctzll(m) >> 3);
+        p += 8;
+    }
+    while (p < end && (unsigned char)*p > 0x20 && *p != 0x7f)
+        p++;
+    return p;
+}
+
+/* The first byte of p[0..end) that may not be in a field value (value_byte), or end. */
+static const char *span_value(const char *p, const char *end)
+{
+    while (end - p >= 8) {
+        uint64_t w = load8(p);
+        uint64_t m = below(w, 0x20) | below(w ^ (ONES * 0x7f), 1);
+        if (!m) {
+            p += 8;
+            continue;
+        }
+        p += __builtin_ctzll(m) >> 3;
+        if (*p != '\t')
+            return p;
+        p++;                       /* HTAB is allowed: go on after it */
+    }
+    while (p < end && value_byte((unsigned char)*p))
+        p++;
+    return p;
+}
+
+/* name[0..n) (tchar only: checked before) equals the lowercase literal lit of the same
+ * length n >= 4, ASCII letters in any case. Compared a word at a time, the last word
+ * overlapping the one before: OR-ing 0x20 into every byte maps 'A'-'Z' onto 'a'-'z',
+ * and no other tchar onto a lowercase letter or '-' (the only bytes of the literals). */
+static int name_is(const char *name, size_t n, const char *lit)
+{
+    if (n >= 8) {
+        for (size_t i = 0; i + 8 < n; i += 8)
+            if ((load8(name + i) | ONES * 0x20) != load8(lit + i))
+                return 0;
+        return (load8(name + n - 8) | ONES * 0x20) == load8(lit + n - 8);
+    }
+    uint32_t a, b, la, lb;
+    memcpy(&a, name, 4);
+    memcpy(&b, name + n - 4, 4);
+    memcpy(&la, lit, 4);
+    memcpy(&lb, lit + n - 4, 4);
+    return ((a | 0x20202020u) == la) && ((b | 0x20202020u) == lb);
+}
+
 long h1_head_len(const char *buf, size_t len, size_t *scan, size_t max)
 {
     size_t lim = len < max ? len : max;
@@ -103,33 +185,33 @@ static int apply_field(h1_head_t *h, const char *name, size_t nn, const char *v,
 {
     switch (nn) {
     case 4:
-        if (ieq(name, nn, "host", 4)) {
+        if (name_is(name, nn, "host")) {
             if (*seen & SEEN_HOST)
                 return 400;
             *seen |= SEEN_HOST;
         }
         break;
     case 6:
-        if (ieq(name, nn, "expect", 6) && ieq(v, vn, "100-continue", 12))
+        if (name_is(name, nn, "expect") && ieq(v, vn, "100-continue", 12))
             h->expect_continue = 1;
         break;
     case 7:
-        if (ieq(name, nn, "upgrade", 7))
+        if (name_is(name, nn, "upgrade"))
             h->has_upgrade = 1;
         break;
     case 10:
-        if (ieq(name, nn, "connection", 10))
+        if (name_is(name, nn, "connection"))
             connection_options(h, v, vn);
         break;
     case 13:
         /* Two credentials in one request: a proxy may have used the other one. */
-        if (ieq(name, nn, "authorization", 13)) {
+        if (name_is(name, nn, "authorization")) {
             if (h->has_auth)
                 return 400;
             h->has_auth = 1;
             h->auth.p = v;
             h->auth.n = vn;
-        } else if (ieq(name, nn, "x-admin-token", 13)) {
+        } else if (name_is(name, nn, "x-admin-token")) {
             if (h->has_admin)
                 return 400;
             h->has_admin = 1;
@@ -138,7 +220,7 @@ static int apply_field(h1_head_t *h, const char *name, size_t nn, const char *v,
         }
         break;
     case 14:
-        if (ieq(name, nn, "content-length", 14)) {
+        if (name_is(name, nn, "content-length")) {
             /* 1*DIGIT, once. A list ("5, 5") or a repeat is refused even when the values
              * agree: a proxy may have picked a different one. */
             if ((*seen & SEEN_CL) || vn == 0)
@@ -158,7 +240,7 @@ static int apply_field(h1_head_t *h, const char *name, size_t nn, const char *v,
     case 15:
         /* One field line: a second one could be the client's, spliced in past a proxy
          * that appends to the first. */
-        if (ieq(name, nn, "x-forwarded-for", 15)) {
+        if (name_is(name, nn, "x-forwarded-for")) {
             if (h->has_xff)
                 return 400;
             h->has_xff = 1;
@@ -167,7 +249,7 @@ static int apply_field(h1_head_t *h, const char *name, size_t nn, const char *v,
         }
         break;
     case 17:
-        if (ieq(name, nn, "transfer-encoding", 17)) {
+        if (name_is(name, nn, "transfer-encoding")) {
             if ((*seen & SEEN_TE) || h->minor == 0)
                 return 400;        /* HTTP/1.0 has no transfer codings (RFC 9112 6.1) */
             *seen |= SEEN_TE;
@@ -199,8 +281,7 @@ int h1_parse_head(const char *buf, size_t len, h1_head_t *h)
     h->method.p = s;
     h->method.n = (size_t)(p - s);
     s = ++p;
-    while (p < end && (unsigned char)*p > 0x20 && *p != 0x7f)
-        p++;
+    p = span_target(p, end);
     if (p == s || p >= end || *p != ' ')
         return 400;
     h->target.p = s;
@@ -232,8 +313,7 @@ int h1_parse_head(const char *buf, size_t len, h1_head_t *h)
         while (p < end && (*p == ' ' || *p == '\t'))
             p++;
         const char *v = p;
-        while (p < end && value_byte((unsigned char)*p))
-            p++;
+        p = span_value(p, end);
         if (end - p < 2 || p[0] != '\r' || p[1] != '\n')
             return 400;            /* a CTL in the value, or a bare CR */
         const char *ve = p;

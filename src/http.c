@@ -269,13 +269,16 @@ static char *put_str(char *p, const char *z, size_t n)
 #define PUT_LIT(p, lit) put_str((p), (lit), sizeof(lit) - 1)
 
 /* "Date: Sun, 29 Nov 2026 16:45:00 GMT\r\n", re-formatted only when the second changes.
- * Built by hand: strftime's %a/%b follow the locale. */
+ * Built by hand: strftime's %a/%b follow the locale. Inside a callback the second comes
+ * from its clock reading (tick, plus the wall offset of the last sweep), not from one
+ * more clock read per reply. */
 static void update_date(http_worker_t *hw)
 {
     static const char wday[7][4] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
     static const char mon[12][4] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
                                     "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
-    time_t now = time(NULL);
+    time_t now = hw->in_run ? (time_t)(((int64_t)hw->now_ms + hw->wall_off_ms) / 1000)
+                            : time(NULL);
     if (now != hw->date_sec) {
         struct tm tm;
         gmtime_r(&now, &tm);

@@ -203,6 +203,114 @@ static void test_chunked(void **state)
     }
 }
 
+/* The target and the field values are scanned eight bytes at a time: every byte value at
+ * every position of a 24-byte target and value (each word, each offset within it, the
+ * byte-at-a-time tail) is accepted or refused exactly as the byte rules say. */
+/* z = a, then the 24 bytes of mid, then b; returns the length. */
+static size_t cat3(char *z, const char *a, const char *mid, const char *b)
+{
+    size_t n = strlen(a);
+    memcpy(z, a, n);
+    memcpy(z + n, mid, 24);
+    n += 24;
+    memcpy(z + n, b, strlen(b));
+    return n + strlen(b);
+}
+
+static void test_every_byte_everywhere(void **state)
+{
+    (void)state;
+    for (int b = 0; b < 256; b++) {
+        for (size_t at = 1; at < 23; at++) {
+            char tgt[25], val[25];
+            memset(tgt, 'a', 24);
+            memset(val, 'v', 24);
+            tgt[0] = '/';
+            tgt[at] = (char)b;
+            val[at] = (char)b;
+            tgt[24] = val[24] = '\0';
+            char z[160];
+            h1_head_t h;
+            /* the target (put together with memcpy: the byte may be NUL) */
+            size_t n = cat3(z, "GET ", tgt, " HTTP/1.1\r\nHost: x\r\n\r\n");
+            int st = h1_parse_head(z, n, &h);
+            int ok = b > 0x20 && b != 0x7f;
+            if ((st == 0) != ok)
+                fail_msg("target byte 0x%02x at %zu: got %d", b, at, st);
+            if (ok)
+                assert_int_equal(h.target.n, 24);
+            /* a field value */
+            n = cat3(z, "GET / HTTP/1.1\r\nHost: x\r\nauthorization: ", val, "\r\n\r\n");
+            st = h1_parse_head(z, n, &h);
+            ok = b == '\t' || (b >= 0x20 && b != 0x7f);
+            if ((st == 0) != ok)
+                fail_msg("value byte 0x%02x at %zu: got %d", b, at, st);
+            if (ok) {
+                assert_int_equal(h.auth.n, 24);
+                assert_memory_equal(h.auth.p, val, 24);
+            }
+        }
+    }
+}
+
+/* The fields the parser knows are recognised in any letter case and not when any one
+ * byte differs (names are compared a word at a time). */
+static void test_field_names_exact(void **state)
+{
+    (void)state;
+    static const char *names[] = {
+        "host", "expect", "upgrade", "connection", "authorization", "x-admin-token",
+        "content-length", "x-forwarded-for", "transfer-encoding",
+    };
+    static const char *values[] = {
+        "y", "100-continue", "h2c", "close", "tok", "adm", "5", "1.2.3.4", "chunked",
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        size_t nn = strlen(names[i]);
+        for (size_t at = 0; at <= nn; at++) {
+            for (int how = 0; how < 3; how++) {
+                char name[32];
+                memcpy(name, names[i], nn + 1);
+                int same = 1;
+                if (at < nn && how == 0) {
+                    if (name[at] >= 'a' && name[at] <= 'z')
+                        name[at] = (char)(name[at] - 'a' + 'A');   /* same field */
+                } else if (at < nn && how == 1) {
+                    name[at] = name[at] == 'z' ? 'y' : (char)(name[at] + 1);
+                    same = 0;
+                } else if (at < nn && how == 2) {
+                    name[at] = name[at] == '-' ? '_' : '^';          /* tchar, not a letter */
+                    same = 0;
+                } else if (at < nn) {
+                    continue;
+                }
+                char z[200];
+                /* HTTP/1.1 needs a Host of its own unless this is the Host field */
+                int n = snprintf(z, sizeof z, "POST / HTTP/1.1\r\n%s%s: %s\r\n\r\n",
+                                 i == 0 ? "" : "Host: x\r\n", name, values[i]);
+                h1_head_t h;
+                int st = h1_parse_head(z, (size_t)n, &h);
+                int seen;
+                switch (i) {
+                case 0: seen = st == 0; break;              /* else 400: no Host */
+                case 1: seen = h.expect_continue; break;
+                case 2: seen = h.has_upgrade; break;
+                case 3: seen = h.conn_close; break;
+                case 4: seen = h.has_auth; break;
+                case 5: seen = h.has_admin; break;
+                case 6: seen = h.has_length; break;
+                case 7: seen = h.has_xff; break;
+                default: seen = h.chunked; break;
+                }
+                if (i != 0)
+                    assert_int_equal(st, 0);
+                if (seen != same)
+                    fail_msg("field %s: seen %d, want %d", name, seen, same);
+            }
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -210,6 +318,8 @@ int main(void)
         cmocka_unit_test(test_head_refused),
         cmocka_unit_test(test_head_len),
         cmocka_unit_test(test_chunked),
+        cmocka_unit_test(test_every_byte_everywhere),
+        cmocka_unit_test(test_field_names_exact),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -96,6 +96,24 @@ static void test_i64(void **state)
         assert_string_equal(sb_cstr(&s), cases[i].z);
         sb_free(&s);
     }
+    /* sb_dec counts the digits before it writes them: every power of ten and its
+     * neighbours, both signs, against printf; the bytes after the NUL untouched. */
+    for (int64_t p = 1;; p *= 10) {
+        for (int64_t d = -1; d <= 1; d++) {
+            for (int sign = 0; sign < 2; sign++) {
+                int64_t v = sign ? -(p + d) : p + d;
+                char want[32], got[SB_DEC_MAX + 1];
+                int wn = snprintf(want, sizeof want, "%lld", (long long)v);
+                memset(got, 'x', sizeof got);
+                assert_int_equal(sb_dec(got, v), wn);
+                assert_string_equal(got, want);
+                if (wn + 1 < (int)sizeof got)
+                    assert_int_equal(got[wn + 1], 'x');
+            }
+        }
+        if (p > INT64_MAX / 10)
+            break;
+    }
 }
 
 /* ---- JSON strings ---- */
