@@ -1006,25 +1006,33 @@ fail:
  * with DO NOTHING (or the default ABORT of its NOT NULL checks) every statement opened a
  * savepoint and copied each page it touched first into the sub-journal, ~10 % of the
  * instructions per order. The unique index still decides: the rows are checked against
- * it as before. */
+ * it as before.
+ *
+ * The k rows share one voucher and one time: row j binds only its id and user (?2j+1,
+ * ?2j+2), the voucher is ?2k+1 and create_time = update_time ?2k+2 for all of them. A
+ * batch is runs of one voucher's stream, admitted within a second or two, so the chunks
+ * split there cost a statement or two per batch, while two binds fewer per row (a text
+ * one among them) saved ~300 instructions per order (docs/bench.md, "The order writer
+ * per order"). */
 static sqlite3_stmt *insert_rows_stmt(sq_t *q, int k)
 {
     int slot = __builtin_ctz((unsigned)k);
     if (q->st_rows[slot])
         return q->st_rows[slot];
-    char sql[128 + ORDER_CHUNK * 48];
+    char sql[160 + ORDER_CHUNK * 40];
     size_t p = (size_t)snprintf(sql, sizeof sql, "INSERT OR ROLLBACK INTO tb_voucher_order "
                                 "(id, user_id, voucher_id, create_time, update_time) VALUES ");
     for (int j = 0; j < k; j++)
         p += (size_t)snprintf(sql + p, sizeof sql - p, "%s(?%d, ?%d, ?%d, ?%d, ?%d)",
-                              j ? ", " : "", 4 * j + 1, 4 * j + 2, 4 * j + 3, 4 * j + 4,
-                              4 * j + 4);
+                              j ? ", " : "", 2 * j + 1, 2 * j + 2, 2 * k + 1, 2 * k + 2,
+                              2 * k + 2);
     return stmt_prepare(q, &q->st_rows[slot], sql);
 }
 
-/* Inserts rows[0..k) with as few statements as the prepared sizes allow (k <=
- * ORDER_CHUNK). Returns how many rows were inserted; INSERT_CONFLICT when a row met a
- * constraint (SQLite has rolled the transaction back); -1 on an error. */
+/* Inserts rows[0..k) (k <= ORDER_CHUNK, all of one voucher and one create_time:
+ * insert_rows_stmt) with as few statements as the prepared sizes allow. Returns how many
+ * rows were inserted; INSERT_CONFLICT when a row met a constraint (SQLite has rolled the
+ * transaction back); -1 on an error. */
 #define INSERT_CONFLICT (-2)
 
 static int insert_rows(sq_t *q, const store_order_t *const *rows, int k)
@@ -1035,17 +1043,14 @@ static int insert_rows(sq_t *q, const store_order_t *const *rows, int k)
         sqlite3_stmt *st = insert_rows_stmt(q, m);
         if (!st)
             return -1;
-        char tt[ORDER_CHUNK][32];   /* bound SQLITE_STATIC: time_text's buffer changes per row */
         for (int j = 0; j < m; j++) {
-            const store_order_t *o = rows[j];
-            const char *t = time_text(q, o->create_time);
-            size_t tl = strlen(t);
-            memcpy(tt[j], t, tl + 1);
-            sqlite3_bind_int64(st, 4 * j + 1, o->id);
-            sqlite3_bind_int64(st, 4 * j + 2, o->user_id);
-            sqlite3_bind_int64(st, 4 * j + 3, o->voucher_id);
-            sqlite3_bind_text(st, 4 * j + 4, tt[j], (int)tl, SQLITE_STATIC);
+            sqlite3_bind_int64(st, 2 * j + 1, rows[j]->id);
+            sqlite3_bind_int64(st, 2 * j + 2, rows[j]->user_id);
         }
+        sqlite3_bind_int64(st, 2 * m + 1, rows[0]->voucher_id);
+        /* time_text's buffer holds still until the step: nothing else converts meanwhile */
+        sqlite3_bind_text(st, 2 * m + 2, time_text(q, rows[0]->create_time), -1,
+                          SQLITE_STATIC);
         int rc = sqlite3_step(st);
         sqlite3_reset(st);
         if ((rc & 0xff) == SQLITE_CONSTRAINT && sqlite3_get_autocommit(q->db))
@@ -1062,9 +1067,9 @@ static int insert_rows(sq_t *q, const store_order_t *const *rows, int k)
 }
 
 /* The usual batch: every order is of its voucher's current generation and new to SQL.
- * Inserted up to ORDER_CHUNK rows per statement: row by row, SQLite's per-statement work
- * (VDBE set-up, the statement journal an upsert opens, halt) cost about as much as the
- * insert itself. Returns STORE_OK (committed), STORE_ERR, or ORDERS_UNUSUAL when an order
+ * Inserted up to ORDER_CHUNK rows of one voucher and time per statement: row by row,
+ * SQLite's per-statement work (VDBE set-up, the statement journal an upsert opens, halt)
+ * cost about as much as the insert itself. Returns STORE_OK (committed), STORE_ERR, or ORDERS_UNUSUAL when an order
  * is fenced or a row conflicts (insert_rows_stmt): then the transaction is rolled
  * back, nothing is written, and the caller takes the row-by-row path, which tells each case
  * apart. */
@@ -1093,9 +1098,11 @@ static int orders_write_chunked(sq_t *q, const store_order_t *orders, size_t n,
             goto fail;
         }
         chunk[k++] = o;
-        tally_add(&tl, o->voucher_id, 1);
-        if (k < ORDER_CHUNK && i + 1 < n)
-            continue;
+        const store_order_t *next = i + 1 < n ? &orders[i + 1] : NULL;
+        if (k < ORDER_CHUNK && next && next->voucher_id == o->voucher_id &&
+            next->create_time == o->create_time)
+            continue;   /* one voucher and one time per chunk (insert_rows_stmt) */
+        tally_add(&tl, o->voucher_id, k);
         int done = insert_rows(q, chunk, k);
         if (done == INSERT_CONFLICT) {
             rc = ORDERS_UNUSUAL;   /* rolled back already: rollback() below sees that */

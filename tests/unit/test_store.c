@@ -464,6 +464,44 @@ static void test_vouchers(void **state)
     assert_int_equal(store_voucher_counts(f->s, 10, &orders, &stock), STORE_NOTFOUND);
 }
 
+/* A batch of runs: orders of one voucher admitted in one second come in runs, which the
+ * SQLite backend inserts as statements sharing the voucher and the time; every row must
+ * still get its own voucher and time, across a run's end inside a statement's span. */
+static void test_orders_runs(void **state)
+{
+    FX(f);
+    int64_t a = create_seckill(f->s, 1, 1000);
+    int64_t b = create_seckill(f->s, 1, 1000);
+    enum { N = 700 };
+    static const struct { int n; int voucher_b; int dt; } runs[] = {
+        {300, 0, 0}, {1, 0, 1}, {130, 0, 2}, {5, 1, 2}, {128, 1, 2}, {1, 0, 2}, {135, 0, 3}};
+    store_order_t batch[N];
+    int i = 0;
+    for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++)
+        for (int j = 0; j < runs[r].n; j++, i++)
+            batch[i] = mk(7000000 + i, 60000 + i, runs[r].voucher_b ? b : a,
+                          1700000100 + runs[r].dt);
+    assert_int_equal(i, N);
+    size_t ins = 0, conf = 99;
+    assert_int_equal(store_orders_write(f->s, batch, N, &ins, &conf, NULL), STORE_OK);
+    assert_int_equal(ins, N);
+    assert_int_equal(conf, 0);
+    for (i = 0; i < N; i++) {
+        store_order_t o;
+        assert_int_equal(store_order_get(f->s, batch[i].id, &o), STORE_OK);
+        assert_int_equal(o.user_id, batch[i].user_id);
+        assert_int_equal(o.voucher_id, batch[i].voucher_id);
+        assert_int_equal(o.create_time, batch[i].create_time);
+    }
+    int64_t orders, stock;
+    assert_int_equal(store_voucher_counts(f->s, b, &orders, &stock), STORE_OK);
+    assert_int_equal(orders, 133);
+    assert_int_equal(stock, 1000 - 133);
+    assert_int_equal(store_voucher_counts(f->s, a, &orders, &stock), STORE_OK);
+    assert_int_equal(orders, N - 133);
+    assert_int_equal(stock, 1000 - (N - 133));
+}
+
 static void test_orders_idempotent(void **state)
 {
     FX(f);
@@ -987,6 +1025,7 @@ int main(void)
         CONTRACT(test_voucher_buckets),
         CONTRACT(test_vouchers),
         CONTRACT(test_orders_idempotent),
+        CONTRACT(test_orders_runs),
         CONTRACT(test_orders_dup_and_conflict),
         CONTRACT(test_orders_fenced_by_epoch),
         CONTRACT(test_orders_of_user),
