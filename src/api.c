@@ -310,15 +310,16 @@ static void route_run(http_req_t *r, const route_t *rt, const auth_user_t *u)
 {
     int64_t id = 0;
     if (rt->flags & RF_ID) {
-        const char *seg = NULL;
-        size_t seglen = 0;
-        if (!route_match(rt, r->path, r->path_len, &seg, &seglen) ||
-            api_parse_id(seg, seglen, &id) != 0) {
+        /* route_find matched rt against this path: the id segment is what lies between
+         * the route's prefix and suffix (not matched a second time). */
+        const char *seg = r->path + rt->pre;
+        size_t seglen = r->path_len - (size_t)rt->pre - (size_t)rt->suf;
+        if (api_parse_id(seg, seglen, &id) != 0) {
             /* Echo at most 32 bytes of the segment, printable ASCII only: it is raw
              * client input and the message must stay valid UTF-8 JSON. */
             char msg[64] = "invalid id: ";
             size_t m = strlen(msg);
-            for (size_t i = 0; seg != NULL && i < seglen && i < 32; i++) {
+            for (size_t i = 0; i < seglen && i < 32; i++) {
                 char ch = seg[i];
                 msg[m++] = ch >= 0x20 && ch < 0x7f ? ch : '?';
             }

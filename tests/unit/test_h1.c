@@ -253,6 +253,35 @@ static void test_every_byte_everywhere(void **state)
     }
 }
 
+/* h1_head_len looks for LFs a word at a time: a bare LF at any position of a line is
+ * found, and a head's end is found at any length, fed whole or one byte at a time. */
+static void test_head_len_every_position(void **state)
+{
+    (void)state;
+    for (size_t tl = 1; tl < 40; tl++) {
+        char z[128];
+        int n = snprintf(z, sizeof z, "GET /%.*s HTTP/1.1\r\nHost: x\r\n\r\n", (int)tl,
+                         "abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyz");
+        size_t scan = 0;
+        assert_int_equal(h1_head_len(z, (size_t)n, &scan, 8192), n);
+        scan = 0;
+        for (int k = 1; k < n; k++)
+            assert_int_equal(h1_head_len(z, (size_t)k, &scan, 8192), 0);
+        assert_int_equal(h1_head_len(z, (size_t)n, &scan, 8192), n);
+        for (size_t at = 1; at < (size_t)n - 4; at++) {
+            if (z[at] == '\r' || z[at] == '\n' || z[at - 1] == '\r')
+                continue;
+            char y[128];
+            memcpy(y, z, (size_t)n);
+            y[at] = '\n';                          /* an LF without a CR before it */
+            scan = 0;
+            long got = h1_head_len(y, (size_t)n, &scan, 8192);
+            if (got != -400)
+                fail_msg("bare LF at %zu of a %d-byte head: got %ld", at, n, got);
+        }
+    }
+}
+
 /* The fields the parser knows are recognised in any letter case and not when any one
  * byte differs (names are compared a word at a time). */
 static void test_field_names_exact(void **state)
@@ -320,6 +349,7 @@ int main(void)
         cmocka_unit_test(test_chunked),
         cmocka_unit_test(test_every_byte_everywhere),
         cmocka_unit_test(test_field_names_exact),
+        cmocka_unit_test(test_head_len_every_position),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
