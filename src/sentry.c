@@ -71,8 +71,9 @@ static int64_t checked_num(const char **p, const char *end)
     return (int64_t)v;
 }
 
-/* "<ts> <ep> <orderId> <userId> ...": checks every number; it at the first pair. */
-static int open_many(const redisReply *v, sentry_it_t *it, size_t *norders,
+/* "<ts> <ep> <orderId> <userId> ...": checks every number (lazy: ts and ep only, and
+ * *norders is a bound: sentry_take checks the pairs); it at the first pair. */
+static int open_many(const redisReply *v, sentry_it_t *it, size_t *norders, int lazy,
                      const char **reason)
 {
     const char *p = v->str, *end = v->str + v->len;
@@ -86,6 +87,13 @@ static int open_many(const redisReply *v, sentry_it_t *it, size_t *norders,
     }
     it->p = p;
     it->end = end;
+    if (lazy) {
+        /* a pair and its space take 4 bytes at least ("1 1 "), the last one 3 */
+        size_t bound = ((size_t)(end - p) + 1) / 4;
+        it->lazy = 1;
+        it->left = *norders = bound > SENTRY_MAX_ORDERS ? SENTRY_MAX_ORDERS : bound;
+        return 0;
+    }
     size_t n = 0;
     int64_t num;
     do {
@@ -161,8 +169,8 @@ static int parse_named(const redisReply *fid, const redisReply *fuser,
     return 0;
 }
 
-int sentry_open(const redisReply *f, int64_t voucher_id, sentry_it_t *it, size_t *norders,
-                const char **reason)
+static int open_entry(const redisReply *f, int64_t voucher_id, sentry_it_t *it,
+                      size_t *norders, int lazy, const char **reason)
 {
     memset(it, 0, sizeof *it);
     *norders = 0;
@@ -194,13 +202,49 @@ int sentry_open(const redisReply *f, int64_t voucher_id, sentry_it_t *it, size_t
             fep = v;
     }
     if (fos != NULL)
-        return open_many(fos, it, norders, reason);
+        return open_many(fos, it, norders, lazy, reason);
     int rc = fo != NULL ? parse_compact(fo, &it->cur, reason)
                         : parse_named(fid, fuser, fvoucher, fts, fep, voucher_id, &it->cur, reason);
     if (rc != 0)
         return -1;
     it->left = *norders = 1;
     return 0;
+}
+
+int sentry_open(const redisReply *f, int64_t voucher_id, sentry_it_t *it, size_t *norders,
+                const char **reason)
+{
+    return open_entry(f, voucher_id, it, norders, 0, reason);
+}
+
+int sentry_open_lazy(const redisReply *f, int64_t voucher_id, sentry_it_t *it, size_t *bound,
+                     const char **reason)
+{
+    return open_entry(f, voucher_id, it, bound, 1, reason);
+}
+
+int sentry_take(sentry_it_t *it, sentry_t *out, const char **reason)
+{
+    if (!it->lazy)
+        return sentry_next(it, out);
+    /* What open_many checks, pair by pair, with its reasons: the first pair must be there,
+     * and no more pairs than one admission call writes. */
+    if (it->p == it->end && it->taken > 0)
+        return 0;
+    *out = it->cur;
+    if (next_num(&it->p, it->end, 0, &out->order_id) != 0) {
+        *reason = "missing or bad id";
+        return -1;
+    }
+    if (next_num(&it->p, it->end, 0, &out->user_id) != 0) {
+        *reason = "missing or bad userId";
+        return -1;
+    }
+    if (++it->taken > it->left) {
+        *reason = "more orders than one admission call writes";
+        return -1;
+    }
+    return 1;
 }
 
 int sentry_next(sentry_it_t *it, sentry_t *out)

@@ -42,7 +42,9 @@ typedef struct sentry {
 
 /* An entry's orders, one after the other (sentry_next). Borrows the reply. */
 typedef struct sentry_it {
-    size_t left;          /* orders not yet returned */
+    size_t left;          /* orders not yet returned (lazy: the bound) */
+    size_t taken;         /* lazy: orders sentry_take returned */
+    int lazy;             /* opened by sentry_open_lazy (an os entry) */
     const char *p, *end;  /* os: the next "<orderId> <userId>" pair, the value's end */
     sentry_t cur;         /* o, named: the one order; os: ts and ep shared by all */
 } sentry_it_t;
@@ -56,5 +58,17 @@ int sentry_open(const struct redisReply *fields, int64_t voucher_id, sentry_it_t
 
 /* The next order of an opened entry into *out: 1, or 0 when there is none left. */
 int sentry_next(sentry_it_t *it, sentry_t *out);
+
+/* sentry_open in one pass over the numbers, for a reader that can drop the orders it took
+ * of an entry that turns out bad (the order writer): checks the fields, ts and ep, and sets
+ * *bound to at most how many orders the entry may hold (<= what sentry_open allows);
+ * sentry_take then checks each order as it returns it. An entry is still one unit: once
+ * sentry_take says -1, drop every order taken from it. Each number of the orders is read
+ * once instead of twice (checked, then read): ~1 % of the writer's instructions. */
+int sentry_open_lazy(const struct redisReply *fields, int64_t voucher_id, sentry_it_t *it,
+                     size_t *bound, const char **reason);
+/* The next order of an entry opened by sentry_open_lazy (or sentry_open): 1 with *out, 0
+ * when there is none left, -1 with *reason (sentry_open's reasons) when the entry is bad. */
+int sentry_take(sentry_it_t *it, sentry_t *out, const char **reason);
 
 #endif

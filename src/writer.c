@@ -635,23 +635,27 @@ static int parse_entry(writer_t *wr, size_t si, const redisReply *er)
      * unit: all its orders are written, or (one of them bad) it goes to the dead letters
      * whole. */
     sentry_it_t it;
-    size_t no;
-    if (sentry_open(f, wr->streams[si].vid, &it, &no, &e->reason) != 0)
+    size_t bound;
+    if (sentry_open_lazy(f, wr->streams[si].vid, &it, &bound, &e->reason) != 0)
         return 0;
-    if (wr->norders + no > wr->caporders) {
-        while (wr->norders + no > wr->caporders)
+    if (wr->norders + bound > wr->caporders) {
+        while (wr->norders + bound > wr->caporders)
             wr->caporders = wr->caporders ? wr->caporders * 2 : 1024;
         wr->orders = xrealloc(wr->orders, wr->caporders * sizeof *wr->orders);
     }
+    /* Taken into the batch's orders as they are checked (one pass); counted into it only
+     * once the whole entry is good: an entry is one unit. */
     e->o0 = wr->norders;
     const int64_t latest = (int64_t)time(NULL) + WRITER_TIME_SLACK_S;
+    const int64_t vid = wr->streams[si].vid;
+    size_t no = 0;
     sentry_t se;
-    for (size_t k = 0; sentry_next(&it, &se); k++) {
-        store_order_t *o = &wr->orders[e->o0 + k];
-        memset(o, 0, sizeof *o);
+    int rc;
+    while ((rc = sentry_take(&it, &se, &e->reason)) == 1) {
+        store_order_t *o = &wr->orders[e->o0 + no++];
         o->id = se.order_id;
         o->user_id = se.user_id;
-        o->voucher_id = wr->streams[si].vid;
+        o->voucher_id = vid;
         if (o->user_id > WRITER_MAX_USER_ID) {
             e->reason = "userId out of range";
             return 0;
@@ -669,6 +673,8 @@ static int parse_entry(writer_t *wr, size_t si, const redisReply *er)
         o->epoch = se.ep;
         o->status = 1;
     }
+    if (rc < 0)
+        return 0;   /* e->reason says why */
     wr->norders += no;
     e->no = no;
     e->kind = E_ORDER;

@@ -35,19 +35,54 @@ static const redisReply *mk(fields_t *f, size_t n, const char *const *s)
     return &f->arr;
 }
 
-/* Opens an entry of one order and reads it into *e. */
+static int take_all(const redisReply *fields, sentry_t *out, size_t *n, const char **why);
+
+/* Opens an entry of one order and reads it into *e; the one-pass reader (take_all) must
+ * say the same. */
 static int parse(size_t n, const char *const *s, sentry_t *e, const char **why)
 {
     fields_t f;
     sentry_it_t it;
     size_t no;
+    sentry_t e2;
+    size_t n2 = 1;
+    const char *why2 = NULL;
+    int rc2 = take_all(mk(&f, n, s), &e2, &n2, &why2);
     *why = NULL;
-    if (sentry_open(mk(&f, n, s), 42, &it, &no, why) != 0)
+    if (sentry_open(mk(&f, n, s), 42, &it, &no, why) != 0) {
+        assert_int_equal(rc2, -1);
+        assert_string_equal(why2, *why);
         return -1;
+    }
     assert_int_equal(no, 1);
     assert_int_equal(sentry_next(&it, e), 1);
     assert_int_equal(sentry_next(&it, e), 0);
+    assert_int_equal(rc2, 0);
+    assert_int_equal(n2, 1);
+    assert_true(e2.order_id == e->order_id && e2.user_id == e->user_id && e2.ts == e->ts &&
+                e2.ep == e->ep);
     return 0;
+}
+
+/* sentry_open_lazy + sentry_take over a whole entry: the orders into out (at most
+ * *n), *n the count; 0, or -1 with *why, as sentry_open would say. */
+static int take_all(const redisReply *fields, sentry_t *out, size_t *n, const char **why)
+{
+    sentry_it_t it;
+    size_t bound, k = 0;
+    if (sentry_open_lazy(fields, 42, &it, &bound, why) != 0)
+        return -1;
+    assert_true(bound <= 4096);
+    sentry_t e;
+    int rc;
+    while ((rc = sentry_take(&it, &e, why)) == 1) {
+        assert_true(k < bound);
+        if (k < *n)
+            out[k] = e;
+        k++;
+    }
+    *n = k;
+    return rc;
 }
 
 static void test_many(void **state)
@@ -68,6 +103,14 @@ static void test_many(void **state)
                     e.ts == 1796155124 && e.ep == 3);
     }
     assert_int_equal(sentry_next(&it, &e), 0);
+    /* the one-pass reader gives the same orders */
+    sentry_t got[4];
+    size_t ngot = 4;
+    assert_int_equal(take_all(mk(&f, 2, ok), got, &ngot, &why), 0);
+    assert_int_equal(ngot, 3);
+    for (size_t k = 0; k < 3; k++)
+        assert_true(got[k].order_id == want[k][0] && got[k].user_id == want[k][1] &&
+                    got[k].ts == 1796155124 && got[k].ep == 3);
     const char *one[] = {"os", "0 0 5 6"};   /* ts 0: the entry id's time */
     assert_int_equal(parse(2, one, &e, &why), 0);
     assert_true(e.order_id == 5 && e.user_id == 6 && e.ts == 0 && e.ep == 0);
@@ -88,6 +131,10 @@ static void test_many(void **state)
         why = NULL;
         assert_int_equal(sentry_open(mk(&f, 2, bad[i]), 42, &it, &no, &why), -1);
         assert_string_equal(why, reason[i]);
+        why = NULL;
+        ngot = 4;
+        assert_int_equal(take_all(mk(&f, 2, bad[i]), got, &ngot, &why), -1);
+        assert_string_equal(why, reason[i]);
     }
     /* more orders than a call admits: refused before anyone allocates for them */
     size_t big = 4097, len = 0;
@@ -99,6 +146,18 @@ static void test_many(void **state)
     const char *huge[] = {"os", z};
     assert_int_equal(sentry_open(mk(&f, 2, huge), 42, &it, &no, &why), -1);
     assert_string_equal(why, "more orders than one admission call writes");
+    why = NULL;
+    ngot = 0;
+    assert_int_equal(take_all(mk(&f, 2, huge), got, &ngot, &why), -1);
+    assert_string_equal(why, "more orders than one admission call writes");
+    assert_int_equal(ngot, 4096);   /* the bound the reader allocated for: never past it */
+    /* exactly as many as a call may admit: read whole */
+    len = (size_t)sprintf(z, "1 2");
+    for (size_t k = 0; k < 4096; k++)
+        len += (size_t)sprintf(z + len, " 5 6");
+    ngot = 0;
+    assert_int_equal(take_all(mk(&f, 2, huge), got, &ngot, &why), 0);
+    assert_int_equal(ngot, 4096);
     free(z);
 }
 
