@@ -14,7 +14,8 @@ Per round and binary it prints the grabs and the server's CPU per grab from
 (threads w0, w1, ...), the order writer (thread "writer") and the rest, plus redis-server's
 CPU per grab; then the writer alone ("drain": the orders deleted from SQL and the consumer
 group rewound, the writer thread's CPU per order until all are back; --drains K: K times,
-their median). At the end: the median of each column per binary. The CPU figures include
+their median); and the orders per commit of the writer over the bench run (/metrics:
+writer_batch_orders / writer_batches). At the end: the median of each column per binary. The CPU figures include
 the kernel's share (utime + stime) -- the same figure `make perf` reports.
 
 --callgrind: each server runs under valgrind's callgrind instead (this VM has no hardware
@@ -153,6 +154,15 @@ class Server:
             self.p.kill()
 
 
+def commits(s):
+    """(orders, commits) the order writer has committed so far (/metrics)."""
+    with urllib.request.urlopen(s.url + "/metrics", timeout=5) as r:
+        m = dict(ln.split()[:2] for ln in r.read().decode().splitlines()
+                 if ln.startswith("seckill_writer_batch"))
+    return (int(float(m.get("seckill_writer_batch_orders_total", 0))),
+            int(float(m.get("seckill_writer_batches_total", 0))))
+
+
 def drain(s, vid):
     """The writer alone: the voucher's orders deleted from SQL (stock given back) and its
     consumer group rewound; the writer thread's CPU per order until all are back."""
@@ -233,29 +243,31 @@ def main():
             servers.append(Server(b, tmp, i, a.callgrind))
         if a.callgrind:
             return instr_rounds(a, servers, tmp)
-        hdr = "%-28s %5s %8s %7s %7s %7s %7s %7s %7s" % ("binary", "round", "grabs", "total",
-                                                        "workers", "writer", "other", "redis",
-                                                        "drain")
-        print(hdr + "   (CPU us per grab)")
+        hdr = "%-28s %5s %8s %7s %7s %7s %7s %7s %7s %7s" % (
+            "binary", "round", "grabs", "total", "workers", "writer", "other", "redis",
+            "drain", "ord/cmt")
+        print(hdr + "   (CPU us per grab; orders per writer commit in the bench run)")
         for rnd in range(a.rounds):
             for s in servers:
                 js = os.path.join(tmp, "b.json")
-                t0, r0 = threads(s.p.pid), proc_ticks(s.rpid)
+                t0, r0, c0 = threads(s.p.pid), proc_ticks(s.rpid), commits(s)
                 d = bench(s, a, rnd, js)
-                t1, r1 = threads(s.p.pid), proc_ticks(s.rpid)
+                t1, r1, c1 = threads(s.p.pid), proc_ticks(s.rpid), commits(s)
                 n = d["outcomes"]["success"]
                 g = split(t0, t1)
                 tot = sum(g.values())
                 row = [n] + [x * TICK_US / n for x in (tot, g["workers"], g["writer"], g["other"],
                                                        r1 - r0)]
                 row.append(statistics.median(drain(s, d["voucher"]) for _ in range(a.drains)))
+                row.append((c1[0] - c0[0]) / max(1, c1[1] - c0[1]))
                 rows[s.bin].append(row)
-                print("%-28s %5d %8d %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f" % ((s.bin[-28:], rnd) + tuple(row)),
-                      flush=True)
+                print("%-28s %5d %8d %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.0f" % (
+                    (s.bin[-28:], rnd) + tuple(row)), flush=True)
         print("median")
         for b in a.bins:
             med = [statistics.median(c) for c in zip(*rows[b])]
-            print("%-28s %5s %8d %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f" % ((b[-28:], "") + tuple(med)))
+            print("%-28s %5s %8d %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.0f" % (
+                (b[-28:], "") + tuple(med)))
     finally:
         for s in servers:
             s.stop()
