@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """perf/grab_ab.py -- server CPU per grab, A/B between seckill binaries, in one command.
 
-    python3 perf/grab_ab.py [--rounds N] [--duration S] [--users U] [--drains K] [--callgrind] BIN [BIN ...]
+    python3 perf/grab_ab.py [--rounds N] [--duration S] [--users U] [--drains K] [--callgrind] VARIANT [VARIANT ...]
+
+A VARIANT is a seckill binary, optionally followed by serve flags after commas, as in
+perf/sale_ab.py: `/tmp/old`, `build/seckill,--cpu-affinity`.
 
 Starts one `seckill serve` per binary on its embedded default (private redis-server +
 SQLite, a temp data dir each), then alternates between them for N rounds: each round runs
@@ -96,8 +99,10 @@ def proc_ticks(pid):
 
 
 class Server:
-    def __init__(self, binary, tmp, i, callgrind=False):
+    def __init__(self, variant, tmp, i, callgrind=False):
+        binary, *flags = variant.split(",")
         self.bin = binary
+        self.name = variant
         self.dir = os.path.join(tmp, "d%d" % i)
         self.port = free_port()
         self.url = "http://127.0.0.1:%d" % self.port
@@ -106,7 +111,7 @@ class Server:
         pre = (["valgrind", "--tool=callgrind", "--callgrind-out-file=" + self.cg + ".%p"]
                if callgrind else [])
         self.p = subprocess.Popen(pre + [binary, "serve", "--data-dir", self.dir, "--listen",
-                                         "127.0.0.1:%d" % self.port, "--log-level", "warn"],
+                                         "127.0.0.1:%d" % self.port, "--log-level", "warn"] + flags,
                                   stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + (180 if callgrind else 30)
         while True:
@@ -202,7 +207,7 @@ def bench(s, a, rnd, js):
 
 def instr_rounds(a, servers, tmp):
     """--callgrind: instructions per grab, alternating binaries as the CPU rounds do."""
-    rows = {s.bin: [] for s in servers}
+    rows = {s.name: [] for s in servers}
     print("%-28s %5s %8s %12s %12s" % ("binary", "round", "grabs", "instr/grab",
                                         "drain/order"))
     for rnd in range(a.rounds):
@@ -215,12 +220,12 @@ def instr_rounds(a, servers, tmp):
             s.instructions(zero=True)
             drain(s, d["voucher"])
             ipo = s.instructions() / n if n else 0.0
-            rows[s.bin].append((ipg, ipo))
-            print("%-28s %5d %8d %12.0f %12.0f" % (s.bin[-28:], rnd, n, ipg, ipo), flush=True)
+            rows[s.name].append((ipg, ipo))
+            print("%-28s %5d %8d %12.0f %12.0f" % (s.name[-28:], rnd, n, ipg, ipo), flush=True)
     print("median")
     for s in servers:
-        print("%-28s %5s %8s %12.0f %12.0f" % ((s.bin[-28:], "", "") + tuple(
-            statistics.median(c) for c in zip(*rows[s.bin]))))
+        print("%-28s %5s %8s %12.0f %12.0f" % ((s.name[-28:], "", "") + tuple(
+            statistics.median(c) for c in zip(*rows[s.name]))))
 
 
 def main():
@@ -260,9 +265,9 @@ def main():
                                                        r1 - r0)]
                 row.append(statistics.median(drain(s, d["voucher"]) for _ in range(a.drains)))
                 row.append((c1[0] - c0[0]) / max(1, c1[1] - c0[1]))
-                rows[s.bin].append(row)
+                rows[s.name].append(row)
                 print("%-28s %5d %8d %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.0f" % (
-                    (s.bin[-28:], rnd) + tuple(row)), flush=True)
+                    (s.name[-28:], rnd) + tuple(row)), flush=True)
         print("median")
         for b in a.bins:
             med = [statistics.median(c) for c in zip(*rows[b])]

@@ -5,13 +5,20 @@
 # BIN with wrk -t2 -c64 (perf/grab.lua: a new signed-token user per request), alternating,
 # so all see the same machine load. docs/bench.md quotes it.
 #
-#   sh perf/soldout_ab.sh [BIN ...]      default BIN: build/seckill
+#   sh perf/soldout_ab.sh [VARIANT ...]      default: build/seckill
+#
+# A VARIANT is a binary, optionally followed by serve flags after commas (they come after
+# `--threads 2`, so `BIN,--threads=1` overrides it): `/tmp/old`, `build/seckill,--threads=1`.
 #
 # Per cell: requests/s, the server's CPU µs per request (perf stat task-clock over all its
 # threads; the kernel's share of its syscalls included), the user-space part of it (utime
 # from /proc: what the server's own code costs; the kernel's TCP work is the same for
 # every server), syscalls and context switches per request
-# (raw_syscalls:sys_enter). At the end, per BIN, the syscalls per request by name, counted
+# (raw_syscalls:sys_enter); then the scheduling cost per request: CPU migrations of the
+# server's threads, the wake-ups they made (sched:sched_waking in their context: mostly the
+# client thread each send wakes), the IPIs they sent (ipi:ipi_send_cpu: a wake-up of a
+# thread on another CPU that was not polling; on a VM each one is a VM exit) and how many
+# requests each epoll_wait found (requests / epoll_wait calls). At the end, per BIN, the syscalls per request by name, counted
 # over one more run (perf stat on the syscalls:sys_enter_* tracepoints).
 # Env: ROUNDS (3), DURATION (3), CONNS (64), USERS (100000). Needs perf, wrk, nginx.
 set -eu
@@ -30,11 +37,13 @@ TMP=$(mktemp -d /tmp/sksold.XXXXXX)
 user_ticks() { t=0; for p in "$@"; do t=$((t + $(awk '{print $14}' "/proc/$p/stat"))); done; echo $t; }
 
 # wrk on URL $1 (extra wrk args in $WRKARGS) under perf stat of pids $2...:
-# "req/s:cpu-us:user-us:syscalls:switches" per request
+# "req/s:cpu-us:user-us:syscalls:switches:migrations:wakeups:ipis:req-per-epoll_wait" per request
 measure() {
     u=$1; shift
     pl=$(echo "$@" | tr ' ' ',')
-    perf stat -x, -e task-clock,raw_syscalls:sys_enter,context-switches -p "$pl" -o "$TMP/stat.txt" &
+    perf stat -x, -e task-clock,raw_syscalls:sys_enter,context-switches,cpu-migrations \
+        -e sched:sched_waking,ipi:ipi_send_cpu,syscalls:sys_enter_epoll_wait \
+        -p "$pl" -o "$TMP/stat.txt" &
     sp=$!
     sleep 0.1
     u0=$(user_ticks "$@")
@@ -55,9 +64,14 @@ for line in open(sys.argv[2]):
 ms = st.get("task-clock", 0.0)
 sc = st.get("raw_syscalls:sys_enter", 0.0)
 cs = st.get("context-switches", 0.0)
+mig = st.get("cpu-migrations", 0.0)
+wk = st.get("sched:sched_waking", 0.0)
+ipi = st.get("ipi:ipi_send_cpu", 0.0)
+ew = st.get("syscalls:sys_enter_epoll_wait", 0.0)
 n = max(n, 1)
 user = int(sys.argv[3]) * float(sys.argv[4]) / n
-print("%.0f:%.2f:%.2f:%.2f:%.3f" % (rps, ms * 1000 / n, user, sc / n, cs / n))
+print("%.0f:%.2f:%.2f:%.2f:%.3f:%.4f:%.3f:%.3f:%.1f" % (rps, ms * 1000 / n, user, sc / n, cs / n,
+      mig / n, wk / n, ipi / n, n / ew if ew else 0.0))
 PY
 }
 
@@ -73,11 +87,15 @@ nginx_static 2 '{"success":false,"errorMsg":"库存不足","code":"SOLD_OUT"}'
 
 i=0
 targets=""
-for b in "$@"; do
+for var in "$@"; do
     i=$((i + 1))
+    b=${var%%,*}
+    flags=""
+    case $var in *,*) flags=$(echo "${var#*,}" | tr ',' ' ') ;; esac
     p=$(free_port)
     d="$TMP/d$i"
-    "$b" serve --listen "127.0.0.1:$p" --threads 2 --data-dir "$d" --log-level warn \
+    # shellcheck disable=SC2086
+    "$b" serve --listen "127.0.0.1:$p" --threads 2 --data-dir "$d" --log-level warn $flags \
         > "$TMP/s$i.log" 2>&1 &
     spid=$!
     pids="$pids $spid"
@@ -95,7 +113,7 @@ for b in "$@"; do
     targets="$targets $i:$p:$spid:$v:$b"
 done
 
-echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ), load $(cut -d' ' -f1-3 /proc/loadavg); wrk -t2 -c$CONNS -d${DURATION}s; cell = req/s : server CPU us/req : of it in user space : syscalls/req : context switches/req"
+echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ), load $(cut -d' ' -f1-3 /proc/loadavg); wrk -t2 -c$CONNS -d${DURATION}s; cell = req/s : server CPU us/req : of it in user space : syscalls/req : context switches/req : migrations/req : wake-ups/req : IPIs/req : requests per epoll_wait"
 printf 'round nginx'; for b in "$@"; do printf ' | %s' "$b"; done; echo
 r=1
 while [ $r -le "$ROUNDS" ]; do
@@ -120,10 +138,11 @@ names = sys.argv[2:]
 med = []
 for i, name in enumerate(names):
     cells = [[float(x) for x in r[i].split(":")] for r in rows]
-    med.append([statistics.median(c[k] for c in cells) for k in range(5)])
-    print("median %-20s %.0f req/s, CPU %.2f us/req (user %.2f), syscalls %.2f, switches %.3f" % (name, *med[-1]))
+    med.append([statistics.median(c[k] for c in cells) for k in range(9)])
+    print("median %-20s %.0f req/s, CPU %.2f us/req (user %.2f), syscalls %.2f, switches %.3f, "
+          "migrations %.4f, wake-ups %.3f, IPIs %.3f, requests per epoll_wait %.1f" % (name, *med[-1]))
 for i, name in enumerate(names[1:], 1):
-    print("ratio  %-20s req/s / nginx %.2f, CPU / nginx %.2f" % (name, med[i][0] / med[0][0], med[i][1] / med[0][1]))
+    print("ratio  %-20s req/s / nginx %.2f, CPU / nginx %.2f" % (name[-20:], med[i][0] / med[0][0], med[i][1] / med[0][1]))
 PY
 
 # syscalls by name, per request (one more run per server)

@@ -40,6 +40,8 @@ static const setting_t settings[] = {
       "HOST:PORT to serve HTTP on (the course's port 8081)"),
     S("threads", "SECKILL_THREADS", T_INT, threads, "0", 0, 256,
       "worker threads (0 = number of cores)"),
+    S("cpu-affinity", "SECKILL_CPU_AFFINITY", T_BOOL, cpu_affinity, "0", 0, 1,
+      "pin worker i to the i-th CPU and hand each connection to the worker on the CPU that took its handshake"),
     S("redis", "SECKILL_REDIS", T_STR, redis_url, "", 0, 0,
       "redis://[:password@]host:port[/db] or unix:PATH; empty = start a private redis-server"),
     S("db", "SECKILL_DB", T_STR, db_url, "", 0, 0,

@@ -1277,9 +1277,11 @@ void http_worker_stop(worker_t *w, int grace_ms, void (*done)(worker_t *w))
 /* Opens a non-blocking SO_REUSEPORT listener on host:port. Worker 0 first checks that no
  * other process listens there: SO_REUSEPORT would otherwise let a second instance share
  * the port silently (same user) and split the traffic. server.c initialises worker 0
- * first, so its probe runs before any of our own sockets exist. */
-static int open_listener(int worker_id, const char *host, int port, int *bound, char *err,
-                         size_t errlen)
+ * first, so its probe runs before any of our own sockets exist. cpu >= 0 (the worker is
+ * pinned there): SO_INCOMING_CPU, so that the kernel (6.2 and later) gives a connection
+ * whose handshake it processed on that CPU to this listener rather than by hash. */
+static int open_listener(int worker_id, int cpu, const char *host, int port, int *bound,
+                         char *err, size_t errlen)
 {
     char h[256];
     snprintf(h, sizeof h, "%s", host ? host : "");
@@ -1323,6 +1325,7 @@ static int open_listener(int worker_id, const char *host, int port, int *bound, 
         }
         if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
             setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) < 0 ||
+            (cpu >= 0 && setsockopt(fd, SOL_SOCKET, SO_INCOMING_CPU, &cpu, sizeof cpu) < 0) ||
             bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 4096) < 0) {
             saved = errno;
             close(fd);
@@ -1387,7 +1390,7 @@ int http_worker_init(worker_t *w, const char *host, int port, http_handler_fn ha
     hw->header_ms = (uint64_t)(cfg && cfg->header_timeout_s > 0 ? cfg->header_timeout_s : 10) * 1000;
     hw->max_buffered = cfg && cfg->max_buffered_bytes ? cfg->max_buffered_bytes : (size_t)256 << 20;
     hw->rbuf = xmalloc(READ_CHUNK);
-    hw->lfd = open_listener(w->id, host, port, &hw->port, err, errlen);
+    hw->lfd = open_listener(w->id, w->cpu, host, port, &hw->port, err, errlen);
     if (hw->lfd < 0) {
         hw_free(hw);
         return -1;
@@ -1401,7 +1404,7 @@ int http_worker_init(worker_t *w, const char *host, int port, http_handler_fn ha
             hw_free(hw);
             return -1;
         }
-        hw->mlfd = open_listener(0, mhost, mport, &mbound, err, errlen);
+        hw->mlfd = open_listener(0, -1, mhost, mport, &mbound, err, errlen);
         if (hw->mlfd < 0) {
             hw_free(hw);
             return -1;

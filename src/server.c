@@ -231,8 +231,7 @@ static void *worker_main(void *arg)
 {
     worker_t *w = arg;
     log_set_thread_name(w->name);
-    event_base_loop(w->base, 0);
-    return NULL;
+    return worker_loop(w);
 }
 
 static void on_http_stopped(worker_t *w)

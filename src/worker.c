@@ -6,16 +6,23 @@
  * pipe. The inbox callback takes the whole list under the lock and runs it unlocked, so
  * a message may post again without deadlock. libevent removes an event from the active
  * queue before running its callback, so a post that races with a running callback
- * re-activates it and is never lost. */
+ * re-activates it and is never lost.
+ *
+ * Scheduling (docs/bench.md, "Workers' kernel and scheduling cost"): with --cpu-affinity
+ * worker i's thread is pinned to the i-th CPU the process may run on, and http.c marks
+ * its listener with that CPU (SO_INCOMING_CPU) so that the kernel hands a new connection
+ * to the worker on the CPU that processed its handshake. */
 #include "worker.h"
 
 #include <event2/event.h>
 #include <event2/thread.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "app.h"
 #include "log.h"
 #include "xmem.h"
 
@@ -56,6 +63,20 @@ static void on_inbox(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+/* The id-th CPU (0-based) of the process's affinity mask, or -1 when it has fewer. */
+static int nth_allowed_cpu(int id)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) != 0)
+        return -1;
+    for (int c = 0, seen = 0; c < CPU_SETSIZE; c++) {
+        if (CPU_ISSET(c, &set) && seen++ == id)
+            return c;
+    }
+    return -1;
+}
+
 worker_t *worker_new(struct app *app, int id)
 {
     pthread_once(&evthread_once, evthread_init);
@@ -67,6 +88,12 @@ worker_t *worker_new(struct app *app, int id)
     w->id = id;
     w->app = app;
     snprintf(w->name, sizeof w->name, "w%d", id);
+    w->cpu = -1;
+    if (app && app->cfg.cpu_affinity) {
+        w->cpu = nth_allowed_cpu(id);
+        if (w->cpu < 0)
+            log_warn("worker %d: --cpu-affinity: fewer CPUs than workers, this one runs unpinned", id);
+    }
     pthread_mutex_init(&w->inbox_mu, NULL);
     w->base = event_base_new();
     if (!w->base) {
@@ -108,6 +135,20 @@ static void *thread_main(void *p)
     pthread_setname_np(pthread_self(), sa.w->name);
     log_set_thread_name(sa.w->name);
     return sa.run(sa.w);
+}
+
+void *worker_loop(worker_t *w)
+{
+    if (w->cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(w->cpu, &set);
+        int rc = pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+        if (rc != 0)
+            log_warn("worker %d: cannot pin to CPU %d: %s", w->id, w->cpu, strerror(rc));
+    }
+    event_base_loop(w->base, 0);
+    return NULL;
 }
 
 int worker_start(worker_t *w, void *(*run)(void *))

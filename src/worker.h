@@ -41,6 +41,10 @@ typedef struct worker {
      * worker (one per node on a cluster) finishes its handshake. */
     void (*on_redis_up)(struct worker *w);
 
+    /* The CPU this worker's thread is pinned to (--cpu-affinity; -1 = not pinned): set
+     * by worker_new, read by worker_loop and by http.c for its listener. */
+    int cpu;
+
     /* cross-thread inbox (worker_post); private to worker.c */
     pthread_mutex_t inbox_mu;
     struct worker_msg *inbox_head, *inbox_tail;
@@ -54,6 +58,10 @@ typedef void (*worker_fn)(worker_t *w, void *arg);
 /* Runs fn(w, arg) on w's loop thread, soon. Callable from any thread. fn runs exactly
  * once, unless the worker has already been freed (then never: do not post after stop). */
 void worker_post(worker_t *w, worker_fn fn, void *arg);
+
+/* The worker thread's body: pins the thread to w->cpu (if >= 0) and runs the loop until
+ * event_base_loopexit/loopbreak. Returns NULL (a pthread body's result). */
+void *worker_loop(worker_t *w);
 
 /* Creates the loop and inbox (not the thread). Returns NULL on failure. */
 worker_t *worker_new(struct app *app, int id);
