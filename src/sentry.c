@@ -35,6 +35,28 @@ static int str_eq(const redisReply *r, const char *s)
  * call at most): refused before a reader allocates for them. */
 #define SENTRY_MAX_ORDERS 4096
 
+/* The value of the eight bytes at s if all are ASCII digits, else -1. SWAR: the digits'
+ * bytes checked and combined in pairs, fours, then eights with three multiplications
+ * (the first digit in the lowest byte). */
+static int64_t eight_digits(const char *s)
+{
+    uint64_t x;
+    memcpy(&x, s, 8);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    x = __builtin_bswap64(x);   /* the first digit in the lowest byte */
+#endif
+    /* every byte 0x30..0x3f, and still 0x3_ after adding 6: 0x30..0x39 (no carry between
+     * bytes once the first test holds) */
+    if ((x & 0xF0F0F0F0F0F0F0F0u) != 0x3030303030303030u ||
+        ((x + 0x0606060606060606u) & 0xF0F0F0F0F0F0F0F0u) != 0x3030303030303030u)
+        return -1;
+    x -= 0x3030303030303030u;
+    x = x * 10 + (x >> 8);   /* pairs: byte 2k holds the value of digits 2k, 2k+1 */
+    x = (((x & 0x000000FF000000FFu) * (100 + (1000000ull << 32))) +
+         (((x >> 16) & 0x000000FF000000FFu) * (1 + (10000ull << 32)))) >> 32;
+    return (int64_t)(uint32_t)x;
+}
+
 /* The next space-separated number of [*p, end) into *out (zero_ok: "0" too), *p moved
  * past it and its one separating space. 0, or -1 when missing or bad. What dec() accepts,
  * in one pass over the bytes (no memchr first): the writer reads two per order, twice. */
@@ -43,6 +65,15 @@ static int next_num(const char **p, const char *end, int zero_ok, int64_t *out)
     const char *s = *p;
     uint64_t v = 0;
     size_t n = 0;
+    /* eight digits at a time while eight are there (an order id has 18, a user id ~10):
+     * ~3x fewer instructions than byte by byte; at most 19 digits in all, so v cannot
+     * overflow before the check below */
+    int64_t e8;
+    while (end - s >= 8 && n + 8 <= 19 && (e8 = eight_digits(s)) >= 0) {
+        v = v * 100000000u + (uint64_t)e8;
+        s += 8;
+        n += 8;
+    }
     for (; s < end && *s != ' '; s++, n++) {
         unsigned d = (unsigned)(unsigned char)*s - '0';
         if (d > 9 || n == 19)

@@ -161,6 +161,55 @@ static void test_many(void **state)
     free(z);
 }
 
+/* Numbers of every length up to 20 digits, with a bad byte anywhere: what strtoull and
+ * the limits say (next_num reads eight digits at a time where it can). */
+static void test_numbers(void **state)
+{
+    (void)state;
+    fields_t f;
+    sentry_t got[2];
+    size_t ngot;
+    const char *why;
+    char num[32], val[64];
+    const char *fv[] = {"os", val};
+    srand(7);
+    for (int len = 1; len <= 20; len++) {
+        for (int round = 0; round < 50; round++) {
+            for (int i = 0; i < len; i++)
+                num[i] = (char)('0' + (i == 0 ? 1 + rand() % 9 : rand() % 10));
+            num[len] = '\0';
+            if (round == 1)
+                memset(num, '9', (size_t)len);
+            int bad = round >= 40 ? rand() % len : -1;   /* a non-digit at bad */
+            if (bad >= 0)
+                num[bad] = "x/:a -"[round % 6];
+            snprintf(val, sizeof val, "1 2 %s 77", num);
+            ngot = 2;
+            why = NULL;
+            int rc = take_all(mk(&f, 2, fv), got, &ngot, &why);
+            unsigned long long want = strtoull(num, NULL, 10);
+            int ok = bad < 0 && len <= 19 && want <= INT64_MAX;
+            if (ok) {
+                assert_int_equal(rc, 0);
+                assert_int_equal(ngot, 1);
+                assert_true((unsigned long long)got[0].order_id == want);
+                assert_int_equal(got[0].user_id, 77);
+            } else {
+                assert_int_equal(rc, -1);
+            }
+            snprintf(val, sizeof val, "1 2 77 %s", num);
+            ngot = 2;
+            rc = take_all(mk(&f, 2, fv), got, &ngot, &why);
+            if (ok) {
+                assert_int_equal(rc, 0);
+                assert_true((unsigned long long)got[0].user_id == want);
+            } else {
+                assert_int_equal(rc, -1);
+            }
+        }
+    }
+}
+
 static void test_compact(void **state)
 {
     (void)state;
@@ -221,6 +270,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_many),
+        cmocka_unit_test(test_numbers),
         cmocka_unit_test(test_compact),
         cmocka_unit_test(test_named),
     };
