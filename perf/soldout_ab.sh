@@ -18,8 +18,11 @@
 # server's threads, the wake-ups they made (sched:sched_waking in their context: mostly the
 # client thread each send wakes), the IPIs they sent (ipi:ipi_send_cpu: a wake-up of a
 # thread on another CPU that was not polling; on a VM each one is a VM exit) and how many
-# requests each epoll_wait found (requests / epoll_wait calls). At the end, per BIN, the syscalls per request by name, counted
-# over one more run (perf stat on the syscalls:sys_enter_* tracepoints).
+# requests each epoll_wait found (requests / epoll_wait calls). Every perf figure is per
+# recvfrom counted in the same perf session (one per request here): under load perf stat
+# can attach well after wrk starts, and dividing by wrk's count made those cells too low.
+# At the end, per BIN, the syscalls per request by name, counted over one more run (perf
+# stat on the syscalls:sys_enter_* tracepoints).
 # Env: ROUNDS (3), DURATION (3), CONNS (64), USERS (100000). Needs perf, wrk, nginx.
 set -eu
 cd "$(dirname "$0")/.."
@@ -43,6 +46,7 @@ measure() {
     pl=$(echo "$@" | tr ' ' ',')
     perf stat -x, -e task-clock,raw_syscalls:sys_enter,context-switches,cpu-migrations \
         -e sched:sched_waking,ipi:ipi_send_cpu,syscalls:sys_enter_epoll_wait \
+        -e syscalls:sys_enter_recvfrom \
         -p "$pl" -o "$TMP/stat.txt" &
     sp=$!
     sleep 0.1
@@ -61,6 +65,13 @@ for line in open(sys.argv[2]):
     f = line.strip().split(",")
     if len(f) > 2 and f[0] and f[0][0].isdigit():
         st[f[2]] = float(f[0])
+# The perf figures are per recvfrom counted in the same session (one per request for
+# nginx and seckill alike: "syscalls per request, by name"), not per request wrk counted:
+# under load perf stat may attach to the threads well after wrk has started, and its
+# window is then shorter than wrk's.
+nr = st.get("syscalls:sys_enter_recvfrom", 0.0)
+wrk_n = n
+n = nr if nr > 0.5 * n else n
 ms = st.get("task-clock", 0.0)
 sc = st.get("raw_syscalls:sys_enter", 0.0)
 cs = st.get("context-switches", 0.0)
@@ -69,7 +80,7 @@ wk = st.get("sched:sched_waking", 0.0)
 ipi = st.get("ipi:ipi_send_cpu", 0.0)
 ew = st.get("syscalls:sys_enter_epoll_wait", 0.0)
 n = max(n, 1)
-user = int(sys.argv[3]) * float(sys.argv[4]) / n
+user = int(sys.argv[3]) * float(sys.argv[4]) / max(wrk_n, 1)
 print("%.0f:%.2f:%.2f:%.2f:%.3f:%.4f:%.3f:%.3f:%.1f" % (rps, ms * 1000 / n, user, sc / n, cs / n,
       mig / n, wk / n, ipi / n, n / ew if ew else 0.0))
 PY
