@@ -137,7 +137,10 @@ bench() {  # $1 label, rest: extra flags. Leaves $TMP/$1.json
 # (--writer-nice) and catches up after the load, so the figure taken over the load alone
 # leaves part of it out. grab_full counts from the load's start until the voucher's stream
 # is drained (nothing pending, nothing undelivered), split by thread.
-grab_full_start() { G0=$(cpu_ticks "$SPID"); GW0=$(thread_ticks "$SPID" '^w[0-9]+$'); GR0=$(thread_ticks "$SPID" '^writer$'); }
+# The writer's commits so far (/metrics): its CPU per order falls with the orders per commit
+# (docs/bench.md, "The order writer per order").
+writer_commits() { curl -s "$URL/metrics" | awk '$1 == "seckill_writer_batches_total" {print int($2)}'; }
+grab_full_start() { G0=$(cpu_ticks "$SPID"); GW0=$(thread_ticks "$SPID" '^w[0-9]+$'); GR0=$(thread_ticks "$SPID" '^writer$'); GC0=$(writer_commits); }
 grab_full() {  # $1 voucher, $2 grabs, $3 label; sets GRAB_FULL_$3
     t0=$(date +%s.%N); i=0
     until $R xinfo groups "seckill:stream:{$1}" | tr -d '\r' |
@@ -150,7 +153,8 @@ grab_full() {  # $1 voucher, $2 grabs, $3 label; sets GRAB_FULL_$3
     g=$(($(cpu_ticks "$SPID") - G0)); gw=$(($(thread_ticks "$SPID" '^w[0-9]+$') - GW0))
     gr=$(($(thread_ticks "$SPID" '^writer$') - GR0))
     full=$(per_req "$g" "$2")
-    say "              $3 grab, writer included: server CPU $full us/grab (workers $(per_req "$gw" "$2"), writer $(per_req "$gr" "$2"), rest $(per_req $((g - gw - gr)) "$2")) from the load's start until its orders were in SQL, $(python3 -c "import sys; print('%.1f' % (float(sys.argv[2]) - float(sys.argv[1])))" "$t0" "$t1") s after the load"
+    gc=$(($(writer_commits) - GC0)); [ "$gc" -gt 0 ] || gc=1
+    say "              $3 grab, writer included: server CPU $full us/grab (workers $(per_req "$gw" "$2"), writer $(per_req "$gr" "$2") in $gc commits of $(($2 / gc)) orders, rest $(per_req $((g - gw - gr)) "$2")) from the load's start until its orders were in SQL, $(python3 -c "import sys; print('%.1f' % (float(sys.argv[2]) - float(sys.argv[1])))" "$t0" "$t1") s after the load"
     eval "GRAB_FULL_$3=$full"
 }
 grab_full_start
