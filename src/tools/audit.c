@@ -85,7 +85,7 @@ int audit_record_read(const char *path, audit_record_t *rec, char *err, size_t e
         return -1;
     }
     char line[512];
-    size_t cap = 0, capso = 0, lineno = 0;
+    size_t cap = 0, capso = 0, capmb = 0, lineno = 0;
     int rc = 0;
     while (fgets(line, sizeof line, f)) {
         lineno++;
@@ -104,17 +104,22 @@ int audit_record_read(const char *path, audit_record_t *rec, char *err, size_t e
             continue;
         }
         long long oid = 0, uid = 0;
-        if (strncmp(line, "soldout ", 8) == 0) {   /* a buyer answered sold out (v2) */
-            if (sscanf(line + 8, "%lld", &uid) != 1) {
-                snprintf(err, errlen, "%s:%zu: expected 'soldout <user id>'", path, lineno);
+        /* a buyer answered sold out (v2), or 503 (v3) */
+        int sold = strncmp(line, "soldout ", 8) == 0, maybe = strncmp(line, "maybe ", 6) == 0;
+        if (sold || maybe) {
+            if (sscanf(line + (sold ? 8 : 6), "%lld", &uid) != 1) {
+                snprintf(err, errlen, "%s:%zu: expected '%s <user id>'", path, lineno,
+                         sold ? "soldout" : "maybe");
                 rc = -1;
                 break;
             }
-            if (rec->nsoldout == capso) {
-                capso = capso ? capso * 2 : 1024;
-                rec->soldout = xrealloc(rec->soldout, capso * sizeof *rec->soldout);
+            int64_t **v = sold ? &rec->soldout : &rec->maybe;
+            size_t *n = sold ? &rec->nsoldout : &rec->nmaybe, *c = sold ? &capso : &capmb;
+            if (*n == *c) {
+                *c = *c ? *c * 2 : 1024;
+                *v = xrealloc(*v, *c * sizeof **v);
             }
-            rec->soldout[rec->nsoldout++] = uid;
+            (*v)[(*n)++] = uid;
             continue;
         }
         int k = sscanf(line, "%lld %lld", &oid, &uid);
@@ -142,6 +147,9 @@ int audit_record_read(const char *path, audit_record_t *rec, char *err, size_t e
         free(rec->soldout);
         rec->soldout = NULL;
         rec->nsoldout = 0;
+        free(rec->maybe);
+        rec->maybe = NULL;
+        rec->nmaybe = 0;
     }
     return rc;
 }
@@ -161,6 +169,8 @@ int audit_record_write(const char *path, const audit_record_t *rec, char *err, s
                 (long long)rec->answers[i].user_id);
     for (size_t i = 0; i < rec->nsoldout; i++)
         fprintf(f, "soldout %lld\n", (long long)rec->soldout[i]);
+    for (size_t i = 0; i < rec->nmaybe; i++)
+        fprintf(f, "maybe %lld\n", (long long)rec->maybe[i]);
     if (fclose(f) != 0) {
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
         return -1;
@@ -744,18 +754,35 @@ static void check_voucher(const audit_opts_t *o, vdata_t *d, int drained_wanted,
             lost && d->epoch > 0 ? " (Redis was rebuilt from SQL: orders answered but not "
                                    "yet persisted when Redis lost them are gone)" : "");
         if (o->answers_complete) {
-            int64_t never = 0, ex_n = 0;
-            for (size_t i = 0; i < d->sql_by_id.n; i++)
-                if (pairs_find(&ans, d->sql_by_id.v[i].a) < 0 && never++ == 0)
+            /* A 503 says the order may have been taken (docs/api.md): an order of a
+             * buyer answered 503 is excused; 503s to buyers the client cannot name
+             * excuse that many orders, as lost answers do. */
+            pairs_t maybe = {0};
+            int64_t tol = o->unanswered > 0 ? o->unanswered : 0, never = 0, maybe_n = 0,
+                    ex_n = 0;
+            for (size_t i = 0; i < o->nmaybe; i++) {
+                if (o->maybe_users[i] != 0)
+                    pairs_push(&maybe, o->maybe_users[i], 0);
+                else
+                    tol++;
+            }
+            pairs_sort(&maybe);
+            for (size_t i = 0; i < d->sql_by_id.n; i++) {
+                if (pairs_find(&ans, d->sql_by_id.v[i].a) >= 0)
+                    continue;
+                if (pairs_find(&maybe, d->sql_by_id.v[i].b) >= 0)
+                    maybe_n++;
+                else if (never++ == 0)
                     ex_n = d->sql_by_id.v[i].a;
-            int64_t tol = o->unanswered > 0 ? o->unanswered : 0;
+            }
+            pairs_free(&maybe);
             ebuf[0] = '\0';
             if (never)
                 snprintf(ebuf, sizeof ebuf, "; e.g. order %lld", LL(ex_n));
             add(rp, "I3", "persisted-answered", never > tol ? C_FAIL : C_OK,
                 "%lld SQL orders were never answered success (answers the client lost: "
-                "%lld)%s",
-                LL(never), LL(tol), ebuf);
+                "%lld)%s; %lld more of buyers answered 503 (may have been taken)",
+                LL(never), LL(tol), ebuf, LL(maybe_n));
         } else {
             add(rp, "I3", "persisted-answered", C_SKIP,
                 "the record does not cover every request to this voucher");
@@ -1431,6 +1458,8 @@ int audit_main(int argc, char **argv)
         o.answers_complete = rec.complete;
         o.soldout_users = rec.soldout;
         o.nsoldout = rec.nsoldout;
+        o.maybe_users = rec.maybe;
+        o.nmaybe = rec.nmaybe;
     }
     FILE *jf = NULL;
     if (json) {
@@ -1439,6 +1468,7 @@ int audit_main(int argc, char **argv)
             fprintf(stderr, "seckill audit: %s: %s\n", json, strerror(errno));
             free(rec.answers);
             free(rec.soldout);
+            free(rec.maybe);
             return 2;
         }
     }
@@ -1455,5 +1485,6 @@ int audit_main(int argc, char **argv)
         fclose(jf);
     free(rec.answers);
     free(rec.soldout);
+    free(rec.maybe);
     return rc;
 }

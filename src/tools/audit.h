@@ -56,6 +56,8 @@ typedef struct audit_opts {
     int64_t unanswered;           /* requests whose answer the client never got */
     const int64_t *soldout_users; /* users the client saw answered sold out (the lab's */
     size_t nsoldout;              /* "refused while stock remained"), or NULL */
+    const int64_t *maybe_users;   /* users the client saw answered 503 (0 where not known): */
+    size_t nmaybe;                /* their order may have been taken (docs/api.md) */
     int wait_drain_ms;            /* > 0: wait up to this for pending = lag = 0 first */
     int timeout_ms;               /* per Redis command / SQL call; 0 = 10 s */
     FILE *out;                    /* the human report; NULL = stdout */
@@ -85,6 +87,7 @@ int audit_wait_drain(const char *redis_url, const char *db_url, int64_t voucher_
  *   # seckill-bench-record v1 voucher=<id> stock=<n> complete=<0|1> unanswered=<n>
  *   <order id> <user id>          (one line per success answer; user id 0 if unknown)
  *   soldout <user id>             (one line per sold-out answer, for the lab's figures)
+ *   maybe <user id>               (one line per 503 answer: the order may have been taken)
  * Header values are -1 when unknown. Returns 0 or -1 with a reason in err; *out is
  * malloc'ed (free()). */
 typedef struct audit_record {
@@ -94,6 +97,8 @@ typedef struct audit_record {
     size_t n;
     int64_t *soldout;             /* users answered sold out (0 where not known) */
     size_t nsoldout;
+    int64_t *maybe;               /* users answered 503 (0 where not known) */
+    size_t nmaybe;
 } audit_record_t;
 int audit_record_read(const char *path, audit_record_t *rec, char *err, size_t errlen);
 int audit_record_write(const char *path, const audit_record_t *rec, char *err, size_t errlen);

@@ -1226,6 +1226,10 @@ int bench_main(int argc, char **argv)
     rec.soldout = xcalloc(L.nsoldout, sizeof *rec.soldout);
     for (size_t i = 0; i < L.nsoldout; i++)
         rec.soldout[i] = users.user_ids[L.soldout[i]];
+    rec.nmaybe = L.nmaybe;
+    rec.maybe = xcalloc(L.nmaybe ? L.nmaybe : 1, sizeof *rec.maybe);
+    for (size_t i = 0; i < L.nmaybe; i++)
+        rec.maybe[i] = users.user_ids[L.maybe[i]];
     int status = 0;
     if (o.record[0] && audit_record_write(o.record, &rec, err, sizeof err) < 0) {
         fprintf(stderr, "seckill bench: %s\n", err);
@@ -1265,6 +1269,8 @@ int bench_main(int argc, char **argv)
             ao.unanswered = (int64_t)L.unanswered;
             ao.soldout_users = rec.soldout;
             ao.nsoldout = rec.nsoldout;
+            ao.maybe_users = rec.maybe;
+            ao.nmaybe = rec.nmaybe;
             ao.wait_drain_ms = 1;   /* already waited: now it must be drained */
             FILE *aud = o.html[0] ? open_memstream(&audit_text, &audit_len) : NULL;
             ao.out = aud ? aud : hout;
@@ -1314,6 +1320,7 @@ int bench_main(int argc, char **argv)
     free(r.slots);
     free(rec.answers);
     free(rec.soldout);
+    free(rec.maybe);
     hist_free(r.h);
     hist_free(r.hs);
     bench_load_free(&L);

@@ -128,6 +128,9 @@ typedef struct bench_load {
     size_t nsucc;
     uint32_t *soldout;                  /* JOB_SALE: the user of every sold-out answer */
     size_t nsoldout;
+    uint32_t *maybe;                    /* JOB_SALE: the user of every 503 answer (the order
+                                           may have been taken: docs/api.md) */
+    size_t nmaybe;
     uint64_t t_first_ns, t_last_ns;     /* first send, last answer */
     uint64_t origin_ns;                 /* the timeline's 0 (clock_mono_ns); open loop's
                                            first request is due 100 ms later */

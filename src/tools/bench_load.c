@@ -89,6 +89,12 @@ typedef struct bconn {
     uint64_t retry_at;
 } bconn_t;
 
+/* A growing list of users (indexes into the bench's users), one per answer of a kind. */
+typedef struct users {
+    uint32_t *v;
+    size_t n, cap;
+} users_t;
+
 typedef struct bench_thread {
     bench_load_t *L;
     int id;
@@ -125,8 +131,8 @@ typedef struct bench_thread {
     uint64_t first_ns, last_ns, last_progress_ns, p99_at;
     bench_success_t *succ;
     size_t nsucc, capsucc;
-    uint32_t *sold;                    /* users answered sold out (the lab's under-sell) */
-    size_t nsold, capsold;
+    users_t sold;                      /* users answered sold out (the lab's under-sell) */
+    users_t maybe;                     /* users answered 503: the order may have been taken */
     bench_rec_t *recs;                 /* JOB_SALE: every answer, for the timeline */
     size_t nrecs, caprecs;
     int recs_full;
@@ -477,6 +483,32 @@ static void openloop_dispatch(bench_thread_t *t)
     atomic_store_explicit(&t->ctr->backlog, t->bln, memory_order_relaxed);
 }
 
+static void users_push(users_t *u, uint32_t user)
+{
+    if (u->n == u->cap) {
+        u->cap = u->cap ? u->cap * 2 : 4096;
+        u->v = xrealloc(u->v, u->cap * sizeof *u->v);
+    }
+    u->v[u->n++] = user;
+}
+
+/* The threads' sold-out (which 0) or 503 (which 1) lists in one array, never NULL;
+ * returns its length. */
+static size_t users_merge(const bench_load_t *L, int which, uint32_t **out)
+{
+    size_t total = 0, n = 0;
+    for (int i = 0; i < L->threads; i++)
+        total += (which ? &L->th[i].maybe : &L->th[i].sold)->n;
+    *out = xrealloc(NULL, (total ? total : 1) * sizeof **out);
+    for (int i = 0; i < L->threads; i++) {
+        const users_t *u = which ? &L->th[i].maybe : &L->th[i].sold;
+        if (u->n)
+            memcpy(*out + n, u->v, u->n * sizeof **out);
+        n += u->n;
+    }
+    return n;
+}
+
 /* us since the load's origin, as the timeline stores it */
 static inline uint32_t since_origin(const bench_load_t *L, uint64_t ns)
 {
@@ -534,11 +566,9 @@ static void on_response(bconn_t *c, uint64_t now)
             t->succ[t->nsucc].user = r->user;
             t->nsucc++;
         } else if (o == BO_SOLD_OUT) {
-            if (t->nsold == t->capsold) {
-                t->capsold = t->capsold ? t->capsold * 2 : 4096;
-                t->sold = xrealloc(t->sold, t->capsold * sizeof *t->sold);
-            }
-            t->sold[t->nsold++] = r->user;
+            users_push(&t->sold, r->user);
+        } else if (o == BO_UNAVAILABLE) {
+            users_push(&t->maybe, r->user);
         }
         return;
     }
@@ -879,7 +909,8 @@ static void thread_free(bench_thread_t *t)
         event_base_free(t->base);
     free(t->bl);
     free(t->succ);
-    free(t->sold);
+    free(t->sold.v);
+    free(t->maybe.v);
     free(t->recs);
 }
 
@@ -1009,11 +1040,8 @@ int bench_load_run(bench_load_t *L, void (*progress)(bench_load_t *L, double ela
     for (int i = 0; i < T; i++)
         total += L->th[i].nsucc;
     L->succ = xrealloc(NULL, (total ? total : 1) * sizeof *L->succ);
-    size_t tsold = 0;
-    for (int i = 0; i < T; i++)
-        tsold += L->th[i].nsold;
-    L->soldout = xrealloc(NULL, (tsold ? tsold : 1) * sizeof *L->soldout);
-    L->nsoldout = 0;
+    L->nsoldout = users_merge(L, 0, &L->soldout);
+    L->nmaybe = users_merge(L, 1, &L->maybe);
     size_t trecs = 0;
     for (int i = 0; i < T; i++)
         trecs += L->th[i].nrecs;
@@ -1025,9 +1053,6 @@ int bench_load_run(bench_load_t *L, void (*progress)(bench_load_t *L, double ela
         if (t->nsucc)
             memcpy(L->succ + L->nsucc, t->succ, t->nsucc * sizeof *t->succ);
         L->nsucc += t->nsucc;
-        if (t->nsold)
-            memcpy(L->soldout + L->nsoldout, t->sold, t->nsold * sizeof *t->sold);
-        L->nsoldout += t->nsold;
         if (t->nrecs)
             memcpy(L->recs + L->nrecs, t->recs, t->nrecs * sizeof *t->recs);
         L->nrecs += t->nrecs;
@@ -1071,6 +1096,9 @@ void bench_load_free(bench_load_t *L)
     free(L->soldout);
     L->soldout = NULL;
     L->nsoldout = 0;
+    free(L->maybe);
+    L->maybe = NULL;
+    L->nmaybe = 0;
     free(L->recs);
     L->recs = NULL;
     L->nrecs = 0;

@@ -235,8 +235,10 @@ static void test_record_roundtrip(void **state)
     assert_true(fd >= 0);
     close(fd);
     audit_answer_t ans[] = {{281479271677953LL, 1000000000001LL}, {281479271677954LL, 0}};
+    int64_t sold[] = {5, 0}, maybe[] = {1000000000002LL, 0, 9};
     audit_record_t rec = {.voucher_id = 12, .stock = 500, .unanswered = 3, .complete = 1,
-                          .answers = ans, .n = 2};
+                          .answers = ans, .n = 2, .soldout = sold, .nsoldout = 2,
+                          .maybe = maybe, .nmaybe = 3};
     char err[256];
     assert_int_equal(audit_record_write(path, &rec, err, sizeof err), 0);
     audit_record_t back;
@@ -249,7 +251,21 @@ static void test_record_roundtrip(void **state)
     assert_int_equal(back.answers[0].order_id, 281479271677953LL);
     assert_int_equal(back.answers[0].user_id, 1000000000001LL);
     assert_int_equal(back.answers[1].user_id, 0);
+    assert_int_equal(back.nsoldout, 2);
+    assert_int_equal(back.soldout[0], 5);
+    assert_int_equal(back.nmaybe, 3);
+    assert_int_equal(back.maybe[0], 1000000000002LL);
+    assert_int_equal(back.maybe[1], 0);
+    assert_int_equal(back.maybe[2], 9);
     free(back.answers);
+    free(back.soldout);
+    free(back.maybe);
+    /* a bad tagged line is refused with its line number */
+    FILE *bad = fopen(path, "w");
+    fputs("# seckill-bench-record v1 voucher=1\nmaybe x\n", bad);
+    fclose(bad);
+    assert_int_equal(audit_record_read(path, &back, err, sizeof err), -1);
+    assert_non_null(strstr(err, ":2: expected 'maybe <user id>'"));
     /* a hand-written file: ids only, blank lines, no header */
     FILE *f = fopen(path, "w");
     fputs("7\n\n8 3\n", f);
