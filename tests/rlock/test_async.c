@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <event2/event.h>
 #include <cmocka.h>
 
@@ -37,7 +38,7 @@ struct ctx {
     rlock_async_t *a;
     rlock_t *l, *holder;
     pthread_t loop_thread;
-    int ticks;                /* timer ticks while waiting: loop not blocked */
+    atomic_int ticks;         /* timer ticks while waiting: loop not blocked */
     int step;
     rlock_status_t st[4];
     bool cb_on_loop_thread;
@@ -49,7 +50,7 @@ static void on_tick(evutil_socket_t fd, short w, void *arg)
     (void)fd;
     (void)w;
     struct ctx *x = arg;
-    x->ticks++;
+    atomic_fetch_add(&x->ticks, 1);
 }
 
 static void on_unlocked(rlock_t *l, rlock_status_t st, void *arg)
@@ -69,10 +70,15 @@ static void on_locked(rlock_t *l, rlock_status_t st, void *arg)
     assert_int_equal(rlock_async_unlock(x->a, l, on_unlocked, x), RLOCK_OK);
 }
 
+/* Releases the holder's lock once the loop has ticked 10 times while the acquire waited
+ * (a condition, not a fixed sleep: a starved host may tick slower), or after 2.5 s
+ * (within the acquire's 3 s), when the test's ticks assertion then reports a blocked
+ * loop. */
 static void *release_later(void *p)
 {
     struct ctx *x = p;
-    th_sleep_ms(200);
+    for (int waited = 0; atomic_load(&x->ticks) < 10 && waited < 2500; waited += 5)
+        th_sleep_ms(5);
     rlock_unlock(x->holder);
     return NULL;
 }
@@ -101,7 +107,7 @@ static void test_async_lock_unlock(void **state)
     assert_int_equal(x.st[0], RLOCK_OK);
     assert_int_equal(x.st[1], RLOCK_OK);
     assert_true(x.cb_on_loop_thread);
-    assert_true(x.ticks >= 10);   /* the loop kept running while we waited */
+    assert_true(atomic_load(&x.ticks) >= 10);   /* the loop kept running while we waited */
     bool v = true;
     assert_int_equal(rlock_is_locked(x.l, &v), RLOCK_OK);
     assert_false(v);
