@@ -112,6 +112,14 @@ def consumers(redis, vid):
     return out
 
 
+def stuck(redis, vid, name, idle_ms=200):
+    """How many of consumer name's pending entries have been idle >= idle_ms: with the
+    database locked, entries the writer cannot commit (one it is still acking after the
+    commit that came just before the lock is not idle that long)."""
+    return len(redis.cmd("XPENDING", H.k_stream(vid), "g1", "IDLE", idle_ms, "-", "+", 1000,
+                         name))
+
+
 def slot_of(order_id):
     return (order_id >> 22) & 1023
 
@@ -210,11 +218,14 @@ def _kill9_instance(mode):
         # Stall every writer on SQL, so the victim is sure to die holding pending entries.
         lock = H.hold_db_lock(cl.db_url)
         try:
-            held = H.wait_until(lambda: consumers(cl.redis, vid).get(victim.name, 0), 20,
-                                interval=0.02,
-                                what="pending entries in %s's writer" % victim.name)
+            # Entries idle 200 ms behind the lock, not merely pending: one read just
+            # before the lock and committed with it is acked a moment later.
+            H.wait_until(lambda: stuck(cl.redis, vid, victim.name), 20, interval=0.02,
+                         what="entries stuck in %s's writer behind the lock" % victim.name)
             victim.kill9()
             t_kill = time.monotonic()
+            # dead now: what it holds can only be adopted
+            held = consumers(cl.redis, vid).get(victim.name, 0)
             H.log("kill -9 %s holding %d pending entries" % (victim.name, held))
             H.wait_until(lambda: time.monotonic() - t_kill > 1.0, 5)   # the sale runs on
         finally:
