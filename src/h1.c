@@ -287,12 +287,17 @@ int h1_parse_head(const char *buf, size_t len, h1_head_t *h)
 {
     memset(h, 0, sizeof *h);
     const char *p = buf, *end = buf + len;
+    /* A head measured by h1_head_len ends with CRLF CRLF. The byte-class scans below
+     * (method and field-name tchars, OWS) stop at CR and LF, so with this checked they
+     * need no bound of their own: they cannot run past end. */
+    if (len < 4 || memcmp(end - 4, "\r\n\r\n", 4) != 0)
+        return 400;
 
     /* request-line = method SP request-target SP HTTP-version CRLF, single spaces */
     const char *s = p;
-    while (p < end && tchar[(unsigned char)*p])
+    while (tchar[(unsigned char)*p])
         p++;
-    if (p == s || p >= end || *p != ' ')
+    if (p == s || *p != ' ')
         return 400;
     h->method.p = s;
     h->method.n = (size_t)(p - s);
@@ -320,13 +325,13 @@ int h1_parse_head(const char *buf, size_t len, h1_head_t *h)
         /* field-line = field-name ":" OWS field-value OWS CRLF; a line starting with
          * whitespace is obs-fold (or junk before a name): refused. */
         const char *name = p;
-        while (p < end && tchar[(unsigned char)*p])
+        while (tchar[(unsigned char)*p])
             p++;
-        if (p == name || p >= end || *p != ':')
+        if (p == name || *p != ':')
             return 400;            /* includes "Name :" (whitespace before the colon) */
         size_t nn = (size_t)(p - name);
         p++;
-        while (p < end && (*p == ' ' || *p == '\t'))
+        while (*p == ' ' || *p == '\t')
             p++;
         const char *v = p;
         p = span_value(p, end);
