@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """perf/grab_ab.py -- server CPU per grab, A/B between seckill binaries, in one command.
 
-    python3 perf/grab_ab.py [--rounds N] [--duration S] [--users U] [--drains K] [--callgrind] VARIANT [VARIANT ...]
+    python3 perf/grab_ab.py [--rounds N] [--duration S] [--users U] [--drains K] [--callgrind]
+                            [--soldout] VARIANT [VARIANT ...]
 
 A VARIANT is a seckill binary, optionally followed by serve flags after commas, as in
 perf/sale_ab.py: `/tmp/old`, `build/seckill,--cpu-affinity`.
@@ -28,6 +29,11 @@ all threads: workers, writer and the rest), then per order over the drain of the
 orders (the writer alone, in full batches): counts that the host's load does not move,
 for changes too small for the CPU times' noise. Slow (~50x): use a short --duration and
 few --users; the batches are smaller than at full speed, so compare binaries, not runs.
+
+--soldout: the same for a sale with no stock (a new buyer per request, every answer
+库存不足 from memory): CPU or instructions per sold-out answer (the "grabs" column counts
+the answers; no orders, no drain). perf/soldout_ab.sh measures the same answer with wrk
+beside nginx.
 """
 import argparse
 import glob
@@ -194,7 +200,8 @@ def drain(s, vid):
 def bench(s, a, rnd, js):
     r = subprocess.run([s.bin, "bench", "--target", s.url, "--data-dir", s.dir,
                         "--seed-tokens", "--users", str(a.users),
-                        "--user-base", str(rnd * a.users), "--stock", "100000000",
+                        "--user-base", str(rnd * a.users),
+                        "--stock", "0" if a.soldout else "100000000",
                         "--dup", "0", "--burst-share", "0", "--conns", str(a.conns),
                         "--duration", str(a.duration), "--quiet", "--json", js],
                        capture_output=True, text=True)
@@ -203,6 +210,11 @@ def bench(s, a, rnd, js):
         sys.exit("grab_ab: bench failed (%d)" % r.returncode)
     with open(js) as f:
         return json.load(f)
+
+
+def answers(d, a):
+    """The requests a run is measured per: grabs, or with --soldout sold-out answers."""
+    return d["outcomes"]["sold_out" if a.soldout else "success"]
 
 
 def instr_rounds(a, servers, tmp):
@@ -214,12 +226,14 @@ def instr_rounds(a, servers, tmp):
         for s in servers:
             s.instructions(zero=True)
             d = bench(s, a, rnd, os.path.join(tmp, "b.json"))
-            n = d["outcomes"]["success"]
+            n = answers(d, a)
             ipg = s.instructions() / n if n else 0.0
             # the writer alone over the same orders, in full batches (drain())
-            s.instructions(zero=True)
-            drain(s, d["voucher"])
-            ipo = s.instructions() / n if n else 0.0
+            ipo = 0.0
+            if not a.soldout:
+                s.instructions(zero=True)
+                drain(s, d["voucher"])
+                ipo = s.instructions() / n if n else 0.0
             rows[s.name].append((ipg, ipo))
             print("%-28s %5d %8d %12.0f %12.0f" % (s.name[-28:], rnd, n, ipg, ipo), flush=True)
     print("median")
@@ -238,6 +252,8 @@ def main():
                     help="drains per round and binary (their median is the drain column)")
     ap.add_argument("--callgrind", action="store_true",
                     help="user-space instructions per grab under valgrind (see above)")
+    ap.add_argument("--soldout", action="store_true",
+                    help="a sale with no stock: per sold-out answer (see above)")
     ap.add_argument("bins", nargs="+")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="skab.")
@@ -258,12 +274,13 @@ def main():
                 t0, r0, c0 = threads(s.p.pid), proc_ticks(s.rpid), commits(s)
                 d = bench(s, a, rnd, js)
                 t1, r1, c1 = threads(s.p.pid), proc_ticks(s.rpid), commits(s)
-                n = d["outcomes"]["success"]
+                n = answers(d, a)
                 g = split(t0, t1)
                 tot = sum(g.values())
                 row = [n] + [x * TICK_US / n for x in (tot, g["workers"], g["writer"], g["other"],
                                                        r1 - r0)]
-                row.append(statistics.median(drain(s, d["voucher"]) for _ in range(a.drains)))
+                row.append(0.0 if a.soldout else
+                           statistics.median(drain(s, d["voucher"]) for _ in range(a.drains)))
                 row.append((c1[0] - c0[0]) / max(1, c1[1] - c0[1]))
                 rows[s.name].append(row)
                 print("%-28s %5d %8d %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.0f" % (

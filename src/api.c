@@ -262,7 +262,9 @@ int api_parse_id(const char *z, size_t n, int64_t *out)
         if (d > 9) {
             return -1;
         }
-        if (v > (UINT64_C(0x7fffffffffffffff) - d) / 10) {
+        /* v * 10 + d > INT64_MAX, by two compares instead of a division per digit */
+        if (v >= UINT64_C(922337203685477580) &&
+            (v > UINT64_C(922337203685477580) || d > 7)) {
             return -1;
         }
         v = v * 10 + d;

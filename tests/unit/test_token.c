@@ -116,6 +116,46 @@ static void test_refusals(void **state)
     tok_signer_free(other);
 }
 
+/* The shape rule, written out a character at a time. */
+static int ref_parse(const char *z, uint8_t out[16])
+{
+    for (int i = 0; i < 32; i++) {
+        char c = z[i];
+        int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (v < 0)
+            return 0;   /* a NUL too: nothing past a short string is read */
+        out[i / 2] = (uint8_t)(i % 2 ? (out[i / 2] | v) : v << 4);
+    }
+    return z[32] == '\0';
+}
+
+/* tok_parse against the rule: every byte value at every position and every length from
+ * 0 to 34 (32 lowercase hex digits, nothing else; the bytes as the digits say). */
+static void test_parse_every_byte(void **state)
+{
+    (void)state;
+    static const char base[] = "0123456789abcdef0f1e2d3c4b5a6978";
+    char z[40];
+    uint8_t got[16], want[16];
+    for (int at = 0; at < 32; at++) {
+        for (int b = 1; b < 256; b++) {
+            memcpy(z, base, sizeof base);
+            z[at] = (char)b;
+            int w = ref_parse(z, want);
+            if (tok_parse(z, got) != w)
+                fail_msg("byte 0x%02x at %d: tok_parse %d, want %d", b, at, !w, w);
+            if (w)
+                assert_memory_equal(got, want, 16);
+        }
+    }
+    for (size_t n = 0; n <= 34; n++) {
+        memset(z, 'a', n);
+        z[n] = '\0';
+        assert_int_equal(tok_parse(z, got), n == 32);
+    }
+    assert_int_equal(tok_parse(NULL, got), 0);
+}
+
 static void test_key_files(void **state)
 {
     (void)state;
@@ -151,6 +191,7 @@ int main(void)
         cmocka_unit_test(test_long_key_is_hashed),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_key_files),
+        cmocka_unit_test(test_parse_every_byte),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
