@@ -25,9 +25,9 @@ the kernel's share (utime + stime) -- the same figure `make perf` reports.
 --callgrind: each server runs under valgrind's callgrind instead (this VM has no hardware
 counters for `perf stat -e instructions`), and the table is the server's user-space
 instructions per grab over each bench run (counters zeroed before it, dumped after;
-all threads: workers, writer and the rest), then per order over the drain of the same
-orders (the writer alone, in full batches): counts that the host's load does not move,
-for changes too small for the CPU times' noise. Slow (~50x): use a short --duration and
+all threads: workers, writer and the rest; then the HTTP workers' threads alone), then
+per order over the drain of the same orders (the writer alone, in full batches): counts
+that the host's load does not move, for changes too small for the CPU times' noise. Slow (~50x): use a short --duration and
 few --users; the batches are smaller than at full speed, so compare binaries, not runs.
 
 --soldout: the same for a sale with no stock (a new buyer per request, every answer
@@ -114,8 +114,8 @@ class Server:
         self.url = "http://127.0.0.1:%d" % self.port
         self.log = open(os.path.join(tmp, "serve%d.log" % i), "w")
         self.cg = os.path.join(tmp, "cg%d" % i) if callgrind else None
-        pre = (["valgrind", "--tool=callgrind", "--callgrind-out-file=" + self.cg + ".%p"]
-               if callgrind else [])
+        pre = (["valgrind", "--tool=callgrind", "--separate-threads=yes",
+                "--callgrind-out-file=" + self.cg + ".%p"] if callgrind else [])
         self.p = subprocess.Popen(pre + [binary, "serve", "--data-dir", self.dir, "--listen",
                                          "127.0.0.1:%d" % self.port, "--log-level", "warn"] + flags,
                                   stdout=self.log, stderr=subprocess.STDOUT)
@@ -139,23 +139,28 @@ class Server:
 
     def instructions(self, zero=False):
         """callgrind only: zeroes the counters, or dumps them and returns the instructions
-        executed since the last zeroing (every thread)."""
+        executed since the last zeroing: (every thread, the HTTP workers alone). A dump is
+        one file per thread; a worker's is the one that ran the HTTP engine (conn_run)."""
         if zero:
             subprocess.run(["callgrind_control", "-z", str(self.p.pid)], capture_output=True,
                            check=True)
-            return 0
+            return 0, 0
         before = set(glob.glob(self.cg + ".*"))
         subprocess.run(["callgrind_control", "-d", str(self.p.pid)], capture_output=True,
                        check=True)
-        total = 0
+        total = workers = 0
         for f in set(glob.glob(self.cg + ".*")) - before:
+            n, worker = 0, False
             with open(f) as fh:
                 for line in fh:
                     m = re.match(r"(?:summary|totals): (\d+)", line)
-                    if m:
-                        total += int(m.group(1))
-                        break
-        return total
+                    if m and not n:
+                        n = int(m.group(1))
+                    if re.match(r"c?fn=\(\d+\) conn_run$", line):
+                        worker = True
+            total += n
+            workers += n if worker else 0
+        return total, workers
 
     def stop(self):
         self.p.terminate()
@@ -220,25 +225,27 @@ def answers(d, a):
 def instr_rounds(a, servers, tmp):
     """--callgrind: instructions per grab, alternating binaries as the CPU rounds do."""
     rows = {s.name: [] for s in servers}
-    print("%-28s %5s %8s %12s %12s" % ("binary", "round", "grabs", "instr/grab",
-                                        "drain/order"))
+    print("%-28s %5s %8s %12s %12s %12s" % ("binary", "round", "grabs", "instr/grab",
+                                             "workers", "drain/order"))
     for rnd in range(a.rounds):
         for s in servers:
             s.instructions(zero=True)
             d = bench(s, a, rnd, os.path.join(tmp, "b.json"))
             n = answers(d, a)
-            ipg = s.instructions() / n if n else 0.0
+            tot, wrk = s.instructions()
+            ipg, ipw = (tot / n, wrk / n) if n else (0.0, 0.0)
             # the writer alone over the same orders, in full batches (drain())
             ipo = 0.0
             if not a.soldout:
                 s.instructions(zero=True)
                 drain(s, d["voucher"])
-                ipo = s.instructions() / n if n else 0.0
-            rows[s.name].append((ipg, ipo))
-            print("%-28s %5d %8d %12.0f %12.0f" % (s.name[-28:], rnd, n, ipg, ipo), flush=True)
+                ipo = s.instructions()[0] / n if n else 0.0
+            rows[s.name].append((ipg, ipw, ipo))
+            print("%-28s %5d %8d %12.0f %12.0f %12.0f" % (s.name[-28:], rnd, n, ipg, ipw, ipo),
+                  flush=True)
     print("median")
     for s in servers:
-        print("%-28s %5s %8s %12.0f %12.0f" % ((s.name[-28:], "", "") + tuple(
+        print("%-28s %5s %8s %12.0f %12.0f %12.0f" % ((s.name[-28:], "", "") + tuple(
             statistics.median(c) for c in zip(*rows[s.name]))))
 
 
