@@ -94,22 +94,6 @@ static const char *span_value(const char *p, const char *end)
     return p;
 }
 
-/* The first LF in p[0..end), or NULL. A head's lines are short: a call to memchr per
- * line cost more than the words it looked at. */
-static const char *find_lf(const char *p, const char *end)
-{
-    while (end - p >= 8) {
-        uint64_t m = below(load8(p) ^ (ONES * '\n'), 1);
-        if (m)
-            return p + (__builtin_ctzll(m) >> 3);
-        p += 8;
-    }
-    for (; p < end; p++)
-        if (*p == '\n')
-            return p;
-    return NULL;
-}
-
 /* name[0..n) (tchar only: checked before) equals the lowercase literal lit of the same
  * length n >= 4, ASCII letters in any case. Compared a word at a time, the last word
  * overlapping the one before: OR-ing 0x20 into every byte maps 'A'-'Z' onto 'a'-'z',
@@ -135,7 +119,7 @@ long h1_head_len(const char *buf, size_t len, size_t *scan, size_t max)
     size_t lim = len < max ? len : max;
     size_t i = *scan;
     while (i < lim) {
-        const char *nl = find_lf(buf + i, buf + lim);
+        const char *nl = memchr(buf + i, '\n', lim - i);
         if (!nl) {
             i = lim;
             break;

@@ -261,8 +261,8 @@ static void test_every_byte_everywhere(void **state)
     }
 }
 
-/* h1_head_len looks for LFs a word at a time: a bare LF at any position of a line is
- * found, and a head's end is found at any length, fed whole or one byte at a time. */
+/* h1_head_len: a bare LF at any position of a line is found, and a head's end at any
+ * length, fed whole or one byte at a time. */
 static void test_head_len_every_position(void **state)
 {
     (void)state;
