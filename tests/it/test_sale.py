@@ -172,9 +172,6 @@ def test_two_instances_one_sale():
     H.log("outcomes: %r" % H.summarize(recs))
     _no_errors(recs, ALLOWED_FAIL)
     eq(sum(1 for x in recs if x.ok), stock, "successes over both instances")
-    by = {s.port: [x for x in recs if x.port == s.port] for s in (a, b)}
-    check(all(any(x.ok for x in v) for v in by.values()),
-          "one instance sold nothing: %r", {p: H.summarize(v) for p, v in by.items()})
     eq(H.wait_drained(a, r, vid, 90), stock, "orders in SQL")
     H.check_sale_consistency(a, r, vid, stock, recs, tokens)
     slots = {(x.j["data"] >> 22) & 1023 for x in recs if x.ok}
