@@ -15,6 +15,12 @@
  *   - has its stdout/stderr appended to redis.log (next to its own log lines), so a
  *     start-up failure is reported with the log's last line.
  *
+ * Watch: the main thread calls redis_child_watch() about every 250 ms. A child that died
+ * (kill -9, OOM killer, a crash) is reaped and started again on the same socket and
+ * directory; it reloads its AOF, which holds every write it answered (Redis appends to
+ * the AOF before it replies; everysec only bounds what a *host* crash loses). The workers,
+ * the writer and the rebuild watch reconnect by themselves.
+ *
  * Stop: SHUTDOWN over the socket (falls back to SIGTERM), wait up to 10 s, then SIGKILL. */
 #include "redis_child.h"
 
@@ -42,12 +48,16 @@
 #define START_WAIT_MS 10000
 #define POLL_MS 50
 #define STOP_WAIT_MS 10000
+#define RESTART_RETRY_MS 2000   /* between failed restarts (a crash loop logs every 2 s) */
 
 struct redis_child {
-    pid_t pid;
+    pid_t pid;             /* 0 while none runs (it died and a restart failed) */
+    int fsync_always;
+    char bin[PATH_MAX];    /* the redis-server binary found at start */
     char dir[PATH_MAX];    /* <data_dir>/redis, absolute */
     char sock[108];        /* sizeof(sun_path) */
     char log[PATH_MAX];
+    uint64_t retry_ms;     /* monotonic: when to try a failed restart again */
 };
 
 static void sleep_ms(int ms)
@@ -215,48 +225,12 @@ static void describe_status(int st, char *out, size_t outlen)
         snprintf(out, outlen, "status %d", st);
 }
 
-redis_child_t *redis_child_start(const char *bin, const char *data_dir, int fsync_always,
-                                 char *url, size_t urllen, char *err, size_t errlen)
+/* Clears a stale socket, forks and execs redis-server on c's socket and directory, and
+ * waits until it answers PING. Returns 0 (c->pid set) or -1 with err. */
+static int spawn(redis_child_t *c, char *err, size_t errlen)
 {
-    char binpath[PATH_MAX];
-    if (bin == NULL || *bin == '\0')
-        bin = "redis-server";
-    if (data_dir == NULL || *data_dir == '\0')
-        data_dir = "./var";
-    if (find_bin(bin, binpath, sizeof(binpath)) < 0) {
-        if (strcmp(bin, "redis-server") == 0)
-            snprintf(err, errlen, "redis-server not found: install it with `apt-get install "
-                                  "redis-server`, or pass --redis redis://host:port");
-        else
-            snprintf(err, errlen, "redis-server not found (%s): install it with `apt-get "
-                                  "install redis-server`, or pass --redis redis://host:port", bin);
-        return NULL;
-    }
-
-    redis_child_t *c = xcalloc(1, sizeof(*c));
-    char rel[PATH_MAX];
-    if ((size_t)snprintf(rel, sizeof(rel), "%s/redis", data_dir) >= sizeof(rel) ||
-        mkdir_p(rel) < 0 || realpath(rel, c->dir) == NULL) {
-        snprintf(err, errlen, "cannot create %s: %s", rel, strerror(errno));
-        free(c);
-        return NULL;
-    }
-    if ((size_t)snprintf(c->sock, sizeof(c->sock), "%s/redis.sock", c->dir) >= sizeof(c->sock)) {
-        snprintf(err, errlen, "socket path %s/redis.sock is longer than %zu bytes: use a "
-                              "shorter --data-dir", c->dir, sizeof(c->sock) - 1);
-        free(c);
-        return NULL;
-    }
-    if ((size_t)snprintf(c->log, sizeof(c->log), "%s/redis.log", c->dir) >= sizeof(c->log) ||
-        (size_t)snprintf(url, urllen, "unix:%s", c->sock) >= urllen) {
-        snprintf(err, errlen, "redis url buffer too small");
-        free(c);
-        return NULL;
-    }
-    if (clear_stale_socket(c->sock, err, errlen) < 0) {
-        free(c);
-        return NULL;
-    }
+    if (clear_stale_socket(c->sock, err, errlen) < 0)
+        return -1;
 
     int logfd = open(c->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     off_t log_start = logfd >= 0 ? lseek(logfd, 0, SEEK_END) : 0;
@@ -267,20 +241,19 @@ redis_child_t *redis_child_start(const char *bin, const char *data_dir, int fsyn
             close(logfd);
         if (nullfd >= 0)
             close(nullfd);
-        free(c);
-        return NULL;
+        return -1;
     }
 
     /* Everything the child needs is built before fork: after it, only async-signal-safe
      * calls (the parent may have other threads). */
     const char *argv[] = {
-        binpath,
+        c->bin,
         "--port", "0",
         "--unixsocket", c->sock,
         "--unixsocketperm", "700",
         "--dir", c->dir,
         "--appendonly", "yes",
-        "--appendfsync", fsync_always ? "always" : "everysec",
+        "--appendfsync", c->fsync_always ? "always" : "everysec",
         "--save", "",
         "--daemonize", "no",
         "--logfile", c->log,
@@ -293,8 +266,7 @@ redis_child_t *redis_child_start(const char *bin, const char *data_dir, int fsyn
         snprintf(err, errlen, "fork: %s", strerror(errno));
         close(logfd);
         close(nullfd);
-        free(c);
-        return NULL;
+        return -1;
     }
     if (pid == 0) {
         setpgid(0, 0);
@@ -314,7 +286,7 @@ redis_child_t *redis_child_start(const char *bin, const char *data_dir, int fsyn
         dup2(logfd, 1);
         dup2(logfd, 2);
         close_range(3, ~0U, 0);
-        execv(binpath, (char *const *)argv);
+        execv(c->bin, (char *const *)argv);
         ssize_t w = write(2, exec_failed, sizeof(exec_failed) - 1);
         (void)w;
         _exit(127);
@@ -333,8 +305,8 @@ redis_child_t *redis_child_start(const char *bin, const char *data_dir, int fsyn
             last_line(c->log, log_start, line, sizeof(line));
             snprintf(err, errlen, "redis-server exited during start (%s): %s", how,
                      line[0] ? line : "(nothing in its log)");
-            free(c);
-            return NULL;
+            c->pid = 0;
+            return -1;
         }
         int loading = 0;
         if (ping_sock(c->sock, 200, &loading)) {
@@ -350,20 +322,106 @@ redis_child_t *redis_child_start(const char *bin, const char *data_dir, int fsyn
             waitpid(pid, NULL, 0);
             snprintf(err, errlen, "redis-server did not answer on %s within %d s (see %s)",
                      c->sock, START_WAIT_MS / 1000, c->log);
-            free(c);
-            return NULL;
+            c->pid = 0;
+            return -1;
         }
         sleep_ms(POLL_MS);
     }
-    log_debug("redis-server started (pid %d, %s, appendfsync %s, log %s)", (int)pid, url,
-             fsync_always ? "always" : "everysec", c->log);
+    return 0;
+}
+
+redis_child_t *redis_child_start(const char *bin, const char *data_dir, int fsync_always,
+                                 char *url, size_t urllen, char *err, size_t errlen)
+{
+    char binpath[PATH_MAX];
+    if (bin == NULL || *bin == '\0')
+        bin = "redis-server";
+    if (data_dir == NULL || *data_dir == '\0')
+        data_dir = "./var";
+    if (find_bin(bin, binpath, sizeof(binpath)) < 0) {
+        if (strcmp(bin, "redis-server") == 0)
+            snprintf(err, errlen, "redis-server not found: install it with `apt-get install "
+                                  "redis-server`, or pass --redis redis://host:port");
+        else
+            snprintf(err, errlen, "redis-server not found (%s): install it with `apt-get "
+                                  "install redis-server`, or pass --redis redis://host:port", bin);
+        return NULL;
+    }
+
+    redis_child_t *c = xcalloc(1, sizeof(*c));
+    c->fsync_always = fsync_always;
+    snprintf(c->bin, sizeof(c->bin), "%s", binpath);
+    char rel[PATH_MAX];
+    if ((size_t)snprintf(rel, sizeof(rel), "%s/redis", data_dir) >= sizeof(rel) ||
+        mkdir_p(rel) < 0 || realpath(rel, c->dir) == NULL) {
+        snprintf(err, errlen, "cannot create %s: %s", rel, strerror(errno));
+        free(c);
+        return NULL;
+    }
+    if ((size_t)snprintf(c->sock, sizeof(c->sock), "%s/redis.sock", c->dir) >= sizeof(c->sock)) {
+        snprintf(err, errlen, "socket path %s/redis.sock is longer than %zu bytes: use a "
+                              "shorter --data-dir", c->dir, sizeof(c->sock) - 1);
+        free(c);
+        return NULL;
+    }
+    if ((size_t)snprintf(c->log, sizeof(c->log), "%s/redis.log", c->dir) >= sizeof(c->log) ||
+        (size_t)snprintf(url, urllen, "unix:%s", c->sock) >= urllen) {
+        snprintf(err, errlen, "redis url buffer too small");
+        free(c);
+        return NULL;
+    }
+    if (spawn(c, err, errlen) < 0) {
+        free(c);
+        return NULL;
+    }
+    log_debug("redis-server started (pid %d, %s, appendfsync %s, log %s)", (int)c->pid, url,
+              fsync_always ? "always" : "everysec", c->log);
     return c;
+}
+
+int redis_child_watch(redis_child_t *c)
+{
+    if (c == NULL)
+        return 0;
+    if (c->pid > 0) {
+        int st = 0;
+        pid_t r = waitpid(c->pid, &st, WNOHANG);
+        if (r == 0 || (r < 0 && errno == EINTR))
+            return 0;          /* running */
+        char how[64], line[512];
+        if (r == c->pid)
+            describe_status(st, how, sizeof(how));
+        else
+            snprintf(how, sizeof(how), "waitpid: %s", strerror(errno));
+        last_line(c->log, 0, line, sizeof(line));
+        log_error("private redis-server (pid %d) exited (%s; its log's last line: %s): starting "
+                  "it again from its AOF", (int)c->pid, how, line[0] ? line : "(empty)");
+        c->pid = 0;
+        c->retry_ms = 0;
+    }
+    if (clock_mono_ms() < c->retry_ms)
+        return -1;
+    char err[1024];
+    if (spawn(c, err, sizeof(err)) < 0) {
+        log_error("private redis-server: restart failed: %s; trying again in %d s", err,
+                  RESTART_RETRY_MS / 1000);
+        c->retry_ms = clock_mono_ms() + RESTART_RETRY_MS;
+        return -1;
+    }
+    log_info("private redis-server restarted (pid %d) on unix:%s", (int)c->pid, c->sock);
+    return 1;
 }
 
 void redis_child_stop(redis_child_t *c)
 {
     if (c == NULL)
         return;
+    if (c->pid <= 0) {
+        /* It died and could not be started again: nothing to stop (and kill(0, ...)
+         * would signal our own process group). */
+        free(c);
+        return;
+    }
     int sent = 0;
     struct timeval tv = { 1, 0 };
     redisContext *ctx = redisConnectUnixWithTimeout(c->sock, tv);

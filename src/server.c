@@ -1,8 +1,9 @@
 /* server.c -- `seckill serve`: bring the parts up in order, run, and take them down.
  *
- * Threads: main (this file: start-up, then waits for a signal), N workers (HTTP + Redis
+ * Threads: main (this file: start-up, then waits for a signal, restarting the embedded
+ * default's redis-server if it dies meanwhile), N workers (HTTP + Redis
  * on one event loop each), the order writer, and the job pool's SQL threads. The main
- * thread blocks SIGINT/SIGTERM before starting any thread, so only sigwait() here sees
+ * thread blocks SIGINT/SIGTERM before starting any thread, so only sigtimedwait() here sees
  * them and shutdown runs in one known place, in a known order:
  *   workers stop accepting and finish in-flight requests -> loops exit -> the writer
  *   commits and acks what it holds -> job pool drains -> embedded redis-server stops. */
@@ -16,6 +17,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -338,7 +340,7 @@ static void print_ready(const app_t *app, int embedded)
     else if (app->admin_token[0])
         printf("admin token: as configured\n");
     printf("\nTry a flash sale:\n"
-           "  # 1. create a flash-sale voucher (stock 100, on sale for a day)\n"
+           "  # 1. create a flash-sale voucher (stock 100, on sale from 2020 to 2099)\n"
            "  curl -s -X POST %s/voucher/seckill -H 'x-admin-token: %s' \\\n"
            "       -d '{\"shopId\":1,\"title\":\"100元代金券\",\"payValue\":8000,\"actualValue\":10000,\"type\":1,\"stock\":100,\"beginTime\":\"2020-01-01T00:00:00\",\"endTime\":\"2099-01-01T00:00:00\"}'\n"
            "  # 2. ask for a login code: %s\n"
@@ -371,7 +373,7 @@ int server_run(const config_t *cfg)
     log_set_level(cfg->log_level);
     log_set_thread_name("main");
 
-    /* Signals are handled by sigwait() below; every thread inherits this mask. */
+    /* Signals are handled by sigtimedwait() below; every thread inherits this mask. */
     sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
@@ -548,8 +550,15 @@ int server_run(const config_t *cfg)
     }
     print_ready(app, embedded);
 
-    int sig = 0;
-    sigwait(&sigs, &sig);
+    /* Wait for SIGINT/SIGTERM; on the embedded default, look after the private Redis
+     * meanwhile (a dead one is started again: redis_child.h). */
+    int sig;
+    do {
+        struct timespec tick = { 0, 250 * 1000000L };
+        sig = sigtimedwait(&sigs, NULL, app->child ? &tick : NULL);
+        if (sig < 0)
+            redis_child_watch(app->child);
+    } while (sig != SIGINT && sig != SIGTERM);
     log_info("%s received: stopping (in-flight requests finish, the writer commits what it has)",
              sig == SIGINT ? "SIGINT" : "SIGTERM");
     rc = 0;

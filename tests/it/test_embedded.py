@@ -5,6 +5,7 @@ token, sells, and on SIGTERM exits 0 leaving no redis-server behind.
 
 import os
 import re
+import signal
 import stat
 import subprocess
 import time
@@ -233,3 +234,39 @@ def test_embedded_kill9_leaves_no_redis():
     eq(red2.cmd("HGET", H.k_voucher(vid), "stock"), "2", "Redis stock after restart")
     eq(srv2.db().order_count(vid), 1, "orders in SQL after restart")
     _stop_embedded(srv2, red2, child2)
+
+
+@H.timeout(300)
+def test_embedded_redis_killed_mid_sale_is_restarted():
+    """kill -9 of the private redis-server mid-sale: the server starts it again on the same
+    socket, from its AOF (Redis writes the AOF before it replies, so a process crash loses
+    nothing it answered), the buyers' retries go through, the sale sells exactly its stock
+    and no answered order is lost (seckill audit clean)."""
+    d = H.subdir("embedded")
+    srv, red, child = _start_embedded(d)
+    tokens = H.login_many(srv, red, 100, threads=4)
+    stock = 60
+    vid = H.create_seckill(srv, stock=stock)
+    buyers = H.RetryingBuyers(srv.port, vid, tokens, nthreads=6, pace=0.05, user_gap=0.15,
+                              deadline=time.monotonic() + 120)
+    H.wait_until(lambda: sum(1 for r in buyers.snapshot() if r.ok) >= 5, 60,
+                 what="the first orders")
+    os.kill(child, signal.SIGKILL)
+    H.log("killed the private redis-server %d after %d successes" % (
+        child, sum(1 for r in buyers.snapshot() if r.ok)))
+
+    def new_child():
+        kids = [p for p, c in _children(srv.proc.pid) if "redis" in c and p != child and _alive(p)]
+        return kids[0] if kids and red.cmd("PING") == "PONG" else None
+    child2 = H.wait_until(new_child, 30, what="a new private redis-server answering on %s" % red.path)
+    check(not _alive(child), "the killed redis-server %d was not reaped", child)
+    buyers.join(150)
+    recs = buyers.snapshot()
+    H.log("outcomes %r" % H.summarize(recs))
+    eq(buyers.done_users, len(tokens), "buyers with a definitive answer")
+    check(sum(1 for r in recs if r.ok) <= stock, "more successes than stock")
+    eq(H.wait_drained(srv, red, vid, 60), stock, "orders in SQL")
+    H.check_sale_consistency(srv, red, vid, stock, recs, tokens)
+    rc, out = H.audit("unix:" + red.path, "sqlite:" + os.path.join(d, "seckill.db"), vid)
+    eq(rc, 0, "seckill audit exit status; output:\n%s" % out[-3000:])
+    _stop_embedded(srv, red, child2)
