@@ -176,8 +176,10 @@ static int api_login(const bench_opts_t *o, const bench_load_t *proto, bench_use
                 rc = -1;
             } else if (L.failed_users > 0) {
                 snprintf(err, errlen, "%d of %zu users could not %s (see above; an HTTP 429 is "
-                         "the server's per-IP limit: start it with --rate-ip-login 0 and "
-                         "--rate-ip-code 0, or use --seed-tokens)", L.failed_users,
+                         "a per-IP limit (start the server with --rate-ip-login 0 and "
+                         "--rate-ip-code 0) or, past ~3,000 new phones a minute, its full "
+                         "per-phone table (docs/reliability.md); --seed-tokens needs neither)",
+                         L.failed_users,
                          hi - lo, job == JOB_CODE ? "get a login code" : "log in");
                 rc = -1;
             }
