@@ -39,7 +39,7 @@ OPT = -O2
 endif
 
 CC ?= cc
-PKGS = libevent libevent_pthreads hiredis jansson sqlite3 libmariadb libcrypto
+PKGS = libevent hiredis jansson sqlite3 libmariadb libcrypto
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 WARN = -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter \

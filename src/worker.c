@@ -1,12 +1,23 @@
 /* worker.c -- a worker: its event loop, its thread and its cross-thread inbox (worker.h).
  *
- * The inbox is a mutex-protected FIFO of (fn, arg) messages plus one libevent event with
- * no fd. worker_post() appends and calls event_active(), which libevent (with pthreads
- * support on) makes safe from any thread: it wakes the loop through the base's notify
- * pipe. The inbox callback takes the whole list under the lock and runs it unlocked, so
- * a message may post again without deadlock. libevent removes an event from the active
- * queue before running its callback, so a post that races with a running callback
- * re-activates it and is never lost.
+ * Threading rule: a worker's event base and every event on it are touched only by the
+ * worker's own thread (after worker_start; before it, by the thread that creates the
+ * worker, and after the join by the one that frees it). So the base is created without
+ * libevent's locks (EVENT_BASE_FLAG_NOLOCK: no mutex around every event operation, no
+ * notify pipe), and the process does not turn libevent's thread support on at all (no
+ * evthread_use_pthreads): no base is shared between threads (bench_load.c's are NOLOCK
+ * too), and libevent's other globals serve signal events and debug mode, both unused.
+ *
+ * The one way in from other threads is worker_post(), which touches no libevent state:
+ * the inbox is a mutex-protected FIFO of (fn, arg) messages plus an eventfd watched by a
+ * persistent EV_READ event on the worker's base. worker_post() appends and writes the
+ * eventfd only when the list was empty: a non-empty list already has a wake-up on its
+ * way (the write that made it non-empty, not yet consumed). on_inbox() first reads the
+ * eventfd (resetting it), then takes the whole list under the lock and runs it unlocked,
+ * so a message may post again without deadlock. Reading before taking keeps that rule
+ * true: a post that finds the list empty after the take writes again, and one that lands
+ * between the read and the take is in the taken list (its write, if any, only wakes the
+ * loop to an empty list).
  *
  * Scheduling (docs/bench.md, "Workers' kernel and scheduling cost"): with --cpu-affinity
  * worker i's thread is pinned to the i-th CPU the process may run on, and http.c marks
@@ -15,12 +26,14 @@
 #include "worker.h"
 
 #include <event2/event.h>
-#include <event2/thread.h>
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include "app.h"
 #include "log.h"
@@ -37,20 +50,15 @@ struct start_arg {
     void *(*run)(void *);
 };
 
-static pthread_once_t evthread_once = PTHREAD_ONCE_INIT;
-static int evthread_ok;
-
-static void evthread_init(void)
-{
-    /* Must run before the first event_base is created, once per process. */
-    evthread_ok = evthread_use_pthreads() == 0;
-}
-
 static void on_inbox(evutil_socket_t fd, short what, void *arg)
 {
-    (void)fd;
     (void)what;
     worker_t *w = arg;
+    /* First reset the eventfd, then take the list: the other order could consume the
+     * wake-up of a post that lands in between and leave its message unseen. */
+    uint64_t n;
+    while (read(fd, &n, sizeof n) < 0 && errno == EINTR) {
+    }
     pthread_mutex_lock(&w->inbox_mu);
     struct worker_msg *m = w->inbox_head;
     w->inbox_head = w->inbox_tail = NULL;
@@ -61,6 +69,30 @@ static void on_inbox(evutil_socket_t fd, short what, void *arg)
         free(m);
         m = next;
     }
+}
+
+/* The worker's base (no locks: the threading rule above) and its inbox's eventfd and
+ * event. 0, or -1 with whatever was made left for worker_free. */
+static int inbox_open(worker_t *w)
+{
+    w->inbox_fd = -1;
+    struct event_config *cfg = event_config_new();
+    if (cfg) {
+        event_config_set_flag(cfg, EVENT_BASE_FLAG_NOLOCK);
+        w->base = event_base_new_with_config(cfg);
+        event_config_free(cfg);
+    }
+    if (!w->base)
+        return -1;
+    w->inbox_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (w->inbox_fd < 0) {
+        log_error("worker %d: eventfd: %s", w->id, strerror(errno));
+        return -1;
+    }
+    w->inbox_ev = event_new(w->base, w->inbox_fd, EV_READ | EV_PERSIST, on_inbox, w);
+    if (!w->inbox_ev || event_add(w->inbox_ev, NULL) != 0)
+        return -1;
+    return 0;
 }
 
 /* The id-th CPU (0-based) of the process's affinity mask, or -1 when it has fewer. */
@@ -79,11 +111,6 @@ static int nth_allowed_cpu(int id)
 
 worker_t *worker_new(struct app *app, int id)
 {
-    pthread_once(&evthread_once, evthread_init);
-    if (!evthread_ok) {
-        log_error("worker: libevent thread support unavailable");
-        return NULL;
-    }
     worker_t *w = xcalloc(1, sizeof *w);
     w->id = id;
     w->app = app;
@@ -95,17 +122,8 @@ worker_t *worker_new(struct app *app, int id)
             log_warn("worker %d: --cpu-affinity: fewer CPUs than workers, this one runs unpinned", id);
     }
     pthread_mutex_init(&w->inbox_mu, NULL);
-    w->base = event_base_new();
-    if (!w->base) {
-        pthread_mutex_destroy(&w->inbox_mu);
-        free(w);
-        return NULL;
-    }
-    w->inbox_ev = event_new(w->base, -1, 0, on_inbox, w);
-    if (!w->inbox_ev) {
-        event_base_free(w->base);
-        pthread_mutex_destroy(&w->inbox_mu);
-        free(w);
+    if (inbox_open(w) != 0) {
+        worker_free(w);
         return NULL;
     }
     return w;
@@ -118,13 +136,21 @@ void worker_post(worker_t *w, worker_fn fn, void *arg)
     m->arg = arg;
     m->next = NULL;
     pthread_mutex_lock(&w->inbox_mu);
+    int was_empty = w->inbox_head == NULL;
     if (w->inbox_tail)
         w->inbox_tail->next = m;
     else
         w->inbox_head = m;
     w->inbox_tail = m;
     pthread_mutex_unlock(&w->inbox_mu);
-    event_active(w->inbox_ev, EV_READ, 0);
+    /* Only the post that made the list non-empty wakes the loop (the threading rule
+     * above). An eventfd write cannot block or fail short of EINTR: the counter would
+     * have to reach 2^64 - 1. */
+    if (was_empty) {
+        uint64_t one = 1;
+        while (write(w->inbox_fd, &one, sizeof one) < 0 && errno == EINTR) {
+        }
+    }
 }
 
 static void *thread_main(void *p)
@@ -181,6 +207,8 @@ void worker_free(worker_t *w)
         log_warn("worker %d: %d queued message(s) dropped at free", w->id, dropped);
     if (w->inbox_ev)
         event_free(w->inbox_ev);
+    if (w->inbox_fd >= 0)
+        close(w->inbox_fd);
     if (w->base)
         event_base_free(w->base);
     pthread_mutex_destroy(&w->inbox_mu);

@@ -6,6 +6,11 @@
  * worker, so the hot path takes no locks. Anything a worker needs from another thread
  * (SQL results from the job pool, a stop request) arrives through worker_post().
  *
+ * Threading rule: w->base and every event on it belong to w's thread alone; another
+ * thread never calls libevent on them (no event_add/del/active, no loopexit): it posts a
+ * function that does so on w's thread. The base is created without libevent's locks
+ * (worker.c), so breaking this rule is a data race, not a slowdown.
+ *
  * Ownership: server.c creates and frees workers; every other module only borrows them. */
 #ifndef SECKILL_WORKER_H
 #define SECKILL_WORKER_H
@@ -48,15 +53,20 @@ typedef struct worker {
     /* cross-thread inbox (worker_post); private to worker.c */
     pthread_mutex_t inbox_mu;
     struct worker_msg *inbox_head, *inbox_tail;
-    struct event *inbox_ev;
+    int inbox_fd;                    /* eventfd: written by a post to an empty list */
+    struct event *inbox_ev;          /* EV_READ|EV_PERSIST on inbox_fd */
     pthread_t thread;
     char name[16];
 } worker_t;
 
 typedef void (*worker_fn)(worker_t *w, void *arg);
 
-/* Runs fn(w, arg) on w's loop thread, soon. Callable from any thread. fn runs exactly
- * once, unless the worker has already been freed (then never: do not post after stop). */
+/* Runs fn(w, arg) on w's loop thread, soon. Callable from any thread, also w's own and
+ * also before w's thread starts or after its loop has ended (the message then waits, or
+ * is dropped at worker_free). fn runs exactly once if the loop runs after the post;
+ * messages still queued at worker_free are dropped (fn never runs, the envelope is freed,
+ * whatever arg owns is the poster's to lose: do not post after stop). Never call it on a
+ * freed worker. */
 void worker_post(worker_t *w, worker_fn fn, void *arg);
 
 /* The worker thread's body: pins the thread to w->cpu (if >= 0) and runs the loop until
