@@ -61,7 +61,7 @@ typedef struct adm_ctx {
     admission_cb cb;
     int64_t voucher_id;
     int64_t user_id;
-    int64_t order_id;
+    admission_order_t order;    /* its id and digits: the script's argument, the answer */
     int64_t now;                /* wall seconds at admission (queue mode's create_time) */
     struct ordq *q;             /* queue mode: the place held for this order, else NULL */
     int wait_replicas;          /* --redis-wait-replicas: WAIT for this many after admission */
@@ -103,6 +103,12 @@ struct adm_cache {
 };
 
 /* ------------------------------------------------------------ messages */
+
+void admission_order_set(admission_order_t *o, int64_t id)
+{
+    o->id = id;
+    o->len = sb_dec(o->dec, id);
+}
 
 const char *admission_msg(int code)
 {
@@ -227,7 +233,7 @@ static void on_wait(struct redisReply *rep, void *priv)
     adm_ctx_t *c = priv;
     http_req_t *r = c->r;
     admission_cb cb = c->cb;
-    int64_t order_id = c->order_id;
+    admission_order_t order = c->order;
     int ok = rep != NULL && rep->type == REDIS_REPLY_INTEGER && rep->integer >= c->wait_replicas;
     if (!ok && rep != NULL && !c->ac->dead) {
         uint64_t now = clock_mono_ms();
@@ -242,7 +248,7 @@ static void on_wait(struct redisReply *rep, void *priv)
         }
     }
     ctx_put(c);
-    cb(r, ok ? ADMIT_OK : ADMIT_RETRY, ok ? order_id : 0);
+    cb(r, ok ? ADMIT_OK : ADMIT_RETRY, ok ? &order : NULL);
 }
 
 /* WAIT goes on the connection that carried the admission: on a cluster, the one to the
@@ -328,7 +334,6 @@ static void finish(adm_ctx_t *c, int code)
     struct adm_cache *ac = c->ac;
     http_req_t *r = c->r;
     admission_cb cb = c->cb;
-    int64_t order_id = c->order_id;
     if (c->rt.k > 1 && !ac->dead) {
         if (code == ADMIT_SOLD_OUT) {
             bk_refill(r->w, ac->bk, c->voucher_id, &c->rt, c->bucket, 1, on_refilled, c);
@@ -359,7 +364,8 @@ static void finish(adm_ctx_t *c, int code)
         if (code == ADMIT_OK) {
             /* Not fenced: the queue holds no Redis generation (see ordq.h for what queue
              * mode loses anyway). */
-            store_order_t o = {order_id, c->user_id, c->voucher_id, 1, c->now, STORE_EPOCH_ANY};
+            store_order_t o = {c->order.id, c->user_id, c->voucher_id, 1, c->now,
+                               STORE_EPOCH_ANY};
             ordq_push(c->q, &o);
         } else {
             ordq_release(c->q);
@@ -369,8 +375,14 @@ static void finish(adm_ctx_t *c, int code)
         send_wait(c);
         return;
     }
+    if (code != ADMIT_OK) {
+        ctx_put(c);
+        cb(r, code, NULL);
+        return;
+    }
+    admission_order_t order = c->order;   /* the context goes back before the callback */
     ctx_put(c);
-    cb(r, code, code == ADMIT_OK ? order_id : 0);
+    cb(r, code, &order);
 }
 
 /* ------------------------------------------------------------ coalescing */
@@ -449,7 +461,7 @@ static void on_batch(struct redisReply *rep, void *priv)
 static int batch_call(batch_t *b, int64_t voucher_id)
 {
     worker_t *w = b->w;
-    char kv[64], kb[64], ks[64], vid[SB_DEC_MAX], num[BATCH_MAX][2][SB_DEC_MAX];
+    char kv[64], kb[64], ks[64], vid[SB_DEC_MAX], uid[BATCH_MAX][SB_DEC_MAX];
     const char *argv[5 + 2 * BATCH_MAX];
     size_t lens[5 + 2 * BATCH_MAX];
     /* The keys of the items' home bucket (a lane is one bucket's; unbucketed: bucket 0,
@@ -476,10 +488,10 @@ static int batch_call(batch_t *b, int64_t voucher_id)
     argv[na] = tr; lens[na++] = strlen(tr);
     for (int k = 0; k < b->n; k++) {
         const adm_ctx_t *c = b->item[k];
-        argv[na] = num[k][0];
-        lens[na++] = (size_t)sb_dec(num[k][0], c->user_id);
-        argv[na] = num[k][1];
-        lens[na++] = (size_t)sb_dec(num[k][1], c->order_id);
+        argv[na] = uid[k];
+        lens[na++] = (size_t)sb_dec(uid[k], c->user_id);
+        argv[na] = c->order.dec;
+        lens[na++] = (size_t)c->order.len;
     }
     /* When Redis is down on_batch runs before this returns. No copy of the arguments
      * for the EVAL fallback: on_batch sends the call again on NOSCRIPT. */
@@ -503,7 +515,7 @@ static void batch_send(lane_t *l, struct adm_cache *ac, worker_t *w)
             http_req_t *r = c->r;
             admission_cb cb = c->cb;
             ctx_put(c);
-            cb(r, code, 0);
+            cb(r, code, NULL);
             continue;
         }
         batch_t *b = xmalloc(sizeof(*b));
@@ -546,19 +558,19 @@ void admission_try(struct http_req *r, int64_t voucher_id, int64_t user_id, admi
         const int *v = verdict_get(ac, voucher_id, http_clock_ns(r) / 1000000u);
         if (v != NULL) {
             shard_inc(&w->m->soldout_local);
-            cb(r, *v, 0);
+            cb(r, *v, NULL);
             return;
         }
     }
     adm_ctx_t *c = ac != NULL ? ctx_get(ac) : NULL;
     if (c == NULL) {
-        cb(r, ADMIT_UNAVAILABLE, 0);
+        cb(r, ADMIT_UNAVAILABLE, NULL);
         return;
     }
     c->q = w->app->ordq;
     if (c->q != NULL && ordq_reserve(c->q) < 0) {
         ctx_put(c);
-        cb(r, ADMIT_UNAVAILABLE, 0);   /* queue full: refuse before taking stock */
+        cb(r, ADMIT_UNAVAILABLE, NULL);   /* queue full: refuse before taking stock */
         return;
     }
     /* The callback's clock reading (http_wall_ms), not one more read per admission: the
@@ -569,7 +581,7 @@ void admission_try(struct http_req *r, int64_t voucher_id, int64_t user_id, admi
     c->wait_replicas = w->app->cfg.redis_wait_replicas;
     c->voucher_id = voucher_id;
     c->user_id = user_id;
-    c->order_id = orderid_next(now);
+    admission_order_set(&c->order, orderid_next(now));
     c->now = now;
     c->rounds = 0;
     const bk_route_t *rt = bk_lookup(ac->bk, voucher_id, http_clock_ns(r) / 1000000u);

@@ -12,6 +12,7 @@
 
 #include <stdint.h>
 #include "metrics.h"
+#include "sb.h"
 
 struct worker;
 struct http_req;
@@ -26,9 +27,20 @@ enum {
                               * is told to retry, never success */
 };
 
-/* cb runs exactly once on the worker's thread; order_id is valid when code == ADMIT_OK.
- * May run before admission_try returns (cache hit, Redis down): call it last. */
-typedef void (*admission_cb)(struct http_req *r, int code, int64_t order_id);
+/* An admitted order's id and its decimal digits, formatted once: admission.c sends them
+ * as the script's argument, and the answer copies them. */
+typedef struct admission_order {
+    int64_t id;
+    int len;                    /* digits in dec (NUL-terminated) */
+    char dec[SB_DEC_MAX];
+} admission_order_t;
+
+void admission_order_set(admission_order_t *o, int64_t id);
+
+/* cb runs exactly once on the worker's thread; order is the admitted order when code ==
+ * ADMIT_OK (valid during the call only), else NULL. May run before admission_try returns
+ * (cache hit, Redis down): call it last. */
+typedef void (*admission_cb)(struct http_req *r, int code, const admission_order_t *order);
 
 void admission_try(struct http_req *r, int64_t voucher_id, int64_t user_id, admission_cb cb);
 

@@ -57,7 +57,7 @@ static void refusals_make(void)
     }
 }
 
-static void on_admitted(http_req_t *r, int code, int64_t order_id)
+static void on_admitted(http_req_t *r, int code, const admission_order_t *order)
 {
     metrics_seckill_done(r->w->m, admission_outcome(code), http_clock_ns(r) - r->start_ns);
     if (code > 0 && code <= REFUSAL_MAX) {
@@ -71,7 +71,8 @@ static void on_admitted(http_req_t *r, int code, int64_t order_id)
         static const char head[] = "{\"success\":true,\"data\":";
         char buf[sizeof(head) + SB_DEC_MAX + 1];
         memcpy(buf, head, sizeof(head) - 1);
-        size_t n = sizeof(head) - 1 + (size_t)sb_dec(buf + sizeof(head) - 1, order_id);
+        memcpy(buf + sizeof(head) - 1, order->dec, SB_DEC_MAX);   /* fixed size: moves */
+        size_t n = sizeof(head) - 1 + (size_t)order->len;
         buf[n++] = '}';
         http_reply(r, 200, NULL, buf, n);
     } else if (code == ADMIT_RETRY) {

@@ -83,9 +83,10 @@ static void job_done(worker_t *w, void *arg)
     http_req_t *r = j->r;
     admission_cb cb = j->cb;
     int code = j->code;
-    int64_t id = j->o.id;
+    admission_order_t order;
+    admission_order_set(&order, j->o.id);
     free(j);
-    cb(r, code, code == ADMIT_OK ? id : 0);
+    cb(r, code, code == ADMIT_OK ? &order : NULL);
 }
 
 void sync_order_submit(struct http_req *r, int64_t voucher_id, int64_t user_id,
@@ -104,7 +105,7 @@ void sync_order_submit(struct http_req *r, int64_t voucher_id, int64_t user_id,
     j->o.status = 1;
     if (jobs_submit(app->jobs, r->w, job_run, job_done, j) != 0) {
         free(j);
-        cb(r, ADMIT_UNAVAILABLE, 0);
+        cb(r, ADMIT_UNAVAILABLE, NULL);
     }
 }
 
