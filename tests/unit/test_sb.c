@@ -79,6 +79,18 @@ static void test_parse_pos(void **state)
     }
 }
 
+/* v through sb_dec against printf; nothing written past SB_DEC_MAX (sb.h). */
+static void check_dec(int64_t v)
+{
+    char want[32], got[SB_DEC_MAX + 8];
+    int wn = snprintf(want, sizeof want, "%lld", (long long)v);
+    memset(got, 'x', sizeof got);
+    assert_int_equal(sb_dec(got, v), wn);
+    assert_string_equal(got, want);
+    for (size_t i = SB_DEC_MAX; i < sizeof got; i++)
+        assert_int_equal(got[i], 'x');
+}
+
 static void test_i64(void **state)
 {
     (void)state;
@@ -97,22 +109,40 @@ static void test_i64(void **state)
         sb_free(&s);
     }
     /* sb_dec counts the digits before it writes them: every power of ten and its
-     * neighbours, both signs, against printf; the bytes after the NUL untouched. */
+     * neighbours, both signs, against printf. */
     for (int64_t p = 1;; p *= 10) {
         for (int64_t d = -1; d <= 1; d++) {
-            for (int sign = 0; sign < 2; sign++) {
-                int64_t v = sign ? -(p + d) : p + d;
-                char want[32], got[SB_DEC_MAX + 1];
-                int wn = snprintf(want, sizeof want, "%lld", (long long)v);
-                memset(got, 'x', sizeof got);
-                assert_int_equal(sb_dec(got, v), wn);
-                assert_string_equal(got, want);
-                if (wn + 1 < (int)sizeof got)
-                    assert_int_equal(got[wn + 1], 'x');
-            }
+            for (int sign = 0; sign < 2; sign++)
+                check_dec(sign ? -(p + d) : p + d);
         }
         if (p > INT64_MAX / 10)
             break;
+    }
+}
+
+/* sb_dec writes eight digits per word, each 0..9999 half of them split by multiplies
+ * that must be exact for every value: every value of both halves, in the last eight
+ * digits of numbers of 8, 9, 16, 17 and 19 digits (the word placed at every offset the
+ * digit count makes), then pseudo-random numbers of every length and sign. */
+static void test_dec_words(void **state)
+{
+    (void)state;
+    static const int64_t high[] = {0, 1, 12345678, 99999999, 1234567890LL, 92233720367LL};
+    for (int64_t a = 0; a < 10000; a++) {
+        int64_t w = a * 10000 + (9999 - a);          /* both halves take every value */
+        for (size_t i = 0; i < sizeof high / sizeof high[0]; i++) {
+            int64_t v = high[i] * 100000000 + w;
+            check_dec(v);
+            check_dec(-v);
+        }
+    }
+    uint64_t x = 88172645463325252ull;                /* xorshift64 */
+    for (int i = 0; i < 200000; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        int64_t v = (int64_t)(x >> (x % 64));          /* every length, both signs */
+        check_dec(v);
     }
 }
 
@@ -299,6 +329,7 @@ int main(void)
         cmocka_unit_test(test_append_and_cstr),
         cmocka_unit_test(test_growth),
         cmocka_unit_test(test_i64),
+        cmocka_unit_test(test_dec_words),
         cmocka_unit_test(test_parse_pos),
         cmocka_unit_test(test_json_escaping),
         cmocka_unit_test(test_json_bad_utf8),
