@@ -484,7 +484,8 @@ static int cbuf_append(conn_t *c, sb_t *s, const void *p, size_t n)
 {
     if (n == 0)
         return 0;
-    size_t after = sb_cap_for(s, n);
+    /* cap > len whenever buf is set (sb.c): the common case, it fits, costs a compare. */
+    size_t after = s->buf != NULL && s->cap - s->len > n ? s->cap : sb_cap_for(s, n);
     if (after > s->cap) {
         size_t grow = after - s->cap;
         size_t was = atomic_fetch_add_explicit(&buffered_total, grow, memory_order_relaxed);
@@ -613,11 +614,20 @@ static void split_url(conn_t *c, http_req_t *r)
     } else if (*q == '#') {
         *q = '\0';
     }
-    const char *path = *u ? u : "/";
-    if (strncmp(path, "/api", 4) == 0 && (path[4] == '/' || path[4] == '\0'))
-        path = path[4] ? path + 4 : "/";
+    /* The path is u..q; its length is known, no strlen or strncmp call per request. */
+    const char *path = u;
+    size_t n = (size_t)(q - u);
+    if (n >= 4 && u[0] == '/' && u[1] == 'a' && u[2] == 'p' && u[3] == 'i' &&
+        (n == 4 || u[4] == '/')) {
+        path += 4;
+        n -= 4;
+    }
+    if (n == 0) {
+        path = "/";
+        n = 1;
+    }
     r->path = path;
-    r->path_len = strlen(path);
+    r->path_len = n;
 }
 
 static void dispatch(conn_t *c)

@@ -14,8 +14,8 @@
 #include "log.h"
 #include "xmem.h"
 
-/* Makes room for n more bytes plus the terminating NUL. */
-static void reserve(sb_t *s, size_t n)
+/* reserve()'s growth: out of line, so that the common case (it fits) inlines. */
+static void grow(sb_t *s, size_t n)
 {
     if (n >= SIZE_MAX / 2 - s->len) {
         log_error("out of memory (a buffer of %zu + %zu bytes)", s->len, n);
@@ -33,6 +33,14 @@ static void reserve(sb_t *s, size_t n)
     s->borrowed = 0;
     s->buf = p;
     s->cap = cap;
+}
+
+/* Makes room for n more bytes plus the terminating NUL. cap > len whenever buf is set
+ * (the NUL's byte), so cap - len > n cannot overflow and means len + n + 1 <= cap. */
+static inline void reserve(sb_t *s, size_t n)
+{
+    if (s->buf == NULL || s->cap - s->len <= n)
+        grow(s, n);
 }
 
 char *sb_reserve(sb_t *s, size_t n)
@@ -91,13 +99,6 @@ void sb_free(sb_t *s)
     s->len = 0;
     s->cap = 0;
     s->borrowed = 0;
-}
-
-void sb_reset(sb_t *s)
-{
-    s->len = 0;
-    if (s->buf)
-        s->buf[0] = '\0';
 }
 
 void sb_append(sb_t *s, const void *p, size_t n)

@@ -26,7 +26,13 @@ typedef struct sb {
 void sb_init_on(sb_t *s, char *buf, size_t cap);
 
 void sb_free(sb_t *s);
-void sb_reset(sb_t *s);                       /* len = 0, keeps the memory */
+/* len = 0, keeps the memory. Inline: every reply empties the request's buffers. */
+static inline void sb_reset(sb_t *s)
+{
+    s->len = 0;
+    if (s->buf)
+        s->buf[0] = '\0';
+}
 void sb_append(sb_t *s, const void *p, size_t n);
 void sb_puts(sb_t *s, const char *z);
 void sb_printf(sb_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
