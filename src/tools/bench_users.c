@@ -175,12 +175,21 @@ static int api_login(const bench_opts_t *o, const bench_load_t *proto, bench_use
             if (bench_load_run(&L, NULL, NULL, err, errlen) < 0) {
                 rc = -1;
             } else if (L.failed_users > 0) {
-                snprintf(err, errlen, "%d of %zu users could not %s (see above; an HTTP 429 is "
-                         "a per-IP limit (start the server with --rate-ip-login 0 and "
-                         "--rate-ip-code 0) or, past ~3,000 new phones a minute, its full "
-                         "per-phone table (docs/reliability.md); --seed-tokens needs neither)",
-                         L.failed_users,
-                         hi - lo, job == JOB_CODE ? "get a login code" : "log in");
+                /* A 429 names no limit; list the server's that can refuse this step. */
+                if (job == JOB_CODE)
+                    snprintf(err, errlen, "%d of %zu users could not get a login code (see "
+                             "above). An HTTP 429 is one of the server's limits: per IP "
+                             "(--rate-ip-code), per phone (--rate-phone-code: 3 codes, then 1 a "
+                             "minute; a rerun within minutes asks for the same phones: pick others "
+                             "with --user-base, or start the server with --rate-phone-code 0), or "
+                             "its full per-phone table past ~3,000 new phones a minute "
+                             "(docs/reliability.md); --seed-tokens needs none of them",
+                             L.failed_users, hi - lo);
+                else
+                    snprintf(err, errlen, "%d of %zu users could not log in (see above). An "
+                             "HTTP 429 is one of the server's limits: per IP (start it with "
+                             "--rate-ip-login 0) or per phone (--rate-phone-login); "
+                             "--seed-tokens needs neither", L.failed_users, hi - lo);
                 rc = -1;
             }
             bench_load_free(&L);

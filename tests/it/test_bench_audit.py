@@ -304,3 +304,23 @@ def test_audit_catches_each_corruption():
     c = fresh()
     c.redis.cmd("XADD", "seckill:dead:{%d}" % vid, "*", "stream", H.k_stream(vid), "reason", "x")
     expect("dead letter", c, ["dead-letters"])
+
+
+@H.timeout(120)
+def test_bench_rerun_names_the_per_phone_code_limit():
+    """A rehearsal run again at once asks codes for the same phones; past the per-phone code
+    limit bench stops (exit 2) and says which limits refuse and how to go on (--user-base,
+    --rate-phone-code 0, --seed-tokens), not only the per-IP one. Other phones then work."""
+    r, srv = H.setup(settings={"rate_phone_code": "1/m:1"})
+    args = ["--users", 20, "--stock", 5, "--conns", 4]
+    rc, out, err = run_tool(bench_args(srv, r, *args))
+    check(rc == 0, "first run: exit %d:\n%s\n%s", rc, out, err)
+    rc, out, err = run_tool(bench_args(srv, r, *args))
+    eq(rc, 2, "exit status of a rerun refused by the per-phone code limit")
+    msg = out + err
+    H.log(msg[-1500:])
+    for hint in ("--rate-phone-code", "--user-base", "--seed-tokens"):
+        check(hint in msg, "the refusal does not mention %s:\n%s", hint, msg[-1500:])
+    rc, out, err = run_tool(bench_args(srv, r, "--user-base", 1000, *args))
+    check(rc == 0, "run with other phones: exit %d:\n%s\n%s", rc, out, err)
+    H.finish(srv)
