@@ -40,6 +40,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,6 +59,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "sb.h"
+#include "steer.h"
 #include "url.h"
 #include "worker.h"
 #include "xmem.h"
@@ -69,6 +71,7 @@ enum {
     READS_PER_RUN = 8,         /* fairness: recv() calls per connection per loop turn */
     ACCEPTS_PER_CB = 64,
     SWEEP_MS = 1000,
+    REBALANCE_MS = 100,        /* steer.h: how long an imbalance may last before moving */
     LINGER_MS = 2000,
     LINGER_MAX_BYTES = 1 << 20,
     ACCEPT_PAUSE_MS = 1000,    /* after EMFILE & co. */
@@ -124,6 +127,16 @@ typedef struct conn {
     char peer[INET6_ADDRSTRLEN];
 } conn_t;
 
+/* An idle connection on its way to another worker (steer.h): its socket and what of its
+ * state outlives a request (the address it is counted under, its timers' bases). */
+struct handoff {
+    int fd;
+    connlimit_key_t ckey;
+    char peer[INET6_ADDRSTRLEN];
+    uint64_t nreq, last_ms, msg_start_ms;
+    struct handoff *next;
+};
+
 struct http_worker {
     worker_t *w;
     http_handler_fn handler;
@@ -143,6 +156,17 @@ struct http_worker {
     struct event *done_ev;     /* activated when the last connection goes */
     conn_t *conns;
     atomic_int nconns;         /* written by this worker only; read by /metrics anywhere */
+
+    /* Connections other workers handed to this one (steer.h): a list under ho_mu that
+     * take_handoffs() empties on this worker's loop; what is left at free is closed.
+     * incoming counts them until taken, open_to_handoffs says whether to send any; both
+     * are read by the other workers. */
+    pthread_mutex_t ho_mu;
+    struct handoff *ho_head;
+    atomic_int incoming;
+    atomic_int open_to_handoffs;
+    struct event *rebalance_ev; /* armed when this worker has too many connections */
+    int rebalance_armed;
     uint64_t now_ns;           /* clock_mono_ns() at the start of the current callback */
     uint64_t now_ms;           /* the same in ms */
     int in_run;                /* inside conn_run() or http_callback_begin/end: now_ns is
@@ -168,6 +192,8 @@ struct http_worker {
 };
 
 static void conn_run(conn_t *c);
+static conn_t *conn_setup(http_worker_t *hw, int fd, const connlimit_key_t *key,
+                          const char *peer);
 static void conn_free(conn_t *c);
 static void cbuf_done(conn_t *c, sb_t *s);
 static void end_request(conn_t *c);
@@ -189,6 +215,13 @@ static int nconns(const http_worker_t *hw)
 static void set_nconns(http_worker_t *hw, int n)
 {
     atomic_store_explicit(&hw->nconns, n, memory_order_relaxed);
+}
+
+/* Whether other workers may hand connections to this one (hand_off): not while its
+ * accepting is held for Redis, nor once it stops. */
+static void set_open_to_handoffs(http_worker_t *hw, int open)
+{
+    atomic_store_explicit(&hw->open_to_handoffs, open, memory_order_relaxed);
 }
 
 static size_t pending(const conn_t *c)
@@ -1011,7 +1044,8 @@ static void conn_free(conn_t *c)
         event_free(c->rev);
     if (c->wev)
         event_free(c->wev);
-    close(c->fd);
+    if (c->fd >= 0)
+        close(c->fd);
     cbuf_free(c, &c->url);
     cbuf_free(c, &c->auth);
     cbuf_free(c, &c->admin);
@@ -1075,10 +1109,21 @@ static conn_t *conn_new(http_worker_t *hw, int fd, const struct sockaddr_storage
         refuse(fd, "Too many connections from your address");
         return NULL;
     }
-    conn_t *c = xcalloc(1, sizeof *c);   /* bounded: the connection caps were checked above */
+    conn_t *c = conn_setup(hw, fd, &key, peer);
+    if (!c)
+        connlimit_release(hw->cl, &key);
+    return c;
+}
+
+/* The connection for socket fd, counted under key (acquired by the caller), on hw's loop;
+ * NULL (socket closed) when its event cannot be registered. */
+static conn_t *conn_setup(http_worker_t *hw, int fd, const connlimit_key_t *key,
+                          const char *peer)
+{
+    conn_t *c = xcalloc(1, sizeof *c);   /* bounded: the connection caps were checked */
     c->hw = hw;
     c->fd = fd;
-    c->ckey = key;
+    c->ckey = *key;
     /* Edge-triggered, as nginx does: an event only when bytes arrive, so a connection
      * that was read dry is not polled again by every epoll_wait (level-triggered, the
      * kernel re-checks each reported socket on the next call), and a connection busy
@@ -1088,7 +1133,6 @@ static conn_t *conn_new(http_worker_t *hw, int fd, const struct sockaddr_storage
     if (!c->rev || event_add(c->rev, NULL) != 0) {
         if (c->rev)
             event_free(c->rev);
-        connlimit_release(hw->cl, &key);
         close(fd);
         free(c);
         return NULL;
@@ -1096,7 +1140,7 @@ static conn_t *conn_new(http_worker_t *hw, int fd, const struct sockaddr_storage
     c->read_on = 1;
     c->last_ms = hw->now_ms;
     c->msg_start_ms = hw->now_ms;  /* until the first byte: the header timeout runs */
-    memcpy(c->peer, peer, sizeof peer);
+    memcpy(c->peer, peer, sizeof c->peer);
     c->next = hw->conns;
     if (hw->conns)
         hw->conns->prev = c;
@@ -1122,6 +1166,7 @@ static void resume_accepting(http_worker_t *hw)
         if (hw->now_ms < hw->held_until_ms)
             return;
         hw->held = 0;
+        set_open_to_handoffs(hw, 1);
         log_warn("http: worker %d accepts connections before its Redis connection is up "
                  "(waited %d ms): its first answers may be 503", hw->w->id,
                  (int)(hw->held_until_ms - hw->held_start_ms));
@@ -1132,6 +1177,139 @@ static void resume_accepting(http_worker_t *hw)
         if (hw->mlev)
             event_add(hw->mlev, NULL);
     }
+}
+
+/* ==== Hand-offs between pinned workers (steer.h) ==== */
+
+/* Runs on the receiving worker's loop (posted by rebalance): adopts every connection
+ * handed to it since the last call. */
+static void take_handoffs(worker_t *w, void *arg)
+{
+    (void)arg;
+    http_worker_t *hw = w->http;
+    if (!hw)
+        return;
+    pthread_mutex_lock(&hw->ho_mu);
+    struct handoff *h = hw->ho_head;
+    hw->ho_head = NULL;
+    pthread_mutex_unlock(&hw->ho_mu);
+    if (!h)
+        return;           /* an earlier call took them */
+    tick(hw);
+    while (h) {
+        struct handoff *next = h->next;
+        conn_t *c = hw->stopping ? NULL : conn_setup(hw, h->fd, &h->ckey, h->peer);
+        if (c) {
+            c->listener = HTTP_LISTENER_PUBLIC;
+            c->nreq = h->nreq;
+            c->last_ms = h->last_ms;
+            c->msg_start_ms = h->msg_start_ms;
+        } else {
+            if (hw->stopping)
+                close(h->fd);
+            connlimit_release(hw->cl, &h->ckey);
+        }
+        atomic_fetch_sub_explicit(&hw->incoming, 1, memory_order_relaxed);
+        free(h);
+        h = next;
+    }
+    maybe_done(hw);
+}
+
+/* steer.h's rule for hw: the worker it should give connections to, or NULL. Only when
+ * the workers are pinned (and so steered by CPU): unpinned, the kernel's hash spreads. */
+static http_worker_t *overloaded_toward(http_worker_t *hw, int *load_self, int *load_to)
+{
+    const struct app *app = hw->w->app;
+    if (hw->w->cpu < 0 || !app || app->nworkers < 2 || hw->stopping)
+        return NULL;
+    int n = app->nworkers < STEER_MAX_WORKERS ? app->nworkers : STEER_MAX_WORKERS;
+    int self = hw->w->id;
+    if (self >= n)
+        return NULL;
+    int load[STEER_MAX_WORKERS];
+    unsigned char open[STEER_MAX_WORKERS];
+    for (int i = 0; i < n; i++) {
+        const http_worker_t *o = app->workers[i]->http;
+        load[i] = nconns(o) + atomic_load_explicit(&o->incoming, memory_order_relaxed);
+        open[i] = (unsigned char)atomic_load_explicit(&o->open_to_handoffs, memory_order_relaxed);
+    }
+    int to = steer_pick(load, open, n, self);
+    if (to == self)
+        return NULL;
+    *load_self = load[self];
+    *load_to = load[to];
+    return app->workers[to]->http;
+}
+
+/* A connection between requests, with nothing buffered either way and no event pending
+ * on our side: its socket can move to another loop as it is (bytes that arrive meanwhile
+ * wait in the kernel; the new owner's edge-triggered registration reports them). */
+static int movable(const conn_t *c)
+{
+    return c->listener == HTTP_LISTENER_PUBLIC && !c->in_flight && !c->busy && !c->in_msg &&
+           !c->need_more && !c->closing && !c->dead && !c->eof && !c->linger &&
+           !c->readable && !c->write_on && pending(c) == 0 && c->in_off >= c->in.len;
+}
+
+static void arm_rebalance(http_worker_t *hw)
+{
+    struct timeval tv = {0, REBALANCE_MS * 1000};
+    if (!hw->rebalance_armed && hw->rebalance_ev)
+        hw->rebalance_armed = event_add(hw->rebalance_ev, &tv) == 0;
+}
+
+/* Gives up to steer_moves() idle connections to the least loaded worker when hw has
+ * more than its margin over it. Armed REBALANCE_MS after an accept found hw over (so
+ * that a burst from one client thread, which another thread's burst from another CPU
+ * may follow, is not split at once) and checked at every sweep. */
+static void rebalance(http_worker_t *hw)
+{
+    int mine = 0, least = 0;
+    http_worker_t *dst = overloaded_toward(hw, &mine, &least);
+    if (!dst)
+        return;
+    int k = steer_moves(mine, least), moved = 0;
+    for (conn_t *c = hw->conns, *next; c && moved < k; c = next) {
+        next = c->next;
+        if (!movable(c))
+            continue;
+        struct handoff *h = xmalloc(sizeof *h);
+        h->fd = c->fd;
+        h->ckey = c->ckey;
+        memcpy(h->peer, c->peer, sizeof h->peer);
+        h->nreq = c->nreq;
+        h->last_ms = c->last_ms;
+        h->msg_start_ms = c->msg_start_ms;
+        atomic_fetch_add_explicit(&dst->incoming, 1, memory_order_relaxed);
+        pthread_mutex_lock(&dst->ho_mu);
+        h->next = dst->ho_head;
+        dst->ho_head = h;
+        pthread_mutex_unlock(&dst->ho_mu);
+        c->fd = -1;                  /* the socket and its count now travel with h */
+        c->ckey.len = 0;
+        conn_free(c);
+        moved++;
+    }
+    if (moved) {
+        /* A post that comes too late at shutdown is dropped; hw_free closes what the
+         * list still holds. */
+        worker_post(dst->w, take_handoffs, NULL);
+        log_debug("http: worker %d gave %d connection(s) to worker %d (%d against %d)",
+                  hw->w->id, moved, dst->w->id, mine, least);
+    }
+    if (moved < k)
+        arm_rebalance(hw);   /* the others were busy: again soon, not at the next sweep */
+}
+
+static void on_rebalance(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    http_worker_t *hw = arg;
+    hw->rebalance_armed = 0;
+    tick(hw);
+    rebalance(hw);
 }
 
 static void on_accept(evutil_socket_t lfd, short what, void *arg)
@@ -1166,6 +1344,9 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
         conn_t *c = conn_new(hw, fd, &ss);
         if (c)
             c->listener = lfd == hw->mlfd ? HTTP_LISTENER_METRICS : HTTP_LISTENER_PUBLIC;
+        int mine, least;
+        if (c && !hw->rebalance_armed && overloaded_toward(hw, &mine, &least))
+            arm_rebalance(hw);
     }
 }
 
@@ -1198,6 +1379,7 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg)
             conn_free(c);
         }
     }
+    rebalance(hw);
     resume_accepting(hw);
 }
 
@@ -1249,6 +1431,7 @@ void http_worker_stop(worker_t *w, int grace_ms, void (*done)(worker_t *w))
     if (hw->stopping)
         return;
     hw->stopping = 1;
+    set_open_to_handoffs(hw, 0);
     hw->done = done;
     hw->grace_ms = grace_ms > 0 ? grace_ms : 0;
     tick(hw);
@@ -1377,6 +1560,15 @@ static void hw_free(http_worker_t *hw)
         event_free(hw->mlev);
     if (hw->mlfd >= 0)
         close(hw->mlfd);
+    if (hw->rebalance_ev)
+        event_free(hw->rebalance_ev);
+    for (struct handoff *h = hw->ho_head, *next; h; h = next) {
+        next = h->next;
+        close(h->fd);
+        connlimit_release(hw->cl, &h->ckey);
+        free(h);
+    }
+    pthread_mutex_destroy(&hw->ho_mu);
     free(hw->rbuf);
     free(hw);
 }
@@ -1389,6 +1581,7 @@ int http_worker_init(worker_t *w, const char *host, int port, http_handler_fn ha
     hw->handler = handler;
     hw->lfd = -1;
     hw->mlfd = -1;
+    pthread_mutex_init(&hw->ho_mu, NULL);
     hw->cl = w->app ? w->app->connlimit : NULL;
     hw->trusted = w->app ? w->app->trusted : NULL;
     const config_t *cfg = w->app ? &w->app->cfg : NULL;
@@ -1433,8 +1626,9 @@ int http_worker_init(worker_t *w, const char *host, int port, http_handler_fn ha
     /* Created now so that stopping cannot fail half-way for want of memory. */
     hw->grace_ev = evtimer_new(w->base, on_grace, hw);
     hw->done_ev = event_new(w->base, -1, 0, on_done, hw);
+    hw->rebalance_ev = evtimer_new(w->base, on_rebalance, hw);
     struct timeval tv = {SWEEP_MS / 1000, (SWEEP_MS % 1000) * 1000};
-    if (!hw->lev || !hw->sweep_ev || !hw->grace_ev || !hw->done_ev ||
+    if (!hw->lev || !hw->sweep_ev || !hw->grace_ev || !hw->done_ev || !hw->rebalance_ev ||
         event_add(hw->lev, NULL) != 0 ||
         event_add(hw->sweep_ev, &tv) != 0) {
         snprintf(err, errlen, "cannot register the listener with the event loop");
@@ -1442,6 +1636,7 @@ int http_worker_init(worker_t *w, const char *host, int port, http_handler_fn ha
         return -1;
     }
     hw->accept_on = 1;
+    set_open_to_handoffs(hw, 1);
     w->http = hw;
     log_debug("http: worker %d listening on %s:%d", w->id, host, hw->port);
     return 0;
@@ -1460,6 +1655,7 @@ void http_worker_hold_accept(worker_t *w, int max_ms)
     }
     tick(hw);
     hw->held = 1;
+    set_open_to_handoffs(hw, 0);
     hw->held_start_ms = hw->now_ms;
     hw->held_until_ms = hw->now_ms + (uint64_t)(max_ms > 0 ? max_ms : 0);
 }
@@ -1470,6 +1666,7 @@ void http_worker_open_accept(worker_t *w)
     if (!hw || !hw->held)
         return;
     hw->held = 0;
+    set_open_to_handoffs(hw, 1);
     resume_accepting(hw);
 }
 

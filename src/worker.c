@@ -19,10 +19,13 @@
  * between the read and the take is in the taken list (its write, if any, only wakes the
  * loop to an empty list).
  *
- * Scheduling (docs/bench.md, "Workers' kernel and scheduling cost"): with --cpu-affinity
- * worker i's thread is pinned to the i-th CPU the process may run on, and http.c marks
- * its listener with that CPU (SO_INCOMING_CPU) so that the kernel hands a new connection
- * to the worker on the CPU that processed its handshake. */
+ * Scheduling (docs/bench.md, "Workers' kernel and scheduling cost"; "Connections steered
+ * by CPU, balanced"): with --cpu-affinity (the default) and at least as many CPUs as
+ * workers, worker i's thread is pinned to the i-th CPU the process may run on, and http.c
+ * marks its listener with that CPU (SO_INCOMING_CPU) so that the kernel hands a new
+ * connection to the worker on the CPU that processed its handshake; steer.h's rule then
+ * moves a connection to another worker when one gets too many. With fewer CPUs than
+ * workers no worker is pinned. */
 #include "worker.h"
 
 #include <event2/event.h>
@@ -95,6 +98,14 @@ static int inbox_open(worker_t *w)
     return 0;
 }
 
+/* How many CPUs the process may run on (its affinity mask), or 0 when unknown. */
+static int allowed_cpus(void)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+}
+
 /* The id-th CPU (0-based) of the process's affinity mask, or -1 when it has fewer. */
 static int nth_allowed_cpu(int id)
 {
@@ -117,9 +128,14 @@ worker_t *worker_new(struct app *app, int id)
     snprintf(w->name, sizeof w->name, "w%d", id);
     w->cpu = -1;
     if (app && app->cfg.cpu_affinity) {
-        w->cpu = nth_allowed_cpu(id);
-        if (w->cpu < 0)
-            log_warn("worker %d: --cpu-affinity: fewer CPUs than workers, this one runs unpinned", id);
+        /* All or none: pinned workers are steered by CPU (http.c), and a worker without a
+         * CPU of its own would share one with a pinned worker that cannot move away. */
+        int ncpu = allowed_cpus();
+        if (ncpu >= app->cfg.threads)
+            w->cpu = nth_allowed_cpu(id);
+        else if (id == 0)
+            log_info("--cpu-affinity: %d workers on %d CPUs: the workers are not pinned",
+                     app->cfg.threads, ncpu);
     }
     pthread_mutex_init(&w->inbox_mu, NULL);
     if (inbox_open(w) != 0) {

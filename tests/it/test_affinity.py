@@ -1,19 +1,19 @@
-"""test_affinity.py -- --cpu-affinity: each worker thread pinned to its own CPU, and a new
-connection handed to the worker on the CPU that processed its handshake (SO_INCOMING_CPU on
-the workers' SO_REUSEPORT listeners; docs/bench.md, "Workers' kernel and scheduling cost").
-Off by default: then the workers may run on every CPU and the kernel spreads connections by
-hash.
+"""test_affinity.py -- --cpu-affinity (on by default): each worker thread pinned to its own
+CPU, a new connection handed to the worker on the CPU that processed its handshake
+(SO_INCOMING_CPU on the workers' SO_REUSEPORT listeners), and connections that all came
+from one CPU spread again by the workers themselves (steer.h: idle connections handed to
+the least loaded worker). With fewer CPUs than workers, or --cpu-affinity false, no worker
+is pinned and the kernel spreads connections by hash. docs/bench.md, "Workers' kernel and
+scheduling cost" and "Connections steered by CPU, balanced".
 """
 
 import os
 import re
-import threading
 
 import harness as H
 from harness import check, eq
 
 DB_BACKENDS = ("sqlite",)   # the HTTP layer only: one SQL backend is enough
-CONNS = 8
 
 
 def _allowed():
@@ -41,25 +41,27 @@ def _conns_per_worker(mh):
             re.finditer(r'^seckill_http_connections\{worker="(\d+)"\} (\d+)$', body.decode(), re.M)}
 
 
-def _connect_from(cpu, port, n):
-    """n kept-alive connections opened (and each used once) by a thread pinned to cpu."""
-    out, errs = [], []
+def _open_from(cpu, port):
+    """A kept-alive connection opened (and used once) from CPU cpu: the calling thread
+    moves there first, so the kernel processes the handshake on that CPU."""
+    os.sched_setaffinity(0, {cpu})
+    h = H.Http(port)
+    eq(h.request("GET", "/health")[0], 200, "GET /health from CPU %d" % cpu)
+    return h
 
-    def run():
-        try:
-            os.sched_setaffinity(0, {cpu})   # this thread only
-            for _ in range(n):
-                h = H.Http(port)
-                eq(h.request("GET", "/health")[0], 200, "GET /health from CPU %d" % cpu)
-                out.append(h)
-        except Exception as e:   # reported by the caller's thread
-            errs.append(e)
-    t = threading.Thread(target=run)
-    t.start()
-    t.join()
-    if errs:
-        raise errs[0]
-    return out
+
+def _still_answers(conns):
+    """Every connection answers one more request on its own socket (no reconnect)."""
+    for i, h in enumerate(conns):
+        s = h.sock
+        eq(h.request("GET", "/health")[0], 200, "connection %d answers again" % i)
+        check(h.sock is s, "connection %d answered on the same socket, not a new one" % i)
+
+
+def _pinned_server(cpus, settings=None):
+    r, srv = H.setup(settings=settings, threads=2)
+    eq(_worker_cpus(srv.proc.pid), {"w0": str(cpus[0]), "w1": str(cpus[1])}, "the workers' CPUs")
+    return srv
 
 
 def test_cpu_affinity_pins_workers_and_steers_connections():
@@ -67,27 +69,68 @@ def test_cpu_affinity_pins_workers_and_steers_connections():
     if len(cpus) < 2:
         H.log("skipped: needs 2 CPUs, this process may use %d" % len(cpus))
         return
-    r, srv = H.setup(settings={"cpu_affinity": 1}, threads=2)
-    pinned = _worker_cpus(srv.proc.pid)
-    eq(pinned, {"w0": str(cpus[0]), "w1": str(cpus[1])}, "the workers' CPUs")
+    mine = os.sched_getaffinity(0)
+    srv = _pinned_server(cpus)   # the default
     mh = srv.http()
-    for w in (0, 1):
-        before = _conns_per_worker(mh)
-        conns = _connect_from(cpus[w], srv.port, CONNS)
-        after = _conns_per_worker(mh)
-        got = {i: after[i] - before.get(i, 0) for i in after}
-        H.log("connections opened from CPU %d went to workers %s" % (cpus[w], got))
-        eq(got, {w: CONNS, 1 - w: 0}, "new connections per worker, opened from worker %d's CPU" % w)
-        for h in conns:
-            h.close()
-        H.wait_until(lambda: _conns_per_worker(mh) == before, 10, what="the connections closed")
+    before = _conns_per_worker(mh)
+    conns = []
+    try:
+        # Alternating CPUs keeps the workers level, so nothing is moved: each connection
+        # stays where the kernel put it, on its CPU's worker.
+        for i in range(12):
+            w = i % 2
+            conns.append(_open_from(cpus[w], srv.port))
+            now = _conns_per_worker(mh)
+            got = {k: now[k] - before.get(k, 0) for k in now}
+            eq(got, {0: (i + 2) // 2, 1: (i + 1) // 2},
+               "connections per worker after the %d-th, opened from worker %d's CPU" % (i + 1, w))
+    finally:
+        os.sched_setaffinity(0, mine)
+    _still_answers(conns)
     H.finish(srv)
 
 
-def test_cpu_affinity_off_by_default():
-    r, srv = H.setup(threads=2)
+def test_connections_from_one_cpu_are_spread():
+    cpus = _allowed()
+    if len(cpus) < 2:
+        H.log("skipped: needs 2 CPUs, this process may use %d" % len(cpus))
+        return
+    mine = os.sched_getaffinity(0)
+    srv = _pinned_server(cpus)
+    mh = srv.http()
+    before = _conns_per_worker(mh)
+    n = 16
+    try:
+        conns = [_open_from(cpus[0], srv.port) for _ in range(n)]
+    finally:
+        os.sched_setaffinity(0, mine)
+
+    def spread():
+        now = _conns_per_worker(mh)
+        got = {k: now[k] - before.get(k, 0) for k in now}
+        return got if sum(got.values()) == n and min(got.values()) >= n // 2 - 2 else None
+    got = H.wait_until(spread, 10, what="16 connections from CPU %d spread over both workers" % cpus[0])
+    H.log("16 connections opened from CPU %d: per worker %s" % (cpus[0], got))
+    # The moved connections keep working, on their own sockets, with nothing lost.
+    _still_answers(conns)
+    eq(sum(_conns_per_worker(mh).values()) - sum(before.values()), n, "connections open after the requests")
+    H.finish(srv)
+
+
+def test_cpu_affinity_off():
+    r, srv = H.setup(settings={"cpu_affinity": 0}, threads=2)
     status = open("/proc/%d/status" % srv.proc.pid).read()
     whole = re.search(r"Cpus_allowed_list:\s*(\S+)", status).group(1)
     eq(_worker_cpus(srv.proc.pid), {"w0": whole, "w1": whole},
-       "the workers' CPUs without --cpu-affinity (the process's own)")
+       "the workers' CPUs with --cpu-affinity false (the process's own)")
+    H.finish(srv)
+
+
+def test_more_workers_than_cpus_are_not_pinned():
+    n = len(_allowed()) + 1
+    r, srv = H.setup(threads=n)
+    status = open("/proc/%d/status" % srv.proc.pid).read()
+    whole = re.search(r"Cpus_allowed_list:\s*(\S+)", status).group(1)
+    eq(_worker_cpus(srv.proc.pid), {"w%d" % i: whole for i in range(n)},
+       "the CPUs of %d workers on %d CPUs (none pinned)" % (n, n - 1))
     H.finish(srv)

@@ -1,0 +1,24 @@
+/* steer.c -- the rule for giving connections between pinned workers (see steer.h). */
+#include "steer.h"
+
+int steer_margin(int mine, int least)
+{
+    return 2 + (mine + least) / 16;
+}
+
+int steer_moves(int mine, int least)
+{
+    return mine > least ? (mine - least) / 2 : 0;
+}
+
+int steer_pick(const int *load, const unsigned char *open, int n, int self)
+{
+    int best = self;
+    for (int i = 0; i < n; i++) {
+        if (i != self && open[i] && load[i] < load[best])
+            best = i;
+    }
+    if (best == self)
+        return self;
+    return load[self] - load[best] > steer_margin(load[self], load[best]) ? best : self;
+}

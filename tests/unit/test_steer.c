@@ -1,0 +1,93 @@
+/* test_steer.c -- steer.h's rule: a pinned worker gives connections to the least loaded
+ * open worker only beyond its margin, half the difference; one client thread's burst
+ * ends split nearly evenly; connections from every CPU stay where they are. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "steer.h"
+
+static void test_margin_and_pick(void **state)
+{
+    (void)state;
+    unsigned char open[3] = {1, 1, 1};
+    int load[3] = {2, 0, 0};
+    assert_int_equal(steer_margin(2, 0), 2);
+    assert_int_equal(steer_pick(load, open, 3, 0), 0);      /* 2 over: within the margin */
+    load[0] = 3;
+    assert_int_equal(steer_pick(load, open, 3, 0), 1);      /* 3 over: to the first least */
+    load[1] = 1;
+    assert_int_equal(steer_pick(load, open, 3, 0), 2);      /* the least loaded one */
+    assert_int_equal(steer_pick(load, open, 3, 2), 2);      /* the least never gives */
+    open[2] = 0;
+    assert_int_equal(steer_pick(load, open, 3, 0), 0);      /* w1 is 2 under: within it */
+    open[1] = 0;
+    assert_int_equal(steer_pick(load, open, 3, 0), 0);      /* nobody open */
+    int big[2] = {40, 20};                                   /* margin 2 + 60/16 = 5 */
+    unsigned char o2[2] = {1, 1};
+    assert_int_equal(steer_margin(40, 20), 5);
+    assert_int_equal(steer_pick(big, o2, 2, 0), 1);
+    assert_int_equal(steer_moves(40, 20), 10);
+    assert_int_equal(steer_moves(20, 40), 0);
+    int near[2] = {24, 20};
+    assert_int_equal(steer_pick(near, o2, 2, 0), 0);        /* 4 over at 44: margin 4 */
+    int one_worker[1] = {100};
+    assert_int_equal(steer_pick(one_worker, o2, 1, 0), 0);
+}
+
+/* n connections arrive at worker 0 (all from its CPU); after each, worker 0 applies the
+ * rule as http.c does: returns worker 0's final share. */
+static int burst(int n, int *w0, int *w1)
+{
+    int load[2] = {0, 0};
+    unsigned char open[2] = {1, 1};
+    for (int i = 0; i < n; i++) {
+        load[0]++;
+        if (steer_pick(load, open, 2, 0) == 1) {
+            int k = steer_moves(load[0], load[1]);
+            load[0] -= k;
+            load[1] += k;
+        }
+    }
+    *w0 = load[0];
+    *w1 = load[1];
+    return load[0] - load[1];
+}
+
+static void test_one_cpu_burst_ends_even(void **state)
+{
+    (void)state;
+    for (int n = 1; n <= 1000; n++) {
+        int w0, w1;
+        int d = burst(n, &w0, &w1);
+        assert_int_equal(w0 + w1, n);
+        assert_true(d >= 0);
+        assert_true(d <= steer_margin(w0, w1));              /* never more than the margin */
+    }
+}
+
+static void test_even_spread_stays(void **state)
+{
+    (void)state;
+    /* Connections from both CPUs, alternating: never anything to move. */
+    int load[2] = {0, 0};
+    unsigned char open[2] = {1, 1};
+    for (int i = 0; i < 1000; i++) {
+        int w = i % 2;
+        load[w]++;
+        assert_int_equal(steer_pick(load, open, 2, w), w);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_margin_and_pick),
+        cmocka_unit_test(test_one_cpu_burst_ends_even),
+        cmocka_unit_test(test_even_spread_stays),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
