@@ -71,7 +71,8 @@ enum {
     READS_PER_RUN = 8,         /* fairness: recv() calls per connection per loop turn */
     ACCEPTS_PER_CB = 64,
     SWEEP_MS = 1000,
-    REBALANCE_MS = 100,        /* steer.h: how long an imbalance may last before moving */
+    REBALANCE_MS = 100,        /* steer.h: from an accept to the check of where to move */
+    FOLLOW_MAX = 512,          /* connections asked for their CPU per check */
     LINGER_MS = 2000,
     LINGER_MAX_BYTES = 1 << 20,
     ACCEPT_PAUSE_MS = 1000,    /* after EMFILE & co. */
@@ -156,6 +157,7 @@ struct http_worker {
     struct event *done_ev;     /* activated when the last connection goes */
     conn_t *conns;
     atomic_int nconns;         /* written by this worker only; read by /metrics anywhere */
+    atomic_int npublic;        /* of them, on the public listener: the load steer.h counts */
 
     /* Connections other workers handed to this one (steer.h): a list under ho_mu that
      * take_handoffs() empties on this worker's loop; what is left at free is closed.
@@ -222,6 +224,14 @@ static void set_nconns(http_worker_t *hw, int n)
 static void set_open_to_handoffs(http_worker_t *hw, int open)
 {
     atomic_store_explicit(&hw->open_to_handoffs, open, memory_order_relaxed);
+}
+
+/* Sets which listener c came from; the public ones are counted for steer.h. */
+static void conn_mark(conn_t *c, int listener)
+{
+    c->listener = (unsigned)listener;
+    if (listener == HTTP_LISTENER_PUBLIC)
+        atomic_fetch_add_explicit(&c->hw->npublic, 1, memory_order_relaxed);
 }
 
 static size_t pending(const conn_t *c)
@@ -1040,6 +1050,8 @@ static void conn_free(conn_t *c)
     if (c->next)
         c->next->prev = c->prev;
     set_nconns(hw, nconns(hw) - 1);
+    if (c->listener == HTTP_LISTENER_PUBLIC)
+        atomic_fetch_sub_explicit(&hw->npublic, 1, memory_order_relaxed);
     if (c->rev)
         event_free(c->rev);
     if (c->wev)
@@ -1200,7 +1212,7 @@ static void take_handoffs(worker_t *w, void *arg)
         struct handoff *next = h->next;
         conn_t *c = hw->stopping ? NULL : conn_setup(hw, h->fd, &h->ckey, h->peer);
         if (c) {
-            c->listener = HTTP_LISTENER_PUBLIC;
+            conn_mark(c, HTTP_LISTENER_PUBLIC);
             c->nreq = h->nreq;
             c->last_ms = h->last_ms;
             c->msg_start_ms = h->msg_start_ms;
@@ -1216,30 +1228,23 @@ static void take_handoffs(worker_t *w, void *arg)
     maybe_done(hw);
 }
 
-/* steer.h's rule for hw: the worker it should give connections to, or NULL. Only when
- * the workers are pinned (and so steered by CPU): unpinned, the kernel's hash spreads. */
-static http_worker_t *overloaded_toward(http_worker_t *hw, int *load_self, int *load_to)
+/* The workers' loads and openness as steer.h counts them; returns how many workers there
+ * are, or 0 when hw is not steered (unpinned, the kernel's hash spreads; or stopping). */
+static int steer_view(const http_worker_t *hw, int *load, unsigned char *open)
 {
     const struct app *app = hw->w->app;
     if (hw->w->cpu < 0 || !app || app->nworkers < 2 || hw->stopping)
-        return NULL;
+        return 0;
     int n = app->nworkers < STEER_MAX_WORKERS ? app->nworkers : STEER_MAX_WORKERS;
-    int self = hw->w->id;
-    if (self >= n)
-        return NULL;
-    int load[STEER_MAX_WORKERS];
-    unsigned char open[STEER_MAX_WORKERS];
+    if (hw->w->id >= n)
+        return 0;
     for (int i = 0; i < n; i++) {
         const http_worker_t *o = app->workers[i]->http;
-        load[i] = nconns(o) + atomic_load_explicit(&o->incoming, memory_order_relaxed);
+        load[i] = atomic_load_explicit(&o->npublic, memory_order_relaxed) +
+                  atomic_load_explicit(&o->incoming, memory_order_relaxed);
         open[i] = (unsigned char)atomic_load_explicit(&o->open_to_handoffs, memory_order_relaxed);
     }
-    int to = steer_pick(load, open, n, self);
-    if (to == self)
-        return NULL;
-    *load_self = load[self];
-    *load_to = load[to];
-    return app->workers[to]->http;
+    return n;
 }
 
 /* A connection between requests, with nothing buffered either way and no event pending
@@ -1252,6 +1257,36 @@ static int movable(const conn_t *c)
            !c->readable && !c->write_on && pending(c) == 0 && c->in_off >= c->in.len;
 }
 
+/* Moves idle connection c to dst's hand-off list (the caller wakes dst). */
+static void give(conn_t *c, http_worker_t *dst)
+{
+    struct handoff *h = xmalloc(sizeof *h);
+    h->fd = c->fd;
+    h->ckey = c->ckey;
+    memcpy(h->peer, c->peer, sizeof h->peer);
+    h->nreq = c->nreq;
+    h->last_ms = c->last_ms;
+    h->msg_start_ms = c->msg_start_ms;
+    atomic_fetch_add_explicit(&dst->incoming, 1, memory_order_relaxed);
+    pthread_mutex_lock(&dst->ho_mu);
+    h->next = dst->ho_head;
+    dst->ho_head = h;
+    pthread_mutex_unlock(&dst->ho_mu);
+    c->fd = -1;                      /* the socket and its count now travel with h */
+    c->ckey.len = 0;
+    conn_free(c);
+}
+
+/* The worker pinned to CPU cpu, or -1. */
+static int worker_on_cpu(const struct app *app, int n, int cpu)
+{
+    for (int i = 0; i < n; i++) {
+        if (app->workers[i]->cpu == cpu)
+            return i;
+    }
+    return -1;
+}
+
 static void arm_rebalance(http_worker_t *hw)
 {
     struct timeval tv = {0, REBALANCE_MS * 1000};
@@ -1259,47 +1294,75 @@ static void arm_rebalance(http_worker_t *hw)
         hw->rebalance_armed = event_add(hw->rebalance_ev, &tv) == 0;
 }
 
-/* Gives up to steer_moves() idle connections to the least loaded worker when hw has
- * more than its margin over it. Armed REBALANCE_MS after an accept found hw over (so
- * that a burst from one client thread, which another thread's burst from another CPU
- * may follow, is not split at once) and checked at every sweep. */
-static void rebalance(http_worker_t *hw)
+/* steer.h's two moves, of idle connections only. With follow (REBALANCE_MS after an
+ * accept): a connection whose packets now arrive on another worker's CPU (SO_INCOMING_CPU
+ * of the connected socket: the CPU that processed its last segment) goes to that worker
+ * while it has fewer connections than this one, which undoes what an earlier balancing
+ * did to a client thread's connections once another thread's arrive. Then, when this
+ * worker has more than its margin over the least loaded one: half the difference goes
+ * there. At every sweep only the second, which costs no system call. */
+static void rebalance(http_worker_t *hw, int follow)
 {
-    int mine = 0, least = 0;
-    http_worker_t *dst = overloaded_toward(hw, &mine, &least);
-    if (!dst)
+    int load[STEER_MAX_WORKERS];
+    unsigned char open[STEER_MAX_WORKERS], woke[STEER_MAX_WORKERS];
+    int n = steer_view(hw, load, open);
+    if (n == 0)
         return;
-    int k = steer_moves(mine, least), moved = 0;
-    for (conn_t *c = hw->conns, *next; c && moved < k; c = next) {
-        next = c->next;
-        if (!movable(c))
-            continue;
-        struct handoff *h = xmalloc(sizeof *h);
-        h->fd = c->fd;
-        h->ckey = c->ckey;
-        memcpy(h->peer, c->peer, sizeof h->peer);
-        h->nreq = c->nreq;
-        h->last_ms = c->last_ms;
-        h->msg_start_ms = c->msg_start_ms;
-        atomic_fetch_add_explicit(&dst->incoming, 1, memory_order_relaxed);
-        pthread_mutex_lock(&dst->ho_mu);
-        h->next = dst->ho_head;
-        dst->ho_head = h;
-        pthread_mutex_unlock(&dst->ho_mu);
-        c->fd = -1;                  /* the socket and its count now travel with h */
-        c->ckey.len = 0;
-        conn_free(c);
-        moved++;
+    const struct app *app = hw->w->app;
+    int self = hw->w->id, moved = 0, again = 0;
+    memset(woke, 0, (size_t)n);
+    if (follow) {
+        int checked = 0;
+        for (conn_t *c = hw->conns, *next; c; c = next) {
+            next = c->next;
+            if (!movable(c))
+                continue;
+            if (checked++ >= FOLLOW_MAX) {
+                again = 1;
+                break;
+            }
+            int cpu = -1;
+            socklen_t cl = sizeof cpu;
+            if (getsockopt(c->fd, SOL_SOCKET, SO_INCOMING_CPU, &cpu, &cl) != 0 ||
+                cpu == hw->w->cpu)
+                continue;
+            int j = worker_on_cpu(app, n, cpu);
+            if (j < 0 || j == self || !open[j] || !steer_may_follow(load[self], load[j]))
+                continue;
+            give(c, app->workers[j]->http);
+            load[j]++;
+            load[self]--;
+            woke[j] = 1;
+            moved++;
+        }
     }
-    if (moved) {
-        /* A post that comes too late at shutdown is dropped; hw_free closes what the
-         * list still holds. */
-        worker_post(dst->w, take_handoffs, NULL);
-        log_debug("http: worker %d gave %d connection(s) to worker %d (%d against %d)",
-                  hw->w->id, moved, dst->w->id, mine, least);
+    int to = steer_pick(load, open, n, self);
+    if (to != self) {
+        int k = steer_moves(load[self], load[to]);
+        for (conn_t *c = hw->conns, *next; c && k > 0; c = next) {
+            next = c->next;
+            if (!movable(c))
+                continue;
+            give(c, app->workers[to]->http);
+            load[to]++;
+            load[self]--;
+            woke[to] = 1;
+            moved++;
+            k--;
+        }
+        again |= k > 0;              /* the others were busy: again soon */
     }
-    if (moved < k)
-        arm_rebalance(hw);   /* the others were busy: again soon, not at the next sweep */
+    /* A post that comes too late at shutdown is dropped; hw_free closes what the lists
+     * still hold. */
+    for (int j = 0; j < n; j++) {
+        if (woke[j])
+            worker_post(app->workers[j], take_handoffs, NULL);
+    }
+    if (moved)
+        log_debug("http: worker %d gave %d connection(s) to other workers (now %d)",
+                  hw->w->id, moved, load[self]);
+    if (again)
+        arm_rebalance(hw);
 }
 
 static void on_rebalance(evutil_socket_t fd, short what, void *arg)
@@ -1309,7 +1372,7 @@ static void on_rebalance(evutil_socket_t fd, short what, void *arg)
     http_worker_t *hw = arg;
     hw->rebalance_armed = 0;
     tick(hw);
-    rebalance(hw);
+    rebalance(hw, 1);
 }
 
 static void on_accept(evutil_socket_t lfd, short what, void *arg)
@@ -1343,9 +1406,8 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         conn_t *c = conn_new(hw, fd, &ss);
         if (c)
-            c->listener = lfd == hw->mlfd ? HTTP_LISTENER_METRICS : HTTP_LISTENER_PUBLIC;
-        int mine, least;
-        if (c && !hw->rebalance_armed && overloaded_toward(hw, &mine, &least))
+            conn_mark(c, lfd == hw->mlfd ? HTTP_LISTENER_METRICS : HTTP_LISTENER_PUBLIC);
+        if (c && lfd == hw->lfd && hw->w->cpu >= 0)
             arm_rebalance(hw);
     }
 }
@@ -1379,7 +1441,7 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg)
             conn_free(c);
         }
     }
-    rebalance(hw);
+    rebalance(hw, 0);
     resume_accepting(hw);
 }
 

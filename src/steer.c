@@ -11,6 +11,11 @@ int steer_moves(int mine, int least)
     return mine > least ? (mine - least) / 2 : 0;
 }
 
+int steer_may_follow(int mine, int theirs)
+{
+    return theirs + 1 <= mine - 1;
+}
+
 int steer_pick(const int *load, const unsigned char *open, int n, int self)
 {
     int best = self;

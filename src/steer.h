@@ -5,13 +5,17 @@
  * (SO_INCOMING_CPU, http.c): the connection's segments, the wake-ups between client and
  * worker and the socket's cache lines then stay on one CPU. That locality is what the
  * steering is for; its risk is a client or proxy that connects from one CPU, which would
- * put every connection on one worker. So a worker that has more than a margin more
- * connections than the least loaded worker open to hand-offs gives it about half the
- * difference, choosing connections that are idle between requests (http.c passes each
- * socket through that worker's inbox). It waits a moment before doing so (a burst from
- * one client thread is often followed by another thread's from another CPU) and checks
- * again every second. Connections from many CPUs stay where the kernel put them;
- * connections from one CPU end up split nearly evenly, as the kernel's hash would.
+ * put every connection on one worker. So the workers move connections that are idle
+ * between requests (http.c passes each socket through the receiver's inbox):
+ *   - balance: a worker with more than a margin more connections than the least loaded
+ *     worker open to hand-offs gives it half the difference (checked a moment after an
+ *     accept, and every second);
+ *   - follow: a moment after an accept, a connection whose packets now arrive on another
+ *     worker's CPU goes to that worker while it has fewer connections. A client thread's
+ *     burst that balancing split is put back together once another thread's burst from
+ *     another CPU arrives.
+ * Connections from many CPUs stay where the kernel put them; connections from one CPU
+ * end up split nearly evenly, as the kernel's hash would.
  *
  * Pure: no threads, no I/O (tests/unit/test_steer.c). */
 #ifndef SECKILL_STEER_H
@@ -32,5 +36,10 @@ int steer_margin(int mine, int least);
 /* How many connections a worker with `mine` gives one with `least` (steer_pick chose
  * it): half the difference, so that both end with about the same. */
 int steer_moves(int mine, int least);
+
+/* Whether a connection whose packets arrive on another pinned worker's CPU may go to
+ * it: only while that worker, with it, still has fewer connections than this one has
+ * left (so following the client's CPU never makes a worker the busier one). */
+int steer_may_follow(int mine, int theirs);
 
 #endif

@@ -58,10 +58,20 @@ def _still_answers(conns):
         check(h.sock is s, "connection %d answered on the same socket, not a new one" % i)
 
 
-def _pinned_server(cpus, settings=None):
-    r, srv = H.setup(settings=settings, threads=2)
+def _pinned_server(cpus):
+    """A server on its defaults, its /metrics on a listener of its own: those connections
+    are not the public ones steer.h balances, so the test's own scrapes move nothing.
+    Returns (server, a connection to its /metrics)."""
+    mport = H.free_port()
+    r, srv = H.setup(settings={"metrics_listen": "127.0.0.1:%d" % mport, "log_level": "debug"},
+                     threads=2)
     eq(_worker_cpus(srv.proc.pid), {"w0": str(cpus[0]), "w1": str(cpus[1])}, "the workers' CPUs")
-    return srv
+    mh = H.Http(mport)
+    # The harness's readiness probe has closed its connection; the server may not have
+    # seen that yet. Only the scrape's own connection (worker 0's) may be left.
+    H.wait_until(lambda: _conns_per_worker(mh) == {0: 1, 1: 0}, 10,
+                 what="no connection but the /metrics one")
+    return srv, mh
 
 
 def test_cpu_affinity_pins_workers_and_steers_connections():
@@ -70,8 +80,7 @@ def test_cpu_affinity_pins_workers_and_steers_connections():
         H.log("skipped: needs 2 CPUs, this process may use %d" % len(cpus))
         return
     mine = os.sched_getaffinity(0)
-    srv = _pinned_server(cpus)   # the default
-    mh = srv.http()
+    srv, mh = _pinned_server(cpus)   # the default
     before = _conns_per_worker(mh)
     conns = []
     try:
@@ -96,8 +105,7 @@ def test_connections_from_one_cpu_are_spread():
         H.log("skipped: needs 2 CPUs, this process may use %d" % len(cpus))
         return
     mine = os.sched_getaffinity(0)
-    srv = _pinned_server(cpus)
-    mh = srv.http()
+    srv, mh = _pinned_server(cpus)
     before = _conns_per_worker(mh)
     n = 16
     try:
@@ -105,15 +113,66 @@ def test_connections_from_one_cpu_are_spread():
     finally:
         os.sched_setaffinity(0, mine)
 
+    seen = []
+
     def spread():
         now = _conns_per_worker(mh)
-        got = {k: now[k] - before.get(k, 0) for k in now}
+        seen.append({k: now[k] - before.get(k, 0) for k in now})
+        got = seen[-1]
         return got if sum(got.values()) == n and min(got.values()) >= n // 2 - 2 else None
-    got = H.wait_until(spread, 10, what="16 connections from CPU %d spread over both workers" % cpus[0])
+    try:
+        got = H.wait_until(spread, 10, what="16 connections from CPU %d spread over both workers" % cpus[0])
+    except H.TestFailure:
+        H.log("last seen %s" % seen[-1:])
+        raise
     H.log("16 connections opened from CPU %d: per worker %s" % (cpus[0], got))
     # The moved connections keep working, on their own sockets, with nothing lost.
     _still_answers(conns)
     eq(sum(_conns_per_worker(mh).values()) - sum(before.values()), n, "connections open after the requests")
+    H.finish(srv)
+
+
+def test_split_connections_follow_their_cpu():
+    """8 connections from CPU a are split by balancing (3 or 4 move to worker b); then 8
+    from CPU b arrive at worker b, which gives those back, since their packets come from CPU
+    a: in the end every connection sits on its own CPU's worker. Closing CPU a's eight
+    empties worker a and leaves worker b's count as it was."""
+    cpus = _allowed()
+    if len(cpus) < 2:
+        H.log("skipped: needs 2 CPUs, this process may use %d" % len(cpus))
+        return
+    mine = os.sched_getaffinity(0)
+    srv, mh = _pinned_server(cpus)
+    before = _conns_per_worker(mh)
+
+    seen = []
+
+    def delta():
+        now = _conns_per_worker(mh)
+        seen.append({k: now[k] - before.get(k, 0) for k in now})
+        return seen[-1]
+
+    def wait_for(want, what):
+        try:
+            H.wait_until(lambda: delta() == want, 10, what=what)
+        except H.TestFailure:
+            H.log("%s: last seen %s" % (what, seen[-1:]))
+            raise
+    try:
+        a = [_open_from(cpus[0], srv.port) for _ in range(8)]
+        H.wait_until(lambda: min(delta().values()) >= 3, 10, what="the first 8 split")
+        b = [_open_from(cpus[1], srv.port) for _ in range(8)]
+    finally:
+        os.sched_setaffinity(0, mine)
+    wait_for({0: 8, 1: 8}, "8 / 8 after the second burst")
+    _still_answers(a + b)
+    for h in a:
+        h.close()
+    got = H.wait_until(lambda: (lambda d: d if sum(d.values()) == 8 else None)(delta()), 10,
+                       what="CPU %d's connections closed" % cpus[0])
+    eq(got, {0: 0, 1: 8}, "connections per worker once CPU %d's eight are closed" % cpus[0])
+    for h in b:
+        h.close()
     H.finish(srv)
 
 

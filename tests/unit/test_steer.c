@@ -34,6 +34,11 @@ static void test_margin_and_pick(void **state)
     assert_int_equal(steer_moves(20, 40), 0);
     int near[2] = {24, 20};
     assert_int_equal(steer_pick(near, o2, 2, 0), 0);        /* 4 over at 44: margin 4 */
+    assert_true(steer_may_follow(10, 7));                   /* 8 against 9 after */
+    assert_true(steer_may_follow(10, 8));                   /* 9 against 9 */
+    assert_false(steer_may_follow(10, 9));                  /* 10 against 9: no */
+    assert_false(steer_may_follow(8, 8));
+    assert_false(steer_may_follow(1, 0));                   /* 0 against 1 */
     int one_worker[1] = {100};
     assert_int_equal(steer_pick(one_worker, o2, 1, 0), 0);
 }
