@@ -20,6 +20,15 @@ def _allowed():
     return sorted(os.sched_getaffinity(0))
 
 
+def _two_cpus():
+    """The CPUs this process may use, or None (logged as skipped) when fewer than 2."""
+    cpus = _allowed()
+    if len(cpus) < 2:
+        H.log("skipped: needs 2 CPUs, this process may use %d" % len(cpus))
+        return None
+    return cpus
+
+
 def _worker_cpus(pid):
     """{thread name: its Cpus_allowed_list} for the worker threads w0, w1, ..."""
     out = {}
@@ -41,13 +50,44 @@ def _conns_per_worker(mh):
             re.finditer(r'^seckill_http_connections\{worker="(\d+)"\} (\d+)$', body.decode(), re.M)}
 
 
-def _open_from(cpu, port):
-    """A kept-alive connection opened (and used once) from CPU cpu: the calling thread
-    moves there first, so the kernel processes the handshake on that CPU."""
+class _Counts:
+    """New connections per worker since it was made, by /metrics; wait() logs the last
+    reading when the condition never came."""
+
+    def __init__(self, mh):
+        self.mh = mh
+        self.before = _conns_per_worker(mh)
+        self.seen = []
+
+    def delta(self):
+        now = _conns_per_worker(self.mh)
+        self.seen.append({k: now[k] - self.before.get(k, 0) for k in now})
+        return self.seen[-1]
+
+    def wait(self, pred, what):
+        try:
+            return H.wait_until(lambda: (lambda d: d if pred(d) else None)(self.delta()), 10,
+                                what=what)
+        except H.TestFailure:
+            H.log("%s: last seen %s" % (what, self.seen[-1:]))
+            raise
+
+
+def _open_from(cpu, port, n=1):
+    """n kept-alive connections opened (and each used once) from CPU cpu: the calling
+    thread moves there first, so the kernel processes the handshakes on that CPU, and
+    back to where it may run afterwards."""
+    mine = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {cpu})
-    h = H.Http(port)
-    eq(h.request("GET", "/health")[0], 200, "GET /health from CPU %d" % cpu)
-    return h
+    try:
+        out = []
+        for _ in range(n):
+            h = H.Http(port)
+            eq(h.request("GET", "/health")[0], 200, "GET /health from CPU %d" % cpu)
+            out.append(h)
+        return out
+    finally:
+        os.sched_setaffinity(0, mine)
 
 
 def _still_answers(conns):
@@ -75,60 +115,37 @@ def _pinned_server(cpus):
 
 
 def test_cpu_affinity_pins_workers_and_steers_connections():
-    cpus = _allowed()
-    if len(cpus) < 2:
-        H.log("skipped: needs 2 CPUs, this process may use %d" % len(cpus))
+    cpus = _two_cpus()
+    if not cpus:
         return
-    mine = os.sched_getaffinity(0)
     srv, mh = _pinned_server(cpus)   # the default
-    before = _conns_per_worker(mh)
+    counts = _Counts(mh)
     conns = []
-    try:
-        # Alternating CPUs keeps the workers level, so nothing is moved: each connection
-        # stays where the kernel put it, on its CPU's worker.
-        for i in range(12):
-            w = i % 2
-            conns.append(_open_from(cpus[w], srv.port))
-            now = _conns_per_worker(mh)
-            got = {k: now[k] - before.get(k, 0) for k in now}
-            eq(got, {0: (i + 2) // 2, 1: (i + 1) // 2},
-               "connections per worker after the %d-th, opened from worker %d's CPU" % (i + 1, w))
-    finally:
-        os.sched_setaffinity(0, mine)
+    # Alternating CPUs keeps the workers level, so nothing is moved: each connection
+    # stays where the kernel put it, on its CPU's worker.
+    for i in range(12):
+        w = i % 2
+        conns += _open_from(cpus[w], srv.port)
+        eq(counts.delta(), {0: (i + 2) // 2, 1: (i + 1) // 2},
+           "connections per worker after the %d-th, opened from worker %d's CPU" % (i + 1, w))
     _still_answers(conns)
     H.finish(srv)
 
 
 def test_connections_from_one_cpu_are_spread():
-    cpus = _allowed()
-    if len(cpus) < 2:
-        H.log("skipped: needs 2 CPUs, this process may use %d" % len(cpus))
+    cpus = _two_cpus()
+    if not cpus:
         return
-    mine = os.sched_getaffinity(0)
     srv, mh = _pinned_server(cpus)
-    before = _conns_per_worker(mh)
+    counts = _Counts(mh)
     n = 16
-    try:
-        conns = [_open_from(cpus[0], srv.port) for _ in range(n)]
-    finally:
-        os.sched_setaffinity(0, mine)
-
-    seen = []
-
-    def spread():
-        now = _conns_per_worker(mh)
-        seen.append({k: now[k] - before.get(k, 0) for k in now})
-        got = seen[-1]
-        return got if sum(got.values()) == n and min(got.values()) >= n // 2 - 2 else None
-    try:
-        got = H.wait_until(spread, 10, what="16 connections from CPU %d spread over both workers" % cpus[0])
-    except H.TestFailure:
-        H.log("last seen %s" % seen[-1:])
-        raise
+    conns = _open_from(cpus[0], srv.port, n)
+    got = counts.wait(lambda d: sum(d.values()) == n and min(d.values()) >= n // 2 - 2,
+                      "16 connections from CPU %d spread over both workers" % cpus[0])
     H.log("16 connections opened from CPU %d: per worker %s" % (cpus[0], got))
     # The moved connections keep working, on their own sockets, with nothing lost.
     _still_answers(conns)
-    eq(sum(_conns_per_worker(mh).values()) - sum(before.values()), n, "connections open after the requests")
+    eq(sum(counts.delta().values()), n, "connections open after the requests")
     H.finish(srv)
 
 
@@ -137,39 +154,19 @@ def test_split_connections_follow_their_cpu():
     from CPU b arrive at worker b, which gives those back, since their packets come from CPU
     a: in the end every connection sits on its own CPU's worker. Closing CPU a's eight
     empties worker a and leaves worker b's count as it was."""
-    cpus = _allowed()
-    if len(cpus) < 2:
-        H.log("skipped: needs 2 CPUs, this process may use %d" % len(cpus))
+    cpus = _two_cpus()
+    if not cpus:
         return
-    mine = os.sched_getaffinity(0)
     srv, mh = _pinned_server(cpus)
-    before = _conns_per_worker(mh)
-
-    seen = []
-
-    def delta():
-        now = _conns_per_worker(mh)
-        seen.append({k: now[k] - before.get(k, 0) for k in now})
-        return seen[-1]
-
-    def wait_for(want, what):
-        try:
-            H.wait_until(lambda: delta() == want, 10, what=what)
-        except H.TestFailure:
-            H.log("%s: last seen %s" % (what, seen[-1:]))
-            raise
-    try:
-        a = [_open_from(cpus[0], srv.port) for _ in range(8)]
-        H.wait_until(lambda: min(delta().values()) >= 3, 10, what="the first 8 split")
-        b = [_open_from(cpus[1], srv.port) for _ in range(8)]
-    finally:
-        os.sched_setaffinity(0, mine)
-    wait_for({0: 8, 1: 8}, "8 / 8 after the second burst")
+    counts = _Counts(mh)
+    a = _open_from(cpus[0], srv.port, 8)
+    counts.wait(lambda d: min(d.values()) >= 3, "the first 8 split")
+    b = _open_from(cpus[1], srv.port, 8)
+    counts.wait(lambda d: d == {0: 8, 1: 8}, "8 / 8 after the second burst")
     _still_answers(a + b)
     for h in a:
         h.close()
-    got = H.wait_until(lambda: (lambda d: d if sum(d.values()) == 8 else None)(delta()), 10,
-                       what="CPU %d's connections closed" % cpus[0])
+    got = counts.wait(lambda d: sum(d.values()) == 8, "CPU %d's connections closed" % cpus[0])
     eq(got, {0: 0, 1: 8}, "connections per worker once CPU %d's eight are closed" % cpus[0])
     for h in b:
         h.close()
