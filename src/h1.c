@@ -32,6 +32,16 @@ static int value_byte(unsigned char ch)
     return ch == '\t' || (ch >= 0x20 && ch != 0x7f);
 }
 
+/* A byte of a Host value, uri-host [":" port] (RFC 3986 3.2.2): unreserved, pct-encoded,
+ * sub-delims, the port's colon and an IP literal's brackets and colons. The syntax within
+ * that set is not checked: nothing here routes by Host, but RFC 9112 3.2 has the server
+ * refuse an invalid one (a proxy may read it differently). */
+static int host_byte(unsigned char ch)
+{
+    return (tchar[ch] && ch != '#' && ch != '^' && ch != '`' && ch != '|') ||
+           (ch != 0 && strchr("(),;=:[]", ch) != NULL);
+}
+
 /* ==== scanning eight bytes at a time ====
  * The request target and the field values are most of a head's bytes; testing them a
  * word at a time instead of a byte at a time was the larger part of the parse's cost.
@@ -189,6 +199,9 @@ static int apply_field(h1_head_t *h, const char *name, size_t nn, const char *v,
             if (*seen & SEEN_HOST)
                 return 400;
             *seen |= SEEN_HOST;
+            for (size_t i = 0; i < vn; i++)
+                if (!host_byte((unsigned char)v[i]))
+                    return 400;
         }
         break;
     case 6:

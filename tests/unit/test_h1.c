@@ -50,6 +50,11 @@ static void test_head_accepted(void **state)
     assert_int_equal(head("GET / HTTP/1.0\r\n\r\n", &h), 0);              /* no Host in 1.0 */
     assert_int_equal(h.minor, 0);
     assert_int_equal(head("GET / HTTP/1.1\r\nHost:\r\nX-Empty:\r\n\r\n", &h), 0);
+    /* uri-host [":" port]: names, IPv4, IP literals, percent-encoding, sub-delims */
+    assert_int_equal(head("GET / HTTP/1.1\r\nHost: shop_1.example.com:8081\r\n\r\n", &h), 0);
+    assert_int_equal(head("GET / HTTP/1.1\r\nHost: 127.0.0.1:8081\r\n\r\n", &h), 0);
+    assert_int_equal(head("GET / HTTP/1.1\r\nHost: [::1]:8081\r\n\r\n", &h), 0);
+    assert_int_equal(head("GET / HTTP/1.1\r\nHost: a%2Db~!$&'()*+,;=\r\n\r\n", &h), 0);
     assert_int_equal(head("GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999999\r\n\r\n",
                           &h), 0);
     assert_true(h.content_length == UINT64_MAX);                           /* saturates: 413 */
@@ -77,6 +82,16 @@ static void test_head_refused(void **state)
         {"G(T / HTTP/1.1\r\nHost: x\r\n\r\n", 400},
         {"GET / HTTP/1.1\r\n\r\n", 400},                                        /* no Host */
         {"GET / HTTP/1.1\r\nHost: a\r\nhost: b\r\n\r\n", 400},
+        /* RFC 9112 3.2: a Host that is not uri-host [":" port] is a 400 too */
+        {"GET / HTTP/1.1\r\nHost: a b\r\n\r\n", 400},
+        {"GET / HTTP/1.1\r\nHost: a/b\r\n\r\n", 400},
+        {"GET / HTTP/1.1\r\nHost: user@a\r\n\r\n", 400},
+        {"GET / HTTP/1.1\r\nHost: a\tb\r\n\r\n", 400},
+        {"GET / HTTP/1.1\r\nHost: a?b\r\n\r\n", 400},
+        {"GET / HTTP/1.1\r\nHost: a#\r\n\r\n", 400},
+        {"GET / HTTP/1.1\r\nHost: \"a\"\r\n\r\n", 400},
+        {"GET / HTTP/1.1\r\nHost: \xc3\xa9.cn\r\n\r\n", 400},
+        {"GET / HTTP/1.0\r\nHost: a b\r\n\r\n", 400},
         {"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n", 400},
         {"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 1, 1\r\n\r\n", 400},
         {"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n", 400},
