@@ -176,70 +176,48 @@ static int dec_digits(uint64_t u)
     return t - (u < pow10[t]) + 1;
 }
 
-#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "digits8 builds its digits in little-endian byte order"
-#endif
-
-/* x < 10^8 as eight ASCII digits, leading zeros kept, the first digit in the lowest byte
- * (so storing the word little-endian writes them in order). SWAR: the two halves of
- * 0..9999 go in 32-bit lanes and are split into 0..99 pairs in 16-bit lanes, then into
- * digits in bytes, each split a multiply and shift that is exact over its lane's range
- * (x * 10486 >> 20 == x / 100 for x <= 9999, x * 103 >> 10 == x / 10 for x <= 99), the
- * lanes too wide for a carry to reach the next. */
-static uint64_t digits8(uint32_t x)
-{
-    uint64_t m = (uint64_t)(x / 10000) | (uint64_t)(x % 10000) << 32;
-    uint64_t hundreds = ((m * 10486) >> 20) & UINT64_C(0x0000007F0000007F);
-    uint64_t pairs = ((m - 100 * hundreds) << 16) + hundreds;
-    uint64_t tens = ((pairs * 103) >> 10) & UINT64_C(0x000F000F000F000F);
-    tens += (pairs - 10 * tens) << 8;
-    return tens | UINT64_C(0x3030303030303030);
-}
-
-/* The last d (1..8) of x's eight digits as 8 bytes at p: the digits, then zeros. */
-static void put_digits(char *p, uint32_t x, int d)
-{
-    uint64_t w = digits8(x) >> (8 * (8 - d));
-    memcpy(p, &w, 8);
-}
-
 int sb_dec(char *out, int64_t v)
 {
-    /* Work on the magnitude as unsigned so INT64_MIN does not overflow. Below 100 (most
-     * RESP lengths and Content-Lengths) at once; larger numbers (the grab's 19-digit order
-     * ids, buyer ids) counted first, then written eight digits per word (digits8): at most
-     * two 64-bit divisions. The words may write zeros past the number's NUL, never past
-     * out + SB_DEC_MAX: the first starts at most one byte (the sign) into out, the others
-     * end at the last digit. */
+    /* Work on the magnitude as unsigned so INT64_MIN does not overflow. Written from the
+     * last digit backwards straight into out, its length known first, four digits per
+     * 64-bit division: the order ids of the grab's hot path are 19 digits, and the copy
+     * from a scratch buffer and a division per two digits cost more than the digits. */
     uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
-    char *p = out;
-    if (v < 0)
-        *p++ = '-';
-    if (u < 100) {
+    if (v >= 0 && u < 100) {   /* most RESP lengths and Content-Lengths: no counting */
         if (u < 10) {
-            p[0] = (char)('0' + u);
-            p[1] = '\0';
-            return (int)(p - out) + 1;
+            out[0] = (char)('0' + u);
+            out[1] = '\0';
+            return 1;
         }
+        memcpy(out, digit_pairs + 2 * u, 2);
+        out[2] = '\0';
+        return 2;
+    }
+    int n = (v < 0) + dec_digits(u);
+    char *p = out + n;
+    *p = '\0';
+    while (u >= 10000) {
+        unsigned r = (unsigned)(u % 10000);
+        u /= 10000;
+        p -= 4;
+        memcpy(p, digit_pairs + 2 * (r / 100), 2);
+        memcpy(p + 2, digit_pairs + 2 * (r % 100), 2);
+    }
+    if (u >= 100) {
+        unsigned i = (unsigned)(u % 100) * 2;
+        u /= 100;
+        p -= 2;
+        memcpy(p, digit_pairs + i, 2);
+    }
+    if (u >= 10) {
+        p -= 2;
         memcpy(p, digit_pairs + 2 * u, 2);
-        p[2] = '\0';
-        return (int)(p - out) + 2;
-    }
-    int d = dec_digits(u);
-    if (d <= 8) {
-        put_digits(p, (uint32_t)u, d);
     } else {
-        uint64_t hi = u / 100000000;
-        if (d <= 16) {
-            put_digits(p, (uint32_t)hi, d - 8);
-        } else {
-            put_digits(p, (uint32_t)(hi / 100000000), d - 16);
-            put_digits(p + d - 16, (uint32_t)(hi % 100000000), 8);
-        }
-        put_digits(p + d - 8, (uint32_t)(u % 100000000), 8);
+        *--p = (char)('0' + u);
     }
-    p[d] = '\0';
-    return (int)(p - out) + d;
+    if (v < 0)
+        *--p = '-';
+    return n;
 }
 
 void sb_i64(sb_t *s, int64_t v)

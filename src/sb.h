@@ -39,8 +39,7 @@ void sb_printf(sb_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3
 void sb_i64(sb_t *s, int64_t v);
 
 /* v in decimal ("%lld") into out, which holds SB_DEC_MAX bytes, NUL-terminated; returns
- * the length. It may write zeros after the NUL, never past SB_DEC_MAX bytes. For the hot
- * path: snprintf costs ~10x more. */
+ * the length. For the hot path: snprintf costs ~10x more. */
 #define SB_DEC_MAX 21
 int sb_dec(char *out, int64_t v);
 /* The strict inverse for ids read from Redis: the n bytes at z are 1..19 digits (no sign,
