@@ -121,6 +121,8 @@ typedef struct conn {
     unsigned dead : 1;         /* socket error: drop output, free when not in flight */
     unsigned busy : 1;         /* inside conn_run(): guards against re-entry */
     unsigned readable : 1;     /* the socket may have bytes we have not read */
+    unsigned peer_shut : 1;    /* EV_CLOSED: the peer has shut down its side, and the end
+                                  of stream waits behind whatever it sent before */
     unsigned read_on : 1, write_on : 1;
     unsigned linger : 1;
     unsigned listener : 1;     /* HTTP_LISTENER_* */
@@ -951,8 +953,11 @@ static void conn_run(conn_t *c)
         if (n > 0) {
             c->last_ms = hw->now_ms;
             /* A short read drained the socket; the read event fires again when more
-             * arrives, so don't spend a recv() to learn EAGAIN. */
-            if ((size_t)n < READ_CHUNK)
+             * arrives, so don't spend a recv() to learn EAGAIN. Unless the peer has shut
+             * down its side: a FIN that came with the data makes no edge of its own, so
+             * read on to the end of stream (or the connection would sit open until the
+             * idle timeout). */
+            if ((size_t)n < READ_CHUNK && !c->peer_shut)
                 c->readable = 0;
             size_t used = 0;
             if (c->in_off < c->in.len) {
@@ -1007,9 +1012,10 @@ static void conn_run(conn_t *c)
 static void on_read(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
-    (void)what;
     conn_t *c = arg;
     tick(c->hw);
+    if (what & EV_CLOSED)
+        c->peer_shut = 1;
     if (c->linger) {
         linger_drain(c);
         return;
@@ -1141,7 +1147,7 @@ static conn_t *conn_setup(http_worker_t *hw, int fd, const connlimit_key_t *key,
      * kernel re-checks each reported socket on the next call), and a connection busy
      * with a request needs no epoll_ctl to silence it. c->readable remembers what the
      * edge said until conn_run has read. */
-    c->rev = event_new(hw->w->base, fd, EV_READ | EV_PERSIST | EV_ET, on_read, c);
+    c->rev = event_new(hw->w->base, fd, EV_READ | EV_PERSIST | EV_ET | EV_CLOSED, on_read, c);
     if (!c->rev || event_add(c->rev, NULL) != 0) {
         if (c->rev)
             event_free(c->rev);

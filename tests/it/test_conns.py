@@ -3,7 +3,8 @@ a connection that never sends a byte is closed at the header timeout; connection
 client address are capped (--max-conns-per-ip); request bytes held in memory have a
 process-wide budget (--max-buffered-bytes, 503 over it); RLIMIT_NOFILE is raised for
 max-conns x workers (or start-up stops with a clear error); /metrics on its own listener
-(--metrics-listen).
+(--metrics-listen); a request that arrives with the client's FIN in the same segment is
+answered and the connection closed at once, not at the idle timeout.
 """
 
 import os
@@ -275,3 +276,34 @@ def test_first_request_waits_for_redis_not_503():
         H.finish(srv)
     finally:
         proxy.close()
+
+
+def test_request_with_fin_in_one_segment_is_answered_and_closed():
+    """`printf 'GET ...' | nc -N`: the request and the client's shutdown arrive together.
+    The read event is edge-triggered, and a FIN that comes with the data makes no edge of
+    its own: the server must read on to the end of stream (EV_CLOSED says it is there),
+    answer, and close, well before the 60 s idle timeout."""
+    r, srv = H.setup()
+    req = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    for i in range(20):
+        for pipelined in (1, 3):
+            s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+            # MSG_MORE holds the bytes back; shutdown() sends them with the FIN, one segment.
+            s.sendall(req * pipelined, socket.MSG_MORE)
+            s.shutdown(socket.SHUT_WR)
+            got, t = b"", time.monotonic()
+            s.settimeout(10)
+            try:
+                while True:
+                    d = s.recv(65536)
+                    if not d:
+                        break
+                    got += d
+            except socket.timeout:
+                pass
+            took = time.monotonic() - t
+            s.close()
+            eq(got.count(b"HTTP/1.1 200 "), pipelined, "answers to %d request(s) sent with the FIN (try %d)"
+               % (pipelined, i))
+            check(took < 5, "the server closed %.1f s after a request sent with the FIN (try %d)" % (took, i))
+    H.finish(srv)
