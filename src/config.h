@@ -34,7 +34,7 @@ typedef struct config {
     int listen_port;
     int threads;                /* worker threads; default = online cores */
     int cpu_affinity;           /* pin worker i to the i-th allowed CPU, steer connections
-                                   by CPU (steer.h); on by default */
+                                   by CPU (steer.h); off by default */
     char redis_url[512];        /* redis://[:pass@]host:port[/db] or unix:PATH; "" = embedded */
     char db_url[1024];          /* sqlite:PATH; default sqlite:<data_dir>/seckill.db */
     char data_dir[512];         /* default ./var */

@@ -1,6 +1,6 @@
 /* steer.h -- when a worker gives connections to another, the workers being pinned to CPUs.
  *
- * With --cpu-affinity (the default when every worker can have a CPU of its own) the
+ * With --cpu-affinity (when every worker can have a CPU of its own; off by default) the
  * kernel hands a new connection to the worker on the CPU that processed its handshake
  * (SO_INCOMING_CPU, http.c): the connection's segments, the wake-ups between client and
  * worker and the socket's cache lines then stay on one CPU. That locality is what the

@@ -20,7 +20,7 @@
  * loop to an empty list).
  *
  * Scheduling (docs/bench.md, "Workers' kernel and scheduling cost"; "Connections steered
- * by CPU, balanced"): with --cpu-affinity (the default) and at least as many CPUs as
+ * by CPU, balanced"): with --cpu-affinity (off by default) and at least as many CPUs as
  * workers, worker i's thread is pinned to the i-th CPU the process may run on, and http.c
  * marks its listener with that CPU (SO_INCOMING_CPU) so that the kernel hands a new
  * connection to the worker on the CPU that processed its handshake; steer.h's rule then

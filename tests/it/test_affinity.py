@@ -1,9 +1,9 @@
-"""test_affinity.py -- --cpu-affinity (on by default): each worker thread pinned to its own
+"""test_affinity.py -- --cpu-affinity (off by default): each worker thread pinned to its own
 CPU, a new connection handed to the worker on the CPU that processed its handshake
 (SO_INCOMING_CPU on the workers' SO_REUSEPORT listeners), and connections that all came
 from one CPU spread again by the workers themselves (steer.h: idle connections handed to
 the least loaded worker). With fewer CPUs than workers, or --cpu-affinity false, no worker
-is pinned and the kernel spreads connections by hash. docs/bench.md, "Workers' kernel and
+is pinned and the kernel spreads connections by hash, as without the flag. docs/bench.md, "Workers' kernel and
 scheduling cost" and "Connections steered by CPU, balanced".
 """
 
@@ -99,12 +99,12 @@ def _still_answers(conns):
 
 
 def _pinned_server(cpus):
-    """A server on its defaults, its /metrics on a listener of its own: those connections
+    """A server with --cpu-affinity, its /metrics on a listener of its own: those connections
     are not the public ones steer.h balances, so the test's own scrapes move nothing.
     Returns (server, a connection to its /metrics)."""
     mport = H.free_port()
-    r, srv = H.setup(settings={"metrics_listen": "127.0.0.1:%d" % mport, "log_level": "debug"},
-                     threads=2)
+    r, srv = H.setup(settings={"cpu_affinity": 1, "metrics_listen": "127.0.0.1:%d" % mport,
+                               "log_level": "debug"}, threads=2)
     eq(_worker_cpus(srv.proc.pid), {"w0": str(cpus[0]), "w1": str(cpus[1])}, "the workers' CPUs")
     mh = H.Http(mport)
     # The harness's readiness probe has closed its connection; the server may not have
@@ -118,7 +118,7 @@ def test_cpu_affinity_pins_workers_and_steers_connections():
     cpus = _two_cpus()
     if not cpus:
         return
-    srv, mh = _pinned_server(cpus)   # the default
+    srv, mh = _pinned_server(cpus)
     counts = _Counts(mh)
     conns = []
     # Alternating CPUs keeps the workers level, so nothing is moved: each connection
@@ -173,18 +173,18 @@ def test_split_connections_follow_their_cpu():
     H.finish(srv)
 
 
-def test_cpu_affinity_off():
-    r, srv = H.setup(settings={"cpu_affinity": 0}, threads=2)
+def test_cpu_affinity_off_by_default():
+    r, srv = H.setup(threads=2)
     status = open("/proc/%d/status" % srv.proc.pid).read()
     whole = re.search(r"Cpus_allowed_list:\s*(\S+)", status).group(1)
     eq(_worker_cpus(srv.proc.pid), {"w0": whole, "w1": whole},
-       "the workers' CPUs with --cpu-affinity false (the process's own)")
+       "the workers' CPUs without --cpu-affinity (the process's own)")
     H.finish(srv)
 
 
 def test_more_workers_than_cpus_are_not_pinned():
     n = len(_allowed()) + 1
-    r, srv = H.setup(threads=n)
+    r, srv = H.setup(settings={"cpu_affinity": 1}, threads=n)
     status = open("/proc/%d/status" % srv.proc.pid).read()
     whole = re.search(r"Cpus_allowed_list:\s*(\S+)", status).group(1)
     eq(_worker_cpus(srv.proc.pid), {"w%d" % i: whole for i in range(n)},
