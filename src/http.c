@@ -1,13 +1,15 @@
 /* http.c -- the HTTP/1.1 front end of one worker (see http.h).
  *
- * Each worker owns a SO_REUSEPORT listening socket and its connections. Sockets are raw
- * and non-blocking, driven by plain libevent events on the worker's loop (no evhttp, no
- * bufferevents: they cost about twice the CPU per request). h1.c parses strictly (RFC
- * 9112: a proxy in front and we must agree on where each request ends); the fields we
- * need (URL, two headers, body) are copied into per-connection buffers, so bytes are read
- * into one per-worker scratch buffer and only what cannot be parsed yet (an incomplete
- * head, pipelined requests behind one in flight) is kept per connection. Request buffers
- * count against a process-wide budget (503 over it) instead of allocating without bound.
+ * Each worker owns a SO_REUSEPORT listening socket and its connections (with
+ * --cpu-affinity an idle connection may move to another worker: steer.h, "Hand-offs"
+ * below). Sockets are raw and non-blocking, driven by plain libevent events on the
+ * worker's loop (no evhttp, no bufferevents: they cost about twice the CPU per request).
+ * h1.c parses strictly (RFC 9112: a proxy in front and we must agree on where each
+ * request ends); the fields we need (URL, two headers, body) are copied into
+ * per-connection buffers, so bytes are read into one per-worker scratch buffer and only
+ * what cannot be parsed yet (an incomplete head, pipelined requests behind one in flight)
+ * is kept per connection. Request buffers count against a process-wide budget (503 over
+ * it) instead of allocating without bound.
  *
  * One request at a time per connection. A complete request is dispatched to the handler
  * and parsing stops. If the handler replies
@@ -169,7 +171,8 @@ struct http_worker {
     struct handoff *ho_head;
     atomic_int incoming;
     atomic_int open_to_handoffs;
-    struct event *rebalance_ev; /* armed when this worker has too many connections */
+    struct event *rebalance_ev; /* rebalance(hw, 1): REBALANCE_MS after an accept, or
+                                   again when a check left connections to move */
     int rebalance_armed;
     uint64_t now_ns;           /* clock_mono_ns() at the start of the current callback */
     uint64_t now_ms;           /* the same in ms */
@@ -221,7 +224,7 @@ static void set_nconns(http_worker_t *hw, int n)
     atomic_store_explicit(&hw->nconns, n, memory_order_relaxed);
 }
 
-/* Whether other workers may hand connections to this one (hand_off): not while its
+/* Whether other workers may hand connections to this one (rebalance): not while its
  * accepting is held for Redis, nor once it stops. */
 static void set_open_to_handoffs(http_worker_t *hw, int open)
 {
@@ -529,8 +532,7 @@ static int cbuf_append(conn_t *c, sb_t *s, const void *p, size_t n)
 {
     if (n == 0)
         return 0;
-    /* cap > len whenever buf is set (sb.c): the common case, it fits, costs a compare. */
-    size_t after = s->buf != NULL && s->cap - s->len > n ? s->cap : sb_cap_for(s, n);
+    size_t after = sb_cap_for(s, n);
     if (after > s->cap) {
         size_t grow = after - s->cap;
         size_t was = atomic_fetch_add_explicit(&buffered_total, grow, memory_order_relaxed);
@@ -1263,9 +1265,12 @@ static int movable(const conn_t *c)
            !c->readable && !c->write_on && pending(c) == 0 && c->in_off >= c->in.len;
 }
 
-/* Moves idle connection c to dst's hand-off list (the caller wakes dst). */
-static void give(conn_t *c, http_worker_t *dst)
+/* Moves idle connection c of worker self to worker to's hand-off list, counting it in
+ * load[] and marking to in woke[] (the caller wakes the marked workers). */
+static void give(conn_t *c, const struct app *app, int self, int to, int *load,
+                 unsigned char *woke)
 {
+    http_worker_t *dst = app->workers[to]->http;
     struct handoff *h = xmalloc(sizeof *h);
     h->fd = c->fd;
     h->ckey = c->ckey;
@@ -1281,6 +1286,9 @@ static void give(conn_t *c, http_worker_t *dst)
     c->fd = -1;                      /* the socket and its count now travel with h */
     c->ckey.len = 0;
     conn_free(c);
+    load[to]++;
+    load[self]--;
+    woke[to] = 1;
 }
 
 /* The worker pinned to CPU cpu, or -1. */
@@ -1335,10 +1343,7 @@ static void rebalance(http_worker_t *hw, int follow)
             int j = worker_on_cpu(app, n, cpu);
             if (j < 0 || j == self || !open[j] || !steer_may_follow(load[self], load[j]))
                 continue;
-            give(c, app->workers[j]->http);
-            load[j]++;
-            load[self]--;
-            woke[j] = 1;
+            give(c, app, self, j, load, woke);
             moved++;
         }
     }
@@ -1349,10 +1354,7 @@ static void rebalance(http_worker_t *hw, int follow)
             next = c->next;
             if (!movable(c))
                 continue;
-            give(c, app->workers[to]->http);
-            load[to]++;
-            load[self]--;
-            woke[to] = 1;
+            give(c, app, self, to, load, woke);
             moved++;
             k--;
         }

@@ -35,11 +35,10 @@ static void grow(sb_t *s, size_t n)
     s->cap = cap;
 }
 
-/* Makes room for n more bytes plus the terminating NUL. cap > len whenever buf is set
- * (the NUL's byte), so cap - len > n cannot overflow and means len + n + 1 <= cap. */
+/* Makes room for n more bytes plus the terminating NUL. */
 static inline void reserve(sb_t *s, size_t n)
 {
-    if (s->buf == NULL || s->cap - s->len <= n)
+    if (!sb_fits(s, n))
         grow(s, n);
 }
 
@@ -58,7 +57,7 @@ void sb_init_on(sb_t *s, char *buf, size_t cap)
     buf[0] = '\0';
 }
 
-size_t sb_cap_for(const sb_t *s, size_t n)
+size_t sb_cap_grown(const sb_t *s, size_t n)
 {
     if (n >= SIZE_MAX / 2 - s->len)
         return SIZE_MAX;

@@ -50,10 +50,23 @@ const char *sb_cstr(sb_t *s);                 /* always NUL-terminated, never NU
  * up to n bytes there, then sets len and the NUL itself. */
 char *sb_reserve(sb_t *s, size_t n);
 
+/* Whether n more bytes and the NUL fit as s is. cap > len whenever buf is set (the NUL's
+ * byte), so cap - len > n cannot overflow and means len + n + 1 <= cap. Inline: most
+ * appends fit, and then making room costs one compare. */
+static inline int sb_fits(const sb_t *s, size_t n)
+{
+    return s->buf != NULL && s->cap - s->len > n;
+}
+
 /* For callers that must not abort on out of memory (request buffers, http.c): the
  * capacity s would have after making room for n more bytes (SIZE_MAX if impossible), and
- * the same growth done without aborting (0, or -1 if realloc failed; s is unchanged). */
-size_t sb_cap_for(const sb_t *s, size_t n);
+ * the same growth done without aborting (0, or -1 if realloc failed; s is unchanged).
+ * sb_cap_grown is sb_cap_for's out-of-line part. */
+size_t sb_cap_grown(const sb_t *s, size_t n);
+static inline size_t sb_cap_for(const sb_t *s, size_t n)
+{
+    return sb_fits(s, n) ? s->cap : sb_cap_grown(s, n);
+}
 int sb_try_reserve(sb_t *s, size_t n);
 
 /* Appends z (n bytes, UTF-8 passed through) as a quoted JSON string, escaping
