@@ -12,7 +12,10 @@
 #                   grab      stock never runs out, every request a new user
 #                   sold out  stock 0, every request a new user
 #                 plus sales with 10x more buyers than stock, open loop at fixed rates
-#                 (seckill bench --rate: latency from each request's due time), audited
+#                 (seckill bench --rate: latency from each request's due time), audited;
+#                 right after each, its control: the same bench and sale against nginx
+#                 (2 workers) answering every request with the sold-out body
+#                 (perf/nginx_sale.py): the tail the machine and the bench allow
 #   3. writer     drain rate into SQLite: the grab voucher's orders deleted from SQL and its
 #                 consumer group rewound, timed from the first to the last row written
 #   4. ratios     grab / redis-benchmark -P16, sold out / nginx static, and a final
@@ -20,7 +23,7 @@
 # CPU time per request of the server and of redis-server comes from /proc/PID/stat over
 # each run. Results: stdout and build/perf/results.txt (docs/bench.md quotes them); each
 # sale's timeline per 100 ms (latency, backlog, every thread's CPU and run-queue wait) in
-# build/perf/timeline-sale-RATE.tsv.
+# build/perf/timeline-sale-RATE.tsv (the control's: timeline-nginx-sale-RATE.tsv).
 #
 # Env: DURATION (s per run, 10), CONNS (64), USERS (tokens per tool, 600000),
 #      SALE_STOCK (20000; buyers = 10x), SALE_RATES (req/s, "10000 20000"), BIN (build/seckill).
@@ -226,8 +229,48 @@ b0, t0, s0 = snap(); time.sleep(float(sys.argv[1])); b1, t1, s1 = snap()
 print("%.0f %.0f" % (100.0 * (b1 - b0) / max(1, t1 - t0), 100.0 * (s1 - s0) / max(1, t1 - t0)))
 PY
 }
-SALE_P99=""
+# Where a sale's tail sits: while the stock sells (every request a grab) or after (every
+# answer a verdict from memory); how late the bench itself sent; what else ran.
+phase_lines() {  # $1 label, $2 the bench's JSON
+    python3 - "$2" "$1" <<'PY' | tee -a "$RES"
+import json, sys
+d = json.load(open(sys.argv[1]))
+for k in ("selling", "sold_out"):
+    p = d.get("phases", {}).get(k)
+    if not p or not p["requests"]:
+        continue
+    t = p.get("threads", {})
+    busy = " ".join("%s %.0f/%.0f" % (n, v["cpu_pct"], v["wait_pct"]) for n, v in t.items()
+                    if not n.startswith("host/") and (v["cpu_pct"] >= 5 or v["wait_pct"] >= 5))
+    print("              %s %-8s due %.2f-%.2f s, %d requests: p50 %.2f p99 %.2f ms (from send %.2f, sent late %.2f); "
+          "CPU/run-queue wait %% of a core: %s; other processes %.0f" % (
+          sys.argv[2], k.replace("_", " "), p["from_s"], p["to_s"], p["requests"], p["p50_us"] / 1e3,
+          p["p99_us"] / 1e3, p["send_p99_us"] / 1e3, p["late_p99_us"] / 1e3, busy, p.get("others_cpu_pct", -1)))
+PY
+}
+# The bench report's worst 100 ms slots; the machine's own CPU: spells when a probe thread's
+# fixed arithmetic ran several times slower in its own CPU time (the hypervisor, not a
+# process of this host; docs/bench.md "The tail at 20,000 req/s"), and the p99 of the
+# requests that met none of them.
+tail_lines() {  # $1 label, $2 the bench's text report
+    say "              $1 $(grep -m1 'worst 100ms' "$2" | sed 's/^ *//')"
+    say "              $1 $(grep -m1 '^  host CPU' "$2" | sed 's/^ *//')"
+    if grep -q '^  outside ' "$2"; then say "              $1 $(grep -m1 '^  outside ' "$2" | sed 's/^ *//')"; fi
+}
+# "rate:p99:selling p99:sold-out p99:host busy:spells:slow ms:p99 outside:requests outside:requests"
+# of a sale's JSON $2 at rate $1, host busy $3 (the final table reads it)
+sale_detail() {
+    python3 - "$@" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[2]))
+ph, cp = d.get("phases", {}), d.get("cpu_probe", {})
+print(":".join(str(x) for x in (sys.argv[1], d["latency_us"]["p99"], ph.get("selling", {}).get("p99_us", 0),
+      ph.get("sold_out", {}).get("p99_us", 0), sys.argv[3], cp.get("slow_spells", 0), cp.get("slow_ms", 0),
+      cp.get("outside", {}).get("p99_us", 0), cp.get("outside", {}).get("requests", 0), d["requests"])))
+PY
+}
 SALE_DETAIL=""
+NGINX_DETAIL=""
 for rate in $SALE_RATES; do
     "$BIN" audit --data-dir "$D" --wait-drain 120 > "$TMP/pre-sale-audit.txt" 2>&1 || true
     # ... and its AOF compacted: the runs above grew it by hundreds of MB, and Redis's own
@@ -254,36 +297,30 @@ for rate in $SALE_RATES; do
         --burst-share 0.05 --conns 256 --timeline "$OUT/timeline-sale-$rate.tsv"
     j="$TMP/sale-$rate.json"
     say "              sale-$rate: $SALE_STOCK stock, $((SALE_STOCK * 10)) buyers (+10% repeats, 5% sent 3x at once) at $rate req/s open loop; latency from send p99 $(jget "$j" latency_from_send_us.p99) us; drained $(jget "$j" drain.seconds) s after the last answer; audit status $(jget "$j" audit) (0 = no violation)"
-    # Where the tail sits: while the stock sells (every request a grab) or after (every
-    # answer a verdict from memory); how late the bench itself sent; what else ran.
-    python3 - "$j" "$rate" <<'PY' | tee -a "$RES"
-import json, sys
-d = json.load(open(sys.argv[1]))
-for k in ("selling", "sold_out"):
-    p = d.get("phases", {}).get(k)
-    if not p or not p["requests"]:
-        continue
-    t = p.get("threads", {})
-    busy = " ".join("%s %.0f/%.0f" % (n, v["cpu_pct"], v["wait_pct"]) for n, v in t.items()
-                    if not n.startswith("host/") and (v["cpu_pct"] >= 5 or v["wait_pct"] >= 5))
-    print("              sale-%s %-8s due %.2f-%.2f s, %d requests: p50 %.2f p99 %.2f ms (from send %.2f, sent late %.2f); "
-          "CPU/run-queue wait %% of a core: %s; other processes %.0f" % (
-          sys.argv[2], k.replace("_", " "), p["from_s"], p["to_s"], p["requests"], p["p50_us"] / 1e3,
-          p["p99_us"] / 1e3, p["send_p99_us"] / 1e3, p["late_p99_us"] / 1e3, busy, p.get("others_cpu_pct", -1)))
-PY
-    say "              sale-$rate $(grep -m1 'worst 100ms' "$TMP/sale-$rate.txt" | sed 's/^ *//')"
-    # The machine's own CPU: spells when a probe thread's fixed arithmetic ran several times
-    # slower in its own CPU time (the hypervisor, not a process of this host; docs/bench.md
-    # "The tail at 20,000 req/s"), and the p99 of the requests that met none of them.
-    say "              sale-$rate $(grep -m1 '^  host CPU' "$TMP/sale-$rate.txt" | sed 's/^ *//')"
-    grep -q '^  outside ' "$TMP/sale-$rate.txt" &&
-        say "              sale-$rate $(grep -m1 '^  outside ' "$TMP/sale-$rate.txt" | sed 's/^ *//')"
+    phase_lines "sale-$rate" "$j"
+    tail_lines "sale-$rate" "$TMP/sale-$rate.txt"
     rw1=$($R info persistence | tr -d '\r' | awk -F: '$1 == "aof_rewrites" {print $2}')
     say "              sale-$rate redis stalls: $($R latency latest | tr -d '\r' | paste -sd' ' |
         awk '{s = ""; for (i = 1; i + 3 <= NF; i += 4) s = s sprintf("%s max %s ms; ", $i, $(i + 3)); print (s == "" ? "none above 2 ms; " : s)}')AOF rewrites $((rw1 - rw0)) (last fork $($R info stats | tr -d '\r' | awk -F: '$1 == "latest_fork_usec" {print $2}') us)"
     $R config set latency-monitor-threshold 0 >/dev/null
-    SALE_P99="$SALE_P99 $rate:$(jget "$j" latency_us.p99)"
-    SALE_DETAIL="$SALE_DETAIL $rate:$(jget "$j" phases.selling.p99_us):$(jget "$j" phases.sold_out.p99_us):$HOST_BUSY:$(jget "$j" cpu_probe.slow_spells):$(jget "$j" cpu_probe.slow_ms):$(jget "$j" cpu_probe.outside.p99_us):$(jget "$j" cpu_probe.outside.requests):$(jget "$j" requests)"
+    SALE_DETAIL="$SALE_DETAIL $(sale_detail "$rate" "$j" "$HOST_BUSY")"
+
+    # The control, right after: the same bench, sale and rate against nginx (2 workers)
+    # answering every request with the sold-out body (perf/nginx_sale.py; tokens from a
+    # file, nothing checked). nginx does next to nothing per answer: the tail it shows is
+    # what this machine, its neighbours and the bench allow at this rate, now.
+    set -- $(host_busy 2)
+    say "host          before nginx-sale-$rate: $1% of the $(nproc) cores busy (steal $2%), the service idle"
+    NG_BUSY=$1
+    j="$TMP/nginx-sale-$rate.json"
+    python3 perf/nginx_sale.py --bench "$BIN" --rate "$rate" --stock "$SALE_STOCK" \
+        --users $((SALE_STOCK * 10)) --json "$j" --report "$OUT/bench-nginx-sale-$rate.txt" \
+        --timeline "$OUT/timeline-nginx-sale-$rate.tsv"
+    say "seckill-bench nginx-sale-$rate: $(jget "$j" rps | cut -d. -f1) req/s, p50 $(jget "$j" latency_us.p50) us, p99 $(jget "$j" latency_us.p99) us, p99.9 $(jget "$j" latency_us.p99_9) us; bench CPU $(jget "$j" bench_cpu_us_per_request) us/req ($(jget "$j" requests) requests: $(jget "$j" outcomes.sold_out) sold out, $(jget "$j" outcomes.no_answer) unanswered)"
+    say "              nginx-sale-$rate: the control of sale-$rate: nginx (2 workers) answering every request with the sold-out body, the same bench, buyers and rate; latency from send p99 $(jget "$j" latency_from_send_us.p99) us"
+    phase_lines "nginx-sale-$rate" "$j"
+    tail_lines "nginx-sale-$rate" "$OUT/bench-nginx-sale-$rate.txt"
+    NGINX_DETAIL="$NGINX_DETAIL $(sale_detail "$rate" "$j" "$NG_BUSY")"
 done
 
 # ---- 3. writer drain rate from a full backlog ---------------------------------------------
@@ -334,54 +371,96 @@ ref NGINX_CPU_2 "nginx CPU per static answer (2 workers)" us
 say "              (the ratios below use the means; a spread above ~10 % says the host's speed drifted during the run, and every ratio is that uncertain)"
 say ""
 python3 - "$BG" "$RB_P16" "$RB_P1" "$BS" "$NGINX_1" "$NGINX_2" "$WRK_grab" "$WRK_soldout" \
-    "$DRAIN_RATE" "$SALE_P99" "$WRK_CMDS_soldout" "$WRK_RCPU_grab" "$WRK_CPU_grab" "$WRK_CPU_soldout" \
+    "$DRAIN_RATE" "$NGINX_DETAIL" "$WRK_CMDS_soldout" "$WRK_RCPU_grab" "$WRK_CPU_grab" "$WRK_CPU_soldout" \
     "$(jget "$TMP/soldout.json" server_cpu_us_per_request)" "$(jget "$TMP/grab.json" redis_cpu_us_per_request)" \
     "$(jget "$TMP/grab.json" server_cpu_us_per_request)" "$SOLDOUT_CMDS" "$WRK_CMDS_grab" "$WRK_TOP_grab" \
-    "$SALE_DETAIL" "$GRAB_FULL_wrk" "$GRAB_FULL_bench" "$NGINX_CPU_2" "$WRK_KPCT_grab" "$WRK_KPCT_soldout" <<'PY' | tee -a "$RES"
+    "$SALE_DETAIL" "$GRAB_FULL_wrk" "$GRAB_FULL_bench" "$NGINX_CPU_2" "$WRK_KPCT_grab" "$WRK_KPCT_soldout" \
+    "$CONNS" "$DURATION" <<'PY' | tee -a "$RES"
 import sys
 bg, p16, p1, bs, n1, n2, wg, ws, dr = map(float, sys.argv[1:10])
 wcmds, wrcpu_g, wcpu_g, wcpu_s, bcpu_s, brcpu_g, bcpu_g, bcmds = map(float, sys.argv[11:19])
-p99 = ", ".join("%s req/s: %.2f ms" % (r, int(v) / 1000) for r, v in
-                (x.split(":") for x in sys.argv[10].split()))
+ng = float(sys.argv[24])   # nginx `return 200`, 2 workers: CPU per answer, mean of before/after
+
+
+def sales(arg):
+    """{rate: figures} from sale_detail's lines (perf/run.sh)."""
+    keys = ("p99", "selling", "sold_out", "busy", "spells", "slow_ms", "outside", "kept", "requests")
+    return {int(x.split(":")[0]): dict(zip(keys, map(float, x.split(":")[1:]))) for x in arg.split()}
+
+
+svc, ctl = sales(sys.argv[21]), sales(sys.argv[10])
+ms = lambda us: "%.2f ms" % (us / 1000)
+per_rate = lambda f: ", ".join("%d req/s: %s" % (r, f(r)) for r in sorted(svc))
+ratio = lambda a, b: "%.2f" % (a / b) if b > 0 else "-"
+p99 = per_rate(lambda r: ms(svc[r]["p99"]))
+p99_ctl = per_rate(lambda r: ms(ctl[r]["p99"]) if r in ctl else "-")
+p99_ratio = per_rate(lambda r: ratio(svc[r]["p99"], ctl[r]["p99"]) if r in ctl else "-")
 print("ratios   grab / redis-benchmark -P16 = %.2f (seckill bench), %.2f (wrk)   [target >= 0.6]" % (bg / p16, wg / p16))
 print("         grab / redis-benchmark -P1  = %.2f (seckill bench), %.2f (wrk)" % (bg / p1, wg / p1))
 print("         sold out / nginx static (1 worker)  = %.2f (seckill bench), %.2f (wrk)" % (bs / n1, ws / n1))
 print("         sold out / nginx static (2 workers) = %.2f (seckill bench), %.2f (wrk)   [target >= 0.8]" % (bs / n2, ws / n2))
 print("         writer drain %.0f orders/s   [target >= 10000]" % dr)
 print("         sale p99 (10x buyers, open loop) %s   [target < 5 ms]" % p99)
+print("         sale p99 / nginx control p99 (the same sale against nginx) %s   [1 = the machine's tail]" % p99_ratio)
 print()
-print("hot-path targets, this run:")
-print("  %-62s %-22s %s" % ("case", "measured", "target"))
-print("  %-62s %-22s %s" % ("sold out, new user per request, req/s / nginx static (2 workers)",
-                            "%.2f wrk, %.2f bench" % (ws / n2, bs / n2), ">= 0.8"))
-print("  %-62s %-22s %s" % ("Redis commands per sold-out request", "%.4f wrk, %.4f bench" % (wcmds, bcmds), "<= 0.01"))
-print("  %-62s %-22s %s" % ("grab, new user per request, req/s / redis-benchmark -P16",
-                            "%.2f wrk, %.2f bench" % (wg / p16, bg / p16), ">= 0.6"))
-print("  %-62s %-22s %s" % ("Redis CPU per grab", "%.1f us wrk, %.1f bench" % (wrcpu_g, brcpu_g), "<= 12 us"))
-print("  %-62s %-22s %s" % ("Redis commands per grab (wrk): sent by clients / in all",
-                            "%.2f / %.2f" % (float(sys.argv[20]), float(sys.argv[19])), "as few as possible"))
-print("  %-62s %-22s %s" % ("server CPU per grab / per sold out",
-                            "%.1f / %.1f us wrk; %.1f / %.1f bench" % (wcpu_g, wcpu_s, bcpu_g, bcpu_s), "<= 12 / <= 6 us"))
-print("  %-62s %-22s %s" % ("server CPU per grab, the writer's catch-up after the load included",
-                            "%.1f us wrk, %.1f bench" % (float(sys.argv[22]), float(sys.argv[23])), "<= 12 us"))
-ng = float(sys.argv[24])   # nginx `return 200`, 2 workers: CPU per answer in this run
+
+# The table: (case, measured, target); target None = a detail line under the row above
+# (its text runs on, not counted in the columns' widths).
+rows = [
+    ("sold out, new user per request, req/s / nginx static (2 workers)",
+     "%.2f wrk, %.2f bench" % (ws / n2, bs / n2), ">= 0.8"),
+    ("Redis commands per sold-out request", "%.4f wrk, %.4f bench" % (wcmds, bcmds), "<= 0.01"),
+    ("grab, new user per request, req/s / redis-benchmark -P16",
+     "%.2f wrk, %.2f bench" % (wg / p16, bg / p16), ">= 0.6"),
+    ("Redis CPU per grab", "%.1f us wrk, %.1f us bench" % (wrcpu_g, brcpu_g), "<= 12 us"),
+    ("Redis commands per grab (wrk): sent by clients / in all",
+     "%.2f / %.2f" % (float(sys.argv[20]), float(sys.argv[19])), "as few as possible"),
+    ("server CPU per grab / per sold out",
+     "%.1f / %.1f us wrk; %.1f / %.1f us bench" % (wcpu_g, wcpu_s, bcpu_g, bcpu_s), "<= 12 / <= 6 us"),
+]
 if ng > 0:
-    # The same per-request figures as multiples of nginx's CPU per static answer: on a
-    # slower or busier host both grow, the ratio much less (most of either is the kernel's
-    # loopback TCP and wake-ups; "kernel" is the server's stime share over the wrk run).
-    print("  %-62s %-22s %s" % ("  the same / nginx CPU per static answer (%.1f us, 2 w., mean)" % ng,
-                                "%.2f / %.2f wrk; %.2f / %.2f bench" % (wcpu_g / ng, wcpu_s / ng, bcpu_g / ng, bcpu_s / ng),
-                                "kernel %s %% / %s %% (wrk)" % (sys.argv[25], sys.argv[26])))
-print("  %-62s %-22s %s" % ("p99 at 20,000 req/s open loop, 10x buyers per stock", p99, "< 5 ms"))
-for x in sys.argv[21].split():
-    r, sell, out, busy, spells, slow_ms, outside, kept, reqs = x.split(":")
-    print("  %-62s selling %.2f ms, sold out %.2f ms; host %s%% busy before it" % (
-        "  sale at %s req/s, p99 by phase" % r, int(sell) / 1000, int(out) / 1000, busy))
+    # The row above in units of nginx's CPU per static answer in this run: on a slower or
+    # busier host both grow, the ratio much less (most of either is the kernel's loopback
+    # TCP and wake-ups).
+    rows.append(("  the same in nginx static answers (1 = %.1f us of nginx CPU)" % ng,
+                 "%.2f / %.2f wrk; %.2f / %.2f bench" % (wcpu_g / ng, wcpu_s / ng, bcpu_g / ng, bcpu_s / ng),
+                 "no target (reads the us on this host)"))
+rows.append(("  the server's CPU in the kernel (wrk runs), grab / sold out",
+             "%s %% / %s %%" % (sys.argv[25], sys.argv[26]), "no target"))
+rows.append(("server CPU per grab, the writer's catch-up after the load included",
+             "%.1f us wrk, %.1f us bench" % (float(sys.argv[22]), float(sys.argv[23])), "<= 12 us"))
+rows.append(("p99 at 20,000 req/s open loop, 10x buyers per stock", p99, "< 5 ms"))
+rows.append(("  nginx control: the same sale, nginx answering sold out", p99_ctl, "no target (the machine's tail)"))
+rows.append(("  service p99 / nginx control p99", p99_ratio, "1 = the machine's tail"))
+for r in sorted(svc):
+    x, c = svc[r], ctl.get(r)
+    rows.append(("  sale at %d req/s, p99 by phase" % r, "selling %s, sold out %s; host %.0f%% busy before it" % (
+        ms(x["selling"]), ms(x["sold_out"]), x["busy"]), None))
+    if c is not None:
+        rows.append(("  nginx control at %d req/s, p99" % r, "%s, every answer sold out; host %.0f%% busy before it" % (
+            ms(c["p99"]), c["busy"]), None))
     # the machine's CPU slow spells during the sale (the probe of seckill bench): the p99 of
     # the requests that met none of them says what the service does on a steady CPU
-    print("  %-62s %.2f ms without the %.1f %% of requests that met %s slow spell(s) of the machine's CPU (%.0f ms)" % (
-        "  sale at %s req/s, p99 outside the CPU's slow spells" % r, int(outside) / 1000,
-        100 * (1 - int(kept) / max(1, int(reqs))), spells, float(slow_ms)))
+    for who, y in (("sale", x), ("nginx control", c)):
+        if y is not None:
+            rows.append(("  %s at %d req/s, p99 outside the CPU's slow spells" % (who, r),
+                         "%s without the %.1f %% of requests that met %d slow spell(s) of the machine's CPU (%.0f ms)" % (
+                             ms(y["outside"]), 100 * (1 - y["kept"] / max(1, y["requests"])), y["spells"],
+                             y["slow_ms"]), None))
+    if c is not None:
+        rows.append(("  service / nginx control at %d req/s, outside the slow spells" % r,
+                     ratio(x["outside"], c["outside"]), None))
+w0 = max(len(r[0]) for r in rows)
+w1 = max(len(r[1]) for r in rows if r[2] is not None)
+print("hot-path targets, this run:")
+print("  %-*s  %-*s  %s" % (w0, "case", w1, "measured", "target"))
+for case, measured, target in rows:
+    print(("  %-*s  %-*s  %s" % (w0, case, w1, measured, target)) if target is not None else
+          ("  %-*s  %s" % (w0, case, measured)))
+print("  where from: wrk = wrk -t2 -c%s -d%ss -s perf/grab.lua, a new signed token per request; bench = seckill bench\n"
+      "  --seed-tokens (sales: --rate, latency from each request's due time); nginx static and redis-benchmark: the\n"
+      "  ceilings above, mean of before and after; CPU: /proc/PID/stat over the load; Redis commands: INFO commandstats;\n"
+      "  nginx control: perf/nginx_sale.py right after each sale, the same bench (its lines above)" % (sys.argv[27], sys.argv[28]))
 PY
 kill "$SPID"; wait "$SPID" 2>/dev/null || true
 echo "results: $RES"

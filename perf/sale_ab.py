@@ -5,8 +5,9 @@
 
 A VARIANT is a seckill binary, optionally followed by serve flags after commas:
 `build/seckill`, `/tmp/old`, `build/seckill,--writer-idle-lag-ms=0,--writer-pace-ms=0`;
-or `nginx`: the control, nginx answering every request with the course's sold-out body,
-driven by the same bench (--bench, else build/seckill) -- a tail it shows too is the
+or `nginx`: the control (perf/nginx_sale.py, which `make perf` runs after each sale too),
+nginx answering every request with the course's sold-out body, driven by the same bench
+(--bench, else build/seckill) -- a tail it shows too is the
 machine's or the bench's, not the service's.
 Each round runs every variant in turn, each on a fresh `seckill serve` on its embedded
 default (private redis-server + SQLite, AOF everysec, synchronous=FULL): the sale of
@@ -38,6 +39,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import nginx_sale  # noqa: E402
 import sched_blame  # noqa: E402
 from grab_ab import free_port  # noqa: E402
 
@@ -61,56 +63,12 @@ def redis_cli(sock, *args):
                           text=True).stdout
 
 
-SOLD_OUT_BODY = '{"success":false,"errorMsg":"库存不足"}'
-
-
 def nginx_run(a, tmp):
-    """The control: nginx (2 workers) answering every request with the course's sold-out
-    body, driven by the same bench at the same rate (tokens from a file, a voucher id that
-    nginx ignores, no audit). What its tail shows is not the service's."""
-    d = tempfile.mkdtemp(prefix="sabng", dir=tmp)
-    port = free_port()
-    with open(os.path.join(d, "nginx.conf"), "w") as f:
-        f.write("""worker_processes 2;
-pid %(d)s/nginx.pid;
-error_log %(d)s/error.log;
-daemon off;
-events { worker_connections 4096; }
-http {
-    access_log off;
-    client_body_temp_path %(d)s; proxy_temp_path %(d)s;
-    fastcgi_temp_path %(d)s; uwsgi_temp_path %(d)s; scgi_temp_path %(d)s;
-    keepalive_requests 100000000;
-    server { listen 127.0.0.1:%(port)d;
-             location / { default_type application/json; return 200 '%(body)s'; } }
-}
-""" % {"d": d, "port": port, "body": SOLD_OUT_BODY})
-    users = a.users or a.stock * 10
-    with open(os.path.join(d, "tokens"), "w") as f:
-        for i in range(users):
-            f.write("%s %d\n" % (os.urandom(16).hex(), i + 1))
-    rt = ["chrt", "-f", "5"] if a.rt else []
-    ng = subprocess.Popen(rt + ["nginx", "-p", d, "-c", os.path.join(d, "nginx.conf")],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(100):
-            try:
-                urllib.request.urlopen("http://127.0.0.1:%d/" % port, timeout=1).read()
-                break
-            except OSError:
-                time.sleep(0.05)
-        j = os.path.join(d, "sale.json")
-        subprocess.run(rt + [a.bench or "build/seckill", "bench", "--target",
-                             "http://127.0.0.1:%d" % port, "--voucher", "1", "--tokens",
-                             os.path.join(d, "tokens"), "--no-audit", "--quiet", "--users",
-                             str(users), "--stock", str(a.stock), "--rate", str(a.rate), "--dup",
-                             "0.1", "--burst-share", "0.05", "--conns", "256", "--json", j],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        return json.load(open(j)), 0, "n/a", None
-    finally:
-        ng.terminate()
-        ng.wait(10)
-        shutil.rmtree(d, ignore_errors=True)
+    """The control (perf/nginx_sale.py): nginx (2 workers) answering every request with the
+    course's sold-out body, driven by the same bench at the same rate. What its tail shows
+    is not the service's."""
+    return nginx_sale.run(a.rate, a.stock, a.users, a.bench or "build/seckill", a.rt,
+                          tmp), 0, "n/a", None
 
 
 def one_run(variant, a, tmp):
@@ -173,12 +131,7 @@ def one_run(variant, a, tmp):
                 os.path.basename(binary), int(time.time()))))
         return dj, fs, stalls or "none", blamed
     finally:
-        srv.terminate()
-        try:
-            srv.wait(10)
-        except subprocess.TimeoutExpired:
-            srv.kill()
-        shutil.rmtree(d, ignore_errors=True)
+        nginx_sale.stop(srv, d)
 
 
 def main():
