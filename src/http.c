@@ -1349,16 +1349,18 @@ static void rebalance(http_worker_t *hw, int follow)
     }
     int to = steer_pick(load, open, n, self);
     if (to != self) {
-        int k = steer_moves(load[self], load[to]);
-        for (conn_t *c = hw->conns, *next; c && k > 0; c = next) {
+        int k = steer_moves(load[self], load[to]), m = 0, i = 0, given = 0;
+        for (const conn_t *c = hw->conns; c; c = c->next)
+            m += movable(c);
+        for (conn_t *c = hw->conns, *next; c && given < k; c = next) {
             next = c->next;
-            if (!movable(c))
+            if (!movable(c) || !steer_take(i++, m, k))
                 continue;
             give(c, app, self, to, load, woke);
             moved++;
-            k--;
+            given++;
         }
-        again |= k > 0;              /* the others were busy: again soon */
+        again |= given < k;          /* the others were busy: again soon */
     }
     /* A post that comes too late at shutdown is dropped; hw_free closes what the lists
      * still hold. */

@@ -37,6 +37,16 @@ int steer_margin(int mine, int least);
  * it): half the difference, so that both end with about the same. */
 int steer_moves(int mine, int least);
 
+/* Whether the i-th (0-based, in the worker's list: newest accepted first) of its m
+ * movable connections goes when steer_moves() says k should: every (m/k)-th, spread over
+ * the list rather than its first k. A client that sends round robin over its connections
+ * in the order it opened them (seckill bench; a proxy's pool) would otherwise, after one
+ * CPU's burst was balanced, send to one worker for half of each cycle and to the other for
+ * the rest: each worker would get bursts at twice the rate, and the sold-out phase of
+ * perf/sale_ab.py had a higher p99 steered than hashed (docs/bench.md, "Steered, not
+ * pinned"). Exactly min(k, m) of the m are chosen; none when k <= 0. */
+int steer_take(int i, int m, int k);
+
 /* Whether a connection whose packets arrive on another pinned worker's CPU may go to
  * it: only while that worker, with it, still has fewer connections than this one has
  * left (so following the client's CPU never makes a worker the busier one). */

@@ -74,6 +74,38 @@ static void test_one_cpu_burst_ends_even(void **state)
     }
 }
 
+/* steer_take: exactly k of m, spread: with k <= m / 2 no two neighbours (in accept order,
+ * a round-robin client's consecutive requests) go together, and each half of the list
+ * gives about half. Taking the first k (the old rule) fails the last two. */
+static void test_take_spreads(void **state)
+{
+    (void)state;
+    const int ms[] = {1, 2, 7, 16, 64, 247, 256};
+    for (size_t a = 0; a < sizeof ms / sizeof ms[0]; a++) {
+        int m = ms[a];
+        for (int k = -1; k <= m + 1; k++) {
+            int taken = 0, first_half = 0, prev = 0, adjacent = 0;
+            for (int i = 0; i < m; i++) {
+                int t = steer_take(i, m, k);
+                assert_true(t == 0 || t == 1);
+                taken += t;
+                first_half += t && i < m / 2;
+                adjacent += t && prev;
+                prev = t;
+            }
+            assert_int_equal(taken, k < 0 ? 0 : k > m ? m : k);
+            if (k > 0 && k <= m / 2)
+                assert_int_equal(adjacent, 0);
+            if (k > 0 && k < m) {
+                int want = k * (m / 2) / m;
+                assert_true(first_half >= want - 1 && first_half <= want + 1);
+            }
+        }
+    }
+    assert_int_equal(steer_take(5, 5, 3), 0);     /* out of range */
+    assert_int_equal(steer_take(-1, 5, 3), 0);
+}
+
 static void test_even_spread_stays(void **state)
 {
     (void)state;
@@ -93,6 +125,7 @@ int main(void)
         cmocka_unit_test(test_margin_and_pick),
         cmocka_unit_test(test_one_cpu_burst_ends_even),
         cmocka_unit_test(test_even_spread_stays),
+        cmocka_unit_test(test_take_spreads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
