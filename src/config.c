@@ -42,6 +42,8 @@ static const setting_t settings[] = {
       "worker threads (0 = number of cores)"),
     S("cpu-affinity", "SECKILL_CPU_AFFINITY", T_BOOL, cpu_affinity, "0", 0, 1,
       "pin worker i to the i-th CPU (when there are as many CPUs as workers) and give each connection to the worker on the CPU that took its handshake, unless that worker has too many; for hosts whose CPUs are the workers' own (not a VM whose CPUs stall)"),
+    S("steer-connections", "SECKILL_STEER_CONNECTIONS", T_BOOL, steer_connections, "1", 0, 1,
+      "give each connection to the worker whose listener is marked with the CPU that took its handshake (worker i: the i-th CPU, when there are as many CPUs as workers), unless that worker has too many; the workers stay free to run anywhere (--cpu-affinity also pins them)"),
     S("redis", "SECKILL_REDIS", T_STR, redis_url, "", 0, 0,
       "redis://[:password@]host:port[/db] or unix:PATH; empty = start a private redis-server"),
     S("db", "SECKILL_DB", T_STR, db_url, "", 0, 0,

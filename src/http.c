@@ -1,8 +1,8 @@
 /* http.c -- the HTTP/1.1 front end of one worker (see http.h).
  *
- * Each worker owns a SO_REUSEPORT listening socket and its connections (with
- * --cpu-affinity an idle connection may move to another worker: steer.h, "Hand-offs"
- * below). Sockets are raw and non-blocking, driven by plain libevent events on the
+ * Each worker owns a SO_REUSEPORT listening socket and its connections (steered by CPU,
+ * --steer-connections, an idle connection may move to another worker: steer.h,
+ * "Hand-offs" below). Sockets are raw and non-blocking, driven by plain libevent events on the
  * worker's loop (no evhttp, no bufferevents: they cost about twice the CPU per request).
  * h1.c parses strictly (RFC 9112: a proxy in front and we must agree on where each
  * request ends); the fields we need (URL, two headers, body) are copied into
@@ -1199,7 +1199,7 @@ static void resume_accepting(http_worker_t *hw)
     }
 }
 
-/* ==== Hand-offs between pinned workers (steer.h) ==== */
+/* ==== Hand-offs between steered workers (steer.h) ==== */
 
 /* Runs on the receiving worker's loop (posted by rebalance): adopts every connection
  * handed to it since the last call. */
@@ -1237,7 +1237,8 @@ static void take_handoffs(worker_t *w, void *arg)
 }
 
 /* The workers' loads and openness as steer.h counts them; returns how many workers there
- * are, or 0 when hw is not steered (unpinned, the kernel's hash spreads; or stopping). */
+ * are, or 0 when hw is not steered (--steer-connections off or fewer CPUs than workers:
+ * the kernel's hash spreads; or stopping). */
 static int steer_view(const http_worker_t *hw, int *load, unsigned char *open)
 {
     const struct app *app = hw->w->app;
@@ -1291,7 +1292,7 @@ static void give(conn_t *c, const struct app *app, int self, int to, int *load,
     woke[to] = 1;
 }
 
-/* The worker pinned to CPU cpu, or -1. */
+/* The worker steered to CPU cpu, or -1. */
 static int worker_on_cpu(const struct app *app, int n, int cpu)
 {
     for (int i = 0; i < n; i++) {
@@ -1543,7 +1544,7 @@ void http_worker_stop(worker_t *w, int grace_ms, void (*done)(worker_t *w))
  * other process listens there: SO_REUSEPORT would otherwise let a second instance share
  * the port silently (same user) and split the traffic. server.c initialises worker 0
  * first, so its probe runs before any of our own sockets exist. cpu >= 0 (the worker is
- * pinned there): SO_INCOMING_CPU, so that the kernel (6.2 and later) gives a connection
+ * steered there): SO_INCOMING_CPU, so that the kernel (6.2 and later) gives a connection
  * whose handshake it processed on that CPU to this listener rather than by hash. */
 static int open_listener(int worker_id, int cpu, const char *host, int port, int *bound,
                          char *err, size_t errlen)

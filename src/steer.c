@@ -1,4 +1,4 @@
-/* steer.c -- the rule for giving connections between pinned workers (see steer.h). */
+/* steer.c -- the rule for giving connections between steered workers (see steer.h). */
 #include "steer.h"
 
 int steer_margin(int mine, int least)

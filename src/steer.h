@@ -1,10 +1,11 @@
-/* steer.h -- when a worker gives connections to another, the workers being pinned to CPUs.
+/* steer.h -- when a worker gives connections to another, the workers being steered by CPU.
  *
- * With --cpu-affinity (when every worker can have a CPU of its own; off by default) the
- * kernel hands a new connection to the worker on the CPU that processed its handshake
- * (SO_INCOMING_CPU, http.c): the connection's segments, the wake-ups between client and
- * worker and the socket's cache lines then stay on one CPU. That locality is what the
- * steering is for; its risk is a client or proxy that connects from one CPU, which would
+ * With --steer-connections (on by default; when every worker can have a CPU of its own)
+ * the kernel hands a new connection to the worker on the CPU that processed its handshake
+ * (SO_INCOMING_CPU, http.c), so each client thread's connections share one worker. The
+ * workers are not pinned (unless --cpu-affinity): the scheduler's wake-ups then tend to
+ * run a client thread and its worker on one CPU, where the connection's segments, their
+ * wake-ups and the socket's cache lines stay. That locality is what the steering is for; its risk is a client or proxy that connects from one CPU, which would
  * put every connection on one worker. So the workers move connections that are idle
  * between requests (http.c passes each socket through the receiver's inbox):
  *   - balance: a worker with more than a margin more connections than the least loaded
@@ -47,7 +48,7 @@ int steer_moves(int mine, int least);
  * pinned"). Exactly min(k, m) of the m are chosen; none when k <= 0. */
 int steer_take(int i, int m, int k);
 
-/* Whether a connection whose packets arrive on another pinned worker's CPU may go to
+/* Whether a connection whose packets arrive on another steered worker's CPU may go to
  * it: only while that worker, with it, still has fewer connections than this one has
  * left (so following the client's CPU never makes a worker the busier one). */
 int steer_may_follow(int mine, int theirs);

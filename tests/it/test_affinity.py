@@ -1,10 +1,12 @@
-"""test_affinity.py -- --cpu-affinity (off by default): each worker thread pinned to its own
-CPU, a new connection handed to the worker on the CPU that processed its handshake
-(SO_INCOMING_CPU on the workers' SO_REUSEPORT listeners), and connections that all came
-from one CPU spread again by the workers themselves (steer.h: idle connections handed to
-the least loaded worker). With fewer CPUs than workers, or --cpu-affinity false, no worker
-is pinned and the kernel spreads connections by hash, as without the flag. docs/bench.md, "Workers' kernel and
-scheduling cost" and "Connections steered by CPU, balanced".
+"""test_affinity.py -- connections steered by CPU (--steer-connections, on by default): a new
+connection handed to the worker of the CPU that processed its handshake (SO_INCOMING_CPU on
+the workers' SO_REUSEPORT listeners), and connections that all came from one CPU spread
+again by the workers themselves (steer.h: idle connections handed to the least loaded
+worker); the workers not pinned unless --cpu-affinity (off by default), which also pins
+worker i's thread to its CPU. With fewer CPUs than workers no worker is steered or pinned;
+with --steer-connections false the kernel spreads connections by hash. docs/bench.md,
+"Workers' kernel and scheduling cost", "Connections steered by CPU, balanced" and
+"Steered, not pinned".
 """
 
 import os
@@ -98,14 +100,25 @@ def _still_answers(conns):
         check(h.sock is s, "connection %d answered on the same socket, not a new one" % i)
 
 
-def _pinned_server(cpus):
-    """A server with --cpu-affinity, its /metrics on a listener of its own: those connections
-    are not the public ones steer.h balances, so the test's own scrapes move nothing.
-    Returns (server, a connection to its /metrics)."""
+def _whole(pid):
+    status = open("/proc/%d/status" % pid).read()
+    return re.search(r"Cpus_allowed_list:\s*(\S+)", status).group(1)
+
+
+def _steered_server(cpus, pinned=True, **settings):
+    """A server with --cpu-affinity (pinned) or the defaults (steered, not pinned), its
+    /metrics on a listener of its own: those connections are not the public ones steer.h
+    balances, so the test's own scrapes move nothing. Returns (server, a connection to its
+    /metrics)."""
     mport = H.free_port()
-    r, srv = H.setup(settings={"cpu_affinity": 1, "metrics_listen": "127.0.0.1:%d" % mport,
-                               "log_level": "debug"}, threads=2)
-    eq(_worker_cpus(srv.proc.pid), {"w0": str(cpus[0]), "w1": str(cpus[1])}, "the workers' CPUs")
+    settings.update({"metrics_listen": "127.0.0.1:%d" % mport, "log_level": "debug"})
+    if pinned:
+        settings["cpu_affinity"] = 1
+    r, srv = H.setup(settings=settings, threads=2)
+    whole = _whole(srv.proc.pid)
+    eq(_worker_cpus(srv.proc.pid),
+       {"w0": str(cpus[0]), "w1": str(cpus[1])} if pinned else {"w0": whole, "w1": whole},
+       "the workers' CPUs (%s)" % ("pinned" if pinned else "not pinned"))
     mh = H.Http(mport)
     # The harness's readiness probe has closed its connection; the server may not have
     # seen that yet. Only the scrape's own connection (worker 0's) may be left.
@@ -114,20 +127,57 @@ def _pinned_server(cpus):
     return srv, mh
 
 
+def _alternate(cpus, srv, mh, n=12):
+    """n connections opened alternately from the two CPUs; returns them and whether each
+    one landed on its CPU's worker (alternating keeps the workers level, so nothing is
+    moved: each connection stays where the kernel put it)."""
+    counts = _Counts(mh)
+    conns, steered = [], True
+    for i in range(n):
+        w = i % 2
+        conns += _open_from(cpus[w], srv.port)
+        got = counts.delta()
+        want = {0: (i + 2) // 2, 1: (i + 1) // 2}
+        H.log("after the %d-th connection, from worker %d's CPU: %s" % (i + 1, w, got))
+        steered = steered and got == want
+    return conns, steered
+
+
 def test_cpu_affinity_pins_workers_and_steers_connections():
     cpus = _two_cpus()
     if not cpus:
         return
-    srv, mh = _pinned_server(cpus)
-    counts = _Counts(mh)
-    conns = []
-    # Alternating CPUs keeps the workers level, so nothing is moved: each connection
-    # stays where the kernel put it, on its CPU's worker.
-    for i in range(12):
-        w = i % 2
-        conns += _open_from(cpus[w], srv.port)
-        eq(counts.delta(), {0: (i + 2) // 2, 1: (i + 1) // 2},
-           "connections per worker after the %d-th, opened from worker %d's CPU" % (i + 1, w))
+    srv, mh = _steered_server(cpus)
+    conns, steered = _alternate(cpus, srv, mh)
+    check(steered, "every connection on its CPU's worker")
+    _still_answers(conns)
+    H.finish(srv)
+
+
+def test_default_steers_connections_without_pinning():
+    """The defaults: the workers keep the process's CPU set (the scheduler may move them),
+    and each connection still goes to the worker of the CPU that processed its handshake
+    (fails without the listeners' SO_INCOMING_CPU: the hash puts some elsewhere)."""
+    cpus = _two_cpus()
+    if not cpus:
+        return
+    srv, mh = _steered_server(cpus, pinned=False)
+    conns, steered = _alternate(cpus, srv, mh)
+    check(steered, "every connection on its CPU's worker, the workers not pinned")
+    _still_answers(conns)
+    H.finish(srv)
+
+
+def test_steer_connections_false_leaves_it_to_the_hash():
+    """--steer-connections false: the kernel's hash spreads connections, whatever CPU
+    opened them: 16 connections alternating between the CPUs do not all land on their
+    CPU's worker (by chance with odds of 1 in 65,536)."""
+    cpus = _two_cpus()
+    if not cpus:
+        return
+    srv, mh = _steered_server(cpus, pinned=False, steer_connections=0)
+    conns, steered = _alternate(cpus, srv, mh, n=16)
+    check(not steered, "connections spread by hash, not by CPU")
     _still_answers(conns)
     H.finish(srv)
 
@@ -136,7 +186,7 @@ def test_connections_from_one_cpu_are_spread():
     cpus = _two_cpus()
     if not cpus:
         return
-    srv, mh = _pinned_server(cpus)
+    srv, mh = _steered_server(cpus)
     counts = _Counts(mh)
     n = 16
     conns = _open_from(cpus[0], srv.port, n)
@@ -157,7 +207,7 @@ def test_split_connections_follow_their_cpu():
     cpus = _two_cpus()
     if not cpus:
         return
-    srv, mh = _pinned_server(cpus)
+    srv, mh = _steered_server(cpus)
     counts = _Counts(mh)
     a = _open_from(cpus[0], srv.port, 8)
     counts.wait(lambda d: min(d.values()) >= 3, "the first 8 split")
@@ -173,20 +223,10 @@ def test_split_connections_follow_their_cpu():
     H.finish(srv)
 
 
-def test_cpu_affinity_off_by_default():
-    r, srv = H.setup(threads=2)
-    status = open("/proc/%d/status" % srv.proc.pid).read()
-    whole = re.search(r"Cpus_allowed_list:\s*(\S+)", status).group(1)
-    eq(_worker_cpus(srv.proc.pid), {"w0": whole, "w1": whole},
-       "the workers' CPUs without --cpu-affinity (the process's own)")
-    H.finish(srv)
-
-
 def test_more_workers_than_cpus_are_not_pinned():
     n = len(_allowed()) + 1
     r, srv = H.setup(settings={"cpu_affinity": 1}, threads=n)
-    status = open("/proc/%d/status" % srv.proc.pid).read()
-    whole = re.search(r"Cpus_allowed_list:\s*(\S+)", status).group(1)
+    whole = _whole(srv.proc.pid)
     eq(_worker_cpus(srv.proc.pid), {"w%d" % i: whole for i in range(n)},
        "the CPUs of %d workers on %d CPUs (none pinned)" % (n, n - 1))
     H.finish(srv)
