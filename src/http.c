@@ -1,9 +1,10 @@
 /* http.c -- the HTTP/1.1 front end of one worker (see http.h).
  *
- * Each worker owns a SO_REUSEPORT listening socket and its connections (steered by CPU,
- * --steer-connections, an idle connection may move to another worker: steer.h,
- * "Hand-offs" below). Sockets are raw and non-blocking, driven by plain libevent events on the
- * worker's loop (no evhttp, no bufferevents: they cost about twice the CPU per request).
+ * Each worker owns a SO_REUSEPORT listening socket and its connections; with connections
+ * steered by CPU (--steer-connections, the default) an idle one may move to another
+ * worker (steer.h; "Hand-offs" below). Sockets are raw and non-blocking, driven by plain
+ * libevent events on the worker's loop (no evhttp, no bufferevents: they cost about twice
+ * the CPU per request).
  * h1.c parses strictly (RFC 9112: a proxy in front and we must agree on where each
  * request ends); the fields we need (URL, two headers, body) are copied into
  * per-connection buffers, so bytes are read into one per-worker scratch buffer and only

@@ -5,8 +5,9 @@
  * (SO_INCOMING_CPU, http.c), so each client thread's connections share one worker. The
  * workers are not pinned (unless --cpu-affinity): the scheduler's wake-ups then tend to
  * run a client thread and its worker on one CPU, where the connection's segments, their
- * wake-ups and the socket's cache lines stay. That locality is what the steering is for; its risk is a client or proxy that connects from one CPU, which would
- * put every connection on one worker. So the workers move connections that are idle
+ * wake-ups and the socket's cache lines stay. That locality is what the steering is for;
+ * its risk is a client or proxy that connects from one CPU, which would put every
+ * connection on one worker. So the workers move connections that are idle
  * between requests (http.c passes each socket through the receiver's inbox):
  *   - balance: a worker with more than a margin more connections than the least loaded
  *     worker open to hand-offs gives it half the difference (checked a moment after an
@@ -14,7 +15,10 @@
  *   - follow: a moment after an accept, a connection whose packets now arrive on another
  *     worker's CPU goes to that worker while it has fewer connections. A client thread's
  *     burst that balancing split is put back together once another thread's burst from
- *     another CPU arrives.
+ *     another CPU arrives. With the workers not pinned this is a hint, not a rule: a
+ *     connection's incoming CPU is where its last segment was processed, and a delayed
+ *     ACK from the client goes out from the CPU that processed the answer, i.e. where the
+ *     worker ran (tests/it/test_affinity.py tests following with the workers pinned).
  * Connections from many CPUs stay where the kernel put them; connections from one CPU
  * end up split nearly evenly, as the kernel's hash would.
  *
