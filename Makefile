@@ -49,15 +49,15 @@ CFLAGS = -std=gnu11 $(OPT) -g $(WARN) $(SANFLAGS) -D_GNU_SOURCE -pthread -MMD -M
 LDFLAGS = $(SANFLAGS) -pthread $(EXTRA_LDFLAGS)
 LIBS = $(PKG_LIBS) -lhttp_parser -lm
 
-# src/ is the service; src/tools/ the `seckill bench` and `seckill audit` tools linked into
-# the same binary (objects in $(BUILD)/obj/tools/).
-SRCS := $(sort $(wildcard src/*.c src/tools/*.c))
+# src/<part>/ holds one part of the service each (README's folder map); src/cmd/ the
+# commands other than serve (`seckill bench`, `audit`, `lab`, ...) linked into the same binary.
+SRCS := $(sort $(wildcard src/*.c src/*/*.c))
 OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(SRCS)) $(BUILD)/obj/embedded.o
 LIBOBJS := $(filter-out $(BUILD)/obj/main.o,$(OBJS))
-EMBED := scripts/admit.lua scripts/login_code.lua sql/schema.sqlite.sql sql/schema.mysql.sql \
-         scripts/board.lua web/board.html web/board.js web/board.css \
-         scripts/transfer.lua \
-         scripts/rebuild.lua
+EMBED := src/sale/admit.lua src/auth/login_code.lua sql/schema.sqlite.sql sql/schema.mysql.sql \
+         src/server/board.lua web/board.html web/board.js web/board.css \
+         src/sale/transfer.lua \
+         src/rebuild/rebuild.lua
 
 UNIT_SRCS := $(sort $(wildcard tests/unit/test_*.c))
 UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRCS))
@@ -75,18 +75,19 @@ all: $(BUILD)/seckill
 $(BUILD)/seckill: $(OBJS) $(RLOCK_LIB)
 	$(CC) $(LDFLAGS) -o $@ $(OBJS) $(RLOCK_LIB) $(LIBS)
 
-$(BUILD)/obj/%.o: src/%.c | $(BUILD)/obj $(BUILD)/obj/tools $(BUILD)/gen/embedded.h
+$(BUILD)/obj/%.o: src/%.c | $(BUILD)/gen/embedded.h
+	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
 # Lua scripts, SQL schemas and the sale board's page (web/) are files in the repo,
 # compiled into the binary.
 $(BUILD)/gen/embedded.c: $(EMBED) tools/embed.sh Makefile | $(BUILD)/gen
-	sh tools/embed.sh $@ script_admit_lua=scripts/admit.lua script_login_code_lua=scripts/login_code.lua \
+	sh tools/embed.sh $@ script_admit_lua=src/sale/admit.lua script_login_code_lua=src/auth/login_code.lua \
 	  schema_sqlite_sql=sql/schema.sqlite.sql \
-	  schema_mysql_sql=sql/schema.mysql.sql script_board_lua=scripts/board.lua \
+	  schema_mysql_sql=sql/schema.mysql.sql script_board_lua=src/server/board.lua \
 	  web_board_html=web/board.html web_board_js=web/board.js web_board_css=web/board.css \
-	  script_transfer_lua=scripts/transfer.lua \
-	  script_rebuild_lua=scripts/rebuild.lua
+	  script_transfer_lua=src/sale/transfer.lua \
+	  script_rebuild_lua=src/rebuild/rebuild.lua
 $(BUILD)/gen/embedded.h: Makefile | $(BUILD)/gen
 	printf '%s\n' '/* Generated: built-in scripts and schemas (tools/embed.sh). */' \
 	  'extern const char script_admit_lua[];' 'extern const char script_login_code_lua[];' \
@@ -101,7 +102,7 @@ $(BUILD)/obj/embedded.o: $(BUILD)/gen/embedded.c $(BUILD)/gen/embedded.h | $(BUI
 $(BUILD)/tests/%: tests/unit/%.c $(LIBOBJS) $(RLOCK_LIB) | $(BUILD)/tests
 	$(CC) $(CFLAGS) -o $@ $< $(LIBOBJS) $(RLOCK_LIB) $(LDFLAGS) $(LIBS) -lcmocka
 
-$(BUILD)/obj $(BUILD)/obj/tools $(BUILD)/gen $(BUILD)/tests:
+$(BUILD)/obj $(BUILD)/gen $(BUILD)/tests:
 	mkdir -p $@
 
 run: $(BUILD)/seckill

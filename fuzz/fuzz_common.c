@@ -10,16 +10,16 @@
 #include <event2/event.h>
 #include <hiredis/hiredis.h>
 
-#include "admission.h"
-#include "app.h"
-#include "auth.h"
-#include "config.h"
-#include "jobs.h"
-#include "log.h"
-#include "metrics.h"
-#include "rds.h"
-#include "ratelimit.h"
-#include "worker.h"
+#include "sale/admission.h"
+#include "core/app.h"
+#include "auth/auth.h"
+#include "core/config.h"
+#include "server/jobs.h"
+#include "core/log.h"
+#include "server/metrics.h"
+#include "redis/rds.h"
+#include "sale/ratelimit.h"
+#include "server/worker.h"
 
 int fz_async;
 int fz_jobs_run;

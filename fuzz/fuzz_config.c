@@ -15,8 +15,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "lab.h"
+#include "core/config.h"
+#include "lab/lab.h"
 
 static int memfd = -1;
 static char path[64];

@@ -23,7 +23,7 @@
 
 #include <hiredis/hiredis.h>
 
-#include "api.h"
+#include "api/api.h"
 #include "fuzz_common.h"
 
 static redisReply *user_reply, *admit_ok, *admit_soldout;

@@ -20,12 +20,12 @@
 #include <hiredis/hiredis.h>
 #include <jansson.h>
 
-#include "api.h"
-#include "app.h"
-#include "clock.h"
+#include "api/api.h"
+#include "core/app.h"
+#include "core/clock.h"
 #include "fuzz_common.h"
-#include "http.h"
-#include "worker.h"
+#include "http/http.h"
+#include "server/worker.h"
 
 static http_req_t req;
 static int replies;

@@ -24,13 +24,13 @@
 
 #include <jansson.h>
 
-#include "admission.h"
-#include "api.h"
-#include "auth.h"
+#include "sale/admission.h"
+#include "api/api.h"
+#include "auth/auth.h"
 #include "fuzz_common.h"
-#include "http.h"
-#include "sb.h"
-#include "worker.h"
+#include "http/http.h"
+#include "core/sb.h"
+#include "server/worker.h"
 
 /* ------------------------------------------------------------ writer seam */
 
@@ -58,7 +58,7 @@ static void writer_setup(void)
     }
 }
 
-/* The writer sends most commands preformatted (src/resp.h): only checked to be one
+/* The writer sends most commands preformatted (src/redis/resp.h): only checked to be one
  * whole RESP array, never sent. */
 int __wrap_redisAppendFormattedCommand(redisContext *c, const char *cmd, size_t len);
 int __wrap_redisAppendFormattedCommand(redisContext *c, const char *cmd, size_t len)

@@ -1,7 +1,7 @@
 #!/bin/sh
 # perf/run.sh -- `make perf`: the service beside the machine's ceilings, in one run.
 #
-#   1. ceilings   redis-benchmark EVALSHA of scripts/admit.lua (-P 1 and -P 16, 64 clients)
+#   1. ceilings   redis-benchmark EVALSHA of src/sale/admit.lua (-P 1 and -P 16, 64 clients)
 #                 on the service's own redis-server (its unix socket); nginx returning a
 #                 static 200 with 1 and with 2 workers (wrk -t2 -c64); measured before
 #                 the service's runs and again after them: the ratios use the mean of the
@@ -92,7 +92,7 @@ say ""
 # spread between them is printed beside it (a large one says the host changed under the run).
 # The redis-benchmark keys belong to a voucher id no voucher of the run has: after the runs
 # the order writer reads the streams of real vouchers.
-SHA=$($R script load "$(cat scripts/admit.lua)")
+SHA=$($R script load "$(cat src/sale/admit.lua)")
 CV=999999999
 ceilings() {  # $1 before|after: sets RB_P1_$1, RB_P16_$1, NGINX_1_$1, NGINX_2_$1, NGINX_CPU_2_$1
     $R hset "seckill:voucher:{$CV}" stock 1000000000 begin 0 end 4102444800 >/dev/null

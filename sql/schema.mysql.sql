@@ -5,12 +5,12 @@
 -- one-order-per-user holds in the database and a replayed stream entry changes nothing.
 -- The same schema as sql/schema.sqlite.sql, in MySQL's types.
 --
--- store_open() (src/store_mysql.c) runs this file, one statement at a time, as prepared
+-- store_open() (src/store/store_mysql.c) runs this file, one statement at a time, as prepared
 -- statements, under the named lock GET_LOCK('seckill.schema') so instances starting at
 -- once do not race, whenever schema_version holds a version below MYSQL_SCHEMA_VERSION.
 -- It must stay idempotent (IF NOT EXISTS, upserts). A future change appends the statements
 -- that take version N to N+1 (each safe to run again) and raises the number in the last
--- statement together with MYSQL_SCHEMA_VERSION in src/store_mysql.c.
+-- statement together with MYSQL_SCHEMA_VERSION in src/store/store_mysql.c.
 --
 -- File rules (the loader splits naively): statements end with ';' at the end of a line;
 -- '--' starts a comment to the end of the line; no ';' or '--' inside string literals.
@@ -18,7 +18,7 @@
 -- Times are DATETIME in the writing server's local time zone (what the SQLite schema holds
 -- as text), not the course's TIMESTAMP: no session time-zone conversion, no 2038 limit, and
 -- every instance behind nginx writes what its own clock says. store.h speaks epoch seconds;
--- src/store_mysql.c converts. Money is in cents.
+-- src/store/store_mysql.c converts. Money is in cents.
 
 CREATE TABLE IF NOT EXISTS schema_version (
     id          TINYINT UNSIGNED NOT NULL,
@@ -90,7 +90,7 @@ CREATE TABLE IF NOT EXISTS tb_voucher_order (
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_general_ci;
 
 -- Version 2. Not the course's: the Redis generation of each flash-sale voucher
--- (src/rebuild.c). A rebuild of a voucher's Redis keys from SQL raises it (holding the
+-- (src/rebuild/rebuild.c). A rebuild of a voucher's Redis keys from SQL raises it (holding the
 -- tb_seckill_voucher row lock); the order writer writes an order only if it was admitted
 -- under the current one (store_orders_write). No row = 0.
 CREATE TABLE IF NOT EXISTS tb_seckill_epoch (
@@ -103,7 +103,7 @@ CREATE TABLE IF NOT EXISTS tb_seckill_epoch (
 -- Version 3: the lab's order table (docs/lab.md). The course's tb_voucher_order as the
 -- course has it -- no UNIQUE (user_id, voucher_id) -- so the course's steps that let a
 -- user buy twice (local-lock on two instances, setnx with an expired lease) show it as a
--- second row. Only the lab modes (src/lab_sql.c) write here; store_voucher_counts and
+-- second row. Only the lab modes (src/lab/lab_sql.c) write here; store_voucher_counts and
 -- store_voucher_orders read both tables, so the audit counts every order.
 CREATE TABLE IF NOT EXISTS lab_voucher_order (
     id          BIGINT           NOT NULL,

@@ -7,11 +7,11 @@
 -- store_open() runs this whole file in one transaction when PRAGMA user_version is below
 -- the version this file sets at its end, so it must stay idempotent (IF NOT EXISTS, guarded
 -- inserts). A future change adds statements that bring version N to N+1 and raises the
--- number below together with SQLITE_SCHEMA_VERSION in src/store_sqlite.c.
+-- number below together with SQLITE_SCHEMA_VERSION in src/store/store_sqlite.c.
 --
 -- Times are TEXT 'YYYY-MM-DD HH:MM:SS' in the server's local time zone (what SQLite's
 -- datetime(..., 'localtime') writes, and what MySQL's timestamp shows); store.h speaks
--- epoch seconds and src/store_sqlite.c converts. Money is in cents (INTEGER).
+-- epoch seconds and src/store/store_sqlite.c converts. Money is in cents (INTEGER).
 
 CREATE TABLE IF NOT EXISTS tb_user (
     id          INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -81,7 +81,7 @@ INSERT INTO sqlite_sequence (name, seq)
 -- Version 2: the lab's order table (docs/lab.md). The course's tb_voucher_order as the
 -- course has it -- no UNIQUE (user_id, voucher_id) -- so the course's steps that let a
 -- user buy twice (local-lock on two instances, setnx with an expired lease) show it as a
--- second row. Only the lab modes (src/lab_sql.c) write here; store_voucher_counts and
+-- second row. Only the lab modes (src/lab/lab_sql.c) write here; store_voucher_counts and
 -- store_voucher_orders read both tables, so the audit counts every order.
 CREATE TABLE IF NOT EXISTS lab_voucher_order (
     id          INTEGER PRIMARY KEY,
@@ -97,7 +97,7 @@ CREATE TABLE IF NOT EXISTS lab_voucher_order (
 );
 CREATE INDEX IF NOT EXISTS idx_lab_order_voucher_user ON lab_voucher_order (voucher_id, user_id);
 
--- Version 3. Not the course's: the Redis generation of each flash-sale voucher (src/rebuild.c). A
+-- Version 3. Not the course's: the Redis generation of each flash-sale voucher (src/rebuild/rebuild.c). A
 -- rebuild of a voucher's Redis keys from SQL raises it; the order writer writes an order
 -- only if it was admitted under the current one (store_orders_write). No row = 0.
 CREATE TABLE IF NOT EXISTS tb_seckill_epoch (

@@ -9,14 +9,14 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "tools/audit.h"
-#include "tools/bench.h"
-#include "tools/lab_tool.h"
-#include "tools/seed.h"
-#include "config.h"
-#include "lab.h"
-#include "tools/redis_tool.h"
-#include "server.h"
+#include "cmd/audit.h"
+#include "cmd/bench.h"
+#include "cmd/lab_tool.h"
+#include "cmd/seed.h"
+#include "core/config.h"
+#include "lab/lab.h"
+#include "cmd/redis_tool.h"
+#include "server/server.h"
 
 #define SECKILL_VERSION "0.1.0"
 

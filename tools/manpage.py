@@ -4,7 +4,7 @@
     python3 tools/manpage.py BUILD/seckill OUT.1
 
 The subcommands come from `seckill --help` (its "commands:" list) and each one's options
-from `seckill CMD --help` -- for serve that text is printed from src/config.c's settings
+from `seckill CMD --help` -- for serve that text is printed from src/core/config.c's settings
 table -- so a flag or subcommand added in the code is in the man page at the next build,
 without anyone editing roff. The fixed parts (files, environment, examples) are below.
 """

@@ -1,7 +1,7 @@
 /* board.js -- the sale board: log in with the admin token, poll /admin/api/board once a
  * second, draw tiles, SVG charts and tables, create flash sales.
  *
- * The server sends cumulative counters per instance (src/board.c); rates and latency
+ * The server sends cumulative counters per instance (src/server/board.c); rates and latency
  * percentiles are the differences between two polls, summed over the live instances.
  * The token is kept in sessionStorage (this tab only) and sent as x-admin-token on every
  * data call. No libraries: plain DOM and SVG. URLs are relative to /admin/, so the board

@@ -2,7 +2,7 @@
 //
 //   node tests/browser/report.mjs REPORT.html SCREENSHOT.png
 // Prints one JSON line: {errors, plots, drawn, verdict, headings} where plots is the number
-// of chart boxes (src/tools/html_report.c's .chart) and drawn how many of them dygraphs drew
+// of chart boxes (src/cmd/html_report.c's .chart) and drawn how many of them dygraphs drew
 // into (a canvas inside); verdict is the paragraph starting "Verdict". Exit 0
 // unless the page could not be opened; the caller judges the findings.
 import { chromium } from "playwright-core";

@@ -1187,7 +1187,7 @@ def group_lag(redis, voucher_id, group="g1"):
 
 def entry_orders(fields):
     """The orders [(orderId, userId), ...] of one order-stream entry, in any of its forms
-    (src/sentry.h): os = "ts ep orderId userId ..." (every order of one admission call),
+    (src/sale/sentry.h): os = "ts ep orderId userId ..." (every order of one admission call),
     o = "orderId userId ts ep", or the named fields id, userId, ..."""
     d = dict(zip(fields[::2], fields[1::2]))
     if "os" in d:
@@ -2016,7 +2016,7 @@ def check_sale_consistency(srv, redis, voucher_id, initial_stock, recs, tokens,
 
 
 # ---------------------------------------------------------------------------------------
-# signed login tokens (src/token.h), minted here independently of the C code
+# signed login tokens (src/auth/token.h), minted here independently of the C code
 
 TOKEN_EPOCH = 1704067200   # 2024-01-01T00:00:00Z
 

@@ -1,4 +1,4 @@
-"""test_batch.py -- coalesced admissions (src/admission.c, scripts/admit.lua).
+"""test_batch.py -- coalesced admissions (src/sale/admission.c, src/sale/admit.lua).
 
 Under load a worker sends the admissions of a voucher that queue up behind its call in
 flight together as one admit.lua call. The sale must stay exact -- no oversell, one order per
@@ -58,7 +58,7 @@ def test_coalesced_sale_exact():
             args = [a for b in call for a in b]
             codes += r.cmd("EVAL", admit, "3", H.k_voucher(v), H.k_buyers(v), H.k_stream(v),
                            str(v), "stream", *args)
-        # one entry per call, one field os = "ts ep orderId userId ..." (src/sentry.h):
+        # one entry per call, one field os = "ts ep orderId userId ..." (src/sale/sentry.h):
         # a batch's entry holds the orders of its single calls' entries, in their order;
         # ts left out of the comparison (the two runs may straddle a second)
         ents = []

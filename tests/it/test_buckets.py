@@ -1,5 +1,5 @@
-"""test_buckets.py -- stock buckets: one hot voucher's stock over K hash tags (src/buckets.c,
-src/bucket_sweep.c, scripts/transfer.lua; docs/redis-cluster.md "Stock buckets").
+"""test_buckets.py -- stock buckets: one hot voucher's stock over K hash tags (src/sale/buckets.c,
+src/sale/bucket_sweep.c, src/sale/transfer.lua; docs/redis-cluster.md "Stock buckets").
 
   - the field: stockBuckets is checked like every field; K = 1 (or no field) writes exactly
     the keys an unbucketed voucher always had; K = 4 writes four buckets whose shares add

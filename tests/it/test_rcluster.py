@@ -1,4 +1,4 @@
-"""test_rcluster.py -- seckill on a Redis Cluster (redis+cluster://, src/rds_cluster.c).
+"""test_rcluster.py -- seckill on a Redis Cluster (redis+cluster://, src/redis/rds_cluster.c).
 
 A cluster of 3 masters + 3 replicas on loopback (harness.start_redis_cluster, formed by
 deploy/redis-cluster.sh; cluster-node-timeout 1 s), one seckill against it:

@@ -5,7 +5,7 @@ test_rcluster.py does) and checks one feature that used to need a single Redis:
   - the sale board (/admin/api/board): both instances listed, every sale's stock and buyer
     count read on the master owning its voucher (vouchers on every master), and a voucher
     with 3 stock buckets (one per master) shown with its summed stock and buyers;
-  - sync mode's locks (src/lockmap.c: rlock routed to the master owning each lock's slot):
+  - sync mode's locks (src/sale/lockmap.c: rlock routed to the master owning each lock's slot):
     two `seckill redis lock-check` processes contend for 12 locks spread over every master;
     each critical section is a non-atomic GET/sleep/SET of a counter beside its lock, so the
     counters must equal the acquisitions the processes report, with no overlap seen. A
@@ -25,7 +25,7 @@ test_rcluster.py does) and checks one feature that used to need a single Redis:
   - a sync-mode sale (per-user lock on the cluster, each acquire WAITing for its master's
     replica, then SQL) across two instances: exactly the stock sold, one order per user, in
     SQL; no lock key left on any master;
-  - Redis data loss on a cluster (src/rebuild.c, rebuild_watch.c): FLUSHALL of the master
+  - Redis data loss on a cluster (src/rebuild/rebuild.c, rebuild_watch.c): FLUSHALL of the master
     holding a voucher's slot after orders were written, then of every master: the service
     republishes the vouchers from SQL (stock = SQL's, buyers = SQL's orders), the sale goes
     on to exactly its stock, one order per user, audit clean; `seckill redis rebuild

@@ -1,5 +1,5 @@
 """test_rcluster_tools.py -- the blocking tools (`seckill audit`, `seckill bench`) on a
-Redis Cluster through a failover, and a stock-bucketed voucher through one master's data loss (src/rcl_sync.c: rcs_route_key and rcs_route_retry).
+Redis Cluster through a failover, and a stock-bucketed voucher through one master's data loss (src/redis/rcl_sync.c: rcs_route_key and rcs_route_retry).
 
 One cluster of 3 masters + 3 replicas (cluster-node-timeout 1 s), one seckill on it, a few
 vouchers sold on every master (one of them in 3 stock buckets, one per master). Then the
@@ -11,7 +11,7 @@ seed list that still names the dead node first, as an operator's configuration w
   - an audit started the moment the master dies (before the promotion) waits for the new
     map within its deadline and succeeds too;
   - then a master loses its data (FLUSHALL): the bucketed voucher's bucket(s) there come
-    back alone (src/rebuild.c, K from SQL) with exactly the units the other buckets do not
+    back alone (src/rebuild/rebuild.c, K from SQL) with exactly the units the other buckets do not
     account for and their home buyers; the sale sells exactly the rest, audit clean.
 """
 

@@ -231,7 +231,7 @@ def test_admin_token_compared_in_constant_time():
         m = re.search(r"\nint %s\([^)]*\)\s*\{(.*?)\n\}" % caller, src, re.S)
         check(m is not None and "secret_eq(" in m.group(1), "%s does not use secret_eq", caller)
     m = re.search(r"static int secret_eq\([^)]*\)\s*\{(.*?)\n\}", src, re.S)
-    check(m is not None, "secret_eq not found in src/api.c")
+    check(m is not None, "secret_eq not found in src/api/api.c")
     fn = m.group(1)
     for bad in ("strcmp", "strncmp", "memcmp", "strcasecmp", "bcmp"):
         check(bad not in fn, "admin_token_ok uses %s (stops at the first difference)", bad)
@@ -966,11 +966,11 @@ def test_writer_validates_stream_entries():
     for k, (ts, uid, what, why) in enumerate(forged):
         r.cmd("XADD", H.k_stream(vid), "*", "id", str(4242424200 + k), "userId", uid,
               "voucherId", str(vid), "ts", ts)
-    # an order an earlier version queued in the named form (src/sentry.h) is still written
+    # an order an earlier version queued in the named form (src/sale/sentry.h) is still written
     r.cmd("XADD", H.k_stream(vid), "*", "id", "4242424250", "userId", "11",
           "voucherId", str(vid), "ts", str(now), "ep", "0")
     r.cmd("HSET", H.k_buyers(vid), "11", "4242424250")   # its admission's buyer
-    # an entry of one admission call carries several orders (os, src/sentry.h): written
+    # an entry of one admission call carries several orders (os, src/sale/sentry.h): written
     # all, or -- one of them bad -- moved to the dead letters whole, none of it in SQL
     r.cmd("XADD", H.k_stream(vid), "*", "os", "%d 0 4242424260 12 4242424261 13" % now)
     r.cmd("HSET", H.k_buyers(vid), "12", "4242424260", "13", "4242424261")

@@ -1,4 +1,4 @@
-"""test_tokens.py -- signed login tokens (src/token.h, auth.h, revoke.h).
+"""test_tokens.py -- signed login tokens (src/auth/token.h, auth.h, revoke.h).
 
 Tokens are minted here in Python from the server's key file, independently of the C code.
 Covers: what is refused (forged, truncated, re-signed, expired: 401 with an empty body),

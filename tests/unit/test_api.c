@@ -9,13 +9,13 @@
 
 #include <cmocka.h>
 
-#include "admission.h"
-#include "api.h"
-#include "app.h"
-#include "auth.h"
-#include "metrics.h"
-#include "sb.h"
-#include "worker.h"
+#include "sale/admission.h"
+#include "api/api.h"
+#include "core/app.h"
+#include "auth/auth.h"
+#include "server/metrics.h"
+#include "core/sb.h"
+#include "server/worker.h"
 
 static int parse(const char *z, int64_t *out)
 {

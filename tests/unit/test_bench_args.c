@@ -13,9 +13,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tools/audit.h"
-#include "tools/bench.h"
-#include "tools/bench_redis.h"
+#include "cmd/audit.h"
+#include "cmd/bench.h"
+#include "cmd/bench_redis.h"
 
 static int parse(bench_opts_t *o, char *err, ...)
 {

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/bench_hist.h"
+#include "cmd/bench_hist.h"
 
 /* Every value lands in a bucket whose [low, high] contains it, buckets are contiguous and
  * ordered, and a bucket is at most 1/128 of its values wide. */

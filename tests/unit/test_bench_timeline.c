@@ -12,9 +12,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "tools/bench.h"
-#include "tools/bench_cpuprobe.h"
-#include "tools/bench_timeline.h"
+#include "cmd/bench.h"
+#include "cmd/bench_cpuprobe.h"
+#include "cmd/bench_timeline.h"
 
 static bench_rec_t rec(uint32_t due, uint32_t send, uint32_t done, int o)
 {

@@ -7,7 +7,7 @@
 
 #include <cmocka.h>
 
-#include "clientip.h"
+#include "http/clientip.h"
 
 static void test_parse(void **state)
 {

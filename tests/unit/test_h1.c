@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "h1.h"
+#include "http/h1.h"
 
 /* Measures and parses a complete head; returns 0 or the status (positive). */
 static int head(const char *z, h1_head_t *h)

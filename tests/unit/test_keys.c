@@ -9,8 +9,8 @@
 
 #include <cmocka.h>
 
-#include "keys.h"
-#include "rcluster.h"
+#include "core/key.h"
+#include "redis/rcluster.h"
 
 static void test_voucher_keys(void **state)
 {

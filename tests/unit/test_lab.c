@@ -8,8 +8,8 @@
 
 #include <string.h>
 
-#include "config.h"
-#include "lab.h"
+#include "core/config.h"
+#include "lab/lab.h"
 
 static int load(config_t *c, char *err, size_t errlen, const char *mode, const char *pause,
                 const char *lease)

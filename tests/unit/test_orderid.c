@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "orderid.h"
+#include "sale/orderid.h"
 
 #define SEQ_MAX ((1u << ORDERID_SEQ_BITS) - 1)
 #define T0 (ORDERID_EPOCH + 100000000LL)   /* 2025-03-01 or so */

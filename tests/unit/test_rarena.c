@@ -15,8 +15,8 @@
 #include <cmocka.h>
 #include <hiredis/hiredis.h>
 
-#include "rarena.h"
-#include "sb.h"
+#include "redis/rarena.h"
+#include "core/sb.h"
 
 static void same(const redisReply *want, const redisReply *got)
 {

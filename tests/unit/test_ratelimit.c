@@ -10,8 +10,8 @@
 
 #include <cmocka.h>
 
-#include "config.h"
-#include "ratelimit.h"
+#include "core/config.h"
+#include "sale/ratelimit.h"
 
 static void test_burst_then_refill(void **state)
 {

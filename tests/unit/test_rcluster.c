@@ -10,7 +10,7 @@
 #include <cmocka.h>
 #include <hiredis/hiredis.h>
 
-#include "rcluster.h"
+#include "redis/rcluster.h"
 
 static unsigned slot_of(const char *k)
 {

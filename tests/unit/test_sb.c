@@ -14,8 +14,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "http.h"
-#include "sb.h"
+#include "http/http.h"
+#include "core/sb.h"
 
 static void set_tz(const char *tz)
 {

@@ -11,7 +11,7 @@
 #include <cmocka.h>
 #include <hiredis/hiredis.h>
 
-#include "sentry.h"
+#include "sale/sentry.h"
 
 /* A field/value array reply built by hand: n strings. */
 typedef struct {

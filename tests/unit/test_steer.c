@@ -8,7 +8,7 @@
 
 #include <cmocka.h>
 
-#include "steer.h"
+#include "http/steer.h"
 
 static void test_margin_and_pick(void **state)
 {

@@ -25,8 +25,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "clock.h"
-#include "store.h"
+#include "core/clock.h"
+#include "store/store.h"
 
 typedef struct fx {
     char dir[64];   /* sqlite: the temp directory */

@@ -13,7 +13,7 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
-#include "token.h"
+#include "auth/token.h"
 
 static const char KEY[] = "0123456789abcdef0123456789abcdef";
 

@@ -8,7 +8,7 @@
 
 #include <cmocka.h>
 
-#include "url.h"
+#include "core/url.h"
 
 static url_redis_t parse_ok(const char *url)
 {

@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "vcache.h"
+#include "sale/vcache.h"
 
 static void test_hit_until_expiry(void **state)
 {

@@ -16,7 +16,7 @@
 
 #include <cmocka.h>
 
-#include "wprio.h"
+#include "writer/wprio.h"
 
 static int nice_now(void)
 {

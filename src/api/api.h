@@ -1,0 +1,74 @@
+/* api.h -- the HTTP API: routing, and one handler file per resource.
+ *
+ *   api.c          routing table (method + path -> handler), /api prefix, reply helpers
+ *   api_user.c     /user/code, /user/login, /user/me, /user/logout
+ *   api_voucher.c  POST /voucher, POST /voucher/seckill, GET /voucher/list/{shopId}
+ *   api_order.c    POST /voucher-order/seckill/{id}, GET /voucher-order/{id}, /of/me
+ *   api_ops.c      /health, /metrics
+ *
+ * Handlers validate input, call core modules (auth, admission, jobs+store) and shape the
+ * course's Result envelope: {"success":bool,"errorMsg":..,"data":..,"total":..}, absent
+ * members omitted. Business failures are HTTP 200 + success:false; missing login is 401
+ * with an empty body; malformed input is 400 with success:false and a clear errorMsg; a
+ * dependency down is 503 with success:false. Handlers never talk to Redis or SQL directly.
+ * Every handler ends in exactly one http_reply(). */
+#ifndef SECKILL_API_H
+#define SECKILL_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "http/http.h"
+
+struct auth_user;
+struct sb;
+
+/* The http_handler_fn given to http_worker_init. */
+void api_dispatch(http_req_t *r);
+
+/* Reply helpers (api.c). data_json is a raw JSON value (e.g. "42", "\"abc\"", "[...]"). */
+void api_ok(http_req_t *r, const char *data_json, size_t len);   /* data_json NULL: no data */
+void api_fail(http_req_t *r, const char *msg, const char *code); /* 200, success:false */
+/* The body api_fail() sends, written into s (for answers made once and kept). */
+void api_fail_body(struct sb *s, const char *msg, const char *code);
+void api_error(http_req_t *r, int status, const char *msg, const char *code);
+void api_unauthorized(http_req_t *r);                            /* 401, empty body */
+void api_unavailable(http_req_t *r, const char *what);           /* 503, success:false */
+
+/* Parses a decimal id: 1..2^63-1, digits only, no sign, no leading '+', no spaces.
+ * Returns 0 or -1. */
+int api_parse_id(const char *z, size_t n, int64_t *out);
+
+/* Handlers; path parameters already parsed by the router. */
+void api_user_code(http_req_t *r);
+void api_user_login(http_req_t *r);
+void api_user_me(http_req_t *r, const struct auth_user *u);
+void api_user_logout(http_req_t *r);
+void api_voucher_create(http_req_t *r, int seckill);
+void api_voucher_list(http_req_t *r, int64_t shop_id);
+void api_order_seckill(http_req_t *r, int64_t voucher_id, const struct auth_user *u);
+void api_order_get(http_req_t *r, int64_t order_id, const struct auth_user *u);
+void api_order_of_me(http_req_t *r, const struct auth_user *u);
+void api_health(http_req_t *r);
+void api_metrics(http_req_t *r);
+
+/* The 429 reply of a rate limit (ratelimit.h): {"success":false,"errorMsg":
+ * "请求过于频繁，请稍后再试","code":"RATE_LIMITED"}; kind is the limit that refused. */
+void api_rate_limited(http_req_t *r, int kind);
+
+/* The sale board (api_board.c): its page, and its data (admin token required). */
+typedef enum { BOARD_HTML, BOARD_JS, BOARD_CSS } board_asset_t;
+void api_board_asset(http_req_t *r, board_asset_t a);
+void api_board_data(http_req_t *r);
+
+/* 1 if the request's x-admin-token equals the configured admin token (never when none
+ * is configured); compared in constant time. */
+int api_admin_ok(const http_req_t *r);
+/* 1 if r may read /metrics: no --metrics-token is configured, or r carries
+ * "authorization: Bearer <token>" (compared in constant time). */
+int api_metrics_ok(const http_req_t *r);
+
+/* The course's phone rule, RegexUtils.isPhoneInvalid inverted. */
+int api_phone_valid(const char *z);
+
+
+#endif

@@ -1,0 +1,431 @@
+/* api_board.c -- the sale board: GET /admin/ (page, script, style) and GET /admin/api/board.
+ *
+ * The page (web/board.*) is compiled into the binary (tools/embed.sh) and public: it holds
+ * no data. Its data call needs x-admin-token. One EVALSHA of src/server/board.lua announces
+ * this instance and returns every live instance's snapshot (board.c); beside it, every
+ * sale's Redis stock and buyer count are read voucher by voucher (and summed over its
+ * stock buckets, buckets.h), so the board works on a Redis Cluster too. The page polls it once a second and takes rates from the
+ * differences. Snapshots come back from Redis as text: each is checked to be a JSON
+ * object before it is passed on, so a bad entry cannot break the page. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hiredis/hiredis.h>
+#include <jansson.h>
+
+#include "api/api.h"
+#include "core/app.h"
+#include "server/board.h"
+#include "core/clock.h"
+#include "embedded.h"
+#include "core/key.h"
+#include "redis/rds.h"
+#include "core/sb.h"
+#include "server/worker.h"
+#include "core/xmem.h"
+
+void api_board_asset(http_req_t *r, board_asset_t a)
+{
+    const char *body = web_board_html, *type = "text/html; charset=utf-8";
+    if (a == BOARD_JS) {
+        body = web_board_js;
+        type = "text/javascript; charset=utf-8";
+    } else if (a == BOARD_CSS) {
+        body = web_board_css;
+        type = "text/css; charset=utf-8";
+    }
+    http_reply(r, 200, type, body, strlen(body));
+}
+
+static int is_str(const redisReply *e)
+{
+    return e != NULL && (e->type == REDIS_REPLY_STRING || e->type == REDIS_REPLY_STATUS);
+}
+
+/* A decimal integer reply element (string or integer) into *v: 0, or -1 if it is none. */
+static int reply_i64(const redisReply *e, int64_t *v)
+{
+    if (e != NULL && e->type == REDIS_REPLY_INTEGER) {
+        *v = (int64_t)e->integer;
+        return 0;
+    }
+    if (is_str(e) && e->len > 0 && e->len < 21) {
+        char buf[24], *end;
+        memcpy(buf, e->str, e->len);
+        buf[e->len] = '\0';
+        long long x = strtoll(buf, &end, 10);
+        if (*end == '\0') {
+            *v = x;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* The same as JSON, or the JSON null. */
+static void put_num(sb_t *s, const redisReply *e)
+{
+    int64_t v;
+    if (reply_i64(e, &v) == 0) {
+        sb_i64(s, v);
+    } else {
+        sb_puts(s, "null");
+    }
+}
+
+/* One board request. Its parts: board.lua on the {board} slot's node (announce, and every
+ * live instance's snapshot), SMEMBERS seckill:streams (the sales, and for a voucher with
+ * K > 1 stock buckets its members "<id>.<b>.<K>"), then per sale and bucket an HMGET of
+ * the bucket's voucher hash and an HLEN of its buyers, plus for K > 1 an HGETALL of the
+ * bucket's transfer log and, per entry found there (rare: a transfer lasts a round trip),
+ * a SISMEMBER on the receiver's applied set. Each command goes to the node owning its
+ * bucket's slot; rds pipelines all of one node's commands on its one connection. The page
+ * needs no single moment across vouchers or buckets, so nothing here has to span slots. */
+typedef struct board_req board_req_t;
+
+typedef struct board_sale {
+    board_req_t *b;
+    int64_t id;
+    int k;                  /* stock buckets (1: unbucketed) */
+    sb_t when;              /* "begin":..,"end":.. once bucket 0's HMGET answered */
+    int64_t stock;          /* sum over the buckets, plus units in transit */
+    int64_t buyers;         /* sum over the buckets */
+    int stock_bad;          /* a bucket's stock, log or applied set unknown: stock null */
+    int buyers_bad;         /* a bucket's buyer count unknown: buyers null */
+    int64_t transit;        /* units in transfers not yet applied (K > 1) */
+    struct board_part *parts;   /* its K buckets' parts, for the per-bucket figures */
+} board_sale_t;
+
+/* One command's context: its sale and bucket (for a transfer log, and its units for a
+ * SISMEMBER on the receiver), and the bucket's own figures. */
+typedef struct board_part {
+    board_sale_t *s;
+    int bucket;
+    int64_t units;
+    int64_t stock, buyers;  /* this bucket's, when known */
+    int stock_ok, buyers_ok;
+} board_part_t;
+
+/* ,"inTransit":N,"perBucket":[{"stock":S,"buyers":B},...] of a sale in K > 1 buckets
+ * (null where its Redis did not answer), so the page can show how the stock is spread. */
+static void put_buckets(sb_t *s, const board_sale_t *e)
+{
+    sb_puts(s, ",\"inTransit\":");
+    sb_i64(s, e->transit);
+    sb_puts(s, ",\"perBucket\":[");
+    for (int b = 0; b < e->k; b++) {
+        const board_part_t *p = &e->parts[b];
+        sb_puts(s, b ? ",{\"stock\":" : "{\"stock\":");
+        if (p->stock_ok)
+            sb_i64(s, p->stock);
+        else
+            sb_puts(s, "null");
+        sb_puts(s, ",\"buyers\":");
+        if (p->buyers_ok)
+            sb_i64(s, p->buyers);
+        else
+            sb_puts(s, "null");
+        sb_puts(s, "}");
+    }
+    sb_puts(s, "]");
+}
+
+struct board_req {
+    http_req_t *r;
+    int pending;            /* replies still due, plus one while a step is sending */
+    int failed;             /* board.lua or SMEMBERS failed: 503 */
+    const char *why;
+    sb_t insts;             /* the valid snapshots, comma-separated */
+    board_sale_t *sales;
+    size_t nsales;
+    board_part_t *parts;    /* one per (sale, bucket) */
+};
+
+static void board_finish(board_req_t *b)
+{
+    http_req_t *r = b->r;
+    if (b->failed) {
+        api_unavailable(r, b->why);
+    } else {
+        app_t *app = r->w->app;
+        sb_t s = SB_INIT;
+        sb_puts(&s, "{\"self\":");
+        sb_json_str(&s, app->name, strlen(app->name));
+        sb_printf(&s, ",\"now\":%llu,\"instances\":[", (unsigned long long)clock_wall_ms());
+        sb_append(&s, b->insts.buf != NULL ? b->insts.buf : "", b->insts.len);
+        sb_puts(&s, "],\"sales\":[");
+        for (size_t i = 0; i < b->nsales; i++) {
+            board_sale_t *e = &b->sales[i];
+            sb_printf(&s, "%s{\"id\":%lld,\"buckets\":%d,\"stock\":", i ? "," : "",
+                      (long long)e->id, e->k);
+            if (e->stock_bad || e->when.len == 0) {
+                sb_puts(&s, "null");
+            } else {
+                sb_i64(&s, e->stock);
+            }
+            sb_puts(&s, ",");
+            if (e->when.len > 0) {
+                sb_append(&s, e->when.buf, e->when.len);
+            } else {
+                sb_puts(&s, "\"begin\":null,\"end\":null");
+            }
+            sb_puts(&s, ",\"buyers\":");
+            if (e->buyers_bad) {
+                sb_puts(&s, "null");
+            } else {
+                sb_i64(&s, e->buyers);
+            }
+            if (e->k > 1 && e->parts)
+                put_buckets(&s, e);
+            sb_puts(&s, "}");
+        }
+        sb_puts(&s, "]}");
+        api_ok(r, s.buf, s.len);
+        sb_free(&s);
+    }
+    for (size_t i = 0; i < b->nsales; i++) {
+        sb_free(&b->sales[i].when);
+    }
+    free(b->sales);
+    free(b->parts);
+    sb_free(&b->insts);
+    free(b);
+}
+
+static void board_unref(board_req_t *b)
+{
+    if (--b->pending == 0) {
+        board_finish(b);
+    }
+}
+
+static void board_fail(board_req_t *b, const redisReply *rep)
+{
+    if (!b->failed) {
+        b->failed = 1;
+        b->why = rep != NULL && rep->type == REDIS_REPLY_ERROR ? "redis error" : "redis";
+    }
+}
+
+/* board.lua's reply: every live instance's snapshot, each checked to be a JSON object. */
+static void on_insts(redisReply *rep, void *priv)
+{
+    board_req_t *b = priv;
+    if (rep == NULL || rep->type != REDIS_REPLY_ARRAY) {
+        board_fail(b, rep);
+    } else {
+        for (size_t i = 0; i < rep->elements; i++) {
+            const redisReply *e = rep->element[i];
+            if (!is_str(e)) {
+                continue;
+            }
+            json_t *j = json_loadb(e->str, e->len, 0, NULL);
+            int ok = j != NULL && json_is_object(j);
+            json_decref(j);
+            if (ok) {
+                sb_puts(&b->insts, b->insts.len > 0 ? "," : "");
+                sb_append(&b->insts, e->str, e->len);
+            }
+        }
+    }
+    board_unref(b);
+}
+
+/* A bucket's HMGET: stock (and for bucket 0 begin, end). A bucket Redis does not answer
+ * for (its node is down), or that has no stock, makes the voucher's stock null: a partial
+ * sum would look like a real figure. The rest of the board is still worth showing. */
+static void on_hmget(redisReply *rep, void *priv)
+{
+    board_part_t *p = priv;
+    board_sale_t *e = p->s;
+    size_t want = p->bucket == 0 ? 3 : 1;
+    int64_t v;
+    if (rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements == want &&
+        reply_i64(rep->element[0], &v) == 0) {
+        e->stock += v;
+        p->stock = v;
+        p->stock_ok = 1;
+    } else {
+        e->stock_bad = 1;
+    }
+    if (p->bucket == 0 && rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements == 3) {
+        sb_puts(&e->when, "\"begin\":");
+        put_num(&e->when, rep->element[1]);
+        sb_puts(&e->when, ",\"end\":");
+        put_num(&e->when, rep->element[2]);
+    }
+    board_unref(e->b);
+}
+
+static void on_hlen(redisReply *rep, void *priv)
+{
+    board_part_t *p = priv;
+    if (rep != NULL && rep->type == REDIS_REPLY_INTEGER) {
+        p->s->buyers += (int64_t)rep->integer;
+        p->buyers = (int64_t)rep->integer;
+        p->buyers_ok = 1;
+    } else {
+        p->s->buyers_bad = 1;
+    }
+    board_unref(p->s->b);
+}
+
+/* The receiver's answer for one logged transfer: not applied yet, so its units are in
+ * transit and still the voucher's stock (as seckill audit counts them). */
+static void on_applied(redisReply *rep, void *priv)
+{
+    board_part_t *p = priv;
+    board_sale_t *e = p->s;
+    if (rep != NULL && rep->type == REDIS_REPLY_INTEGER) {
+        if (rep->integer == 0) {
+            e->stock += p->units;
+            e->transit += p->units;
+        }
+    } else {
+        e->stock_bad = 1;
+    }
+    free(p);
+    board_unref(e->b);
+}
+
+/* Bucket `bucket`'s hash tag (keys.h): "<id>" for bucket 0. Length, or -1. */
+static int bucket_tag(const board_sale_t *e, int bucket, char *tag, size_t len)
+{
+    return key_btag(tag, len, e->id, bucket, e->k);
+}
+
+/* A bucket's transfer log: id -> "<receiver> <units> <ms>". Each entry's units are in
+ * transit unless the receiver has applied the id: one SISMEMBER per entry asks. */
+static void on_xlog(redisReply *rep, void *priv)
+{
+    board_part_t *p = priv;
+    board_sale_t *e = p->s;
+    board_req_t *b = e->b;
+    if (rep == NULL || rep->type != REDIS_REPLY_ARRAY) {
+        e->stock_bad = 1;
+        board_unref(b);
+        return;
+    }
+    for (size_t i = 0; i + 1 < rep->elements; i += 2) {
+        const redisReply *xid = rep->element[i], *val = rep->element[i + 1];
+        int rb = -1;
+        long long n = 0;
+        char tag[48], ka[96];
+        if (!is_str(xid) || !is_str(val) || sscanf(val->str, "%d %lld", &rb, &n) != 2 ||
+            rb < 0 || rb >= e->k || n < 0) {
+            continue;          /* not an entry transfer.lua writes: the audit skips it too */
+        }
+        int kl = bucket_tag(e, rb, tag, sizeof tag) < 0 ? -1 : key_xfer_applied(ka, sizeof ka, tag);
+        if (kl < 0) {
+            e->stock_bad = 1;
+            continue;
+        }
+        board_part_t *q = xmalloc(sizeof *q);
+        *q = (board_part_t){ .s = e, .bucket = rb, .units = n };
+        const char *sm[3] = { "SISMEMBER", ka, xid->str };
+        size_t sml[3] = { 9, (size_t)kl, xid->len };
+        b->pending++;
+        rds_command(b->r->w->rds, on_applied, q, 3, sm, sml);
+    }
+    board_unref(b);
+}
+
+/* Sends one sale's commands: per bucket HMGET and HLEN, and HGETALL of its log if K > 1. */
+static void board_send_sale(board_req_t *b, board_sale_t *s, board_part_t *parts)
+{
+    rds_t *c = b->r->w->rds;
+    s->parts = parts;
+    for (int bk = 0; bk < s->k; bk++) {
+        board_part_t *p = &parts[bk];
+        p->s = s;
+        p->bucket = bk;
+        char tag[48], vk[64], byk[64], lk[64];
+        int vl = -1, bl = -1, ll = 0;
+        if (bucket_tag(s, bk, tag, sizeof tag) >= 0) {
+            vl = key_voucher_t(vk, sizeof vk, tag);
+            bl = key_buyers_t(byk, sizeof byk, tag);
+            ll = s->k > 1 ? key_xfer_log(lk, sizeof lk, tag) : 0;
+        }
+        if (vl < 0 || bl < 0 || ll < 0) {
+            s->stock_bad = s->buyers_bad = 1;
+            continue;
+        }
+        const char *hm[5] = { "HMGET", vk, "stock", "begin", "end" };
+        size_t hml[5] = { 5, (size_t)vl, 5, 5, 3 };
+        const char *hl[2] = { "HLEN", byk };
+        size_t hll[2] = { 4, (size_t)bl };
+        const char *hg[2] = { "HGETALL", lk };
+        size_t hgl[2] = { 7, (size_t)ll };
+        b->pending += s->k > 1 ? 3 : 2;
+        rds_command(c, on_hmget, p, bk == 0 ? 5 : 3, hm, hml);
+        rds_command(c, on_hlen, p, 2, hl, hll);
+        if (s->k > 1) {
+            rds_command(c, on_xlog, p, 2, hg, hgl);
+        }
+    }
+}
+
+/* The sales (and their K): then each sale's commands, each routed by its own key. */
+static void on_streams(redisReply *rep, void *priv)
+{
+    board_req_t *b = priv;
+    if (rep == NULL || rep->type != REDIS_REPLY_ARRAY) {
+        board_fail(b, rep);
+        board_unref(b);
+        return;
+    }
+    b->sales = xcalloc(rep->elements ? rep->elements : 1, sizeof *b->sales);
+    for (size_t i = 0; i < rep->elements; i++) {
+        const redisReply *e = rep->element[i];
+        int64_t id;
+        if (reply_i64(e, &id) != 0 || id <= 0) {
+            continue;
+        }
+        board_sale_t *s = &b->sales[b->nsales++];
+        s->b = b;
+        s->id = id;
+        s->k = 1;
+    }
+    size_t nparts = 0;
+    for (size_t i = 0; i < rep->elements; i++) {
+        const redisReply *e = rep->element[i];
+        int64_t id;
+        int bk, k = 0;
+        if (!is_str(e) || key_bmember_parse(e->str, e->len, &id, &bk, &k) != 0) {
+            continue;
+        }
+        for (size_t j = 0; j < b->nsales; j++) {
+            if (b->sales[j].id == id && k > b->sales[j].k) {
+                b->sales[j].k = k;
+            }
+        }
+    }
+    for (size_t i = 0; i < b->nsales; i++) {
+        nparts += (size_t)b->sales[i].k;
+    }
+    b->parts = xcalloc(nparts ? nparts : 1, sizeof *b->parts);
+    /* this callback's own reference is still held while the commands go out */
+    for (size_t i = 0, at = 0; i < b->nsales; i++) {
+        board_send_sale(b, &b->sales[i], &b->parts[at]);
+        at += (size_t)b->sales[i].k;
+    }
+    board_unref(b);
+}
+
+void api_board_data(http_req_t *r)
+{
+    if (!api_admin_ok(r)) {
+        api_error(r, 403, "admin token required", "FORBIDDEN");
+        return;
+    }
+    board_req_t *b = xcalloc(1, sizeof *b);
+    b->r = r;
+    b->insts = (sb_t)SB_INIT;
+    b->pending = 3;                        /* two replies, and this function's own */
+    board_announce(r->w, 1, on_insts, b);
+    const char *sm[2] = { "SMEMBERS", KEY_STREAMS };
+    size_t sml[2] = { 8, strlen(KEY_STREAMS) };
+    rds_command(r->w->rds, on_streams, b, 2, sm, sml);
+    board_unref(b);
+}

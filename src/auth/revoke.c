@@ -1,0 +1,432 @@
+/* revoke.c -- the per-worker revocation set and its pub/sub subscription (see revoke.h).
+ *
+ * The set is an open-addressing hash table of 16-byte tokens with an expiry, grown at
+ * half load; expired entries are dropped when it is rebuilt. Logouts are rare next to
+ * requests, so it stays small (one entry per logout within a token TTL).
+ *
+ * The subscriber is a second hiredis async connection on the worker's loop, in subscribe
+ * mode for its whole life:
+ *
+ *   DOWN --tick--> CONNECTING (connect, AUTH, SUBSCRIBE pipelined)
+ *        --"subscribe" confirmation--> RELOADING (ZRANGEBYSCORE on the worker's rds)
+ *        --reply--> LIVE
+ *   any loss, error or a setup older than SETUP_MS --> DOWN (retry after RETRY_MS)
+ *
+ * A 50 ms tick drives retries and the setup deadline (a reload that failed because the
+ * worker's own connection was not up yet is retried on the next tick). Only LIVE lets auth.c accept a
+ * token without Redis. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include <event2/event.h>
+#include <hiredis/adapters/libevent.h>
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+
+#include "core/clock.h"
+#include "core/key.h"
+#include "core/log.h"
+#include "redis/rds.h"
+#include "auth/revoke.h"
+#include "auth/token.h"
+#include "core/url.h"
+#include "server/worker.h"
+#include "core/xmem.h"
+
+#define TICK_MS 50
+#define SETUP_MS 2000
+#define RETRY_MS 250
+#define KEEPALIVE_S 1
+
+enum { S_DOWN, S_CONNECTING, S_RELOADING, S_LIVE };
+
+typedef struct rslot {
+    uint8_t tok[16];
+    uint64_t until_ms;          /* 0 = empty */
+} rslot_t;
+
+struct revoke {
+    worker_t *w;
+    url_redis_t addr;
+    uint64_t ttl_ms;            /* a heard revocation is kept this long */
+    revoke_heard_fn heard;      /* may be NULL */
+    redisAsyncContext *ac;
+    struct event *tick;
+    int state;
+    int closing;
+    unsigned gen;               /* bumped per connection: stale reload replies are ignored */
+    uint64_t since_ms;          /* mono: when the current state began */
+    int reload_pending;         /* a ZRANGEBYSCORE is out */
+    int was_live;
+    rslot_t *slots;
+    size_t cap, used;           /* cap a power of two */
+};
+
+uint64_t revoke_now_ms(void)
+{
+    return clock_wall_ms();
+}
+
+/* ----------------------------------------------------------------- the set */
+
+static size_t slot_of(const uint8_t tok[16], size_t cap)
+{
+    uint64_t a;
+    memcpy(&a, tok + 8, 8);   /* the MAC bytes of a signed token: already uniform */
+    a ^= a >> 31;
+    a *= UINT64_C(0x9e3779b97f4a7c15);
+    return (size_t)(a >> 17) & (cap - 1);
+}
+
+static void set_insert(rslot_t *slots, size_t cap, size_t *used, const uint8_t tok[16],
+                       uint64_t until)
+{
+    for (size_t i = slot_of(tok, cap);; i = (i + 1) & (cap - 1)) {
+        if (slots[i].until_ms == 0) {
+            memcpy(slots[i].tok, tok, 16);
+            slots[i].until_ms = until;
+            (*used)++;
+            return;
+        }
+        if (memcmp(slots[i].tok, tok, 16) == 0) {
+            if (until > slots[i].until_ms) {
+                slots[i].until_ms = until;
+            }
+            return;
+        }
+    }
+}
+
+/* Rebuilds the table without expired entries, doubling it if it is still half full. */
+static void set_rebuild(struct revoke *rv)
+{
+    uint64_t now = revoke_now_ms();
+    size_t live = 0;
+    for (size_t i = 0; i < rv->cap; i++) {
+        live += rv->slots[i].until_ms > now;
+    }
+    size_t cap = 64;
+    while (cap < 4 * (live + 1)) {
+        cap *= 2;
+    }
+    rslot_t *fresh = xcalloc(cap, sizeof(*fresh));
+    size_t used = 0;
+    for (size_t i = 0; i < rv->cap; i++) {
+        if (rv->slots[i].until_ms > now) {
+            set_insert(fresh, cap, &used, rv->slots[i].tok, rv->slots[i].until_ms);
+        }
+    }
+    free(rv->slots);
+    rv->slots = fresh;
+    rv->cap = cap;
+    rv->used = used;
+}
+
+void revoke_add(struct worker *w, const uint8_t tok[16], uint64_t until_ms)
+{
+    struct revoke *rv = w->revoke;
+    if (rv == NULL || until_ms == 0) {
+        return;
+    }
+    if (2 * (rv->used + 1) > rv->cap) {
+        set_rebuild(rv);
+    }
+    set_insert(rv->slots, rv->cap, &rv->used, tok, until_ms);
+}
+
+int revoke_has(const struct worker *w, const uint8_t tok[16])
+{
+    const struct revoke *rv = w->revoke;
+    if (rv == NULL || rv->used == 0) {
+        return 0;
+    }
+    for (size_t i = slot_of(tok, rv->cap);; i = (i + 1) & (rv->cap - 1)) {
+        if (rv->slots[i].until_ms == 0) {
+            return 0;
+        }
+        if (memcmp(rv->slots[i].tok, tok, 16) == 0) {
+            return rv->slots[i].until_ms > revoke_now_ms();
+        }
+    }
+}
+
+int revoke_live(const struct worker *w)
+{
+    return w->revoke != NULL && w->revoke->state == S_LIVE;
+}
+
+/* A revoked token as text: the 32 hex digits. Anything else is ignored. */
+static void take_token(struct revoke *rv, const char *z, size_t n, uint64_t until)
+{
+    char tok[33];
+    if (n != 32) {
+        return;
+    }
+    memcpy(tok, z, 32);
+    tok[32] = '\0';
+    if (!tok_shape_ok(tok)) {
+        return;
+    }
+    uint8_t b[16];
+    tok_bytes(tok, b);
+    revoke_add(rv->w, b, until);
+    if (rv->heard != NULL) {
+        rv->heard(rv->w, b);
+    }
+}
+
+/* ----------------------------------------------------------------- subscriber */
+
+static void set_state(struct revoke *rv, int st)
+{
+    if (rv->state == S_LIVE && st != S_LIVE) {
+        log_warn("revoke: subscription to %s lost; tokens are looked up in Redis until it is back",
+                 CHANNEL_REVOKE);
+    }
+    rv->state = st;
+    rv->since_ms = clock_mono_ms();
+}
+
+/* Drops the connection. Inside a hiredis callback the free is deferred by hiredis. */
+static void sub_drop(struct revoke *rv)
+{
+    redisAsyncContext *ac = rv->ac;
+    rv->ac = NULL;
+    set_state(rv, S_DOWN);
+    if (ac != NULL) {
+        ac->data = NULL;
+        redisAsyncFree(ac);
+    }
+}
+
+static void on_reload(struct redisReply *rep, void *priv)
+{
+    struct revoke *rv = priv;
+    rv->reload_pending = 0;
+    if (rv->closing || rv->state != S_RELOADING) {
+        return;
+    }
+    if (rep == NULL || rep->type != REDIS_REPLY_ARRAY) {
+        return;   /* the tick asks again */
+    }
+    for (size_t i = 0; i + 1 < rep->elements; i += 2) {
+        const redisReply *m = rep->element[i], *s = rep->element[i + 1];
+        if (m->type != REDIS_REPLY_STRING || s->type != REDIS_REPLY_STRING) {
+            continue;
+        }
+        char num[32];
+        size_t n = s->len < sizeof num - 1 ? s->len : sizeof num - 1;
+        memcpy(num, s->str, n);
+        num[n] = '\0';
+        double until = strtod(num, NULL);
+        if (until > 0) {
+            take_token(rv, m->str, m->len, (uint64_t)until);
+        }
+    }
+    set_state(rv, S_LIVE);
+    if (rv->was_live) {
+        log_info("revoke: subscription back; %zu revoked tokens known", rv->used);
+    }
+    rv->was_live = 1;
+}
+
+static void reload_start(struct revoke *rv)
+{
+    if (rv->reload_pending) {
+        return;
+    }
+    char min[24];
+    int n = snprintf(min, sizeof min, "%llu", (unsigned long long)revoke_now_ms());
+    const char *argv[5] = { "ZRANGEBYSCORE", KEY_REVOKED, min, "+inf", "WITHSCORES" };
+    size_t lens[5] = { 13, strlen(KEY_REVOKED), (size_t)n, 4, 10 };
+    rv->reload_pending = 1;
+    rds_command(rv->w->rds, on_reload, rv, 5, argv, lens);
+}
+
+/* Every reply of the subscribe connection: the confirmation, then messages; NULL when the
+ * connection goes. */
+static void on_sub(redisAsyncContext *ac, void *reply, void *priv)
+{
+    struct revoke *rv = priv;
+    redisReply *rep = reply;
+    if (rv == NULL || ac->data == NULL || rv->closing) {
+        return;
+    }
+    if (rep == NULL) {
+        return;   /* the disconnect callback follows */
+    }
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 3 ||
+        rep->element[0]->type != REDIS_REPLY_STRING) {
+        log_warn("revoke: unexpected reply on the subscription; reconnecting");
+        sub_drop(rv);
+        return;
+    }
+    const redisReply *kind = rep->element[0], *payload = rep->element[2];
+    if (kind->len == 9 && memcmp(kind->str, "subscribe", 9) == 0) {
+        set_state(rv, S_RELOADING);
+        reload_start(rv);
+    } else if (kind->len == 7 && memcmp(kind->str, "message", 7) == 0 &&
+               payload->type == REDIS_REPLY_STRING) {
+        take_token(rv, payload->str, payload->len, revoke_now_ms() + rv->ttl_ms);
+    }
+}
+
+static void on_auth_reply(redisAsyncContext *ac, void *reply, void *priv)
+{
+    struct revoke *rv = priv;
+    redisReply *rep = reply;
+    if (rv == NULL || ac->data == NULL || rv->closing || rep == NULL) {
+        return;
+    }
+    if (rep->type == REDIS_REPLY_ERROR) {
+        log_warn("revoke: AUTH refused: %s", rep->str);
+        sub_drop(rv);
+    }
+}
+
+static void on_sub_connect(const redisAsyncContext *ac, int status)
+{
+    struct revoke *rv = ac->data;
+    if (rv == NULL) {
+        return;
+    }
+    if (status != REDIS_OK) {
+        rv->ac = NULL;   /* hiredis frees it after this returns */
+        set_state(rv, S_DOWN);
+        return;
+    }
+    if (rv->addr.unix_path[0] == '\0') {
+        /* A dead network shows as silence, not a reset: keepalive notices it. */
+        int fd = ac->c.fd, on = 1, idle = KEEPALIVE_S, cnt = 2;
+        (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &idle, sizeof idle);
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+    }
+}
+
+static void on_sub_disconnect(const redisAsyncContext *ac, int status)
+{
+    struct revoke *rv = ac->data;
+    (void)status;
+    if (rv == NULL) {
+        return;
+    }
+    rv->ac = NULL;
+    set_state(rv, S_DOWN);
+}
+
+static void sub_start(struct revoke *rv)
+{
+    redisAsyncContext *ac = rv->addr.unix_path[0] ? redisAsyncConnectUnix(rv->addr.unix_path)
+                                                  : redisAsyncConnect(rv->addr.host, rv->addr.port);
+    rv->gen++;
+    set_state(rv, S_CONNECTING);
+    if (ac == NULL) {
+        set_state(rv, S_DOWN);
+        return;
+    }
+    if (ac->err) {
+        redisAsyncFree(ac);
+        set_state(rv, S_DOWN);
+        return;
+    }
+    ac->data = rv;
+    if (redisLibeventAttach(ac, rv->w->base) != REDIS_OK) {
+        redisAsyncFree(ac);
+        set_state(rv, S_DOWN);
+        return;
+    }
+    rv->ac = ac;
+    redisAsyncSetConnectCallback(ac, on_sub_connect);
+    redisAsyncSetDisconnectCallback(ac, on_sub_disconnect);
+    if (rv->addr.password[0]) {
+        const char *argv[2] = { "AUTH", rv->addr.password };
+        size_t lens[2] = { 4, strlen(rv->addr.password) };
+        redisAsyncCommandArgv(ac, on_auth_reply, rv, 2, argv, lens);
+    }
+    const char *argv[2] = { "SUBSCRIBE", CHANNEL_REVOKE };
+    size_t lens[2] = { 9, strlen(CHANNEL_REVOKE) };
+    redisAsyncCommandArgv(ac, on_sub, rv, 2, argv, lens);
+}
+
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    struct revoke *rv = arg;
+    (void)fd;
+    (void)what;
+    if (rv->closing) {
+        return;
+    }
+    uint64_t age = clock_mono_ms() - rv->since_ms;
+    switch (rv->state) {
+    case S_DOWN:
+        if (age >= RETRY_MS) {
+            sub_start(rv);
+        }
+        break;
+    case S_CONNECTING:
+        if (age >= SETUP_MS) {
+            sub_drop(rv);
+        }
+        break;
+    case S_RELOADING:
+        reload_start(rv);   /* no-op while one is out; retries after a failed one */
+        break;
+    default:
+        break;
+    }
+}
+
+/* ----------------------------------------------------------------- lifetime */
+
+int revoke_init(struct worker *w, const struct url_redis *addr, uint64_t ttl_ms,
+                revoke_heard_fn heard)
+{
+    struct revoke *rv = xcalloc(1, sizeof(*rv));
+    rv->w = w;
+    rv->addr = *addr;
+    rv->ttl_ms = ttl_ms;
+    rv->heard = heard;
+    rv->cap = 64;
+    rv->slots = xcalloc(rv->cap, sizeof(rslot_t));
+    rv->tick = event_new(w->base, -1, EV_PERSIST, on_tick, rv);
+    struct timeval tv = { 0, TICK_MS * 1000 };
+    if (rv->tick == NULL || event_add(rv->tick, &tv) != 0) {
+        if (rv->tick != NULL) {
+            event_free(rv->tick);
+        }
+        free(rv->slots);
+        free(rv);
+        return -1;
+    }
+    w->revoke = rv;
+    sub_start(rv);   /* connects while the loop is not yet running: hiredis does not block */
+    return 0;
+}
+
+/* After the worker's loop has stopped and its rds is freed (no reload reply can come). */
+void revoke_free(struct worker *w)
+{
+    struct revoke *rv = w->revoke;
+    if (rv == NULL) {
+        return;
+    }
+    rv->closing = 1;
+    if (rv->ac != NULL) {
+        redisAsyncContext *ac = rv->ac;
+        rv->ac = NULL;
+        ac->data = NULL;
+        redisAsyncFree(ac);
+    }
+    event_free(rv->tick);
+    w->revoke = NULL;
+    free(rv->slots);
+    free(rv);
+}

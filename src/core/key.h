@@ -1,0 +1,102 @@
+/* keys.h -- the names of every Redis key the service uses, in one place.
+ *
+ * All keys of one flash-sale voucher share the hash tag {<id>}, so the admission script's
+ * keys sit in one Redis Cluster slot:
+ *   seckill:voucher:{42}  hash  stock, begin, end (epoch s), ep (Redis generation), seeded
+ *                         (buyers a rebuild took from SQL) -- what admission reads
+ *   seckill:order:{42}    hash  userId -> orderId: who bought (one per user)
+ *   seckill:stream:{42}   stream of admitted orders, one entry per admission call, one
+ *                         field os = "ts ep orderId userId ..." (the format and its
+ *                         reader: sentry.h)
+ *   seckill:rebuild:{42}  lock of a rebuild from SQL (rebuild.h): owner token, PX
+ *   seckill:rebuild:buyers:{42}  buyers a rebuild prepares, renamed into place at the end
+ *   seckill:dead:{42}     stream of entries the writer could not turn into orders
+ * A voucher sold from K > 1 stock buckets (buckets.h) keeps bucket 0 under {42} (the keys
+ * above, plus field buckets = K in the voucher hash) and bucket b >= 1 under its own tag
+ * {42.b<b>.<salt>} (key_btag: the salt places the tag's slot a b/K turn of the slot
+ * ring away from {42}'s, so the buckets spread over the masters), with the same voucher
+ * hash, buyers, stream and dead letters as {42} has, and per bucket (any b):
+ *   seckill:xfer:{tag}    hash  transfer id -> "<receiver bucket> <units> <ms>": units
+ *                         this bucket gave away and the receiver may not have yet
+ *   seckill:xfer:applied:{tag}  set of transfer ids this bucket has received
+ * Process-wide keys:
+ *   seckill:streams       set of voucher ids whose streams the writers read; a bucket
+ *                         b >= 1 of a K-bucket voucher is the member "<id>.<b>.<K>"
+ *   {seckill:streams}:drained  set of members of seckill:streams whose sale has ended and
+ *                         whose every admitted order is in SQL, added by the writers;
+ *                         order lookups skip them (orders.h). Its hash tag puts it in
+ *                         seckill:streams' slot, so one SDIFF reads both on a cluster
+ *   seckill:instance      counter leasing order-id instance slots
+ *   seckill:{board}:instance:<name>  string, one instance's snapshot for the sale board,
+ *                         PX 5 s, renewed each second; seckill:{board}:instances: set of
+ *                         their names (src/server/board.lua, board.h). One hash tag: on a
+ *                         Redis Cluster the board's announcements live in one slot
+ * Login (the course's names):
+ *   login:code:<phone>    string, 2 minutes
+ *   {login:code:<phone>}:fails  counter of wrong guesses against that code, living as
+ *                         long as the code (its hash tag puts it in the code's slot)
+ *   login:token:<token>   hash id, nickName, icon; sliding TTL
+ *   seckill:revoked       zset of logged-out tokens, score = when the entry can go (revoke.h)
+ * Pub/sub channel (not a key; broadcast on a Redis Cluster):
+ *   seckill:revoke        a logged-out token, to every worker of every instance (revoke.h)
+ * The consumer group on every order stream is "g1" (the course's). */
+#ifndef SECKILL_KEYS_H
+#define SECKILL_KEYS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KEY_GROUP "g1"
+#define KEY_REVOKED "seckill:revoked"
+#define CHANNEL_REVOKE "seckill:revoke"
+#define KEY_STREAMS "seckill:streams"
+#define KEY_DRAINED "{seckill:streams}:drained"
+#define KEY_INSTANCE "seckill:instance"
+#define KEY_BOARD_INSTANCES "seckill:{board}:instances"
+/* The lab's course steps (lab.h): the course's lock key prefix (SimpleRedisLock's
+ * "lock:" + "order:" + userId), and one order list / channel for all vouchers, like the
+ * course's single queue. */
+#define KEY_LAB_LOCK_PREFIX "lock:order:"
+#define KEY_LAB_LIST "seckill:lab:orders"
+#define KEY_LAB_CHANNEL "seckill:lab:orders"
+
+/* Each writes a NUL-terminated key into buf and returns its length (or -1 if too small). */
+int key_voucher(char *buf, size_t len, int64_t voucher_id);
+int key_buyers(char *buf, size_t len, int64_t voucher_id);
+int key_stream(char *buf, size_t len, int64_t voucher_id);
+int key_dead(char *buf, size_t len, int64_t voucher_id);
+int key_rebuild_lock(char *buf, size_t len, int64_t voucher_id);
+int key_rebuild_buyers(char *buf, size_t len, int64_t voucher_id);
+/* A bucket's hash tag (without braces): "<id>" for bucket 0, else "<id>.b<b>.<salt>"
+ * with the salt that places it (see above); nbuckets in 2..KEY_BUCKETS_MAX. */
+#define KEY_BUCKETS_MAX 16
+int key_btag(char *buf, size_t len, int64_t voucher_id, int bucket, int nbuckets);
+/* The salt key_btag picks (0 for bucket 0), and the tag from a known salt (no search). */
+unsigned key_bsalt(int64_t voucher_id, int bucket, int nbuckets);
+int key_btag_salt(char *buf, size_t len, int64_t voucher_id, int bucket, unsigned salt);
+/* The keys under a tag: seckill:voucher:{tag}, seckill:order:{tag}, seckill:stream:{tag},
+ * seckill:dead:{tag}, seckill:xfer:{tag}, seckill:xfer:applied:{tag}. */
+int key_voucher_t(char *buf, size_t len, const char *tag);
+int key_buyers_t(char *buf, size_t len, const char *tag);
+int key_stream_t(char *buf, size_t len, const char *tag);
+int key_dead_t(char *buf, size_t len, const char *tag);
+/* A bucket's rebuild lock and staged buyers (rebuild.c): seckill:rebuild:{tag},
+ * seckill:rebuild:buyers:{tag} -- for bucket 0 the same keys as key_rebuild_lock/_buyers. */
+int key_rebuild_lock_t(char *buf, size_t len, const char *tag);
+int key_rebuild_buyers_t(char *buf, size_t len, const char *tag);
+int key_xfer_log(char *buf, size_t len, const char *tag);
+int key_xfer_applied(char *buf, size_t len, const char *tag);
+/* Parses a member "<id>.<b>.<K>" of seckill:streams (stock bucket b >= 1 of a voucher with
+ * K buckets) of n bytes at z: 0 with *voucher_id, *bucket, *nbuckets set, or -1 if it is
+ * not one (a plain voucher id is not). */
+int key_bmember_parse(const char *z, size_t n, int64_t *voucher_id, int *bucket, int *nbuckets);
+/* The member of seckill:streams naming bucket b of a voucher with K buckets ("<id>" for
+ * b = 0, "<id>.<b>.<K>" else) and, if ks, that bucket's stream key. Length of the member,
+ * or -1 (out of range). */
+int key_bmember(char *buf, size_t len, char *ks, size_t kslen, int64_t voucher_id, int bucket,
+                int nbuckets);
+int key_login_code(char *buf, size_t len, const char *phone);
+int key_login_fails(char *buf, size_t len, const char *phone);
+int key_login_token(char *buf, size_t len, const char *token);
+
+#endif

@@ -1,0 +1,599 @@
+/* rebuild.c -- rebuild a flash-sale voucher's Redis keys from SQL (see rebuild.h).
+ *
+ * Users and orders are compared through arrays of (user id, order id) pairs (pairs.h:
+ * .a the user, .b the order) sorted by user: a million orders cost tens of MB and a
+ * sort, no hash tables. */
+#include "rebuild/rebuild.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include <hiredis/hiredis.h>
+
+#include "sale/bucket_sweep.h"
+#include "sale/buckets.h"
+#include "core/pairs.h"
+#include "redis/rcl_sync.h"
+#include "redis/rconn.h"
+#include "sale/sentry.h"
+#include "embedded.h"
+#include "core/key.h"
+#include "core/log.h"
+#include "store/store.h"
+#include "core/xmem.h"
+
+#define PAGE 10000           /* SQL orders and stream entries per read */
+#define HSET_CHUNK 1000      /* buyers per HSET */
+#define LOCK_TTL_MS 30000
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int has_i64(const int64_t *a, size_t n, int64_t x)
+{
+    return n > 0 && bsearch(&x, a, n, sizeof *a, cmp_i64) != NULL;
+}
+
+static void plan(const rebuild_opts_t *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void plan(const rebuild_opts_t *o, const char *fmt, ...)
+{
+    if (!o->plan)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(o->plan, fmt, ap);
+    va_end(ap);
+    fputc('\n', o->plan);
+}
+
+int rebuild_present(redisContext *c, int64_t voucher_id, char *err, size_t errlen)
+{
+    char kv[64];
+    if (key_voucher(kv, sizeof kv, voucher_id) < 0) {
+        snprintf(err, errlen, "voucher id out of range");
+        return -1;
+    }
+    redisReply *r = rconn_cmdf(c, err, errlen, "HEXISTS %s stock", kv);
+    if (!r)
+        return -1;
+    int64_t v = 0;
+    int ok = rconn_int(r, &v);
+    freeReplyObject(r);
+    if (ok != 0) {
+        snprintf(err, errlen, "HEXISTS %s: unexpected reply", kv);
+        return -1;
+    }
+    return v == 1;
+}
+
+/* Every order of the voucher in SQL, as (user, order), sorted by user. */
+static int read_sql_orders(store_t *st, int64_t vid, pairs_t *out, char *err, size_t errlen)
+{
+    int64_t after = 0;
+    for (;;) {
+        store_order_t *page = NULL;
+        size_t n = 0;
+        if (store_voucher_orders(st, vid, after, PAGE, &page, &n) != STORE_OK) {
+            snprintf(err, errlen, "SQL orders: %s", store_errmsg(st));
+            return -1;
+        }
+        for (size_t i = 0; i < n; i++)
+            pairs_push(out, page[i].user_id, page[i].id);
+        if (n)
+            after = page[n - 1].id;
+        free(page);
+        if (n < PAGE)
+            break;
+    }
+    pairs_sort(out);
+    return 0;
+}
+
+/* Every entry of a surviving stream: all order ids (sorted), and the (user, order) of the
+ * entries of generation epoch, sorted by user. */
+static int read_stream(redisContext *c, const char *ks, int64_t vid, int64_t epoch,
+                       int64_t **ids, size_t *nids, pairs_t *cur, char *err, size_t errlen)
+{
+    char start[64] = "-", why[256];
+    size_t cap = 0;
+    for (;;) {
+        redisReply *r = rconn_cmdf(c, why, sizeof why, "XRANGE %s %s + COUNT %d", ks, start, PAGE);
+        if (!r || r->type != REDIS_REPLY_ARRAY) {
+            snprintf(err, errlen, "XRANGE %s: %s", ks, r ? "unexpected reply" : why);
+            if (r)
+                freeReplyObject(r);
+            return -1;
+        }
+        size_t n = r->elements;
+        for (size_t i = 0; i < n; i++) {
+            const redisReply *e = r->element[i];
+            if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
+                e->element[0]->type != REDIS_REPLY_STRING)
+                continue;
+            if (i + 1 == n)
+                snprintf(start, sizeof start, "(%s", e->element[0]->str);
+            sentry_it_t it;
+            sentry_t se;
+            size_t no;
+            const char *why_bad;
+            if (sentry_open(e->element[1], vid, &it, &no, &why_bad) != 0)
+                continue;   /* the writer moves such an entry to the dead letters */
+            while (sentry_next(&it, &se)) {   /* an entry holds one call's orders */
+                if (*nids == cap) {
+                    cap = cap ? cap * 2 : 1024;
+                    *ids = xrealloc(*ids, cap * sizeof **ids);
+                }
+                (*ids)[(*nids)++] = se.order_id;
+                if (se.ep == epoch)
+                    pairs_push(cur, se.user_id, se.order_id);
+            }
+        }
+        freeReplyObject(r);
+        if (n < PAGE)
+            break;
+    }
+    if (*nids > 1)
+        qsort(*ids, *nids, sizeof **ids, cmp_i64);
+    pairs_sort(cur);
+    return 0;
+}
+
+/* Releases the lock if it still holds our token. */
+static void unlock(redisContext *c, const char *kl, const char *token)
+{
+    char why[128];
+    redisReply *r = rconn_cmdf(c, why, sizeof why,
+                                "EVAL %s 1 %s %s",
+                                "if redis.call('GET', KEYS[1]) == ARGV[1] then "
+                                "return redis.call('DEL', KEYS[1]) end return 0",
+                                kl, token);
+    if (r)
+        freeReplyObject(r);
+    else
+        log_warn("rebuild: releasing %s: %s (it expires by itself)", kl, why);
+}
+
+/* Writes the buyers into the staging hash, HSET_CHUNK at a time. */
+static int stage_buyers(redisContext *c, const char *kt, const pairs_t *a, const pairs_t *b,
+                        char *err, size_t errlen)
+{
+    char why[256];
+    redisReply *r = rconn_cmdf(c, why, sizeof why, "DEL %s", kt);
+    if (!r) {
+        snprintf(err, errlen, "DEL %s: %s", kt, why);
+        return -1;
+    }
+    freeReplyObject(r);
+    size_t total = a->n + b->n, done = 0;
+    const char **argv = xrealloc(NULL, (2 + 2 * HSET_CHUNK) * sizeof *argv);
+    char(*num)[24] = xrealloc(NULL, 2 * HSET_CHUNK * sizeof *num);
+    int rc = 0;
+    while (done < total && rc == 0) {
+        int argc = 0;
+        argv[argc++] = "HSET";
+        argv[argc++] = kt;
+        for (size_t k = 0; k < HSET_CHUNK && done < total; k++, done++) {
+            const pair_t *p = done < a->n ? &a->v[done] : &b->v[done - a->n];
+            snprintf(num[2 * k], sizeof num[0], "%lld", (long long)p->a);
+            snprintf(num[2 * k + 1], sizeof num[0], "%lld", (long long)p->b);
+            argv[argc++] = num[2 * k];
+            argv[argc++] = num[2 * k + 1];
+        }
+        r = rconn_cmd(c, why, sizeof why, argc, argv, NULL);
+        if (!r) {
+            snprintf(err, errlen, "HSET %s: %s", kt, why);
+            rc = -1;
+        } else {
+            freeReplyObject(r);
+        }
+    }
+    free(argv);
+    free(num);
+    return rc;
+}
+
+/* The pairs of in (user, order) whose user's home is bucket b of k, into out. */
+static void home_split(const pairs_t *in, int b, int k, pairs_t *out)
+{
+    for (size_t i = 0; i < in->n; i++)
+        if (bk_home(in->v[i].a, k) == b)
+            pairs_push(out, in->v[i].a, in->v[i].b);
+}
+
+/* Step 4 for bucket b (0: the voucher's own keys): stage its buyers (a, then b2), list its
+ * stream in seckill:streams, and run rebuild.lua on its node. Bucket 0's lock is the one
+ * step 1 took; a bucket b >= 1 gets a lock key of its own (its slot's), taken with the
+ * same token: the voucher's lock, held meanwhile, already makes this the one rebuilder.
+ * A REBUILD_* code. */
+static int publish_bucket(redisContext *c, redisContext *g, const rebuild_opts_t *o,
+                          int64_t vid, int b, const rebuild_result_t *res, const pairs_t *a,
+                          const pairs_t *b2, int64_t stock, int64_t seeded, const char *token,
+                          char *err, size_t errlen)
+{
+    char tag[48], kv[80], kb[80], ks[80], kl[80], kt[96], mem[48], why[256];
+    int k = res->buckets;
+    if ((b == 0 ? snprintf(tag, sizeof tag, "%lld", (long long)vid) < 0
+                : key_btag(tag, sizeof tag, vid, b, k) < 0) ||
+        key_voucher_t(kv, sizeof kv, tag) < 0 || key_buyers_t(kb, sizeof kb, tag) < 0 ||
+        key_stream_t(ks, sizeof ks, tag) < 0 || key_rebuild_lock_t(kl, sizeof kl, tag) < 0 ||
+        key_rebuild_buyers_t(kt, sizeof kt, tag) < 0 ||
+        key_bmember(mem, sizeof mem, NULL, 0, vid, b, k) < 0) {
+        snprintf(err, errlen, "voucher %lld bucket %d: key out of range", (long long)vid, b);
+        return REBUILD_ERR;
+    }
+    redisContext *bc = c;
+    if (b > 0 && o->rt && !(bc = rcs_route_key(o->rt, kv, err, errlen)))
+        return REBUILD_ERR;
+    if (b > 0) {
+        plan(o, "  bucket %d: stock %lld, %zu buyers (HSET %s, RENAME to %s), SADD %s %s", b,
+             (long long)stock, a->n + b2->n, kt, kb, KEY_STREAMS, mem);
+        redisReply *r = rconn_cmdf(bc, why, sizeof why, "SET %s %s PX %d", kl, token,
+                                   o->lock_ttl_ms > 0 ? o->lock_ttl_ms : LOCK_TTL_MS);
+        if (!r) {
+            snprintf(err, errlen, "SET %s: %s", kl, why);
+            return REBUILD_ERR;
+        }
+        freeReplyObject(r);
+    }
+    if (a->n + b2->n > 0 && stage_buyers(bc, kt, a, b2, err, errlen) != 0)
+        return REBUILD_ERR;
+    redisReply *r = rconn_cmdf(g, why, sizeof why, "SADD %s %s", KEY_STREAMS, mem);
+    if (!r) {
+        snprintf(err, errlen, "SADD %s: %s", KEY_STREAMS, why);
+        return REBUILD_ERR;
+    }
+    freeReplyObject(r);
+    char a_stock[24], a_begin[24], a_end[24], a_ep[24], a_seeded[24], a_k[16];
+    snprintf(a_stock, sizeof a_stock, "%lld", (long long)stock);
+    snprintf(a_begin, sizeof a_begin, "%lld", (long long)res->begin);
+    snprintf(a_end, sizeof a_end, "%lld", (long long)res->end);
+    snprintf(a_ep, sizeof a_ep, "%lld", (long long)res->epoch);
+    snprintf(a_seeded, sizeof a_seeded, "%lld", (long long)(seeded > 0 ? seeded : 0));
+    snprintf(a_k, sizeof a_k, "%d", k);
+    const char *argv[] = {"EVAL", script_rebuild_lua, "5", kv, kb, ks, kl, kt, token,
+                          a_stock, a_begin, a_end, a_ep, a_seeded, KEY_GROUP, a_k};
+    r = rconn_cmd(bc, why, sizeof why, (int)(sizeof argv / sizeof argv[0]), argv, NULL);
+    int64_t out = -2;
+    if (!r || rconn_int(r, &out) != 0) {
+        snprintf(err, errlen, "rebuild.lua: %s", r ? "unexpected reply" : why);
+        if (r)
+            freeReplyObject(r);
+        return REBUILD_ERR;
+    }
+    freeReplyObject(r);
+    if (out == 1)
+        return REBUILD_DONE;
+    if (out == 0) {
+        if (b > 0)
+            log_error("rebuild: voucher %lld: bucket %d was back already; its stock and the "
+                      "share rebuilt for the others may add up to more than SQL's",
+                      (long long)vid, b);
+        return b == 0 ? REBUILD_PRESENT : REBUILD_DONE;
+    }
+    return REBUILD_BUSY;   /* the lock expired under us: someone else owns the rebuild */
+}
+
+/* Step 1's lock: SET kl <token> NX PX with a fresh token (into token). 1 taken, 0 held by
+ * another rebuilder, -1 Redis failed (err). */
+static int lock_voucher(redisContext *c, const char *kl, const rebuild_opts_t *o, char *token,
+                        size_t toklen, char *err, size_t errlen)
+{
+    unsigned char rnd[8];
+    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
+        uint64_t t = (uint64_t)time(NULL) ^ (uint64_t)clock();
+        memcpy(rnd, &t, sizeof rnd);
+    }
+    snprintf(token, toklen, "%s:%02x%02x%02x%02x%02x%02x%02x%02x",
+             o->owner && o->owner[0] ? o->owner : "seckill", rnd[0], rnd[1], rnd[2], rnd[3],
+             rnd[4], rnd[5], rnd[6], rnd[7]);
+    char why[256];
+    redisReply *r = rconn_cmdf(c, why, sizeof why, "SET %s %s NX PX %d", kl, token,
+                               o->lock_ttl_ms > 0 ? o->lock_ttl_ms : LOCK_TTL_MS);
+    if (!r) {
+        snprintf(err, errlen, "SET %s NX: %s", kl, why);
+        return -1;
+    }
+    int got = r->type == REDIS_REPLY_STATUS;
+    freeReplyObject(r);
+    return got;
+}
+
+/* Some of a bucketed voucher's buckets lost (a cluster node lost its data), the others
+ * kept and selling. The lost ones come back with their home buyers from SQL and the units
+ * nobody else accounts for: SQL's initial stock (stock + orders) minus what the kept
+ * buckets hold (stock + buyers, bks_live_units), minus units in transfers not yet
+ * applied, minus the lost buckets' SQL buyers -- split over the lost buckets as at
+ * creation. The generation is not raised: the kept buckets' streams hold entries of the
+ * current one. Under the voucher's lock; bucket 0 last if it is among them. */
+static int rebuild_partial(redisContext *c, redisContext *g, store_t *st, int64_t vid,
+                           const rebuild_opts_t *o, rebuild_result_t *res, char *err,
+                           size_t errlen)
+{
+    int k = res->buckets, rc = REBUILD_ERR, locked = 0;
+    unsigned mask = 0, all = (1u << k) - 1;
+    char kl[64], token[160] = "dry-run";
+    pairs_t sql = {0};
+    store_voucher_t v;
+    memset(&v, 0, sizeof v);
+    if (key_rebuild_lock(kl, sizeof kl, vid) < 0) {
+        snprintf(err, errlen, "voucher id %lld out of range", (long long)vid);
+        return REBUILD_ERR;
+    }
+    if (!o->dry_run) {
+        int l = lock_voucher(c, kl, o, token, sizeof token, err, errlen);
+        if (l <= 0)
+            return l < 0 ? REBUILD_ERR : REBUILD_BUSY;
+        locked = 1;
+    }
+    /* again under the lock: someone may have finished meanwhile */
+    if (bks_present(o->rt, vid, k, &mask, err, errlen) < 0)
+        goto out;
+    if (mask == all) {
+        rc = REBUILD_PRESENT;
+        goto out;
+    }
+    int got = store_voucher_get(st, vid, &v);
+    if (got == STORE_NOTFOUND || (got == STORE_OK && !v.is_seckill)) {
+        rc = REBUILD_NOT_SALE;
+        goto out;
+    }
+    int64_t count = 0, stock = 0, live = 0, transit = 0;
+    if (got != STORE_OK || store_redis_epoch(st, vid, 0, &res->epoch) != STORE_OK ||
+        store_voucher_counts(st, vid, &count, &stock) != STORE_OK) {
+        snprintf(err, errlen, "SQL: %s", store_errmsg(st));
+        res->sql_failed = 1;
+        goto out;
+    }
+    res->begin = v.begin_time;
+    res->end = v.end_time;
+    res->initial = stock + count;
+    if (read_sql_orders(st, vid, &sql, err, errlen) != 0) {
+        res->sql_failed = 1;
+        goto out;
+    }
+    if (bks_live_units(o->rt, vid, k, mask, &live, err, errlen) < 0 ||
+        bks_in_transit(o->rt, vid, k, &transit, err, errlen) < 0)
+        goto out;
+    int nlost = 0;
+    for (size_t i = 0; i < sql.n; i++)
+        if (!(mask & (1u << bk_home(sql.v[i].a, k))))
+            res->buyers++;
+    for (int b = 0; b < k; b++)
+        nlost += !(mask & (1u << b));
+    res->from_sql = res->buyers;
+    res->stock = res->initial - live - transit - res->buyers;
+    plan(o, "voucher %lld: %d of its %d stock buckets lost: SQL stock %lld + %lld orders = "
+            "initial %lld; the kept buckets hold %lld (stock + buyers), %lld in transfers; "
+            "the lost ones get %lld units and their %lld SQL buyers",
+         (long long)vid, nlost, k, (long long)stock, (long long)count, (long long)res->initial,
+         (long long)live, (long long)transit, (long long)res->stock, (long long)res->buyers);
+    if (res->stock < 0) {
+        log_error("rebuild: voucher %lld: the kept buckets and SQL account for %lld units more "
+                  "than its initial stock %lld: the lost buckets get stock 0",
+                  (long long)vid, (long long)-res->stock, (long long)res->initial);
+        res->stock = 0;
+    }
+    if (o->dry_run) {
+        rc = REBUILD_DONE;
+        goto out;
+    }
+    rc = REBUILD_DONE;
+    pairs_t none = {0};
+    for (int b = k - 1, i = nlost - 1; b >= 0 && rc == REBUILD_DONE; b--) {
+        if (mask & (1u << b))
+            continue;
+        pairs_t ba = {0};
+        home_split(&sql, b, k, &ba);
+        rc = publish_bucket(c, g, o, vid, b, res, &ba, &none,
+                            bk_share(res->stock, i--, nlost), (int64_t)ba.n, token, err, errlen);
+        if (b == 0)
+            locked = 0;   /* bucket 0's script released it */
+        pairs_free(&ba);
+    }
+    /* The registry (seckill:streams) may have gone with the lost node: the kept buckets'
+     * streams are listed again too, or no writer would read them. */
+    for (int b = 0; b < k && rc == REBUILD_DONE; b++) {
+        char mem[48], why[256];
+        if (!(mask & (1u << b)))
+            continue;
+        key_bmember(mem, sizeof mem, NULL, 0, vid, b, k);
+        redisReply *r = rconn_cmdf(g, why, sizeof why, "SADD %s %s", KEY_STREAMS, mem);
+        if (!r) {
+            snprintf(err, errlen, "SADD %s: %s", KEY_STREAMS, why);
+            rc = REBUILD_ERR;
+        }
+        freeReplyObject(r);
+    }
+out:
+    if (locked)
+        unlock(c, kl, token);
+    store_voucher_clear(&v);
+    pairs_free(&sql);
+    return rc;
+}
+
+int rebuild_voucher(redisContext *c, redisContext *g, store_t *st, int64_t vid,
+                    const rebuild_opts_t *o, rebuild_result_t *res, char *err, size_t errlen)
+{
+    if (!g)
+        g = c;
+    memset(res, 0, sizeof *res);
+    res->voucher_id = vid;
+    char kv[64], kb[64], ks[64], kl[64], kt[80], why[256], token[160];
+    if (key_voucher(kv, sizeof kv, vid) < 0 || key_buyers(kb, sizeof kb, vid) < 0 ||
+        key_stream(ks, sizeof ks, vid) < 0 || key_rebuild_lock(kl, sizeof kl, vid) < 0 ||
+        key_rebuild_buyers(kt, sizeof kt, vid) < 0) {
+        snprintf(err, errlen, "voucher id %lld out of range", (long long)vid);
+        return REBUILD_ERR;
+    }
+    /* K from SQL first: a bucketed voucher is present only with every bucket */
+    if (store_voucher_buckets(st, vid, &res->buckets) != STORE_OK) {
+        snprintf(err, errlen, "SQL stock buckets: %s", store_errmsg(st));
+        res->sql_failed = 1;
+        return REBUILD_ERR;
+    }
+    if (!o->rt)
+        res->buckets = 1;   /* no way to the other buckets' nodes: bucket 0 alone */
+    if (res->buckets > 1) {
+        unsigned mask = 0, all = (1u << res->buckets) - 1;
+        if (bks_present(o->rt, vid, res->buckets, &mask, err, errlen) < 0)
+            return REBUILD_ERR;
+        if (mask == all)
+            return REBUILD_PRESENT;
+        if (mask != 0)
+            return rebuild_partial(c, g, st, vid, o, res, err, errlen);
+    } else if (o->rt) {
+        int a = bks_rebuild_allowed(o->rt, vid, err, errlen);
+        if (a <= 0)
+            return a < 0 ? REBUILD_ERR : REBUILD_REFUSED;
+    }
+    int p = rebuild_present(c, vid, err, errlen);
+    if (p < 0)
+        return REBUILD_ERR;
+    if (p == 1)
+        return REBUILD_PRESENT;
+
+    /* 1. the lock */
+    int locked = 0;
+    if (!o->dry_run) {
+        int l = lock_voucher(c, kl, o, token, sizeof token, err, errlen);
+        if (l <= 0)
+            return l < 0 ? REBUILD_ERR : REBUILD_BUSY;
+        locked = 1;
+        /* Someone may have finished between our look and the lock. */
+        p = rebuild_present(c, vid, err, errlen);
+        if (p != 0) {
+            unlock(c, kl, token);
+            return p < 0 ? REBUILD_ERR : REBUILD_PRESENT;
+        }
+    }
+
+    int rc = REBUILD_ERR;
+    pairs_t sql = {0}, fresh = {0}, cur = {0};
+    int64_t *sids = NULL;
+    size_t nsids = 0;
+
+    /* 2. the voucher, the stream, the generation */
+    store_voucher_t v;
+    memset(&v, 0, sizeof v);
+    int got = store_voucher_get(st, vid, &v);
+    if (got == STORE_NOTFOUND || (got == STORE_OK && !v.is_seckill)) {
+        rc = REBUILD_NOT_SALE;
+        goto out;
+    }
+    if (got != STORE_OK) {
+        snprintf(err, errlen, "SQL voucher: %s", store_errmsg(st));
+        res->sql_failed = 1;
+        goto out;
+    }
+    res->begin = v.begin_time;
+    res->end = v.end_time;
+    redisReply *r = rconn_cmdf(c, why, sizeof why, "XLEN %s", ks);
+    int64_t xlen = 0;
+    if (!r || rconn_int(r, &xlen) != 0) {
+        snprintf(err, errlen, "XLEN %s: %s", ks, r ? "unexpected reply" : why);
+        if (r)
+            freeReplyObject(r);
+        goto out;
+    }
+    freeReplyObject(r);
+    res->stream_survived = xlen > 0;
+    int bump = !res->stream_survived;
+    int e = store_redis_epoch(st, vid, bump && !o->dry_run, &res->epoch);
+    if (e != STORE_OK) {
+        if (e == STORE_NOTFOUND)
+            rc = REBUILD_NOT_SALE;
+        else
+            snprintf(err, errlen, "SQL epoch: %s", store_errmsg(st));
+        res->sql_failed = 1;
+        goto out;
+    }
+    if (bump && o->dry_run)
+        res->epoch++;
+    if (bump)
+        plan(o, "voucher %lld: the order stream is empty or gone: Redis generation %lld -> "
+                "%lld in SQL (orders of the lost state a writer still holds are refused)",
+             (long long)vid, (long long)res->epoch - 1, (long long)res->epoch);
+
+    /* 3. SQL at one moment, its orders, the surviving stream */
+    int64_t count = 0, stock = 0;
+    if (store_voucher_counts(st, vid, &count, &stock) != STORE_OK) {
+        snprintf(err, errlen, "SQL counts: %s", store_errmsg(st));
+        res->sql_failed = 1;
+        goto out;
+    }
+    res->initial = stock + count;
+    if (read_sql_orders(st, vid, &sql, err, errlen) != 0) {
+        res->sql_failed = 1;
+        goto out;
+    }
+    if (res->stream_survived &&
+        read_stream(c, ks, vid, res->epoch, &sids, &nsids, &cur, err, errlen) != 0)
+        goto out;
+    for (size_t i = 0; i < cur.n; i++)
+        if ((i == 0 || cur.v[i].a != cur.v[i - 1].a) && pairs_find(&sql, cur.v[i].a) < 0)
+            pairs_push(&fresh, cur.v[i].a, cur.v[i].b);
+    res->from_sql = (int64_t)sql.n;
+    res->from_stream = (int64_t)fresh.n;
+    res->buyers = res->from_sql + res->from_stream;
+    res->stock = res->initial - res->buyers;
+    if (res->stock < 0) {
+        log_error("rebuild: voucher %lld: %lld buyers for an initial stock of %lld: "
+                  "publishing stock 0", (long long)vid, (long long)res->buyers,
+                  (long long)res->initial);
+        res->stock = 0;
+    }
+    res->seeded = 0;
+    for (size_t i = 0; i < sql.n; i++)
+        if (!has_i64(sids, nsids, sql.v[i].b))
+            res->seeded++;
+    plan(o, "voucher %lld: SQL stock %lld + %lld orders = initial %lld; buyers %lld (%lld "
+            "with an SQL order, %lld stream entries not yet in SQL); Redis stock %lld",
+         (long long)vid, (long long)stock, (long long)count, (long long)res->initial,
+         (long long)res->buyers, (long long)res->from_sql, (long long)res->from_stream,
+         (long long)res->stock);
+    if (res->buckets > 1)
+        plan(o, "voucher %lld: %d stock buckets (SQL): each gets its share of the stock and "
+                "its home buyers, bucket 0 last", (long long)vid, res->buckets);
+    plan(o, "  HSET %s <%lld buyers>, then RENAME to %s", kt, (long long)res->buyers, kb);
+    plan(o, "  SADD %s %lld", KEY_STREAMS, (long long)vid);
+    plan(o, "  XGROUP CREATE %s %s 0 MKSTREAM", ks, KEY_GROUP);
+    plan(o, "  HSET %s begin %lld end %lld ep %lld seeded %lld stock %lld", kv,
+         (long long)res->begin, (long long)res->end, (long long)res->epoch,
+         (long long)res->seeded, (long long)res->stock);
+    if (o->dry_run) {
+        rc = REBUILD_DONE;
+        goto out;
+    }
+
+    /* 4. write: buckets 1..K-1 first, bucket 0 (the voucher's own keys) last */
+    rc = REBUILD_DONE;
+    for (int bk = res->buckets - 1; bk >= 0 && rc == REBUILD_DONE; bk--) {
+        pairs_t ba = {0}, bb = {0};
+        home_split(&sql, bk, res->buckets, &ba);
+        home_split(&fresh, bk, res->buckets, &bb);
+        int64_t share = bk_share(res->stock, bk, res->buckets);
+        /* the surviving stream is bucket 0's: elsewhere every buyer is seeded */
+        int64_t seeded = bk == 0 ? res->seeded - (int64_t)(sql.n - ba.n) : (int64_t)ba.n;
+        rc = publish_bucket(c, g, o, vid, bk, res, &ba, &bb, share, seeded, token, err, errlen);
+        pairs_free(&ba);
+        pairs_free(&bb);
+    }
+    locked = 0;   /* the script released it (or it was no longer ours) */
+out:
+    if (locked)
+        unlock(c, kl, token);
+    store_voucher_clear(&v);
+    pairs_free(&sql);
+    pairs_free(&fresh);
+    pairs_free(&cur);
+    free(sids);
+    return rc;
+}

@@ -1,0 +1,40 @@
+-- rebuild.lua: the last step of rebuilding one voucher's Redis keys from SQL
+-- (src/rebuild/rebuild.c), atomic inside Redis. Every key has the voucher's hash tag {id}.
+--
+-- KEYS[1] seckill:voucher:{id}         the voucher hash (stock, begin, end, ep, seeded)
+-- KEYS[2] seckill:order:{id}           buyers: userId -> orderId
+-- KEYS[3] seckill:stream:{id}          the order stream (consumer group ARGV[7])
+-- KEYS[4] seckill:rebuild:{id}         the rebuild lock, holding its owner's token
+-- KEYS[5] seckill:rebuild:buyers:{id}  the buyers the rebuild prepared (may not exist)
+-- ARGV: token, stock, begin, end, ep, seeded, group[, buckets]
+-- (buckets: K of a voucher in stock buckets, written as the hash's `buckets` field; the
+-- keys are then one bucket's, under its own tag: docs/redis-cluster.md)
+--
+-- Returns 1 published, 0 the voucher was already there (someone else rebuilt or published
+-- it: nothing is changed), -1 the lock is no longer ours (nothing is changed).
+-- The voucher hash is written last, in the same step as the buyers, so admission (which
+-- answers "no such voucher" while the hash has no stock) never sees a half-built voucher.
+if redis.call('GET', KEYS[4]) ~= ARGV[1] then
+  redis.call('DEL', KEYS[5])
+  return -1
+end
+if redis.call('HEXISTS', KEYS[1], 'stock') == 1 then
+  redis.call('DEL', KEYS[5], KEYS[4])
+  return 0
+end
+if redis.call('EXISTS', KEYS[5]) == 1 then
+  redis.call('RENAME', KEYS[5], KEYS[2])
+else
+  redis.call('DEL', KEYS[2])
+end
+local g = redis.pcall('XGROUP', 'CREATE', KEYS[3], ARGV[7], '0', 'MKSTREAM')
+if type(g) == 'table' and g.err and not string.find(g.err, 'BUSYGROUP', 1, true) then
+  return redis.error_reply(g.err)
+end
+if ARGV[8] and tonumber(ARGV[8]) > 1 then
+  redis.call('HSET', KEYS[1], 'buckets', ARGV[8])
+end
+redis.call('HSET', KEYS[1], 'begin', ARGV[3], 'end', ARGV[4], 'ep', ARGV[5],
+           'seeded', ARGV[6], 'stock', ARGV[2])
+redis.call('DEL', KEYS[4])
+return 1

@@ -1,0 +1,306 @@
+/* store.c -- the store's front door: picks a SQL backend by URL scheme and forwards
+ * every store.h call to it (store_int.h). Backend-neutral helpers live here too.
+ *
+ *   sqlite:PATH        store_sqlite.c (sqlite:///abs/path and sqlite::memory: also work)
+ *   mysql://user:password@host:port/db[?socket=PATH]
+ *                      store_mysql.c (MySQL/MariaDB through libmariadb); mariadb:// too */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/store_int.h"
+
+/* store_mysql.c (declared here: its two tables are the same backend under two names) */
+extern const store_ops_t store_mysql_ops, store_mariadb_ops;
+
+static const store_ops_t *const backends[] = {
+    &store_sqlite_ops,
+    &store_mysql_ops,
+    &store_mariadb_ops,
+};
+
+int store__fail(store_t *s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->err, sizeof s->err, fmt, ap);
+    va_end(ap);
+    return STORE_ERR;
+}
+
+store_t *store_open(const char *url, int timeout_ms, char *err, size_t errlen)
+{
+    char dummy[8];
+    if (!err || errlen == 0) {
+        err = dummy;
+        errlen = sizeof dummy;
+    }
+    err[0] = '\0';
+    if (!url || !*url) {
+        snprintf(err, errlen, "no database URL (expected sqlite:PATH or mysql://...)");
+        return NULL;
+    }
+    const char *colon = strchr(url, ':');
+    if (!colon || colon == url) {
+        /* the URL is not repeated: it may hold a password */
+        snprintf(err, errlen,
+                 "bad database URL (expected sqlite:PATH or mysql://user:password@host:port/db)");
+        return NULL;
+    }
+    size_t slen = (size_t)(colon - url);
+    for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++) {
+        const store_ops_t *ops = backends[i];
+        if (strlen(ops->scheme) == slen && strncasecmp(url, ops->scheme, slen) == 0) {
+            if (timeout_ms <= 0)
+                timeout_ms = 2000;
+            store_t *s = ops->open(url, timeout_ms, err, errlen);
+            if (s)
+                s->ops = ops;
+            return s;
+        }
+    }
+    snprintf(err, errlen, "unknown database URL scheme '%.*s' (expected sqlite: or mysql:)",
+             (int)(slen > 32 ? 32 : slen), url);
+    return NULL;
+}
+
+void store_close(store_t *s)
+{
+    if (s)
+        s->ops->close(s);
+}
+
+const char *store_errmsg(store_t *s)
+{
+    if (!s)
+        return "no database connection";
+    return s->err[0] ? s->err : "no error";
+}
+
+/* Each forwarder clears the last error, so store_errmsg() describes this call. */
+#define STORE_ENTER(s)                  \
+    do {                                \
+        if (!(s))                       \
+            return STORE_ERR;           \
+        (s)->err[0] = '\0';             \
+    } while (0)
+
+int store_ping(store_t *s)
+{
+    STORE_ENTER(s);
+    return s->ops->ping(s);
+}
+
+int store_user_by_phone(store_t *s, const char *phone, store_user_t *out)
+{
+    STORE_ENTER(s);
+    if (!phone || !out)
+        return store__fail(s, "store_user_by_phone: bad arguments");
+    return s->ops->user_by_phone(s, phone, out);
+}
+
+int store_user_create(store_t *s, const char *phone, const char *nick, store_user_t *out)
+{
+    STORE_ENTER(s);
+    if (!phone || !out)
+        return store__fail(s, "store_user_create: bad arguments");
+    return s->ops->user_create(s, phone, nick ? nick : "", out);
+}
+
+int store_voucher_create(store_t *s, store_voucher_t *v)
+{
+    STORE_ENTER(s);
+    if (!v || !v->title)
+        return store__fail(s, "store_voucher_create: a voucher needs a title");
+    return s->ops->voucher_create(s, v);
+}
+
+int store_voucher_get(store_t *s, int64_t id, store_voucher_t *out)
+{
+    STORE_ENTER(s);
+    if (!out)
+        return store__fail(s, "store_voucher_get: bad arguments");
+    memset(out, 0, sizeof *out);
+    return s->ops->voucher_get(s, id, out);
+}
+
+int store_voucher_list(store_t *s, int64_t shop_id, store_voucher_t **out, size_t *n)
+{
+    if (out)
+        *out = NULL;
+    if (n)
+        *n = 0;
+    STORE_ENTER(s);
+    if (!out || !n)
+        return store__fail(s, "store_voucher_list: bad arguments");
+    return s->ops->voucher_list(s, shop_id, out, n);
+}
+
+int store_seckill_ids(store_t *s, int64_t **ids, size_t *n)
+{
+    if (ids)
+        *ids = NULL;
+    if (n)
+        *n = 0;
+    STORE_ENTER(s);
+    if (!ids || !n)
+        return store__fail(s, "store_seckill_ids: bad arguments");
+    return s->ops->seckill_ids(s, ids, n);
+}
+
+void store_voucher_clear(store_voucher_t *v)
+{
+    if (!v)
+        return;
+    free(v->title);
+    free(v->sub_title);
+    free(v->rules);
+    v->title = v->sub_title = v->rules = NULL;
+}
+
+void store_voucher_list_free(store_voucher_t *v, size_t n)
+{
+    if (!v)
+        return;
+    for (size_t i = 0; i < n; i++)
+        store_voucher_clear(&v[i]);
+    free(v);
+}
+
+int store_orders_write(store_t *s, const store_order_t *orders, size_t n, size_t *inserted,
+                       size_t *conflicts, size_t *fenced)
+{
+    size_t ins_dummy, conf_dummy, fen_dummy;
+    if (!inserted)
+        inserted = &ins_dummy;
+    if (!conflicts)
+        conflicts = &conf_dummy;
+    if (!fenced)
+        fenced = &fen_dummy;
+    *inserted = 0;
+    *conflicts = 0;
+    *fenced = 0;
+    STORE_ENTER(s);
+    if (n == 0)
+        return STORE_OK;
+    if (!orders)
+        return store__fail(s, "store_orders_write: bad arguments");
+    return s->ops->orders_write(s, orders, n, inserted, conflicts, fenced);
+}
+
+int store_order_get(store_t *s, int64_t id, store_order_t *out)
+{
+    STORE_ENTER(s);
+    if (!out)
+        return store__fail(s, "store_order_get: bad arguments");
+    return s->ops->order_get(s, id, out);
+}
+
+int store_orders_of_user(store_t *s, int64_t user_id, size_t max, store_order_t **out, size_t *n)
+{
+    if (out)
+        *out = NULL;
+    if (n)
+        *n = 0;
+    STORE_ENTER(s);
+    if (!out || !n)
+        return store__fail(s, "store_orders_of_user: bad arguments");
+    if (max == 0)
+        return STORE_OK;
+    return s->ops->orders_of_user(s, user_id, max, out, n);
+}
+
+int store_voucher_counts(store_t *s, int64_t voucher_id, int64_t *orders, int64_t *stock)
+{
+    int64_t o_dummy, s_dummy;
+    STORE_ENTER(s);
+    return s->ops->voucher_counts(s, voucher_id, orders ? orders : &o_dummy,
+                                  stock ? stock : &s_dummy);
+}
+
+int store_order_sync(store_t *s, const store_order_t *o, int *result)
+{
+    if (!s || !o || !result)
+        return STORE_ERR;
+    if (!s->ops->order_sync)
+        return store__fail(s, "%s: sync order mode is not supported by this backend",
+                           s->ops->scheme);
+    return s->ops->order_sync(s, o, result);
+}
+
+int store_voucher_orders(store_t *s, int64_t voucher_id, int64_t after_id, size_t max,
+                         store_order_t **out, size_t *n)
+{
+    if (out)
+        *out = NULL;
+    if (n)
+        *n = 0;
+    STORE_ENTER(s);
+    if (!out || !n)
+        return store__fail(s, "store_voucher_orders: bad arguments");
+    if (!s->ops->voucher_orders)
+        return store__fail(s, "store_voucher_orders: not supported by the %s backend",
+                           s->ops->scheme);
+    if (max == 0)
+        return STORE_OK;
+    return s->ops->voucher_orders(s, voucher_id, after_id, max, out, n);
+}
+
+/* ==== the course's steps (lab modes) ==== */
+
+#define LAB_ENTER(s, op)                                                                 \
+    do {                                                                                 \
+        STORE_ENTER(s);                                                                  \
+        if (!(s)->ops->op)                                                               \
+            return store__fail((s), "%s: the lab modes are not supported by this backend", \
+                               (s)->ops->scheme);                                        \
+    } while (0)
+
+int store_lab_take_stock(store_t *s, int64_t voucher_id, int guard, int64_t old, int *taken)
+{
+    LAB_ENTER(s, lab_take_stock);
+    if (!taken || guard < STORE_LAB_TAKE_ANY || guard > STORE_LAB_TAKE_IF_POSITIVE)
+        return store__fail(s, "store_lab_take_stock: bad arguments");
+    return s->ops->lab_take_stock(s, voucher_id, guard, old, taken);
+}
+
+int store_lab_user_orders(store_t *s, int64_t user_id, int64_t voucher_id, int64_t *n)
+{
+    LAB_ENTER(s, lab_user_orders);
+    if (!n)
+        return store__fail(s, "store_lab_user_orders: bad arguments");
+    return s->ops->lab_user_orders(s, user_id, voucher_id, n);
+}
+
+int store_lab_insert(store_t *s, const store_order_t *o)
+{
+    LAB_ENTER(s, lab_insert);
+    if (!o)
+        return store__fail(s, "store_lab_insert: bad arguments");
+    return s->ops->lab_insert(s, o);
+}
+
+
+int store_redis_epoch(store_t *s, int64_t voucher_id, int bump, int64_t *epoch)
+{
+    STORE_ENTER(s);
+    if (!epoch)
+        return store__fail(s, "store_redis_epoch: bad arguments");
+    *epoch = 0;
+    if (!s->ops->redis_epoch)
+        return store__fail(s, "store_redis_epoch: not supported by the %s backend",
+                           s->ops->scheme);
+    return s->ops->redis_epoch(s, voucher_id, bump, epoch);
+}
+
+int store_voucher_buckets(store_t *s, int64_t voucher_id, int *buckets)
+{
+    STORE_ENTER(s);
+    if (!buckets)
+        return store__fail(s, "store_voucher_buckets: bad arguments");
+    *buckets = 1;
+    if (!s->ops->voucher_buckets)
+        return store__fail(s, "store_voucher_buckets: not supported by the %s backend",
+                           s->ops->scheme);
+    return s->ops->voucher_buckets(s, voucher_id, buckets);
+}

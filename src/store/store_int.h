@@ -1,0 +1,63 @@
+/* store_int.h -- private to the store: what a SQL backend implements.
+ *
+ * store.c picks a backend by URL scheme and forwards every store.h call through the
+ * backend's ops table. A backend's connection struct starts with `struct store` (its
+ * first member), so a store_t * is both the generic handle and, cast back, the
+ * backend's own. Adding MySQL means writing store_mysql.c with one more ops table and
+ * one more line in store.c's scheme table; callers do not change.
+ *
+ * Only store*.c include this file. */
+#ifndef SECKILL_STORE_INT_H
+#define SECKILL_STORE_INT_H
+
+#include <stdarg.h>
+#include "store/store.h"
+
+#define STORE_ERRLEN 512
+
+struct store_ops;
+
+struct store {
+    const struct store_ops *ops;
+    char err[STORE_ERRLEN];          /* last error, for store_errmsg() */
+};
+
+/* Every member is required. Arguments are checked by store.c before the call (s != NULL
+ * and the out pointers the header says are required). */
+typedef struct store_ops {
+    const char *scheme;              /* e.g. "sqlite" */
+    /* url is the whole database URL (the scheme matched this backend) */
+    store_t *(*open)(const char *url, int timeout_ms, char *err, size_t errlen);
+    void (*close)(store_t *s);
+    int (*ping)(store_t *s);
+    int (*user_by_phone)(store_t *s, const char *phone, store_user_t *out);
+    int (*user_create)(store_t *s, const char *phone, const char *nick, store_user_t *out);
+    int (*voucher_create)(store_t *s, store_voucher_t *v);
+    int (*voucher_get)(store_t *s, int64_t id, store_voucher_t *out);
+    int (*voucher_list)(store_t *s, int64_t shop_id, store_voucher_t **out, size_t *n);
+    int (*seckill_ids)(store_t *s, int64_t **ids, size_t *n);
+    int (*orders_write)(store_t *s, const store_order_t *orders, size_t n, size_t *inserted,
+                        size_t *conflicts, size_t *fenced);
+    int (*order_get)(store_t *s, int64_t id, store_order_t *out);
+    int (*orders_of_user)(store_t *s, int64_t user_id, size_t max, store_order_t **out,
+                          size_t *n);
+    int (*voucher_counts)(store_t *s, int64_t voucher_id, int64_t *orders, int64_t *stock);
+    /* optional (NULL: "not supported by this backend") */
+    int (*order_sync)(store_t *s, const store_order_t *o, int *result);
+    /* optional, NULL = "not supported by this backend" */
+    int (*voucher_orders)(store_t *s, int64_t voucher_id, int64_t after_id, size_t max,
+                          store_order_t **out, size_t *n);
+    /* the course's steps for the lab modes (store.h): optional, NULL = "not supported" */
+    int (*lab_take_stock)(store_t *s, int64_t voucher_id, int guard, int64_t old, int *taken);
+    int (*lab_user_orders)(store_t *s, int64_t user_id, int64_t voucher_id, int64_t *n);
+    int (*lab_insert)(store_t *s, const store_order_t *o);
+    int (*redis_epoch)(store_t *s, int64_t voucher_id, int bump, int64_t *epoch);
+    int (*voucher_buckets)(store_t *s, int64_t voucher_id, int *buckets);
+} store_ops_t;
+
+extern const store_ops_t store_sqlite_ops;
+
+/* Sets s->err (printf-style) and returns STORE_ERR, for `return store__fail(s, ...)`. */
+int store__fail(store_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif
