@@ -5,7 +5,7 @@
                             [--soldout] VARIANT [VARIANT ...]
 
 A VARIANT is a seckill binary, optionally followed by serve flags after commas, as in
-perf/sale_ab.py: `/tmp/old`, `build/seckill,--cpu-affinity`.
+perf/sale_ab.py: `/tmp/old`, `build/seckill,--steer-connections=false`.
 
 Starts one `seckill serve` per binary on its embedded default (private redis-server +
 SQLite, a temp data dir each), then alternates between them for N rounds: each round runs

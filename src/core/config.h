@@ -33,10 +33,8 @@ typedef struct config {
     char listen_host[256];      /* listen: HOST:PORT, default 127.0.0.1:8081 */
     int listen_port;
     int threads;                /* worker threads; default = online cores */
-    int cpu_affinity;           /* pin worker i to the i-th allowed CPU, steer connections
-                                   by CPU (steer.h); off by default */
     int steer_connections;      /* steer connections by CPU (steer.h) without pinning;
-                                   on by default; --cpu-affinity implies it */
+                                   on by default */
     char redis_url[512];        /* redis://[:pass@]host:port[/db] or unix:PATH; "" = embedded */
     char db_url[1024];          /* sqlite:PATH; default sqlite:<data_dir>/seckill.db */
     char data_dir[512];         /* default ./var */

@@ -3,7 +3,7 @@
  * With --steer-connections (on by default; when every worker can have a CPU of its own)
  * the kernel hands a new connection to the worker on the CPU that processed its handshake
  * (SO_INCOMING_CPU, http.c), so each client thread's connections share one worker. The
- * workers are not pinned (unless --cpu-affinity): the scheduler's wake-ups then tend to
+ * workers are not pinned: the scheduler's wake-ups then tend to
  * run a client thread and its worker on one CPU, where the connection's segments, their
  * wake-ups and the socket's cache lines stay. That locality is what the steering is for;
  * its risk is a client or proxy that connects from one CPU, which would put every
@@ -18,7 +18,7 @@
  *     another CPU arrives. With the workers not pinned this is a hint, not a rule: a
  *     connection's incoming CPU is where its last segment was processed, and a delayed
  *     ACK from the client goes out from the CPU that processed the answer, i.e. where the
- *     worker ran (tests/it/test_affinity.py tests following with the workers pinned).
+ *     worker ran (tests/it/test_affinity.py tests following with the test pinning the workers).
  * Connections from many CPUs stay where the kernel put them; connections from one CPU
  * end up split nearly evenly, as the kernel's hash would.
  *

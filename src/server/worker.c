@@ -19,16 +19,15 @@
  * between the read and the take is in the taken list (its write, if any, only wakes the
  * loop to an empty list).
  *
- * Scheduling (docs/bench.md, "Workers' kernel and scheduling cost"; "Connections steered
- * by CPU, balanced"; "Steered, not pinned"): with at least as many CPUs as workers, worker
+ * Scheduling (docs/http.md): with at least as many CPUs as workers, worker
  * i is given the i-th CPU the process may run on, and http.c marks its listener with that
  * CPU (SO_INCOMING_CPU) so that the kernel hands a new connection to the worker of the CPU
  * that processed its handshake; steer.h's rule then moves a connection to another worker
  * when one gets too many (--steer-connections, on by default). That groups each client
  * thread's connections on one worker, and the scheduler's wake-ups then tend to run the
- * two on one CPU. The thread itself is pinned there only with --cpu-affinity (off by
- * default): a pinned worker cannot leave a CPU that the hypervisor stalls or that Redis
- * or the order writer occupy. With fewer CPUs than workers no worker is steered. */
+ * two on one CPU. The threads are not pinned: a pinned worker could not leave a CPU that
+ * the hypervisor stalls or that Redis or the order writer occupy, and pinning added
+ * nothing to the steering's saving. With fewer CPUs than workers no worker is steered. */
 #include "server/worker.h"
 
 #include <event2/event.h>
@@ -130,18 +129,14 @@ worker_t *worker_new(struct app *app, int id)
     w->app = app;
     snprintf(w->name, sizeof w->name, "w%d", id);
     w->cpu = -1;
-    if (app && (app->cfg.cpu_affinity || app->cfg.steer_connections)) {
-        /* All or none: a worker without a CPU of its own would get no connection by CPU,
-         * and with --cpu-affinity would share one with a pinned worker that cannot move
-         * away. */
+    if (app && app->cfg.steer_connections) {
+        /* All or none: a worker without a CPU of its own would get no connection by CPU. */
         int ncpu = allowed_cpus();
-        if (ncpu >= app->cfg.threads) {
+        if (ncpu >= app->cfg.threads)
             w->cpu = nth_allowed_cpu(id);
-            w->pinned = app->cfg.cpu_affinity && w->cpu >= 0;
-        } else if (id == 0) {
-            log_info("%d workers on %d CPUs: connections are not steered by CPU%s",
-                     app->cfg.threads, ncpu, app->cfg.cpu_affinity ? ", the workers not pinned" : "");
-        }
+        else if (id == 0)
+            log_info("%d workers on %d CPUs: connections are not steered by CPU",
+                     app->cfg.threads, ncpu);
     }
     pthread_mutex_init(&w->inbox_mu, NULL);
     if (inbox_open(w) != 0) {
@@ -187,14 +182,6 @@ static void *thread_main(void *p)
 
 void *worker_loop(worker_t *w)
 {
-    if (w->pinned) {
-        cpu_set_t set;
-        CPU_ZERO(&set);
-        CPU_SET(w->cpu, &set);
-        int rc = pthread_setaffinity_np(pthread_self(), sizeof set, &set);
-        if (rc != 0)
-            log_warn("worker %d: cannot pin to CPU %d: %s", w->id, w->cpu, strerror(rc));
-    }
     event_base_loop(w->base, 0);
     return NULL;
 }

@@ -47,10 +47,9 @@ typedef struct worker {
     void (*on_redis_up)(struct worker *w);
 
     /* The CPU this worker's connections are steered to (its listener's SO_INCOMING_CPU,
-     * steer.h; -1 = not steered) and whether its thread is pinned there (--cpu-affinity):
-     * set by worker_new, read by worker_loop and by http.c. */
+     * steer.h; -1 = not steered): set by worker_new, read by http.c. The thread is not
+     * pinned to it. */
     int cpu;
-    int pinned;
 
     /* cross-thread inbox (worker_post); private to worker.c */
     pthread_mutex_t inbox_mu;
@@ -71,7 +70,7 @@ typedef void (*worker_fn)(worker_t *w, void *arg);
  * freed worker. */
 void worker_post(worker_t *w, worker_fn fn, void *arg);
 
-/* The worker thread's body: pins the thread to w->cpu (if w->pinned) and runs the loop until
+/* The worker thread's body: runs the loop until
  * event_base_loopexit/loopbreak. Returns NULL (a pthread body's result). */
 void *worker_loop(worker_t *w);
 

@@ -2,11 +2,8 @@
 connection handed to the worker of the CPU that processed its handshake (SO_INCOMING_CPU on
 the workers' SO_REUSEPORT listeners), and connections that all came from one CPU spread
 again by the workers themselves (steer.h: idle connections handed to the least loaded
-worker); the workers not pinned unless --cpu-affinity (off by default), which also pins
-worker i's thread to its CPU. With fewer CPUs than workers no worker is steered or pinned;
-with --steer-connections false the kernel spreads connections by hash. docs/bench.md,
-"Workers' kernel and scheduling cost", "Connections steered by CPU, balanced" and
-"Steered, not pinned".
+worker); the workers are not pinned. With fewer CPUs than workers no worker is steered;
+with --steer-connections false the kernel spreads connections by hash. docs/http.md.
 """
 
 import os
@@ -105,20 +102,33 @@ def _whole(pid):
     return re.search(r"Cpus_allowed_list:\s*(\S+)", status).group(1)
 
 
-def _steered_server(cpus, pinned=True, **settings):
-    """A server with --cpu-affinity (pinned) or the defaults (steered, not pinned), its
-    /metrics on a listener of its own: those connections are not the public ones steer.h
-    balances, so the test's own scrapes move nothing. Returns (server, a connection to its
-    /metrics)."""
+def _pin_workers(pid, cpus):
+    """The test pins worker i's thread to cpus[i] from outside (the service never pins its
+    workers): where a test needs the CPU a worker runs on to be fixed."""
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            comm = open("/proc/%d/task/%s/comm" % (pid, tid)).read().strip()
+        except OSError:
+            continue
+        if re.fullmatch(r"w\d+", comm):
+            os.sched_setaffinity(int(tid), {cpus[int(comm[1:])]})
+
+
+def _steered_server(cpus, pinned=False, **settings):
+    """A server on the defaults (steered, its workers not pinned), its /metrics on a
+    listener of its own: those connections are not the public ones steer.h balances, so
+    the test's own scrapes move nothing. pinned: the test pins worker i to cpus[i]. Returns
+    (server, a connection to its /metrics)."""
     mport = H.free_port()
     settings.update({"metrics_listen": "127.0.0.1:%d" % mport, "log_level": "debug"})
-    if pinned:
-        settings["cpu_affinity"] = 1
     r, srv = H.setup(settings=settings, threads=2)
     whole = _whole(srv.proc.pid)
-    eq(_worker_cpus(srv.proc.pid),
-       {"w0": str(cpus[0]), "w1": str(cpus[1])} if pinned else {"w0": whole, "w1": whole},
-       "the workers' CPUs (%s)" % ("pinned" if pinned else "not pinned"))
+    eq(_worker_cpus(srv.proc.pid), {"w0": whole, "w1": whole},
+       "the workers' CPUs (the service pins none)")
+    if pinned:
+        _pin_workers(srv.proc.pid, cpus)
+        eq(_worker_cpus(srv.proc.pid), {"w0": str(cpus[0]), "w1": str(cpus[1])},
+           "the workers' CPUs, pinned by the test")
     mh = H.Http(mport)
     # The harness's readiness probe has closed its connection; the server may not have
     # seen that yet. Only the scrape's own connection (worker 0's) may be left.
@@ -143,17 +153,6 @@ def _alternate(cpus, srv, mh, n=12):
     return conns, steered
 
 
-def test_cpu_affinity_pins_workers_and_steers_connections():
-    cpus = _two_cpus()
-    if not cpus:
-        return
-    srv, mh = _steered_server(cpus)
-    conns, steered = _alternate(cpus, srv, mh)
-    check(steered, "every connection on its CPU's worker")
-    _still_answers(conns)
-    H.finish(srv)
-
-
 def test_default_steers_connections_without_pinning():
     """The defaults: the workers keep the process's CPU set (the scheduler may move them),
     and each connection still goes to the worker of the CPU that processed its handshake
@@ -161,7 +160,7 @@ def test_default_steers_connections_without_pinning():
     cpus = _two_cpus()
     if not cpus:
         return
-    srv, mh = _steered_server(cpus, pinned=False)
+    srv, mh = _steered_server(cpus)
     conns, steered = _alternate(cpus, srv, mh)
     check(steered, "every connection on its CPU's worker, the workers not pinned")
     _still_answers(conns)
@@ -175,7 +174,7 @@ def test_steer_connections_false_leaves_it_to_the_hash():
     cpus = _two_cpus()
     if not cpus:
         return
-    srv, mh = _steered_server(cpus, pinned=False, steer_connections=0)
+    srv, mh = _steered_server(cpus, steer_connections=0)
     conns, steered = _alternate(cpus, srv, mh, n=16)
     check(not steered, "connections spread by hash, not by CPU")
     _still_answers(conns)
@@ -189,7 +188,7 @@ def test_connections_from_one_cpu_are_spread():
     cpus = _two_cpus()
     if not cpus:
         return
-    srv, mh = _steered_server(cpus, pinned=False)
+    srv, mh = _steered_server(cpus)
     counts = _Counts(mh)
     n = 16
     conns = _open_from(cpus[0], srv.port, n)
@@ -208,7 +207,7 @@ def test_split_connections_follow_their_cpu():
     """8 connections from CPU a are split by balancing (3 or 4 move to worker b); then 8
     from CPU b arrive at worker b, which gives those back, since their packets come from CPU
     a: in the end every connection sits on its own CPU's worker. Closing CPU a's eight
-    empties worker a and leaves worker b's count as it was. Pinned (--cpu-affinity): with
+    empties worker a and leaves worker b's count as it was. The test pins the workers: with
     the workers free to run anywhere a connection's incoming CPU also follows the worker
     (the client's delayed ACK of an answer is sent from the CPU that processed the answer,
     and an unpinned worker woken by CPU a's request often runs on CPU a), so which worker
@@ -216,7 +215,7 @@ def test_split_connections_follow_their_cpu():
     cpus = _two_cpus()
     if not cpus:
         return
-    srv, mh = _steered_server(cpus)
+    srv, mh = _steered_server(cpus, pinned=True)
     counts = _Counts(mh)
     a = _open_from(cpus[0], srv.port, 8)
     counts.wait(lambda d: min(d.values()) >= 3, "the first 8 split")
@@ -232,10 +231,14 @@ def test_split_connections_follow_their_cpu():
     H.finish(srv)
 
 
-def test_more_workers_than_cpus_are_not_pinned():
+def test_more_workers_than_cpus_are_not_steered():
+    """With more workers than CPUs no worker gets a CPU: the log says so, and every worker
+    keeps the process's CPU set."""
     n = len(_allowed()) + 1
-    r, srv = H.setup(settings={"cpu_affinity": 1}, threads=n)
+    r, srv = H.setup(threads=n)
     whole = _whole(srv.proc.pid)
     eq(_worker_cpus(srv.proc.pid), {"w%d" % i: whole for i in range(n)},
-       "the CPUs of %d workers on %d CPUs (none pinned)" % (n, n - 1))
+       "the CPUs of %d workers on %d CPUs" % (n, n - 1))
+    check("%d workers on %d CPUs: connections are not steered by CPU" % (n, n - 1)
+          in srv.stderr_text(), "the log says the connections are not steered")
     H.finish(srv)

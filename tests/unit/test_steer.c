@@ -1,4 +1,4 @@
-/* test_steer.c -- steer.h's rule: a pinned worker gives connections to the least loaded
+/* test_steer.c -- steer.h's rule: a steered worker gives connections to the least loaded
  * open worker only beyond its margin, half the difference; one client thread's burst
  * ends split nearly evenly; connections from every CPU stay where they are. */
 #include <setjmp.h>
