@@ -7,10 +7,12 @@
 #                   (tests/reliability.mk) each fuzz target for 20 s, unit tests and a
 #                   sale under TSan, a sale under valgrind
 #   make fuzz       run the libFuzzer targets (FUZZ_SECONDS=30 each; fuzz/fuzz.mk)
-#   make perf       the service beside redis-benchmark and nginx (perf/; docs/bench.md)
+#   make perf       the service beside redis-benchmark and nginx (perf/; docs/performance.md)
 #   make deb        the Debian package build/deb/seckill_VERSION_ARCH.deb (tools/mkdeb.sh)
 #
-# Dependencies are Debian packages; tools/deps.sh installs whatever is missing.
+# Dependencies are Debian packages, installed by tools/deps.sh: `sh tools/deps.sh` what
+# `make` and `make run` need, `sh tools/deps.sh test` what `make check` needs,
+# `sh tools/deps.sh perf` what `make perf` needs.
 
 SAN ?= 0
 ifeq ($(SAN),1)
@@ -119,7 +121,7 @@ check:
 
 unit-bins: $(UNIT_BINS)
 
-# The service beside redis-benchmark and nginx (perf/run.sh; docs/bench.md).
+# The service beside redis-benchmark and nginx (perf/run.sh; docs/performance.md).
 perf: $(BUILD)/seckill
 	sh perf/run.sh
 

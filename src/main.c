@@ -18,7 +18,7 @@
 #include "cmd/redis_tool.h"
 #include "server/server.h"
 
-#define SECKILL_VERSION "0.1.0"
+#define SECKILL_VERSION "0.2.0"
 
 static void usage(FILE *f)
 {

@@ -41,7 +41,7 @@ def test_deb_lintian_install_man():
     check(re.fullmatch(r"seckill_\d+\.\d+\.\d+_amd64\.deb", name), "package name %s", name)
 
     lint = shutil.which("lintian")
-    check(lint is not None, "lintian not installed (sh tools/deps.sh installs it)")
+    check(lint is not None, "lintian not installed (sh tools/deps.sh test installs it)")
     out = _run([lint, "--fail-on", "error,warning", deb], timeout=300)
     tags = [ln for ln in out.stdout.splitlines() if re.match(r"^[EW]: ", ln)]
     check(out.returncode == 0 and not tags, "lintian:\n%s%s", out.stdout, out.stderr)
