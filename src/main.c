@@ -79,7 +79,7 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "audit") == 0)
         return audit_main(argc - 1, argv + 1);
     if (strcmp(cmd, "lab") == 0)
-        return lab_main(argc - 1, argv + 1);
+        return lab_tool_main(argc - 1, argv + 1);
     if (strcmp(cmd, "tokens") == 0)
         return tokens_main(argc - 1, argv + 1);
     if (strcmp(cmd, "redis") == 0)

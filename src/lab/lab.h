@@ -3,12 +3,12 @@
  *
  * A plug-in. The lab adds its steps as rows of the table of order modes
  * (sale/order_mode.h) with lab_register -- the one call main.c makes -- and the service
- * knows the table, not the lab: no file outside src/lab/ but main.c includes a lab header.
+ * knows the table, not the lab: in src/, only src/lab/ and main.c include a lab header.
  * Each row gives the step's order handler (api_order.c calls it), the job-pool size, and
  * start/stop (server.c runs them). Everything a step needs is here: its Redis script
  * (lab_mq.lua, embedded like the service's: Makefile EMBED), its SQL (lab_store.c, run
- * through store_exec), and its table lab_voucher_order, which is created when a lab mode
- * starts (lab_store_ensure), never in a production database's schema.
+ * through store_exec), and its table lab_voucher_order, which a SQL step's start creates
+ * (lab_store_ensure), never the service's schema.
  *
  * SQL steps (lab_sql.c), each as the hm-dianping course writes it, on the job pool:
  *   naive          read the voucher, check stock, `stock = stock - 1`, insert

@@ -267,7 +267,8 @@ int lab_mq_start(struct app *app, char *err, size_t errlen)
     struct lab_mq *mq = xcalloc(1, sizeof *mq);
     mq->app = app;
     if (pthread_create(&mq->thread, NULL, mq_main, mq) != 0) {
-        snprintf(err, errlen, "%s: cannot start the consumer thread", order_mode_name(app->cfg.mode));
+        snprintf(err, errlen, "%s: cannot start the consumer thread",
+                 order_mode_name(app->cfg.mode));
         free(mq);
         return -1;
     }

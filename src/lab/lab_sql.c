@@ -171,7 +171,8 @@ static int run_unlocked(store_t *s, lab_job_t *j, int guard)
  * may share a mutex, which only makes them wait for each other. */
 static int run_local_lock(store_t *s, lab_job_t *j)
 {
-    pthread_mutex_t *m = &((lab_sql_t *)j->app->mode_state)->stripes[(uint64_t)j->o.user_id % LOCAL_STRIPES];
+    lab_sql_t *L = j->app->mode_state;
+    pthread_mutex_t *m = &L->stripes[(uint64_t)j->o.user_id % LOCAL_STRIPES];
     pthread_mutex_lock(m);
     int code = create_voucher_order(s, j);
     lab_pause(j->app, LAB_P_UNLOCK);

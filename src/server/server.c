@@ -483,7 +483,8 @@ int server_run(const config_t *cfg)
     }
     /* A mode whose orders block a pool thread each says how many it needs (order_mode.h). */
     const order_mode_row_t *mode = order_mode_row(cfg->mode);
-    app->jobs = jobs_new(mode->job_threads > 0 ? mode->job_threads : JOB_THREADS, app->db_url, cfg->sql_timeout_ms, JOB_QUEUE_MAX, err, sizeof err);
+    app->jobs = jobs_new(mode->job_threads > 0 ? mode->job_threads : JOB_THREADS, app->db_url,
+                         cfg->sql_timeout_ms, JOB_QUEUE_MAX, err, sizeof err);
     if (!app->jobs)
         goto out;
     app->writer = writer_start(app, err, sizeof err);

@@ -116,7 +116,6 @@ enum {
     ST_BUCKETS_INSERT,
     ST_BUCKETS_GET,
     ST_COUNTS_LAB,
-    ST_HAS_LAB,
     ST_LAB_VOUCHER_ORDERS,
     ST__COUNT
 };
@@ -178,8 +177,6 @@ static const char *const stmt_sql[ST__COUNT] = {
     [ST_COUNTS_LAB] = "SELECT (SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ?) + "
                       "(SELECT COUNT(*) FROM lab_voucher_order WHERE voucher_id = ?), "
                       "(SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?)",
-    [ST_HAS_LAB] = "SELECT COUNT(*) FROM information_schema.tables "
-                   "WHERE table_schema = DATABASE() AND table_name = 'lab_voucher_order'",
     [ST_LAB_VOUCHER_ORDERS] = "SELECT id, user_id, voucher_id, status, create_time "
                               "FROM lab_voucher_order WHERE voucher_id = ? AND id > ? "
                               "ORDER BY id LIMIT ?",
@@ -1754,25 +1751,17 @@ static int my_orders_of_user(store_t *s, int64_t user_id, size_t max, store_orde
     RETRYING(m, 1, do_orders_of_user(m, user_id, max, out, n));
 }
 
+static int do_exec(my_t *m, const char *sql, const store_arg_t *args, int nargs, int64_t *out);
+
 /* *lab = 1 if the database has lab_voucher_order (the lab made it: store.h). */
 static int has_lab(my_t *m, int *lab)
 {
-    *lab = 0;
-    MYSQL_STMT *st = stmt(m, ST_HAS_LAB);
-    if (!st)
-        return STORE_ERR;
-    MYSQL_BIND res[1];
-    ri64_t n;
-    r_i64(&res[0], &n);
-    if (run(m, st, NULL, "lab table") != STORE_OK ||
-        bind_result(m, st, res, "lab table") != STORE_OK)
-        return STORE_ERR;
-    int f = fetch(m, st, "lab table");
-    finish(m, st);
-    if (f == STORE_ERR)
-        return STORE_ERR;
-    *lab = f == 1 && !n.null && n.v > 0;
-    return STORE_OK;
+    int64_t n = 0;
+    int rc = do_exec(m, "SELECT COUNT(*) FROM information_schema.tables WHERE "
+                        "table_schema = DATABASE() AND table_name = 'lab_voucher_order'",
+                     NULL, 0, &n);
+    *lab = n > 0;
+    return rc;
 }
 
 static int do_voucher_orders(my_t *m, int64_t voucher_id, int64_t after_id, size_t max,
