@@ -109,7 +109,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_str(cfg.code_command, sizeof(cfg.code_command), "code_command");
         check_str(cfg.trusted_proxy, sizeof(cfg.trusted_proxy), "trusted_proxy");
         if (cfg.listen_port < 1 || cfg.listen_port > 65535 || cfg.threads < 1 ||
-            cfg.threads > 256 || (unsigned)cfg.mode >= MODE__COUNT || cfg.log_level < 0 ||
+            cfg.threads > 256 || (unsigned)cfg.mode >= MODE__SERVICE || cfg.log_level < 0 ||
             cfg.log_level > 3 || cfg.max_header_bytes < 1024 || cfg.max_body_bytes < 1024 ||
             cfg.redis_timeout_ms < 10 || cfg.max_conns < 0 || cfg.writer_batch < 1 ||
             cfg.code_command_timeout_ms < 100) {

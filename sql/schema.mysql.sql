@@ -100,25 +100,9 @@ CREATE TABLE IF NOT EXISTS tb_seckill_epoch (
     PRIMARY KEY (voucher_id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_general_ci;
 
--- Version 3: the lab's order table (docs/lab.md). The course's tb_voucher_order as the
--- course has it -- no UNIQUE (user_id, voucher_id) -- so the course's steps that let a
--- user buy twice (local-lock on two instances, setnx with an expired lease) show it as a
--- second row. Only the lab modes (src/lab/lab_sql.c) write here; store_voucher_counts and
--- store_voucher_orders read both tables, so the audit counts every order.
-CREATE TABLE IF NOT EXISTS lab_voucher_order (
-    id          BIGINT           NOT NULL,
-    user_id     BIGINT UNSIGNED  NOT NULL,
-    voucher_id  BIGINT UNSIGNED  NOT NULL,
-    pay_type    TINYINT UNSIGNED NOT NULL DEFAULT 1,
-    status      TINYINT UNSIGNED NOT NULL DEFAULT 1,
-    create_time DATETIME         NOT NULL DEFAULT CURRENT_TIMESTAMP,
-    pay_time    DATETIME         NULL DEFAULT NULL,
-    use_time    DATETIME         NULL DEFAULT NULL,
-    refund_time DATETIME         NULL DEFAULT NULL,
-    update_time DATETIME         NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
-    PRIMARY KEY (id),
-    KEY idx_lab_order_voucher_user (voucher_id, user_id)
-) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_general_ci;
+-- Version 3: nothing here. It was the lab's order table, lab_voucher_order, which the lab
+-- makes itself when a lab mode starts (src/lab/lab_store.c): a database the lab never
+-- ran in does not have it, and one that has it keeps it.
 
 -- Version 4: a flash-sale voucher's stock buckets (docs/redis-cluster.md, "Stock
 -- buckets"), so a rebuild of Redis from SQL brings every bucket back. A side table, not a

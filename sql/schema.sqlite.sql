@@ -78,24 +78,9 @@ INSERT INTO sqlite_sequence (name, seq)
 INSERT INTO sqlite_sequence (name, seq)
     SELECT 'tb_voucher', 9 WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'tb_voucher');
 
--- Version 2: the lab's order table (docs/lab.md). The course's tb_voucher_order as the
--- course has it -- no UNIQUE (user_id, voucher_id) -- so the course's steps that let a
--- user buy twice (local-lock on two instances, setnx with an expired lease) show it as a
--- second row. Only the lab modes (src/lab/lab_sql.c) write here; store_voucher_counts and
--- store_voucher_orders read both tables, so the audit counts every order.
-CREATE TABLE IF NOT EXISTS lab_voucher_order (
-    id          INTEGER PRIMARY KEY,
-    user_id     INTEGER NOT NULL,
-    voucher_id  INTEGER NOT NULL,
-    pay_type    INTEGER NOT NULL DEFAULT 1,
-    status      INTEGER NOT NULL DEFAULT 1,
-    create_time TEXT    NOT NULL DEFAULT (datetime('now', 'localtime')),
-    pay_time    TEXT,
-    use_time    TEXT,
-    refund_time TEXT,
-    update_time TEXT    NOT NULL DEFAULT (datetime('now', 'localtime'))
-);
-CREATE INDEX IF NOT EXISTS idx_lab_order_voucher_user ON lab_voucher_order (voucher_id, user_id);
+-- Version 2: nothing here. It was the lab's order table, lab_voucher_order, which the lab
+-- makes itself when a lab mode starts (src/lab/lab_store.c): a database the lab never
+-- ran in does not have it, and one that has it keeps it.
 
 -- Version 3. Not the course's: the Redis generation of each flash-sale voucher (src/rebuild/rebuild.c). A
 -- rebuild of a voucher's Redis keys from SQL raises it; the order writer writes an order

@@ -1,8 +1,9 @@
 /* api_order.c -- POST /voucher-order/seckill/{id} (the hot path), GET /voucher-order/{id},
  * GET /voucher-order/of/me.
  *
- * The flash sale is: logged-in user (router) -> admission_try -> reply from a stack
- * buffer. No SQL, no JSON library, no allocation here.
+ * The flash sale is: logged-in user (router) -> the order mode's order (order_mode.h;
+ * stream mode: admission_try) -> reply from a stack buffer. No SQL, no JSON library, no
+ * allocation here.
  *
  * Order lookups are orders.h's (SQL merged with the admitted orders still in the vouchers'
  * buyer hashes in Redis); this file checks the login and the per-user lookup limit and
@@ -16,12 +17,11 @@
 #include "api/api.h"
 #include "core/app.h"
 #include "auth/auth.h"
-#include "lab/lab.h"
 #include "server/metrics.h"
 #include "api/orders.h"
+#include "sale/order_mode.h"
 #include "sale/ratelimit.h"
 #include "core/sb.h"
-#include "sale/sync_order.h"
 #include "server/worker.h"
 
 /* ------------------------------------------------------------ the flash sale */
@@ -98,12 +98,7 @@ void api_order_seckill(http_req_t *r, int64_t voucher_id, const auth_user_t *u)
         api_rate_limited(r, ip_ok ? RL_USER_SECKILL : RL_IP_SECKILL);
         return;
     }
-    if (r->w->app->cfg.mode == MODE_SYNC)
-        sync_order_try(r, voucher_id, u->id, on_admitted);
-    else if (lab_mode_is_sql(r->w->app->cfg.mode))
-        lab_sql_try(r, voucher_id, u->id, on_admitted);
-    else
-        admission_try(r, voucher_id, u->id, on_admitted);
+    order_mode_row(r->w->app->cfg.mode)->order(r, voucher_id, u->id, on_admitted);
 }
 
 /* ------------------------------------------------------------ order lookups */

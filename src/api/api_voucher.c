@@ -281,7 +281,7 @@ void api_voucher_create(http_req_t *r, int seckill)
              * accepted and mean nothing (docs/redis-cluster.md, "Stock buckets"). */
             char msg[200];
             snprintf(msg, sizeof msg, "stockBuckets above 1 needs --mode stream; this server "
-                     "runs --mode %s", config_mode_name(mode));
+                     "runs --mode %s", r->w->app->cfg.mode_name);
             api_error(r, 400, msg, "BAD_REQUEST");
             failed = 1;
         }

@@ -16,8 +16,6 @@ struct metrics;
 struct redis_child;
 struct ordq;
 struct rlock_client;
-struct lab_sql;
-struct lab_mq;
 struct rl_shared;
 struct clientip_set;
 struct tok_signer;
@@ -40,8 +38,8 @@ typedef struct app {
     struct rlock_client *locks;     /* the lab's reentrant step: lock client of one Redis (rlock.h),
                                        owned by lockmap */
     struct lkm *lockmap;            /* sync mode: locks on one Redis or a cluster (lockmap.h) */
-    struct lab_sql *lab;            /* the lab's SQL steps only (lab_sql.c) */
-    struct lab_mq *lab_mq;          /* the lab's list / pubsub consumer only (lab_mq.c) */
+    void *mode_state;               /* the order mode's own, made by its row's start and
+                                       freed by its stop (sale/order_mode.h); else NULL */
     struct connlimit *connlimit;    /* connections per client address, or NULL (connlimit.h) */
     struct metrics *metrics;        /* process-wide counters (metrics.h) */
     struct redis_child *child;      /* embedded redis-server, or NULL */

@@ -19,7 +19,7 @@
 #include "core/log.h"
 #include "core/url.h"
 
-typedef enum { T_STR, T_INT, T_SIZE, T_LISTEN, T_MODE, T_LEVEL, T_BOOL, T_RATE, T_ADDR } ctype_t;
+typedef enum { T_STR, T_INT, T_SIZE, T_LISTEN, T_LEVEL, T_BOOL, T_RATE, T_ADDR } ctype_t;
 
 typedef struct setting {
     const char *name;      /* flag without "--", file key */
@@ -48,9 +48,9 @@ static const setting_t settings[] = {
       "sqlite:PATH (default sqlite:<data-dir>/seckill.db)"),
     S("data-dir", "SECKILL_DATA_DIR", T_STR, data_dir, "./var", 0, 0,
       "directory for the SQLite file and the private redis-server's data"),
-    S("mode", "SECKILL_MODE", T_MODE, mode, "stream", 0, 0,
+    S("mode", "SECKILL_MODE", T_STR, mode_name, "stream", 0, 0,
       "order mode: stream (Redis Stream, durable), queue (in-process, loses orders on a crash) or sync (SQL under a per-user lock); "
-      "the lab's course steps: naive, cas-stock-eq, cas-stock-gt0, local-lock, setnx, setnx-owner, lua-unlock, reentrant, list, pubsub (docs/lab.md)"),
+      "or a row a plug-in adds to the table of order modes (sale/order_mode.h): the lab's course steps (docs/lab.md)"),
     S("admin-token", "SECKILL_ADMIN_TOKEN", T_STR, admin_token, "", 0, 0,
       "token for x-admin-token (voucher creation); generated on the embedded default"),
     S("name", "SECKILL_NAME", T_STR, name, "", 0, 0,
@@ -151,10 +151,6 @@ static const setting_t settings[] = {
 };
 #define NSETTINGS (sizeof(settings) / sizeof(settings[0]))
 
-static const char *mode_names[MODE__COUNT] = {
-    "stream", "queue", "sync", "naive", "cas-stock-eq", "cas-stock-gt0", "local-lock", "setnx",
-    "setnx-owner", "lua-unlock", "reentrant", "list", "pubsub"};
-
 int config_split_hostport(const char *v, char *host, size_t hostsz, int *port)
 {
     const char *colon = strrchr(v, ':');
@@ -175,11 +171,6 @@ int config_split_hostport(const char *v, char *host, size_t hostsz, int *port)
     }
     *port = (int)x;
     return 0;
-}
-
-const char *config_mode_name(order_mode_t m)
-{
-    return (unsigned)m < MODE__COUNT ? mode_names[m] : "?";
 }
 
 static const setting_t *find_setting(const char *name, size_t n)
@@ -287,16 +278,6 @@ static int apply(config_t *cfg, const setting_t *s, const char *v, const char *f
         snprintf(field, s->size, "%s", v);
         return 0;
     }
-    case T_MODE:
-        for (int i = 0; i < MODE__COUNT; i++)
-            if (strcmp(v, mode_names[i]) == 0) {
-                cfg->mode = (order_mode_t)i;
-                return 0;
-            }
-        snprintf(err, errlen, "%s: mode must be stream, queue, sync or a lab step (naive, "
-                 "cas-stock-eq, cas-stock-gt0, local-lock, setnx, setnx-owner, lua-unlock, "
-                 "reentrant, list, pubsub), not \"%s\"", from, v);
-        return -1;
     case T_RATE:
         if (parse_rate(v, (config_rate_t *)field) < 0) {
             snprintf(err, errlen, "%s: %s must be N[/s|/m|/h][:BURST] (e.g. 20/s:40, 1/m:3, 0 = off), "

@@ -9,14 +9,11 @@
 
 #include <stddef.h>
 
-/* stream, queue and sync are the service's modes; the rest are the course's steps, run
- * by the lab (src/lab/lab.h, docs/lab.md) to show how each one breaks. */
-typedef enum {
-    MODE_STREAM = 0, MODE_QUEUE, MODE_SYNC,
-    MODE_NAIVE, MODE_CAS_EQ, MODE_CAS_GT0, MODE_LOCAL_LOCK, MODE_SETNX, MODE_SETNX_OWNER,
-    MODE_LUA_UNLOCK, MODE_REENTRANT, MODE_LIST, MODE_PUBSUB,
-    MODE__COUNT
-} order_mode_t;
+/* An order mode: a row of the table of order modes (sale/order_mode.h), which `--mode NAME`
+ * picks. The service's own modes are its first rows, with these ids; a plug-in's rows
+ * (the lab's) come after them. */
+typedef int order_mode_t;
+enum { MODE_STREAM = 0, MODE_QUEUE, MODE_SYNC, MODE__SERVICE };
 
 /* Lab delay injection points (--lab-pause POINT:MS; lab.h says where each one is). */
 enum { LAB_P_CHECK_WRITE = 0, LAB_P_GET_DEL, LAB_P_UNLOCK, LAB_P_POP_WRITE, LAB_P_SUBSCRIBE,
@@ -38,7 +35,9 @@ typedef struct config {
     char redis_url[512];        /* redis://[:pass@]host:port[/db] or unix:PATH; "" = embedded */
     char db_url[1024];          /* sqlite:PATH; default sqlite:<data_dir>/seckill.db */
     char data_dir[512];         /* default ./var */
-    order_mode_t mode;          /* default stream */
+    char mode_name[32];         /* --mode as given, default "stream" */
+    order_mode_t mode;          /* its row: set by order_mode_pick (sale/order_mode.h) after
+                                   config_load, which leaves MODE_STREAM */
     char admin_token[128];      /* "" = none configured (generated on the embedded default) */
     char name[128];             /* instance/consumer name; "" = host:pid (or "local" embedded) */
     char config_file[512];
@@ -109,8 +108,6 @@ int config_read_secrets(config_t *cfg, char *err, size_t errlen);
 
 /* Prints the settings table (flag, env, default, help) to stdout. */
 void config_usage(const char *subcommand);
-
-const char *config_mode_name(order_mode_t m);
 
 /* Splits "HOST:PORT" ("[::1]:8081" gives ::1) into host (hostsz bytes) and port 1..65535.
  * Returns 0, or -1 if v is not of that form. */

@@ -1,6 +1,15 @@
 /* lab.h -- the course's flash-sale steps as order modes, so each one's failure can be run
  * and measured (`seckill lab`, docs/lab.md). Not for production: they are here to break.
  *
+ * A plug-in. The lab adds its steps as rows of the table of order modes
+ * (sale/order_mode.h) with lab_register -- the one call main.c makes -- and the service
+ * knows the table, not the lab: in src/, only src/lab/ and main.c include a lab header.
+ * Each row gives the step's order handler (api_order.c calls it), the job-pool size, and
+ * start/stop (server.c runs them). Everything a step needs is here: its Redis script
+ * (lab_mq.lua, embedded like the service's: Makefile EMBED), its SQL (lab_store.c, run
+ * through store_exec), and its table lab_voucher_order, which a SQL step's start creates
+ * (lab_store_ensure), never the service's schema.
+ *
  * SQL steps (lab_sql.c), each as the hm-dianping course writes it, on the job pool:
  *   naive          read the voucher, check stock, `stock = stock - 1`, insert
  *   cas-stock-eq   ... `WHERE stock = <the stock read>` (optimistic lock, version style)
@@ -10,9 +19,15 @@
  *   setnx-owner    value = process UUID + thread; unlock = GET, compare, DEL
  *   lua-unlock     unlock = one script: compare and DEL atomically
  *   reentrant      rlock (the Redisson model: hash + owner, watchdog lease)
- * Transports (lab_mq.c), after the same admission script as stream mode:
+ * Orders of the SQL steps go to lab_voucher_order, the course's order table without our
+ * UNIQUE key: what a step lets through shows in the audit as oversold stock or a second
+ * order (the store's audit reads count that table too when it exists).
+ *
+ * Transports (lab_mq.c): lab_mq.lua admits the order as admit.lua does for one buyer
+ * (window, stock, one per user) and hands it to
  *   list           LPUSH by the script, BRPOP by a consumer thread: no ack
  *   pubsub         PUBLISH by the script, SUBSCRIBE by a consumer thread: no storage
+ * and the consumer writes it to tb_voucher_order like the order writer.
  *
  * Delay injection (--lab-pause POINT:MS[,POINT:MS]) makes each race happen on demand:
  *   check-write    SQL steps: between the checks and the stock update
@@ -22,29 +37,43 @@
  *   pop-write      list, pubsub: between taking a message and writing it to SQL
  *   subscribe      pubsub: the consumer subscribes this long after start
  * --lab-lease-ms sets the setnx locks' lease, so a pause can outlast it. Both are
- * refused outside the lab modes (lab_config_check, called by main.c after config_load). */
+ * refused outside the lab modes (lab_config_check, the plug-in's check that
+ * order_mode_pick runs on every configuration). */
 #ifndef SECKILL_LAB_H
 #define SECKILL_LAB_H
 
 #include <stddef.h>
 #include <stdint.h>
-#include "sale/admission.h"
 #include "core/config.h"
+#include "sale/admission.h"
+#include "store/store.h"
 
 struct app;
 struct http_req;
 
-int lab_mode_is_lab(order_mode_t m);    /* any of the modes above */
-int lab_mode_is_sql(order_mode_t m);    /* naive .. reentrant */
-int lab_mode_is_mq(order_mode_t m);     /* list, pubsub */
+/* The steps, in the table's order. */
+typedef enum {
+    LAB_NAIVE = 0, LAB_CAS_EQ, LAB_CAS_GT0, LAB_LOCAL_LOCK, LAB_SETNX, LAB_SETNX_OWNER,
+    LAB_LUA_UNLOCK, LAB_REENTRANT, LAB_LIST, LAB_PUBSUB, LAB__COUNT
+} lab_step_t;
+
+/* Adds the steps to the table of order modes (order_mode_plugin). Once, before the
+ * configuration is read (main.c). 0, or -1 if the table is full. */
+int lab_register(void);
+
+/* The step a mode is, or -1 when it is not the lab's. */
+int lab_step(order_mode_t m);
+int lab_step_is_sql(int step);   /* naive .. reentrant */
+int lab_step_is_mq(int step);    /* list, pubsub */
 
 /* Parses spec ("" = none) into ms[LAB_P__COUNT] and checks that every point exists in
  * mode. 0, or -1 with a reason in err. */
 int lab_pause_parse(const char *spec, order_mode_t mode, int ms[LAB_P__COUNT], char *err,
                     size_t errlen);
 const char *lab_point_name(int point);
-/* After config_load (main.c): parses cfg->lab_pause into cfg->lab_pause_ms and refuses the
- * lab flags outside the lab modes. 0, or -1 with a reason in err. */
+/* The plug-in's check (order_mode_pick runs it after config_load, whatever the mode):
+ * parses cfg->lab_pause into cfg->lab_pause_ms and refuses the lab flags outside the lab
+ * modes. 0, or -1 with a reason in err. */
 int lab_config_check(config_t *cfg, char *err, size_t errlen);
 /* Sleeps for the configured pause at point (a no-op when none). Blocking: call it from
  * a job-pool or consumer thread, never from an event loop. */
@@ -54,14 +83,31 @@ void lab_pause(const struct app *app, int point);
  * blocking run (pauses included), like a servlet thread. */
 #define LAB_JOB_THREADS 32
 
-/* SQL steps. init/free around the job pool's life; try has admission_try's contract. */
-int lab_sql_init(struct app *app, char *err, size_t errlen);
-void lab_sql_free(struct app *app);
-void lab_sql_try(struct http_req *r, int64_t voucher_id, int64_t user_id, admission_cb cb);
+/* SQL steps (lab_sql.c): the rows' start/stop around the job pool's life; order has
+ * admission_try's contract. */
+int lab_sql_start(struct app *app, char *err, size_t errlen);
+void lab_sql_stop(struct app *app);
+void lab_sql_order(struct http_req *r, int64_t voucher_id, int64_t user_id, admission_cb cb);
 
-/* Transports: the consumer thread. stop joins it (NULL-safe). */
-struct lab_mq;
-struct lab_mq *lab_mq_start(struct app *app, char *err, size_t errlen);
-void lab_mq_stop(struct lab_mq *mq);
+/* Transports (lab_mq.c): start runs the consumer thread, stop joins it; order admits on
+ * the worker's loop with lab_mq.lua. */
+int lab_mq_start(struct app *app, char *err, size_t errlen);
+void lab_mq_stop(struct app *app);
+void lab_mq_order(struct http_req *r, int64_t voucher_id, int64_t user_id, admission_cb cb);
+
+/* The lab's SQL (lab_store.c), one autocommit statement each, the way the course's
+ * MyBatis-Plus calls run: no transaction holds what a check read until its write, which
+ * is exactly the race the lab shows. STORE_* codes, the reason in store_errmsg. */
+enum { LAB_TAKE_ANY = 0,          /* stock = stock - 1 (naive) */
+       LAB_TAKE_IF_EQ = 1,        /* ... WHERE stock = old (cas-stock-eq) */
+       LAB_TAKE_IF_POSITIVE = 2   /* ... WHERE stock > 0 (everything after) */
+};
+/* Creates lab_voucher_order and its index if missing (a database that has them is fine). */
+int lab_store_ensure(store_t *s);
+/* Takes one stock with the guard; *taken = 1 if a row changed. */
+int lab_store_take_stock(store_t *s, int64_t voucher_id, int guard, int64_t old, int *taken);
+/* The course's count(): orders of this user for this voucher in lab_voucher_order. */
+int lab_store_user_orders(store_t *s, int64_t user_id, int64_t voucher_id, int64_t *n);
+int lab_store_insert(store_t *s, const store_order_t *o);
 
 #endif

@@ -1,7 +1,9 @@
 /* lab_mq.c -- the course's first two Redis message queues as order transports (lab.h):
- * `list` (admit.lua LPUSHes the order, this thread BRPOPs it) and `pubsub` (admit.lua
- * PUBLISHes it, this thread is the subscriber). Both write each order with the stream
- * writer's idempotent store_orders_write, one order per call.
+ * `list` (lab_mq.lua LPUSHes the order, a consumer thread BRPOPs it) and `pubsub`
+ * (lab_mq.lua PUBLISHes it, the consumer thread is the subscriber). The admission runs on
+ * the worker's loop, one EVAL per request (the lab is not the hot path: no verdict cache,
+ * no batching); the consumer writes each order with the stream writer's idempotent
+ * store_orders_write, one order per call.
  *
  * What the course says goes wrong, and what this code therefore does not hide:
  *   list    BRPOP removes the message before it is written: a consumer that dies in
@@ -10,8 +12,8 @@
  *           returns 0); --lab-pause subscribe:MS starts the subscriber MS after the
  *           first order was published, to show it.
  *
- * Ownership: one thread owns its Redis connection and its store connection; the main
- * thread only sets `stop` and joins. */
+ * Ownership: the consumer thread owns its Redis connection and its store connection; the
+ * main thread only sets `stop` and joins (lab_mq_stop). The state is app->mode_state. */
 #include "lab/lab.h"
 
 #include <errno.h>
@@ -25,12 +27,18 @@
 
 #include <hiredis/hiredis.h>
 
+#include "embedded.h"
 #include "core/app.h"
+#include "http/http.h"
 #include "redis/rconn.h"
 #include "core/clock.h"
 #include "core/key.h"
 #include "core/log.h"
+#include "sale/order_mode.h"
+#include "sale/orderid.h"
+#include "redis/rds.h"
 #include "store/store.h"
+#include "server/worker.h"
 #include "core/xmem.h"
 
 #define POLL_MS 200
@@ -92,10 +100,10 @@ static void write_order(struct lab_mq *mq, const store_order_t *o)
         }
         if (atomic_load(&mq->stop)) {
             log_error("%s: stopping with order %lld unwritten: it is LOST (%s)",
-                      config_mode_name(app->cfg.mode), (long long)o->id, err);
+                      order_mode_name(app->cfg.mode), (long long)o->id, err);
             return;
         }
-        log_warn("%s: order %lld not written (%s); retrying", config_mode_name(app->cfg.mode),
+        log_warn("%s: order %lld not written (%s); retrying", order_mode_name(app->cfg.mode),
                  (long long)o->id, err);
         sleep_ms(RETRY_MS);
     }
@@ -106,7 +114,7 @@ static void handle_payload(struct lab_mq *mq, const redisReply *p)
     store_order_t o;
     if (!p || p->type != REDIS_REPLY_STRING || parse_order(p->str, p->len, &o) < 0) {
         log_error("%s: a message that is not an order was dropped",
-                  config_mode_name(mq->app->cfg.mode));
+                  order_mode_name(mq->app->cfg.mode));
         return;
     }
     write_order(mq, &o);
@@ -208,10 +216,10 @@ static int connect_mq(struct lab_mq *mq)
     /* BRPOP blocks for a second: the socket deadline is the command's plus that. */
     mq->c = rconn_open_url(app->redis_url, app->cfg.redis_timeout_ms + 1000, err, sizeof err);
     if (!mq->c) {
-        log_warn("%s: redis: %s", config_mode_name(app->cfg.mode), err);
+        log_warn("%s: redis: %s", order_mode_name(app->cfg.mode), err);
         return -1;
     }
-    if (app->cfg.mode == MODE_PUBSUB) {
+    if (lab_step(app->cfg.mode) == LAB_PUBSUB) {
         const char *argv[] = {"SUBSCRIBE", KEY_LAB_CHANNEL};
         redisReply *r = rconn_cmd(mq->c, err, sizeof err, 2, argv, NULL);
         if (!r) {
@@ -229,8 +237,9 @@ static void *mq_main(void *arg)
 {
     struct lab_mq *mq = arg;
     app_t *app = mq->app;
-    log_set_thread_name(app->cfg.mode == MODE_LIST ? "list" : "pubsub");
-    if (app->cfg.mode == MODE_PUBSUB && app->cfg.lab_pause_ms[LAB_P_SUBSCRIBE] > 0) {
+    int step = lab_step(app->cfg.mode);
+    log_set_thread_name(step == LAB_LIST ? "list" : "pubsub");
+    if (step == LAB_PUBSUB && app->cfg.lab_pause_ms[LAB_P_SUBSCRIBE] > 0) {
         /* The course's "no subscriber": everything published until then is dropped. */
         wait_first_publish(mq);
         uint64_t until = clock_mono_ms() + (uint64_t)app->cfg.lab_pause_ms[LAB_P_SUBSCRIBE];
@@ -242,7 +251,7 @@ static void *mq_main(void *arg)
             sleep_ms(RETRY_MS);
             continue;
         }
-        if (app->cfg.mode == MODE_LIST)
+        if (step == LAB_LIST)
             list_step(mq);
         else
             pubsub_step(mq);
@@ -253,23 +262,79 @@ static void *mq_main(void *arg)
     return NULL;
 }
 
-struct lab_mq *lab_mq_start(struct app *app, char *err, size_t errlen)
+int lab_mq_start(struct app *app, char *err, size_t errlen)
 {
     struct lab_mq *mq = xcalloc(1, sizeof *mq);
     mq->app = app;
     if (pthread_create(&mq->thread, NULL, mq_main, mq) != 0) {
-        snprintf(err, errlen, "%s: cannot start the consumer thread", config_mode_name(app->cfg.mode));
+        snprintf(err, errlen, "%s: cannot start the consumer thread",
+                 order_mode_name(app->cfg.mode));
         free(mq);
-        return NULL;
+        return -1;
     }
-    return mq;
+    app->mode_state = mq;
+    log_warn("%s mode: the course's message queue without acks, run to show how it loses "
+             "orders (docs/lab.md)", order_mode_name(app->cfg.mode));
+    return 0;
 }
 
-void lab_mq_stop(struct lab_mq *mq)
+void lab_mq_stop(struct app *app)
 {
+    struct lab_mq *mq = app->mode_state;
     if (!mq)
         return;
     atomic_store(&mq->stop, 1);
     pthread_join(mq->thread, NULL);
     free(mq);
+    app->mode_state = NULL;
+}
+
+/* ------------------------------------------------------------ admission */
+
+/* One request waiting for lab_mq.lua. */
+typedef struct mq_req {
+    http_req_t *r;
+    admission_cb cb;
+    admission_order_t order;
+} mq_req_t;
+
+static void on_admit(struct redisReply *rep, void *priv)
+{
+    mq_req_t *q = priv;
+    int code = rep && rep->type == REDIS_REPLY_INTEGER && rep->integer >= ADMIT_OK &&
+                       rep->integer <= ADMIT_NO_VOUCHER
+                   ? (int)rep->integer
+                   : ADMIT_UNAVAILABLE;
+    if (rep && rep->type == REDIS_REPLY_ERROR)
+        log_error("lab: lab_mq.lua: %.*s", (int)(rep->len > 200 ? 200 : rep->len), rep->str);
+    mq_req_t done = *q;
+    free(q);
+    done.cb(done.r, code, code == ADMIT_OK ? &done.order : NULL);
+}
+
+void lab_mq_order(struct http_req *r, int64_t voucher_id, int64_t user_id, admission_cb cb)
+{
+    worker_t *w = r->w;
+    int list = lab_step(w->app->cfg.mode) == LAB_LIST;
+    char kv[64], kb[64], vid[SB_DEC_MAX], uid[SB_DEC_MAX];
+    int lv = key_voucher(kv, sizeof kv, voucher_id);
+    int lb = key_buyers(kb, sizeof kb, voucher_id);
+    if (lv < 0 || lb < 0) {
+        cb(r, ADMIT_UNAVAILABLE, NULL);
+        return;
+    }
+    mq_req_t *q = xmalloc(sizeof *q);
+    q->r = r;
+    q->cb = cb;
+    admission_order_set(&q->order, orderid_next((int64_t)(http_wall_ms(r) / 1000u)));
+    const char *tr = list ? "list" : "pubsub";
+    const char *k3 = list ? KEY_LAB_LIST : KEY_LAB_CHANNEL;
+    const char *argv[] = {"EVAL", script_lab_mq_lua, "3", kv, kb, k3, vid, tr, uid,
+                          q->order.dec};
+    size_t lens[] = {4, strlen(script_lab_mq_lua), 1, (size_t)lv, (size_t)lb, strlen(k3),
+                     (size_t)sb_dec(vid, voucher_id), strlen(tr), (size_t)sb_dec(uid, user_id),
+                     (size_t)q->order.len};
+    /* EVAL, not EVALSHA: Redis caches the script by its hash; the worker's client keeps
+     * the service's scripts only. On Redis down on_admit runs before this returns. */
+    rds_command_at(w->rds, kv, (size_t)lv, on_admit, q, 10, argv, lens);
 }

@@ -7,13 +7,13 @@
  * from a small pool here. The pool has LAB_JOB_THREADS threads in these modes, standing
  * in for the servlet container's, so requests overlap the way the course's do.
  *
- * The store calls are one autocommit statement each (store.h, "lab additions"), and
- * orders go to lab_voucher_order, the course's order table without our UNIQUE key: what
- * a step lets through shows up in the audit as oversold stock or a second order.
+ * The SQL calls are one autocommit statement each (lab_store.c), and orders go to
+ * lab_voucher_order, the course's order table without our UNIQUE key: what a step lets
+ * through shows up in the audit as oversold stock or a second order.
  *
- * Ownership: the lab_sql state (app->lab) is made by lab_sql_init before the workers
- * start and freed by lab_sql_free after the pool has stopped; its Redis connections are
- * taken and returned under its mutex. */
+ * Ownership: the lab_sql state (app->mode_state) is made by lab_sql_start before the
+ * workers start and freed by lab_sql_stop after the pool has stopped; its Redis
+ * connections are taken and returned under its mutex. */
 #include "lab/lab.h"
 
 #include <pthread.h>
@@ -30,7 +30,7 @@
 #include "core/key.h"
 #include "core/log.h"
 #include "rlock.h"
-#include "store/store.h"
+#include "sale/order_mode.h"
 #include "sale/sync_order.h"
 #include "server/worker.h"
 #include "core/xmem.h"
@@ -60,7 +60,7 @@ typedef sync_order_job_t lab_job_t;
 
 static redisContext *redis_take(app_t *app)
 {
-    lab_sql_t *L = app->lab;
+    lab_sql_t *L = app->mode_state;
     redisContext *c = NULL;
     pthread_mutex_lock(&L->mu);
     if (L->nidle > 0)
@@ -78,7 +78,7 @@ static redisContext *redis_take(app_t *app)
 /* A connection that failed is closed, not pooled: its state is unknown. */
 static void redis_give(app_t *app, redisContext *c, int ok)
 {
-    lab_sql_t *L = app->lab;
+    lab_sql_t *L = app->mode_state;
     if (!c)
         return;
     if (ok) {
@@ -125,13 +125,13 @@ static int check_voucher(store_t *s, lab_job_t *j, int64_t *stock)
 static int take_and_save(store_t *s, lab_job_t *j, int guard, int64_t old)
 {
     int taken = 0;
-    if (store_lab_take_stock(s, j->o.voucher_id, guard, old, &taken) != STORE_OK) {
+    if (lab_store_take_stock(s, j->o.voucher_id, guard, old, &taken) != STORE_OK) {
         log_warn("lab: take stock: %s", store_errmsg(s));
         return ADMIT_UNAVAILABLE;
     }
     if (!taken)
         return ADMIT_SOLD_OUT;
-    if (store_lab_insert(s, &j->o) != STORE_OK) {
+    if (lab_store_insert(s, &j->o) != STORE_OK) {
         /* The stock is gone and the order is not: the course's code has no transaction
          * across the two either. Logged so a run can tell. */
         log_error("lab: order %lld of user %lld not saved after taking stock: %s",
@@ -145,14 +145,14 @@ static int take_and_save(store_t *s, lab_job_t *j, int guard, int64_t old)
 static int create_voucher_order(store_t *s, lab_job_t *j)
 {
     int64_t n = 0;
-    if (store_lab_user_orders(s, j->o.user_id, j->o.voucher_id, &n) != STORE_OK) {
+    if (lab_store_user_orders(s, j->o.user_id, j->o.voucher_id, &n) != STORE_OK) {
         log_warn("lab: count: %s", store_errmsg(s));
         return ADMIT_UNAVAILABLE;
     }
     if (n > 0)
         return ADMIT_DUPLICATE;
     lab_pause(j->app, LAB_P_CHECK_WRITE);
-    return take_and_save(s, j, STORE_LAB_TAKE_IF_POSITIVE, 0);
+    return take_and_save(s, j, LAB_TAKE_IF_POSITIVE, 0);
 }
 
 /* naive, cas-stock-eq, cas-stock-gt0: no lock, no one-per-user check. */
@@ -171,7 +171,8 @@ static int run_unlocked(store_t *s, lab_job_t *j, int guard)
  * may share a mutex, which only makes them wait for each other. */
 static int run_local_lock(store_t *s, lab_job_t *j)
 {
-    pthread_mutex_t *m = &j->app->lab->stripes[(uint64_t)j->o.user_id % LOCAL_STRIPES];
+    lab_sql_t *L = j->app->mode_state;
+    pthread_mutex_t *m = &L->stripes[(uint64_t)j->o.user_id % LOCAL_STRIPES];
     pthread_mutex_lock(m);
     int code = create_voucher_order(s, j);
     lab_pause(j->app, LAB_P_UNLOCK);
@@ -183,11 +184,12 @@ static int run_local_lock(store_t *s, lab_job_t *j)
 static int run_simple_redis_lock(store_t *s, lab_job_t *j)
 {
     app_t *app = j->app;
-    order_mode_t mode = app->cfg.mode;
+    lab_sql_t *L = app->mode_state;
+    int step = lab_step(app->cfg.mode);
     char key[64], val[80], err[256];
     snprintf(key, sizeof key, "%s%lld", KEY_LAB_LOCK_PREFIX, (long long)j->o.user_id);
     /* Version one stores the thread id; two and three prefix it with the process UUID. */
-    snprintf(val, sizeof val, "%s%ld", mode == MODE_SETNX ? "" : app->lab->id_prefix,
+    snprintf(val, sizeof val, "%s%ld", step == LAB_SETNX ? "" : L->id_prefix,
              (long)gettid());
     redisContext *c = redis_take(app);
     if (!c)
@@ -211,10 +213,10 @@ static int run_simple_redis_lock(store_t *s, lab_job_t *j)
     lab_pause(app, LAB_P_UNLOCK);
     int ok = 1;
     err[0] = '\0';
-    if (mode == MODE_SETNX) {
+    if (step == LAB_SETNX) {
         const char *del[] = {"DEL", key};
         rep = rconn_cmd(c, err, sizeof err, 2, del, NULL);
-    } else if (mode == MODE_SETNX_OWNER) {
+    } else if (step == LAB_SETNX_OWNER) {
         const char *get[] = {"GET", key};
         rep = rconn_cmd(c, err, sizeof err, 2, get, NULL);
         int mine = rep && rep->type == REDIS_REPLY_STRING && strcmp(rep->str, val) == 0;
@@ -280,9 +282,9 @@ static int run_locked(store_t *s, lab_job_t *j)
     int code = check_voucher(s, j, &stock);   /* outside the lock, as in the course */
     if (code != -2)
         return code;
-    switch (j->app->cfg.mode) {
-    case MODE_LOCAL_LOCK: return run_local_lock(s, j);
-    case MODE_REENTRANT: return run_reentrant(s, j);
+    switch (lab_step(j->app->cfg.mode)) {
+    case LAB_LOCAL_LOCK: return run_local_lock(s, j);
+    case LAB_REENTRANT: return run_reentrant(s, j);
     default: return run_simple_redis_lock(s, j);
     }
 }
@@ -291,31 +293,30 @@ static int run_locked(store_t *s, lab_job_t *j)
 
 static int lab_run(store_t *s, lab_job_t *j)
 {
-    switch (j->app->cfg.mode) {
-    case MODE_NAIVE: return run_unlocked(s, j, STORE_LAB_TAKE_ANY);
-    case MODE_CAS_EQ: return run_unlocked(s, j, STORE_LAB_TAKE_IF_EQ);
-    case MODE_CAS_GT0: return run_unlocked(s, j, STORE_LAB_TAKE_IF_POSITIVE);
+    switch (lab_step(j->app->cfg.mode)) {
+    case LAB_NAIVE: return run_unlocked(s, j, LAB_TAKE_ANY);
+    case LAB_CAS_EQ: return run_unlocked(s, j, LAB_TAKE_IF_EQ);
+    case LAB_CAS_GT0: return run_unlocked(s, j, LAB_TAKE_IF_POSITIVE);
     default: return run_locked(s, j);
     }
 }
 
-void lab_sql_try(struct http_req *r, int64_t voucher_id, int64_t user_id, admission_cb cb)
+void lab_sql_order(struct http_req *r, int64_t voucher_id, int64_t user_id, admission_cb cb)
 {
     sync_order_submit(r, voucher_id, user_id, cb, lab_run);
 }
 
 /* ------------------------------------------------------------ lifetime */
 
-int lab_sql_init(struct app *app, char *err, size_t errlen)
+int lab_sql_start(struct app *app, char *err, size_t errlen)
 {
-    /* The backend must have the lab's table and statements (SQLite). */
+    /* The lab's order table, made here: production databases never have it. */
     store_t *s = store_open(app->db_url, app->cfg.sql_timeout_ms, err, errlen);
     if (!s)
         return -1;
-    int64_t n;
-    int rc = store_lab_user_orders(s, 0, 0, &n);
+    int rc = lab_store_ensure(s);
     if (rc != STORE_OK)
-        snprintf(err, errlen, "%s mode: %s", config_mode_name(app->cfg.mode), store_errmsg(s));
+        snprintf(err, errlen, "%s mode: %s", order_mode_name(app->cfg.mode), store_errmsg(s));
     store_close(s);
     if (rc != STORE_OK)
         return -1;
@@ -330,16 +331,18 @@ int lab_sql_init(struct app *app, char *err, size_t errlen)
         snprintf(L->id_prefix + 2 * i, 3, "%02x", u[i]);
     L->id_prefix[32] = '-';
     L->id_prefix[33] = '\0';
-    app->lab = L;
+    app->mode_state = L;
     /* reentrant uses sync mode's lock client; server.c frees it with sync_order_free. */
-    if (app->cfg.mode == MODE_REENTRANT && sync_order_init(app, err, errlen) < 0)
+    if (lab_step(app->cfg.mode) == LAB_REENTRANT && sync_order_init(app, err, errlen) < 0)
         return -1;
+    log_warn("%s mode: the course's step, run to show how it fails (docs/lab.md); "
+             "orders go to lab_voucher_order", order_mode_name(app->cfg.mode));
     return 0;
 }
 
-void lab_sql_free(struct app *app)
+void lab_sql_stop(struct app *app)
 {
-    lab_sql_t *L = app->lab;
+    lab_sql_t *L = app->mode_state;
     if (!L)
         return;
     for (int i = 0; i < L->nidle; i++)
@@ -348,5 +351,5 @@ void lab_sql_free(struct app *app)
         pthread_mutex_destroy(&L->stripes[i]);
     pthread_mutex_destroy(&L->mu);
     free(L);
-    app->lab = NULL;
+    app->mode_state = NULL;
 }

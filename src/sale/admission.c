@@ -6,8 +6,8 @@
  * the admissions that arrive while it is out wait in the voucher's lane and go together
  * in the next call (up to BATCH_MAX). Unloaded, every admission goes at once (a batch of
  * one); loaded, Redis pays its per-call cost once per batch instead of once per buyer.
- * Queue mode, the lab's list/pubsub transports and --redis-wait-replicas send every
- * admission alone (a batch of one, no lane).
+ * Queue mode and --redis-wait-replicas send every admission alone (a batch of one, no
+ * lane).
  *
  * Stock buckets (buckets.h): the voucher's K is learned once per worker (bk_learn) before
  * its first admission; each admission goes to the buyer's home bucket (lanes are per
@@ -454,8 +454,8 @@ static void on_batch(struct redisReply *rep, void *priv)
     }
 }
 
-/* Sends b as one admit.lua call (src/sale/admit.lua: KEYS voucher, buyers, stream or the
- * lab's list/channel; ARGV voucherId, transport, then userId, orderId per admission).
+/* Sends b as one admit.lua call (src/sale/admit.lua: KEYS voucher, buyers, stream; ARGV
+ * voucherId, transport, then userId, orderId per admission).
  * The transport is the items' (a lane holds stream-mode admissions only). Returns -1,
  * having sent nothing, when a key does not fit. */
 static int batch_call(batch_t *b, int64_t voucher_id)
@@ -471,17 +471,10 @@ static int batch_call(batch_t *b, int64_t voucher_id)
     if (bk_keys(voucher_id, c0->bucket, c0->rt.salt[c0->bucket], kv, kb, ks, &lv, &lb, &ls) < 0) {
         return -1;
     }
-    order_mode_t mode = w->app->cfg.mode;
-    const char *tr = b->item[0]->q != NULL ? "queue" : mode == MODE_LIST ? "list"
-                     : mode == MODE_PUBSUB ? "pubsub" : "stream";
-    const char *k3 = ks;
-    if (mode == MODE_LIST || mode == MODE_PUBSUB) {
-        k3 = mode == MODE_LIST ? KEY_LAB_LIST : KEY_LAB_CHANNEL;
-        ls = (int)strlen(k3);
-    }
+    const char *tr = b->item[0]->q != NULL ? "queue" : "stream";
     argv[0] = kv; lens[0] = (size_t)lv;
     argv[1] = kb; lens[1] = (size_t)lb;
-    argv[2] = k3; lens[2] = (size_t)ls;
+    argv[2] = ks; lens[2] = (size_t)ls;
     int nk = 3;
     int na = nk;
     argv[na] = vid; lens[na++] = (size_t)sb_dec(vid, voucher_id);

@@ -1,5 +1,4 @@
-/* admission.h -- the flash-sale decision for one request (stream, queue and the lab's
- * list/pubsub modes).
+/* admission.h -- the flash-sale decision for one request (stream and queue modes).
  *
  * Runs src/sale/admit.lua (EVALSHA) with a fresh order id, alone or together with other
  * admissions of the same voucher waiting on this worker (admission.c). Before asking Redis it

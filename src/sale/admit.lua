@@ -5,14 +5,12 @@
 -- KEYS[1] seckill:voucher:{id}  hash stock, begin, end (epoch seconds), ep (Redis generation)
 -- KEYS[2] seckill:order:{id}    hash userId -> orderId (one order per user; order lookups
 --                               read it for orders not yet in SQL: src/api/orders.h)
--- KEYS[3] seckill:stream:{id}   the voucher's order stream (consumer group g1); in the lab's
---                               transports the list / the channel instead (src/lab/lab_mq.c)
+-- KEYS[3] seckill:stream:{id}   the voucher's order stream (consumer group g1)
 -- ARGV[1] voucherId
 -- ARGV[2] transport: 'stream' = XADD to KEYS[3] ONE entry per call carrying every order it
 --         admitted, os = "ts ep orderId userId [orderId userId ...]" (the format and its
 --         readers: src/sale/sentry.h); 'queue' = nothing (queue mode: the server
---         keeps the order in its own memory; see src/sale/ordq.h for what that costs);
---         'list' / 'pubsub' = LPUSH to / PUBLISH on KEYS[3] "orderId userId voucherId ts"
+--         keeps the order in its own memory; see src/sale/ordq.h for what that costs)
 -- ARGV[3], ARGV[4] userId, orderId of the first buyer; then the next buyer's, and so on.
 --
 -- Returns one code per buyer, in ARGV order: 0 admitted, 1 sold out, 2 already bought,
@@ -29,7 +27,7 @@
 -- the writer refuses entries of the replaced state. ts is TIME's second, the clock the
 -- window was judged by.
 local mode = ARGV[2]
-if (mode ~= 'stream' and mode ~= 'queue' and mode ~= 'list' and mode ~= 'pubsub') or
+if (mode ~= 'stream' and mode ~= 'queue') or
    #ARGV < 4 or #ARGV % 2 ~= 0 or #KEYS ~= 3 then
   -- before any write: a caller of another argument layout must not take stock
   return redis.error_reply('ERR admit.lua: bad arguments (KEYS voucher buyers stream, ' ..
@@ -51,15 +49,15 @@ if code then
   for i = 1, n do out[i] = code end
   return out
 end
-local vid, ep = ARGV[1], v[4] or '0'
+local ep = v[4] or '0'
 if stock <= 0 then
   for i = 1, n do out[i] = 1 end
   return out
 end
 -- Who bought already: one HMGET for the call (false = not yet), and the admitted ones
 -- recorded with one HSET at the end; seen catches a buyer twice in the same call, as a
--- second HSETNX would have. A call of one buyer (an unloaded server, the lab's
--- transports) does both with one HSETNX instead.
+-- second HSETNX would have. A call of one buyer (an unloaded server, queue mode) does
+-- both with one HSETNX instead.
 local uids = {}
 for i = 1, n do uids[i] = ARGV[2 * i + 1] end
 local had, recorded
@@ -86,9 +84,6 @@ for i = 1, n do
     set[2 * taken - 1], set[2 * taken] = uid, oid
     if mode == 'stream' then
       entry[2 * taken + 1], entry[2 * taken + 2] = oid, uid
-    elseif mode == 'list' or mode == 'pubsub' then
-      local msg = oid .. ' ' .. uid .. ' ' .. vid .. ' ' .. now
-      if mode == 'list' then redis.call('LPUSH', KEYS[3], msg) else redis.call('PUBLISH', KEYS[3], msg) end
     end
     out[i] = 0
   end

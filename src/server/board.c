@@ -38,7 +38,7 @@ void board_snapshot(worker_t *w, sb_t *out)
                      app->cfg.listen_host, app->cfg.listen_port);
     sb_json_str(out, listen, n > 0 && (size_t)n < sizeof listen ? (size_t)n : 0);
     sb_printf(out, ",\"pid\":%d,\"mode\":\"%s\",\"ts\":%llu,\"seckill\":{",
-              (int)getpid(), config_mode_name(app->cfg.mode),
+              (int)getpid(), app->cfg.mode_name,
               (unsigned long long)clock_wall_ms());
     for (int o = 0; o < OUT__COUNT; o++) {
         sb_printf(out, "%s\"%s\":%llu", o ? "," : "", metrics_outcome_name((outcome_t)o),

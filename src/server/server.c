@@ -35,9 +35,9 @@
 #include "http/http.h"
 #include "server/jobs.h"
 #include "core/key.h"
-#include "lab/lab.h"
 #include "core/log.h"
 #include "server/metrics.h"
+#include "sale/order_mode.h"
 #include "sale/orderid.h"
 #include "sale/ordq.h"
 #include "sale/ratelimit.h"
@@ -332,7 +332,7 @@ static void print_ready(const app_t *app, int embedded)
     char url[300];
     snprintf(url, sizeof url, strchr(h, ':') ? "http://[%s]:%d" : "http://%s:%d", h, p);
     log_info("ready: %s (mode %s, %d worker threads, instance %s, slot %u)", url,
-             config_mode_name(app->cfg.mode), app->nworkers, app->name, app->instance_slot);
+             app->cfg.mode_name, app->nworkers, app->name, app->instance_slot);
     /* The how-to goes to stdout, for the person who just typed the command. */
     printf("\nseckill is serving %s\n", url);
     if (embedded)
@@ -481,9 +481,10 @@ int server_run(const config_t *cfg)
         snprintf(err, sizeof err, "out of memory (rate-limit tables)");
         goto out;
     }
-    /* The lab's SQL steps block a pool thread per request, as the course's servlet
-     * threads do: they get as many threads as their requests should overlap. */
-    app->jobs = jobs_new(lab_mode_is_sql(cfg->mode) ? LAB_JOB_THREADS : JOB_THREADS, app->db_url, cfg->sql_timeout_ms, JOB_QUEUE_MAX, err, sizeof err);
+    /* A mode whose orders block a pool thread each says how many it needs (order_mode.h). */
+    const order_mode_row_t *mode = order_mode_row(cfg->mode);
+    app->jobs = jobs_new(mode->job_threads > 0 ? mode->job_threads : JOB_THREADS, app->db_url,
+                         cfg->sql_timeout_ms, JOB_QUEUE_MAX, err, sizeof err);
     if (!app->jobs)
         goto out;
     app->writer = writer_start(app, err, sizeof err);
@@ -501,19 +502,8 @@ int server_run(const config_t *cfg)
             goto out;
         log_info("sync mode: every order is one SQL transaction under a per-user lock");
     }
-    if (lab_mode_is_sql(cfg->mode)) {
-        if (lab_sql_init(app, err, sizeof err) < 0)
-            goto out;
-        log_warn("%s mode: the course's step, run to show how it fails (docs/lab.md); "
-                 "orders go to lab_voucher_order", config_mode_name(cfg->mode));
-    }
-    if (lab_mode_is_mq(cfg->mode)) {
-        app->lab_mq = lab_mq_start(app, err, sizeof err);
-        if (!app->lab_mq)
-            goto out;
-        log_warn("%s mode: the course's message queue without acks, run to show how it loses "
-                 "orders (docs/lab.md)", config_mode_name(cfg->mode));
-    }
+    if (mode->start && mode->start(app, err, sizeof err) < 0)
+        goto out;
     if (cfg->mode == MODE_QUEUE) {
         /* The stream writer still runs: it drains any stream entries left from an
          * earlier run in stream mode. New orders go through the in-process queue. */
@@ -579,9 +569,9 @@ out:
     rebuild_watch_stop(app->rebuild);
     writer_stop(app->writer);
     jobs_free(app->jobs);
-    lab_mq_stop(app->lab_mq);
     sync_order_free(app);   /* after the pool: its jobs hold the locks */
-    lab_sql_free(app);      /* after the pool too: its jobs use its connections */
+    if (order_mode_row(cfg->mode)->stop)
+        order_mode_row(cfg->mode)->stop(app);   /* after the pool too: its jobs use its state */
     for (int i = 0; i < app->nworkers; i++)
         free_worker(app->workers[i]);
     free(app->workers);

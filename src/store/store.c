@@ -246,40 +246,20 @@ int store_voucher_orders(store_t *s, int64_t voucher_id, int64_t after_id, size_
     return s->ops->voucher_orders(s, voucher_id, after_id, max, out, n);
 }
 
-/* ==== the course's steps (lab modes) ==== */
-
-#define LAB_ENTER(s, op)                                                                 \
-    do {                                                                                 \
-        STORE_ENTER(s);                                                                  \
-        if (!(s)->ops->op)                                                               \
-            return store__fail((s), "%s: the lab modes are not supported by this backend", \
-                               (s)->ops->scheme);                                        \
-    } while (0)
-
-int store_lab_take_stock(store_t *s, int64_t voucher_id, int guard, int64_t old, int *taken)
+int store_exec(store_t *s, const char *sql, const store_arg_t *args, int nargs, int retry,
+               int64_t *out)
 {
-    LAB_ENTER(s, lab_take_stock);
-    if (!taken || guard < STORE_LAB_TAKE_ANY || guard > STORE_LAB_TAKE_IF_POSITIVE)
-        return store__fail(s, "store_lab_take_stock: bad arguments");
-    return s->ops->lab_take_stock(s, voucher_id, guard, old, taken);
+    int64_t dummy;
+    STORE_ENTER(s);
+    if (!sql || nargs < 0 || (nargs > 0 && !args) || nargs > STORE_EXEC_ARGS)
+        return store__fail(s, "store_exec: bad arguments");
+    return s->ops->exec(s, sql, args, nargs, retry, out ? out : &dummy);
 }
 
-int store_lab_user_orders(store_t *s, int64_t user_id, int64_t voucher_id, int64_t *n)
+const char *store_scheme(const store_t *s)
 {
-    LAB_ENTER(s, lab_user_orders);
-    if (!n)
-        return store__fail(s, "store_lab_user_orders: bad arguments");
-    return s->ops->lab_user_orders(s, user_id, voucher_id, n);
+    return s && s->ops ? s->ops->scheme : "";
 }
-
-int store_lab_insert(store_t *s, const store_order_t *o)
-{
-    LAB_ENTER(s, lab_insert);
-    if (!o)
-        return store__fail(s, "store_lab_insert: bad arguments");
-    return s->ops->lab_insert(s, o);
-}
-
 
 int store_redis_epoch(store_t *s, int64_t voucher_id, int bump, int64_t *epoch)
 {

@@ -101,7 +101,10 @@ int store_order_get(store_t *s, int64_t id, store_order_t *out);
 /* A user's orders, newest first, at most max. *out malloc'ed (free()). */
 int store_orders_of_user(store_t *s, int64_t user_id, size_t max, store_order_t **out, size_t *n);
 
-/* For audit and tests: count of orders of a voucher and its SQL stock. */
+/* For audit and tests: count of orders of a voucher and its SQL stock. The orders of a
+ * voucher (here and in store_voucher_orders) are tb_voucher_order's and, in a database
+ * where the lab has run (src/lab/lab.h), lab_voucher_order's, so the audit counts every
+ * order a lab step let through. */
 int store_voucher_counts(store_t *s, int64_t voucher_id, int64_t *orders, int64_t *stock);
 
 /* The `sync` order mode (the course's database-only flash sale): in ONE transaction,
@@ -138,21 +141,21 @@ int store_voucher_buckets(store_t *s, int64_t voucher_id, int *buckets);
 int store_voucher_orders(store_t *s, int64_t voucher_id, int64_t after_id, size_t max,
                          store_order_t **out, size_t *n);
 
-/* ==== the course's steps for the lab modes (lab.h, docs/lab.md) ====
- * Each call is ONE autocommit statement, as the course's MyBatis-Plus calls are under
- * MySQL's default isolation: nothing the course's checks read stays locked until its
- * write, which is exactly the race the lab shows (one SQLite transaction around the
- * whole order would serialise it away). Orders go to lab_voucher_order, the course's
- * order table without the UNIQUE(user, voucher) key. Both backends implement them
- * (store_sqlite.c, store_mysql.c); a backend without them answers "not supported". */
-enum { STORE_LAB_TAKE_ANY = 0,          /* stock = stock - 1 (naive) */
-       STORE_LAB_TAKE_IF_EQ = 1,        /* ... WHERE stock = old (cas-stock-eq) */
-       STORE_LAB_TAKE_IF_POSITIVE = 2   /* ... WHERE stock > 0 (everything after) */
-};
-/* *taken = 1 if the row changed. */
-int store_lab_take_stock(store_t *s, int64_t voucher_id, int guard, int64_t old, int *taken);
-/* The course's count(): orders of this user for this voucher in lab_voucher_order. */
-int store_lab_user_orders(store_t *s, int64_t user_id, int64_t voucher_id, int64_t *n);
-int store_lab_insert(store_t *s, const store_order_t *o);
+/* ==== one statement of a caller's own SQL (the lab's: src/lab/lab_store.c) ====
+ * Runs sql -- one statement, "?" placeholders -- on its own, autocommit (no transaction
+ * around it), binding args in order: an integer as it is, a time (epoch seconds) the way
+ * this backend writes its own times. Prepared per call. *out (may be NULL) receives the
+ * first column of the first row of a statement that returns rows (0 when none), else
+ * the number of rows it changed. retry = 1 for a statement that may run twice (a read):
+ * a connection lost before the answer is reconnected and the statement sent again. The
+ * SQL is the backend's dialect: store_scheme says which. */
+typedef struct store_arg {
+    int64_t v;
+    int is_time;                /* v is epoch seconds for a datetime column */
+} store_arg_t;
+int store_exec(store_t *s, const char *sql, const store_arg_t *args, int nargs, int retry,
+               int64_t *out);
+/* The backend's URL scheme ("sqlite", "mysql", "mariadb"). */
+const char *store_scheme(const store_t *s);
 
 #endif

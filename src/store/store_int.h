@@ -14,6 +14,7 @@
 #include "store/store.h"
 
 #define STORE_ERRLEN 512
+#define STORE_EXEC_ARGS 8              /* store_exec: arguments at most */
 
 struct store_ops;
 
@@ -47,10 +48,9 @@ typedef struct store_ops {
     /* optional, NULL = "not supported by this backend" */
     int (*voucher_orders)(store_t *s, int64_t voucher_id, int64_t after_id, size_t max,
                           store_order_t **out, size_t *n);
-    /* the course's steps for the lab modes (store.h): optional, NULL = "not supported" */
-    int (*lab_take_stock)(store_t *s, int64_t voucher_id, int guard, int64_t old, int *taken);
-    int (*lab_user_orders)(store_t *s, int64_t user_id, int64_t voucher_id, int64_t *n);
-    int (*lab_insert)(store_t *s, const store_order_t *o);
+    /* store_exec: nargs <= STORE_EXEC_ARGS, out != NULL */
+    int (*exec)(store_t *s, const char *sql, const store_arg_t *args, int nargs, int retry,
+                int64_t *out);
     int (*redis_epoch)(store_t *s, int64_t voucher_id, int bump, int64_t *epoch);
     int (*voucher_buckets)(store_t *s, int64_t voucher_id, int *buckets);
 } store_ops_t;

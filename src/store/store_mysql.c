@@ -115,11 +115,7 @@ enum {
     ST_EPOCH_BUMP,
     ST_BUCKETS_INSERT,
     ST_BUCKETS_GET,
-    ST_LAB_TAKE_ANY,             /* the lab's guards: STORE_LAB_TAKE_* order */
-    ST_LAB_TAKE_IF_EQ,
-    ST_LAB_TAKE_IF_POSITIVE,
-    ST_LAB_USER_ORDERS,
-    ST_LAB_INSERT,
+    ST_COUNTS_LAB,
     ST_LAB_VOUCHER_ORDERS,
     ST__COUNT
 };
@@ -157,10 +153,8 @@ static const char *const stmt_sql[ST__COUNT] = {
     [ST_ORDER_GET] = ORDER_COLS "WHERE id = ?",
     [ST_ORDERS_OF_USER] = ORDER_COLS "WHERE user_id = ? ORDER BY create_time DESC, id DESC "
                                      "LIMIT ?",
-    /* one statement, so the count and the stock are from one moment (READ COMMITTED);
-     * both order tables: the lab's course steps write lab_voucher_order (schema file) */
-    [ST_COUNTS] = "SELECT (SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ?) + "
-                  "(SELECT COUNT(*) FROM lab_voucher_order WHERE voucher_id = ?), "
+    /* one statement, so the count and the stock are from one moment (READ COMMITTED) */
+    [ST_COUNTS] = "SELECT (SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ?), "
                   "(SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?)",
     [ST_SYNC_VOUCHER] = "SELECT stock, begin_time, end_time FROM tb_seckill_voucher "
                         "WHERE voucher_id = ?",
@@ -179,16 +173,10 @@ static const char *const stmt_sql[ST__COUNT] = {
     [ST_BUCKETS_GET] = "SELECT buckets FROM tb_seckill_buckets WHERE voucher_id = ?",
     [ST_EPOCH_BUMP] = "INSERT INTO tb_seckill_epoch (voucher_id, epoch) VALUES (?, 1) "
                       "ON DUPLICATE KEY UPDATE epoch = epoch + 1",
-    /* The lab's course steps: one autocommit statement each (store.h). */
-    [ST_LAB_TAKE_ANY] = "UPDATE tb_seckill_voucher SET stock = stock - 1 WHERE voucher_id = ?",
-    [ST_LAB_TAKE_IF_EQ] = "UPDATE tb_seckill_voucher SET stock = stock - 1 "
-                          "WHERE voucher_id = ? AND stock = ?",
-    [ST_LAB_TAKE_IF_POSITIVE] = "UPDATE tb_seckill_voucher SET stock = stock - 1 "
-                                "WHERE voucher_id = ? AND stock > 0",
-    [ST_LAB_USER_ORDERS] = "SELECT COUNT(*) FROM lab_voucher_order "
-                           "WHERE voucher_id = ? AND user_id = ?",
-    [ST_LAB_INSERT] = "INSERT INTO lab_voucher_order (id, user_id, voucher_id, create_time, "
-                      "update_time) VALUES (?, ?, ?, ?, ?)",
+    /* A database the lab has run in: its course steps' orders count too (store.h). */
+    [ST_COUNTS_LAB] = "SELECT (SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ?) + "
+                      "(SELECT COUNT(*) FROM lab_voucher_order WHERE voucher_id = ?), "
+                      "(SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?)",
     [ST_LAB_VOUCHER_ORDERS] = "SELECT id, user_id, voucher_id, status, create_time "
                               "FROM lab_voucher_order WHERE voucher_id = ? AND id > ? "
                               "ORDER BY id LIMIT ?",
@@ -1763,6 +1751,19 @@ static int my_orders_of_user(store_t *s, int64_t user_id, size_t max, store_orde
     RETRYING(m, 1, do_orders_of_user(m, user_id, max, out, n));
 }
 
+static int do_exec(my_t *m, const char *sql, const store_arg_t *args, int nargs, int64_t *out);
+
+/* *lab = 1 if the database has lab_voucher_order (the lab made it: store.h). */
+static int has_lab(my_t *m, int *lab)
+{
+    int64_t n = 0;
+    int rc = do_exec(m, "SELECT COUNT(*) FROM information_schema.tables WHERE "
+                        "table_schema = DATABASE() AND table_name = 'lab_voucher_order'",
+                     NULL, 0, &n);
+    *lab = n > 0;
+    return rc;
+}
+
 static int do_voucher_orders(my_t *m, int64_t voucher_id, int64_t after_id, size_t max,
                              store_order_t **out, size_t *n)
 {
@@ -1773,12 +1774,15 @@ static int do_voucher_orders(my_t *m, int64_t voucher_id, int64_t after_id, size
     b_i64(&par[2], &lim);
     store_order_t *a = NULL, *b = NULL;
     size_t na = 0, nb = 0;
+    int lab;
+    if (has_lab(m, &lab) != STORE_OK)
+        return STORE_ERR;
     /* Both order tables, each an index range scan, merged here: the first max ids of the
      * union are among the first max of each (a UNION ALL under ORDER BY ... LIMIT would
      * read every remaining row of the voucher for each page). */
     if (order_rows(m, ST_VOUCHER_ORDERS, par, max, &a, &na, "voucher orders") != STORE_OK)
         return STORE_ERR;
-    if (order_rows(m, ST_LAB_VOUCHER_ORDERS, par, max, &b, &nb, "voucher orders (lab)") !=
+    if (lab && order_rows(m, ST_LAB_VOUCHER_ORDERS, par, max, &b, &nb, "voucher orders (lab)") !=
         STORE_OK) {
         free(a);
         return STORE_ERR;
@@ -1815,7 +1819,10 @@ static int do_voucher_counts(my_t *m, int64_t voucher_id, int64_t *orders, int64
 {
     *orders = 0;
     *stock = 0;
-    MYSQL_STMT *st = stmt(m, ST_COUNTS);
+    int lab;
+    if (has_lab(m, &lab) != STORE_OK)
+        return STORE_ERR;
+    MYSQL_STMT *st = stmt(m, lab ? ST_COUNTS_LAB : ST_COUNTS);   /* params: the same id */
     if (!st)
         return STORE_ERR;
     MYSQL_BIND par[3], res[2];
@@ -1991,82 +1998,48 @@ static int my_order_sync(store_t *s, const store_order_t *o, int *result)
     RETRYING(m, 2, do_order_sync(m, o, result));
 }
 
-/* ---------------------------------------------------------------- the lab's steps */
+/* ---------------------------------------------------------------- store_exec */
 
-/* One autocommit statement each, the way the course's MyBatis-Plus calls run (store.h):
- * no transaction holds what a check read until its write. */
-
-static int do_lab_take_stock(my_t *m, int64_t voucher_id, int guard, int64_t old, int *taken)
+/* One statement of the caller's, prepared for this call and closed after (store.h). */
+static int do_exec(my_t *m, const char *sql, const store_arg_t *args, int nargs, int64_t *out)
 {
-    *taken = 0;
-    MYSQL_STMT *st = stmt(m, ST_LAB_TAKE_ANY + guard);
-    if (!st)
+    *out = 0;
+    MYSQL_BIND par[STORE_EXEC_ARGS], res[1];
+    MYSQL_TIME t[STORE_EXEC_ARGS];
+    for (int i = 0; i < nargs; i++) {
+        if (args[i].is_time) {
+            mtime_of(m, args[i].v, &t[i]);
+            b_time(&par[i], &t[i]);
+        } else {
+            b_i64(&par[i], &args[i].v);
+        }
+    }
+    MYSQL_STMT *st = NULL;
+    if (!prepare(m, &st, sql))
         return STORE_ERR;
-    MYSQL_BIND par[2];
-    b_i64(&par[0], &voucher_id);
-    b_i64(&par[1], &old);
-    if (run(m, st, par, "lab: take stock") != STORE_OK)
-        return STORE_ERR;
-    *taken = mysql_stmt_affected_rows(st) > 0;
-    return STORE_OK;
+    int rc = run(m, st, nargs > 0 ? par : NULL, "exec");
+    if (rc == STORE_OK && mysql_stmt_field_count(st) > 0) {
+        ri64_t v;
+        r_i64(&res[0], &v);
+        rc = bind_result(m, st, res, "exec");
+        int f = rc == STORE_OK ? fetch(m, st, "exec") : STORE_ERR;
+        finish(m, st);
+        if (f == STORE_ERR)
+            rc = STORE_ERR;
+        else if (f == 1 && !v.null)
+            *out = v.v;
+    } else if (rc == STORE_OK) {
+        *out = (int64_t)mysql_stmt_affected_rows(st);
+    }
+    mysql_stmt_close(st);
+    return rc;
 }
 
-static int my_lab_take_stock(store_t *s, int64_t voucher_id, int guard, int64_t old, int *taken)
+static int my_exec(store_t *s, const char *sql, const store_arg_t *args, int nargs, int retry,
+                   int64_t *out)
 {
     my_t *m = (my_t *)s;
-    /* Not retried: the UPDATE may have committed before the connection went. */
-    RETRYING(m, 0, do_lab_take_stock(m, voucher_id, guard, old, taken));
-}
-
-static int do_lab_user_orders(my_t *m, int64_t user_id, int64_t voucher_id, int64_t *n)
-{
-    *n = 0;
-    MYSQL_STMT *st = stmt(m, ST_LAB_USER_ORDERS);
-    if (!st)
-        return STORE_ERR;
-    MYSQL_BIND par[2], res[1];
-    ri64_t cnt;
-    b_i64(&par[0], &voucher_id);
-    b_i64(&par[1], &user_id);
-    r_i64(&res[0], &cnt);
-    if (run(m, st, par, "lab: count orders") != STORE_OK ||
-        bind_result(m, st, res, "lab: count orders") != STORE_OK)
-        return STORE_ERR;
-    int f = fetch(m, st, "lab: count orders");
-    finish(m, st);
-    if (f == STORE_ERR)
-        return STORE_ERR;
-    *n = f == 1 ? cnt.v : 0;
-    return STORE_OK;
-}
-
-static int my_lab_user_orders(store_t *s, int64_t user_id, int64_t voucher_id, int64_t *n)
-{
-    my_t *m = (my_t *)s;
-    RETRYING(m, 1, do_lab_user_orders(m, user_id, voucher_id, n));
-}
-
-static int do_lab_insert(my_t *m, const store_order_t *o)
-{
-    MYSQL_STMT *st = stmt(m, ST_LAB_INSERT);
-    if (!st)
-        return STORE_ERR;
-    MYSQL_TIME now;
-    mtime_of(m, o->create_time, &now);
-    MYSQL_BIND par[5];
-    b_i64(&par[0], &o->id);
-    b_i64(&par[1], &o->user_id);
-    b_i64(&par[2], &o->voucher_id);
-    b_time(&par[3], &now);
-    b_time(&par[4], &now);
-    return run(m, st, par, "lab: insert order");
-}
-
-static int my_lab_insert(store_t *s, const store_order_t *o)
-{
-    my_t *m = (my_t *)s;
-    /* Not retried: the INSERT may have committed before the connection went. */
-    RETRYING(m, 0, do_lab_insert(m, o));
+    RETRYING(m, retry ? 1 : 0, do_exec(m, sql, args, nargs, out));
 }
 
 #define MYSQL_OPS(name)                                                                 \
@@ -2078,8 +2051,7 @@ static int my_lab_insert(store_t *s, const store_order_t *o)
         .orders_write = my_orders_write, .order_get = my_order_get,                     \
         .orders_of_user = my_orders_of_user, .voucher_counts = my_voucher_counts,       \
         .order_sync = my_order_sync, .voucher_orders = my_voucher_orders,               \
-        .redis_epoch = my_redis_epoch, .lab_take_stock = my_lab_take_stock,             \
-        .lab_user_orders = my_lab_user_orders, .lab_insert = my_lab_insert,             \
+        .redis_epoch = my_redis_epoch, .exec = my_exec,                                 \
         .voucher_buckets = my_voucher_buckets,                                          \
     }
 

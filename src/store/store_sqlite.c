@@ -66,6 +66,8 @@ enum {
     ST_STOCK_TAKE,
     ST_ORDERS_OF_USER,
     ST_COUNT_ORDERS,
+    ST_COUNT_ORDERS_LAB,
+    ST_HAS_LAB,
     ST_STOCK_GET,
     ST_EPOCH_GET,
     ST_EPOCH_BUMP,
@@ -109,9 +111,12 @@ static const char *const stmt_sql[ST__COUNT] = {
     [ST_ORDERS_OF_USER] = "SELECT id, user_id, voucher_id, status, create_time "
                           "FROM tb_voucher_order WHERE user_id = ?1 "
                           "ORDER BY create_time DESC, id DESC LIMIT ?2",
-    /* Both tables: the lab's course steps write lab_voucher_order (schema file). */
-    [ST_COUNT_ORDERS] = "SELECT (SELECT count(*) FROM tb_voucher_order WHERE voucher_id = ?1) + "
-                        "(SELECT count(*) FROM lab_voucher_order WHERE voucher_id = ?1)",
+    [ST_COUNT_ORDERS] = "SELECT count(*) FROM tb_voucher_order WHERE voucher_id = ?1",
+    /* A database the lab has run in: its course steps' orders count too (store.h). */
+    [ST_COUNT_ORDERS_LAB] = "SELECT (SELECT count(*) FROM tb_voucher_order WHERE voucher_id = "
+                            "?1) + (SELECT count(*) FROM lab_voucher_order WHERE voucher_id = ?1)",
+    [ST_HAS_LAB] = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND "
+                   "name = 'lab_voucher_order'",
     [ST_STOCK_GET] = "SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?1",
     [ST_EPOCH_GET] = "SELECT coalesce((SELECT epoch FROM tb_seckill_epoch WHERE voucher_id = "
                      "?1), 0) FROM tb_seckill_voucher WHERE voucher_id = ?1",
@@ -1274,6 +1279,20 @@ static int sq_voucher_buckets(store_t *s, int64_t voucher_id, int *buckets)
     return STORE_OK;
 }
 
+/* *lab = 1 if the database has lab_voucher_order (the lab made it: store.h). */
+static int has_lab(sq_t *q, int *lab)
+{
+    *lab = 0;
+    sqlite3_stmt *st = stmt(q, ST_HAS_LAB);
+    if (!st)
+        return STORE_ERR;
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        *lab = sqlite3_column_int64(st, 0) > 0;
+    sqlite3_reset(st);
+    return rc == SQLITE_ROW ? STORE_OK : sq_fail(q, "lab table");
+}
+
 static int sq_voucher_counts(store_t *s, int64_t voucher_id, int64_t *orders, int64_t *stock)
 {
     sq_t *q = (sq_t *)s;
@@ -1283,8 +1302,10 @@ static int sq_voucher_counts(store_t *s, int64_t voucher_id, int64_t *orders, in
     /* One read transaction, so the count and the stock are from the same moment. */
     if (exec_stmt(q, ST_BEGIN, "counts: BEGIN") != STORE_OK)
         return STORE_ERR;
-    int ret = STORE_ERR, rc;
-    sqlite3_stmt *st = stmt(q, ST_COUNT_ORDERS);
+    int ret = STORE_ERR, rc, lab;
+    if (has_lab(q, &lab) != STORE_OK)
+        goto out;
+    sqlite3_stmt *st = stmt(q, lab ? ST_COUNT_ORDERS_LAB : ST_COUNT_ORDERS);
     if (!st)
         goto out;
     sqlite3_bind_int64(st, 1, voucher_id);
@@ -1446,14 +1467,20 @@ static int sq_voucher_orders(store_t *s, int64_t voucher_id, int64_t after_id, s
 {
     sq_t *q = (sq_t *)s;
     call_begin(q);
+    int lab;
+    if (has_lab(q, &lab) != STORE_OK)
+        return STORE_ERR;
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(q->db,
-                           "SELECT id, user_id, voucher_id, status, create_time FROM ("
-                           "SELECT id, user_id, voucher_id, status, create_time "
-                           "FROM tb_voucher_order WHERE voucher_id = ?1 AND id > ?2 UNION ALL "
-                           "SELECT id, user_id, voucher_id, status, create_time "
-                           "FROM lab_voucher_order WHERE voucher_id = ?1 AND id > ?2) "
-                           "ORDER BY id LIMIT ?3",
+                           lab ? "SELECT id, user_id, voucher_id, status, create_time FROM ("
+                                 "SELECT id, user_id, voucher_id, status, create_time "
+                                 "FROM tb_voucher_order WHERE voucher_id = ?1 AND id > ?2 "
+                                 "UNION ALL SELECT id, user_id, voucher_id, status, create_time "
+                                 "FROM lab_voucher_order WHERE voucher_id = ?1 AND id > ?2) "
+                                 "ORDER BY id LIMIT ?3"
+                               : "SELECT id, user_id, voucher_id, status, create_time "
+                                 "FROM tb_voucher_order WHERE voucher_id = ?1 AND id > ?2 "
+                                 "ORDER BY id LIMIT ?3",
                            -1, &st, NULL) != SQLITE_OK)
         return sq_fail(q, "prepare voucher orders");
     sqlite3_bind_int64(st, 1, voucher_id);
@@ -1481,72 +1508,36 @@ static int sq_voucher_orders(store_t *s, int64_t voucher_id, int64_t after_id, s
     return STORE_OK;
 }
 
-/* ==== the course's steps for the lab modes, one autocommit statement each (store.h) ==== */
+/* ==== store_exec: one statement of the caller's, autocommit (store.h) ==== */
 
-static int lab_exec(sq_t *q, const char *sql, const char *what, int64_t a, int64_t b,
-                    int64_t c, const char *text, int64_t *out)
+static int sq_exec(store_t *s, const char *sql, const store_arg_t *args, int nargs, int retry,
+                   int64_t *out)
 {
+    sq_t *q = (sq_t *)s;
     call_begin(q);
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(q->db, sql, -1, &st, NULL) != SQLITE_OK)
-        return sq_fail(q, what);
-    int np = sqlite3_bind_parameter_count(st);
-    if (np >= 1)
-        sqlite3_bind_int64(st, 1, a);
-    if (np >= 2)
-        sqlite3_bind_int64(st, 2, b);
-    if (np >= 3)
-        sqlite3_bind_int64(st, 3, c);
-    if (np >= 4)
-        sqlite3_bind_text(st, 4, text ? text : "", -1, SQLITE_TRANSIENT);
+        return sq_fail(q, "exec: prepare");
+    for (int i = 0; i < nargs; i++) {
+        if (args[i].is_time)
+            sqlite3_bind_text(st, i + 1, time_text(q, args[i].v), -1, SQLITE_TRANSIENT);
+        else
+            sqlite3_bind_int64(st, i + 1, args[i].v);
+    }
     int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW && out)
+    *out = 0;
+    if (rc == SQLITE_ROW)
         *out = sqlite3_column_int64(st, 0);
-    else if (rc == SQLITE_DONE && out)
+    else if (rc == SQLITE_DONE && sqlite3_column_count(st) == 0)
         *out = sqlite3_changes(q->db);
     if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
-        sq_fail(q, what);
+        sq_fail(q, "exec");
         sqlite3_finalize(st);
         return STORE_ERR;
     }
     sqlite3_finalize(st);
     return STORE_OK;
 }
-
-static int sq_lab_take_stock(store_t *s, int64_t voucher_id, int guard, int64_t old, int *taken)
-{
-    static const char *const sql[] = {
-        [STORE_LAB_TAKE_ANY] = "UPDATE tb_seckill_voucher SET stock = stock - 1 "
-                               "WHERE voucher_id = ?1",
-        [STORE_LAB_TAKE_IF_EQ] = "UPDATE tb_seckill_voucher SET stock = stock - 1 "
-                                 "WHERE voucher_id = ?1 AND stock = ?2",
-        [STORE_LAB_TAKE_IF_POSITIVE] = "UPDATE tb_seckill_voucher SET stock = stock - 1 "
-                                       "WHERE voucher_id = ?1 AND stock > 0",
-    };
-    int64_t changed = 0;
-    int rc = lab_exec((sq_t *)s, sql[guard], "lab: take stock", voucher_id, old, 0, NULL, &changed);
-    *taken = changed > 0;
-    return rc;
-}
-
-static int sq_lab_user_orders(store_t *s, int64_t user_id, int64_t voucher_id, int64_t *n)
-{
-    *n = 0;
-    return lab_exec((sq_t *)s, "SELECT count(*) FROM lab_voucher_order "
-                               "WHERE voucher_id = ?2 AND user_id = ?1",
-                    "lab: count orders", user_id, voucher_id, 0, NULL, n);
-}
-
-static int sq_lab_insert(store_t *s, const store_order_t *o)
-{
-    sq_t *q = (sq_t *)s;
-    char now[32];
-    snprintf(now, sizeof now, "%s", time_text(q, o->create_time));
-    return lab_exec(q, "INSERT INTO lab_voucher_order (id, user_id, voucher_id, create_time, "
-                       "update_time) VALUES (?1, ?2, ?3, ?4, ?4)",
-                    "lab: insert order", o->id, o->user_id, o->voucher_id, now, NULL);
-}
-
 
 const store_ops_t store_sqlite_ops = {
     .scheme = "sqlite",
@@ -1567,7 +1558,5 @@ const store_ops_t store_sqlite_ops = {
     .voucher_buckets = sq_voucher_buckets,
     .order_sync = sq_order_sync,
     .voucher_orders = sq_voucher_orders,
-    .lab_take_stock = sq_lab_take_stock,
-    .lab_user_orders = sq_lab_user_orders,
-    .lab_insert = sq_lab_insert,
+    .exec = sq_exec,
 };

@@ -1,5 +1,6 @@
-/* test_lab.c -- the lab's flags (lab.h): --lab-pause parsing, which points each mode has,
- * and the refusal of both lab flags outside the lab modes. */
+/* test_lab.c -- the lab as a plug-in (lab.h): its steps are rows of the table of order
+ * modes after lab_register, and only then; --lab-pause parsing, which points each mode
+ * has, and the refusal of both lab flags outside the lab modes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +11,7 @@
 
 #include "core/config.h"
 #include "lab/lab.h"
+#include "sale/order_mode.h"
 
 static int load(config_t *c, char *err, size_t errlen, const char *mode, const char *pause,
                 const char *lease)
@@ -28,9 +30,9 @@ static int load(config_t *c, char *err, size_t errlen, const char *mode, const c
         argv[argc++] = (char *)lease;
     }
     argv[argc] = NULL;
-    /* as main.c does: the generic checks, then the lab flags' */
+    /* as main.c does: the generic checks, then the table's row and the plug-ins' checks */
     int rc = config_load(c, argc, argv, err, errlen);
-    return rc == 0 ? lab_config_check(c, err, errlen) : rc;
+    return rc == 0 ? order_mode_pick(c, err, errlen) : rc;
 }
 
 static void test_pause_points(void **state)
@@ -75,25 +77,75 @@ static void test_refused(void **state)
     assert_int_equal(load(&c, err, sizeof err, "naive", "check-write:600001", NULL), -1);
 }
 
+/* Before lab_register the table has the service's modes only; the lab's names are
+ * unknown, and --mode's error lists no lab step. */
+static void test_unregistered(void **state)
+{
+    (void)state;
+    config_t c;
+    char err[512];
+    assert_int_equal(load(&c, err, sizeof err, "naive", NULL, NULL), -1);
+    assert_non_null(strstr(err, "--mode must be stream, queue or sync"));
+    assert_null(strstr(err, "lab"));
+    assert_int_equal(load(&c, err, sizeof err, "sync", NULL, NULL), 0);
+    assert_int_equal(c.mode, MODE_SYNC);
+    assert_int_equal(lab_step(c.mode), -1);
+    assert_null(order_mode_row(MODE__SERVICE));
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    return lab_register();
+}
+
 static void test_modes(void **state)
 {
     (void)state;
-    assert_true(lab_mode_is_sql(MODE_NAIVE) && lab_mode_is_sql(MODE_REENTRANT));
-    assert_false(lab_mode_is_sql(MODE_SYNC) || lab_mode_is_sql(MODE_LIST));
-    assert_true(lab_mode_is_mq(MODE_LIST) && lab_mode_is_mq(MODE_PUBSUB));
-    assert_false(lab_mode_is_lab(MODE_STREAM) || lab_mode_is_lab(MODE_QUEUE) ||
-                 lab_mode_is_lab(MODE_SYNC));
-    for (int m = 0; m < MODE__COUNT; m++)
-        assert_string_not_equal(config_mode_name((order_mode_t)m), "?");
+    config_t c;
+    char err[512];
+    static const char *const names[LAB__COUNT] = {
+        "naive", "cas-stock-eq", "cas-stock-gt0", "local-lock", "setnx", "setnx-owner",
+        "lua-unlock", "reentrant", "list", "pubsub"};
+    for (int i = 0; i < LAB__COUNT; i++) {
+        assert_int_equal(load(&c, err, sizeof err, names[i], NULL, NULL), 0);
+        assert_int_equal(lab_step(c.mode), i);
+        assert_string_equal(order_mode_name(c.mode), names[i]);
+        const order_mode_row_t *row = order_mode_row(c.mode);
+        assert_non_null(row);
+        assert_non_null(row->order);
+        assert_non_null(row->start);
+        assert_non_null(row->stop);
+        assert_int_equal(row->job_threads, lab_step_is_sql(i) ? LAB_JOB_THREADS : 0);
+        assert_int_equal(lab_step_is_sql(i), i <= LAB_REENTRANT);
+        assert_int_equal(lab_step_is_mq(i), i == LAB_LIST || i == LAB_PUBSUB);
+    }
+    /* the service's rows are where config.h says, untouched by the lab's */
+    assert_string_equal(order_mode_name(MODE_STREAM), "stream");
+    assert_string_equal(order_mode_name(MODE_QUEUE), "queue");
+    assert_string_equal(order_mode_name(MODE_SYNC), "sync");
+    assert_int_equal(lab_step(MODE_STREAM), -1);
+    assert_int_equal(lab_register(), 0);   /* once: a second call adds nothing */
+    assert_int_equal(load(&c, err, sizeof err, "pubsub", NULL, NULL), 0);
+    assert_int_equal(lab_step(c.mode), LAB_PUBSUB);
+    assert_null(order_mode_row(c.mode + 1));
+    /* a name nobody has: the error names every row */
+    assert_int_equal(load(&c, err, sizeof err, "nope", NULL, NULL), -1);
+    assert_non_null(strstr(err, "a lab step (naive, cas-stock-eq"));
+    assert_non_null(strstr(err, "pubsub), not \"nope\""));
     assert_string_equal(lab_point_name(LAB_P_GET_DEL), "get-del");
 }
 
 int main(void)
 {
+    const struct CMUnitTest before[] = {
+        cmocka_unit_test(test_unregistered),
+    };
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pause_points),
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_modes),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    int failed = cmocka_run_group_tests_name("unregistered", before, NULL, NULL);
+    return failed + cmocka_run_group_tests_name("lab", tests, setup, NULL);
 }
