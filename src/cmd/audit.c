@@ -284,7 +284,7 @@ static int read_group(redisContext *c, const char *ks, sgroup_t *g, char *err, s
         rconn_int(field(gr, "pending"), &g->pending);
         const redisReply *ld = field(gr, "last-delivered-id");
         if (ld && ld->type == REDIS_REPLY_STRING)
-            sid_parse(ld->str, &g->last_delivered);
+            bench_redis_sid_parse(ld->str, &g->last_delivered);
         const redisReply *lag = field(gr, "lag");
         int64_t v;
         if (lag && rconn_int(lag, &v) == 0)
@@ -302,8 +302,8 @@ static int read_group(redisContext *c, const char *ks, sgroup_t *g, char *err, s
         }
         const redisReply *lg = field(r, "last-generated-id");
         sid_t last;
-        if (lg && lg->type == REDIS_REPLY_STRING && sid_parse(lg->str, &last) == 0)
-            g->lag = sid_cmp(last, g->last_delivered) > 0 ? 1 : 0;
+        if (lg && lg->type == REDIS_REPLY_STRING && bench_redis_sid_parse(lg->str, &last) == 0)
+            g->lag = bench_redis_sid_cmp(last, g->last_delivered) > 0 ? 1 : 0;
         freeReplyObject(r);
     }
     r = rconn_cmdf(c, why, sizeof why, "XPENDING %s %s", ks, KEY_GROUP);
@@ -313,7 +313,8 @@ static int read_group(redisContext *c, const char *ks, sgroup_t *g, char *err, s
     }
     if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2) {
         const redisReply *sm = r->element[1];
-        if (sm && sm->type == REDIS_REPLY_STRING && sid_parse(sm->str, &g->smallest) == 0)
+        if (sm && sm->type == REDIS_REPLY_STRING &&
+            bench_redis_sid_parse(sm->str, &g->smallest) == 0)
             g->have_smallest = 1;
     }
     freeReplyObject(r);
@@ -427,7 +428,7 @@ static int read_redis_snapshot(redisContext *c, vdata_t *d, char *err, size_t er
                         lr->element[0]->type == REDIS_REPLY_ARRAY &&
                         lr->element[0]->elements >= 1 &&
                         lr->element[0]->element[0]->type == REDIS_REPLY_STRING &&
-                        sid_parse(lr->element[0]->element[0]->str, &d->snap_last) == 0;
+                        bench_redis_sid_parse(lr->element[0]->element[0]->str, &d->snap_last) == 0;
     freeReplyObject(r);
     return 0;
 }
@@ -474,9 +475,9 @@ static int in_flight(const vdata_t *d, sid_t id)
 {
     if (!d->group_found)
         return 1;   /* no consumer group: nothing was ever delivered */
-    if (d->have_smallest && sid_cmp(id, d->smallest) >= 0)
+    if (d->have_smallest && bench_redis_sid_cmp(id, d->smallest) >= 0)
         return 1;
-    return sid_cmp(id, d->last_delivered) > 0;
+    return bench_redis_sid_cmp(id, d->last_delivered) > 0;
 }
 
 static int read_stream(redisContext *c, vdata_t *d, char *err, size_t errlen)
@@ -503,7 +504,7 @@ static int read_stream(redisContext *c, vdata_t *d, char *err, size_t errlen)
             if (i + 1 == n)
                 snprintf(start, sizeof start, "(%s", eid);
             sid_t sid;
-            if (sid_parse(eid, &sid) != 0)
+            if (bench_redis_sid_parse(eid, &sid) != 0)
                 continue;
             sentry_it_t it;   /* the entry format: sentry.h */
             sentry_t se;
@@ -514,7 +515,7 @@ static int read_stream(redisContext *c, vdata_t *d, char *err, size_t errlen)
                 continue;
             }
             int flight = in_flight(d, sid);
-            if (d->have_snap_last && sid_cmp(sid, d->snap_last) <= 0)
+            if (d->have_snap_last && bench_redis_sid_cmp(sid, d->snap_last) <= 0)
                 d->st_orders += (int64_t)no;
             while (sentry_next(&it, &se)) {   /* an entry holds one call's orders */
                 int64_t user = se.user_id, oid = se.order_id;

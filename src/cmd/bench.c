@@ -592,9 +592,9 @@ static void on_progress(bench_load_t *L, double t, void *arg)
     prog_t *p = arg;
     uint64_t out[BO__COUNT], sent, p99, backlog;
     sum_counters(L, out, &sent, NULL, &p99, &backlog);
-    bp_sample(p->procs, (uint32_t)(t * 1e6));
+    bench_procs_sample(p->procs, (uint32_t)(t * 1e6));
     if (p->series)
-        bench_series_add(p->series, t, out);
+        bench_html_series_add(p->series, t, out);
     /* Samples may come more often than the line is worth printing: once a second. */
     if (!p->print || t - p->last_print < 0.95)
         return;
@@ -622,30 +622,30 @@ static void on_progress(bench_load_t *L, double t, void *arg)
 typedef struct results {
     uint64_t out[BO__COUNT], sent, kinds[3], answered;
     double seconds, rps;
-    hist_t *h, *hs;                     /* hs: open loop, from the actual send */
+    bench_hist_t *h, *hs;               /* hs: open loop, from the actual send */
     int64_t server_cpu_us, redis_cpu_us, self_cpu_us;
     int server_pid, redis_pid;
     double server_us_req, redis_us_req, self_us_req;
-    tl_slot_t *slots;                   /* the timeline (100 ms slots) and the two phases */
+    bench_slot_t *slots;                /* the timeline (100 ms slots) and the two phases */
     size_t nslots;
-    tl_phase_t phase[2];                /* selling, sold out */
+    bench_phase_t phase[2];             /* selling, sold out */
     const bench_procs_t *procs;
-    const cpuprobe_t *probe;            /* NULL: --no-cpu-probe */
-    tl_span_t *slow;                    /* the probe's slow spells, us since the origin */
+    const bench_cpuprobe_t *probe;      /* NULL: --no-cpu-probe */
+    bench_span_t *slow;                 /* the probe's slow spells, us since the origin */
     size_t nslow;
     double slow_factor;                 /* their median slowdown */
-    tl_phase_t outside[3];              /* all, selling, sold out: requests that missed them */
+    bench_phase_t outside[3];           /* all, selling, sold out: requests that missed them */
 } results_t;
 
 #define SLOT_US 100000
 static const char *const phase_names[2] = {"selling", "sold out"};
 
 /* CPU and run-queue wait of thread group gi over a phase, in % of one core. */
-static void phase_share(const bench_procs_t *bp, size_t gi, const tl_phase_t *ph, double *cpu,
+static void phase_share(const bench_procs_t *bp, size_t gi, const bench_phase_t *ph, double *cpu,
                         double *wait)
 {
     uint64_t run, w;
-    bp_between(bp, gi, ph->from_us, ph->to_us, &run, &w);
+    bench_procs_between(bp, gi, ph->from_us, ph->to_us, &run, &w);
     double span = ph->to_us > ph->from_us ? (double)(ph->to_us - ph->from_us) * 1e3 : 0;
     *cpu = span > 0 ? 100.0 * (double)run / span : 0;
     *wait = span > 0 ? 100.0 * (double)w / span : 0;
@@ -653,7 +653,7 @@ static void phase_share(const bench_procs_t *bp, size_t gi, const tl_phase_t *ph
 
 /* CPU of the host's other tenants over a phase (host busy - the watched threads), in % of
  * one core; -1 when /proc/stat was not read. */
-static double phase_others(const bench_procs_t *bp, const tl_phase_t *ph)
+static double phase_others(const bench_procs_t *bp, const bench_phase_t *ph)
 {
     double ours = 0, busy = -1;
     for (size_t g = 0; g < bp->ng; g++) {
@@ -681,7 +681,7 @@ static uint32_t clamp_u32(uint64_t v)
 static void slow_spells(results_t *r, const bench_load_t *L)
 {
     size_t n;
-    const cpr_span_t *sp = cpr_spans(r->probe, &n);
+    const bench_cpuprobe_span_t *sp = bench_cpuprobe_spans(r->probe, &n);
     r->slow = xcalloc(n ? n : 1, sizeof *r->slow);
     double *f = xcalloc(n ? n : 1, sizeof *f);
     for (size_t i = 0; i < n; i++) {
@@ -701,9 +701,9 @@ static void slow_spells(results_t *r, const bench_load_t *L)
         }
     r->slow_factor = r->nslow ? f[r->nslow / 2] : 0;
     free(f);
-    tl_phases_outside(L->recs, L->nrecs, r->slow, r->nslow, SLOW_PAD_US,
-                      r->phase[0].n ? r->phase[0].to_us : 0, &r->outside[0], &r->outside[1],
-                      &r->outside[2]);
+    bench_timeline_phases_outside(L->recs, L->nrecs, r->slow, r->nslow, SLOW_PAD_US,
+                                  r->phase[0].n ? r->phase[0].to_us : 0, &r->outside[0],
+                                  &r->outside[1], &r->outside[2]);
 }
 
 static uint64_t slow_total_us(const results_t *r)
@@ -733,10 +733,11 @@ static void print_probe(FILE *f, const results_t *r, uint64_t requests)
     if (!r->probe)
         return;
     if (!r->nslow) {
-        fprintf(f, "  host CPU    never slow: a probe thread's fixed work (%.0f us of CPU, %llu runs) "
-                   "never took %.0fx as long\n",
-                (double)cpr_work_ns(r->probe) / 1e3, (unsigned long long)cpr_runs(r->probe),
-                CPR_SLOW_X);
+        fprintf(f,
+                "  host CPU    never slow: a probe thread's fixed work (%.0f us of CPU, %llu runs) "
+                "never took %.0fx as long\n",
+                (double)bench_cpuprobe_work_ns(r->probe) / 1e3,
+                (unsigned long long)bench_cpuprobe_runs(r->probe), CPR_SLOW_X);
         return;
     }
     fprintf(f, "  host CPU    slow %zu time%s, %.0f ms in all, at", r->nslow, r->nslow > 1 ? "s" : "",
@@ -745,7 +746,7 @@ static void print_probe(FILE *f, const results_t *r, uint64_t requests)
         fprintf(f, "%s %.2f", i ? "," : "", r->slow[i].from_us / 1e6);
     fprintf(f, "%s s: the probe's fixed work took %.1fx its CPU time (median; the machine's "
                "CPU, not its processes)\n", r->nslow > 12 ? ", ..." : "", r->slow_factor);
-    const tl_phase_t *o = r->outside;
+    const bench_phase_t *o = r->outside;
     fprintf(f, "  outside     them (%.1f%% of the requests left out: those that met a slow spell or "
                "came within %d ms after it): p99 %.3f ms; selling %.3f, sold out %.3f\n",
             requests ? 100.0 * (double)(requests - o[0].n) / (double)requests : 0.0,
@@ -758,7 +759,7 @@ static void print_timeline(FILE *f, const bench_load_t *L, const results_t *r)
     if (!r->nslots)
         return;
     for (int k = 0; k < 2; k++) {
-        const tl_phase_t *ph = &r->phase[k];
+        const bench_phase_t *ph = &r->phase[k];
         if (!ph->n)
             continue;
         char a[32];
@@ -769,10 +770,10 @@ static void print_timeline(FILE *f, const bench_load_t *L, const results_t *r)
                 ph->p50_us / 1e3, ph->p99_us / 1e3, ph->max_us / 1e3, ph->send_p99_us / 1e3,
                 ph->late_p99_us / 1e3);
     }
-    size_t idx[3], nw = tl_worst(r->slots, r->nslots, 3, idx);
+    size_t idx[3], nw = bench_timeline_worst(r->slots, r->nslots, 3, idx);
     fprintf(f, "  worst 100ms");
     for (size_t i = 0; i < nw; i++) {
-        const tl_slot_t *s = &r->slots[idx[i]];
+        const bench_slot_t *s = &r->slots[idx[i]];
         fprintf(f, "%s at %.1f s p99 %.3f ms (sent late p99 %.3f, backlog %u, in flight %u)",
                 i ? ";" : "", s->t_us / 1e6, s->p99_us / 1e3, s->late_p99_us / 1e3, s->backlog,
                 s->inflight);
@@ -811,17 +812,17 @@ static int write_timeline(const char *path, const results_t *r, char *err, size_
         return -1;
     }
     const bench_procs_t *bp = r->procs;
-    tl_write_header(f);
+    bench_timeline_write_header(f);
     fprintf(f, "\thost_slow_ms");
     for (size_t g = 0; bp && g < bp->ng; g++)
         fprintf(f, "\tcpu_ms:%s\twait_ms:%s", bp->g[g].name, bp->g[g].name);
     fputc('\n', f);
     for (size_t i = 0; i < r->nslots; i++) {
-        tl_write_slot(f, &r->slots[i]);
+        bench_timeline_write_slot(f, &r->slots[i]);
         fprintf(f, "\t%.1f", (double)slow_within(r, r->slots[i].t_us, r->slots[i].t_us + SLOT_US) / 1e3);
         for (size_t g = 0; bp && g < bp->ng; g++) {
             uint64_t run, wait;
-            bp_between(bp, g, r->slots[i].t_us, r->slots[i].t_us + SLOT_US, &run, &wait);
+            bench_procs_between(bp, g, r->slots[i].t_us, r->slots[i].t_us + SLOT_US, &run, &wait);
             fprintf(f, "\t%.1f\t%.1f", (double)run / 1e6, (double)wait / 1e6);
         }
         fputc('\n', f);
@@ -872,16 +873,19 @@ static void print_report(FILE *f, const bench_opts_t *o, const bench_load_t *L, 
                 100.0 * (double)r->out[i] / (double)(r->sent ? r->sent : 1));
     }
     fprintf(f, "  latency ms  p50 %.3f  p90 %.3f  p99 %.3f  p99.9 %.3f  max %.3f  (mean %.3f%s)\n",
-            (double)hist_percentile(r->h, 50) / 1000, (double)hist_percentile(r->h, 90) / 1000,
-            (double)hist_percentile(r->h, 99) / 1000, (double)hist_percentile(r->h, 99.9) / 1000,
-            (double)r->h->max / 1000, hist_mean(r->h) / 1000,
-            o->rate > 0 ? "; from each request's due time" : "");
+            (double)bench_hist_percentile(r->h, 50) / 1000,
+            (double)bench_hist_percentile(r->h, 90) / 1000,
+            (double)bench_hist_percentile(r->h, 99) / 1000,
+            (double)bench_hist_percentile(r->h, 99.9) / 1000, (double)r->h->max / 1000,
+            bench_hist_mean(r->h) / 1000, o->rate > 0 ? "; from each request's due time" : "");
     if (r->hs && r->hs->count)
-        fprintf(f, "  from send   p50 %.3f  p90 %.3f  p99 %.3f  p99.9 %.3f  max %.3f  (the part spent "
-                   "in the network and the server)\n",
-                (double)hist_percentile(r->hs, 50) / 1000, (double)hist_percentile(r->hs, 90) / 1000,
-                (double)hist_percentile(r->hs, 99) / 1000, (double)hist_percentile(r->hs, 99.9) / 1000,
-                (double)r->hs->max / 1000);
+        fprintf(f,
+                "  from send   p50 %.3f  p90 %.3f  p99 %.3f  p99.9 %.3f  max %.3f  (the part spent "
+                "in the network and the server)\n",
+                (double)bench_hist_percentile(r->hs, 50) / 1000,
+                (double)bench_hist_percentile(r->hs, 90) / 1000,
+                (double)bench_hist_percentile(r->hs, 99) / 1000,
+                (double)bench_hist_percentile(r->hs, 99.9) / 1000, (double)r->hs->max / 1000);
     print_timeline(f, L, r);
     if (r->server_pid && r->seconds < 1.0)
         fprintf(f, "  server CPU  run too short to measure (/proc counts in %ld ms ticks)\n",
@@ -919,21 +923,25 @@ static void json_results(FILE *f, const bench_opts_t *o, const bench_load_t *L, 
                 *p = '_';
         fprintf(f, "%s\"%s\":%llu", i ? "," : "", key, (unsigned long long)r->out[i]);
     }
-    fprintf(f, "},\"latency_us\":{\"p50\":%llu,\"p90\":%llu,\"p99\":%llu,\"p99_9\":%llu,"
-               "\"max\":%llu,\"mean\":%.1f},",
-            (unsigned long long)hist_percentile(r->h, 50), (unsigned long long)hist_percentile(r->h, 90),
-            (unsigned long long)hist_percentile(r->h, 99),
-            (unsigned long long)hist_percentile(r->h, 99.9), (unsigned long long)r->h->max,
-            hist_mean(r->h));
+    fprintf(f,
+            "},\"latency_us\":{\"p50\":%llu,\"p90\":%llu,\"p99\":%llu,\"p99_9\":%llu,"
+            "\"max\":%llu,\"mean\":%.1f},",
+            (unsigned long long)bench_hist_percentile(r->h, 50),
+            (unsigned long long)bench_hist_percentile(r->h, 90),
+            (unsigned long long)bench_hist_percentile(r->h, 99),
+            (unsigned long long)bench_hist_percentile(r->h, 99.9), (unsigned long long)r->h->max,
+            bench_hist_mean(r->h));
     if (r->hs && r->hs->count)
-        fprintf(f, "\"latency_from_send_us\":{\"p50\":%llu,\"p90\":%llu,\"p99\":%llu,\"p99_9\":%llu,"
-                   "\"max\":%llu},",
-                (unsigned long long)hist_percentile(r->hs, 50),
-                (unsigned long long)hist_percentile(r->hs, 90),
-                (unsigned long long)hist_percentile(r->hs, 99),
-                (unsigned long long)hist_percentile(r->hs, 99.9), (unsigned long long)r->hs->max);
+        fprintf(f,
+                "\"latency_from_send_us\":{\"p50\":%llu,\"p90\":%llu,\"p99\":%llu,\"p99_9\":%llu,"
+                "\"max\":%llu},",
+                (unsigned long long)bench_hist_percentile(r->hs, 50),
+                (unsigned long long)bench_hist_percentile(r->hs, 90),
+                (unsigned long long)bench_hist_percentile(r->hs, 99),
+                (unsigned long long)bench_hist_percentile(r->hs, 99.9),
+                (unsigned long long)r->hs->max);
     for (int k = 0; k < 2 && r->nslots; k++) {
-        const tl_phase_t *ph = &r->phase[k];
+        const bench_phase_t *ph = &r->phase[k];
         fprintf(f, "%s\"%s\":{\"from_s\":%.3f,\"to_s\":%.3f,\"requests\":%llu,\"p50_us\":%u,"
                    "\"p99_us\":%u,\"max_us\":%u,\"send_p99_us\":%u,\"late_p99_us\":%u,\"threads\":{",
                 k == 0 ? "\"phases\":{" : ",", k == 0 ? "selling" : "sold_out", ph->from_us / 1e6,
@@ -955,13 +963,16 @@ static void json_results(FILE *f, const bench_opts_t *o, const bench_load_t *L, 
             r->server_pid ? r->server_us_req : -1.0, r->redis_pid ? r->redis_us_req : -1.0,
             r->self_us_req);
     if (r->probe) {
-        const tl_phase_t *ou = r->outside;
-        fprintf(f, ",\"cpu_probe\":{\"runs\":%llu,\"work_us\":%.1f,\"slow_spells\":%zu,\"slow_ms\":%.1f,"
-                   "\"slowdown\":%.2f,\"outside\":{\"requests\":%llu,\"p99_us\":%u,\"selling_p99_us\":%u,"
-                   "\"sold_out_p99_us\":%u}}",
-                (unsigned long long)cpr_runs(r->probe), (double)cpr_work_ns(r->probe) / 1e3, r->nslow,
-                (double)slow_total_us(r) / 1e3, r->slow_factor, (unsigned long long)ou[0].n,
-                ou[0].p99_us, ou[1].p99_us, ou[2].p99_us);
+        const bench_phase_t *ou = r->outside;
+        fprintf(
+            f,
+            ",\"cpu_probe\":{\"runs\":%llu,\"work_us\":%.1f,\"slow_spells\":%zu,\"slow_ms\":%.1f,"
+            "\"slowdown\":%.2f,\"outside\":{\"requests\":%llu,\"p99_us\":%u,\"selling_p99_us\":%u,"
+            "\"sold_out_p99_us\":%u}}",
+            (unsigned long long)bench_cpuprobe_runs(r->probe),
+            (double)bench_cpuprobe_work_ns(r->probe) / 1e3, r->nslow,
+            (double)slow_total_us(r) / 1e3, r->slow_factor, (unsigned long long)ou[0].n,
+            ou[0].p99_us, ou[1].p99_us, ou[2].p99_us);
     }
     if (have_drain)
         fprintf(f, ",\"drain\":{\"drained\":%s,\"seconds\":%.3f,\"persisted\":%lld,\"pending\":%lld,"
@@ -1096,13 +1107,13 @@ int bench_main(int argc, char **argv)
     } else if (o.redis_url[0]) {
         redisContext *rc2 = rconn_open_url(o.redis_url, 2000, err, sizeof err);
         if (rc2) {
-            r.redis_pid = bredis_local_pid(rc2, o.redis_url);
+            r.redis_pid = bench_redis_local_pid(rc2, o.redis_url);
             rconn_close(rc2);
         }
     }
     /* Started (and calibrated) before the bench's own CPU is first read: its CPU time is
      * taken out of the bench's per request below. */
-    cpuprobe_t *probe = o.cpu_probe ? cpr_start() : NULL;
+    bench_cpuprobe_t *probe = o.cpu_probe ? bench_cpuprobe_start() : NULL;
     int64_t s0 = proc_cpu_us(r.server_pid), r0 = proc_cpu_us(r.redis_pid), b0 = own_cpu_us();
     if (s0 < 0)
         r.server_pid = 0;
@@ -1131,22 +1142,22 @@ int bench_main(int argc, char **argv)
     bench_series_t series = {0};
     bench_procs_t procs;
     memset(&procs, 0, sizeof procs);
-    bp_watch(&procs, r.server_pid, "server");
-    bp_watch(&procs, r.redis_pid, "redis");
-    bp_watch(&procs, getpid(), "bench");
+    bench_procs_watch(&procs, r.server_pid, "server");
+    bench_procs_watch(&procs, r.redis_pid, "redis");
+    bench_procs_watch(&procs, getpid(), "bench");
     prog_t prog = {isatty(2), 0, 0, o.progress, 0, o.html[0] ? &series : NULL, &procs};
     uint64_t zero[BO__COUNT] = {0};
     if (o.html[0])
-        bench_series_add(&series, 0, zero);
+        bench_html_series_add(&series, 0, zero);
     /* ten samples a second: the timeline's threads, and the charts of --html */
     L.progress_ms = SLOT_US / 1000;
-    bp_sample(&procs, 0);
+    bench_procs_sample(&procs, 0);
     int load_rc = bench_load_run(&L, on_progress, &prog, err, sizeof err);
-    cpr_stop(probe);
+    bench_cpuprobe_stop(probe);
     if (load_rc < 0) {
-        cpr_free(probe);
-        bench_series_free(&series);
-        bp_free(&procs);
+        bench_cpuprobe_free(probe);
+        bench_html_series_free(&series);
+        bench_procs_free(&procs);
         fprintf(stderr, "\nseckill bench: %s\n", err);
         bench_load_free(&L);
         bench_users_free(&users);
@@ -1155,11 +1166,11 @@ int bench_main(int argc, char **argv)
     if (o.progress && prog.tty)
         fprintf(stderr, "\n");
     int64_t s1 = proc_cpu_us(r.server_pid), r1 = proc_cpu_us(r.redis_pid);
-    r.self_cpu_us = own_cpu_us() - b0 - (int64_t)(cpr_cpu_ns(probe) / 1000);
-    bp_sample(&procs, (uint32_t)((clock_mono_ns() - L.origin_ns) / 1000));
+    r.self_cpu_us = own_cpu_us() - b0 - (int64_t)(bench_cpuprobe_cpu_ns(probe) / 1000);
+    bench_procs_sample(&procs, (uint32_t)((clock_mono_ns() - L.origin_ns) / 1000));
     r.procs = &procs;
-    r.nslots = tl_build(L.recs, L.nrecs, SLOT_US, &r.slots);
-    tl_phases(L.recs, L.nrecs, &r.phase[0], &r.phase[1]);
+    r.nslots = bench_timeline_build(L.recs, L.nrecs, SLOT_US, &r.slots);
+    bench_timeline_phases(L.recs, L.nrecs, &r.phase[0], &r.phase[1]);
     r.probe = probe;
     if (probe)
         slow_spells(&r, &L);
@@ -1170,13 +1181,13 @@ int bench_main(int argc, char **argv)
             r.answered += r.out[i];
     r.seconds = L.t_last_ns > L.t_first_ns ? (double)(L.t_last_ns - L.t_first_ns) / 1e9 : 0;
     r.rps = r.seconds > 0 ? (double)r.answered / r.seconds : 0;
-    r.h = hist_new();
+    r.h = bench_hist_new();
     for (int i = 0; i < L.threads; i++)
-        hist_merge(r.h, L.hist[i]);
+        bench_hist_merge(r.h, L.hist[i]);
     if (L.hist_send) {
-        r.hs = hist_new();
+        r.hs = bench_hist_new();
         for (int i = 0; i < L.threads; i++)
-            hist_merge(r.hs, L.hist_send[i]);
+            bench_hist_merge(r.hs, L.hist_send[i]);
     }
     r.self_us_req = r.answered ? (double)r.self_cpu_us / (double)r.answered : 0;
     if (r.server_pid && s1 >= s0) {
@@ -1198,7 +1209,7 @@ int bench_main(int argc, char **argv)
     if (o.html[0] && series.n > 0 && series.s[series.n - 1].t >= r.seconds)
         memcpy(series.s[series.n - 1].out, r.out, sizeof r.out);
     else if (o.html[0])
-        bench_series_add(&series, r.seconds, r.out);
+        bench_html_series_add(&series, r.seconds, r.out);
     /* --html keeps the texts for the page as well: they are printed from memory. */
     char *report_text = NULL, *audit_text = NULL;
     size_t report_len = 0, audit_len = 0;
@@ -1313,16 +1324,16 @@ int bench_main(int argc, char **argv)
     }
     free(report_text);
     free(audit_text);
-    bench_series_free(&series);
-    bp_free(&procs);
-    cpr_free(probe);
+    bench_html_series_free(&series);
+    bench_procs_free(&procs);
+    bench_cpuprobe_free(probe);
     free(r.slow);
     free(r.slots);
     free(rec.answers);
     free(rec.soldout);
     free(rec.maybe);
-    hist_free(r.h);
-    hist_free(r.hs);
+    bench_hist_free(r.h);
+    bench_hist_free(r.hs);
     bench_load_free(&L);
     bench_users_free(&users);
     return status;

@@ -864,7 +864,7 @@ static void remove_dir(const char *dir)
         waitpid(pid, NULL, 0);
 }
 
-int lab_main(int argc, char **argv)
+int lab_tool_main(int argc, char **argv)
 {
     lab_t L;
     char err[1024];

@@ -14,6 +14,6 @@
 #define SECKILL_LAB_TOOL_H
 
 /* `seckill lab ...` (argv[0] is "lab"). 0 = every step ran, 2 = could not run. */
-int lab_main(int argc, char **argv);
+int lab_tool_main(int argc, char **argv);
 
 #endif

@@ -129,7 +129,7 @@ static int num_arg(const char *flag, const char *v, long long lo, long long hi, 
     return 0;
 }
 
-int tokens_main(int argc, char **argv)
+int seed_tokens_main(int argc, char **argv)
 {
     seed_req_t q = {.ttl_s = 7200};
     long long users = -1, base = 0, ttl = 7200;
