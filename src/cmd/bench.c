@@ -104,8 +104,8 @@ static const bopt_t bopts[] = {
     {"server-pid", A_INT, F(server_pid), 1, INT_MAX, "PID", "for CPU/request [the listener's]"},
     {"redis-pid", A_INT, F(redis_pid), 1, INT_MAX, "PID", "for CPU/request [from INFO, if local]"},
     {"no-audit", A_SET, SET(audit, 0), 0, 0, NULL, "skip the drain wait and the audit"},
-    {"no-cpu-probe", A_SET, SET(cpu_probe, 0), 0, 0, NULL,
-     "do not watch the machine's CPU speed during the load (bench_cpuprobe.h)"},
+    {"cpu-probe", A_SET, SET(cpu_probe, 1), 0, 0, NULL,
+     "watch the machine's CPU speed during the load: its slow spells, the tail outside them"},
     {"drain-timeout", A_INT, F(drain_timeout_s), 1, 86400, "S", "wait for the writer at most [60]"},
     {"timeout", A_INT, F(timeout_s), 1, 3600, "S", "wait for answers after the last send [10]"},
     {"seed", A_I64, F(seed), 0, 9e18, "N", "random seed of the schedule [time]"},
@@ -199,7 +199,6 @@ int bench_parse_args(int argc, char **argv, bench_opts_t *o, char *err, size_t e
     o->tick_us = 500;
     o->token_ttl_s = 7200;
     o->audit = 1;
-    o->cpu_probe = 1;
     o->drain_timeout_s = 60;
     o->timeout_s = 10;
     o->progress = 1;
@@ -630,7 +629,7 @@ typedef struct results {
     size_t nslots;
     bench_phase_t phase[2];             /* selling, sold out */
     const bench_procs_t *procs;
-    const bench_cpuprobe_t *probe;      /* NULL: --no-cpu-probe */
+    const bench_cpuprobe_t *probe;      /* NULL: without --cpu-probe */
     bench_span_t *slow;                 /* the probe's slow spells, us since the origin */
     size_t nslow;
     double slow_factor;                 /* their median slowdown */

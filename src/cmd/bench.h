@@ -69,7 +69,7 @@ typedef struct bench_opts {
     int server_pid;             /* --server-pid PID [found from the listening socket] */
     int redis_pid;              /* --redis-pid PID [INFO server, when local] */
     int audit;                  /* --no-audit turns it off */
-    int cpu_probe;              /* --no-cpu-probe turns the CPU slowdown probe off */
+    int cpu_probe;              /* --cpu-probe: watch the CPU's slow spells (bench_cpuprobe.h) */
     int drain_timeout_s;        /* --drain-timeout S [60] */
     int timeout_s;              /* --timeout S: wait for answers after the last send [10] */
     uint64_t seed;              /* --seed N: the schedule's random seed [time] */

@@ -19,10 +19,12 @@
  *
  * Cost: ~CPR_WORK_US of CPU per CPR_PERIOD_US (about 0.5 % of one core); its thread
  * ("cpuprobe") shows in the bench's thread list and its CPU time is returned so the
- * bench's CPU per request can leave it out.
+ * bench's CPU per request can leave it out. It runs only when asked (`--cpu-probe`; `make perf`
+ * asks in its sales): it answers a question about the machine, not about the service.
  *
- * Ownership: bench_cpuprobe_start returns the probe; after bench_cpuprobe_stop (joins the thread) its spans and
- * figures are read by the caller, which frees them with bench_cpuprobe_free. */
+ * Ownership: bench_cpuprobe_start returns the probe; after bench_cpuprobe_stop (joins the
+ * thread) its spans and figures are read by the caller, which frees them with
+ * bench_cpuprobe_free. */
 #ifndef SECKILL_BENCH_CPUPROBE_H
 #define SECKILL_BENCH_CPUPROBE_H
 
@@ -49,9 +51,9 @@ bench_cpuprobe_t *bench_cpuprobe_start(void);
 /* Stops and joins the thread, then cuts its runs into spans. */
 void bench_cpuprobe_stop(bench_cpuprobe_t *p);
 
-/* After bench_cpuprobe_stop: the spans in time order (*n of them), the runs measured (also readable
- * while it runs), the calibrated work (ns of thread CPU time) and the probe thread's own
- * CPU time (ns). */
+/* After bench_cpuprobe_stop: the spans in time order (*n of them), the runs measured (also
+ * readable while it runs), the calibrated work (ns of thread CPU time) and the probe
+ * thread's own CPU time (ns). */
 const bench_cpuprobe_span_t *bench_cpuprobe_spans(const bench_cpuprobe_t *p, size_t *n);
 uint64_t bench_cpuprobe_runs(const bench_cpuprobe_t *p);
 uint64_t bench_cpuprobe_work_ns(const bench_cpuprobe_t *p);

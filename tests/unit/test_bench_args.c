@@ -56,9 +56,12 @@ static void test_defaults(void **state)
     assert_true(o.dup > 0.09 && o.dup < 0.11);
     assert_int_equal(o.burst, 3);
     assert_int_equal(o.tick_us, 500);
-    assert_int_equal(parse(&o, err, "--tick-us", "100", "--timeline", "t.tsv", NULL), 0);
+    assert_int_equal(o.cpu_probe, 0);   /* the CPU probe is asked for (make perf does) */
+    assert_int_equal(parse(&o, err, "--tick-us", "100", "--timeline", "t.tsv", "--cpu-probe", NULL),
+                     0);
     assert_int_equal(o.tick_us, 100);
     assert_string_equal(o.timeline, "t.tsv");
+    assert_int_equal(o.cpu_probe, 1);
 }
 
 static void test_values(void **state)
@@ -114,6 +117,7 @@ static void test_errors(void **state)
         const char *a, *b, *needle;
     } bad[] = {
         {"--nope", NULL, "unknown option"},
+        {"--no-cpu-probe", NULL, "unknown option"},   /* the probe is off unless asked */
         {"users", NULL, "unexpected argument"},
         {"--users", NULL, "needs a value"},
         {"--users", "0", "--users must be"},
