@@ -23,6 +23,7 @@
 #include "cmd/audit.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,12 +40,12 @@
 #include "core/pairs.h"
 #include "redis/rconn.h"
 #include "core/clock.h"
+#include "core/datadir.h"
 #include "core/key.h"
 #include "core/sb.h"
 #include "sale/sentry.h"
 #include "store/store.h"
 #include "core/xmem.h"
-#include "cmd/datadir.h"
 
 #define PAGE 10000
 #define DETAIL 400
@@ -1436,9 +1437,11 @@ int audit_main(int argc, char **argv)
         }
     }
     char rbuf[DATADIR_URL_MAX], dbuf[DATADIR_URL_MAX];
-    int urc = datadir_urls("seckill audit", data_dir, &redis, &db, rbuf, dbuf);
-    if (urc != 0)
-        return urc;
+    char derr[PATH_MAX + 64];
+    if (datadir_urls(data_dir, &redis, &db, rbuf, dbuf, derr, sizeof derr) < 0) {
+        fprintf(stderr, "seckill audit: %s\n", derr);
+        return 2;
+    }
     audit_record_t rec;
     memset(&rec, 0, sizeof rec);
     if (orders) {

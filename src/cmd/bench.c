@@ -41,6 +41,7 @@
 #include "cmd/bench_redis.h"
 #include "redis/rconn.h"
 #include "core/clock.h"
+#include "core/datadir.h"
 #include "core/xmem.h"
 
 /* ==== options ==== */
@@ -531,23 +532,6 @@ static int create_voucher(const bench_opts_t *o, const bench_load_t *P, int64_t 
     return *id > 0 ? 0 : -1;
 }
 
-static int read_admin_token(const char *dir, char *out, size_t len)
-{
-    char path[PATH_MAX + 16];
-    snprintf(path, sizeof path, "%s/admin-token", dir);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    char buf[256] = "";
-    int ok = fgets(buf, sizeof buf, f) != NULL;
-    fclose(f);
-    buf[strcspn(buf, "\r\n")] = '\0';
-    if (!ok || !buf[0] || strlen(buf) >= len)
-        return -1;
-    memcpy(out, buf, strlen(buf) + 1);
-    return 0;
-}
-
 /* ==== progress and report ==== */
 
 typedef struct prog {
@@ -997,17 +981,22 @@ int bench_main(int argc, char **argv)
         return 2;
     }
     if (o.data_dir[0]) {
-        char abs[PATH_MAX];
+        const char *redis = o.redis_url, *db = o.db_url;
+        char rbuf[DATADIR_URL_MAX], dbuf[DATADIR_URL_MAX], abs[PATH_MAX];
+        if (datadir_urls(o.data_dir, &redis, &db, rbuf, dbuf, err, sizeof err) < 0) {
+            fprintf(stderr, "seckill bench: %s\n", err);
+            return 2;
+        }
         if (!realpath(o.data_dir, abs)) {
             fprintf(stderr, "seckill bench: data dir %s: %s\n", o.data_dir, strerror(errno));
             return 2;
         }
-        if (!o.redis_url[0])
-            snprintf(o.redis_url, sizeof o.redis_url, "unix:%.600s/redis/redis.sock", abs);
-        if (!o.db_url[0])
-            snprintf(o.db_url, sizeof o.db_url, "sqlite:%.600s/seckill.db", abs);
-        if (!o.admin_token[0])
-            read_admin_token(abs, o.admin_token, sizeof o.admin_token);
+        snprintf(o.redis_url, sizeof o.redis_url, "%s", redis);
+        snprintf(o.db_url, sizeof o.db_url, "%s", db);
+        /* the embedded default's admin token, read as the service reads it (datadir.h) */
+        if (!o.admin_token[0] && datadir_read_secret(abs, "admin-token", o.admin_token,
+                                                     sizeof o.admin_token, err, sizeof err) < 0)
+            fprintf(stderr, "seckill bench: admin token: %s\n", err);
         /* The embedded default's signing key: seeded tokens then verify like real ones. */
         char kf[sizeof o.token_key_file];
         if (!o.token_key_file[0] &&

@@ -9,6 +9,7 @@
 #include "cmd/redis_tool.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,11 +18,11 @@
 #include <hiredis/hiredis.h>
 
 #include "sale/bucket_sweep.h"
+#include "core/datadir.h"
 #include "core/key.h"
 #include "redis/rcl_sync.h"
 #include "rebuild/rebuild.h"
 #include "store/store.h"
-#include "cmd/datadir.h"
 #include "cmd/lockcheck.h"
 
 #define MAX_VOUCHERS 256
@@ -121,9 +122,11 @@ static int rebuild_cmd(int argc, char **argv)
         }
     }
     char rbuf[DATADIR_URL_MAX], dbuf[DATADIR_URL_MAX];
-    int urc = datadir_urls("seckill redis rebuild", data_dir, &redis, &db, rbuf, dbuf);
-    if (urc != 0)
-        return urc;
+    char derr[PATH_MAX + 64];
+    if (datadir_urls(data_dir, &redis, &db, rbuf, dbuf, derr, sizeof derr) < 0) {
+        fprintf(stderr, "seckill redis rebuild: %s\n", derr);
+        return 2;
+    }
     char err[512];
     store_t *st = store_open(db, tmo, err, sizeof err);
     if (!st) {
