@@ -39,6 +39,7 @@
 #include "cmd/bench_timeline.h"
 #include "cmd/bench_cpuprobe.h"
 #include "cmd/bench_redis.h"
+#include "cmd/cmd_args.h"
 #include "redis/rconn.h"
 #include "core/clock.h"
 #include "core/datadir.h"
@@ -46,73 +47,63 @@
 
 /* ==== options ==== */
 
-typedef enum { A_STR, A_I64, A_INT, A_DBL, A_SET } atype_t;
+#define F(field) CMD_ARGS_FIELD(bench_opts_t, field)
+#define SET(field, v) CMD_ARGS_SET(bench_opts_t, field, v)
 
-typedef struct bopt {
-    const char *name;
-    atype_t type;
-    size_t off;
-    size_t size;            /* A_STR: buffer size; A_SET: the value to store (int) */
-    double min, max;
-    const char *arg, *help;
-} bopt_t;
-
-#define F(field) offsetof(bench_opts_t, field), sizeof(((bench_opts_t *)0)->field)
-#define SET(field, v) offsetof(bench_opts_t, field), (size_t)(v)
-
-static const bopt_t bopts[] = {
-    {"target", A_STR, F(target), 0, 0, "URL", "the service [http://127.0.0.1:8081]"},
-    {"also-target", A_STR, F(target2), 0, 0, "URL",
+static const cmd_arg_t bench_opt_rows[] = {
+    {"target", CMD_ARG_STR, F(target), 0, 0, "URL", "the service [http://127.0.0.1:8081]"},
+    {"also-target", CMD_ARG_STR, F(target2), 0, 0, "URL",
      "a second instance: every other sale connection goes there (the lab's two instances)"},
-    {"data-dir", A_STR, F(data_dir), 0, 0, "DIR",
+    {"data-dir", CMD_ARG_STR, F(data_dir), 0, 0, "DIR",
      "an embedded default's data dir: its Redis socket, SQLite file and admin token"},
-    {"redis", A_STR, F(redis_url), 0, 0, "URL", "Redis: login codes or seeding, drain, audit"},
-    {"db", A_STR, F(db_url), 0, 0, "URL", "SQL store: drain and audit"},
-    {"admin-token", A_STR, F(admin_token), 0, 0, "T", "to create the voucher"},
-    {"voucher", A_I64, F(voucher), 1, 9e18, "ID", "use this voucher instead of creating one"},
-    {"create-only", A_SET, SET(create_only, 1), 0, 0, NULL,
+    {"redis", CMD_ARG_STR, F(redis_url), 0, 0, "URL", "Redis: login codes or seeding, drain, audit"},
+    {"db", CMD_ARG_STR, F(db_url), 0, 0, "URL", "SQL store: drain and audit"},
+    {"admin-token", CMD_ARG_STR, F(admin_token), 0, 0, "T", "to create the voucher"},
+    {"voucher", CMD_ARG_I64, F(voucher), 1, 9e18, "ID", "use this voucher instead of creating one"},
+    {"create-only", CMD_ARG_SET, SET(create_only, 1), 0, 0, NULL,
      "create the voucher, print its id and stop (then sell it with --voucher)"},
-    {"stock", A_I64, F(stock), 0, 1e8, "N", "initial stock (of the new voucher, or of --voucher) [1000]"},
-    {"begin-in", A_INT, F(begin_in_s), 0, 86400, "S", "the new sale opens S seconds from now [0]"},
-    {"window", A_INT, F(window_s), 1, 1e8, "S", "the new sale lasts S seconds [3600]"},
-    {"buckets", A_INT, F(buckets), 1, 16, "K",
+    {"stock", CMD_ARG_I64, F(stock), 0, 1e8, "N", "initial stock (of the new voucher, or of --voucher) [1000]"},
+    {"begin-in", CMD_ARG_INT, F(begin_in_s), 0, 86400, "S", "the new sale opens S seconds from now [0]"},
+    {"window", CMD_ARG_INT, F(window_s), 1, 1e8, "S", "the new sale lasts S seconds [3600]"},
+    {"buckets", CMD_ARG_INT, F(buckets), 1, 16, "K",
      "the new voucher's stock in K buckets (stockBuckets; docs/redis-cluster.md) [1]"},
-    {"users", A_I64, F(users), 1, 1e8, "U", "buyers [10000]"},
-    {"user-base", A_I64, F(user_base), 0, 1e9, "N", "first user index (phones, seeded ids) [0]"},
-    {"conns", A_INT, F(conns), 1, 100000, "C", "keep-alive connections [64]"},
-    {"pipeline", A_INT, F(pipeline), 1, 1024, "P", "requests in flight per connection [1]"},
-    {"threads", A_INT, F(threads), 1, 64, "T", "event-loop threads [1]"},
-    {"duration", A_DBL, F(duration_s), 0, 86400, "S", "stop after S seconds [until every user tried]"},
-    {"rate", A_DBL, F(rate), 0, 1e8, "R", "open loop: R requests/s in total [closed loop]"},
-    {"tick-us", A_INT, F(tick_us), 50, 100000, "T",
+    {"users", CMD_ARG_I64, F(users), 1, 1e8, "U", "buyers [10000]"},
+    {"user-base", CMD_ARG_I64, F(user_base), 0, 1e9, "N", "first user index (phones, seeded ids) [0]"},
+    {"conns", CMD_ARG_INT, F(conns), 1, 100000, "C", "keep-alive connections [64]"},
+    {"pipeline", CMD_ARG_INT, F(pipeline), 1, 1024, "P", "requests in flight per connection [1]"},
+    {"threads", CMD_ARG_INT, F(threads), 1, 64, "T", "event-loop threads [1]"},
+    {"duration", CMD_ARG_DBL, F(duration_s), 0, 86400, "S", "stop after S seconds [until every user tried]"},
+    {"rate", CMD_ARG_DBL, F(rate), 0, 1e8, "R", "open loop: R requests/s in total [closed loop]"},
+    {"tick-us", CMD_ARG_INT, F(tick_us), 50, 100000, "T",
      "open loop: send what fell due every T us, together (each timed from its own due time) [500]"},
-    {"dup", A_DBL, F(dup), 0, 10, "F", "sequential repeat attempts, per user [0.1]"},
-    {"burst-share", A_DBL, F(burst_share), 0, 1, "F",
+    {"dup", CMD_ARG_DBL, F(dup), 0, 10, "F", "sequential repeat attempts, per user [0.1]"},
+    {"burst-share", CMD_ARG_DBL, F(burst_share), 0, 1, "F",
      "share of users whose first try is sent as concurrent copies [0.05]"},
-    {"burst", A_INT, F(burst), 1, 64, "K", "copies in such a try [3]"},
-    {"seed-tokens", A_SET, SET(login, LOGIN_SEED), 0, 0, NULL,
+    {"burst", CMD_ARG_INT, F(burst), 1, 64, "K", "copies in such a try [3]"},
+    {"seed-tokens", CMD_ARG_SET, SET(login, LOGIN_SEED), 0, 0, NULL,
      "prepare users by writing login tokens straight into Redis (needs --redis)"},
-    {"tokens", A_STR, F(tokens_file), 0, 0, "FILE", "use these tokens, one per line [API login]"},
-    {"token-ttl", A_INT, F(token_ttl_s), 10, 1e8, "S", "TTL of seeded tokens [7200]"},
-    {"token-key-file", A_STR, F(token_key_file), 0, 0, "F",
+    {"tokens", CMD_ARG_STR, F(tokens_file), 0, 0, "FILE", "use these tokens, one per line [API login]"},
+    {"token-ttl", CMD_ARG_INT, F(token_ttl_s), 10, 1e8, "S", "TTL of seeded tokens [7200]"},
+    {"token-key-file", CMD_ARG_STR, F(token_key_file), 0, 0, "F",
      "sign seeded tokens with the service's key [<data-dir>/token-key if it exists; else random]"},
-    {"record", A_STR, F(record), 0, 0, "FILE", "write every success answer (for audit --orders)"},
-    {"json", A_STR, F(json), 0, 0, "FILE", "also write the results as JSON (- = stdout)"},
-    {"timeline", A_STR, F(timeline), 0, 0, "FILE",
+    {"record", CMD_ARG_STR, F(record), 0, 0, "FILE", "write every success answer (for audit --orders)"},
+    {"json", CMD_ARG_STR, F(json), 0, 0, "FILE", "also write the results as JSON (- = stdout)"},
+    {"timeline", CMD_ARG_STR, F(timeline), 0, 0, "FILE",
      "also write the sale per 100 ms: latency, backlog, and each thread's CPU and run-queue wait"},
-    {"html", A_STR, F(html), 0, 0, "FILE",
+    {"html", CMD_ARG_STR, F(html), 0, 0, "FILE",
      "also write the report as a page: outcomes over time, latency curve, stock, audit"},
-    {"server-pid", A_INT, F(server_pid), 1, INT_MAX, "PID", "for CPU/request [the listener's]"},
-    {"redis-pid", A_INT, F(redis_pid), 1, INT_MAX, "PID", "for CPU/request [from INFO, if local]"},
-    {"no-audit", A_SET, SET(audit, 0), 0, 0, NULL, "skip the drain wait and the audit"},
-    {"cpu-probe", A_SET, SET(cpu_probe, 1), 0, 0, NULL,
+    {"server-pid", CMD_ARG_INT, F(server_pid), 1, INT_MAX, "PID", "for CPU/request [the listener's]"},
+    {"redis-pid", CMD_ARG_INT, F(redis_pid), 1, INT_MAX, "PID", "for CPU/request [from INFO, if local]"},
+    {"no-audit", CMD_ARG_SET, SET(audit, 0), 0, 0, NULL, "skip the drain wait and the audit"},
+    {"cpu-probe", CMD_ARG_SET, SET(cpu_probe, 1), 0, 0, NULL,
      "watch the machine's CPU speed during the load: its slow spells, the tail outside them"},
-    {"drain-timeout", A_INT, F(drain_timeout_s), 1, 86400, "S", "wait for the writer at most [60]"},
-    {"timeout", A_INT, F(timeout_s), 1, 3600, "S", "wait for answers after the last send [10]"},
-    {"seed", A_I64, F(seed), 0, 9e18, "N", "random seed of the schedule [time]"},
-    {"quiet", A_SET, SET(progress, 0), 0, 0, NULL, "no live progress line"},
+    {"drain-timeout", CMD_ARG_INT, F(drain_timeout_s), 1, 86400, "S", "wait for the writer at most [60]"},
+    {"timeout", CMD_ARG_INT, F(timeout_s), 1, 3600, "S", "wait for answers after the last send [10]"},
+    {"seed", CMD_ARG_I64, F(seed), 0, 9e18, "N", "random seed of the schedule [time]"},
+    {"quiet", CMD_ARG_SET, SET(progress, 0), 0, 0, NULL, "no live progress line"},
 };
-#define NBOPTS (sizeof bopts / sizeof bopts[0])
+static const cmd_args_t bench_opts_spec = {
+    bench_opt_rows, sizeof bench_opt_rows / sizeof bench_opt_rows[0], 22};
 
 void bench_usage(void)
 {
@@ -123,12 +114,7 @@ void bench_usage(void)
            "requests/s, latency and CPU per request, then waits for the order writer and\n"
            "runs `seckill audit`. Exit status 0 = clean, 1 = the audit found a violation,\n"
            "2 = could not run.\n\n");
-    for (size_t i = 0; i < NBOPTS; i++) {
-        char flag[48];
-        snprintf(flag, sizeof flag, "--%s%s%s", bopts[i].name, bopts[i].arg ? " " : "",
-                 bopts[i].arg ? bopts[i].arg : "");
-        printf("  %-22s %s\n", flag, bopts[i].help);
-    }
+    cmd_args_help(stdout, &bench_opts_spec);
     printf("\nExamples:\n"
            "  seckill bench --data-dir ./var --users 2000 --stock 500\n"
            "  seckill bench --data-dir ./var --seed-tokens --users 1000000 --stock 100000 \\\n"
@@ -203,98 +189,25 @@ int bench_parse_args(int argc, char **argv, bench_opts_t *o, char *err, size_t e
     o->drain_timeout_s = 60;
     o->timeout_s = 10;
     o->progress = 1;
-    int seed_given = 0, seed_tokens = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
-            return 1;
-        if (strncmp(a, "--", 2) != 0) {
-            snprintf(err, errlen, "unexpected argument \"%s\" (see --help)", a);
-            return -1;
-        }
-        a += 2;
-        const char *eq = strchr(a, '=');
-        size_t n = eq ? (size_t)(eq - a) : strlen(a);
-        const bopt_t *b = NULL;
-        for (size_t k = 0; k < NBOPTS; k++)
-            if (strlen(bopts[k].name) == n && memcmp(bopts[k].name, a, n) == 0)
-                b = &bopts[k];
-        if (!b) {
-            snprintf(err, errlen, "unknown option \"%s\" (see --help)", argv[i]);
-            return -1;
-        }
-        char *field = (char *)o + b->off;
-        if (b->type == A_SET) {
-            if (eq) {
-                snprintf(err, errlen, "--%s takes no value", b->name);
-                return -1;
-            }
-            *(int *)field = (int)b->size;
-            if (strcmp(b->name, "seed-tokens") == 0)
-                seed_tokens = 1;
-            continue;
-        }
-        const char *v;
-        if (eq) {
-            v = eq + 1;
-        } else if (i + 1 < argc) {
-            v = argv[++i];
-        } else {
-            snprintf(err, errlen, "--%s needs a value", b->name);
-            return -1;
-        }
-        if (b->type == A_STR) {
-            if (strlen(v) >= b->size || !*v) {
-                snprintf(err, errlen, "--%s: value empty or too long", b->name);
-                return -1;
-            }
-            memcpy(field, v, strlen(v) + 1);
-            if (strcmp(b->name, "tokens") == 0)
-                o->login = LOGIN_FILE;
-            continue;
-        }
-        char *end;
-        errno = 0;
-        double x = strtod(v, &end);
-        int integral = b->type != A_DBL;
-        if (errno || end == v || *end || !isfinite(x) || x < b->min || x > b->max ||
-            (integral && x != floor(x))) {
-            snprintf(err, errlen, "--%s must be %s from %g to %g, not \"%s\"", b->name,
-                     integral ? "a whole number" : "a number", b->min, b->max, v);
-            return -1;
-        }
-        if (b->type == A_INT) {
-            *(int *)field = (int)x;
-        } else if (b->type == A_I64) {
-            /* integers beyond 2^53 would lose digits through strtod */
-            errno = 0;
-            long long ll = strtoll(v, &end, 10);
-            if (errno || *end) {
-                snprintf(err, errlen, "--%s: bad number \"%s\"", b->name, v);
-                return -1;
-            }
-            *(int64_t *)field = ll;
-            if (strcmp(b->name, "seed") == 0)
-                seed_given = 1;
-        } else {
-            *(double *)field = x;
-        }
-    }
+    o->seed = clock_mono_ns() ^ ((uint64_t)getpid() << 32);   /* unless --seed */
+    int rc = cmd_args_parse(&bench_opts_spec, argc, argv, o, err, errlen);
+    if (rc != 0)
+        return rc;
     if (parse_target("--target", o->target, o->host, sizeof o->host, &o->port, err, errlen) < 0)
         return -1;
     if (o->target2[0] && parse_target("--also-target", o->target2, o->host2, sizeof o->host2,
                                       &o->port2, err, errlen) < 0)
         return -1;
-    if (seed_tokens && o->tokens_file[0]) {
+    if (o->tokens_file[0] && o->login == LOGIN_SEED) {
         snprintf(err, errlen, "--seed-tokens and --tokens exclude each other");
         return -1;
     }
+    if (o->tokens_file[0])
+        o->login = LOGIN_FILE;
     if (o->users > 4000000000LL) {
         snprintf(err, errlen, "--users: at most 4000000000");
         return -1;
     }
-    if (!seed_given)
-        o->seed = clock_mono_ns() ^ ((uint64_t)getpid() << 32);
     return 0;
 }
 
