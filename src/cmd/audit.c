@@ -1368,7 +1368,8 @@ static const cmd_arg_t audit_arg_rows[] = {
      "the embedded default's files: Redis unix:DIR/redis/redis.sock,\n"
      "SQL sqlite:DIR/seckill.db (default ./var when neither\n"
      "--redis nor --db is given)"},
-    {"redis", CMD_ARG_PTR, F(redis), 0, 0, "URL", "redis://[:password@]host:port[/db] or unix:PATH"},
+    {"redis", CMD_ARG_PTR, F(redis), 0, 0, "URL",
+     "redis://[:password@]host:port[/db] or unix:PATH"},
     {"db", CMD_ARG_PTR, F(db), 0, 0, "URL", "sqlite:PATH (or the URL the service uses)"},
     {"voucher", CMD_ARG_I64S, F(vouchers), 1, 9e18, "ID",
      "audit this voucher (repeatable); default: every flash-sale voucher",

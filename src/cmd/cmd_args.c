@@ -102,6 +102,14 @@ static int store(const cmd_arg_t *b, const char *v, char *field, void *dst, char
 int cmd_args_parse(const cmd_args_t *spec, int argc, char **argv, void *dst, char *err,
                    size_t errlen)
 {
+    for (size_t k = 0; k < spec->n; k++) {   /* a mistake in the command's table */
+        size_t need = field_size(spec->opt[k].type);
+        if (need && spec->opt[k].size != need) {
+            fprintf(stderr, "cmd_args: --%s: its field does not fit its type\n",
+                    spec->opt[k].name);
+            abort();
+        }
+    }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
@@ -115,11 +123,6 @@ int cmd_args_parse(const cmd_args_t *spec, int argc, char **argv, void *dst, cha
         if (!b) {
             snprintf(err, errlen, "unknown option \"%s\" (see --help)", a);
             return -1;
-        }
-        size_t need = field_size(b->type);
-        if (need && b->size != need) {   /* a mistake in the command's table */
-            fprintf(stderr, "cmd_args: --%s: its field does not fit its type\n", b->name);
-            abort();
         }
         char *field = (char *)dst + b->off;
         if (b->type == CMD_ARG_SET) {

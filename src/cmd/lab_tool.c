@@ -768,7 +768,8 @@ static const cmd_arg_t lab_arg_rows[] = {
      "the setnx locks' lease, shorter than the pause [100]\n"
      "(lua-unlock's get-del row: 2000 ms, pause 2000 + N)"},
     {"json", CMD_ARG_STR, F(json), 0, 0, "FILE", "also write the table as JSON (- = stdout)"},
-    {"html", CMD_ARG_STR, F(html), 0, 0, "FILE", "also write an HTML report with a chart per column"},
+    {"html", CMD_ARG_STR, F(html), 0, 0, "FILE",
+     "also write an HTML report with a chart per column"},
     {"dir", CMD_ARG_STR, F(dir), 0, 0, "DIR",
      "working directory (kept) [a temporary one, removed]"},
     {"db", CMD_ARG_STR, F(db_given), 0, 0, "URL",

@@ -49,8 +49,10 @@ typedef struct lkc_run {
 #define F(field) CMD_ARGS_FIELD(lkc_run_t, field)
 
 static const cmd_arg_t lkc_arg_rows[] = {
-    {"redis", CMD_ARG_PTR, F(url), 0, 0, "URL", "redis://..., unix:PATH or redis+cluster://h1:p1,..."},
-    {"locks", CMD_ARG_INT, F(nlocks), 1, LKC_MAX_LOCKS, "N", "lock names PREFIX:0 .. PREFIX:N-1 [12]"},
+    {"redis", CMD_ARG_PTR, F(url), 0, 0, "URL",
+     "redis://..., unix:PATH or redis+cluster://h1:p1,..."},
+    {"locks", CMD_ARG_INT, F(nlocks), 1, LKC_MAX_LOCKS, "N",
+     "lock names PREFIX:0 .. PREFIX:N-1 [12]"},
     {"prefix", CMD_ARG_PTR, F(prefix), 0, 0, "P", "[lockcheck]"},
     {"threads", CMD_ARG_INT, F(nthreads), 1, LKC_MAX_THREADS, "T", "contending threads [8]"},
     {"seconds", CMD_ARG_INT, F(seconds), 1, 3600, "S", "how long to contend [3]"},
@@ -58,14 +60,16 @@ static const cmd_arg_t lkc_arg_rows[] = {
     {"lease-ms", CMD_ARG_I64, F(lease_ms), 1, 3600000, "L",
      "lock lease [5000] (shorter than --hold-ms shows overlaps)"},
     {"wait-ms", CMD_ARG_I64, F(wait_ms), 0, 3600000, "W", "acquire budget [2000]"},
-    {"timeout-ms", CMD_ARG_INT, F(timeout_ms), 1, 600000, "N", "deadline of each Redis call [2000]"},
+    {"timeout-ms", CMD_ARG_INT, F(timeout_ms), 1, 600000, "N",
+     "deadline of each Redis call [2000]"},
     {"quarantine-ms", CMD_ARG_I64, F(quarantine_ms), 0, 3600000, "Q",
      "after a failover seen here, no lock of the replaced\n"
      "master's slots for Q ms [the lease] (0: none, to see why)"},
     {"intervals", CMD_ARG_PTR, F(ivpath), 0, 0, "FILE",
      "write 'name start_us end_us' (CLOCK_MONOTONIC, comparable\n"
      "across processes of one host) for every hold"},
-    {"json", CMD_ARG_SET, CMD_ARGS_SET(lkc_run_t, json, 1), 0, 0, NULL, "one JSON object instead of text"},
+    {"json", CMD_ARG_SET, CMD_ARGS_SET(lkc_run_t, json, 1), 0, 0, NULL,
+     "one JSON object instead of text"},
 };
 static const cmd_args_t lkc_args_spec = {
     lkc_arg_rows, sizeof lkc_arg_rows / sizeof lkc_arg_rows[0], 18};
@@ -79,7 +83,8 @@ static void usage(FILE *f)
             "is a non-atomic GET/sleep/SET of a counter in Redis and an 'inside' marker.\n"
             "Prints how often each lock was acquired and how many overlaps were seen.\n"
             "Run several at once and compare seckill:lockcheck:{NAME}:n with the sum of\n"
-            "their acquisitions. Exit 0 = no overlap seen, 1 = overlaps, 2 = usage/connection.\n\n");
+            "their acquisitions. Exit 0 = no overlap seen, 1 = overlaps, 2 = usage/connection.\n"
+            "\n");
     cmd_args_help(f, &lkc_args_spec);
 }
 

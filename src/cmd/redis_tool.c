@@ -46,7 +46,8 @@ static const cmd_arg_t rebuild_arg_rows[] = {
     {"data-dir", CMD_ARG_PTR, F(data_dir), 0, 0, "DIR",
      "the embedded default's files (default ./var when neither\n"
      "--redis nor --db is given)"},
-    {"redis", CMD_ARG_PTR, F(redis), 0, 0, "URL", "redis://[:password@]host:port[/db] or unix:PATH"},
+    {"redis", CMD_ARG_PTR, F(redis), 0, 0, "URL",
+     "redis://[:password@]host:port[/db] or unix:PATH"},
     {"db", CMD_ARG_PTR, F(db), 0, 0, "URL", "the service's SQL URL (sqlite:PATH, mysql://...)"},
     {"timeout-ms", CMD_ARG_INT, F(timeout_ms), 10, 600000, "N",
      "deadline of each Redis command and SQL call [10000]"},
