@@ -1405,16 +1405,10 @@ static void audit_usage(FILE *f)
 int audit_main(int argc, char **argv)
 {
     audit_args_t a = {.stock = -1, .unanswered = -1};
+    int exit_now = cmd_args_main(&audit_args_spec, "seckill audit", audit_usage, argc, argv, &a);
+    if (exit_now >= 0)
+        return exit_now;
     char err[PATH_MAX + 64];
-    int prc = cmd_args_parse(&audit_args_spec, argc, argv, &a, err, sizeof err);
-    if (prc == 1) {
-        audit_usage(stdout);
-        return 0;
-    }
-    if (prc < 0) {
-        fprintf(stderr, "seckill audit: %s\n", err);
-        return 2;
-    }
     audit_opts_t o;
     memset(&o, 0, sizeof o);
     o.initial_stock = a.stock;

@@ -148,6 +148,18 @@ int cmd_args_parse(const cmd_args_t *spec, int argc, char **argv, void *dst, cha
     return 0;
 }
 
+int cmd_args_main(const cmd_args_t *spec, const char *prog, void (*usage)(FILE *f), int argc,
+                  char **argv, void *dst)
+{
+    char err[512];
+    int rc = cmd_args_parse(spec, argc, argv, dst, err, sizeof err);
+    if (rc == 1)
+        usage(stdout);
+    else if (rc < 0)
+        fprintf(stderr, "%s: %s\n", prog, err);
+    return rc == 0 ? -1 : rc == 1 ? 0 : 2;
+}
+
 void cmd_args_help(FILE *f, const cmd_args_t *spec)
 {
     for (size_t k = 0; k < spec->n; k++) {

@@ -52,6 +52,12 @@ typedef struct cmd_args {
 int cmd_args_parse(const cmd_args_t *spec, int argc, char **argv, void *dst, char *err,
                    size_t errlen);
 
+/* cmd_args_parse as a command's main uses it: after --help, usage(stdout); after a mistake,
+ * "<prog>: <reason>" on stderr. Returns -1 to go on, else the exit status to return: 0
+ * after --help, 2 after a mistake. */
+int cmd_args_main(const cmd_args_t *spec, const char *prog, void (*usage)(FILE *f), int argc,
+                  char **argv, void *dst);
+
 /* The options' lines of --help: "  --name ARG" in a column of spec->width, then the help. */
 void cmd_args_help(FILE *f, const cmd_args_t *spec);
 

@@ -793,27 +793,6 @@ static void usage(FILE *f)
     cmd_args_help(f, &lab_args_spec);
 }
 
-static int parse(lab_t *L, int argc, char **argv, char *err, size_t errlen)
-{
-    memset(L, 0, sizeof *L);
-    L->stock = 20;
-    L->users = 60;
-    L->rate = 60;
-    L->dup = 2;
-    L->pause_ms = 300;
-    L->lease_ms = 100;
-    snprintf(L->redis_bin, sizeof L->redis_bin, "redis-server");
-    int rc = cmd_args_parse(&lab_args_spec, argc, argv, L, err, errlen);
-    if (rc != 0)
-        return rc;
-    if (L->lease_ms >= L->pause_ms) {
-        snprintf(err, errlen, "--lease-ms must be shorter than --pause-ms: the lesson is a lease "
-                 "that runs out mid-order");
-        return -1;
-    }
-    return 0;
-}
-
 static int selected(const lab_t *L, const step_t *s)
 {
     if (!L->only[0])
@@ -842,17 +821,17 @@ static void remove_dir(const char *dir)
 
 int lab_tool_main(int argc, char **argv)
 {
-    lab_t L;
-    char err[1024];
-    int rc = parse(&L, argc, argv, err, sizeof err);
-    if (rc == 1) {
-        usage(stdout);
-        return 0;
-    }
-    if (rc < 0) {
-        fprintf(stderr, "seckill lab: %s\n", err);
+    lab_t L = {.stock = 20, .users = 60, .rate = 60, .dup = 2, .pause_ms = 300, .lease_ms = 100,
+               .redis_bin = "redis-server"};
+    int exit_now = cmd_args_main(&lab_args_spec, "seckill lab", usage, argc, argv, &L);
+    if (exit_now >= 0)
+        return exit_now;
+    if (L.lease_ms >= L.pause_ms) {
+        fprintf(stderr, "seckill lab: --lease-ms must be shorter than --pause-ms: the lesson is a "
+                        "lease that runs out mid-order\n");
         return 2;
     }
+    char err[1024];
     for (const char *p = L.only; *p;) {   /* every name given must be a step */
         size_t k = strcspn(p, ",");
         int found = 0;

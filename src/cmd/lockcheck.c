@@ -218,22 +218,18 @@ int lockcheck_main(int argc, char **argv)
     r->wait_ms = 2000;
     r->timeout_ms = 2000;
     r->quarantine_ms = -1;
-    char err[300];
-    int status = cmd_args_parse(&lkc_args_spec, argc, argv, r, err, sizeof err);
-    if (status == 0 && (r->url == NULL || strlen(r->prefix) > 200 || strchr(r->prefix, '{') ||
-                        strchr(r->prefix, '}'))) {
-        snprintf(err, sizeof err, "--redis URL is required; --prefix: at most 200 bytes, no "
-                                  "braces (see --help)");
-        status = -1;
+    int status = cmd_args_main(&lkc_args_spec, "lock-check", usage, argc, argv, r);
+    if (status < 0 && (r->url == NULL || strlen(r->prefix) > 200 || strchr(r->prefix, '{') ||
+                       strchr(r->prefix, '}'))) {
+        fprintf(stderr, "lock-check: --redis URL is required; --prefix: at most 200 bytes, no "
+                        "braces (see --help)\n");
+        status = 2;
     }
-    if (status != 0) {
-        if (status == 1)
-            usage(stdout);
-        else
-            fprintf(stderr, "lock-check: %s\n", err);
+    if (status >= 0) {
         free(r);
-        return status == 1 ? 0 : 2;
+        return status;
     }
+    char err[300];
     const char *ivpath = r->ivpath;
     lkm_opts_t o = { .timeout_ms = r->timeout_ms,
                      .quarantine_ms = r->quarantine_ms >= 0 ? r->quarantine_ms : r->lease_ms };

@@ -96,16 +96,11 @@ static int live_vouchers(store_t *st, int64_t **out, size_t *n)
 static int rebuild_cmd(int argc, char **argv)
 {
     rebuild_args_t a = {.timeout_ms = 10000};
+    int exit_now =
+        cmd_args_main(&rebuild_args_spec, "seckill redis rebuild", usage, argc, argv, &a);
+    if (exit_now >= 0)
+        return exit_now;
     char err[PATH_MAX + 64];
-    int prc = cmd_args_parse(&rebuild_args_spec, argc, argv, &a, err, sizeof err);
-    if (prc == 1) {
-        usage(stdout);
-        return 0;
-    }
-    if (prc < 0) {
-        fprintf(stderr, "seckill redis rebuild: %s\n", err);
-        return 2;
-    }
     char rbuf[DATADIR_URL_MAX], dbuf[DATADIR_URL_MAX];
     if (datadir_urls(a.data_dir, &a.redis, &a.db, rbuf, dbuf, err, sizeof err) < 0) {
         fprintf(stderr, "seckill redis rebuild: %s\n", err);

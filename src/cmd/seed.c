@@ -140,16 +140,9 @@ static const cmd_args_t tokens_args_spec = {
 int seed_tokens_main(int argc, char **argv)
 {
     tokens_args_t a = {.users = -1, .ttl_s = 7200};
-    char err[512] = "";
-    int prc = cmd_args_parse(&tokens_args_spec, argc, argv, &a, err, sizeof err);
-    if (prc == 1) {
-        tokens_usage(stdout);
-        return 0;
-    }
-    if (prc < 0) {
-        fprintf(stderr, "seckill tokens: %s\n", err);
-        return 2;
-    }
+    int exit_now = cmd_args_main(&tokens_args_spec, "seckill tokens", tokens_usage, argc, argv, &a);
+    if (exit_now >= 0)
+        return exit_now;
     if (a.users < 0 || (!a.redis && !a.no_redis) || (a.redis && a.no_redis)) {
         fprintf(stderr, "seckill tokens: --users N and one of --redis URL or --no-redis are "
                         "needed\n\n");
@@ -160,6 +153,7 @@ int seed_tokens_main(int argc, char **argv)
                     .n = (size_t)a.users, .ttl_s = a.ttl_s};
     char(*tokens)[33] = xcalloc(q.n, sizeof *tokens);
     int64_t *ids = xcalloc(q.n, sizeof *ids);
+    char err[512] = "";
     int rc = 0;
     if (seed_users(&q, tokens, ids, err, sizeof err) < 0) {
         fprintf(stderr, "seckill tokens: %s\n", err);

@@ -1,5 +1,6 @@
 /* test_cmd_args.c -- the commands' option parser (cmd_args.h): every type of row, both
- * spellings of a value, each refusal and its message, and the --help lines' layout. */
+ * spellings of a value, each refusal and its message, the --help lines' layout, and what a
+ * command's main makes of the outcome. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -143,12 +144,35 @@ static void test_help(void **state)
     free(text);
 }
 
+static int usage_calls;
+static void usage(FILE *f)
+{
+    (void)f;
+    usage_calls++;
+}
+
+/* What a command's main does with the outcome: go on, exit 0 after the usage, exit 2. */
+static void test_main(void **state)
+{
+    (void)state;
+    opts_t o = {0};
+    char *ok[] = {"test", "--n", "4"}, *help[] = {"test", "-h"}, *bad[] = {"test", "--n"};
+    assert_int_equal(cmd_args_main(&spec, "test", usage, 3, ok, &o), -1);
+    assert_int_equal(o.n, 4);
+    assert_int_equal(usage_calls, 0);
+    assert_int_equal(cmd_args_main(&spec, "test", usage, 2, help, &o), 0);
+    assert_int_equal(usage_calls, 1);
+    assert_int_equal(cmd_args_main(&spec, "test", usage, 2, bad, &o), 2);   /* and a message */
+    assert_int_equal(usage_calls, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_values),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_help),
+        cmocka_unit_test(test_main),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
