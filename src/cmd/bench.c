@@ -18,7 +18,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
-#include <math.h>
 #include <netdb.h>
 #include <stddef.h>
 #include <stdio.h>

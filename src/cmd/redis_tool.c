@@ -8,7 +8,6 @@
  * alone. */
 #include "cmd/redis_tool.h"
 
-#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
