@@ -94,7 +94,8 @@ def run(rate, stock, users=0, bench="build/seckill", rt=False, tmp=None, json_ou
         cmd = pre + [bench, "bench", "--target", "http://127.0.0.1:%d" % port, "--voucher", "1",
                      "--tokens", os.path.join(d, "tokens"), "--no-audit", "--quiet",
                      "--users", str(users), "--stock", str(stock), "--rate", str(rate),
-                     "--dup", "0.1", "--burst-share", "0.05", "--conns", "256", "--json", j]
+                     "--dup", "0.1", "--burst-share", "0.05", "--conns", "256", "--json", j,
+                     "--cpu-probe"]   # the slow spells: run.sh's tail_lines and sale_detail
         if timeline:
             cmd += ["--timeline", timeline]
         out = open(report, "w") if report else subprocess.DEVNULL

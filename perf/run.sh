@@ -293,8 +293,9 @@ for rate in $SALE_RATES; do
     # write that waited for the disk, a fork), and its AOF rewrites (fork + child)
     $R config set latency-monitor-threshold 2 >/dev/null; $R latency reset >/dev/null
     rw0=$($R info persistence | tr -d '\r' | awk -F: '$1 == "aof_rewrites" {print $2}')
+    # --cpu-probe: the machine's CPU slow spells, which tail_lines and sale_detail read
     bench "sale-$rate" --users $((SALE_STOCK * 10)) --stock "$SALE_STOCK" --rate "$rate" --dup 0.1 \
-        --burst-share 0.05 --conns 256 --timeline "$OUT/timeline-sale-$rate.tsv"
+        --burst-share 0.05 --conns 256 --timeline "$OUT/timeline-sale-$rate.tsv" --cpu-probe
     j="$TMP/sale-$rate.json"
     say "              sale-$rate: $SALE_STOCK stock, $((SALE_STOCK * 10)) buyers (+10% repeats, 5% sent 3x at once) at $rate req/s open loop; latency from send p99 $(jget "$j" latency_from_send_us.p99) us; drained $(jget "$j" drain.seconds) s after the last answer; audit status $(jget "$j" audit) (0 = no violation)"
     phase_lines "sale-$rate" "$j"

@@ -102,7 +102,7 @@ def one_run(variant, a, tmp):
                         "--data-dir", os.path.join(d, "d"), "--seed-tokens", "--quiet",
                         "--users", str(a.users or a.stock * 10), "--stock", str(a.stock), "--rate",
                         str(a.rate), "--dup", "0.1", "--burst-share", "0.05", "--conns", "256",
-                        "--json", j, "--timeline", tl], stdout=subprocess.DEVNULL,
+                        "--json", j, "--timeline", tl, "--cpu-probe"], stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL)
         blamed = None
         if a.sched:

@@ -81,7 +81,7 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "lab") == 0)
         return lab_tool_main(argc - 1, argv + 1);
     if (strcmp(cmd, "tokens") == 0)
-        return tokens_main(argc - 1, argv + 1);
+        return seed_tokens_main(argc - 1, argv + 1);
     if (strcmp(cmd, "redis") == 0)
         return redis_tool_main(argc - 1, argv + 1);
     fprintf(stderr, "seckill: unknown command \"%s\"\n\n", cmd);

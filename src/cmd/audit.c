@@ -23,6 +23,7 @@
 #include "cmd/audit.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,36 +35,24 @@
 #include <hiredis/hiredis.h>
 
 #include "cmd/bench_redis.h"
+#include "cmd/cmd_args.h"
 #include "sale/bucket_sweep.h"
 #include "redis/rcl_sync.h"
 #include "core/pairs.h"
 #include "redis/rconn.h"
 #include "core/clock.h"
+#include "core/datadir.h"
 #include "core/key.h"
 #include "core/sb.h"
 #include "sale/sentry.h"
 #include "store/store.h"
 #include "core/xmem.h"
-#include "cmd/datadir.h"
 
 #define PAGE 10000
 #define DETAIL 400
 #define MAX_CHECKS 32
 
 /* ==== small helpers ==== */
-
-static int parse_i64(const char *z, int64_t *out)
-{
-    if (!z || !*z)
-        return -1;
-    char *end;
-    errno = 0;
-    long long v = strtoll(z, &end, 10);
-    if (errno || *end != '\0')
-        return -1;
-    *out = v;
-    return 0;
-}
 
 static void fmt_time(int64_t t, char *buf, size_t len)
 {
@@ -284,7 +273,7 @@ static int read_group(redisContext *c, const char *ks, sgroup_t *g, char *err, s
         rconn_int(field(gr, "pending"), &g->pending);
         const redisReply *ld = field(gr, "last-delivered-id");
         if (ld && ld->type == REDIS_REPLY_STRING)
-            sid_parse(ld->str, &g->last_delivered);
+            bench_redis_sid_parse(ld->str, &g->last_delivered);
         const redisReply *lag = field(gr, "lag");
         int64_t v;
         if (lag && rconn_int(lag, &v) == 0)
@@ -302,8 +291,8 @@ static int read_group(redisContext *c, const char *ks, sgroup_t *g, char *err, s
         }
         const redisReply *lg = field(r, "last-generated-id");
         sid_t last;
-        if (lg && lg->type == REDIS_REPLY_STRING && sid_parse(lg->str, &last) == 0)
-            g->lag = sid_cmp(last, g->last_delivered) > 0 ? 1 : 0;
+        if (lg && lg->type == REDIS_REPLY_STRING && bench_redis_sid_parse(lg->str, &last) == 0)
+            g->lag = bench_redis_sid_cmp(last, g->last_delivered) > 0 ? 1 : 0;
         freeReplyObject(r);
     }
     r = rconn_cmdf(c, why, sizeof why, "XPENDING %s %s", ks, KEY_GROUP);
@@ -313,7 +302,8 @@ static int read_group(redisContext *c, const char *ks, sgroup_t *g, char *err, s
     }
     if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2) {
         const redisReply *sm = r->element[1];
-        if (sm && sm->type == REDIS_REPLY_STRING && sid_parse(sm->str, &g->smallest) == 0)
+        if (sm && sm->type == REDIS_REPLY_STRING &&
+            bench_redis_sid_parse(sm->str, &g->smallest) == 0)
             g->have_smallest = 1;
     }
     freeReplyObject(r);
@@ -427,7 +417,7 @@ static int read_redis_snapshot(redisContext *c, vdata_t *d, char *err, size_t er
                         lr->element[0]->type == REDIS_REPLY_ARRAY &&
                         lr->element[0]->elements >= 1 &&
                         lr->element[0]->element[0]->type == REDIS_REPLY_STRING &&
-                        sid_parse(lr->element[0]->element[0]->str, &d->snap_last) == 0;
+                        bench_redis_sid_parse(lr->element[0]->element[0]->str, &d->snap_last) == 0;
     freeReplyObject(r);
     return 0;
 }
@@ -474,9 +464,9 @@ static int in_flight(const vdata_t *d, sid_t id)
 {
     if (!d->group_found)
         return 1;   /* no consumer group: nothing was ever delivered */
-    if (d->have_smallest && sid_cmp(id, d->smallest) >= 0)
+    if (d->have_smallest && bench_redis_sid_cmp(id, d->smallest) >= 0)
         return 1;
-    return sid_cmp(id, d->last_delivered) > 0;
+    return bench_redis_sid_cmp(id, d->last_delivered) > 0;
 }
 
 static int read_stream(redisContext *c, vdata_t *d, char *err, size_t errlen)
@@ -503,7 +493,7 @@ static int read_stream(redisContext *c, vdata_t *d, char *err, size_t errlen)
             if (i + 1 == n)
                 snprintf(start, sizeof start, "(%s", eid);
             sid_t sid;
-            if (sid_parse(eid, &sid) != 0)
+            if (bench_redis_sid_parse(eid, &sid) != 0)
                 continue;
             sentry_it_t it;   /* the entry format: sentry.h */
             sentry_t se;
@@ -514,7 +504,7 @@ static int read_stream(redisContext *c, vdata_t *d, char *err, size_t errlen)
                 continue;
             }
             int flight = in_flight(d, sid);
-            if (d->have_snap_last && sid_cmp(sid, d->snap_last) <= 0)
+            if (d->have_snap_last && bench_redis_sid_cmp(sid, d->snap_last) <= 0)
                 d->st_orders += (int64_t)no;
             while (sentry_next(&it, &se)) {   /* an entry holds one call's orders */
                 int64_t user = se.user_id, oid = se.order_id;
@@ -1363,6 +1353,44 @@ int audit_run(const audit_opts_t *o)
 
 /* ==== command line ==== */
 
+typedef struct audit_args {
+    const char *data_dir, *redis, *db, *orders, *json;
+    int64_t vouchers[64];
+    size_t nvouchers;
+    int64_t stock, unanswered, wait_drain_s;
+    int timeout_ms;
+} audit_args_t;
+
+#define F(field) CMD_ARGS_FIELD(audit_args_t, field)
+
+static const cmd_arg_t audit_arg_rows[] = {
+    {"data-dir", CMD_ARG_PTR, F(data_dir), 0, 0, "DIR",
+     "the embedded default's files: Redis unix:DIR/redis/redis.sock,\n"
+     "SQL sqlite:DIR/seckill.db (default ./var when neither\n"
+     "--redis nor --db is given)"},
+    {"redis", CMD_ARG_PTR, F(redis), 0, 0, "URL",
+     "redis://[:password@]host:port[/db] or unix:PATH"},
+    {"db", CMD_ARG_PTR, F(db), 0, 0, "URL", "sqlite:PATH (or the URL the service uses)"},
+    {"voucher", CMD_ARG_I64S, F(vouchers), 1, 9e18, "ID",
+     "audit this voucher (repeatable); default: every flash-sale voucher",
+     offsetof(audit_args_t, nvouchers)},
+    {"stock", CMD_ARG_I64, F(stock), 0, 9e18, "N",
+     "its initial stock: enables no-oversell, redis-stock, sql-stock"},
+    {"orders", CMD_ARG_PTR, F(orders), 0, 0, "FILE",
+     "the record `seckill bench --record` wrote: success answers;\n"
+     "its header supplies --voucher, --stock and --unanswered"},
+    {"unanswered", CMD_ARG_I64, F(unanswered), 0, 9e18, "N",
+     "requests whose answer was lost (excused in persisted-answered)"},
+    {"wait-drain", CMD_ARG_I64, F(wait_drain_s), 0, 86400, "SEC",
+     "first wait up to SEC for the order stream to drain; then it\n"
+     "must be drained and every admitted order must be in SQL"},
+    {"json", CMD_ARG_PTR, F(json), 0, 0, "FILE", "also write a JSON report (- = stdout)"},
+    {"timeout-ms", CMD_ARG_INT, F(timeout_ms), 10, 600000, "N",
+     "deadline of each Redis command and SQL call [10000]"},
+};
+static const cmd_args_t audit_args_spec = {
+    audit_arg_rows, sizeof audit_arg_rows / sizeof audit_arg_rows[0], 20};
+
 static void audit_usage(FILE *f)
 {
     fprintf(f,
@@ -1370,84 +1398,35 @@ static void audit_usage(FILE *f)
             "Checks a deployment's Redis and SQL for the flash-sale invariants (no oversell,\n"
             "no duplicate, no lost admission, sale window, stream drained) and prints each\n"
             "check with its figures. Read-only. Exit status 0 = all hold, 1 = violation,\n"
-            "2 = could not audit.\n\n"
-            "  --data-dir DIR       the embedded default's files: Redis unix:DIR/redis/redis.sock,\n"
-            "                       SQL sqlite:DIR/seckill.db (default ./var when neither\n"
-            "                       --redis nor --db is given)\n"
-            "  --redis URL          redis://[:password@]host:port[/db] or unix:PATH\n"
-            "  --db URL             sqlite:PATH (or the URL the service uses)\n"
-            "  --voucher ID         audit this voucher (repeatable); default: every flash-sale voucher\n"
-            "  --stock N            its initial stock: enables no-oversell, redis-stock, sql-stock\n"
-            "  --orders FILE        the record `seckill bench --record` wrote: success answers;\n"
-            "                       its header supplies --voucher, --stock and --unanswered\n"
-            "  --unanswered N       requests whose answer was lost (excused in persisted-answered)\n"
-            "  --wait-drain SEC     first wait up to SEC for the order stream to drain; then it\n"
-            "                       must be drained and every admitted order must be in SQL\n"
-            "  --json FILE          also write a JSON report (- = stdout)\n"
-            "  --timeout-ms N       deadline of each Redis command and SQL call [10000]\n");
+            "2 = could not audit.\n\n");
+    cmd_args_help(f, &audit_args_spec);
 }
 
 int audit_main(int argc, char **argv)
 {
+    audit_args_t a = {.stock = -1, .unanswered = -1};
+    int exit_now = cmd_args_main(&audit_args_spec, "seckill audit", audit_usage, argc, argv, &a);
+    if (exit_now >= 0)
+        return exit_now;
+    char err[PATH_MAX + 64];
     audit_opts_t o;
     memset(&o, 0, sizeof o);
-    o.initial_stock = -1;
-    o.unanswered = -1;
-    const char *data_dir = NULL, *redis = NULL, *db = NULL, *orders = NULL, *json = NULL;
-    int64_t vids[64];
-    size_t nv = 0;
-    int64_t wait_s = 0, tmo = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            audit_usage(stdout);
-            return 0;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "seckill audit: %s needs a value (see --help)\n", a);
-            return 2;
-        }
-        const char *v = argv[++i];
-        int64_t x;
-        if (strcmp(a, "--data-dir") == 0)
-            data_dir = v;
-        else if (strcmp(a, "--redis") == 0)
-            redis = v;
-        else if (strcmp(a, "--db") == 0)
-            db = v;
-        else if (strcmp(a, "--orders") == 0)
-            orders = v;
-        else if (strcmp(a, "--json") == 0)
-            json = v;
-        else if (strcmp(a, "--voucher") == 0 && parse_i64(v, &x) == 0 && x > 0 && nv < 64)
-            vids[nv++] = x;
-        else if (strcmp(a, "--stock") == 0 && parse_i64(v, &x) == 0 && x >= 0)
-            o.initial_stock = x;
-        else if (strcmp(a, "--unanswered") == 0 && parse_i64(v, &x) == 0 && x >= 0)
-            o.unanswered = x;
-        else if (strcmp(a, "--wait-drain") == 0 && parse_i64(v, &x) == 0 && x >= 0 && x <= 86400)
-            wait_s = x;
-        else if (strcmp(a, "--timeout-ms") == 0 && parse_i64(v, &x) == 0 && x >= 10 && x <= 600000)
-            tmo = x;
-        else {
-            fprintf(stderr, "seckill audit: bad option or value: %s %s (see --help)\n", a, v);
-            return 2;
-        }
-    }
+    o.initial_stock = a.stock;
+    o.unanswered = a.unanswered;
     char rbuf[DATADIR_URL_MAX], dbuf[DATADIR_URL_MAX];
-    int urc = datadir_urls("seckill audit", data_dir, &redis, &db, rbuf, dbuf);
-    if (urc != 0)
-        return urc;
+    if (datadir_urls(a.data_dir, &a.redis, &a.db, rbuf, dbuf, err, sizeof err) < 0) {
+        fprintf(stderr, "seckill audit: %s\n", err);
+        return 2;
+    }
     audit_record_t rec;
     memset(&rec, 0, sizeof rec);
-    if (orders) {
-        char err[512];
-        if (audit_record_read(orders, &rec, err, sizeof err) < 0) {
+    if (a.orders) {
+        if (audit_record_read(a.orders, &rec, err, sizeof err) < 0) {
             fprintf(stderr, "seckill audit: %s\n", err);
             return 2;
         }
-        if (nv == 0 && rec.voucher_id > 0)
-            vids[nv++] = rec.voucher_id;
+        if (a.nvouchers == 0 && rec.voucher_id > 0)
+            a.vouchers[a.nvouchers++] = rec.voucher_id;
         if (o.initial_stock < 0 && rec.stock >= 0)
             o.initial_stock = rec.stock;
         if (o.unanswered < 0)
@@ -1462,22 +1441,22 @@ int audit_main(int argc, char **argv)
         o.nmaybe = rec.nmaybe;
     }
     FILE *jf = NULL;
-    if (json) {
-        jf = strcmp(json, "-") == 0 ? stdout : fopen(json, "w");
+    if (a.json) {
+        jf = strcmp(a.json, "-") == 0 ? stdout : fopen(a.json, "w");
         if (!jf) {
-            fprintf(stderr, "seckill audit: %s: %s\n", json, strerror(errno));
+            fprintf(stderr, "seckill audit: %s: %s\n", a.json, strerror(errno));
             free(rec.answers);
             free(rec.soldout);
             free(rec.maybe);
             return 2;
         }
     }
-    o.redis_url = redis;
-    o.db_url = db;
-    o.vouchers = nv ? vids : NULL;
-    o.nvouchers = nv;
-    o.wait_drain_ms = (int)(wait_s * 1000);
-    o.timeout_ms = (int)tmo;
+    o.redis_url = a.redis;
+    o.db_url = a.db;
+    o.vouchers = a.nvouchers ? a.vouchers : NULL;
+    o.nvouchers = a.nvouchers;
+    o.wait_drain_ms = (int)(a.wait_drain_s * 1000);
+    o.timeout_ms = a.timeout_ms;
     o.json = jf;
     o.out = jf == stdout ? stderr : stdout;
     int rc = audit_run(&o);

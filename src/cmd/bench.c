@@ -18,7 +18,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
-#include <math.h>
 #include <netdb.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -39,79 +38,82 @@
 #include "cmd/bench_timeline.h"
 #include "cmd/bench_cpuprobe.h"
 #include "cmd/bench_redis.h"
+#include "cmd/cmd_args.h"
 #include "redis/rconn.h"
 #include "core/clock.h"
+#include "core/datadir.h"
 #include "core/xmem.h"
 
 /* ==== options ==== */
 
-typedef enum { A_STR, A_I64, A_INT, A_DBL, A_SET } atype_t;
+#define F(field) CMD_ARGS_FIELD(bench_opts_t, field)
+#define SET(field, v) CMD_ARGS_SET(bench_opts_t, field, v)
 
-typedef struct bopt {
-    const char *name;
-    atype_t type;
-    size_t off;
-    size_t size;            /* A_STR: buffer size; A_SET: the value to store (int) */
-    double min, max;
-    const char *arg, *help;
-} bopt_t;
-
-#define F(field) offsetof(bench_opts_t, field), sizeof(((bench_opts_t *)0)->field)
-#define SET(field, v) offsetof(bench_opts_t, field), (size_t)(v)
-
-static const bopt_t bopts[] = {
-    {"target", A_STR, F(target), 0, 0, "URL", "the service [http://127.0.0.1:8081]"},
-    {"also-target", A_STR, F(target2), 0, 0, "URL",
+static const cmd_arg_t bench_opt_rows[] = {
+    {"target", CMD_ARG_STR, F(target), 0, 0, "URL", "the service [http://127.0.0.1:8081]"},
+    {"also-target", CMD_ARG_STR, F(target2), 0, 0, "URL",
      "a second instance: every other sale connection goes there (the lab's two instances)"},
-    {"data-dir", A_STR, F(data_dir), 0, 0, "DIR",
+    {"data-dir", CMD_ARG_STR, F(data_dir), 0, 0, "DIR",
      "an embedded default's data dir: its Redis socket, SQLite file and admin token"},
-    {"redis", A_STR, F(redis_url), 0, 0, "URL", "Redis: login codes or seeding, drain, audit"},
-    {"db", A_STR, F(db_url), 0, 0, "URL", "SQL store: drain and audit"},
-    {"admin-token", A_STR, F(admin_token), 0, 0, "T", "to create the voucher"},
-    {"voucher", A_I64, F(voucher), 1, 9e18, "ID", "use this voucher instead of creating one"},
-    {"create-only", A_SET, SET(create_only, 1), 0, 0, NULL,
+    {"redis", CMD_ARG_STR, F(redis_url), 0, 0, "URL",
+     "Redis: login codes or seeding, drain, audit"},
+    {"db", CMD_ARG_STR, F(db_url), 0, 0, "URL", "SQL store: drain and audit"},
+    {"admin-token", CMD_ARG_STR, F(admin_token), 0, 0, "T", "to create the voucher"},
+    {"voucher", CMD_ARG_I64, F(voucher), 1, 9e18, "ID", "use this voucher instead of creating one"},
+    {"create-only", CMD_ARG_SET, SET(create_only, 1), 0, 0, NULL,
      "create the voucher, print its id and stop (then sell it with --voucher)"},
-    {"stock", A_I64, F(stock), 0, 1e8, "N", "initial stock (of the new voucher, or of --voucher) [1000]"},
-    {"begin-in", A_INT, F(begin_in_s), 0, 86400, "S", "the new sale opens S seconds from now [0]"},
-    {"window", A_INT, F(window_s), 1, 1e8, "S", "the new sale lasts S seconds [3600]"},
-    {"buckets", A_INT, F(buckets), 1, 16, "K",
+    {"stock", CMD_ARG_I64, F(stock), 0, 1e8, "N",
+     "initial stock (of the new voucher, or of --voucher) [1000]"},
+    {"begin-in", CMD_ARG_INT, F(begin_in_s), 0, 86400, "S",
+     "the new sale opens S seconds from now [0]"},
+    {"window", CMD_ARG_INT, F(window_s), 1, 1e8, "S", "the new sale lasts S seconds [3600]"},
+    {"buckets", CMD_ARG_INT, F(buckets), 1, 16, "K",
      "the new voucher's stock in K buckets (stockBuckets; docs/redis-cluster.md) [1]"},
-    {"users", A_I64, F(users), 1, 1e8, "U", "buyers [10000]"},
-    {"user-base", A_I64, F(user_base), 0, 1e9, "N", "first user index (phones, seeded ids) [0]"},
-    {"conns", A_INT, F(conns), 1, 100000, "C", "keep-alive connections [64]"},
-    {"pipeline", A_INT, F(pipeline), 1, 1024, "P", "requests in flight per connection [1]"},
-    {"threads", A_INT, F(threads), 1, 64, "T", "event-loop threads [1]"},
-    {"duration", A_DBL, F(duration_s), 0, 86400, "S", "stop after S seconds [until every user tried]"},
-    {"rate", A_DBL, F(rate), 0, 1e8, "R", "open loop: R requests/s in total [closed loop]"},
-    {"tick-us", A_INT, F(tick_us), 50, 100000, "T",
+    {"users", CMD_ARG_I64, F(users), 1, 1e8, "U", "buyers [10000]"},
+    {"user-base", CMD_ARG_I64, F(user_base), 0, 1e9, "N",
+     "first user index (phones, seeded ids) [0]"},
+    {"conns", CMD_ARG_INT, F(conns), 1, 100000, "C", "keep-alive connections [64]"},
+    {"pipeline", CMD_ARG_INT, F(pipeline), 1, 1024, "P", "requests in flight per connection [1]"},
+    {"threads", CMD_ARG_INT, F(threads), 1, 64, "T", "event-loop threads [1]"},
+    {"duration", CMD_ARG_DBL, F(duration_s), 0, 86400, "S",
+     "stop after S seconds [until every user tried]"},
+    {"rate", CMD_ARG_DBL, F(rate), 0, 1e8, "R", "open loop: R requests/s in total [closed loop]"},
+    {"tick-us", CMD_ARG_INT, F(tick_us), 50, 100000, "T",
      "open loop: send what fell due every T us, together (each timed from its own due time) [500]"},
-    {"dup", A_DBL, F(dup), 0, 10, "F", "sequential repeat attempts, per user [0.1]"},
-    {"burst-share", A_DBL, F(burst_share), 0, 1, "F",
+    {"dup", CMD_ARG_DBL, F(dup), 0, 10, "F", "sequential repeat attempts, per user [0.1]"},
+    {"burst-share", CMD_ARG_DBL, F(burst_share), 0, 1, "F",
      "share of users whose first try is sent as concurrent copies [0.05]"},
-    {"burst", A_INT, F(burst), 1, 64, "K", "copies in such a try [3]"},
-    {"seed-tokens", A_SET, SET(login, LOGIN_SEED), 0, 0, NULL,
+    {"burst", CMD_ARG_INT, F(burst), 1, 64, "K", "copies in such a try [3]"},
+    {"seed-tokens", CMD_ARG_SET, SET(login, LOGIN_SEED), 0, 0, NULL,
      "prepare users by writing login tokens straight into Redis (needs --redis)"},
-    {"tokens", A_STR, F(tokens_file), 0, 0, "FILE", "use these tokens, one per line [API login]"},
-    {"token-ttl", A_INT, F(token_ttl_s), 10, 1e8, "S", "TTL of seeded tokens [7200]"},
-    {"token-key-file", A_STR, F(token_key_file), 0, 0, "F",
+    {"tokens", CMD_ARG_STR, F(tokens_file), 0, 0, "FILE",
+     "use these tokens, one per line [API login]"},
+    {"token-ttl", CMD_ARG_INT, F(token_ttl_s), 10, 1e8, "S", "TTL of seeded tokens [7200]"},
+    {"token-key-file", CMD_ARG_STR, F(token_key_file), 0, 0, "F",
      "sign seeded tokens with the service's key [<data-dir>/token-key if it exists; else random]"},
-    {"record", A_STR, F(record), 0, 0, "FILE", "write every success answer (for audit --orders)"},
-    {"json", A_STR, F(json), 0, 0, "FILE", "also write the results as JSON (- = stdout)"},
-    {"timeline", A_STR, F(timeline), 0, 0, "FILE",
+    {"record", CMD_ARG_STR, F(record), 0, 0, "FILE",
+     "write every success answer (for audit --orders)"},
+    {"json", CMD_ARG_STR, F(json), 0, 0, "FILE", "also write the results as JSON (- = stdout)"},
+    {"timeline", CMD_ARG_STR, F(timeline), 0, 0, "FILE",
      "also write the sale per 100 ms: latency, backlog, and each thread's CPU and run-queue wait"},
-    {"html", A_STR, F(html), 0, 0, "FILE",
+    {"html", CMD_ARG_STR, F(html), 0, 0, "FILE",
      "also write the report as a page: outcomes over time, latency curve, stock, audit"},
-    {"server-pid", A_INT, F(server_pid), 1, INT_MAX, "PID", "for CPU/request [the listener's]"},
-    {"redis-pid", A_INT, F(redis_pid), 1, INT_MAX, "PID", "for CPU/request [from INFO, if local]"},
-    {"no-audit", A_SET, SET(audit, 0), 0, 0, NULL, "skip the drain wait and the audit"},
-    {"no-cpu-probe", A_SET, SET(cpu_probe, 0), 0, 0, NULL,
-     "do not watch the machine's CPU speed during the load (bench_cpuprobe.h)"},
-    {"drain-timeout", A_INT, F(drain_timeout_s), 1, 86400, "S", "wait for the writer at most [60]"},
-    {"timeout", A_INT, F(timeout_s), 1, 3600, "S", "wait for answers after the last send [10]"},
-    {"seed", A_I64, F(seed), 0, 9e18, "N", "random seed of the schedule [time]"},
-    {"quiet", A_SET, SET(progress, 0), 0, 0, NULL, "no live progress line"},
+    {"server-pid", CMD_ARG_INT, F(server_pid), 1, INT_MAX, "PID",
+     "for CPU/request [the listener's]"},
+    {"redis-pid", CMD_ARG_INT, F(redis_pid), 1, INT_MAX, "PID",
+     "for CPU/request [from INFO, if local]"},
+    {"no-audit", CMD_ARG_SET, SET(audit, 0), 0, 0, NULL, "skip the drain wait and the audit"},
+    {"cpu-probe", CMD_ARG_SET, SET(cpu_probe, 1), 0, 0, NULL,
+     "watch the machine's CPU speed during the load: its slow spells, the tail outside them"},
+    {"drain-timeout", CMD_ARG_INT, F(drain_timeout_s), 1, 86400, "S",
+     "wait for the writer at most [60]"},
+    {"timeout", CMD_ARG_INT, F(timeout_s), 1, 3600, "S",
+     "wait for answers after the last send [10]"},
+    {"seed", CMD_ARG_I64, F(seed), 0, 9e18, "N", "random seed of the schedule [time]"},
+    {"quiet", CMD_ARG_SET, SET(progress, 0), 0, 0, NULL, "no live progress line"},
 };
-#define NBOPTS (sizeof bopts / sizeof bopts[0])
+static const cmd_args_t bench_opts_spec = {
+    bench_opt_rows, sizeof bench_opt_rows / sizeof bench_opt_rows[0], 22};
 
 void bench_usage(void)
 {
@@ -122,12 +124,7 @@ void bench_usage(void)
            "requests/s, latency and CPU per request, then waits for the order writer and\n"
            "runs `seckill audit`. Exit status 0 = clean, 1 = the audit found a violation,\n"
            "2 = could not run.\n\n");
-    for (size_t i = 0; i < NBOPTS; i++) {
-        char flag[48];
-        snprintf(flag, sizeof flag, "--%s%s%s", bopts[i].name, bopts[i].arg ? " " : "",
-                 bopts[i].arg ? bopts[i].arg : "");
-        printf("  %-22s %s\n", flag, bopts[i].help);
-    }
+    cmd_args_help(stdout, &bench_opts_spec);
     printf("\nExamples:\n"
            "  seckill bench --data-dir ./var --users 2000 --stock 500\n"
            "  seckill bench --data-dir ./var --seed-tokens --users 1000000 --stock 100000 \\\n"
@@ -199,102 +196,28 @@ int bench_parse_args(int argc, char **argv, bench_opts_t *o, char *err, size_t e
     o->tick_us = 500;
     o->token_ttl_s = 7200;
     o->audit = 1;
-    o->cpu_probe = 1;
     o->drain_timeout_s = 60;
     o->timeout_s = 10;
     o->progress = 1;
-    int seed_given = 0, seed_tokens = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
-            return 1;
-        if (strncmp(a, "--", 2) != 0) {
-            snprintf(err, errlen, "unexpected argument \"%s\" (see --help)", a);
-            return -1;
-        }
-        a += 2;
-        const char *eq = strchr(a, '=');
-        size_t n = eq ? (size_t)(eq - a) : strlen(a);
-        const bopt_t *b = NULL;
-        for (size_t k = 0; k < NBOPTS; k++)
-            if (strlen(bopts[k].name) == n && memcmp(bopts[k].name, a, n) == 0)
-                b = &bopts[k];
-        if (!b) {
-            snprintf(err, errlen, "unknown option \"%s\" (see --help)", argv[i]);
-            return -1;
-        }
-        char *field = (char *)o + b->off;
-        if (b->type == A_SET) {
-            if (eq) {
-                snprintf(err, errlen, "--%s takes no value", b->name);
-                return -1;
-            }
-            *(int *)field = (int)b->size;
-            if (strcmp(b->name, "seed-tokens") == 0)
-                seed_tokens = 1;
-            continue;
-        }
-        const char *v;
-        if (eq) {
-            v = eq + 1;
-        } else if (i + 1 < argc) {
-            v = argv[++i];
-        } else {
-            snprintf(err, errlen, "--%s needs a value", b->name);
-            return -1;
-        }
-        if (b->type == A_STR) {
-            if (strlen(v) >= b->size || !*v) {
-                snprintf(err, errlen, "--%s: value empty or too long", b->name);
-                return -1;
-            }
-            memcpy(field, v, strlen(v) + 1);
-            if (strcmp(b->name, "tokens") == 0)
-                o->login = LOGIN_FILE;
-            continue;
-        }
-        char *end;
-        errno = 0;
-        double x = strtod(v, &end);
-        int integral = b->type != A_DBL;
-        if (errno || end == v || *end || !isfinite(x) || x < b->min || x > b->max ||
-            (integral && x != floor(x))) {
-            snprintf(err, errlen, "--%s must be %s from %g to %g, not \"%s\"", b->name,
-                     integral ? "a whole number" : "a number", b->min, b->max, v);
-            return -1;
-        }
-        if (b->type == A_INT) {
-            *(int *)field = (int)x;
-        } else if (b->type == A_I64) {
-            /* integers beyond 2^53 would lose digits through strtod */
-            errno = 0;
-            long long ll = strtoll(v, &end, 10);
-            if (errno || *end) {
-                snprintf(err, errlen, "--%s: bad number \"%s\"", b->name, v);
-                return -1;
-            }
-            *(int64_t *)field = ll;
-            if (strcmp(b->name, "seed") == 0)
-                seed_given = 1;
-        } else {
-            *(double *)field = x;
-        }
-    }
+    o->seed = clock_mono_ns() ^ ((uint64_t)getpid() << 32);   /* unless --seed */
+    int rc = cmd_args_parse(&bench_opts_spec, argc, argv, o, err, errlen);
+    if (rc != 0)
+        return rc;
     if (parse_target("--target", o->target, o->host, sizeof o->host, &o->port, err, errlen) < 0)
         return -1;
     if (o->target2[0] && parse_target("--also-target", o->target2, o->host2, sizeof o->host2,
                                       &o->port2, err, errlen) < 0)
         return -1;
-    if (seed_tokens && o->tokens_file[0]) {
+    if (o->tokens_file[0] && o->login == LOGIN_SEED) {
         snprintf(err, errlen, "--seed-tokens and --tokens exclude each other");
         return -1;
     }
+    if (o->tokens_file[0])
+        o->login = LOGIN_FILE;
     if (o->users > 4000000000LL) {
         snprintf(err, errlen, "--users: at most 4000000000");
         return -1;
     }
-    if (!seed_given)
-        o->seed = clock_mono_ns() ^ ((uint64_t)getpid() << 32);
     return 0;
 }
 
@@ -532,23 +455,6 @@ static int create_voucher(const bench_opts_t *o, const bench_load_t *P, int64_t 
     return *id > 0 ? 0 : -1;
 }
 
-static int read_admin_token(const char *dir, char *out, size_t len)
-{
-    char path[PATH_MAX + 16];
-    snprintf(path, sizeof path, "%s/admin-token", dir);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    char buf[256] = "";
-    int ok = fgets(buf, sizeof buf, f) != NULL;
-    fclose(f);
-    buf[strcspn(buf, "\r\n")] = '\0';
-    if (!ok || !buf[0] || strlen(buf) >= len)
-        return -1;
-    memcpy(out, buf, strlen(buf) + 1);
-    return 0;
-}
-
 /* ==== progress and report ==== */
 
 typedef struct prog {
@@ -592,9 +498,9 @@ static void on_progress(bench_load_t *L, double t, void *arg)
     prog_t *p = arg;
     uint64_t out[BO__COUNT], sent, p99, backlog;
     sum_counters(L, out, &sent, NULL, &p99, &backlog);
-    bp_sample(p->procs, (uint32_t)(t * 1e6));
+    bench_procs_sample(p->procs, (uint32_t)(t * 1e6));
     if (p->series)
-        bench_series_add(p->series, t, out);
+        bench_html_series_add(p->series, t, out);
     /* Samples may come more often than the line is worth printing: once a second. */
     if (!p->print || t - p->last_print < 0.95)
         return;
@@ -622,30 +528,30 @@ static void on_progress(bench_load_t *L, double t, void *arg)
 typedef struct results {
     uint64_t out[BO__COUNT], sent, kinds[3], answered;
     double seconds, rps;
-    hist_t *h, *hs;                     /* hs: open loop, from the actual send */
+    bench_hist_t *h, *hs;               /* hs: open loop, from the actual send */
     int64_t server_cpu_us, redis_cpu_us, self_cpu_us;
     int server_pid, redis_pid;
     double server_us_req, redis_us_req, self_us_req;
-    tl_slot_t *slots;                   /* the timeline (100 ms slots) and the two phases */
+    bench_slot_t *slots;                /* the timeline (100 ms slots) and the two phases */
     size_t nslots;
-    tl_phase_t phase[2];                /* selling, sold out */
+    bench_phase_t phase[2];             /* selling, sold out */
     const bench_procs_t *procs;
-    const cpuprobe_t *probe;            /* NULL: --no-cpu-probe */
-    tl_span_t *slow;                    /* the probe's slow spells, us since the origin */
+    const bench_cpuprobe_t *probe;      /* NULL: without --cpu-probe */
+    bench_span_t *slow;                 /* the probe's slow spells, us since the origin */
     size_t nslow;
     double slow_factor;                 /* their median slowdown */
-    tl_phase_t outside[3];              /* all, selling, sold out: requests that missed them */
+    bench_phase_t outside[3];           /* all, selling, sold out: requests that missed them */
 } results_t;
 
 #define SLOT_US 100000
 static const char *const phase_names[2] = {"selling", "sold out"};
 
 /* CPU and run-queue wait of thread group gi over a phase, in % of one core. */
-static void phase_share(const bench_procs_t *bp, size_t gi, const tl_phase_t *ph, double *cpu,
+static void phase_share(const bench_procs_t *bp, size_t gi, const bench_phase_t *ph, double *cpu,
                         double *wait)
 {
     uint64_t run, w;
-    bp_between(bp, gi, ph->from_us, ph->to_us, &run, &w);
+    bench_procs_between(bp, gi, ph->from_us, ph->to_us, &run, &w);
     double span = ph->to_us > ph->from_us ? (double)(ph->to_us - ph->from_us) * 1e3 : 0;
     *cpu = span > 0 ? 100.0 * (double)run / span : 0;
     *wait = span > 0 ? 100.0 * (double)w / span : 0;
@@ -653,7 +559,7 @@ static void phase_share(const bench_procs_t *bp, size_t gi, const tl_phase_t *ph
 
 /* CPU of the host's other tenants over a phase (host busy - the watched threads), in % of
  * one core; -1 when /proc/stat was not read. */
-static double phase_others(const bench_procs_t *bp, const tl_phase_t *ph)
+static double phase_others(const bench_procs_t *bp, const bench_phase_t *ph)
 {
     double ours = 0, busy = -1;
     for (size_t g = 0; g < bp->ng; g++) {
@@ -681,7 +587,7 @@ static uint32_t clamp_u32(uint64_t v)
 static void slow_spells(results_t *r, const bench_load_t *L)
 {
     size_t n;
-    const cpr_span_t *sp = cpr_spans(r->probe, &n);
+    const bench_cpuprobe_span_t *sp = bench_cpuprobe_spans(r->probe, &n);
     r->slow = xcalloc(n ? n : 1, sizeof *r->slow);
     double *f = xcalloc(n ? n : 1, sizeof *f);
     for (size_t i = 0; i < n; i++) {
@@ -701,9 +607,9 @@ static void slow_spells(results_t *r, const bench_load_t *L)
         }
     r->slow_factor = r->nslow ? f[r->nslow / 2] : 0;
     free(f);
-    tl_phases_outside(L->recs, L->nrecs, r->slow, r->nslow, SLOW_PAD_US,
-                      r->phase[0].n ? r->phase[0].to_us : 0, &r->outside[0], &r->outside[1],
-                      &r->outside[2]);
+    bench_timeline_phases_outside(L->recs, L->nrecs, r->slow, r->nslow, SLOW_PAD_US,
+                                  r->phase[0].n ? r->phase[0].to_us : 0, &r->outside[0],
+                                  &r->outside[1], &r->outside[2]);
 }
 
 static uint64_t slow_total_us(const results_t *r)
@@ -733,10 +639,11 @@ static void print_probe(FILE *f, const results_t *r, uint64_t requests)
     if (!r->probe)
         return;
     if (!r->nslow) {
-        fprintf(f, "  host CPU    never slow: a probe thread's fixed work (%.0f us of CPU, %llu runs) "
-                   "never took %.0fx as long\n",
-                (double)cpr_work_ns(r->probe) / 1e3, (unsigned long long)cpr_runs(r->probe),
-                CPR_SLOW_X);
+        fprintf(f,
+                "  host CPU    never slow: a probe thread's fixed work (%.0f us of CPU, %llu runs) "
+                "never took %.0fx as long\n",
+                (double)bench_cpuprobe_work_ns(r->probe) / 1e3,
+                (unsigned long long)bench_cpuprobe_runs(r->probe), CPR_SLOW_X);
         return;
     }
     fprintf(f, "  host CPU    slow %zu time%s, %.0f ms in all, at", r->nslow, r->nslow > 1 ? "s" : "",
@@ -745,7 +652,7 @@ static void print_probe(FILE *f, const results_t *r, uint64_t requests)
         fprintf(f, "%s %.2f", i ? "," : "", r->slow[i].from_us / 1e6);
     fprintf(f, "%s s: the probe's fixed work took %.1fx its CPU time (median; the machine's "
                "CPU, not its processes)\n", r->nslow > 12 ? ", ..." : "", r->slow_factor);
-    const tl_phase_t *o = r->outside;
+    const bench_phase_t *o = r->outside;
     fprintf(f, "  outside     them (%.1f%% of the requests left out: those that met a slow spell or "
                "came within %d ms after it): p99 %.3f ms; selling %.3f, sold out %.3f\n",
             requests ? 100.0 * (double)(requests - o[0].n) / (double)requests : 0.0,
@@ -758,7 +665,7 @@ static void print_timeline(FILE *f, const bench_load_t *L, const results_t *r)
     if (!r->nslots)
         return;
     for (int k = 0; k < 2; k++) {
-        const tl_phase_t *ph = &r->phase[k];
+        const bench_phase_t *ph = &r->phase[k];
         if (!ph->n)
             continue;
         char a[32];
@@ -769,10 +676,10 @@ static void print_timeline(FILE *f, const bench_load_t *L, const results_t *r)
                 ph->p50_us / 1e3, ph->p99_us / 1e3, ph->max_us / 1e3, ph->send_p99_us / 1e3,
                 ph->late_p99_us / 1e3);
     }
-    size_t idx[3], nw = tl_worst(r->slots, r->nslots, 3, idx);
+    size_t idx[3], nw = bench_timeline_worst(r->slots, r->nslots, 3, idx);
     fprintf(f, "  worst 100ms");
     for (size_t i = 0; i < nw; i++) {
-        const tl_slot_t *s = &r->slots[idx[i]];
+        const bench_slot_t *s = &r->slots[idx[i]];
         fprintf(f, "%s at %.1f s p99 %.3f ms (sent late p99 %.3f, backlog %u, in flight %u)",
                 i ? ";" : "", s->t_us / 1e6, s->p99_us / 1e3, s->late_p99_us / 1e3, s->backlog,
                 s->inflight);
@@ -811,17 +718,17 @@ static int write_timeline(const char *path, const results_t *r, char *err, size_
         return -1;
     }
     const bench_procs_t *bp = r->procs;
-    tl_write_header(f);
+    bench_timeline_write_header(f);
     fprintf(f, "\thost_slow_ms");
     for (size_t g = 0; bp && g < bp->ng; g++)
         fprintf(f, "\tcpu_ms:%s\twait_ms:%s", bp->g[g].name, bp->g[g].name);
     fputc('\n', f);
     for (size_t i = 0; i < r->nslots; i++) {
-        tl_write_slot(f, &r->slots[i]);
+        bench_timeline_write_slot(f, &r->slots[i]);
         fprintf(f, "\t%.1f", (double)slow_within(r, r->slots[i].t_us, r->slots[i].t_us + SLOT_US) / 1e3);
         for (size_t g = 0; bp && g < bp->ng; g++) {
             uint64_t run, wait;
-            bp_between(bp, g, r->slots[i].t_us, r->slots[i].t_us + SLOT_US, &run, &wait);
+            bench_procs_between(bp, g, r->slots[i].t_us, r->slots[i].t_us + SLOT_US, &run, &wait);
             fprintf(f, "\t%.1f\t%.1f", (double)run / 1e6, (double)wait / 1e6);
         }
         fputc('\n', f);
@@ -872,16 +779,19 @@ static void print_report(FILE *f, const bench_opts_t *o, const bench_load_t *L, 
                 100.0 * (double)r->out[i] / (double)(r->sent ? r->sent : 1));
     }
     fprintf(f, "  latency ms  p50 %.3f  p90 %.3f  p99 %.3f  p99.9 %.3f  max %.3f  (mean %.3f%s)\n",
-            (double)hist_percentile(r->h, 50) / 1000, (double)hist_percentile(r->h, 90) / 1000,
-            (double)hist_percentile(r->h, 99) / 1000, (double)hist_percentile(r->h, 99.9) / 1000,
-            (double)r->h->max / 1000, hist_mean(r->h) / 1000,
-            o->rate > 0 ? "; from each request's due time" : "");
+            (double)bench_hist_percentile(r->h, 50) / 1000,
+            (double)bench_hist_percentile(r->h, 90) / 1000,
+            (double)bench_hist_percentile(r->h, 99) / 1000,
+            (double)bench_hist_percentile(r->h, 99.9) / 1000, (double)r->h->max / 1000,
+            bench_hist_mean(r->h) / 1000, o->rate > 0 ? "; from each request's due time" : "");
     if (r->hs && r->hs->count)
-        fprintf(f, "  from send   p50 %.3f  p90 %.3f  p99 %.3f  p99.9 %.3f  max %.3f  (the part spent "
-                   "in the network and the server)\n",
-                (double)hist_percentile(r->hs, 50) / 1000, (double)hist_percentile(r->hs, 90) / 1000,
-                (double)hist_percentile(r->hs, 99) / 1000, (double)hist_percentile(r->hs, 99.9) / 1000,
-                (double)r->hs->max / 1000);
+        fprintf(f,
+                "  from send   p50 %.3f  p90 %.3f  p99 %.3f  p99.9 %.3f  max %.3f  (the part spent "
+                "in the network and the server)\n",
+                (double)bench_hist_percentile(r->hs, 50) / 1000,
+                (double)bench_hist_percentile(r->hs, 90) / 1000,
+                (double)bench_hist_percentile(r->hs, 99) / 1000,
+                (double)bench_hist_percentile(r->hs, 99.9) / 1000, (double)r->hs->max / 1000);
     print_timeline(f, L, r);
     if (r->server_pid && r->seconds < 1.0)
         fprintf(f, "  server CPU  run too short to measure (/proc counts in %ld ms ticks)\n",
@@ -919,21 +829,25 @@ static void json_results(FILE *f, const bench_opts_t *o, const bench_load_t *L, 
                 *p = '_';
         fprintf(f, "%s\"%s\":%llu", i ? "," : "", key, (unsigned long long)r->out[i]);
     }
-    fprintf(f, "},\"latency_us\":{\"p50\":%llu,\"p90\":%llu,\"p99\":%llu,\"p99_9\":%llu,"
-               "\"max\":%llu,\"mean\":%.1f},",
-            (unsigned long long)hist_percentile(r->h, 50), (unsigned long long)hist_percentile(r->h, 90),
-            (unsigned long long)hist_percentile(r->h, 99),
-            (unsigned long long)hist_percentile(r->h, 99.9), (unsigned long long)r->h->max,
-            hist_mean(r->h));
+    fprintf(f,
+            "},\"latency_us\":{\"p50\":%llu,\"p90\":%llu,\"p99\":%llu,\"p99_9\":%llu,"
+            "\"max\":%llu,\"mean\":%.1f},",
+            (unsigned long long)bench_hist_percentile(r->h, 50),
+            (unsigned long long)bench_hist_percentile(r->h, 90),
+            (unsigned long long)bench_hist_percentile(r->h, 99),
+            (unsigned long long)bench_hist_percentile(r->h, 99.9), (unsigned long long)r->h->max,
+            bench_hist_mean(r->h));
     if (r->hs && r->hs->count)
-        fprintf(f, "\"latency_from_send_us\":{\"p50\":%llu,\"p90\":%llu,\"p99\":%llu,\"p99_9\":%llu,"
-                   "\"max\":%llu},",
-                (unsigned long long)hist_percentile(r->hs, 50),
-                (unsigned long long)hist_percentile(r->hs, 90),
-                (unsigned long long)hist_percentile(r->hs, 99),
-                (unsigned long long)hist_percentile(r->hs, 99.9), (unsigned long long)r->hs->max);
+        fprintf(f,
+                "\"latency_from_send_us\":{\"p50\":%llu,\"p90\":%llu,\"p99\":%llu,\"p99_9\":%llu,"
+                "\"max\":%llu},",
+                (unsigned long long)bench_hist_percentile(r->hs, 50),
+                (unsigned long long)bench_hist_percentile(r->hs, 90),
+                (unsigned long long)bench_hist_percentile(r->hs, 99),
+                (unsigned long long)bench_hist_percentile(r->hs, 99.9),
+                (unsigned long long)r->hs->max);
     for (int k = 0; k < 2 && r->nslots; k++) {
-        const tl_phase_t *ph = &r->phase[k];
+        const bench_phase_t *ph = &r->phase[k];
         fprintf(f, "%s\"%s\":{\"from_s\":%.3f,\"to_s\":%.3f,\"requests\":%llu,\"p50_us\":%u,"
                    "\"p99_us\":%u,\"max_us\":%u,\"send_p99_us\":%u,\"late_p99_us\":%u,\"threads\":{",
                 k == 0 ? "\"phases\":{" : ",", k == 0 ? "selling" : "sold_out", ph->from_us / 1e6,
@@ -955,13 +869,16 @@ static void json_results(FILE *f, const bench_opts_t *o, const bench_load_t *L, 
             r->server_pid ? r->server_us_req : -1.0, r->redis_pid ? r->redis_us_req : -1.0,
             r->self_us_req);
     if (r->probe) {
-        const tl_phase_t *ou = r->outside;
-        fprintf(f, ",\"cpu_probe\":{\"runs\":%llu,\"work_us\":%.1f,\"slow_spells\":%zu,\"slow_ms\":%.1f,"
-                   "\"slowdown\":%.2f,\"outside\":{\"requests\":%llu,\"p99_us\":%u,\"selling_p99_us\":%u,"
-                   "\"sold_out_p99_us\":%u}}",
-                (unsigned long long)cpr_runs(r->probe), (double)cpr_work_ns(r->probe) / 1e3, r->nslow,
-                (double)slow_total_us(r) / 1e3, r->slow_factor, (unsigned long long)ou[0].n,
-                ou[0].p99_us, ou[1].p99_us, ou[2].p99_us);
+        const bench_phase_t *ou = r->outside;
+        fprintf(
+            f,
+            ",\"cpu_probe\":{\"runs\":%llu,\"work_us\":%.1f,\"slow_spells\":%zu,\"slow_ms\":%.1f,"
+            "\"slowdown\":%.2f,\"outside\":{\"requests\":%llu,\"p99_us\":%u,\"selling_p99_us\":%u,"
+            "\"sold_out_p99_us\":%u}}",
+            (unsigned long long)bench_cpuprobe_runs(r->probe),
+            (double)bench_cpuprobe_work_ns(r->probe) / 1e3, r->nslow,
+            (double)slow_total_us(r) / 1e3, r->slow_factor, (unsigned long long)ou[0].n,
+            ou[0].p99_us, ou[1].p99_us, ou[2].p99_us);
     }
     if (have_drain)
         fprintf(f, ",\"drain\":{\"drained\":%s,\"seconds\":%.3f,\"persisted\":%lld,\"pending\":%lld,"
@@ -987,17 +904,22 @@ int bench_main(int argc, char **argv)
         return 2;
     }
     if (o.data_dir[0]) {
-        char abs[PATH_MAX];
+        const char *redis = o.redis_url, *db = o.db_url;
+        char rbuf[DATADIR_URL_MAX], dbuf[DATADIR_URL_MAX], abs[PATH_MAX];
+        if (datadir_urls(o.data_dir, &redis, &db, rbuf, dbuf, err, sizeof err) < 0) {
+            fprintf(stderr, "seckill bench: %s\n", err);
+            return 2;
+        }
         if (!realpath(o.data_dir, abs)) {
             fprintf(stderr, "seckill bench: data dir %s: %s\n", o.data_dir, strerror(errno));
             return 2;
         }
-        if (!o.redis_url[0])
-            snprintf(o.redis_url, sizeof o.redis_url, "unix:%.600s/redis/redis.sock", abs);
-        if (!o.db_url[0])
-            snprintf(o.db_url, sizeof o.db_url, "sqlite:%.600s/seckill.db", abs);
-        if (!o.admin_token[0])
-            read_admin_token(abs, o.admin_token, sizeof o.admin_token);
+        snprintf(o.redis_url, sizeof o.redis_url, "%s", redis);
+        snprintf(o.db_url, sizeof o.db_url, "%s", db);
+        /* the embedded default's admin token, read as the service reads it (datadir.h) */
+        if (!o.admin_token[0] && datadir_read_secret(abs, "admin-token", o.admin_token,
+                                                     sizeof o.admin_token, err, sizeof err) < 0)
+            fprintf(stderr, "seckill bench: admin token: %s\n", err);
         /* The embedded default's signing key: seeded tokens then verify like real ones. */
         char kf[sizeof o.token_key_file];
         if (!o.token_key_file[0] &&
@@ -1096,13 +1018,13 @@ int bench_main(int argc, char **argv)
     } else if (o.redis_url[0]) {
         redisContext *rc2 = rconn_open_url(o.redis_url, 2000, err, sizeof err);
         if (rc2) {
-            r.redis_pid = bredis_local_pid(rc2, o.redis_url);
+            r.redis_pid = bench_redis_local_pid(rc2, o.redis_url);
             rconn_close(rc2);
         }
     }
     /* Started (and calibrated) before the bench's own CPU is first read: its CPU time is
      * taken out of the bench's per request below. */
-    cpuprobe_t *probe = o.cpu_probe ? cpr_start() : NULL;
+    bench_cpuprobe_t *probe = o.cpu_probe ? bench_cpuprobe_start() : NULL;
     int64_t s0 = proc_cpu_us(r.server_pid), r0 = proc_cpu_us(r.redis_pid), b0 = own_cpu_us();
     if (s0 < 0)
         r.server_pid = 0;
@@ -1131,22 +1053,22 @@ int bench_main(int argc, char **argv)
     bench_series_t series = {0};
     bench_procs_t procs;
     memset(&procs, 0, sizeof procs);
-    bp_watch(&procs, r.server_pid, "server");
-    bp_watch(&procs, r.redis_pid, "redis");
-    bp_watch(&procs, getpid(), "bench");
+    bench_procs_watch(&procs, r.server_pid, "server");
+    bench_procs_watch(&procs, r.redis_pid, "redis");
+    bench_procs_watch(&procs, getpid(), "bench");
     prog_t prog = {isatty(2), 0, 0, o.progress, 0, o.html[0] ? &series : NULL, &procs};
     uint64_t zero[BO__COUNT] = {0};
     if (o.html[0])
-        bench_series_add(&series, 0, zero);
+        bench_html_series_add(&series, 0, zero);
     /* ten samples a second: the timeline's threads, and the charts of --html */
     L.progress_ms = SLOT_US / 1000;
-    bp_sample(&procs, 0);
+    bench_procs_sample(&procs, 0);
     int load_rc = bench_load_run(&L, on_progress, &prog, err, sizeof err);
-    cpr_stop(probe);
+    bench_cpuprobe_stop(probe);
     if (load_rc < 0) {
-        cpr_free(probe);
-        bench_series_free(&series);
-        bp_free(&procs);
+        bench_cpuprobe_free(probe);
+        bench_html_series_free(&series);
+        bench_procs_free(&procs);
         fprintf(stderr, "\nseckill bench: %s\n", err);
         bench_load_free(&L);
         bench_users_free(&users);
@@ -1155,11 +1077,11 @@ int bench_main(int argc, char **argv)
     if (o.progress && prog.tty)
         fprintf(stderr, "\n");
     int64_t s1 = proc_cpu_us(r.server_pid), r1 = proc_cpu_us(r.redis_pid);
-    r.self_cpu_us = own_cpu_us() - b0 - (int64_t)(cpr_cpu_ns(probe) / 1000);
-    bp_sample(&procs, (uint32_t)((clock_mono_ns() - L.origin_ns) / 1000));
+    r.self_cpu_us = own_cpu_us() - b0 - (int64_t)(bench_cpuprobe_cpu_ns(probe) / 1000);
+    bench_procs_sample(&procs, (uint32_t)((clock_mono_ns() - L.origin_ns) / 1000));
     r.procs = &procs;
-    r.nslots = tl_build(L.recs, L.nrecs, SLOT_US, &r.slots);
-    tl_phases(L.recs, L.nrecs, &r.phase[0], &r.phase[1]);
+    r.nslots = bench_timeline_build(L.recs, L.nrecs, SLOT_US, &r.slots);
+    bench_timeline_phases(L.recs, L.nrecs, &r.phase[0], &r.phase[1]);
     r.probe = probe;
     if (probe)
         slow_spells(&r, &L);
@@ -1170,13 +1092,13 @@ int bench_main(int argc, char **argv)
             r.answered += r.out[i];
     r.seconds = L.t_last_ns > L.t_first_ns ? (double)(L.t_last_ns - L.t_first_ns) / 1e9 : 0;
     r.rps = r.seconds > 0 ? (double)r.answered / r.seconds : 0;
-    r.h = hist_new();
+    r.h = bench_hist_new();
     for (int i = 0; i < L.threads; i++)
-        hist_merge(r.h, L.hist[i]);
+        bench_hist_merge(r.h, L.hist[i]);
     if (L.hist_send) {
-        r.hs = hist_new();
+        r.hs = bench_hist_new();
         for (int i = 0; i < L.threads; i++)
-            hist_merge(r.hs, L.hist_send[i]);
+            bench_hist_merge(r.hs, L.hist_send[i]);
     }
     r.self_us_req = r.answered ? (double)r.self_cpu_us / (double)r.answered : 0;
     if (r.server_pid && s1 >= s0) {
@@ -1198,7 +1120,7 @@ int bench_main(int argc, char **argv)
     if (o.html[0] && series.n > 0 && series.s[series.n - 1].t >= r.seconds)
         memcpy(series.s[series.n - 1].out, r.out, sizeof r.out);
     else if (o.html[0])
-        bench_series_add(&series, r.seconds, r.out);
+        bench_html_series_add(&series, r.seconds, r.out);
     /* --html keeps the texts for the page as well: they are printed from memory. */
     char *report_text = NULL, *audit_text = NULL;
     size_t report_len = 0, audit_len = 0;
@@ -1313,16 +1235,16 @@ int bench_main(int argc, char **argv)
     }
     free(report_text);
     free(audit_text);
-    bench_series_free(&series);
-    bp_free(&procs);
-    cpr_free(probe);
+    bench_html_series_free(&series);
+    bench_procs_free(&procs);
+    bench_cpuprobe_free(probe);
     free(r.slow);
     free(r.slots);
     free(rec.answers);
     free(rec.soldout);
     free(rec.maybe);
-    hist_free(r.h);
-    hist_free(r.hs);
+    bench_hist_free(r.h);
+    bench_hist_free(r.hs);
     bench_load_free(&L);
     bench_users_free(&users);
     return status;

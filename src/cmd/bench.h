@@ -69,7 +69,7 @@ typedef struct bench_opts {
     int server_pid;             /* --server-pid PID [found from the listening socket] */
     int redis_pid;              /* --redis-pid PID [INFO server, when local] */
     int audit;                  /* --no-audit turns it off */
-    int cpu_probe;              /* --no-cpu-probe turns the CPU slowdown probe off */
+    int cpu_probe;              /* --cpu-probe: watch the CPU's slow spells (bench_cpuprobe.h) */
     int drain_timeout_s;        /* --drain-timeout S [60] */
     int timeout_s;              /* --timeout S: wait for answers after the last send [10] */
     uint64_t seed;              /* --seed N: the schedule's random seed [time] */
@@ -122,8 +122,8 @@ typedef struct bench_load {
     int progress_ms;                    /* how often progress() is called [1000] */
     /* out, valid after bench_load_run */
     bench_counters_t *ctr;              /* per thread */
-    struct hist **hist;                 /* per thread, latency in microseconds */
-    struct hist **hist_send;            /* open loop: per thread, from the actual send */
+    struct bench_hist **hist;           /* per thread, latency in microseconds */
+    struct bench_hist **hist_send;      /* open loop: per thread, from the actual send */
     bench_success_t *succ;              /* JOB_SALE: every success answer */
     size_t nsucc;
     uint32_t *soldout;                  /* JOB_SALE: the user of every sold-out answer */
@@ -152,7 +152,7 @@ int bench_load_run(bench_load_t *L, void (*progress)(bench_load_t *L, double ela
 void bench_load_free(bench_load_t *L);
 
 /* The phone number of user index i (a valid phone for the course's rule). */
-void bench_phone(int64_t i, char out[16]);
+void bench_load_phone(int64_t i, char out[16]);
 
 /* ==== user preparation (bench_users.c) ==== */
 
@@ -180,17 +180,17 @@ typedef struct bench_series {
     size_t n, cap;
 } bench_series_t;
 
-void bench_series_add(bench_series_t *sr, double t, const uint64_t out[BO__COUNT]);
-void bench_series_free(bench_series_t *sr);
+void bench_html_series_add(bench_series_t *sr, double t, const uint64_t out[BO__COUNT]);
+void bench_html_series_free(bench_series_t *sr);
 
-struct hist;
+struct bench_hist;
 
 /* What the page shows; texts are the text report and the audit's output as printed. */
 typedef struct bench_html {
     const char *target;
     int64_t voucher, stock;               /* stock -1: unknown */
     const bench_series_t *series;
-    const struct hist *lat;               /* latency in microseconds, all answers */
+    const struct bench_hist *lat;         /* latency in microseconds, all answers */
     const char *report_text, *audit_text;
     int audit_status;                     /* 0 clean, 1 violation, 2 could not run, -1 skipped */
 } bench_html_t;

@@ -12,7 +12,7 @@
 #define CALIB_RUNS 300
 #define SLOW_MAX (1u << 20)         /* slow runs kept: far more than any sale has */
 
-struct cpuprobe {
+struct bench_cpuprobe {
     pthread_t tid;
     int running;
     atomic_int stop;
@@ -23,7 +23,7 @@ struct cpuprobe {
     uint32_t *slow_cpu;
     size_t nslow, capslow;
     uint64_t cpu_ns;                /* the thread's CPU time, read at its end */
-    cpr_span_t *spans;
+    bench_cpuprobe_span_t *spans;
     size_t nspans;
 };
 
@@ -68,7 +68,7 @@ static int cmp_dbl(const void *a, const void *b)
 
 /* Sizes the work to ~CPR_WORK_US and takes its 10th percentile over CALIB_RUNS runs (a
  * calibration that met a slow spell still finds the machine's usual speed). */
-static void calibrate(cpuprobe_t *p)
+static void calibrate(bench_cpuprobe_t *p)
 {
     uint64_t iters = 64, t = 0;
     while ((t = timed_work(iters)) < 5000 && iters < (UINT64_C(1) << 40))
@@ -86,7 +86,7 @@ static void calibrate(cpuprobe_t *p)
 
 static void *probe_main(void *arg)
 {
-    cpuprobe_t *p = arg;
+    bench_cpuprobe_t *p = arg;
     pthread_setname_np(pthread_self(), "cpuprobe");
     uint64_t slow_ns = (uint64_t)((double)p->work_ns * CPR_SLOW_X);
     struct timespec next;
@@ -123,8 +123,8 @@ static void *probe_main(void *arg)
     return NULL;
 }
 
-size_t cpr_cut(const uint64_t *start_ns, const uint32_t *cpu_ns, size_t n, uint64_t work_ns,
-               cpr_span_t *out, size_t cap)
+size_t bench_cpuprobe_cut(const uint64_t *start_ns, const uint32_t *cpu_ns, size_t n,
+                          uint64_t work_ns, bench_cpuprobe_span_t *out, size_t cap)
 {
     uint64_t slow_ns = (uint64_t)((double)work_ns * CPR_SLOW_X);
     double *f = xmalloc((n ? n : 1) * sizeof *f);
@@ -160,9 +160,9 @@ size_t cpr_cut(const uint64_t *start_ns, const uint32_t *cpu_ns, size_t n, uint6
     return nout;
 }
 
-cpuprobe_t *cpr_start(void)
+bench_cpuprobe_t *bench_cpuprobe_start(void)
 {
-    cpuprobe_t *p = xcalloc(1, sizeof *p);
+    bench_cpuprobe_t *p = xcalloc(1, sizeof *p);
     calibrate(p);
     atomic_init(&p->stop, 0);
     atomic_init(&p->runs, 0);
@@ -174,7 +174,7 @@ cpuprobe_t *cpr_start(void)
     return p;
 }
 
-void cpr_stop(cpuprobe_t *p)
+void bench_cpuprobe_stop(bench_cpuprobe_t *p)
 {
     if (!p || !p->running)
         return;
@@ -183,36 +183,36 @@ void cpr_stop(cpuprobe_t *p)
     p->running = 0;
     free(p->spans);
     p->spans = xmalloc((p->nslow ? p->nslow : 1) * sizeof *p->spans);
-    p->nspans = cpr_cut(p->slow_start, p->slow_cpu, p->nslow, p->work_ns, p->spans,
-                        p->nslow ? p->nslow : 1);
+    p->nspans = bench_cpuprobe_cut(p->slow_start, p->slow_cpu, p->nslow, p->work_ns, p->spans,
+                                   p->nslow ? p->nslow : 1);
 }
 
-const cpr_span_t *cpr_spans(const cpuprobe_t *p, size_t *n)
+const bench_cpuprobe_span_t *bench_cpuprobe_spans(const bench_cpuprobe_t *p, size_t *n)
 {
     *n = p ? p->nspans : 0;
     return p ? p->spans : NULL;
 }
 
-uint64_t cpr_runs(const cpuprobe_t *p)
+uint64_t bench_cpuprobe_runs(const bench_cpuprobe_t *p)
 {
     return p ? atomic_load_explicit(&p->runs, memory_order_relaxed) : 0;
 }
 
-uint64_t cpr_work_ns(const cpuprobe_t *p)
+uint64_t bench_cpuprobe_work_ns(const bench_cpuprobe_t *p)
 {
     return p ? p->work_ns : 0;
 }
 
-uint64_t cpr_cpu_ns(const cpuprobe_t *p)
+uint64_t bench_cpuprobe_cpu_ns(const bench_cpuprobe_t *p)
 {
     return p ? p->cpu_ns : 0;
 }
 
-void cpr_free(cpuprobe_t *p)
+void bench_cpuprobe_free(bench_cpuprobe_t *p)
 {
     if (!p)
         return;
-    cpr_stop(p);
+    bench_cpuprobe_stop(p);
     free(p->slow_start);
     free(p->slow_cpu);
     free(p->spans);

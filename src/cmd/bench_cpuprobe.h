@@ -19,10 +19,12 @@
  *
  * Cost: ~CPR_WORK_US of CPU per CPR_PERIOD_US (about 0.5 % of one core); its thread
  * ("cpuprobe") shows in the bench's thread list and its CPU time is returned so the
- * bench's CPU per request can leave it out.
+ * bench's CPU per request can leave it out. It runs only when asked (`--cpu-probe`; `make perf`
+ * asks in its sales): it answers a question about the machine, not about the service.
  *
- * Ownership: cpr_start returns the probe; after cpr_stop (joins the thread) its spans and
- * figures are read by the caller, which frees them with cpr_free. */
+ * Ownership: bench_cpuprobe_start returns the probe; after bench_cpuprobe_stop (joins the
+ * thread) its spans and figures are read by the caller, which frees them with
+ * bench_cpuprobe_free. */
 #ifndef SECKILL_BENCH_CPUPROBE_H
 #define SECKILL_BENCH_CPUPROBE_H
 
@@ -35,34 +37,34 @@
 #define CPR_MERGE_US 30000
 #define CPR_MIN_RUNS 3
 
-typedef struct cpr_span {
+typedef struct bench_cpuprobe_span {
     uint64_t from_ns, to_ns;    /* CLOCK_MONOTONIC: the first slow run's start, the last's end */
     uint32_t runs;              /* slow runs in it */
     double factor;              /* their median slowdown (run CPU time / calibrated) */
-} cpr_span_t;
+} bench_cpuprobe_span_t;
 
-typedef struct cpuprobe cpuprobe_t;
+typedef struct bench_cpuprobe bench_cpuprobe_t;
 
 /* Calibrates (a few ms) and starts the thread; NULL if no thread could be started. */
-cpuprobe_t *cpr_start(void);
+bench_cpuprobe_t *bench_cpuprobe_start(void);
 
 /* Stops and joins the thread, then cuts its runs into spans. */
-void cpr_stop(cpuprobe_t *p);
+void bench_cpuprobe_stop(bench_cpuprobe_t *p);
 
-/* After cpr_stop: the spans in time order (*n of them), the runs measured (also readable
- * while it runs), the calibrated work (ns of thread CPU time) and the probe thread's own
- * CPU time (ns). */
-const cpr_span_t *cpr_spans(const cpuprobe_t *p, size_t *n);
-uint64_t cpr_runs(const cpuprobe_t *p);
-uint64_t cpr_work_ns(const cpuprobe_t *p);
-uint64_t cpr_cpu_ns(const cpuprobe_t *p);
+/* After bench_cpuprobe_stop: the spans in time order (*n of them), the runs measured (also
+ * readable while it runs), the calibrated work (ns of thread CPU time) and the probe
+ * thread's own CPU time (ns). */
+const bench_cpuprobe_span_t *bench_cpuprobe_spans(const bench_cpuprobe_t *p, size_t *n);
+uint64_t bench_cpuprobe_runs(const bench_cpuprobe_t *p);
+uint64_t bench_cpuprobe_work_ns(const bench_cpuprobe_t *p);
+uint64_t bench_cpuprobe_cpu_ns(const bench_cpuprobe_t *p);
 
-void cpr_free(cpuprobe_t *p);   /* NULL is fine; stops it first if still running */
+void bench_cpuprobe_free(bench_cpuprobe_t *p); /* NULL is fine; stops it first if still running */
 
 /* Cuts runs into spans, by the rules above (exposed for the unit test): run i started at
  * start_ns[i] (ascending) and took cpu_ns[i]; work_ns is the calibrated time. Returns the
  * number of spans written to out (at most cap). */
-size_t cpr_cut(const uint64_t *start_ns, const uint32_t *cpu_ns, size_t n, uint64_t work_ns,
-               cpr_span_t *out, size_t cap);
+size_t bench_cpuprobe_cut(const uint64_t *start_ns, const uint32_t *cpu_ns, size_t n,
+                          uint64_t work_ns, bench_cpuprobe_span_t *out, size_t cap);
 
 #endif

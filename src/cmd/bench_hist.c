@@ -14,25 +14,25 @@
 
 #define SUB (1u << HIST_SUB_BITS)
 
-hist_t *hist_new(void)
+bench_hist_t *bench_hist_new(void)
 {
-    hist_t *h = xcalloc(1, sizeof *h);
+    bench_hist_t *h = xcalloc(1, sizeof *h);
     h->min = UINT64_MAX;
     return h;
 }
 
-void hist_free(hist_t *h)
+void bench_hist_free(bench_hist_t *h)
 {
     free(h);
 }
 
-void hist_reset(hist_t *h)
+void bench_hist_reset(bench_hist_t *h)
 {
     memset(h, 0, sizeof *h);
     h->min = UINT64_MAX;
 }
 
-size_t hist_index(uint64_t v)
+size_t bench_hist_index(uint64_t v)
 {
     if (v < HIST_LINEAR)
         return (size_t)v;
@@ -41,7 +41,7 @@ size_t hist_index(uint64_t v)
     return HIST_LINEAR + (size_t)(m - HIST_SUB_BITS - 1) * SUB + (size_t)((v >> shift) - SUB);
 }
 
-uint64_t hist_bucket_low(size_t i)
+uint64_t bench_hist_bucket_low(size_t i)
 {
     if (i < HIST_LINEAR)
         return i;
@@ -51,20 +51,20 @@ uint64_t hist_bucket_low(size_t i)
     return ((uint64_t)SUB + k) << shift;
 }
 
-uint64_t hist_bucket_high(size_t i)
+uint64_t bench_hist_bucket_high(size_t i)
 {
     if (i < HIST_LINEAR)
         return i;
     if (i + 1 >= HIST_BUCKETS)
         return UINT64_MAX;
-    return hist_bucket_low(i + 1) - 1;
+    return bench_hist_bucket_low(i + 1) - 1;
 }
 
-void hist_record_n(hist_t *h, uint64_t v, uint64_t n)
+void bench_hist_record_n(bench_hist_t *h, uint64_t v, uint64_t n)
 {
     if (n == 0)
         return;
-    h->b[hist_index(v)] += n;
+    h->b[bench_hist_index(v)] += n;
     h->count += n;
     h->sum += (long double)v * (long double)n;
     if (v < h->min)
@@ -73,9 +73,9 @@ void hist_record_n(hist_t *h, uint64_t v, uint64_t n)
         h->max = v;
 }
 
-void hist_record(hist_t *h, uint64_t v)
+void bench_hist_record(bench_hist_t *h, uint64_t v)
 {
-    h->b[hist_index(v)]++;
+    h->b[bench_hist_index(v)]++;
     h->count++;
     h->sum += (long double)v;
     if (v < h->min)
@@ -84,7 +84,7 @@ void hist_record(hist_t *h, uint64_t v)
         h->max = v;
 }
 
-void hist_merge(hist_t *into, const hist_t *from)
+void bench_hist_merge(bench_hist_t *into, const bench_hist_t *from)
 {
     if (from->count == 0)
         return;
@@ -98,7 +98,7 @@ void hist_merge(hist_t *into, const hist_t *from)
         into->max = from->max;
 }
 
-uint64_t hist_percentile(const hist_t *h, double p)
+uint64_t bench_hist_percentile(const bench_hist_t *h, double p)
 {
     if (h->count == 0)
         return 0;
@@ -110,17 +110,17 @@ uint64_t hist_percentile(const hist_t *h, double p)
     if (rank < 1)
         rank = 1;
     uint64_t seen = 0;
-    for (size_t i = hist_index(h->min); i < HIST_BUCKETS; i++) {
+    for (size_t i = bench_hist_index(h->min); i < HIST_BUCKETS; i++) {
         seen += h->b[i];
         if (seen >= rank) {
-            uint64_t v = hist_bucket_high(i);
+            uint64_t v = bench_hist_bucket_high(i);
             return v > h->max ? h->max : v;
         }
     }
     return h->max;
 }
 
-double hist_mean(const hist_t *h)
+double bench_hist_mean(const bench_hist_t *h)
 {
     return h->count ? (double)(h->sum / (long double)h->count) : 0.0;
 }

@@ -15,7 +15,7 @@
 #include "cmd/html_report.h"
 #include "core/xmem.h"
 
-void bench_series_add(bench_series_t *sr, double t, const uint64_t out[BO__COUNT])
+void bench_html_series_add(bench_series_t *sr, double t, const uint64_t out[BO__COUNT])
 {
     if (sr->n == sr->cap) {
         sr->cap = sr->cap ? sr->cap * 2 : 256;
@@ -26,7 +26,7 @@ void bench_series_add(bench_series_t *sr, double t, const uint64_t out[BO__COUNT
     sr->n++;
 }
 
-void bench_series_free(bench_series_t *sr)
+void bench_html_series_free(bench_series_t *sr)
 {
     free(sr->s);
     memset(sr, 0, sizeof *sr);
@@ -103,7 +103,7 @@ static void stock_chart(FILE *f, const bench_series_t *sr, int64_t stock)
 }
 
 /* x = 1/(1-p): p50 at 2, p99 at 100, p99.99 at 10,000 -- the tail gets the room. */
-static void latency_chart(FILE *f, const hist_t *h)
+static void latency_chart(FILE *f, const bench_hist_t *h)
 {
     static const double ps[] = { 50, 60, 70, 75, 80, 85, 90, 92.5, 95, 96, 97, 98, 99, 99.25,
                                  99.5, 99.75, 99.9, 99.95, 99.97, 99.99 };
@@ -113,7 +113,7 @@ static void latency_chart(FILE *f, const hist_t *h)
     fputs("percentile,latency ms\n", c);
     for (size_t i = 0; h->count > 0 && i < sizeof ps / sizeof ps[0]; i++)
         fprintf(c, "%.6g,%.4f\n", 1.0 / (1.0 - ps[i] / 100.0),
-                (double)hist_percentile(h, ps[i]) / 1000.0);
+                (double)bench_hist_percentile(h, ps[i]) / 1000.0);
     fclose(c);
     html_report_csv_chart_opts(f, "Latency by percentile, p50 to p99.99 (log scales)", "ms", csv,
                                HR_LOGX | HR_LOGY | HR_PERCENTILE_X);

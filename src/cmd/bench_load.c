@@ -107,7 +107,7 @@ typedef struct bench_thread {
     int ndirty;
     unsigned depth;
     bench_counters_t *ctr;
-    hist_t *hist, *hist_send;
+    bench_hist_t *hist, *hist_send;
     uint64_t rng;
 
     uint64_t k_next, nk;               /* schedule: my users are lo + id + T*k, k < nk */
@@ -177,7 +177,7 @@ static inline double rnd01(bench_thread_t *t)
     return (double)(rnd(t) >> 11) * (1.0 / 9007199254740992.0);
 }
 
-void bench_phone(int64_t i, char out[16])
+void bench_load_phone(int64_t i, char out[16])
 {
     /* 13x and 18x are valid for every x: 2 * 10 * 10^8 distinct phones. */
     int64_t block = i / 100000000, rest = i % 100000000;
@@ -193,7 +193,7 @@ static const void *find(const char *h, size_t n, const char *needle)
     return memmem(h, n, needle, strlen(needle));
 }
 
-bench_outcome_t bench_classify(int status, const char *body, size_t len, int64_t *order_id)
+bench_outcome_t bench_load_classify(int status, const char *body, size_t len, int64_t *order_id)
 {
     if (status == 401)
         return BO_UNAUTHORIZED;
@@ -313,7 +313,7 @@ static void build_request(bench_thread_t *t, bconn_t *c, uint32_t user)
         c->olen += t->prefix_len + 32 + sizeof tail - 1;
         return;
     case JOB_CODE:
-        bench_phone(L->user_base + user, phone);
+        bench_load_phone(L->user_base + user, phone);
         n = snprintf(buf, sizeof buf,
                      "POST /user/code?phone=%s HTTP/1.1\r\nHost: %s\r\nContent-Length: 0\r\n\r\n",
                      phone, L->hosthdr);
@@ -321,7 +321,7 @@ static void build_request(bench_thread_t *t, bconn_t *c, uint32_t user)
         return;
     case JOB_LOGIN: {
         char body[96];
-        bench_phone(L->user_base + user, phone);
+        bench_load_phone(L->user_base + user, phone);
         int bl = snprintf(body, sizeof body, "{\"phone\":\"%s\",\"code\":\"%s\"}", phone,
                           L->codes[user]);
         n = snprintf(buf, sizeof buf,
@@ -548,14 +548,14 @@ static void on_response(bconn_t *c, uint64_t now)
     int status = (int)c->hp.status_code;
     uint64_t lat = now > r->t0 ? (now - r->t0) / 1000 : 0;
     if (t->hist_send)
-        hist_record(t->hist_send, now > r->sent ? (now - r->sent) / 1000 : 0);
+        bench_hist_record(t->hist_send, now > r->sent ? (now - r->sent) / 1000 : 0);
     t->last_ns = now;
     t->last_progress_ns = now;
     if (L->job == JOB_SALE) {
         int64_t oid = 0;
-        bench_outcome_t o = bench_classify(status, c->body, c->blen, &oid);
+        bench_outcome_t o = bench_load_classify(status, c->body, c->blen, &oid);
         cadd(&t->ctr->out[o], 1);
-        hist_record(t->hist, lat);
+        bench_hist_record(t->hist, lat);
         log_answer(t, r, now, o);
         if (o == BO_SUCCESS) {
             if (t->nsucc == t->capsucc) {
@@ -582,7 +582,7 @@ static void on_response(bconn_t *c, uint64_t now)
         }
     }
     cadd(&t->ctr->out[ok ? BO_SUCCESS : BO_OTHER], 1);
-    hist_record(t->hist, lat);
+    bench_hist_record(t->hist, lat);
     if (!ok) {
         if (t->failed_users++ < 3)
             fprintf(stderr, "seckill bench: %s for user %u: HTTP %d %.*s\n",
@@ -829,7 +829,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         t->bln = 0;
     }
     if (now >= t->p99_at) {
-        atomic_store_explicit(&t->ctr->p99_us, hist_percentile(t->hist, 99), memory_order_relaxed);
+        atomic_store_explicit(&t->ctr->p99_us, bench_hist_percentile(t->hist, 99),
+                              memory_order_relaxed);
         t->p99_at = now + P99_EVERY_NS;
     }
     if (t->gen_done && all_idle(t)) {
@@ -885,7 +886,8 @@ static void *thread_main(void *arg)
     event_base_dispatch(t->base);
     for (int i = 0; i < t->nc; i++)
         conn_close(&t->c[i]);
-    atomic_store_explicit(&t->ctr->p99_us, hist_percentile(t->hist, 99), memory_order_relaxed);
+    atomic_store_explicit(&t->ctr->p99_us, bench_hist_percentile(t->hist, 99),
+                          memory_order_relaxed);
     atomic_fetch_sub(&t->L->running, 1);
     return NULL;
 }
@@ -996,11 +998,11 @@ int bench_load_run(bench_load_t *L, void (*progress)(bench_load_t *L, double ela
     memset(L->ctr, 0, (size_t)T * sizeof *L->ctr);
     L->hist = xrealloc(NULL, (size_t)T * sizeof *L->hist);
     for (int i = 0; i < T; i++)
-        L->hist[i] = hist_new();
+        L->hist[i] = bench_hist_new();
     if (L->rate > 0 && L->job == JOB_SALE) {
         L->hist_send = xrealloc(NULL, (size_t)T * sizeof *L->hist_send);
         for (int i = 0; i < T; i++)
-            L->hist_send[i] = hist_new();
+            L->hist_send[i] = bench_hist_new();
     }
     L->th = xrealloc(NULL, (size_t)T * sizeof *L->th);
     memset(L->th, 0, (size_t)T * sizeof *L->th);
@@ -1080,12 +1082,12 @@ void bench_load_free(bench_load_t *L)
     L->th = NULL;
     if (L->hist)
         for (int i = 0; i < L->threads; i++)
-            hist_free(L->hist[i]);
+            bench_hist_free(L->hist[i]);
     free(L->hist);
     L->hist = NULL;
     if (L->hist_send)
         for (int i = 0; i < L->threads; i++)
-            hist_free(L->hist_send[i]);
+            bench_hist_free(L->hist_send[i]);
     free(L->hist_send);
     L->hist_send = NULL;
     free(L->ctr);

@@ -1,7 +1,7 @@
 /* bench_outcome.h -- the outcome of one flash-sale request in `seckill bench`.
  *
  * Shared by the load generator, which classifies every answer (bench_load.c defines
- * bench_classify and bench_outcome_names), the report (bench.c) and the timeline
+ * bench_load_classify and bench_outcome_names), the report (bench.c) and the timeline
  * (bench_timeline.c), which counts successes and sold-out answers per slot. Its own header
  * so the timeline needs nothing else of bench.h. */
 #ifndef SECKILL_BENCH_OUTCOME_H
@@ -28,6 +28,6 @@ extern const char *const bench_outcome_names[BO__COUNT];
 
 /* Classifies an HTTP answer to POST /voucher-order/seckill/{id}; *order_id gets the id on
  * success. Understands the `code` member and the course's Chinese messages. Pure. */
-bench_outcome_t bench_classify(int status, const char *body, size_t len, int64_t *order_id);
+bench_outcome_t bench_load_classify(int status, const char *body, size_t len, int64_t *order_id);
 
 #endif

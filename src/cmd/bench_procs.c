@@ -9,7 +9,7 @@
 
 #include "core/xmem.h"
 
-void bp_watch(bench_procs_t *p, int pid, const char *label)
+void bench_procs_watch(bench_procs_t *p, int pid, const char *label)
 {
     if (pid <= 0 || p->nproc >= BP_MAX_PROCS)
         return;
@@ -30,20 +30,20 @@ static int read_small(const char *path, char *buf, size_t len)
     return n ? 0 : -1;
 }
 
-static bp_group_t *group(bench_procs_t *p, const char *name)
+static bench_procs_group_t *group(bench_procs_t *p, const char *name)
 {
     for (size_t i = 0; i < p->ng; i++)
         if (strcmp(p->g[i].name, name) == 0)
             return &p->g[i];
     p->g = xrealloc(p->g, (p->ng + 1) * sizeof *p->g);
-    bp_group_t *g = &p->g[p->ng++];
+    bench_procs_group_t *g = &p->g[p->ng++];
     snprintf(g->name, sizeof g->name, "%s", name);
     g->run_ns = xcalloc(p->cap, sizeof *g->run_ns);
     g->wait_ns = xcalloc(p->cap, sizeof *g->wait_ns);
     return g;
 }
 
-void bp_sample(bench_procs_t *p, uint32_t t_us)
+void bench_procs_sample(bench_procs_t *p, uint32_t t_us)
 {
     if (!p || p->nproc == 0)
         return;
@@ -97,7 +97,7 @@ void bp_sample(bench_procs_t *p, uint32_t t_us)
                       (*c >= '0' && *c <= '9') || *c == '_' || *c == '-' || *c == '.'))
                     *c = '_';
             snprintf(name, sizeof name, "%s/%s", p->label[k], comm);
-            bp_group_t *g = group(p, name);
+            bench_procs_group_t *g = group(p, name);
             g->run_ns[s] += run;
             g->wait_ns[s] += wait;
         }
@@ -119,14 +119,14 @@ static long at(const bench_procs_t *p, uint32_t t_us)
     return lo;
 }
 
-void bp_between(const bench_procs_t *p, size_t gi, uint32_t from_us, uint32_t to_us,
-                uint64_t *run_ns, uint64_t *wait_ns)
+void bench_procs_between(const bench_procs_t *p, size_t gi, uint32_t from_us, uint32_t to_us,
+                         uint64_t *run_ns, uint64_t *wait_ns)
 {
     *run_ns = *wait_ns = 0;
     long a = at(p, from_us), b = at(p, to_us);
     if (gi >= p->ng || b < 0 || b <= a)
         return;
-    const bp_group_t *g = &p->g[gi];
+    const bench_procs_group_t *g = &p->g[gi];
     /* A group that appeared after sample a counts from 0; a thread that left makes the
      * sum drop: no negative times. */
     uint64_t r0 = a >= 0 ? g->run_ns[a] : 0, w0 = a >= 0 ? g->wait_ns[a] : 0;
@@ -134,7 +134,7 @@ void bp_between(const bench_procs_t *p, size_t gi, uint32_t from_us, uint32_t to
     *wait_ns = g->wait_ns[b] > w0 ? g->wait_ns[b] - w0 : 0;
 }
 
-void bp_free(bench_procs_t *p)
+void bench_procs_free(bench_procs_t *p)
 {
     for (size_t i = 0; i < p->ng; i++) {
         free(p->g[i].run_ns);

@@ -27,10 +27,10 @@
 #define BP_HOST_BUSY "host/busy"
 #define BP_HOST_STEAL "host/steal"
 
-typedef struct bp_group {
+typedef struct bench_procs_group {
     char name[BP_NAME];          /* "label/comm" */
     uint64_t *run_ns, *wait_ns;  /* cumulative, per sample (0 before the group appeared) */
-} bp_group_t;
+} bench_procs_group_t;
 
 typedef struct bench_procs {
     int pid[BP_MAX_PROCS];
@@ -38,21 +38,21 @@ typedef struct bench_procs {
     int nproc;
     uint32_t *t_us;              /* sample times, us since the load's origin */
     size_t n, cap;
-    bp_group_t *g;
+    bench_procs_group_t *g;
     size_t ng;
 } bench_procs_t;
 
 /* Adds a process to watch (pid <= 0 is ignored). */
-void bp_watch(bench_procs_t *p, int pid, const char *label);
+void bench_procs_watch(bench_procs_t *p, int pid, const char *label);
 
 /* Takes one sample at t_us. */
-void bp_sample(bench_procs_t *p, uint32_t t_us);
+void bench_procs_sample(bench_procs_t *p, uint32_t t_us);
 
 /* CPU and run-queue wait of group gi between the last samples at or before from_us and
  * to_us, in ns (0 when there are no such samples). */
-void bp_between(const bench_procs_t *p, size_t gi, uint32_t from_us, uint32_t to_us,
-                uint64_t *run_ns, uint64_t *wait_ns);
+void bench_procs_between(const bench_procs_t *p, size_t gi, uint32_t from_us, uint32_t to_us,
+                         uint64_t *run_ns, uint64_t *wait_ns);
 
-void bp_free(bench_procs_t *p);
+void bench_procs_free(bench_procs_t *p);
 
 #endif

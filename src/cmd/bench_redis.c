@@ -13,7 +13,7 @@
 #include "redis/rconn.h"
 #include "core/url.h"
 
-int bredis_local_pid(redisContext *c, const char *url)
+int bench_redis_local_pid(redisContext *c, const char *url)
 {
     url_redis_t a;
     if (url_parse_redis(url, &a) != 0)
@@ -45,7 +45,7 @@ int bredis_local_pid(redisContext *c, const char *url)
     return strncmp(comm, "redis", 5) == 0 ? pid : 0;
 }
 
-int sid_parse(const char *z, sid_t *out)
+int bench_redis_sid_parse(const char *z, sid_t *out)
 {
     if (!z)
         return -1;
@@ -68,7 +68,7 @@ int sid_parse(const char *z, sid_t *out)
     return 0;
 }
 
-int sid_cmp(sid_t a, sid_t b)
+int bench_redis_sid_cmp(sid_t a, sid_t b)
 {
     if (a.ms != b.ms)
         return a.ms < b.ms ? -1 : 1;

@@ -67,7 +67,7 @@ static void summarise(const bench_rec_t *r, size_t n, uint32_t *scratch, uint32_
     *late_p99 = pct(scratch, n, 0, 99);
 }
 
-size_t tl_build(bench_rec_t *recs, size_t n, uint32_t slot_us, tl_slot_t **out)
+size_t bench_timeline_build(bench_rec_t *recs, size_t n, uint32_t slot_us, bench_slot_t **out)
 {
     *out = NULL;
     if (n == 0 || slot_us == 0)
@@ -81,7 +81,7 @@ size_t tl_build(bench_rec_t *recs, size_t n, uint32_t slot_us, tl_slot_t **out)
             last = recs[i].send_us;
     }
     size_t ns = (size_t)(last / slot_us) + 1;
-    tl_slot_t *s = xcalloc(ns, sizeof *s);
+    bench_slot_t *s = xcalloc(ns, sizeof *s);
     for (size_t k = 0; k < ns; k++)
         s[k].t_us = (uint32_t)(k * slot_us);
     /* Counts by each request's own times; due counts double as the backlog's input. */
@@ -89,7 +89,7 @@ size_t tl_build(bench_rec_t *recs, size_t n, uint32_t slot_us, tl_slot_t **out)
         const bench_rec_t *r = &recs[i];
         s[r->due_us / slot_us].due++;
         s[r->send_us / slot_us].sent++;
-        tl_slot_t *d = &s[r->done_us / slot_us];
+        bench_slot_t *d = &s[r->done_us / slot_us];
         d->answered++;
         if (r->outcome == BO_SUCCESS)
             d->success++;
@@ -122,7 +122,7 @@ size_t tl_build(bench_rec_t *recs, size_t n, uint32_t slot_us, tl_slot_t **out)
 
 /* x = the requests r[lo, hi) (sorted by due time): their count, due span (to_us, or just
  * after the last due time when 0) and percentiles; scratch holds hi - lo values. */
-static void fill_phase(tl_phase_t *x, const bench_rec_t *r, size_t lo, size_t hi, uint32_t to_us,
+static void fill_phase(bench_phase_t *x, const bench_rec_t *r, size_t lo, size_t hi, uint32_t to_us,
                        uint32_t *scratch)
 {
     x->n = hi - lo;
@@ -134,7 +134,8 @@ static void fill_phase(tl_phase_t *x, const bench_rec_t *r, size_t lo, size_t hi
               &x->late_p99_us);
 }
 
-void tl_phases(const bench_rec_t *sorted, size_t n, tl_phase_t *selling, tl_phase_t *sold_out)
+void bench_timeline_phases(const bench_rec_t *sorted, size_t n, bench_phase_t *selling,
+                           bench_phase_t *sold_out)
 {
     memset(selling, 0, sizeof *selling);
     memset(sold_out, 0, sizeof *sold_out);
@@ -156,7 +157,7 @@ void tl_phases(const bench_rec_t *sorted, size_t n, tl_phase_t *selling, tl_phas
 }
 
 /* 1 if [due, done] of r meets a span of sp (ascending, disjoint) stretched by pad_us. */
-static int in_span(const bench_rec_t *r, const tl_span_t *sp, size_t nsp, uint32_t pad_us)
+static int in_span(const bench_rec_t *r, const bench_span_t *sp, size_t nsp, uint32_t pad_us)
 {
     /* the first span that ends (with its pad) at or after the request's due time */
     size_t lo = 0, hi = nsp;
@@ -170,9 +171,9 @@ static int in_span(const bench_rec_t *r, const tl_span_t *sp, size_t nsp, uint32
     return lo < nsp && sp[lo].from_us <= r->done_us;
 }
 
-void tl_phases_outside(const bench_rec_t *sorted, size_t n, const tl_span_t *sp, size_t nsp,
-                       uint32_t pad_us, uint32_t cut_us, tl_phase_t *all, tl_phase_t *selling,
-                       tl_phase_t *sold_out)
+void bench_timeline_phases_outside(const bench_rec_t *sorted, size_t n, const bench_span_t *sp,
+                                   size_t nsp, uint32_t pad_us, uint32_t cut_us, bench_phase_t *all,
+                                   bench_phase_t *selling, bench_phase_t *sold_out)
 {
     memset(all, 0, sizeof *all);
     memset(selling, 0, sizeof *selling);
@@ -194,7 +195,7 @@ void tl_phases_outside(const bench_rec_t *sorted, size_t n, const tl_span_t *sp,
     free(keep);
 }
 
-size_t tl_worst(const tl_slot_t *s, size_t n, size_t k, size_t *idx)
+size_t bench_timeline_worst(const bench_slot_t *s, size_t n, size_t k, size_t *idx)
 {
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
@@ -215,13 +216,13 @@ size_t tl_worst(const tl_slot_t *s, size_t n, size_t k, size_t *idx)
     return m;
 }
 
-void tl_write_header(FILE *f)
+void bench_timeline_write_header(FILE *f)
 {
     fputs("t_s\tdue\tp50_ms\tp99_ms\tmax_ms\tsend_p99_ms\tlate_p99_ms\tsent\tanswered"
           "\tsuccess\tsold_out\tbacklog\tinflight", f);
 }
 
-void tl_write_slot(FILE *f, const tl_slot_t *s)
+void bench_timeline_write_slot(FILE *f, const bench_slot_t *s)
 {
     fprintf(f, "%.1f\t%u\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%u\t%u\t%u\t%u\t%u\t%u", s->t_us / 1e6,
             s->due, s->p50_us / 1e3, s->p99_us / 1e3, s->max_us / 1e3, s->send_p99_us / 1e3,

@@ -16,7 +16,7 @@
  * out" the rest. Percentiles here are exact (sorted copies), with the bench histogram's
  * rule: the smallest value whose rank reaches ceil(p/100 * count).
  *
- * Pure except tl_write_* (a file). The caller owns what tl_build returns (free()). */
+ * Pure except tl_write_* (a file). The caller owns what bench_timeline_build returns (free()). */
 #ifndef SECKILL_BENCH_TIMELINE_H
 #define SECKILL_BENCH_TIMELINE_H
 
@@ -33,7 +33,7 @@ typedef struct bench_rec {
     uint8_t outcome;    /* bench_outcome_t */
 } bench_rec_t;
 
-typedef struct tl_slot {
+typedef struct bench_slot {
     uint32_t t_us;                          /* the slot's start */
     uint32_t due;                           /* requests due in the slot ... */
     uint32_t p50_us, p99_us, max_us;        /* ... their latency from the due time */
@@ -41,42 +41,43 @@ typedef struct tl_slot {
     uint32_t late_p99_us;                   /* ... send - due */
     uint32_t sent, answered, success, sold_out;   /* by their own time, in the slot */
     uint32_t backlog, inflight;             /* at the slot's end */
-} tl_slot_t;
+} bench_slot_t;
 
-typedef struct tl_phase {
+typedef struct bench_phase {
     uint32_t from_us, to_us;                /* due times [from, to) */
     uint64_t n;
     uint32_t p50_us, p99_us, max_us, send_p99_us, late_p99_us;
-} tl_phase_t;
+} bench_phase_t;
 
 /* Sorts recs by due time (in place) and returns the number of slots of slot_us each,
  * from slot 0 (the origin) to the last answer; *out gets them (NULL when n == 0). */
-size_t tl_build(bench_rec_t *recs, size_t n, uint32_t slot_us, tl_slot_t **out);
+size_t bench_timeline_build(bench_rec_t *recs, size_t n, uint32_t slot_us, bench_slot_t **out);
 
-/* The two phases of recs sorted by due time (tl_build sorts). With no success answer at
+/* The two phases of recs sorted by due time (bench_timeline_build sorts). With no success answer at
  * all, everything is "sold out". */
-void tl_phases(const bench_rec_t *sorted, size_t n, tl_phase_t *selling, tl_phase_t *sold_out);
+void bench_timeline_phases(const bench_rec_t *sorted, size_t n, bench_phase_t *selling,
+                           bench_phase_t *sold_out);
 
 /* A stretch of the run, us since the load's origin: [from_us, to_us). */
-typedef struct tl_span {
+typedef struct bench_span {
     uint32_t from_us, to_us;
-} tl_span_t;
+} bench_span_t;
 
-/* The same percentiles as tl_phases, of only the requests whose life (due .. answer)
+/* The same percentiles as bench_timeline_phases, of only the requests whose life (due .. answer)
  * misses every span of sp[0..nsp) (ascending, not overlapping) stretched by pad_us at its
  * end (the backlog a stall leaves behind takes a while to clear): *all over the run, and
- * per phase cut at cut_us (the selling phase's end as tl_phases found it over every
+ * per phase cut at cut_us (the selling phase's end as bench_timeline_phases found it over every
  * request, so both views split the run at the same moment). sorted: by due time. */
-void tl_phases_outside(const bench_rec_t *sorted, size_t n, const tl_span_t *sp, size_t nsp,
-                       uint32_t pad_us, uint32_t cut_us, tl_phase_t *all, tl_phase_t *selling,
-                       tl_phase_t *sold_out);
+void bench_timeline_phases_outside(const bench_rec_t *sorted, size_t n, const bench_span_t *sp,
+                                   size_t nsp, uint32_t pad_us, uint32_t cut_us, bench_phase_t *all,
+                                   bench_phase_t *selling, bench_phase_t *sold_out);
 
 /* The k slots with the highest p99 (ties: the earlier), indexes into s, worst first. */
-size_t tl_worst(const tl_slot_t *s, size_t n, size_t k, size_t *idx);
+size_t bench_timeline_worst(const bench_slot_t *s, size_t n, size_t k, size_t *idx);
 
 /* The timeline as a tab-separated table: the header's columns and one slot's, without the
  * line end (the caller may add columns of its own). */
-void tl_write_header(FILE *f);
-void tl_write_slot(FILE *f, const tl_slot_t *s);
+void bench_timeline_write_header(FILE *f);
+void bench_timeline_write_slot(FILE *f, const bench_slot_t *s);
 
 #endif

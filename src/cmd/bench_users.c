@@ -115,7 +115,7 @@ static int read_codes(rcs_route_t *rt, const bench_opts_t *o, char (*codes)[8], 
         size_t b = a + PIPE < hi ? a + PIPE : hi, nc = 0;
         for (size_t i = a; i < b; i++) {
             char phone[16];
-            bench_phone(o->user_base + (int64_t)i, phone);
+            bench_load_phone(o->user_base + (int64_t)i, phone);
             key_login_code(keys[i - a], sizeof keys[0], phone);
             redisContext *c = rcs_route_key(rt, keys[i - a], err, errlen);
             if (!c) {

@@ -15,6 +15,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,7 @@
 #include "core/key.h"
 #include "redis/rconn.h"
 #include "redis/redis_child.h"
+#include "cmd/cmd_args.h"
 #include "cmd/html_report.h"
 #include "core/url.h"
 #include "core/xmem.h"
@@ -108,11 +110,10 @@ typedef struct row {
 typedef struct lab {
     /* options */
     char dir[PATH_MAX];
-    int keep;
     char redis_given[600];
     char db_given[PATH_MAX + 32];
     char redis_bin[256];
-    long long stock, users;
+    int64_t stock, users;
     double rate, dup;
     int pause_ms, lease_ms;
     char json[PATH_MAX], html[PATH_MAX];
@@ -482,8 +483,8 @@ static int run_step(lab_t *L, int idx, row_t *r)
     char target[2][64], users[24], stock[24], rate[24], dup[24], base[24], voucher[24];
     for (int i = 0; i < s->instances; i++)
         snprintf(target[i], sizeof target[i], "http://127.0.0.1:%d", in[i].port);
-    snprintf(users, sizeof users, "%lld", L->users);
-    snprintf(stock, sizeof stock, "%lld", L->stock);
+    snprintf(users, sizeof users, "%lld", (long long)L->users);
+    snprintf(stock, sizeof stock, "%lld", (long long)L->stock);
     snprintf(rate, sizeof rate, "%g", L->rate);
     snprintf(dup, sizeof dup, "%g", L->dup);
     snprintf(base, sizeof base, "%lld", (long long)(idx + 1) * 1000000LL);
@@ -690,7 +691,7 @@ static int write_html(const lab_t *L, const row_t *rows, int n, char *err, size_
              "Every step sold %lld vouchers to %lld buyers at %g requests/s (each buyer clicks "
              "again %g times on average, half of them double-click), then was audited: the "
              "figures are counted in SQL and Redis, not taken from the answers.",
-             L->stock, L->users, L->rate, L->dup);
+             (long long)L->stock, (long long)L->users, L->rate, L->dup);
     html_report_text(f, intro);
     char(*cells)[NCOLS][128] = xcalloc((size_t)n, sizeof *cells);
     const char **cp = xcalloc((size_t)n * (NCOLS + 1), sizeof *cp);
@@ -751,91 +752,45 @@ static int write_html(const lab_t *L, const row_t *rows, int n, char *err, size_
 
 /* ==== options and main ==== */
 
+#define F(field) CMD_ARGS_FIELD(lab_t, field)
+
+static const cmd_arg_t lab_arg_rows[] = {
+    {"steps", CMD_ARG_STR, F(only), 0, 0, "LIST",
+     "comma-separated modes to run [all]: naive, cas-stock-eq,\n"
+     "cas-stock-gt0, local-lock, setnx, setnx-owner, lua-unlock,\n"
+     "reentrant, sync, queue, stream, list, pubsub"},
+    {"stock", CMD_ARG_I64, F(stock), 1, 1e6, "N", "stock of each step's voucher [20]"},
+    {"users", CMD_ARG_I64, F(users), 1, 1e6, "N", "buyers per step [60]"},
+    {"rate", CMD_ARG_DBL, F(rate), 1, 1e6, "R", "requests/s, open loop [60]"},
+    {"dup", CMD_ARG_DBL, F(dup), 0, 10, "F", "repeat clicks per buyer [2]"},
+    {"pause-ms", CMD_ARG_INT, F(pause_ms), 1, 60000, "N", "the injected delay (--lab-pause) [300]"},
+    {"lease-ms", CMD_ARG_INT, F(lease_ms), 1, 60000, "N",
+     "the setnx locks' lease, shorter than the pause [100]\n"
+     "(lua-unlock's get-del row: 2000 ms, pause 2000 + N)"},
+    {"json", CMD_ARG_STR, F(json), 0, 0, "FILE", "also write the table as JSON (- = stdout)"},
+    {"html", CMD_ARG_STR, F(html), 0, 0, "FILE",
+     "also write an HTML report with a chart per column"},
+    {"dir", CMD_ARG_STR, F(dir), 0, 0, "DIR",
+     "working directory (kept) [a temporary one, removed]"},
+    {"db", CMD_ARG_STR, F(db_given), 0, 0, "URL",
+     "use this database (sqlite:PATH or mysql://...; the lab\n"
+     "adds vouchers and orders to it) [a SQLite file in --dir]"},
+    {"redis", CMD_ARG_STR, F(redis_given), 0, 0, "URL",
+     "use this Redis (a scratch one: the lab writes keys)"},
+    {"redis-server-bin", CMD_ARG_STR, F(redis_bin), 0, 0, "B",
+     "redis-server to start [redis-server]"},
+};
+static const cmd_args_t lab_args_spec = {
+    lab_arg_rows, sizeof lab_arg_rows / sizeof lab_arg_rows[0], 18};
+
 static void usage(FILE *f)
 {
     fprintf(f,
             "usage: seckill lab [options]\n\n"
             "Runs every step of the course's flash-sale chapter under the same load, audits\n"
             "each and prints one table (docs/lab.md). Starts its own redis-server and\n"
-            "SQLite file under --dir (or uses --redis, --db), and its own seckill instances.\n\n"
-            "  --steps LIST       comma-separated modes to run [all]: naive, cas-stock-eq,\n"
-            "                     cas-stock-gt0, local-lock, setnx, setnx-owner, lua-unlock,\n"
-            "                     reentrant, sync, queue, stream, list, pubsub\n"
-            "  --stock N          stock of each step's voucher [20]\n"
-            "  --users N          buyers per step [60]\n"
-            "  --rate R           requests/s, open loop [60]\n"
-            "  --dup F            repeat clicks per buyer [2]\n"
-            "  --pause-ms N       the injected delay (--lab-pause) [300]\n"
-            "  --lease-ms N       the setnx locks' lease, shorter than the pause [100]\n"
-            "                     (lua-unlock's get-del row: 2000 ms, pause 2000 + N)\n"
-            "  --json FILE        also write the table as JSON (- = stdout)\n"
-            "  --html FILE        also write an HTML report with a chart per column\n"
-            "  --dir DIR          working directory (kept) [a temporary one, removed]\n"
-            "  --db URL           use this database (sqlite:PATH or mysql://...; the lab\n"
-            "                     adds vouchers and orders to it) [a SQLite file in --dir]\n"
-            "  --redis URL        use this Redis (a scratch one: the lab writes keys)\n"
-            "  --redis-server-bin B  redis-server to start [redis-server]\n");
-}
-
-static int parse(lab_t *L, int argc, char **argv, char *err, size_t errlen)
-{
-    memset(L, 0, sizeof *L);
-    L->stock = 20;
-    L->users = 60;
-    L->rate = 60;
-    L->dup = 2;
-    L->pause_ms = 300;
-    L->lease_ms = 100;
-    snprintf(L->redis_bin, sizeof L->redis_bin, "redis-server");
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h"))
-            return 1;
-        if (i + 1 >= argc) {
-            snprintf(err, errlen, "unknown option or missing value: %s (see --help)", a);
-            return -1;
-        }
-        const char *v = argv[++i];
-        char *end = NULL;
-        double x = strtod(v, &end);
-        int num = end && end != v && !*end && x >= 0;
-        if (!strcmp(a, "--steps"))
-            snprintf(L->only, sizeof L->only, "%s", v);
-        else if (!strcmp(a, "--json"))
-            snprintf(L->json, sizeof L->json, "%s", v);
-        else if (!strcmp(a, "--html"))
-            snprintf(L->html, sizeof L->html, "%s", v);
-        else if (!strcmp(a, "--dir"))
-            snprintf(L->dir, sizeof L->dir, "%s", v), L->keep = 1;
-        else if (!strcmp(a, "--db"))
-            snprintf(L->db_given, sizeof L->db_given, "%s", v);
-        else if (!strcmp(a, "--redis"))
-            snprintf(L->redis_given, sizeof L->redis_given, "%s", v);
-        else if (!strcmp(a, "--redis-server-bin"))
-            snprintf(L->redis_bin, sizeof L->redis_bin, "%s", v);
-        else if (!strcmp(a, "--stock") && num && x >= 1 && x <= 1e6)
-            L->stock = (long long)x;
-        else if (!strcmp(a, "--users") && num && x >= 1 && x <= 1e6)
-            L->users = (long long)x;
-        else if (!strcmp(a, "--rate") && num && x >= 1 && x <= 1e6)
-            L->rate = x;
-        else if (!strcmp(a, "--dup") && num && x <= 10)
-            L->dup = x;
-        else if (!strcmp(a, "--pause-ms") && num && x >= 1 && x <= 60000)
-            L->pause_ms = (int)x;
-        else if (!strcmp(a, "--lease-ms") && num && x >= 1 && x <= 60000)
-            L->lease_ms = (int)x;
-        else {
-            snprintf(err, errlen, "bad option or value: %s %s (see --help)", a, v);
-            return -1;
-        }
-    }
-    if (L->lease_ms >= L->pause_ms) {
-        snprintf(err, errlen, "--lease-ms must be shorter than --pause-ms: the lesson is a lease "
-                 "that runs out mid-order");
-        return -1;
-    }
-    return 0;
+            "SQLite file under --dir (or uses --redis, --db), and its own seckill instances.\n\n");
+    cmd_args_help(f, &lab_args_spec);
 }
 
 static int selected(const lab_t *L, const step_t *s)
@@ -866,17 +821,17 @@ static void remove_dir(const char *dir)
 
 int lab_tool_main(int argc, char **argv)
 {
-    lab_t L;
-    char err[1024];
-    int rc = parse(&L, argc, argv, err, sizeof err);
-    if (rc == 1) {
-        usage(stdout);
-        return 0;
-    }
-    if (rc < 0) {
-        fprintf(stderr, "seckill lab: %s\n", err);
+    lab_t L = {.stock = 20, .users = 60, .rate = 60, .dup = 2, .pause_ms = 300, .lease_ms = 100,
+               .redis_bin = "redis-server"};
+    int exit_now = cmd_args_main(&lab_args_spec, "seckill lab", usage, argc, argv, &L);
+    if (exit_now >= 0)
+        return exit_now;
+    if (L.lease_ms >= L.pause_ms) {
+        fprintf(stderr, "seckill lab: --lease-ms must be shorter than --pause-ms: the lesson is a "
+                        "lease that runs out mid-order\n");
         return 2;
     }
+    char err[1024];
     for (const char *p = L.only; *p;) {   /* every name given must be a step */
         size_t k = strcspn(p, ",");
         int found = 0;

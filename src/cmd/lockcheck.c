@@ -12,7 +12,6 @@
 #include "cmd/lockcheck.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -22,6 +21,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "cmd/cmd_args.h"
 #include "core/clock.h"
 #include "sale/lockmap.h"
 #include "redis/rcl_sync.h"
@@ -42,7 +42,37 @@ typedef struct lkc_run {
     uint64_t overlaps, timeouts, errors, lost, cs_errors;
     int64_t quarantine_ms;
     FILE *intervals;                    /* --intervals: "name start_us end_us" per hold */
+    const char *ivpath;                 /* --intervals */
+    int seconds, json;                  /* --seconds, --json */
 } lkc_run_t;
+
+#define F(field) CMD_ARGS_FIELD(lkc_run_t, field)
+
+static const cmd_arg_t lkc_arg_rows[] = {
+    {"redis", CMD_ARG_PTR, F(url), 0, 0, "URL",
+     "redis://..., unix:PATH or redis+cluster://h1:p1,..."},
+    {"locks", CMD_ARG_INT, F(nlocks), 1, LKC_MAX_LOCKS, "N",
+     "lock names PREFIX:0 .. PREFIX:N-1 [12]"},
+    {"prefix", CMD_ARG_PTR, F(prefix), 0, 0, "P", "[lockcheck]"},
+    {"threads", CMD_ARG_INT, F(nthreads), 1, LKC_MAX_THREADS, "T", "contending threads [8]"},
+    {"seconds", CMD_ARG_INT, F(seconds), 1, 3600, "S", "how long to contend [3]"},
+    {"hold-ms", CMD_ARG_INT, F(hold_ms), 0, 60000, "M", "sleep inside each critical section [2]"},
+    {"lease-ms", CMD_ARG_I64, F(lease_ms), 1, 3600000, "L",
+     "lock lease [5000] (shorter than --hold-ms shows overlaps)"},
+    {"wait-ms", CMD_ARG_I64, F(wait_ms), 0, 3600000, "W", "acquire budget [2000]"},
+    {"timeout-ms", CMD_ARG_INT, F(timeout_ms), 1, 600000, "N",
+     "deadline of each Redis call [2000]"},
+    {"quarantine-ms", CMD_ARG_I64, F(quarantine_ms), 0, 3600000, "Q",
+     "after a failover seen here, no lock of the replaced\n"
+     "master's slots for Q ms [the lease] (0: none, to see why)"},
+    {"intervals", CMD_ARG_PTR, F(ivpath), 0, 0, "FILE",
+     "write 'name start_us end_us' (CLOCK_MONOTONIC, comparable\n"
+     "across processes of one host) for every hold"},
+    {"json", CMD_ARG_SET, CMD_ARGS_SET(lkc_run_t, json, 1), 0, 0, NULL,
+     "one JSON object instead of text"},
+};
+static const cmd_args_t lkc_args_spec = {
+    lkc_arg_rows, sizeof lkc_arg_rows / sizeof lkc_arg_rows[0], 18};
 
 static void usage(FILE *f)
 {
@@ -53,21 +83,9 @@ static void usage(FILE *f)
             "is a non-atomic GET/sleep/SET of a counter in Redis and an 'inside' marker.\n"
             "Prints how often each lock was acquired and how many overlaps were seen.\n"
             "Run several at once and compare seckill:lockcheck:{NAME}:n with the sum of\n"
-            "their acquisitions. Exit 0 = no overlap seen, 1 = overlaps, 2 = usage/connection.\n\n"
-            "  --redis URL        redis://..., unix:PATH or redis+cluster://h1:p1,...\n"
-            "  --locks N          lock names PREFIX:0 .. PREFIX:N-1 [12]\n"
-            "  --prefix P         [lockcheck]\n"
-            "  --threads T        contending threads [8]\n"
-            "  --seconds S        how long to contend [3]\n"
-            "  --hold-ms M        sleep inside each critical section [2]\n"
-            "  --lease-ms L       lock lease [5000] (shorter than --hold-ms shows overlaps)\n"
-            "  --wait-ms W        acquire budget [2000]\n"
-            "  --timeout-ms N     deadline of each Redis call [2000]\n"
-            "  --quarantine-ms Q  after a failover seen here, no lock of the replaced\n"
-            "                     master's slots for Q ms [the lease] (0: none, to see why)\n"
-            "  --intervals FILE   write 'name start_us end_us' (CLOCK_MONOTONIC, comparable\n"
-            "                     across processes of one host) for every hold\n"
-            "  --json             one JSON object instead of text\n");
+            "their acquisitions. Exit 0 = no overlap seen, 1 = overlaps, 2 = usage/connection.\n"
+            "\n");
+    cmd_args_help(f, &lkc_args_spec);
 }
 
 static void nap_ms(int ms)
@@ -188,74 +206,31 @@ static void *contender(void *arg)
     return NULL;
 }
 
-static int int_opt(const char *z, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(z, &end, 10);
-    if (errno || end == z || *end || v < lo || v > hi)
-        return -1;
-    *out = v;
-    return 0;
-}
-
 int lockcheck_main(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        { "redis", required_argument, NULL, 'r' },   { "locks", required_argument, NULL, 'n' },
-        { "prefix", required_argument, NULL, 'p' },  { "threads", required_argument, NULL, 't' },
-        { "seconds", required_argument, NULL, 's' }, { "hold-ms", required_argument, NULL, 'h' },
-        { "lease-ms", required_argument, NULL, 'l' }, { "wait-ms", required_argument, NULL, 'w' },
-        { "timeout-ms", required_argument, NULL, 'T' }, { "json", no_argument, NULL, 'j' },
-        { "quarantine-ms", required_argument, NULL, 'q' },
-        { "intervals", required_argument, NULL, 'i' },
-        { "help", no_argument, NULL, 'H' },          { NULL, 0, NULL, 0 },
-    };
     lkc_run_t *r = xcalloc(1, sizeof *r);
     r->prefix = "lockcheck";
     r->nlocks = 12;
     r->nthreads = 8;
+    r->seconds = 3;
     r->hold_ms = 2;
     r->lease_ms = 5000;
     r->wait_ms = 2000;
     r->timeout_ms = 2000;
     r->quarantine_ms = -1;
-    const char *ivpath = NULL;
-    long seconds = 3, v;
-    int json = 0, c, status = 2;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        const char *bad = NULL;
-        switch (c) {
-        case 'r': r->url = optarg; break;
-        case 'p': r->prefix = optarg; break;
-        case 'n': if (int_opt(optarg, 1, LKC_MAX_LOCKS, &v)) bad = "--locks"; else r->nlocks = (int)v; break;
-        case 't': if (int_opt(optarg, 1, LKC_MAX_THREADS, &v)) bad = "--threads"; else r->nthreads = (int)v; break;
-        case 's': if (int_opt(optarg, 1, 3600, &v)) bad = "--seconds"; else seconds = v; break;
-        case 'h': if (int_opt(optarg, 0, 60000, &v)) bad = "--hold-ms"; else r->hold_ms = (int)v; break;
-        case 'l': if (int_opt(optarg, 1, 3600000, &v)) bad = "--lease-ms"; else r->lease_ms = v; break;
-        case 'w': if (int_opt(optarg, 0, 3600000, &v)) bad = "--wait-ms"; else r->wait_ms = v; break;
-        case 'T': if (int_opt(optarg, 1, 600000, &v)) bad = "--timeout-ms"; else r->timeout_ms = (int)v; break;
-        case 'q': if (int_opt(optarg, 0, 3600000, &v)) bad = "--quarantine-ms"; else r->quarantine_ms = v; break;
-        case 'i': ivpath = optarg; break;
-        case 'j': json = 1; break;
-        case 'H': usage(stdout); free(r); return 0;
-        default: usage(stderr); free(r); return 2;
-        }
-        if (bad != NULL) {
-            fprintf(stderr, "lock-check: %s: bad value '%s'\n", bad, optarg);
-            free(r);
-            return 2;
-        }
+    int status = cmd_args_main(&lkc_args_spec, "lock-check", usage, argc, argv, r);
+    if (status < 0 && (r->url == NULL || strlen(r->prefix) > 200 || strchr(r->prefix, '{') ||
+                       strchr(r->prefix, '}'))) {
+        fprintf(stderr, "lock-check: --redis URL is required; --prefix: at most 200 bytes, no "
+                        "braces (see --help)\n");
+        status = 2;
     }
-    if (r->url == NULL || optind != argc || strlen(r->prefix) > 200 || strchr(r->prefix, '{') ||
-        strchr(r->prefix, '}')) {
-        fprintf(stderr, "lock-check: --redis URL is required; --prefix: at most 200 bytes, "
-                        "no braces (see --help)\n");
+    if (status >= 0) {
         free(r);
-        return 2;
+        return status;
     }
     char err[300];
+    const char *ivpath = r->ivpath;
     lkm_opts_t o = { .timeout_ms = r->timeout_ms,
                      .quarantine_ms = r->quarantine_ms >= 0 ? r->quarantine_ms : r->lease_ms };
     if (ivpath != NULL && (r->intervals = fopen(ivpath, "w")) == NULL) {
@@ -273,7 +248,7 @@ int lockcheck_main(int argc, char **argv)
     }
     pthread_mutex_init(&r->mu, NULL);
     uint64_t t0 = clock_mono_ms();
-    r->end_ms = t0 + (uint64_t)seconds * 1000u;
+    r->end_ms = t0 + (uint64_t)r->seconds * 1000u;
     pthread_t th[LKC_MAX_THREADS];
     int started = 0;
     for (int i = 0; i < r->nthreads; i++)
@@ -287,7 +262,7 @@ int lockcheck_main(int argc, char **argv)
     uint64_t total = 0;
     for (int i = 0; i < r->nlocks; i++)
         total += r->acquired[i];
-    if (json) {
+    if (r->json) {
         printf("{\"acquired\":%llu,\"overlaps\":%llu,\"lost\":%llu,\"timeouts\":%llu,"
                "\"errors\":%llu,\"section_errors\":%llu,\"retries\":%llu,\"failovers\":%llu,"
                "\"quarantined\":%llu,\"seconds\":%.3f,\"locks\":{",

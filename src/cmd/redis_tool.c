@@ -8,7 +8,7 @@
  * alone. */
 #include "cmd/redis_tool.h"
 
-#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,14 +17,42 @@
 #include <hiredis/hiredis.h>
 
 #include "sale/bucket_sweep.h"
+#include "core/datadir.h"
 #include "core/key.h"
 #include "redis/rcl_sync.h"
 #include "rebuild/rebuild.h"
 #include "store/store.h"
-#include "cmd/datadir.h"
+#include "cmd/cmd_args.h"
 #include "cmd/lockcheck.h"
 
 #define MAX_VOUCHERS 256
+
+typedef struct rebuild_args {
+    const char *data_dir, *redis, *db;
+    int64_t vouchers[MAX_VOUCHERS];
+    size_t nvouchers;
+    int dry_run, timeout_ms;
+} rebuild_args_t;
+
+#define F(field) CMD_ARGS_FIELD(rebuild_args_t, field)
+
+static const cmd_arg_t rebuild_arg_rows[] = {
+    {"voucher", CMD_ARG_I64S, F(vouchers), 1, 9e18, "ID",
+     "this voucher (repeatable); default: every flash-sale voucher\n"
+     "whose sale has not ended", offsetof(rebuild_args_t, nvouchers)},
+    {"dry-run", CMD_ARG_SET, CMD_ARGS_SET(rebuild_args_t, dry_run, 1), 0, 0, NULL,
+     "print what would be written; write nothing"},
+    {"data-dir", CMD_ARG_PTR, F(data_dir), 0, 0, "DIR",
+     "the embedded default's files (default ./var when neither\n"
+     "--redis nor --db is given)"},
+    {"redis", CMD_ARG_PTR, F(redis), 0, 0, "URL",
+     "redis://[:password@]host:port[/db] or unix:PATH"},
+    {"db", CMD_ARG_PTR, F(db), 0, 0, "URL", "the service's SQL URL (sqlite:PATH, mysql://...)"},
+    {"timeout-ms", CMD_ARG_INT, F(timeout_ms), 10, 600000, "N",
+     "deadline of each Redis command and SQL call [10000]"},
+};
+static const cmd_args_t rebuild_args_spec = {
+    rebuild_arg_rows, sizeof rebuild_arg_rows / sizeof rebuild_arg_rows[0], 20};
 
 static void usage(FILE *f)
 {
@@ -34,26 +62,8 @@ static void usage(FILE *f)
             "stock, buyers = every user with an SQL order, window from SQL. A voucher whose\n"
             "keys are present is left alone, so running it again changes nothing.\n"
             "Exit status 0 = done (or nothing to do), 1 = a voucher could not be rebuilt,\n"
-            "2 = bad usage or no connection.\n\n"
-            "  --voucher ID         this voucher (repeatable); default: every flash-sale voucher\n"
-            "                       whose sale has not ended\n"
-            "  --dry-run            print what would be written; write nothing\n"
-            "  --data-dir DIR       the embedded default's files (default ./var when neither\n"
-            "                       --redis nor --db is given)\n"
-            "  --redis URL          redis://[:password@]host:port[/db] or unix:PATH\n"
-            "  --db URL             the service's SQL URL (sqlite:PATH, mysql://...)\n"
-            "  --timeout-ms N       deadline of each Redis command and SQL call [10000]\n");
-}
-
-static int parse_id(const char *z, int64_t *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(z, &end, 10);
-    if (errno || end == z || *end || v <= 0)
-        return -1;
-    *out = v;
-    return 0;
+            "2 = bad usage or no connection.\n\n");
+    cmd_args_help(f, &rebuild_args_spec);
 }
 
 /* Flash-sale vouchers whose sale has not ended. */
@@ -84,60 +94,32 @@ static int live_vouchers(store_t *st, int64_t **out, size_t *n)
 
 static int rebuild_cmd(int argc, char **argv)
 {
-    const char *data_dir = NULL, *redis = NULL, *db = NULL;
-    int64_t vids[MAX_VOUCHERS];
-    size_t nv = 0;
-    int dry = 0, tmo = 10000;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage(stdout);
-            return 0;
-        }
-        if (strcmp(a, "--dry-run") == 0) {
-            dry = 1;
-            continue;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "seckill redis rebuild: %s needs a value (see --help)\n", a);
-            return 2;
-        }
-        const char *v = argv[++i];
-        int64_t x;
-        if (strcmp(a, "--data-dir") == 0)
-            data_dir = v;
-        else if (strcmp(a, "--redis") == 0)
-            redis = v;
-        else if (strcmp(a, "--db") == 0)
-            db = v;
-        else if (strcmp(a, "--voucher") == 0 && parse_id(v, &x) == 0 && nv < MAX_VOUCHERS)
-            vids[nv++] = x;
-        else if (strcmp(a, "--timeout-ms") == 0 && parse_id(v, &x) == 0 && x >= 10 && x <= 600000)
-            tmo = (int)x;
-        else {
-            fprintf(stderr, "seckill redis rebuild: bad option or value: %s %s (see --help)\n",
-                    a, v);
-            return 2;
-        }
-    }
+    rebuild_args_t a = {.timeout_ms = 10000};
+    int exit_now =
+        cmd_args_main(&rebuild_args_spec, "seckill redis rebuild", usage, argc, argv, &a);
+    if (exit_now >= 0)
+        return exit_now;
+    char err[PATH_MAX + 64];
     char rbuf[DATADIR_URL_MAX], dbuf[DATADIR_URL_MAX];
-    int urc = datadir_urls("seckill redis rebuild", data_dir, &redis, &db, rbuf, dbuf);
-    if (urc != 0)
-        return urc;
-    char err[512];
-    store_t *st = store_open(db, tmo, err, sizeof err);
+    if (datadir_urls(a.data_dir, &a.redis, &a.db, rbuf, dbuf, err, sizeof err) < 0) {
+        fprintf(stderr, "seckill redis rebuild: %s\n", err);
+        return 2;
+    }
+    int dry = a.dry_run, tmo = a.timeout_ms;
+    size_t nv = a.nvouchers;
+    store_t *st = store_open(a.db, tmo, err, sizeof err);
     if (!st) {
         fprintf(stderr, "seckill redis rebuild: %s\n", err);
         return 2;
     }
     rcs_route_t rt;   /* one Redis, or a cluster: each voucher on its node */
-    if (rcs_route_open(redis, tmo, &rt, err, sizeof err) < 0) {
+    if (rcs_route_open(a.redis, tmo, &rt, err, sizeof err) < 0) {
         fprintf(stderr, "seckill redis rebuild: %s\n", err);
         store_close(st);
         return 2;
     }
     int64_t *all = NULL;
-    const int64_t *list = vids;
+    const int64_t *list = a.vouchers;
     if (nv == 0) {
         if (live_vouchers(st, &all, &nv) != 0) {
             fprintf(stderr, "seckill redis rebuild: SQL: %s\n", store_errmsg(st));

@@ -9,6 +9,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "cmd/cmd_args.h"
 #include "core/clock.h"
 #include "redis/rcl_sync.h"
 #include "core/rnd.h"
@@ -116,61 +117,40 @@ static void tokens_usage(FILE *f)
             (long long)SEED_USER_ID_BASE);
 }
 
-static int num_arg(const char *flag, const char *v, long long lo, long long hi, long long *out)
-{
-    char *end;
-    errno = 0;
-    long long x = v ? strtoll(v, &end, 10) : 0;
-    if (!v || errno || *end || end == v || x < lo || x > hi) {
-        fprintf(stderr, "seckill tokens: %s must be a number from %lld to %lld\n", flag, lo, hi);
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
+typedef struct tokens_args {
+    int64_t users, user_base;
+    int ttl_s, no_redis;
+    const char *key_file, *redis;
+} tokens_args_t;
 
-int tokens_main(int argc, char **argv)
+#define F(field) CMD_ARGS_FIELD(tokens_args_t, field)
+
+/* No help lines: the synopsis of tokens_usage() above is the help. */
+static const cmd_arg_t tokens_arg_rows[] = {
+    {"users", CMD_ARG_I64, F(users), 1, 100000000, "N", NULL},
+    {"user-base", CMD_ARG_I64, F(user_base), 0, 1000000000, "N", NULL},
+    {"ttl", CMD_ARG_INT, F(ttl_s), 10, 100000000, "S", NULL},
+    {"key-file", CMD_ARG_PTR, F(key_file), 0, 0, "F", NULL},
+    {"redis", CMD_ARG_PTR, F(redis), 0, 0, "URL", NULL},
+    {"no-redis", CMD_ARG_SET, CMD_ARGS_SET(tokens_args_t, no_redis, 1), 0, 0, NULL, NULL},
+};
+static const cmd_args_t tokens_args_spec = {
+    tokens_arg_rows, sizeof tokens_arg_rows / sizeof tokens_arg_rows[0], 0};
+
+int seed_tokens_main(int argc, char **argv)
 {
-    seed_req_t q = {.ttl_s = 7200};
-    long long users = -1, base = 0, ttl = 7200;
-    int no_redis = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            tokens_usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--no-redis")) {
-            no_redis = 1;
-            continue;
-        } else if (!strcmp(a, "--users")) {
-            if (num_arg(a, v, 1, 100000000, &users) < 0)
-                return 2;
-        } else if (!strcmp(a, "--user-base")) {
-            if (num_arg(a, v, 0, 1000000000, &base) < 0)
-                return 2;
-        } else if (!strcmp(a, "--ttl")) {
-            if (num_arg(a, v, 10, 100000000, &ttl) < 0)
-                return 2;
-        } else if (!strcmp(a, "--key-file") && v) {
-            q.key_file = v;
-        } else if (!strcmp(a, "--redis") && v) {
-            q.redis_url = v;
-        } else {
-            fprintf(stderr, "seckill tokens: unknown or incomplete option \"%s\"\n\n", a);
-            tokens_usage(stderr);
-            return 2;
-        }
-        i++;
-    }
-    if (users < 0 || (!q.redis_url && !no_redis) || (q.redis_url && no_redis)) {
+    tokens_args_t a = {.users = -1, .ttl_s = 7200};
+    int exit_now = cmd_args_main(&tokens_args_spec, "seckill tokens", tokens_usage, argc, argv, &a);
+    if (exit_now >= 0)
+        return exit_now;
+    if (a.users < 0 || (!a.redis && !a.no_redis) || (a.redis && a.no_redis)) {
         fprintf(stderr, "seckill tokens: --users N and one of --redis URL or --no-redis are "
                         "needed\n\n");
         tokens_usage(stderr);
         return 2;
     }
-    q.n = (size_t)users;
-    q.user_base = base;
-    q.ttl_s = (int)ttl;
+    seed_req_t q = {.redis_url = a.redis, .key_file = a.key_file, .user_base = a.user_base,
+                    .n = (size_t)a.users, .ttl_s = a.ttl_s};
     char(*tokens)[33] = xcalloc(q.n, sizeof *tokens);
     int64_t *ids = xcalloc(q.n, sizeof *ids);
     char err[512] = "";

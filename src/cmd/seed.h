@@ -27,6 +27,6 @@ typedef struct seed_req {
 int seed_users(const seed_req_t *q, char (*tokens)[33], int64_t *ids, char *err, size_t errlen);
 
 /* `seckill tokens`: argv[0] = "tokens". Exit status. */
-int tokens_main(int argc, char **argv);
+int seed_tokens_main(int argc, char **argv);
 
 #endif

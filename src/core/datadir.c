@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -132,6 +133,43 @@ int datadir_write_secret(const char *dir, const char *name, const char *value, c
     if (!ok) {
         snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
         unlink(path);
+        return -1;
+    }
+    return 0;
+}
+
+int datadir_urls(const char *data_dir, const char **redis, const char **db,
+                 char rbuf[DATADIR_URL_MAX], char dbuf[DATADIR_URL_MAX], char *err,
+                 size_t errlen)
+{
+    int have_redis = *redis && **redis, have_db = *db && **db;
+    if (data_dir || (!have_redis && !have_db)) {
+        const char *dd = data_dir ? data_dir : "./var";
+        /* realpath allocates: no PATH_MAX buffer to overflow or truncate into. */
+        char *abs = realpath(dd, NULL);
+        if (!abs) {
+            snprintf(err, errlen, "data dir %s: %s", dd, strerror(errno));
+            return -1;
+        }
+        if (strlen(abs) + sizeof "sqlite:/redis/redis.sock" > DATADIR_URL_MAX) {
+            snprintf(err, errlen, "data dir path too long: %s", abs);
+            free(abs);
+            return -1;
+        }
+        if (!have_redis) {
+            snprintf(rbuf, DATADIR_URL_MAX, "unix:%s/redis/redis.sock", abs);
+            *redis = rbuf;
+            have_redis = 1;
+        }
+        if (!have_db) {
+            snprintf(dbuf, DATADIR_URL_MAX, "sqlite:%s/seckill.db", abs);
+            *db = dbuf;
+            have_db = 1;
+        }
+        free(abs);
+    }
+    if (!have_redis || !have_db) {
+        snprintf(err, errlen, "give both --redis and --db, or --data-dir");
         return -1;
     }
     return 0;

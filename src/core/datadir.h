@@ -11,7 +11,11 @@
  *     read only from a regular file of ours with no group/other access, and created with
  *     O_EXCL and mode 0600 (an existing file is never overwritten).
  * server.c sets the process umask to 077 before anything is created, so the database,
- * its WAL and journal files and the private Redis's files are 0600 too. No state. */
+ * its WAL and journal files and the private Redis's files are 0600 too.
+ *
+ * The commands beside serve (`seckill audit`, `redis rebuild`, `bench --data-dir`) find the
+ * embedded default's stores in it: the private redis-server's socket redis/redis.sock and
+ * the SQLite file seckill.db. No state. */
 #ifndef SECKILL_DATADIR_H
 #define SECKILL_DATADIR_H
 
@@ -32,5 +36,15 @@ int datadir_read_secret(const char *dir, const char *name, char *buf, size_t len
  * anything by that name exists. Returns 0, or -1 with the reason in err. */
 int datadir_write_secret(const char *dir, const char *name, const char *value, char *err,
                          size_t errlen);
+
+#define DATADIR_URL_MAX 700
+
+/* The commands' Redis and SQL URLs. With data_dir given, or neither *redis nor *db (NULL
+ * or "": not given): fills the missing ones from data_dir (./var when NULL) into rbuf /
+ * dbuf as unix:ABS/redis/redis.sock and sqlite:ABS/seckill.db (ABS its absolute path).
+ * Then both must be set. Returns 0, or -1 with the reason in err. */
+int datadir_urls(const char *data_dir, const char **redis, const char **db,
+                 char rbuf[DATADIR_URL_MAX], char dbuf[DATADIR_URL_MAX], char *err,
+                 size_t errlen);
 
 #endif

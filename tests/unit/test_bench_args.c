@@ -1,5 +1,5 @@
 /* test_bench_args.c -- the pure parts of `seckill bench` and `seckill audit`: option
- * parsing (bench_parse_args), answer classification (bench_classify), the phone numbers
+ * parsing (bench_parse_args), answer classification (bench_load_classify), the phone numbers
  * of bench users, stream ids, and the record file's round trip. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -56,9 +56,12 @@ static void test_defaults(void **state)
     assert_true(o.dup > 0.09 && o.dup < 0.11);
     assert_int_equal(o.burst, 3);
     assert_int_equal(o.tick_us, 500);
-    assert_int_equal(parse(&o, err, "--tick-us", "100", "--timeline", "t.tsv", NULL), 0);
+    assert_int_equal(o.cpu_probe, 0);   /* the CPU probe is asked for (make perf does) */
+    assert_int_equal(parse(&o, err, "--tick-us", "100", "--timeline", "t.tsv", "--cpu-probe", NULL),
+                     0);
     assert_int_equal(o.tick_us, 100);
     assert_string_equal(o.timeline, "t.tsv");
+    assert_int_equal(o.cpu_probe, 1);
 }
 
 static void test_values(void **state)
@@ -114,6 +117,7 @@ static void test_errors(void **state)
         const char *a, *b, *needle;
     } bad[] = {
         {"--nope", NULL, "unknown option"},
+        {"--no-cpu-probe", NULL, "unknown option"},   /* the probe is off unless asked */
         {"users", NULL, "unexpected argument"},
         {"--users", NULL, "needs a value"},
         {"--users", "0", "--users must be"},
@@ -152,7 +156,7 @@ static void test_classify(void **state)
 {
     (void)state;
     int64_t id = 0;
-#define C(st, body) bench_classify(st, body, strlen(body), &id)
+#define C(st, body) bench_load_classify(st, body, strlen(body), &id)
     assert_int_equal(C(200, "{\"success\":true,\"data\":281479271677953}"), BO_SUCCESS);
     assert_int_equal(id, 281479271677953LL);
     assert_int_equal(C(200, "{\"success\":false,\"errorMsg\":\"库存不足\",\"code\":\"SOLD_OUT\"}"),
@@ -173,10 +177,10 @@ static void test_classify(void **state)
     assert_int_equal(C(200, "{\"success\":true}"), BO_OTHER);          /* no order id */
     assert_int_equal(C(200, "{\"success\":true,\"data\":\"x\"}"), BO_OTHER);
     assert_int_equal(C(404, "{\"success\":false}"), BO_OTHER);
-    assert_int_equal(bench_classify(200, NULL, 0, &id), BO_OTHER);
+    assert_int_equal(bench_load_classify(200, NULL, 0, &id), BO_OTHER);
     /* a truncated body (the bench keeps 512 bytes) still classifies by what it has */
     const char *b = "{\"success\":true,\"data\":12";
-    assert_int_equal(bench_classify(200, b, strlen(b), &id), BO_SUCCESS);
+    assert_int_equal(bench_load_classify(200, b, strlen(b), &id), BO_SUCCESS);
     assert_int_equal(id, 12);
 #undef C
 }
@@ -192,15 +196,15 @@ static void test_phones(void **state)
     char prev[16] = "";
     for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++) {
         char p[16];
-        bench_phone(probes[i], p);
+        bench_load_phone(probes[i], p);
         assert_int_equal(strlen(p), 11);
         assert_int_equal(regexec(&re, p, 0, NULL, 0), 0);
         assert_string_not_equal(p, prev);
         strcpy(prev, p);
     }
     char a[16], b[16];
-    bench_phone(5, a);
-    bench_phone(100000005, b);
+    bench_load_phone(5, a);
+    bench_load_phone(100000005, b);
     assert_string_equal(a, "13000000005");
     assert_string_equal(b, "13100000005");
     regfree(&re);
@@ -210,21 +214,21 @@ static void test_stream_ids(void **state)
 {
     (void)state;
     sid_t a, b;
-    assert_int_equal(sid_parse("1700000000000-5", &a), 0);
+    assert_int_equal(bench_redis_sid_parse("1700000000000-5", &a), 0);
     assert_int_equal(a.ms, 1700000000000ull);
     assert_int_equal(a.seq, 5);
-    assert_int_equal(sid_parse("1700000000000", &b), 0);
+    assert_int_equal(bench_redis_sid_parse("1700000000000", &b), 0);
     assert_int_equal(b.seq, 0);
-    assert_true(sid_cmp(a, b) > 0);
-    assert_true(sid_cmp(b, a) < 0);
-    assert_int_equal(sid_cmp(a, a), 0);
-    assert_int_equal(sid_parse("17-", &a), -1);
-    assert_int_equal(sid_parse("x-1", &a), -1);
-    assert_int_equal(sid_parse("1-2-3", &a), -1);
-    assert_int_equal(sid_parse(NULL, &a), -1);
-    assert_int_equal(sid_parse("0-0", &a), 0);
-    assert_int_equal(sid_parse("2-1", &b), 0);
-    assert_true(sid_cmp(a, b) < 0);
+    assert_true(bench_redis_sid_cmp(a, b) > 0);
+    assert_true(bench_redis_sid_cmp(b, a) < 0);
+    assert_int_equal(bench_redis_sid_cmp(a, a), 0);
+    assert_int_equal(bench_redis_sid_parse("17-", &a), -1);
+    assert_int_equal(bench_redis_sid_parse("x-1", &a), -1);
+    assert_int_equal(bench_redis_sid_parse("1-2-3", &a), -1);
+    assert_int_equal(bench_redis_sid_parse(NULL, &a), -1);
+    assert_int_equal(bench_redis_sid_parse("0-0", &a), 0);
+    assert_int_equal(bench_redis_sid_parse("2-1", &b), 0);
+    assert_true(bench_redis_sid_cmp(a, b) < 0);
 }
 
 static void test_record_roundtrip(void **state)

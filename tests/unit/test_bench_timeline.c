@@ -28,14 +28,14 @@ static void test_slots(void **state)
 {
     (void)state;
     bench_rec_t r[] = {
-        rec(250000, 250000, 251000, BO_SOLD_OUT),   /* given out of order: tl_build sorts */
+        rec(250000, 250000, 251000, BO_SOLD_OUT),   /* out of order: bench_timeline_build sorts */
         rec(10000, 10000, 11000, BO_SUCCESS),
         rec(20000, 20000, 60000, BO_SUCCESS),
         rec(30000, 150000, 160000, BO_SUCCESS),     /* sent 120 ms late, answered in slot 1 */
         rec(40000, 40000, 290000, BO_SOLD_OUT),     /* in flight until slot 2 */
     };
-    tl_slot_t *s = NULL;
-    size_t n = tl_build(r, 5, 100000, &s);
+    bench_slot_t *s = NULL;
+    size_t n = bench_timeline_build(r, 5, 100000, &s);
     assert_int_equal(n, 3);
     assert_int_equal(r[0].due_us, 10000);
     assert_int_equal(s[0].due, 4);
@@ -60,7 +60,7 @@ static void test_slots(void **state)
     assert_int_equal(s[0].send_p99_us, 250000);
     assert_int_equal(s[2].p99_us, 1000);
     free(s);
-    assert_int_equal(tl_build(r, 0, 100000, &s), 0);
+    assert_int_equal(bench_timeline_build(r, 0, 100000, &s), 0);
     assert_null(s);
 }
 
@@ -76,10 +76,10 @@ static void test_phases(void **state)
         uint32_t l = sell ? 5000 + i * 10 : 100;      /* grabs slow, verdicts fast */
         r[i] = rec(due, due, due + l, sell ? BO_SUCCESS : BO_SOLD_OUT);
     }
-    tl_slot_t *s = NULL;
-    tl_build(r, N, 100000, &s);
-    tl_phase_t a, b;
-    tl_phases(r, N, &a, &b);
+    bench_slot_t *s = NULL;
+    bench_timeline_build(r, N, 100000, &s);
+    bench_phase_t a, b;
+    bench_timeline_phases(r, N, &a, &b);
     /* the last success (i = 99) answered at 99 ms + 5.99 ms: due times up to 104 ms sell */
     assert_int_equal(a.to_us, 99000 + 5990);
     assert_int_equal(a.n, 105);
@@ -93,7 +93,7 @@ static void test_phases(void **state)
     /* no success at all: everything is sold out */
     for (int i = 0; i < N; i++)
         r[i].outcome = BO_SOLD_OUT;
-    tl_phases(r, N, &a, &b);
+    bench_timeline_phases(r, N, &a, &b);
     assert_int_equal(a.n, 0);
     assert_int_equal(b.n, N);
     free(s);
@@ -103,7 +103,7 @@ static void test_phases(void **state)
 static void test_worst(void **state)
 {
     (void)state;
-    tl_slot_t s[6];
+    bench_slot_t s[6];
     memset(s, 0, sizeof s);
     uint32_t p99[6] = {5, 50, 7, 50, 90, 1};
     for (int i = 0; i < 6; i++) {
@@ -113,11 +113,11 @@ static void test_worst(void **state)
     s[5].due = 0;   /* nothing due: never among the worst */
     s[5].p99_us = 1000;
     size_t idx[3];
-    assert_int_equal(tl_worst(s, 6, 3, idx), 3);
+    assert_int_equal(bench_timeline_worst(s, 6, 3, idx), 3);
     assert_int_equal(idx[0], 4);
     assert_int_equal(idx[1], 1);                      /* equal p99s: the earlier first */
     assert_int_equal(idx[2], 3);
-    assert_int_equal(tl_worst(s, 2, 3, idx), 2);
+    assert_int_equal(bench_timeline_worst(s, 2, 3, idx), 2);
     assert_int_equal(idx[0], 1);
     assert_int_equal(idx[1], 0);
 }
@@ -138,23 +138,23 @@ static void test_outside(void **state)
         r[i].done_us += 30000;
     /* one slow spell at 505-510 ms, 10 ms of pad: due 504 (answered 535) meets it, so
      * does every request up to due 520 (pad end); 521 on is outside */
-    tl_span_t sp[] = {{100000000, 100000001}};
-    tl_span_t spells[] = {{505000, 510000}, {900000000, 900000001}};
-    tl_phase_t all, a, b;
-    tl_phases_outside(r, N, spells, 2, 10000, 100000, &all, &a, &b);
+    bench_span_t sp[] = {{100000000, 100000001}};
+    bench_span_t spells[] = {{505000, 510000}, {900000000, 900000001}};
+    bench_phase_t all, a, b;
+    bench_timeline_phases_outside(r, N, spells, 2, 10000, 100000, &all, &a, &b);
     assert_int_equal(all.n, N - 21);                  /* due 500 .. 520 */
     assert_int_equal(a.n, 100);                       /* due 0 .. 99 ms: selling */
     assert_int_equal(b.n, N - 100 - 21);
     assert_int_equal(all.max_us, 1000);               /* every stalled request left out */
     assert_int_equal(b.p99_us, 1000);
     /* nothing to leave out: the same as over every request */
-    tl_phases_outside(r, N, sp, 0, 10000, 100000, &all, &a, &b);
+    bench_timeline_phases_outside(r, N, sp, 0, 10000, 100000, &all, &a, &b);
     assert_int_equal(all.n, N);
     assert_int_equal(all.max_us, 31000);
     assert_int_equal(b.n, N - 100);
     /* a spell before every request's due time but whose pad reaches into the first ones */
-    tl_span_t early[] = {{0, 1500}};
-    tl_phases_outside(r, N, early, 1, 1000, 100000, &all, &a, &b);
+    bench_span_t early[] = {{0, 1500}};
+    bench_timeline_phases_outside(r, N, early, 1, 1000, 100000, &all, &a, &b);
     assert_int_equal(all.n, N - 3);                   /* due 0, 1, 2 ms: 2 ms <= 1.5 + 1 */
     assert_int_equal(a.n, 97);
     free(r);
@@ -173,8 +173,8 @@ static void test_probe_cut(void **state)
                     90000, 90000,
                     60000, 60000, 100000, 25000};
     size_t n = sizeof t / sizeof t[0];
-    cpr_span_t sp[8];
-    size_t k = cpr_cut(t, c, n, work, sp, 8);
+    bench_cpuprobe_span_t sp[8];
+    size_t k = bench_cpuprobe_cut(t, c, n, work, sp, 8);
     assert_int_equal(k, 2);
     assert_int_equal(sp[0].from_ns, 1 * ms);
     assert_int_equal(sp[0].to_ns, 3 * ms + 100000);
@@ -185,27 +185,27 @@ static void test_probe_cut(void **state)
     assert_int_equal(sp[1].runs, 3);
     assert_true(sp[1].factor > 2.99 && sp[1].factor < 3.01);
     /* the cap is honoured, and nothing slow gives nothing */
-    assert_int_equal(cpr_cut(t, c, n, work, sp, 1), 1);
-    assert_int_equal(cpr_cut(t, c, 1, work, sp, 8), 0);
+    assert_int_equal(bench_cpuprobe_cut(t, c, n, work, sp, 1), 1);
+    assert_int_equal(bench_cpuprobe_cut(t, c, 1, work, sp, 8), 0);
 }
 
 /* The probe itself: it starts, measures, stops, and its own CPU is accounted. */
 static void test_probe_runs(void **state)
 {
     (void)state;
-    cpuprobe_t *p = cpr_start();
+    bench_cpuprobe_t *p = bench_cpuprobe_start();
     assert_non_null(p);
-    assert_true(cpr_work_ns(p) > 0);
+    assert_true(bench_cpuprobe_work_ns(p) > 0);
     struct timespec ms = {0, 1000000};
-    while (cpr_runs(p) < 5)
+    while (bench_cpuprobe_runs(p) < 5)
         nanosleep(&ms, NULL);
-    cpr_stop(p);
-    assert_true(cpr_runs(p) >= 5);
-    assert_true(cpr_cpu_ns(p) > 0);
+    bench_cpuprobe_stop(p);
+    assert_true(bench_cpuprobe_runs(p) >= 5);
+    assert_true(bench_cpuprobe_cpu_ns(p) > 0);
     size_t n;
-    (void)cpr_spans(p, &n);
-    cpr_free(p);
-    cpr_free(NULL);
+    (void)bench_cpuprobe_spans(p, &n);
+    bench_cpuprobe_free(p);
+    bench_cpuprobe_free(NULL);
 }
 
 int main(void)
