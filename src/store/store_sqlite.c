@@ -231,10 +231,6 @@ static void read_ints(sqlite3_stmt *st, void *out)
         v[i] = sqlite3_column_int64(st, i);
 }
 
-/* The one-row query: binds args to st (from stmt(), or NULL if preparing it failed, which
- * said why), steps it once, hands a row to read (NULL: nothing to read) and resets it, so
- * no read transaction stays open. STORE_OK with a row; STORE_NOTFOUND without one (which
- * is how a write succeeds: run()); STORE_ERR with the error recorded as `what`. */
 static void bind_args(sqlite3_stmt *st, const sq_arg_t *args, int nargs)
 {
     for (int i = 0; i < nargs; i++) {
@@ -246,6 +242,10 @@ static void bind_args(sqlite3_stmt *st, const sq_arg_t *args, int nargs)
     }
 }
 
+/* The one-row query: binds args to st (from stmt(), or NULL if preparing it failed, which
+ * said why), steps it once, hands a row to read (NULL: nothing to read) and resets it, so
+ * no read transaction stays open. STORE_OK with a row; STORE_NOTFOUND without one (which
+ * is how a write succeeds: run()); STORE_ERR with the error recorded as `what`. */
 static int one_row(sq_t *q, sqlite3_stmt *st, const char *what, row_reader_t *read, void *out,
                    const sq_arg_t *args, int nargs)
 {
@@ -1282,7 +1282,7 @@ static int sq_order_sync(store_t *s, const store_order_t *o, int *result)
         if (!stmt_prepare(q, &q->st_sync[i], sync_sql[i]))
             goto fail;
 
-    int64_t win[3];   /* stock, begin, end */
+    int64_t win[3] = {0, 0, 0};   /* stock, begin, end */
     rc = one_row(q, q->st_sync[SY_VOUCHER], "sync order: voucher", window_row, win,
                  ARGS(A_INT(o->voucher_id)));
     if (rc == STORE_ERR)
