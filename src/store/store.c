@@ -85,6 +85,27 @@ const char *store_errmsg(store_t *s)
         (s)->err[0] = '\0';             \
     } while (0)
 
+/* A list call's entry: no list until the backend makes one, and both out pointers are
+ * required. Messages name the calling function (__func__). */
+#define LIST_ENTER(s, out, n)                                                  \
+    do {                                                                       \
+        if (out)                                                               \
+            *(out) = NULL;                                                     \
+        if (n)                                                                 \
+            *(n) = 0;                                                          \
+        STORE_ENTER(s);                                                        \
+        if (!(out) || !(n))                                                    \
+            return store__fail((s), "%s: bad arguments", __func__);            \
+    } while (0)
+
+/* An optional member of the backend's ops table that this one lacks. */
+#define NEED_OP(s, op)                                                         \
+    do {                                                                       \
+        if (!(s)->ops->op)                                                     \
+            return store__fail((s), "%s: not supported by the %s backend",     \
+                               __func__, (s)->ops->scheme);                    \
+    } while (0)
+
 int store_ping(store_t *s)
 {
     STORE_ENTER(s);
@@ -126,25 +147,13 @@ int store_voucher_get(store_t *s, int64_t id, store_voucher_t *out)
 
 int store_voucher_list(store_t *s, int64_t shop_id, store_voucher_t **out, size_t *n)
 {
-    if (out)
-        *out = NULL;
-    if (n)
-        *n = 0;
-    STORE_ENTER(s);
-    if (!out || !n)
-        return store__fail(s, "store_voucher_list: bad arguments");
+    LIST_ENTER(s, out, n);
     return s->ops->voucher_list(s, shop_id, out, n);
 }
 
 int store_seckill_ids(store_t *s, int64_t **ids, size_t *n)
 {
-    if (ids)
-        *ids = NULL;
-    if (n)
-        *n = 0;
-    STORE_ENTER(s);
-    if (!ids || !n)
-        return store__fail(s, "store_seckill_ids: bad arguments");
+    LIST_ENTER(s, ids, n);
     return s->ops->seckill_ids(s, ids, n);
 }
 
@@ -198,13 +207,7 @@ int store_order_get(store_t *s, int64_t id, store_order_t *out)
 
 int store_orders_of_user(store_t *s, int64_t user_id, size_t max, store_order_t **out, size_t *n)
 {
-    if (out)
-        *out = NULL;
-    if (n)
-        *n = 0;
-    STORE_ENTER(s);
-    if (!out || !n)
-        return store__fail(s, "store_orders_of_user: bad arguments");
+    LIST_ENTER(s, out, n);
     if (max == 0)
         return STORE_OK;
     return s->ops->orders_of_user(s, user_id, max, out, n);
@@ -231,16 +234,8 @@ int store_order_sync(store_t *s, const store_order_t *o, int *result)
 int store_voucher_orders(store_t *s, int64_t voucher_id, int64_t after_id, size_t max,
                          store_order_t **out, size_t *n)
 {
-    if (out)
-        *out = NULL;
-    if (n)
-        *n = 0;
-    STORE_ENTER(s);
-    if (!out || !n)
-        return store__fail(s, "store_voucher_orders: bad arguments");
-    if (!s->ops->voucher_orders)
-        return store__fail(s, "store_voucher_orders: not supported by the %s backend",
-                           s->ops->scheme);
+    LIST_ENTER(s, out, n);
+    NEED_OP(s, voucher_orders);
     if (max == 0)
         return STORE_OK;
     return s->ops->voucher_orders(s, voucher_id, after_id, max, out, n);
@@ -267,9 +262,7 @@ int store_redis_epoch(store_t *s, int64_t voucher_id, int bump, int64_t *epoch)
     if (!epoch)
         return store__fail(s, "store_redis_epoch: bad arguments");
     *epoch = 0;
-    if (!s->ops->redis_epoch)
-        return store__fail(s, "store_redis_epoch: not supported by the %s backend",
-                           s->ops->scheme);
+    NEED_OP(s, redis_epoch);
     return s->ops->redis_epoch(s, voucher_id, bump, epoch);
 }
 
@@ -279,8 +272,6 @@ int store_voucher_buckets(store_t *s, int64_t voucher_id, int *buckets)
     if (!buckets)
         return store__fail(s, "store_voucher_buckets: bad arguments");
     *buckets = 1;
-    if (!s->ops->voucher_buckets)
-        return store__fail(s, "store_voucher_buckets: not supported by the %s backend",
-                           s->ops->scheme);
+    NEED_OP(s, voucher_buckets);
     return s->ops->voucher_buckets(s, voucher_id, buckets);
 }

@@ -565,6 +565,62 @@ static int bind_result(my_t *m, MYSQL_STMT *st, MYSQL_BIND *res, const char *wha
     return STORE_OK;
 }
 
+/* The one-row query: runs st (from stmt(); NULL if preparing it failed, which said why)
+ * with params par (may be NULL), fetches its first row into the result buffers res and
+ * leaves no rows pending. STORE_OK with a row, STORE_NOTFOUND without one, STORE_ERR. */
+static int one_row(my_t *m, MYSQL_STMT *st, MYSQL_BIND *par, MYSQL_BIND *res, const char *what)
+{
+    if (!st)
+        return STORE_ERR;
+    int ret = run(m, st, par, what);
+    if (ret == STORE_OK)
+        ret = bind_result(m, st, res, what);
+    if (ret == STORE_OK) {
+        int f = fetch(m, st, what);
+        ret = f == 1 ? STORE_OK : f == 0 ? STORE_NOTFOUND : STORE_ERR;
+    }
+    finish(m, st);
+    return ret;
+}
+
+/* Copies the row fetched into the result buffers (bufs) into an array element. */
+typedef void row_get_t(void *bufs, void *elem);
+
+/* The many-row query: as one_row, but up to max rows, each copied by get into the next
+ * element (`size` bytes) of an array grown from first_cap elements. STORE_OK or
+ * STORE_ERR; either way *out (NULL without rows) and *n are what was read, for the
+ * caller to keep or free. */
+static int all_rows(my_t *m, MYSQL_STMT *st, MYSQL_BIND *par, MYSQL_BIND *res, const char *what,
+                    size_t max, row_get_t *get, void *bufs, size_t size, size_t first_cap,
+                    void **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    if (!st)
+        return STORE_ERR;
+    char *a = NULL;
+    size_t len = 0, cap = 0;
+    int ret = run(m, st, par, what);
+    if (ret == STORE_OK)
+        ret = bind_result(m, st, res, what);
+    while (ret == STORE_OK && len < max) {
+        int f = fetch(m, st, what);
+        if (f != 1) {
+            ret = f == 0 ? STORE_OK : STORE_ERR;
+            break;
+        }
+        if (len == cap) {
+            cap = cap ? cap * 2 : first_cap;
+            a = xrealloc(a, cap * size);
+        }
+        get(bufs, a + len++ * size);
+    }
+    finish(m, st);
+    *out = a;
+    *n = len;
+    return ret;
+}
+
 static int exec_simple(my_t *m, int id, const char *what)
 {
     MYSQL_STMT *st = stmt(m, id);
@@ -973,9 +1029,6 @@ static int my_ping(store_t *s)
 
 static int user_lookup(my_t *m, const char *phone, store_user_t *out)
 {
-    MYSQL_STMT *st = stmt(m, ST_USER_BY_PHONE);
-    if (!st)
-        return STORE_ERR;
     unsigned long plen;
     MYSQL_BIND par[1], res[4];
     b_str(&par[0], phone, &plen);
@@ -985,23 +1038,14 @@ static int user_lookup(my_t *m, const char *phone, store_user_t *out)
     r_str(&res[1], &str[0]);
     r_str(&res[2], &str[1]);
     r_str(&res[3], &str[2]);
-    int ret = run(m, st, par, "user by phone");
-    if (ret == STORE_OK)
-        ret = bind_result(m, st, res, "user by phone");
+    int ret = one_row(m, stmt(m, ST_USER_BY_PHONE), par, res, "user by phone");
     if (ret == STORE_OK) {
-        int f = fetch(m, st, "user by phone");
-        if (f == 1) {
-            memset(out, 0, sizeof *out);
-            out->id = id.v;
-            copy_str(out->phone, sizeof out->phone, rs(&str[0]));
-            copy_str(out->nick_name, sizeof out->nick_name, rs(&str[1]));
-            copy_str(out->icon, sizeof out->icon, rs(&str[2]));
-            ret = STORE_OK;
-        } else {
-            ret = f == 0 ? STORE_NOTFOUND : STORE_ERR;
-        }
+        memset(out, 0, sizeof *out);
+        out->id = id.v;
+        copy_str(out->phone, sizeof out->phone, rs(&str[0]));
+        copy_str(out->nick_name, sizeof out->nick_name, rs(&str[1]));
+        copy_str(out->icon, sizeof out->icon, rs(&str[2]));
     }
-    finish(m, st);
     free(str);
     return ret;
 }
@@ -1143,8 +1187,10 @@ static char *dup_or_null(rstr_t *v)
     return xstrdup(rs(v));
 }
 
-static void vrow_get(vrow_t *r, store_voucher_t *v)
+static void vrow_get(void *bufs, void *out)
 {
+    vrow_t *r = bufs;
+    store_voucher_t *v = out;
     memset(v, 0, sizeof *v);
     v->id = r->id.v;
     v->shop_id = r->shop.null ? 0 : r->shop.v;
@@ -1165,26 +1211,13 @@ static void vrow_get(vrow_t *r, store_voucher_t *v)
 
 static int do_voucher_get(my_t *m, int64_t id, store_voucher_t *out)
 {
-    MYSQL_STMT *st = stmt(m, ST_VOUCHER_GET);
-    if (!st)
-        return STORE_ERR;
     MYSQL_BIND par[1];
     b_i64(&par[0], &id);
     vrow_t *r = xrealloc(NULL, sizeof *r);
     vrow_bind(r);
-    int ret = run(m, st, par, "voucher get");
+    int ret = one_row(m, stmt(m, ST_VOUCHER_GET), par, r->res, "voucher get");
     if (ret == STORE_OK)
-        ret = bind_result(m, st, r->res, "voucher get");
-    if (ret == STORE_OK) {
-        int f = fetch(m, st, "voucher get");
-        if (f == 1) {
-            vrow_get(r, out);
-            ret = STORE_OK;
-        } else {
-            ret = f == 0 ? STORE_NOTFOUND : STORE_ERR;
-        }
-    }
-    finish(m, st);
+        vrow_get(r, out);
     free(r);
     return ret;
 }
@@ -1197,31 +1230,14 @@ static int my_voucher_get(store_t *s, int64_t id, store_voucher_t *out)
 
 static int do_voucher_list(my_t *m, int64_t shop_id, store_voucher_t **out, size_t *n)
 {
-    MYSQL_STMT *st = stmt(m, ST_VOUCHER_LIST);
-    if (!st)
-        return STORE_ERR;
     MYSQL_BIND par[1];
     b_i64(&par[0], &shop_id);
     vrow_t *r = xrealloc(NULL, sizeof *r);
     vrow_bind(r);
-    store_voucher_t *a = NULL;
-    size_t len = 0, cap = 0;
-    int ret = run(m, st, par, "voucher list");
-    if (ret == STORE_OK)
-        ret = bind_result(m, st, r->res, "voucher list");
-    while (ret == STORE_OK) {
-        int f = fetch(m, st, "voucher list");
-        if (f != 1) {
-            ret = f == 0 ? STORE_OK : STORE_ERR;
-            break;
-        }
-        if (len == cap) {
-            cap = cap ? cap * 2 : 8;
-            a = xrealloc(a, cap * sizeof *a);
-        }
-        vrow_get(r, &a[len++]);
-    }
-    finish(m, st);
+    void *a;
+    size_t len;
+    int ret = all_rows(m, stmt(m, ST_VOUCHER_LIST), par, r->res, "voucher list", SIZE_MAX,
+                       vrow_get, r, sizeof **out, 8, &a, &len);
     free(r);
     if (ret != STORE_OK) {
         store_voucher_list_free(a, len);
@@ -1238,32 +1254,20 @@ static int my_voucher_list(store_t *s, int64_t shop_id, store_voucher_t **out, s
     RETRYING(m, 1, do_voucher_list(m, shop_id, out, n));
 }
 
+static void id_get(void *bufs, void *out)
+{
+    *(int64_t *)out = ((ri64_t *)bufs)->v;
+}
+
 static int do_seckill_ids(my_t *m, int64_t **ids, size_t *n)
 {
-    MYSQL_STMT *st = stmt(m, ST_SECKILL_IDS);
-    if (!st)
-        return STORE_ERR;
     MYSQL_BIND res[1];
     ri64_t id;
     r_i64(&res[0], &id);
-    int64_t *a = NULL;
-    size_t len = 0, cap = 0;
-    int ret = run(m, st, NULL, "seckill ids");
-    if (ret == STORE_OK)
-        ret = bind_result(m, st, res, "seckill ids");
-    while (ret == STORE_OK) {
-        int f = fetch(m, st, "seckill ids");
-        if (f != 1) {
-            ret = f == 0 ? STORE_OK : STORE_ERR;
-            break;
-        }
-        if (len == cap) {
-            cap = cap ? cap * 2 : 16;
-            a = xrealloc(a, cap * sizeof *a);
-        }
-        a[len++] = id.v;
-    }
-    finish(m, st);
+    void *a;
+    size_t len;
+    int ret = all_rows(m, stmt(m, ST_SECKILL_IDS), NULL, res, "seckill ids", SIZE_MAX, id_get,
+                       &id, sizeof **ids, 16, &a, &len);
     if (ret != STORE_OK) {
         free(a);
         return STORE_ERR;
@@ -1357,22 +1361,15 @@ static int insert_all(my_t *m, const store_order_t *o, size_t n)
  * Returns 1 for a collision, 0 for a replay, STORE_ERR on failure. */
 static int classify_skip(my_t *m, const store_order_t *o)
 {
-    MYSQL_STMT *st = stmt(m, ST_ORDER_BY_ID);
-    if (!st)
-        return STORE_ERR;
     MYSQL_BIND par[2], res[2];
     ri64_t u, v;
     b_i64(&par[0], &o->id);
     r_i64(&res[0], &u);
     r_i64(&res[1], &v);
-    if (run(m, st, par, "order by id") != STORE_OK ||
-        bind_result(m, st, res, "order by id") != STORE_OK)
-        return STORE_ERR;
-    int f = fetch(m, st, "order by id");
-    finish(m, st);
+    int f = one_row(m, stmt(m, ST_ORDER_BY_ID), par, res, "order by id");
     if (f == STORE_ERR)
         return STORE_ERR;
-    if (f == 1) {
+    if (f == STORE_OK) {
         if (u.v == o->user_id && v.v == o->voucher_id)
             return 0;
         log_error("order id collision: order %lld (user %lld, voucher %lld) not written: "
@@ -1382,21 +1379,14 @@ static int classify_skip(my_t *m, const store_order_t *o)
         return 1;
     }
     /* Not the id: so (user, voucher) should have an order under another id. */
-    st = stmt(m, ST_ORDER_BY_USER_VOUCHER);
-    if (!st)
-        return STORE_ERR;
     ri64_t other;
     b_i64(&par[0], &o->user_id);
     b_i64(&par[1], &o->voucher_id);
     r_i64(&res[0], &other);
-    if (run(m, st, par, "order by user and voucher") != STORE_OK ||
-        bind_result(m, st, res, "order by user and voucher") != STORE_OK)
-        return STORE_ERR;
-    f = fetch(m, st, "order by user and voucher");
-    finish(m, st);
+    f = one_row(m, stmt(m, ST_ORDER_BY_USER_VOUCHER), par, res, "order by user and voucher");
     if (f == STORE_ERR)
         return STORE_ERR;
-    if (f == 1) {
+    if (f == STORE_OK) {
         log_warn("order %lld not written: user %lld already has order %lld of voucher %lld",
                  (long long)o->id, (long long)o->user_id, (long long)other.v,
                  (long long)o->voucher_id);
@@ -1454,20 +1444,13 @@ static int take_stock(my_t *m, const tally_t *t)
     if (mysql_stmt_affected_rows(st) == 1)
         return STORE_OK;
     /* Missing row, or not enough stock: find out which. */
-    st = stmt(m, ST_STOCK_GET);
-    if (!st)
-        return STORE_ERR;
     MYSQL_BIND res[1];
     ri64_t stock;
     r_i64(&res[0], &stock);
-    if (run(m, st, par + 2, "stock get") != STORE_OK ||
-        bind_result(m, st, res, "stock get") != STORE_OK)
-        return STORE_ERR;
-    int f = fetch(m, st, "stock get");
-    finish(m, st);
+    int f = one_row(m, stmt(m, ST_STOCK_GET), par + 2, res, "stock get");
     if (f == STORE_ERR)
         return STORE_ERR;
-    if (f == 0) {
+    if (f == STORE_NOTFOUND) {
         log_error("voucher %lld: %lld orders written but it has no tb_seckill_voucher row to "
                   "take stock from",
                   (long long)t->voucher_id, (long long)t->n);
@@ -1485,21 +1468,14 @@ static int take_stock(my_t *m, const tally_t *t)
  * transaction. *epoch = -1 when it has no row (not a flash-sale voucher). */
 static int epoch_lock(my_t *m, int64_t voucher_id, int64_t *epoch)
 {
-    MYSQL_STMT *st = stmt(m, ST_EPOCH_LOCK);
-    if (!st)
-        return STORE_ERR;
     MYSQL_BIND par[1], res[1];
     ri64_t ep;
     b_i64(&par[0], &voucher_id);
     r_i64(&res[0], &ep);
-    if (run(m, st, par, "epoch lock") != STORE_OK ||
-        bind_result(m, st, res, "epoch lock") != STORE_OK)
-        return STORE_ERR;
-    int f = fetch(m, st, "epoch lock");
-    finish(m, st);
+    int f = one_row(m, stmt(m, ST_EPOCH_LOCK), par, res, "epoch lock");
     if (f == STORE_ERR)
         return STORE_ERR;
-    *epoch = f == 1 ? ep.v : -1;
+    *epoch = f == STORE_OK ? ep.v : -1;
     return STORE_OK;
 }
 
@@ -1667,8 +1643,10 @@ static void orow_bind(orow_t *r)
     r_time(&r->res[4], &r->created);
 }
 
-static void orow_get(const orow_t *r, store_order_t *o)
+static void orow_get(void *bufs, void *out)
 {
+    const orow_t *r = bufs;
+    store_order_t *o = out;
     memset(o, 0, sizeof *o);
     o->id = r->id.v;
     o->user_id = r->user.v;
@@ -1681,29 +1659,12 @@ static void orow_get(const orow_t *r, store_order_t *o)
 static int order_rows(my_t *m, int id, MYSQL_BIND *par, size_t max, store_order_t **out,
                       size_t *n, const char *what)
 {
-    MYSQL_STMT *st = stmt(m, id);
-    if (!st)
-        return STORE_ERR;
     orow_t r;
     orow_bind(&r);
-    store_order_t *a = NULL;
-    size_t len = 0, cap = 0;
-    int ret = run(m, st, par, what);
-    if (ret == STORE_OK)
-        ret = bind_result(m, st, r.res, what);
-    while (ret == STORE_OK && len < max) {
-        int f = fetch(m, st, what);
-        if (f != 1) {
-            ret = f == 0 ? STORE_OK : STORE_ERR;
-            break;
-        }
-        if (len == cap) {
-            cap = cap ? cap * 2 : 8;
-            a = xrealloc(a, cap * sizeof *a);
-        }
-        orow_get(&r, &a[len++]);
-    }
-    finish(m, st);
+    void *a;
+    size_t len;
+    int ret = all_rows(m, stmt(m, id), par, r.res, what, max, orow_get, &r, sizeof **out, 8, &a,
+                       &len);
     if (ret != STORE_OK) {
         free(a);
         return STORE_ERR;
@@ -1832,13 +1793,10 @@ static int do_voucher_counts(my_t *m, int64_t voucher_id, int64_t *orders, int64
     b_i64(&par[2], &voucher_id);
     r_i64(&res[0], &cnt);
     r_i64(&res[1], &stk);
-    if (run(m, st, par, "counts") != STORE_OK || bind_result(m, st, res, "counts") != STORE_OK)
-        return STORE_ERR;
-    int f = fetch(m, st, "counts");
-    finish(m, st);
+    int f = one_row(m, st, par, res, "counts");
     if (f == STORE_ERR)
         return STORE_ERR;
-    if (f == 0)
+    if (f == STORE_NOTFOUND)
         return store__fail(&m->base, "mysql: counts: no row");
     *orders = cnt.v;
     if (stk.null)
@@ -1849,21 +1807,14 @@ static int do_voucher_counts(my_t *m, int64_t voucher_id, int64_t *orders, int64
 
 static int do_voucher_buckets(my_t *m, int64_t voucher_id, int *buckets)
 {
-    MYSQL_STMT *st = stmt(m, ST_BUCKETS_GET);
-    if (!st)
-        return STORE_ERR;
     MYSQL_BIND par[1], res[1];
     ri64_t k;
     b_i64(&par[0], &voucher_id);
     r_i64(&res[0], &k);
-    if (run(m, st, par, "stock buckets") != STORE_OK ||
-        bind_result(m, st, res, "stock buckets") != STORE_OK)
-        return STORE_ERR;
-    int f = fetch(m, st, "stock buckets");
-    finish(m, st);
+    int f = one_row(m, stmt(m, ST_BUCKETS_GET), par, res, "stock buckets");
     if (f == STORE_ERR)
         return STORE_ERR;
-    if (f == 1 && !k.null && k.v > 1 && k.v <= 1024)
+    if (f == STORE_OK && !k.null && k.v > 1 && k.v <= 1024)
         *buckets = (int)k.v;
     return STORE_OK;
 }
@@ -1897,21 +1848,14 @@ static int do_order_sync(my_t *m, const store_order_t *o, int *result)
 
     ri64_t stock;
     rtime_t begin, end;
-    st = stmt(m, ST_SYNC_VOUCHER);
-    if (!st)
-        goto fail;
     b_i64(&par[0], &o->voucher_id);
     r_i64(&res[0], &stock);
     r_time(&res[1], &begin);
     r_time(&res[2], &end);
-    if (run(m, st, par, "sync order: voucher") != STORE_OK ||
-        bind_result(m, st, res, "sync order: voucher") != STORE_OK)
-        goto fail;
-    f = fetch(m, st, "sync order: voucher");
-    finish(m, st);
+    f = one_row(m, stmt(m, ST_SYNC_VOUCHER), par, res, "sync order: voucher");
     if (f == STORE_ERR)
         goto fail;
-    if (f == 0) {
+    if (f == STORE_NOTFOUND) {
         *result = STORE_SYNC_NO_VOUCHER;
         goto done;
     }
@@ -1929,20 +1873,13 @@ static int do_order_sync(my_t *m, const store_order_t *o, int *result)
     }
 
     ri64_t has;
-    st = stmt(m, ST_SYNC_HAS_ORDER);
-    if (!st)
-        goto fail;
     b_i64(&par[0], &o->user_id);
     b_i64(&par[1], &o->voucher_id);
     r_i64(&res[0], &has);
-    if (run(m, st, par, "sync order: count") != STORE_OK ||
-        bind_result(m, st, res, "sync order: count") != STORE_OK)
-        goto fail;
-    f = fetch(m, st, "sync order: count");
-    finish(m, st);
+    f = one_row(m, stmt(m, ST_SYNC_HAS_ORDER), par, res, "sync order: count");
     if (f == STORE_ERR)
         goto fail;
-    if (f == 1 && has.v > 0) {
+    if (f == STORE_OK && has.v > 0) {
         *result = STORE_SYNC_DUPLICATE;
         goto done;
     }

@@ -207,17 +207,109 @@ static sqlite3_stmt *stmt(sq_t *q, int id)
     return stmt_prepare(q, &q->st[id], stmt_sql[id]);
 }
 
+/* A statement's parameter, bound in order from ?1 by one_row: A_INT(v); A_TEXT(z), which
+ * stays put until the step is over (NULL binds NULL); A_COPY(z), copied when bound (for a
+ * buffer that changes meanwhile). */
+typedef struct sq_arg {
+    enum { ARG_INT, ARG_TEXT, ARG_COPY } kind;
+    int64_t i;
+    const char *z;
+} sq_arg_t;
+
+#define A_INT(v) ((sq_arg_t){.kind = ARG_INT, .i = (v)})
+#define A_TEXT(s_) ((sq_arg_t){.kind = ARG_TEXT, .z = (s_)})
+#define A_COPY(s_) ((sq_arg_t){.kind = ARG_COPY, .z = (s_)})
+/* one_row's last two arguments: ARGS(A_INT(id), A_TEXT(phone)) or NO_ARGS */
+#define ARGS(...)                                                                       \
+    (const sq_arg_t[]){__VA_ARGS__},                                                    \
+        (int)(sizeof((const sq_arg_t[]){__VA_ARGS__}) / sizeof(sq_arg_t))
+#define NO_ARGS NULL, 0
+
+/* Reads the row a statement stands on into out. */
+typedef void row_reader_t(sqlite3_stmt *st, void *out);
+
+/* Every column as an integer, into out[0 .. column count). */
+static void read_ints(sqlite3_stmt *st, void *out)
+{
+    int64_t *v = out;
+    for (int i = 0, n = sqlite3_column_count(st); i < n; i++)
+        v[i] = sqlite3_column_int64(st, i);
+}
+
+static void bind_args(sqlite3_stmt *st, const sq_arg_t *args, int nargs)
+{
+    for (int i = 0; i < nargs; i++) {
+        if (args[i].kind == ARG_INT)
+            sqlite3_bind_int64(st, i + 1, args[i].i);
+        else
+            sqlite3_bind_text(st, i + 1, args[i].z, -1,
+                              args[i].kind == ARG_COPY ? SQLITE_TRANSIENT : SQLITE_STATIC);
+    }
+}
+
+/* The one-row query: binds args to st (from stmt(), or NULL if preparing it failed, which
+ * said why), steps it once, hands a row to read (NULL: nothing to read) and resets it, so
+ * no read transaction stays open. STORE_OK with a row; STORE_NOTFOUND without one (which
+ * is how a write succeeds: run()); STORE_ERR with the error recorded as `what`. */
+static int one_row(sq_t *q, sqlite3_stmt *st, const char *what, row_reader_t *read, void *out,
+                   const sq_arg_t *args, int nargs)
+{
+    if (!st)
+        return STORE_ERR;
+    bind_args(st, args, nargs);
+    int rc = sqlite3_step(st), ret;
+    if (rc == SQLITE_ROW) {
+        if (read)
+            read(st, out);
+        ret = STORE_OK;
+    } else if (rc == SQLITE_DONE) {
+        ret = STORE_NOTFOUND;
+    } else {
+        ret = sq_fail(q, what);
+    }
+    sqlite3_reset(st);
+    return ret;
+}
+
+/* A statement without result rows (INSERT, UPDATE, BEGIN): STORE_OK or STORE_ERR. */
+static int run(sq_t *q, sqlite3_stmt *st, const char *what, const sq_arg_t *args, int nargs)
+{
+    return one_row(q, st, what, NULL, NULL, args, nargs) == STORE_ERR ? STORE_ERR : STORE_OK;
+}
+
+/* The many-row query: as one_row, but every row is read, each into the next element
+ * (`size` bytes) of an array grown from first_cap elements. STORE_OK or STORE_ERR; either
+ * way *out (NULL without rows) and *n are what was read, for the caller to keep or free. */
+static int all_rows(sq_t *q, sqlite3_stmt *st, const char *what, row_reader_t *read,
+                    size_t size, size_t first_cap, void **out, size_t *n, const sq_arg_t *args,
+                    int nargs)
+{
+    *out = NULL;
+    *n = 0;
+    if (!st)
+        return STORE_ERR;
+    bind_args(st, args, nargs);
+    char *a = NULL;
+    size_t len = 0, cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (len == cap) {
+            cap = cap ? cap * 2 : first_cap;
+            a = xrealloc(a, cap * size);
+        }
+        read(st, a + len++ * size);
+    }
+    int ret = rc == SQLITE_DONE ? STORE_OK : sq_fail(q, what);
+    sqlite3_reset(st);
+    *out = a;
+    *n = len;
+    return ret;
+}
+
 /* Runs a statement without results (BEGIN, COMMIT, ...). */
 static int exec_stmt(sq_t *q, int id, const char *what)
 {
-    sqlite3_stmt *st = stmt(q, id);
-    if (!st)
-        return STORE_ERR;
-    int rc = sqlite3_step(st);
-    sqlite3_reset(st);
-    if (rc != SQLITE_DONE && rc != SQLITE_ROW)
-        return sq_fail(q, what);
-    return STORE_OK;
+    return run(q, stmt(q, id), what, NO_ARGS);
 }
 
 /* Rolls back whatever transaction is open. Keeps the current error message. */
@@ -535,27 +627,20 @@ static int sq_ping(store_t *s)
     return exec_stmt(q, ST_PING, "ping");
 }
 
+static void user_row(sqlite3_stmt *st, void *out)
+{
+    store_user_t *u = out;
+    memset(u, 0, sizeof *u);
+    u->id = sqlite3_column_int64(st, 0);
+    col_copy(st, 1, u->phone, sizeof u->phone);
+    col_copy(st, 2, u->nick_name, sizeof u->nick_name);
+    col_copy(st, 3, u->icon, sizeof u->icon);
+}
+
 static int user_lookup(sq_t *q, const char *phone, store_user_t *out)
 {
-    sqlite3_stmt *st = stmt(q, ST_USER_BY_PHONE);
-    if (!st)
-        return STORE_ERR;
-    sqlite3_bind_text(st, 1, phone, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(st), ret;
-    if (rc == SQLITE_ROW) {
-        memset(out, 0, sizeof *out);
-        out->id = sqlite3_column_int64(st, 0);
-        col_copy(st, 1, out->phone, sizeof out->phone);
-        col_copy(st, 2, out->nick_name, sizeof out->nick_name);
-        col_copy(st, 3, out->icon, sizeof out->icon);
-        ret = STORE_OK;
-    } else if (rc == SQLITE_DONE) {
-        ret = STORE_NOTFOUND;
-    } else {
-        ret = sq_fail(q, "user by phone");
-    }
-    sqlite3_reset(st);
-    return ret;
+    return one_row(q, stmt(q, ST_USER_BY_PHONE), "user by phone", user_row, out,
+                   ARGS(A_TEXT(phone)));
 }
 
 static int sq_user_by_phone(store_t *s, const char *phone, store_user_t *out)
@@ -582,14 +667,11 @@ static int sq_user_create(store_t *s, const char *phone, const char *nick, store
         return store__fail(&q->base, "sqlite: user insert: deadline of %d ms passed (waiting "
                            "for this process's other user inserts)", q->timeout_ms);
     }
-    sqlite3_bind_text(st, 1, phone, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, nick, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 3, time_text(q, clock_wall_s()), -1, SQLITE_TRANSIENT);
-    rc = sqlite3_step(st);
-    sqlite3_reset(st);
+    rc = run(q, st, "user insert",
+             ARGS(A_TEXT(phone), A_TEXT(nick), A_COPY(time_text(q, clock_wall_s()))));
     turn_give();
-    if (rc != SQLITE_DONE)
-        return sq_fail(q, "user insert");
+    if (rc != STORE_OK)
+        return STORE_ERR;
     /* Inserted, or the phone existed (a concurrent login): either way read it back. */
     rc = user_lookup(q, phone, out);
     if (rc == STORE_NOTFOUND)
@@ -598,14 +680,6 @@ static int sq_user_create(store_t *s, const char *phone, const char *nick, store
 }
 
 /* ---------------------------------------------------------------- vouchers */
-
-static void bind_text_or_null(sqlite3_stmt *st, int i, const char *z)
-{
-    if (z)
-        sqlite3_bind_text(st, i, z, -1, SQLITE_STATIC);
-    else
-        sqlite3_bind_null(st, i);
-}
 
 static int sq_voucher_create(store_t *s, store_voucher_t *v)
 {
@@ -616,56 +690,26 @@ static int sq_voucher_create(store_t *s, store_voucher_t *v)
     char now[32];
     snprintf(now, sizeof now, "%s", time_text(q, clock_wall_s()));
     sqlite3_stmt *st = stmt(q, ST_VOUCHER_INSERT);
-    if (!st)
+    int rc = run(q, st, "voucher insert",
+                 ARGS(A_INT(v->shop_id), A_TEXT(v->title), A_TEXT(v->sub_title),
+                      A_TEXT(v->rules), A_INT(v->pay_value), A_INT(v->actual_value),
+                      A_INT(v->type), A_INT(v->status > 0 ? v->status : 1), A_TEXT(now)));
+    if (st)
+        sqlite3_clear_bindings(st);   /* the strings are the caller's, bound uncopied */
+    if (rc != STORE_OK)
         goto fail;
-    sqlite3_bind_int64(st, 1, v->shop_id);
-    sqlite3_bind_text(st, 2, v->title, -1, SQLITE_STATIC);
-    bind_text_or_null(st, 3, v->sub_title);
-    bind_text_or_null(st, 4, v->rules);
-    sqlite3_bind_int64(st, 5, v->pay_value);
-    sqlite3_bind_int64(st, 6, v->actual_value);
-    sqlite3_bind_int(st, 7, v->type);
-    sqlite3_bind_int(st, 8, v->status > 0 ? v->status : 1);
-    sqlite3_bind_text(st, 9, now, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(st);
-    sqlite3_reset(st);
-    sqlite3_clear_bindings(st);
-    if (rc != SQLITE_DONE) {
-        sq_fail(q, "voucher insert");
-        goto fail;
-    }
     int64_t id = sqlite3_last_insert_rowid(q->db);
     if (v->is_seckill) {
         char b[32], e[32];
         snprintf(b, sizeof b, "%s", time_text(q, v->begin_time));
         snprintf(e, sizeof e, "%s", time_text(q, v->end_time));
-        st = stmt(q, ST_SECKILL_INSERT);
-        if (!st)
+        if (run(q, stmt(q, ST_SECKILL_INSERT), "seckill voucher insert",
+                ARGS(A_INT(id), A_INT(v->stock), A_TEXT(b), A_TEXT(e), A_TEXT(now))) !=
+            STORE_OK)
             goto fail;
-        sqlite3_bind_int64(st, 1, id);
-        sqlite3_bind_int64(st, 2, v->stock);
-        sqlite3_bind_text(st, 3, b, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 4, e, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 5, now, -1, SQLITE_STATIC);
-        rc = sqlite3_step(st);
-        sqlite3_reset(st);
-        if (rc != SQLITE_DONE) {
-            sq_fail(q, "seckill voucher insert");
+        if (v->buckets > 1 && run(q, stmt(q, ST_BUCKETS_INSERT), "stock buckets insert",
+                                  ARGS(A_INT(id), A_INT(v->buckets))) != STORE_OK)
             goto fail;
-        }
-        if (v->buckets > 1) {
-            st = stmt(q, ST_BUCKETS_INSERT);
-            if (!st)
-                goto fail;
-            sqlite3_bind_int64(st, 1, id);
-            sqlite3_bind_int(st, 2, v->buckets);
-            rc = sqlite3_step(st);
-            sqlite3_reset(st);
-            if (rc != SQLITE_DONE) {
-                sq_fail(q, "stock buckets insert");
-                goto fail;
-            }
-        }
     }
     if (exec_stmt(q, ST_COMMIT, "voucher create: COMMIT") != STORE_OK)
         goto fail;
@@ -676,8 +720,9 @@ fail:
     return STORE_ERR;
 }
 
-static void voucher_row(sqlite3_stmt *st, store_voucher_t *v)
+static void voucher_row(sqlite3_stmt *st, void *out)
 {
+    store_voucher_t *v = out;
     memset(v, 0, sizeof *v);
     v->id = sqlite3_column_int64(st, 0);
     v->shop_id = sqlite3_column_int64(st, 1);
@@ -700,45 +745,20 @@ static int sq_voucher_get(store_t *s, int64_t id, store_voucher_t *out)
 {
     sq_t *q = (sq_t *)s;
     call_begin(q);
-    sqlite3_stmt *st = stmt(q, ST_VOUCHER_GET);
-    if (!st)
-        return STORE_ERR;
-    sqlite3_bind_int64(st, 1, id);
-    int rc = sqlite3_step(st), ret;
-    if (rc == SQLITE_ROW) {
-        voucher_row(st, out);
-        ret = STORE_OK;
-    } else if (rc == SQLITE_DONE) {
-        ret = STORE_NOTFOUND;
-    } else {
-        ret = sq_fail(q, "voucher get");
-    }
-    sqlite3_reset(st);
-    return ret;
+    return one_row(q, stmt(q, ST_VOUCHER_GET), "voucher get", voucher_row, out,
+                   ARGS(A_INT(id)));
 }
 
 static int sq_voucher_list(store_t *s, int64_t shop_id, store_voucher_t **out, size_t *n)
 {
     sq_t *q = (sq_t *)s;
     call_begin(q);
-    sqlite3_stmt *st = stmt(q, ST_VOUCHER_LIST);
-    if (!st)
-        return STORE_ERR;
-    sqlite3_bind_int64(st, 1, shop_id);
-    store_voucher_t *a = NULL;
-    size_t len = 0, cap = 0;
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (len == cap) {
-            cap = cap ? cap * 2 : 8;
-            a = xrealloc(a, cap * sizeof *a);
-        }
-        voucher_row(st, &a[len++]);
-    }
-    sqlite3_reset(st);
-    if (rc != SQLITE_DONE) {
+    void *a;
+    size_t len;
+    if (all_rows(q, stmt(q, ST_VOUCHER_LIST), "voucher list", voucher_row, sizeof **out, 8, &a,
+                 &len, ARGS(A_INT(shop_id))) != STORE_OK) {
         store_voucher_list_free(a, len);
-        return sq_fail(q, "voucher list");
+        return STORE_ERR;
     }
     *out = a;
     *n = len;
@@ -749,23 +769,12 @@ static int sq_seckill_ids(store_t *s, int64_t **ids, size_t *n)
 {
     sq_t *q = (sq_t *)s;
     call_begin(q);
-    sqlite3_stmt *st = stmt(q, ST_SECKILL_IDS);
-    if (!st)
-        return STORE_ERR;
-    int64_t *a = NULL;
-    size_t len = 0, cap = 0;
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (len == cap) {
-            cap = cap ? cap * 2 : 16;
-            a = xrealloc(a, cap * sizeof *a);
-        }
-        a[len++] = sqlite3_column_int64(st, 0);
-    }
-    sqlite3_reset(st);
-    if (rc != SQLITE_DONE) {
+    void *a;
+    size_t len;
+    if (all_rows(q, stmt(q, ST_SECKILL_IDS), "seckill ids", read_ints, sizeof **ids, 16, &a,
+                 &len, NO_ARGS) != STORE_OK) {
         free(a);
-        return sq_fail(q, "seckill ids");
+        return STORE_ERR;
     }
     *ids = a;
     *n = len;
@@ -834,26 +843,21 @@ static int stock_take(sq_t *q, const tallies_t *x)
         return STORE_OK;
     char now[32];
     snprintf(now, sizeof now, "%s", time_text(q, clock_wall_s()));
-    sqlite3_stmt *take = stmt(q, ST_STOCK_TAKE);
-    if (!take)
-        return STORE_ERR;
     for (size_t k = 0; k < x->n; k++) {
-        sqlite3_bind_int64(take, 1, x->t[k].n);
-        sqlite3_bind_text(take, 2, now, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(take, 3, x->t[k].voucher_id);
-        int rc = sqlite3_step(take);
-        sqlite3_reset(take);
-        if (rc != SQLITE_DONE)
-            return sq_fail(q, "stock update");
+        if (run(q, stmt(q, ST_STOCK_TAKE), "stock update",
+                ARGS(A_INT(x->t[k].n), A_TEXT(now), A_INT(x->t[k].voucher_id))) != STORE_OK)
+            return STORE_ERR;
         if (sqlite3_changes(q->db) > 0)
             continue;
+        /* RETURNING: stepped to its end (not one_row), so the UPDATE completes before
+         * the reset */
         sqlite3_stmt *st = stmt(q, ST_STOCK_DEC);
         if (!st)
             return STORE_ERR;
         sqlite3_bind_int64(st, 1, x->t[k].n);
         sqlite3_bind_text(st, 2, now, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 3, x->t[k].voucher_id);
-        rc = sqlite3_step(st);
+        int rc = sqlite3_step(st);
         int64_t left = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
         int row = rc == SQLITE_ROW;
         while (rc == SQLITE_ROW)
@@ -878,43 +882,30 @@ static int stock_take(sq_t *q, const tallies_t *x)
  * Returns 1 for a collision, 0 for a replay, STORE_ERR on failure. */
 static int classify_skip(sq_t *q, const store_order_t *o)
 {
-    sqlite3_stmt *st = stmt(q, ST_ORDER_BY_ID);
-    if (!st)
+    int64_t uv[2] = {0, 0};   /* user, voucher */
+    int rc = one_row(q, stmt(q, ST_ORDER_BY_ID), "order by id", read_ints, uv,
+                     ARGS(A_INT(o->id)));
+    if (rc == STORE_ERR)
         return STORE_ERR;
-    sqlite3_bind_int64(st, 1, o->id);
-    int rc = sqlite3_step(st);
-    int64_t u = 0, v = 0;
-    if (rc == SQLITE_ROW) {
-        u = sqlite3_column_int64(st, 0);
-        v = sqlite3_column_int64(st, 1);
-    }
-    sqlite3_reset(st);
-    if (rc == SQLITE_ROW) {
-        if (u == o->user_id && v == o->voucher_id)
+    if (rc == STORE_OK) {
+        if (uv[0] == o->user_id && uv[1] == o->voucher_id)
             return 0;
         log_error("order id collision: order %lld (user %lld, voucher %lld) not written: "
                   "id already belongs to user %lld, voucher %lld",
                   (long long)o->id, (long long)o->user_id, (long long)o->voucher_id,
-                  (long long)u, (long long)v);
+                  (long long)uv[0], (long long)uv[1]);
         return 1;
     }
-    if (rc != SQLITE_DONE)
-        return sq_fail(q, "order by id");
     /* Not the id: so (user, voucher) has an order under another id. */
-    st = stmt(q, ST_ORDER_BY_USER_VOUCHER);
-    if (!st)
+    int64_t other = 0;
+    rc = one_row(q, stmt(q, ST_ORDER_BY_USER_VOUCHER), "order by user and voucher", read_ints,
+                 &other, ARGS(A_INT(o->user_id), A_INT(o->voucher_id)));
+    if (rc == STORE_ERR)
         return STORE_ERR;
-    sqlite3_bind_int64(st, 1, o->user_id);
-    sqlite3_bind_int64(st, 2, o->voucher_id);
-    rc = sqlite3_step(st);
-    int64_t other = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
-    sqlite3_reset(st);
-    if (rc == SQLITE_ROW)
+    if (rc == STORE_OK)
         log_warn("order %lld not written: user %lld already has order %lld of voucher %lld",
                  (long long)o->id, (long long)o->user_id, (long long)other,
                  (long long)o->voucher_id);
-    else if (rc != SQLITE_DONE)
-        return sq_fail(q, "order by user and voucher");
     return 0;
 }
 
@@ -925,15 +916,10 @@ static int epoch_of(sq_t *q, int64_t voucher_id, int64_t *cache_vid, int64_t *ca
 {
     if (*cache_vid == voucher_id)
         return STORE_OK;
-    sqlite3_stmt *st = stmt(q, ST_EPOCH_GET);
-    if (!st)
+    int64_t ep = -1;
+    if (one_row(q, stmt(q, ST_EPOCH_GET), "epoch get", read_ints, &ep,
+                ARGS(A_INT(voucher_id))) == STORE_ERR)
         return STORE_ERR;
-    sqlite3_bind_int64(st, 1, voucher_id);
-    int rc = sqlite3_step(st);
-    int64_t ep = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
-    sqlite3_reset(st);
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-        return sq_fail(q, "epoch get");
     *cache_vid = voucher_id;
     *cache_ep = ep;
     return STORE_OK;
@@ -990,16 +976,10 @@ static int orders_write_rows(sq_t *q, const store_order_t *orders, size_t n, siz
             fen++;
             continue;
         }
-        sqlite3_bind_int64(st, 1, o->id);
-        sqlite3_bind_int64(st, 2, o->user_id);
-        sqlite3_bind_int64(st, 3, o->voucher_id);
-        sqlite3_bind_text(st, 4, time_text(q, o->create_time), -1, SQLITE_STATIC);
-        int rc = sqlite3_step(st);
-        sqlite3_reset(st);
-        if (rc != SQLITE_DONE) {
-            sq_fail(q, "order insert");
+        if (run(q, st, "order insert",
+                ARGS(A_INT(o->id), A_INT(o->user_id), A_INT(o->voucher_id),
+                     A_TEXT(time_text(q, o->create_time)))) != STORE_OK)
             goto fail;
-        }
         if (sqlite3_changes(q->db) > 0) {
             ins++;
             tally_add(&tl, o->voucher_id, 1);
@@ -1176,17 +1156,9 @@ static int sq_redis_epoch(store_t *s, int64_t voucher_id, int bump, int64_t *epo
     if (epoch_of(q, voucher_id, &vid, &ep) != STORE_OK)
         goto fail;
     if (ep >= 0 && bump) {
-        sqlite3_stmt *st = stmt(q, ST_EPOCH_BUMP);
-        if (!st)
+        if (run(q, stmt(q, ST_EPOCH_BUMP), "epoch bump",
+                ARGS(A_INT(voucher_id), A_COPY(time_text(q, clock_wall_s())))) != STORE_OK)
             goto fail;
-        sqlite3_bind_int64(st, 1, voucher_id);
-        sqlite3_bind_text(st, 2, time_text(q, clock_wall_s()), -1, SQLITE_TRANSIENT);
-        int rc = sqlite3_step(st);
-        sqlite3_reset(st);
-        if (rc != SQLITE_DONE) {
-            sq_fail(q, "epoch bump");
-            goto fail;
-        }
         ep++;
     }
     if (exec_stmt(q, ST_COMMIT, "epoch: COMMIT") != STORE_OK)
@@ -1200,8 +1172,9 @@ fail:
     return STORE_ERR;
 }
 
-static void order_row(sqlite3_stmt *st, store_order_t *o)
+static void order_row(sqlite3_stmt *st, void *out)
 {
+    store_order_t *o = out;
     o->id = sqlite3_column_int64(st, 0);
     o->user_id = sqlite3_column_int64(st, 1);
     o->voucher_id = sqlite3_column_int64(st, 2);
@@ -1213,21 +1186,8 @@ static int sq_order_get(store_t *s, int64_t id, store_order_t *out)
 {
     sq_t *q = (sq_t *)s;
     call_begin(q);
-    sqlite3_stmt *st = stmt_prepare(q, &q->st_order_get, order_get_sql);
-    if (!st)
-        return STORE_ERR;
-    sqlite3_bind_int64(st, 1, id);
-    int rc = sqlite3_step(st), ret;
-    if (rc == SQLITE_ROW) {
-        order_row(st, out);
-        ret = STORE_OK;
-    } else if (rc == SQLITE_DONE) {
-        ret = STORE_NOTFOUND;
-    } else {
-        ret = sq_fail(q, "order get");
-    }
-    sqlite3_reset(st);
-    return ret;
+    return one_row(q, stmt_prepare(q, &q->st_order_get, order_get_sql), "order get", order_row,
+                   out, ARGS(A_INT(id)));
 }
 
 static int sq_orders_of_user(store_t *s, int64_t user_id, size_t max, store_order_t **out,
@@ -1235,25 +1195,14 @@ static int sq_orders_of_user(store_t *s, int64_t user_id, size_t max, store_orde
 {
     sq_t *q = (sq_t *)s;
     call_begin(q);
-    sqlite3_stmt *st = stmt(q, ST_ORDERS_OF_USER);
-    if (!st)
-        return STORE_ERR;
-    sqlite3_bind_int64(st, 1, user_id);
-    sqlite3_bind_int64(st, 2, max > (size_t)INT64_MAX ? INT64_MAX : (int64_t)max);
-    store_order_t *a = NULL;
-    size_t len = 0, cap = 0;
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (len == cap) {
-            cap = cap ? cap * 2 : 8;
-            a = xrealloc(a, cap * sizeof *a);
-        }
-        order_row(st, &a[len++]);
-    }
-    sqlite3_reset(st);
-    if (rc != SQLITE_DONE) {
+    void *a;
+    size_t len;
+    if (all_rows(q, stmt(q, ST_ORDERS_OF_USER), "orders of user", order_row, sizeof **out, 8, &a,
+                 &len,
+                 ARGS(A_INT(user_id),
+                      A_INT(max > (size_t)INT64_MAX ? INT64_MAX : (int64_t)max))) != STORE_OK) {
         free(a);
-        return sq_fail(q, "orders of user");
+        return STORE_ERR;
     }
     *out = a;
     *n = len;
@@ -1264,33 +1213,23 @@ static int sq_voucher_buckets(store_t *s, int64_t voucher_id, int *buckets)
 {
     sq_t *q = (sq_t *)s;
     call_begin(q);
-    sqlite3_stmt *st = stmt(q, ST_BUCKETS_GET);
-    if (!st)
+    int64_t k = 0;
+    int rc = one_row(q, stmt(q, ST_BUCKETS_GET), "stock buckets", read_ints, &k,
+                     ARGS(A_INT(voucher_id)));
+    if (rc == STORE_ERR)
         return STORE_ERR;
-    sqlite3_bind_int64(st, 1, voucher_id);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        int64_t k = sqlite3_column_int64(st, 0);
+    if (rc == STORE_OK)
         *buckets = k > 1 && k <= 1024 ? (int)k : 1;
-    }
-    sqlite3_reset(st);
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-        return sq_fail(q, "stock buckets");
     return STORE_OK;
 }
 
 /* *lab = 1 if the database has lab_voucher_order (the lab made it: store.h). */
 static int has_lab(sq_t *q, int *lab)
 {
-    *lab = 0;
-    sqlite3_stmt *st = stmt(q, ST_HAS_LAB);
-    if (!st)
-        return STORE_ERR;
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW)
-        *lab = sqlite3_column_int64(st, 0) > 0;
-    sqlite3_reset(st);
-    return rc == SQLITE_ROW ? STORE_OK : sq_fail(q, "lab table");
+    int64_t n = 0;
+    int rc = one_row(q, stmt(q, ST_HAS_LAB), "lab table", read_ints, &n, NO_ARGS);
+    *lab = n > 0;
+    return rc == STORE_NOTFOUND ? sq_fail(q, "lab table") : rc;
 }
 
 static int sq_voucher_counts(store_t *s, int64_t voucher_id, int64_t *orders, int64_t *stock)
@@ -1302,36 +1241,17 @@ static int sq_voucher_counts(store_t *s, int64_t voucher_id, int64_t *orders, in
     /* One read transaction, so the count and the stock are from the same moment. */
     if (exec_stmt(q, ST_BEGIN, "counts: BEGIN") != STORE_OK)
         return STORE_ERR;
-    int ret = STORE_ERR, rc, lab;
-    if (has_lab(q, &lab) != STORE_OK)
-        goto out;
-    sqlite3_stmt *st = stmt(q, lab ? ST_COUNT_ORDERS_LAB : ST_COUNT_ORDERS);
-    if (!st)
-        goto out;
-    sqlite3_bind_int64(st, 1, voucher_id);
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW)
-        *orders = sqlite3_column_int64(st, 0);
-    sqlite3_reset(st);
-    if (rc != SQLITE_ROW) {
-        sq_fail(q, "count orders");
-        goto out;
-    }
-    st = stmt(q, ST_STOCK_GET);
-    if (!st)
-        goto out;
-    sqlite3_bind_int64(st, 1, voucher_id);
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW)
-        *stock = sqlite3_column_int64(st, 0);
-    sqlite3_reset(st);
-    if (rc == SQLITE_ROW)
-        ret = STORE_OK;
-    else if (rc == SQLITE_DONE)
-        ret = STORE_NOTFOUND;   /* not a flash-sale voucher; *orders is still valid */
-    else
-        sq_fail(q, "stock get");
-out:
+    int lab = 0;
+    int ret = has_lab(q, &lab);
+    if (ret == STORE_OK)
+        ret = one_row(q, stmt(q, lab ? ST_COUNT_ORDERS_LAB : ST_COUNT_ORDERS), "count orders",
+                      read_ints, orders, ARGS(A_INT(voucher_id)));
+    if (ret == STORE_NOTFOUND)
+        ret = sq_fail(q, "count orders");
+    /* Without a stock row, STORE_NOTFOUND: not a flash-sale voucher; *orders is still valid. */
+    if (ret == STORE_OK)
+        ret = one_row(q, stmt(q, ST_STOCK_GET), "stock get", read_ints, stock,
+                      ARGS(A_INT(voucher_id)));
     if (ret == STORE_ERR) {
         rollback(q);
         return STORE_ERR;
@@ -1359,10 +1279,18 @@ static const char *const sync_sql[SY__COUNT] = {
                   "update_time) VALUES (?1, ?2, ?3, ?4, ?4)",
 };
 
+/* SY_VOUCHER's row: stock, begin, end (epoch seconds). */
+static void window_row(sqlite3_stmt *st, void *out)
+{
+    int64_t *v = out;
+    v[0] = sqlite3_column_int64(st, 0);
+    v[1] = col_time(st, 1);
+    v[2] = col_time(st, 2);
+}
+
 static int sq_order_sync(store_t *s, const store_order_t *o, int *result)
 {
     sq_t *q = (sq_t *)s;
-    sqlite3_stmt *st;
     int rc;
     call_begin(q);
     if (exec_stmt(q, ST_BEGIN_IMMEDIATE, "sync order: BEGIN IMMEDIATE") != STORE_OK)
@@ -1371,45 +1299,35 @@ static int sq_order_sync(store_t *s, const store_order_t *o, int *result)
         if (!stmt_prepare(q, &q->st_sync[i], sync_sql[i]))
             goto fail;
 
-    st = q->st_sync[SY_VOUCHER];
-    sqlite3_bind_int64(st, 1, o->voucher_id);
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_DONE) {
-        sqlite3_reset(st);
+    int64_t win[3] = {0, 0, 0};   /* stock, begin, end */
+    rc = one_row(q, q->st_sync[SY_VOUCHER], "sync order: voucher", window_row, win,
+                 ARGS(A_INT(o->voucher_id)));
+    if (rc == STORE_ERR)
+        goto fail;
+    if (rc == STORE_NOTFOUND) {
         *result = STORE_SYNC_NO_VOUCHER;
         goto done;
     }
-    if (rc != SQLITE_ROW) {
-        sqlite3_reset(st);
-        sq_fail(q, "sync order: voucher");
-        goto fail;
-    }
-    int64_t stock = sqlite3_column_int64(st, 0);
-    int64_t begin = col_time(st, 1), end = col_time(st, 2);
-    sqlite3_reset(st);
-    if (o->create_time < begin) {
+    if (o->create_time < win[1]) {
         *result = STORE_SYNC_NOT_STARTED;
         goto done;
     }
-    if (o->create_time >= end) {
+    if (o->create_time >= win[2]) {
         *result = STORE_SYNC_ENDED;
         goto done;
     }
-    if (stock < 1) {
+    if (win[0] < 1) {
         *result = STORE_SYNC_SOLD_OUT;
         goto done;
     }
 
-    st = q->st_sync[SY_HAS_ORDER];
-    sqlite3_bind_int64(st, 1, o->user_id);
-    sqlite3_bind_int64(st, 2, o->voucher_id);
-    rc = sqlite3_step(st);
-    int64_t has = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
-    sqlite3_reset(st);
-    if (rc != SQLITE_ROW) {
+    int64_t has = 0;
+    rc = one_row(q, q->st_sync[SY_HAS_ORDER], "sync order: count", read_ints, &has,
+                 ARGS(A_INT(o->user_id), A_INT(o->voucher_id)));
+    if (rc == STORE_NOTFOUND)
         sq_fail(q, "sync order: count");
+    if (rc != STORE_OK)
         goto fail;
-    }
     if (has > 0) {
         *result = STORE_SYNC_DUPLICATE;
         goto done;
@@ -1417,35 +1335,23 @@ static int sq_order_sync(store_t *s, const store_order_t *o, int *result)
 
     char now[32];
     snprintf(now, sizeof now, "%s", time_text(q, o->create_time));
-    st = q->st_sync[SY_TAKE];
-    sqlite3_bind_int64(st, 1, o->voucher_id);
-    sqlite3_bind_text(st, 2, now, -1, SQLITE_TRANSIENT);
-    rc = sqlite3_step(st);
-    sqlite3_reset(st);
-    if (rc != SQLITE_DONE) {
-        sq_fail(q, "sync order: take stock");
+    if (run(q, q->st_sync[SY_TAKE], "sync order: take stock",
+            ARGS(A_INT(o->voucher_id), A_COPY(now))) != STORE_OK)
         goto fail;
-    }
     if (sqlite3_changes(q->db) == 0) {   /* the guard: nobody can take the last one twice */
         *result = STORE_SYNC_SOLD_OUT;
         goto done;
     }
 
-    st = q->st_sync[SY_INSERT];
-    sqlite3_bind_int64(st, 1, o->id);
-    sqlite3_bind_int64(st, 2, o->user_id);
-    sqlite3_bind_int64(st, 3, o->voucher_id);
-    sqlite3_bind_text(st, 4, now, -1, SQLITE_TRANSIENT);
-    rc = sqlite3_step(st);
-    sqlite3_reset(st);
-    if (rc == SQLITE_CONSTRAINT) {
-        /* UNIQUE(user_id, voucher_id): a concurrent order of this user won. Undo. */
-        rollback(q);
-        *result = STORE_SYNC_DUPLICATE;
-        return STORE_OK;
-    }
-    if (rc != SQLITE_DONE) {
-        sq_fail(q, "sync order: insert");
+    if (run(q, q->st_sync[SY_INSERT], "sync order: insert",
+            ARGS(A_INT(o->id), A_INT(o->user_id), A_INT(o->voucher_id), A_COPY(now))) !=
+        STORE_OK) {
+        if (sqlite3_extended_errcode(q->db) == SQLITE_CONSTRAINT) {
+            /* UNIQUE(user_id, voucher_id): a concurrent order of this user won. Undo. */
+            rollback(q);
+            *result = STORE_SYNC_DUPLICATE;
+            return STORE_OK;
+        }
         goto fail;
     }
     *result = STORE_SYNC_OK;
@@ -1483,26 +1389,16 @@ static int sq_voucher_orders(store_t *s, int64_t voucher_id, int64_t after_id, s
                                  "ORDER BY id LIMIT ?3",
                            -1, &st, NULL) != SQLITE_OK)
         return sq_fail(q, "prepare voucher orders");
-    sqlite3_bind_int64(st, 1, voucher_id);
-    sqlite3_bind_int64(st, 2, after_id);
-    sqlite3_bind_int64(st, 3, max > (size_t)INT64_MAX ? INT64_MAX : (int64_t)max);
-    store_order_t *a = NULL;
-    size_t len = 0, cap = 0;
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (len == cap) {
-            cap = cap ? cap * 2 : 256;
-            a = xrealloc(a, cap * sizeof *a);
-        }
-        order_row(st, &a[len++]);
-    }
-    if (rc != SQLITE_DONE) {
-        sq_fail(q, "voucher orders");
-        sqlite3_finalize(st);
+    void *a;
+    size_t len;
+    int rc = all_rows(q, st, "voucher orders", order_row, sizeof **out, 256, &a, &len,
+                      ARGS(A_INT(voucher_id), A_INT(after_id),
+                           A_INT(max > (size_t)INT64_MAX ? INT64_MAX : (int64_t)max)));
+    sqlite3_finalize(st);
+    if (rc != STORE_OK) {
         free(a);
         return STORE_ERR;
     }
-    sqlite3_finalize(st);
     *out = a;
     *n = len;
     return STORE_OK;

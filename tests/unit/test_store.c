@@ -3,13 +3,14 @@
  * The same tests run against SQLite (a temporary file) and, when MYSQL_URL names a server
  * (tests/run.py sets it when MariaDB is part of the run), against MariaDB (a fresh
  * database ut_<pid>_<n> per test, dropped afterwards); a backend is a few hooks below
- * (a fresh database, hold the orders table's lock, set the schema version). Covered:
+ * (a fresh database, hold the orders table's lock, set the schema version, run SQL). Covered:
  * schema creation is idempotent and starts ids where the course's do, a newer schema is
  * refused; users (a duplicate phone returns the existing user); vouchers (normal vs flash
  * sale, NULL columns, long texts, status filter); the order batch (replay-safe, one order
  * per user and voucher, id collisions counted, stock decremented only by what was
  * inserted, generations fence stale orders, paging by voucher); lookups; the per-call
- * deadline under a held lock; the sync order mode. What only one backend has is at the
+ * deadline under a held lock; a query that fails (its step named, no rows handed out, the
+ * connection usable after); the sync order mode. What only one backend has is at the
  * end: SQLite URL forms; MariaDB URL forms, passwords, reconnects, engine and charset. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -47,6 +48,7 @@ typedef struct backend {
     void (*lock_orders)(fx_t *f); /* another session holds tb_voucher_order */
     void (*unlock_orders)(fx_t *f);
     void (*set_schema_version)(fx_t *f, int v);
+    void (*exec)(fx_t *f, const char *q); /* q in another session of the database */
 } backend_t;
 
 static const backend_t *B; /* the backend of the group running */
@@ -111,8 +113,13 @@ static void sq_set_version(fx_t *f, int v)
     sq_exec(f->path, q);
 }
 
-static const backend_t sqlite_backend = {"sqlite", 200,       sq_fresh,      sq_drop,
-                                         sq_lock,  sq_unlock, sq_set_version};
+static void sq_exec_fx(fx_t *f, const char *q)
+{
+    sq_exec(f->path, q);
+}
+
+static const backend_t sqlite_backend = {"sqlite", 200,       sq_fresh,       sq_drop,
+                                         sq_lock,  sq_unlock, sq_set_version, sq_exec_fx};
 
 /* ---------------------------------------------------------------- MariaDB */
 
@@ -196,8 +203,15 @@ static void my_set_version(fx_t *f, int v)
     mysql_close(m);
 }
 
-static const backend_t mysql_backend = {"mysql", 1000,      my_fresh,      my_drop,
-                                        my_lock, my_unlock, my_set_version};
+static void my_exec_fx(fx_t *f, const char *q)
+{
+    MYSQL *m = admin(f->db);
+    sql(m, q);
+    mysql_close(m);
+}
+
+static const backend_t mysql_backend = {"mysql", 1000,      my_fresh,       my_drop,
+                                        my_lock, my_unlock, my_set_version, my_exec_fx};
 
 /* MYSQL_URL = mysql://user:pass@host:port/anything; without it the MariaDB group skips. */
 static int mysql_server(void)
@@ -819,6 +833,52 @@ static void test_deadline_under_lock(void **state)
     store_close(s);
 }
 
+/* A query that fails (its table gone from under the connection's prepared statements)
+ * returns STORE_ERR naming its step, hands out no rows, and leaves the connection and its
+ * statements usable once the table is back. */
+static void test_failed_query(void **state)
+{
+    FX(f);
+    int64_t v = create_seckill(f->s, 1, 10);
+    store_order_t o = mk(501, 3001, v, 1700000000);
+    size_t ins, conf;
+    assert_int_equal(store_orders_write(f->s, &o, 1, &ins, &conf, NULL), STORE_OK);
+    assert_int_equal(ins, 1);
+    store_order_t *list, got;
+    size_t n;
+    int64_t orders, stock;
+    /* prepared and used once before the table goes */
+    assert_int_equal(store_orders_of_user(f->s, 3001, 10, &list, &n), STORE_OK);
+    assert_int_equal(n, 1);
+    free(list);
+    assert_int_equal(store_order_get(f->s, 501, &got), STORE_OK);
+    assert_int_equal(store_voucher_counts(f->s, v, &orders, &stock), STORE_OK);
+
+    B->exec(f, "ALTER TABLE tb_voucher_order RENAME TO tb_voucher_order_away");
+    list = (store_order_t *)&got;
+    n = 7;
+    assert_int_equal(store_orders_of_user(f->s, 3001, 10, &list, &n), STORE_ERR);
+    print_message("%s: %s\n", B->name, store_errmsg(f->s));
+    assert_non_null(strstr(store_errmsg(f->s), ": orders of user: "));
+    assert_null(list);
+    assert_int_equal(n, 0);
+    assert_int_equal(store_order_get(f->s, 501, &got), STORE_ERR);
+    assert_non_null(strstr(store_errmsg(f->s), ": order get: "));
+    assert_int_equal(store_voucher_counts(f->s, v, &orders, &stock), STORE_ERR);
+    assert_non_null(strstr(store_errmsg(f->s), ": count"));
+
+    B->exec(f, "ALTER TABLE tb_voucher_order_away RENAME TO tb_voucher_order");
+    assert_int_equal(store_orders_of_user(f->s, 3001, 10, &list, &n), STORE_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(list[0].id, 501);
+    free(list);
+    assert_int_equal(store_order_get(f->s, 501, &got), STORE_OK);
+    assert_int_equal(got.user_id, 3001);
+    assert_int_equal(store_voucher_counts(f->s, v, &orders, &stock), STORE_OK);
+    assert_int_equal(orders, 1);
+    assert_int_equal(stock, 9);
+}
+
 /* ---------------------------------------------------------------- one backend only */
 
 /* Two connections of one process creating users, as two job-pool threads do in a login
@@ -1035,6 +1095,7 @@ int main(void)
         CONTRACT(test_orders_fenced_by_epoch),
         CONTRACT(test_orders_of_user),
         CONTRACT(test_deadline_under_lock),
+        CONTRACT(test_failed_query),
         CONTRACT(test_sync_order),
         CONTRACT(test_lab_calls),
     };
