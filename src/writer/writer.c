@@ -107,7 +107,6 @@
 #include "sale/sentry.h"
 #include "store/store.h"
 #include "core/url.h"
-#include "writer/wprio.h"
 #include "writer/writer.h"
 
 #define STREAMS_REFRESH_MS 1000
@@ -180,9 +179,7 @@ struct writer {
 
     char name[128];                  /* consumer name */
     int batch, block_ms, claim_idle_ms, redis_timeout_ms, sql_timeout_ms;
-    int nice;                      /* added to the thread's nice value at its start */
-    int idle_lag_ms, pace_ms;      /* wprio.h: idle class while it keeps up, commit pacing */
-    wprio_t prio;                  /* the thread's own */
+    int nice;                        /* added to the thread's nice value at its start */
     int wait_replicas;               /* --redis-wait-replicas: write only replicated orders */
     url_redis_t addr;
 
@@ -733,9 +730,7 @@ static int sql_write(writer_t *wr, size_t n, size_t *inserted, size_t *conflicts
             wr->st = store_open(wr->app->db_url, wr->sql_timeout_ms, err, sizeof err);
         }
         if (wr->st) {
-            wprio_hold(&wr->prio);   /* SQL's write lock: never held at idle priority */
             int wrc = store_orders_write(wr->st, wr->orders, n, inserted, conflicts, fenced);
-            wprio_release(&wr->prio);
             if (wrc == STORE_OK) {
                 if (wr->sql_down)
                     log_info("writer: SQL writes work again (%zu orders written)", *inserted);
@@ -1692,14 +1687,26 @@ static void final_drain(writer_t *wr)
         log_info("writer: wrote %zu queued stream entries before stopping", total);
 }
 
-/* The writer's thread yields the CPU to the workers (wprio.h): its work can wait (every
- * admitted order is safe in the stream until its commit and XACK), the answers cannot. On
- * a host with as many busy threads as cores (two workers, redis-server, the writer) a
- * writer at the workers' priority takes its fair share right when the sale's grabs
- * arrive; niced (--writer-nice) it runs in the gaps, commits bigger batches and catches
- * up once the stock is gone. --writer-pace-ms spaces its short reads (fewer commits);
- * with --writer-idle-lag-ms it runs in the idle class, and leaves it when it falls behind
- * for that long. */
+/* The writer's thread yields the CPU to the workers: its work can wait (every admitted
+ * order is safe in the stream until its commit and XACK), the answers cannot. On a host
+ * with as many busy threads as cores (two workers, redis-server, the writer) a writer at
+ * the workers' priority takes its fair share right when the sale's grabs arrive; niced
+ * (--writer-nice) it runs in the gaps, commits bigger batches and catches up once the
+ * stock is gone. Linux keeps the nice value per thread: it is set on the writer's thread
+ * id, so the workers keep theirs. */
+static void lower_priority(int nice)
+{
+    errno = 0;
+    int cur = getpriority(PRIO_PROCESS, (id_t)gettid());
+    if (cur == -1 && errno != 0)
+        cur = 0;
+    int want = cur + (nice > 0 ? nice : 0);
+    if (want > 19)
+        want = 19;
+    if (want != cur && setpriority(PRIO_PROCESS, (id_t)gettid(), want) != 0)
+        log_warn("writer: cannot lower its priority to nice %d: %s", want, strerror(errno));
+}
+
 static void *writer_main(void *arg)
 {
     writer_t *wr = arg;
@@ -1707,7 +1714,7 @@ static void *writer_main(void *arg)
     int idle_ms = 0;   /* sub-writer: current poll interval while quiet */
     log_set_thread_name("writer");
     pthread_setname_np(pthread_self(), "writer");   /* top -H, the bench's timeline */
-    wprio_start(&wr->prio, wr->nice, wr->idle_lag_ms, wr->pace_ms);
+    lower_priority(wr->nice);
     log_info("writer: consumer %s of group %s, batch %d, block %d ms, claim idle %d ms",
              wr->name, KEY_GROUP, wr->batch, wr->block_ms, wr->claim_idle_ms);
     while (!stopping(wr)) {
@@ -1768,7 +1775,6 @@ static void *writer_main(void *arg)
             wr->streams_at = 0;
             continue;
         }
-        wprio_read_begins(&wr->prio, clock_mono_ms());
         int got = read_group(wr, 0, wr->block_ms);
         if (got < 0)
             continue;
@@ -1778,10 +1784,6 @@ static void *writer_main(void *arg)
             gave_up = 1;
             break;
         }
-        /* caught up: let the next orders gather (fewer commits, each an fsync) */
-        int pause = rc == 0 ? wprio_after_batch(&wr->prio, got, wr->batch, clock_mono_ms()) : 0;
-        if (pause > 0 && !wr->node_mode)
-            nap(wr, pause);
         if (wr->node_mode) {
             /* No BLOCK across slots (read_group_node): poll, backing off while quiet
              * from IDLE_MIN_MS to IDLE_MAX_MS (never beyond block_ms). */
@@ -1822,8 +1824,6 @@ static writer_t *writer_new(struct app *app, const url_redis_t *addr)
     wr->batch = c->writer_batch > 0 ? c->writer_batch : 512;
     wr->block_ms = c->writer_block_ms > 0 ? c->writer_block_ms : 1000;
     wr->nice = c->writer_nice;
-    wr->idle_lag_ms = c->writer_idle_lag_ms;
-    wr->pace_ms = c->writer_pace_ms;
     wr->claim_idle_ms = c->claim_idle_ms > 0 ? c->claim_idle_ms : 30000;
     wr->drains = c->mode == MODE_STREAM;
     wr->sweep_ms = c->writer_drain_sweep_ms > 0 ? c->writer_drain_sweep_ms : 60000;
