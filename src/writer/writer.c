@@ -56,8 +56,8 @@
  * one order of it that cannot be written makes the whole entry a dead letter (below).
  * COUNT batch counts entries, so a batch holds up to 64 x batch orders.
  *
- * An entry that can never parse (missing or non-numeric id/userId/voucherId, or a
- * voucherId that is not its stream's), or that the admission script would never have
+ * An entry that can never parse (no os field, a missing or non-numeric order or user id:
+ * sentry.h), or that the admission script would never have
  * written (a user id past 2^53-1, a time before 2000 or past this host's clock + 1 h or
  * outside the voucher's sale window, a voucher SQL does not have: check_vouchers), would
  * otherwise reach SQL -- or, with a time SQL cannot store, fail every retry of its batch
@@ -628,12 +628,11 @@ static int parse_entry(writer_t *wr, size_t si, const redisReply *er)
     e->fields = f;
     if (f->type != REDIS_REPLY_ARRAY || f->elements % 2 != 0)
         e->fields = NULL;   /* nothing to copy into the dead letter */
-    /* The entry's format, many orders, one compact or named: sentry.h. An entry is one
-     * unit: all its orders are written, or (one of them bad) it goes to the dead letters
-     * whole. */
+    /* The entry's format: sentry.h. An entry is one unit: all its orders are written, or
+     * (one of them bad) it goes to the dead letters whole. */
     sentry_it_t it;
     size_t bound;
-    if (sentry_open_lazy(f, wr->streams[si].vid, &it, &bound, &e->reason) != 0)
+    if (sentry_open(f, &it, &bound, &e->reason) != 0)
         return 0;
     if (wr->norders + bound > wr->caporders) {
         while (wr->norders + bound > wr->caporders)
@@ -648,7 +647,7 @@ static int parse_entry(writer_t *wr, size_t si, const redisReply *er)
     size_t no = 0;
     sentry_t se;
     int rc;
-    while ((rc = sentry_take(&it, &se, &e->reason)) == 1) {
+    while ((rc = sentry_next(&it, &se, &e->reason)) == 1) {
         store_order_t *o = &wr->orders[e->o0 + no++];
         o->id = se.order_id;
         o->user_id = se.user_id;
@@ -665,8 +664,7 @@ static int parse_entry(writer_t *wr, size_t si, const redisReply *er)
             e->reason = "time out of range";
             return 0;
         }
-        /* ep: the voucher's Redis generation at admission (admit.lua); entries written
-         * before generations existed have none, i.e. 0. */
+        /* ep: the voucher's Redis generation at admission (admit.lua) */
         o->epoch = se.ep;
         o->status = 1;
     }
