@@ -19,7 +19,7 @@
  * Checks: the connection is always freed once the client has sent everything and shut
  * down its side; nothing hangs; the server only ever writes HTTP/1.1 responses; no
  * handler replies twice (fuzz_common.c); ASan/UBSan/LSan see nothing. */
-#include "http.c"
+#include "http/http.c"
 
 #include <hiredis/hiredis.h>
 

@@ -5,7 +5,7 @@
  * GetReply) into the redisReply tree the service would get. Byte 0 picks the reader:
  *   0, 1  the order writer's stream parsing: parse_read() of an XREADGROUP reply (new
  *         entries / own pending entries with cursors), then the XACK and dead-letter
- *         commands built from what it parsed (append_acks, append_dead);
+ *         commands built from what it parsed (append_acks, writer_dead_append);
  *   2     the admission verdict (admission_try -> on_admit, EVALSHA reply);
  *   3     the login lookup (auth_resolve -> HGETALL reply -> user), and the user's
  *         nickName and icon written as JSON the way /user/me does;
@@ -20,7 +20,7 @@
  * Checks: every parsed order is complete and belongs to its stream; entry ids and
  * cursors fit their buffers; every callback runs exactly once with a legal result;
  * every HTTP answer is one valid JSON envelope; no sanitizer report. */
-#include "writer.c"
+#include "writer/writer.c"
 
 #include <jansson.h>
 
@@ -128,7 +128,7 @@ static void fuzz_writer(const redisReply *rep, int pending)
     append_acks(&wr);
     for (size_t i = 0; i < wr.nents; i++) {
         if (wr.ents[i].kind == E_DEAD) {
-            append_dead(&wr, &wr.ents[i]);
+            writer_dead_append(&wr, &wr.ents[i]);
         }
     }
     wr.nents = 0;

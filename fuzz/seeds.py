@@ -124,16 +124,14 @@ def entry(eid, **f):
 
 S1, S42 = "seckill:stream:{1}", "seckill:stream:{42}"
 redis = {
-    "xread": b"\x00" + resp([[S42, [entry("1700000000000-0", id="123", userId="7",
-                                            voucherId="42", ts="1700000000"),
-                                      entry("1700000000000-1", id="124", userId="8",
-                                            voucherId="42")]]]),
-    "xread-pending": b"\x01" + resp([[S1, [entry("1-0", id="5", userId="6", voucherId="1")]],
+    "xread": b"\x00" + resp([[S42, [entry("1700000000000-0", os="1700000000 0 123 7 125 9"),
+                                      entry("1700000000000-1", os="0 2 124 8")]]]),
+    "xread-pending": b"\x01" + resp([[S1, [entry("1-0", os="1700000000 0 5 6")]],
                                      [S42, []]]),
-    "xread-dead": b"\x00" + resp([[S42, [entry("2-0", id="x", userId="7", voucherId="42"),
-                                         entry("2-1", id="9", userId="7", voucherId="1"),
-                                         ["2-2", None], ["2-3", ["id"]],
-                                         ["2-4", ["id", 5, "userId", "7"]]]]]),
+    "xread-dead": b"\x00" + resp([[S42, [entry("2-0", os="1700000000 0 x 7"),
+                                         entry("2-1", id="9", userId="7", voucherId="42"),
+                                         ["2-2", None], ["2-3", ["os"]],
+                                         ["2-4", ["os", 5]]]]]),
     "xread-nil": b"\x00" + resp(None),
     "admit-ok": b"\x02" + resp(0),
     "admit-soldout": b"\x02" + resp(1),

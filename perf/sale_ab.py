@@ -4,7 +4,7 @@
     python3 perf/sale_ab.py [--rounds N] [--rate R] [--stock S] [--users U] [--rt] VARIANT [VARIANT ...]
 
 A VARIANT is a seckill binary, optionally followed by serve flags after commas:
-`build/seckill`, `/tmp/old`, `build/seckill,--writer-idle-lag-ms=0,--writer-pace-ms=0`;
+`build/seckill`, `/tmp/old`, `build/seckill,--writer-nice=0`;
 or `nginx`: the control (perf/nginx_sale.py, which `make perf` runs after each sale too),
 nginx answering every request with the course's sold-out body, driven by the same bench
 (--bench, else build/seckill) -- a tail it shows too is the

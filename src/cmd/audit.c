@@ -469,62 +469,42 @@ static int in_flight(const vdata_t *d, sid_t id)
     return bench_redis_sid_cmp(id, d->last_delivered) > 0;
 }
 
+/* One entry of the stream (sentry_scan): its orders into d's stream arrays. */
+static int stream_entry(void *ctx, const char *eid, const sentry_t *o, size_t n,
+                        const char *reason)
+{
+    vdata_t *d = ctx;
+    sid_t sid;
+    if (bench_redis_sid_parse(eid, &sid) != 0)
+        return 0;
+    if (reason != NULL) {
+        d->st_bad++;
+        return 0;
+    }
+    int flight = in_flight(d, sid);
+    if (d->have_snap_last && bench_redis_sid_cmp(sid, d->snap_last) <= 0)
+        d->st_orders += (int64_t)n;
+    for (size_t i = 0; i < n; i++) {   /* an entry holds one call's orders */
+        int64_t user = o[i].user_id, oid = o[i].order_id;
+        pairs_push(&d->st_by_user, user, oid);
+        pairs_push(&d->st_by_order, oid, user);
+        int64_t ts = o[i].ts > 0 ? o[i].ts : (int64_t)(sid.ms / 1000);
+        if (d->r_has_window && (ts < d->r_begin || ts >= d->r_end)) {
+            if (d->st_outside++ == 0)
+                d->st_outside_example = oid;
+        }
+        if (flight) {
+            pairs_push(&d->inflight_users, user, oid);
+            pairs_push(&d->inflight_orders, oid, user);
+        }
+    }
+    return 0;
+}
+
 static int read_stream(redisContext *c, vdata_t *d, char *err, size_t errlen)
 {
-    char why[256], start[64] = "-";
-    for (;;) {
-        redisReply *r = rconn_cmdf(c, why, sizeof why, "XRANGE %s %s + COUNT %d", d->ks, start, PAGE);
-        if (!r) {
-            snprintf(err, errlen, "XRANGE %s: %s", d->ks, why);
-            return -1;
-        }
-        if (r->type != REDIS_REPLY_ARRAY) {
-            freeReplyObject(r);
-            snprintf(err, errlen, "XRANGE %s: unexpected reply", d->ks);
-            return -1;
-        }
-        size_t n = r->elements;
-        for (size_t i = 0; i < n; i++) {
-            const redisReply *e = r->element[i];
-            if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
-                e->element[0]->type != REDIS_REPLY_STRING)
-                continue;
-            const char *eid = e->element[0]->str;
-            if (i + 1 == n)
-                snprintf(start, sizeof start, "(%s", eid);
-            sid_t sid;
-            if (bench_redis_sid_parse(eid, &sid) != 0)
-                continue;
-            sentry_it_t it;   /* the entry format: sentry.h */
-            sentry_t se;
-            size_t no;
-            const char *why_bad;
-            if (sentry_open(e->element[1], d->vid, &it, &no, &why_bad) != 0) {
-                d->st_bad++;
-                continue;
-            }
-            int flight = in_flight(d, sid);
-            if (d->have_snap_last && bench_redis_sid_cmp(sid, d->snap_last) <= 0)
-                d->st_orders += (int64_t)no;
-            while (sentry_next(&it, &se)) {   /* an entry holds one call's orders */
-                int64_t user = se.user_id, oid = se.order_id;
-                pairs_push(&d->st_by_user, user, oid);
-                pairs_push(&d->st_by_order, oid, user);
-                int64_t ts = se.ts > 0 ? se.ts : (int64_t)(sid.ms / 1000);
-                if (d->r_has_window && (ts < d->r_begin || ts >= d->r_end)) {
-                    if (d->st_outside++ == 0)
-                        d->st_outside_example = oid;
-                }
-                if (flight) {
-                    pairs_push(&d->inflight_users, user, oid);
-                    pairs_push(&d->inflight_orders, oid, user);
-                }
-            }
-        }
-        freeReplyObject(r);
-        if (n < PAGE)
-            break;
-    }
+    if (sentry_scan(c, d->ks, stream_entry, d, err, errlen) != 0)   /* sentry.h */
+        return -1;
     pairs_sort(&d->st_by_user);
     pairs_sort(&d->st_by_order);
     pairs_sort(&d->inflight_users);

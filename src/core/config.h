@@ -57,8 +57,6 @@ typedef struct config {
     int writer_batch;           /* orders per SQL transaction at most, default 512 */
     int writer_block_ms;        /* XREADGROUP BLOCK, default 1000 */
     int writer_nice;            /* the writer thread's nice above the workers', default 10 */
-    int writer_idle_lag_ms;     /* > 0: idle class while it keeps up; behind this long: nice again */
-    int writer_pace_ms;         /* caught up: read (and commit) at most every this many ms */
     int writer_drain_sweep_ms;  /* the drained streams' safety net: a sweep this often */
     int claim_idle_ms;          /* adopt entries idle longer than this, default 30000 */
     int max_conns;              /* per worker; 0 = 10000 or what the fd limit allows (fdlimit.h) */

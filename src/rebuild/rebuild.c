@@ -96,49 +96,43 @@ static int read_sql_orders(store_t *st, int64_t vid, pairs_t *out, char *err, si
     return 0;
 }
 
+/* read_stream's state while sentry_scan reads the stream. */
+typedef struct stream_seen {
+    int64_t epoch;
+    int64_t *ids;
+    size_t nids, cap;
+    pairs_t *cur;
+} stream_seen_t;
+
+static int stream_entry(void *ctx, const char *id, const sentry_t *o, size_t n,
+                        const char *reason)
+{
+    stream_seen_t *s = ctx;
+    (void)id;
+    (void)reason;   /* a bad entry: the writer moves it to the dead letters */
+    for (size_t i = 0; i < n; i++) {   /* an entry holds one call's orders */
+        if (s->nids == s->cap) {
+            s->cap = s->cap ? s->cap * 2 : 1024;
+            s->ids = xrealloc(s->ids, s->cap * sizeof *s->ids);
+        }
+        s->ids[s->nids++] = o[i].order_id;
+        if (o[i].ep == s->epoch)
+            pairs_push(s->cur, o[i].user_id, o[i].order_id);
+    }
+    return 0;
+}
+
 /* Every entry of a surviving stream: all order ids (sorted), and the (user, order) of the
  * entries of generation epoch, sorted by user. */
-static int read_stream(redisContext *c, const char *ks, int64_t vid, int64_t epoch,
-                       int64_t **ids, size_t *nids, pairs_t *cur, char *err, size_t errlen)
+static int read_stream(redisContext *c, const char *ks, int64_t epoch, int64_t **ids,
+                       size_t *nids, pairs_t *cur, char *err, size_t errlen)
 {
-    char start[64] = "-", why[256];
-    size_t cap = 0;
-    for (;;) {
-        redisReply *r = rconn_cmdf(c, why, sizeof why, "XRANGE %s %s + COUNT %d", ks, start, PAGE);
-        if (!r || r->type != REDIS_REPLY_ARRAY) {
-            snprintf(err, errlen, "XRANGE %s: %s", ks, r ? "unexpected reply" : why);
-            if (r)
-                freeReplyObject(r);
-            return -1;
-        }
-        size_t n = r->elements;
-        for (size_t i = 0; i < n; i++) {
-            const redisReply *e = r->element[i];
-            if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
-                e->element[0]->type != REDIS_REPLY_STRING)
-                continue;
-            if (i + 1 == n)
-                snprintf(start, sizeof start, "(%s", e->element[0]->str);
-            sentry_it_t it;
-            sentry_t se;
-            size_t no;
-            const char *why_bad;
-            if (sentry_open(e->element[1], vid, &it, &no, &why_bad) != 0)
-                continue;   /* the writer moves such an entry to the dead letters */
-            while (sentry_next(&it, &se)) {   /* an entry holds one call's orders */
-                if (*nids == cap) {
-                    cap = cap ? cap * 2 : 1024;
-                    *ids = xrealloc(*ids, cap * sizeof **ids);
-                }
-                (*ids)[(*nids)++] = se.order_id;
-                if (se.ep == epoch)
-                    pairs_push(cur, se.user_id, se.order_id);
-            }
-        }
-        freeReplyObject(r);
-        if (n < PAGE)
-            break;
-    }
+    stream_seen_t s = {epoch, *ids, *nids, *nids, cur};
+    int rc = sentry_scan(c, ks, stream_entry, &s, err, errlen);
+    *ids = s.ids;
+    *nids = s.nids;
+    if (rc != 0)
+        return -1;
     if (*nids > 1)
         qsort(*ids, *nids, sizeof **ids, cmp_i64);
     pairs_sort(cur);
@@ -535,7 +529,7 @@ int rebuild_voucher(redisContext *c, redisContext *g, store_t *st, int64_t vid,
         goto out;
     }
     if (res->stream_survived &&
-        read_stream(c, ks, vid, res->epoch, &sids, &nsids, &cur, err, errlen) != 0)
+        read_stream(c, ks, res->epoch, &sids, &nsids, &cur, err, errlen) != 0)
         goto out;
     for (size_t i = 0; i < cur.n; i++)
         if ((i == 0 || cur.v[i].a != cur.v[i - 1].a) && pairs_find(&sql, cur.v[i].a) < 0)

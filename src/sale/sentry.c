@@ -1,24 +1,19 @@
-/* sentry.c -- reading an order stream entry: many orders, one order compact, or named
- * (sentry.h). */
+/* sentry.c -- reading the order stream's entries (sentry.h): one entry's orders, and a
+ * whole stream in pages. */
 #include "sale/sentry.h"
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <hiredis/hiredis.h>
 
-#include "core/sb.h"
+#include "core/xmem.h"
+#include "redis/rconn.h"
 
-/* A decimal id or number of an entry (sb_parse_pos); zero_ok: "0" too. */
-static int dec(const char *z, size_t n, int zero_ok, int64_t *out)
-{
-    if (zero_ok && n == 1 && z[0] == '0') {
-        *out = 0;
-        return 0;
-    }
-    return sb_parse_pos(z, n, out);
-}
+#define SCAN_PAGE 10000   /* entries per XRANGE of sentry_scan */
 
 static int is_str(const redisReply *r)
 {
@@ -58,8 +53,9 @@ static int64_t eight_digits(const char *s)
 }
 
 /* The next space-separated number of [*p, end) into *out (zero_ok: "0" too), *p moved
- * past it and its one separating space. 0, or -1 when missing or bad. What dec() accepts,
- * in one pass over the bytes (no memchr first): the writer reads two per order, twice. */
+ * past it and its one separating space. 0, or -1 when missing or bad: a positive decimal
+ * (or "0" with zero_ok) that fits an int64_t, no sign, no leading or trailing space. One
+ * pass over the bytes (no memchr first): the writer reads two per order. */
 static int next_num(const char **p, const char *end, int zero_ok, int64_t *out)
 {
     const char *s = *p;
@@ -91,126 +87,15 @@ static int next_num(const char **p, const char *end, int zero_ok, int64_t *out)
     return *p == end ? -1 : 0;   /* a trailing space */
 }
 
-/* next_num of a number open_many has already checked: digits up to a space or the end. */
-static int64_t checked_num(const char **p, const char *end)
-{
-    const char *s = *p;
-    uint64_t v = 0;
-    for (; s < end && *s != ' '; s++)
-        v = v * 10 + (uint64_t)(*s - '0');
-    *p = s < end ? s + 1 : end;
-    return (int64_t)v;
-}
-
-/* "<ts> <ep> <orderId> <userId> ...": checks every number (lazy: ts and ep only, and
- * *norders is a bound: sentry_take checks the pairs); it at the first pair. */
-static int open_many(const redisReply *v, sentry_it_t *it, size_t *norders, int lazy,
-                     const char **reason)
-{
-    const char *p = v->str, *end = v->str + v->len;
-    if (next_num(&p, end, 1, &it->cur.ts) != 0) {
-        *reason = "bad ts";
-        return -1;
-    }
-    if (next_num(&p, end, 1, &it->cur.ep) != 0) {
-        *reason = "bad ep";
-        return -1;
-    }
-    it->p = p;
-    it->end = end;
-    if (lazy) {
-        /* a pair and its space take 4 bytes at least ("1 1 "), the last one 3 */
-        size_t bound = ((size_t)(end - p) + 1) / 4;
-        it->lazy = 1;
-        it->left = *norders = bound > SENTRY_MAX_ORDERS ? SENTRY_MAX_ORDERS : bound;
-        return 0;
-    }
-    size_t n = 0;
-    int64_t num;
-    do {
-        if (next_num(&p, end, 0, &num) != 0) {
-            *reason = "missing or bad id";
-            return -1;
-        }
-        if (next_num(&p, end, 0, &num) != 0) {
-            *reason = "missing or bad userId";
-            return -1;
-        }
-        if (++n > SENTRY_MAX_ORDERS) {
-            *reason = "more orders than one admission call writes";
-            return -1;
-        }
-    } while (p < end);
-    it->left = *norders = n;
-    return 0;
-}
-
-/* "<orderId> <userId> <ts> <ep>" */
-static int parse_compact(const redisReply *v, sentry_t *out, const char **reason)
-{
-    static const char *const bad[4] = {"missing or bad id", "missing or bad userId",
-                                       "bad ts", "bad ep"};
-    int64_t num[4];
-    const char *p = v->str, *end = v->str + v->len;
-    for (int k = 0; k < 4; k++) {
-        const char *sp = memchr(p, ' ', (size_t)(end - p));
-        const char *e = k < 3 ? sp : end;
-        if (e == NULL || (k == 3 && sp != NULL) || dec(p, (size_t)(e - p), k >= 2, &num[k]) != 0) {
-            *reason = bad[k];
-            return -1;
-        }
-        p = e + (k < 3);
-    }
-    out->order_id = num[0];
-    out->user_id = num[1];
-    out->ts = num[2];
-    out->ep = num[3];
-    return 0;
-}
-
-/* The named form's fields into *out. */
-static int parse_named(const redisReply *fid, const redisReply *fuser,
-                       const redisReply *fvoucher, const redisReply *fts,
-                       const redisReply *fep, int64_t voucher_id, sentry_t *out,
-                       const char **reason)
-{
-    int64_t vid = 0;
-    if (!fid || dec(fid->str, fid->len, 0, &out->order_id) != 0) {
-        *reason = "missing or bad id";
-        return -1;
-    }
-    if (!fuser || dec(fuser->str, fuser->len, 0, &out->user_id) != 0) {
-        *reason = "missing or bad userId";
-        return -1;
-    }
-    if (!fvoucher || dec(fvoucher->str, fvoucher->len, 0, &vid) != 0) {
-        *reason = "missing or bad voucherId";
-        return -1;
-    }
-    if (vid != voucher_id) {
-        *reason = "voucherId is not the stream's voucher";
-        return -1;
-    }
-    if (fts && dec(fts->str, fts->len, 0, &out->ts) != 0)
-        out->ts = 0;
-    if (fep && dec(fep->str, fep->len, 1, &out->ep) != 0) {
-        *reason = "bad ep";
-        return -1;
-    }
-    return 0;
-}
-
-static int open_entry(const redisReply *f, int64_t voucher_id, sentry_it_t *it,
-                      size_t *norders, int lazy, const char **reason)
+int sentry_open(const redisReply *f, sentry_it_t *it, size_t *bound, const char **reason)
 {
     memset(it, 0, sizeof *it);
-    *norders = 0;
+    *bound = 0;
     if (f == NULL || f->type != REDIS_REPLY_ARRAY || f->elements % 2 != 0) {
         *reason = "fields are not field/value pairs";
         return -1;
     }
-    const redisReply *fos = NULL, *fo = NULL, *fid = NULL, *fuser = NULL, *fvoucher = NULL,
-                     *fts = NULL, *fep = NULL;
+    const redisReply *os = NULL;
     for (size_t i = 0; i + 1 < f->elements; i += 2) {
         const redisReply *k = f->element[i], *v = f->element[i + 1];
         if (!is_str(k) || !is_str(v)) {
@@ -218,76 +103,105 @@ static int open_entry(const redisReply *f, int64_t voucher_id, sentry_it_t *it,
             return -1;
         }
         if (str_eq(k, "os"))
-            fos = v;
-        else if (str_eq(k, "o"))
-            fo = v;
-        else if (str_eq(k, "id"))
-            fid = v;
-        else if (str_eq(k, "userId"))
-            fuser = v;
-        else if (str_eq(k, "voucherId"))
-            fvoucher = v;
-        else if (str_eq(k, "ts"))
-            fts = v;
-        else if (str_eq(k, "ep"))
-            fep = v;
+            os = v;
     }
-    if (fos != NULL)
-        return open_many(fos, it, norders, lazy, reason);
-    int rc = fo != NULL ? parse_compact(fo, &it->cur, reason)
-                        : parse_named(fid, fuser, fvoucher, fts, fep, voucher_id, &it->cur, reason);
-    if (rc != 0)
+    if (os == NULL) {
+        *reason = "no os field";
         return -1;
-    it->left = *norders = 1;
-    return 0;
-}
-
-int sentry_open(const redisReply *f, int64_t voucher_id, sentry_it_t *it, size_t *norders,
-                const char **reason)
-{
-    return open_entry(f, voucher_id, it, norders, 0, reason);
-}
-
-int sentry_open_lazy(const redisReply *f, int64_t voucher_id, sentry_it_t *it, size_t *bound,
-                     const char **reason)
-{
-    return open_entry(f, voucher_id, it, bound, 1, reason);
-}
-
-int sentry_take(sentry_it_t *it, sentry_t *out, const char **reason)
-{
-    if (!it->lazy)
-        return sentry_next(it, out);
-    /* What open_many checks, pair by pair, with its reasons: the first pair must be there,
-     * and no more pairs than one admission call writes. */
-    if (it->p == it->end && it->taken > 0)
-        return 0;
-    *out = it->cur;
-    if (next_num(&it->p, it->end, 0, &out->order_id) != 0) {
+    }
+    const char *p = os->str, *end = os->str + os->len;
+    if (next_num(&p, end, 1, &it->ts) != 0) {
+        *reason = "bad ts";
+        return -1;
+    }
+    if (next_num(&p, end, 1, &it->ep) != 0) {
+        *reason = "bad ep";
+        return -1;
+    }
+    if (p == end) {
         *reason = "missing or bad id";
         return -1;
     }
-    if (next_num(&it->p, it->end, 0, &out->user_id) != 0) {
+    it->p = p;
+    it->end = end;
+    /* a pair and its space take 4 bytes at least ("1 1 "), the last one 3; 1 for what is
+     * too short to be a pair (sentry_next says why) */
+    size_t n = ((size_t)(end - p) + 1) / 4;
+    it->bound = *bound = n > SENTRY_MAX_ORDERS ? SENTRY_MAX_ORDERS : n > 0 ? n : 1;
+    return 0;
+}
+
+int sentry_next(sentry_it_t *it, sentry_t *out, const char **reason)
+{
+    if (it->p == it->end)
+        return 0;
+    int64_t order_id, user_id;
+    if (next_num(&it->p, it->end, 0, &order_id) != 0) {
+        *reason = "missing or bad id";
+        return -1;
+    }
+    if (next_num(&it->p, it->end, 0, &user_id) != 0) {
         *reason = "missing or bad userId";
         return -1;
     }
-    if (++it->taken > it->left) {
+    /* *out untouched past the bound: a reader may have made room for that many only */
+    if (it->taken == it->bound) {
         *reason = "more orders than one admission call writes";
         return -1;
     }
+    it->taken++;
+    out->order_id = order_id;
+    out->user_id = user_id;
+    out->ts = it->ts;
+    out->ep = it->ep;
     return 1;
 }
 
-int sentry_next(sentry_it_t *it, sentry_t *out)
+int sentry_scan(redisContext *c, const char *key, sentry_scan_fn fn, void *ctx, char *err,
+                size_t errlen)
 {
-    if (it->left == 0)
-        return 0;
-    it->left--;
-    *out = it->cur;
-    if (it->p == NULL)
-        return 1;   /* the one order of an o or named entry */
-    /* os: checked whole by open_many, so every pair is there and parses */
-    out->order_id = checked_num(&it->p, it->end);
-    out->user_id = checked_num(&it->p, it->end);
-    return 1;
+    char start[64] = "-", why[256];
+    sentry_t *orders = NULL;
+    size_t cap = 0;
+    int rc = 0;
+    for (;;) {
+        redisReply *r = rconn_cmdf(c, why, sizeof why, "XRANGE %s %s + COUNT %d", key, start,
+                                   SCAN_PAGE);
+        if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
+            snprintf(err, errlen, "XRANGE %s: %s", key, r ? "unexpected reply" : why);
+            if (r)
+                freeReplyObject(r);
+            rc = -1;
+            break;
+        }
+        size_t n = r->elements;
+        for (size_t i = 0; i < n && rc == 0; i++) {
+            const redisReply *e = r->element[i];
+            if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
+                e->element[0]->type != REDIS_REPLY_STRING)
+                continue;
+            const char *id = e->element[0]->str;
+            if (i + 1 == n)
+                snprintf(start, sizeof start, "(%s", id);
+            /* every order checked before fn sees any: an entry is one unit */
+            sentry_it_t it;
+            size_t bound, no = 0;
+            const char *reason = NULL;
+            int got = sentry_open(e->element[1], &it, &bound, &reason);
+            if (got == 0) {
+                if (bound > cap) {
+                    cap = bound;
+                    orders = xrealloc(orders, cap * sizeof *orders);
+                }
+                while ((got = sentry_next(&it, &orders[no], &reason)) == 1)
+                    no++;
+            }
+            rc = got == 0 ? fn(ctx, id, orders, no, NULL) : fn(ctx, id, NULL, 0, reason);
+        }
+        freeReplyObject(r);
+        if (rc != 0 || n < SCAN_PAGE)
+            break;
+    }
+    free(orders);
+    return rc == 0 ? 0 : -1;
 }

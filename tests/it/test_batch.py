@@ -45,7 +45,7 @@ def test_coalesced_sale_exact():
     # same codes in the course's order (sold out before duplicate), the same stream
     # entries (the writer and a rebuild from SQL read them) and the same Redis state.
     here = os.path.dirname(os.path.abspath(__file__))
-    with open(os.path.join(here, "..", "..", "scripts", "admit.lua")) as f:
+    with open(os.path.join(here, "..", "..", "src", "sale", "admit.lua")) as f:
         admit = f.read()
     buyers = [("77", "1001"), ("78", "1002"), ("77", "1003"), ("79", "1004"), ("78", "1005")]
     state, entries = {}, {}

@@ -262,8 +262,8 @@ def test_audit_catches_each_corruption():
 
     # a duplicate admission in the stream: the same user queued twice
     c = fresh()
-    c.redis.cmd("XADD", H.k_stream(vid), "*", "id", some[0] + 10**9, "userId", some[1],
-                "voucherId", vid, "ts", int(time.time()))
+    c.redis.cmd("XADD", H.k_stream(vid), "*", "os",
+                "%d 0 %d %d" % (int(time.time()), some[0] + 10**9, some[1]))
     expect("duplicate in the stream", c, ["dup-stream", "stream-entries"])
 
     # a missing order: admitted and answered, gone from SQL

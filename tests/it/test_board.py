@@ -24,7 +24,7 @@ from harness import check, eq
 
 DB_BACKENDS = ("sqlite",)      # the board reads Redis; one backend is enough
 BROWSER_DIR = os.path.join(H.ROOT, "tests", "browser")
-TRANSFER_LUA = open(os.path.join(H.ROOT, "scripts", "transfer.lua")).read()
+TRANSFER_LUA = open(os.path.join(H.ROOT, "src", "sale", "transfer.lua")).read()
 
 
 def _cluster(n=2):

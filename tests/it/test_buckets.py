@@ -35,7 +35,7 @@ from harness import check, eq
 
 DB_BACKENDS = ("sqlite",)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TRANSFER_LUA = open(os.path.join(ROOT, "scripts", "transfer.lua")).read()
+TRANSFER_LUA = open(os.path.join(ROOT, "src", "sale", "transfer.lua")).read()
 ME_PATH = "/voucher-order/of/me"     # a login path that needs only the user id
 
 
