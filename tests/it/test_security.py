@@ -225,7 +225,7 @@ def test_admin_token_compared_in_constant_time():
     used by api_admin_ok and api_metrics_ok): every byte of the configured token is
     looked at whatever the given one holds (read from the source, as a timing test would
     be flaky)."""
-    with open(os.path.join(ROOT, "src", "api.c"), encoding="utf-8") as f:
+    with open(os.path.join(ROOT, "src", "api", "api.c"), encoding="utf-8") as f:
         src = f.read()
     for caller in ("api_admin_ok", "api_metrics_ok"):
         m = re.search(r"\nint %s\([^)]*\)\s*\{(.*?)\n\}" % caller, src, re.S)
