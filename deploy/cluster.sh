@@ -15,7 +15,7 @@
 # on BASE_PORT+i-1), REDIS_PORT=6390, MYSQL_PORT=3390, THREADS=2 (per instance),
 # BIN=build/seckill, CLUSTER_DIR=./var/cluster, HMDP_HTML=<the course's html/hmdp folder, if
 # you have it: served at /, so its pages work against the cluster>, MODE=stream.
-# Needs: sh tools/deps.sh (redis-server, mariadb-server, nginx-light) and `make`.
+# Needs: sh tools/deps.sh test (redis-server, mariadb-server, nginx-light) and `make`.
 set -eu
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)

@@ -1,6 +1,6 @@
 #!/bin/sh
 # perf/profile.sh -- where the CPU goes: perf profiles of seckill serve and of its
-# redis-server while `seckill bench` drives one scenario (the analysis in docs/bench.md).
+# redis-server while `seckill bench` drives one scenario (docs/performance.md).
 #
 #   sh perf/profile.sh [grab|soldout|sale]     (default grab)
 #

@@ -21,7 +21,7 @@
 #   4. ratios     grab / redis-benchmark -P16, sold out / nginx static, and a final
 #                 `seckill audit` of everything the run sold
 # CPU time per request of the server and of redis-server comes from /proc/PID/stat over
-# each run. Results: stdout and build/perf/results.txt (docs/bench.md quotes them); each
+# each run. Results: stdout and build/perf/results.txt (docs/performance.md reads them); each
 # sale's timeline per 100 ms (latency, backlog, every thread's CPU and run-queue wait) in
 # build/perf/timeline-sale-RATE.tsv (the control's: timeline-nginx-sale-RATE.tsv).
 #
@@ -141,7 +141,7 @@ bench() {  # $1 label, rest: extra flags. Leaves $TMP/$1.json
 # leaves part of it out. grab_full counts from the load's start until the voucher's stream
 # is drained (nothing pending, nothing undelivered), split by thread.
 # The writer's commits so far (/metrics): its CPU per order falls with the orders per commit
-# (docs/bench.md, "The order writer per order").
+# (docs/performance.md, "Where the time goes").
 writer_commits() { curl -s "$URL/metrics" | awk '$1 == "seckill_writer_batches_total" {print int($2)}'; }
 grab_full_start() { G0=$(cpu_ticks "$SPID"); GW0=$(thread_ticks "$SPID" '^w[0-9]+$'); GR0=$(thread_ticks "$SPID" '^writer$'); GC0=$(writer_commits); }
 grab_full() {  # $1 voucher, $2 grabs, $3 label; sets GRAB_FULL_$3
@@ -250,7 +250,7 @@ PY
 }
 # The bench report's worst 100 ms slots; the machine's own CPU: spells when a probe thread's
 # fixed arithmetic ran several times slower in its own CPU time (the hypervisor, not a
-# process of this host; docs/bench.md "The tail at 20,000 req/s"), and the p99 of the
+# process of this host; docs/performance.md "What limits the figures"), and the p99 of the
 # requests that met none of them.
 tail_lines() {  # $1 label, $2 the bench's text report
     say "              $1 $(grep -m1 'worst 100ms' "$2" | sed 's/^ *//')"

@@ -3,7 +3,7 @@
 # build and a new one) serves a stock-0 flash sale on the embedded default with 2 worker
 # threads; every round drives nginx `return 200` (the same body, 2 workers) and then each
 # BIN with wrk -t2 -c64 (perf/grab.lua: a new signed-token user per request), alternating,
-# so all see the same machine load. docs/bench.md quotes it.
+# so all see the same machine load. docs/performance.md, "The A/B tools".
 #
 #   sh perf/soldout_ab.sh [VARIANT ...]      default: build/seckill
 #

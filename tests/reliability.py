@@ -172,7 +172,7 @@ VG_SUMMARY_RE = re.compile(r"ERROR SUMMARY: (\d+) errors")
 def run_valgrind(args, tmp, results, rp):
     if not shutil.which("valgrind"):
         rp.report(results, "valgrind", False, 0, "", "valgrind is not installed "
-                  "(sh tools/deps.sh)")
+                  "(sh tools/deps.sh test)")
         return
     logdir = os.path.join(tmp, "valgrind")
     os.makedirs(logdir, exist_ok=True)

@@ -54,7 +54,7 @@ int html_report_begin(FILE *f, const char *title, char *err, size_t errlen)
 {
     FILE *js = fopen(HTML_REPORT_DYGRAPHS, "r");
     if (!js) {
-        snprintf(err, errlen, "%s: %s (apt-get install libjs-dygraphs; tools/deps.sh does)",
+        snprintf(err, errlen, "%s: %s (apt-get install libjs-dygraphs; `sh tools/deps.sh test` does)",
                  HTML_REPORT_DYGRAPHS, strerror(errno));
         return -1;
     }

@@ -2,7 +2,7 @@
  * (`seckill lab --html`; reusable by any tool that has figures to draw).
  *
  * The charts are drawn by dygraphs, read from Debian's libjs-dygraphs
- * (/usr/share/javascript/dygraphs/dygraph.min.js, tools/deps.sh installs it) and inlined
+ * (/usr/share/javascript/dygraphs/dygraph.min.js, `sh tools/deps.sh test` installs it) and inlined
  * into the page: no CDN, no second file, the page opens offline anywhere.
  *
  * Use: html_report_begin, then any number of html_report_* blocks, then html_report_end.

@@ -48,8 +48,7 @@ int steer_moves(int mine, int least);
  * in the order it opened them (seckill bench; a proxy's pool) would otherwise, after one
  * CPU's burst was balanced, send to one worker for half of each cycle and to the other for
  * the rest: each worker would get bursts at twice the rate, and the sold-out phase of
- * perf/sale_ab.py had a higher p99 steered than hashed (docs/bench.md, "Steered, not
- * pinned"). Exactly min(k, m) of the m are chosen; none when k <= 0. */
+ * perf/sale_ab.py had a higher p99 steered than hashed (docs/http.md). Exactly min(k, m) of the m are chosen; none when k <= 0. */
 int steer_take(int i, int m, int k);
 
 /* Whether a connection whose packets arrive on another steered worker's CPU may go to

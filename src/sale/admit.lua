@@ -20,8 +20,8 @@
 -- the same buyers one call each, back to back: one TIME, one read of the voucher, one read
 -- and one write of the buyer hash, one stream entry and one stock write per call instead
 -- of one each (each redis.call costs the script ~0.5-1 us beside the command's own work,
--- and each write is one more record in the AOF; docs/bench.md, "Fewer writes per
--- grab"). Stock is taken, the buyer recorded and the order queued in one step: there is
+-- and each write is one more record in the AOF; docs/performance.md, "Where the
+-- time goes"). Stock is taken, the buyer recorded and the order queued in one step: there is
 -- no moment where stock is gone and the order is not in the stream. Each stream entry
 -- carries ep, the voucher's Redis generation: after a rebuild from SQL (src/rebuild/rebuild.c)
 -- the writer refuses entries of the replaced state. ts is TIME's second, the clock the

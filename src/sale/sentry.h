@@ -13,8 +13,8 @@
  * SQL; the writer fences orders of a replaced generation, store.h). The voucher is the
  * stream's own: its key names it. One entry per call instead of one per order makes the
  * script's XADDs, their AOF records, the writer's XREADGROUP reply, the consumer group's
- * pending list and its XACKs a fraction of what they were (docs/bench.md, "Fewer writes
- * per grab"). An entry is one unit: the writer acks it once ALL its orders are in SQL,
+ * pending list and its XACKs a fraction of what they were (docs/performance.md,
+ * "Where the time goes"). An entry is one unit: the writer acks it once ALL its orders are in SQL,
  * and an entry with one bad order is moved to the dead letters whole; an entry without
  * an os field is bad too.
  *

@@ -836,7 +836,7 @@ static void tally_add(tallies_t *x, int64_t voucher_id, int64_t n)
  * matches nothing, the unguarded one with RETURNING tells a missing row from a short
  * stock (and takes it anyway). RETURNING on every batch cost ~27,000 instructions per
  * commit (SQLite collects its rows in an ephemeral table): ~0.2 us per order at the
- * commit sizes of a live grab (docs/bench.md, "The order writer per order"). */
+ * commit sizes of a live grab (perf/grab_ab.py splits it per thread). */
 static int stock_take(sq_t *q, const tallies_t *x)
 {
     if (x->n == 0)
@@ -1017,8 +1017,8 @@ fail:
  * ?2j+2), the voucher is ?2k+1 and create_time = update_time ?2k+2 for all of them. A
  * batch is runs of one voucher's stream, admitted within a second or two, so the chunks
  * split there cost a statement or two per batch, while two binds fewer per row (a text
- * one among them) saved ~300 instructions per order (docs/bench.md, "The order writer
- * per order"). */
+ * one among them) saved ~300 instructions per order (perf/grab_ab.py
+ * splits it per thread). */
 static sqlite3_stmt *insert_rows_stmt(sq_t *q, int k)
 {
     int slot = __builtin_ctz((unsigned)k);

@@ -39,7 +39,7 @@ def test_bench_html_report():
     check("<script src" not in html and "<link " not in html, "the page loads nothing else")
 
     node, chromium = shutil.which("node"), shutil.which("chromium")
-    check(node and chromium, "node and chromium are needed (sh tools/deps.sh installs them)")
+    check(node and chromium, "node and chromium are needed (sh tools/deps.sh test installs them)")
     png = os.path.join(H.ROOT, "build", "browser", "bench-report.png")
     os.makedirs(os.path.dirname(png), exist_ok=True)
     p = subprocess.run([node, os.path.join(BROWSER_DIR, "report.mjs"), page, png],

@@ -6,7 +6,7 @@ Redis with a TTL; a stopped one drops off), and report each sale's live stock an
 (for a voucher with stock buckets, the sums over its buckets and the units in transit, and
 each bucket's own stock and buyers). Then
 tests/browser/board.mjs drives Debian's chromium through playwright-core (pinned in
-tests/browser/package.json, installed by tools/deps.sh), through nginx at /api/admin/:
+tests/browser/package.json, installed by `sh tools/deps.sh test`), through nginx at /api/admin/:
 wrong token refused, log in,
 create a sale in 3 stock buckets through the form (each bucket's share shown under its
 row), sell it out with `seckill bench`, and see admissions/s, the stock and every bucket's
@@ -132,10 +132,10 @@ def test_board_data_endpoint():
 def _browser_tools():
     node = shutil.which("node")
     chromium = shutil.which("chromium")
-    check(node is not None, "node not installed (sh tools/deps.sh installs nodejs)")
-    check(chromium is not None, "chromium not installed (sh tools/deps.sh installs it)")
+    check(node is not None, "node not installed (sh tools/deps.sh test installs nodejs)")
+    check(chromium is not None, "chromium not installed (sh tools/deps.sh test installs it)")
     check(os.path.isdir(os.path.join(BROWSER_DIR, "node_modules", "playwright-core")),
-          "playwright-core not installed in tests/browser (sh tools/deps.sh runs npm ci there)")
+          "playwright-core not installed in tests/browser (sh tools/deps.sh test runs npm ci there)")
     return node, chromium
 
 

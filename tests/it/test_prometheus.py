@@ -29,7 +29,7 @@ RULES = os.path.join(PROM_DIR, "seckill.rules.yml")
 
 def _promtool():
     p = shutil.which("promtool")
-    check(p is not None, "promtool not installed (sh tools/deps.sh installs prometheus)")
+    check(p is not None, "promtool not installed (sh tools/deps.sh test installs prometheus)")
     return p
 
 
@@ -59,7 +59,7 @@ class Prometheus:
                     "      - targets: [%s]\n" % (
                         json.dumps(RULES), ", ".join('"%s"' % t for t in targets)))
         prom = shutil.which("prometheus")
-        check(prom is not None, "prometheus not installed (sh tools/deps.sh installs it)")
+        check(prom is not None, "prometheus not installed (sh tools/deps.sh test installs it)")
         self.log = open(os.path.join(self.dir, "prometheus.log"), "wb")
         self.proc = H.register_proc(subprocess.Popen(
             [prom, "--config.file", conf, "--storage.tsdb.path", os.path.join(self.dir, "data"),
