@@ -183,7 +183,7 @@ static void on_buckets_published(http_req_t *r, int ok)
         on_published(r, 0);
         return;
     }
-    admission_publish(r, c->v.id, bk_share(c->v.stock, 0, (int)c->buckets), c->v.begin_time,
+    admission_publish(r, c->v.id, buckets_share(c->v.stock, 0, (int)c->buckets), c->v.begin_time,
                       c->v.end_time, on_published);
 }
 
@@ -220,7 +220,7 @@ static void done_create(worker_t *w, void *arg)
     }
     r->ctx = c;
     if (c->buckets > 1) {
-        bk_publish_buckets(r, c->v.id, c->v.stock, c->v.begin_time, c->v.end_time,
+        buckets_publish(r, c->v.id, c->v.stock, c->v.begin_time, c->v.end_time,
                            (int)c->buckets, on_buckets_published);
         return;
     }

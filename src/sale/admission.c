@@ -9,7 +9,7 @@
  * Queue mode, the lab's list/pubsub transports and --redis-wait-replicas send every
  * admission alone (a batch of one, no lane).
  *
- * Stock buckets (buckets.h): the voucher's K is learned once per worker (bk_learn) before
+ * Stock buckets (buckets.h): the voucher's K is learned once per worker (buckets_learn) before
  * its first admission; each admission goes to the buyer's home bucket (lanes are per
  * voucher and bucket), and a home bucket's sold out waits for a refill and tries again;
  * only a refill that found every bucket empty makes it the voucher's verdict.
@@ -23,7 +23,7 @@
  *
  * Contexts of requests waiting for Redis come from a per-worker free list, so the hot
  * path does not call malloc once the list has warmed up. The cache is reference-counted
- * by those contexts: adm_cache_free() may run while commands are still pending (their
+ * by those contexts: admission_cache_free() may run while commands are still pending (their
  * callbacks come later with a NULL reply) and the memory goes with the last of them. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,7 +97,7 @@ struct adm_cache {
     adm_ctx_t *free_ctx;
     int nfree;
     int outstanding;            /* contexts handed out and not yet returned */
-    int dead;                   /* adm_cache_free() ran; free with the last context */
+    int dead;                   /* admission_cache_free() ran; free with the last context */
     uint64_t last_err_log_ms;
     bk_cache_t *bk;             /* stock-bucket routes and refills (buckets.c) */
 };
@@ -200,7 +200,7 @@ static void cache_destroy(struct adm_cache *ac)
         ac->free_ctx = c->next;
         free(c);
     }
-    bk_cache_free(ac->bk);
+    buckets_cache_free(ac->bk);
     vcache_free(ac->verdicts);
     free(ac);
 }
@@ -259,7 +259,8 @@ static void send_wait(adm_ctx_t *c)
     worker_t *w = c->r->w;
     char kv[64], kb[64], ks[64], n[16], t[16];
     int lv, lb, ls;
-    if (bk_keys(c->voucher_id, c->bucket, c->rt.salt[c->bucket], kv, kb, ks, &lv, &lb, &ls) < 0)
+    if (buckets_keys(c->voucher_id, c->bucket, c->rt.salt[c->bucket], kv, kb, ks, &lv, &lb, &ls) <
+        0)
         lv = -1;
     int tmo = w->app->cfg.redis_timeout_ms / 2;
     int ln = snprintf(n, sizeof n, "%d", c->wait_replicas);
@@ -336,16 +337,16 @@ static void finish(adm_ctx_t *c, int code)
     admission_cb cb = c->cb;
     if (c->rt.k > 1 && !ac->dead) {
         if (code == ADMIT_SOLD_OUT) {
-            bk_refill(r->w, ac->bk, c->voucher_id, &c->rt, c->bucket, 1, on_refilled, c);
+            buckets_refill(r->w, ac->bk, c->voucher_id, &c->rt, c->bucket, 1, on_refilled, c);
             return;
         }
         if (code == ADMIT_NO_VOUCHER) {
             /* The bucket's keys are gone: Redis lost data, and a rebuild may have put the
              * voucher back unbucketed. Learn K again and try once more. */
-            bk_forget(ac->bk, c->voucher_id);
+            buckets_forget(ac->bk, c->voucher_id);
             if (c->bucket > 0 && c->rounds == 0) {
                 c->rounds++;
-                bk_learn(r->w, ac->bk, c->voucher_id, on_learned, c);
+                buckets_learn(r->w, ac->bk, c->voucher_id, on_learned, c);
                 return;
             }
         }
@@ -468,7 +469,8 @@ static int batch_call(batch_t *b, int64_t voucher_id)
      * the voucher's own keys). */
     const adm_ctx_t *c0 = b->item[0];
     int lv, lb, ls;
-    if (bk_keys(voucher_id, c0->bucket, c0->rt.salt[c0->bucket], kv, kb, ks, &lv, &lb, &ls) < 0) {
+    if (buckets_keys(voucher_id, c0->bucket, c0->rt.salt[c0->bucket], kv, kb, ks, &lv, &lb, &ls) <
+        0) {
         return -1;
     }
     order_mode_t mode = w->app->cfg.mode;
@@ -584,9 +586,9 @@ void admission_try(struct http_req *r, int64_t voucher_id, int64_t user_id, admi
     admission_order_set(&c->order, orderid_next(now));
     c->now = now;
     c->rounds = 0;
-    const bk_route_t *rt = bk_lookup(ac->bk, voucher_id, http_clock_ns(r) / 1000000u);
+    const bk_route_t *rt = buckets_lookup(ac->bk, voucher_id, http_clock_ns(r) / 1000000u);
     if (rt == NULL) {
-        bk_learn(w, ac->bk, voucher_id, on_learned, c);
+        buckets_learn(w, ac->bk, voucher_id, on_learned, c);
         return;
     }
     c->rt = *rt;
@@ -598,7 +600,7 @@ void admission_try(struct http_req *r, int64_t voucher_id, int64_t user_id, admi
 static void on_learned(void *priv, int k)
 {
     adm_ctx_t *c = priv;
-    bk_route_fill(&c->rt, c->voucher_id, k);
+    buckets_route_fill(&c->rt, c->voucher_id, k);
     if (k <= 0) {
         c->bucket = 0;
         finish(c, k == 0 ? ADMIT_NO_VOUCHER : ADMIT_UNAVAILABLE);
@@ -614,7 +616,7 @@ static void admit_send(adm_ctx_t *c)
     struct adm_cache *ac = c->ac;
     worker_t *w = c->r->w;
     int64_t voucher_id = c->voucher_id;
-    c->bucket = bk_home(c->user_id, c->rt.k);
+    c->bucket = buckets_home(c->user_id, c->rt.k);
     c->next = NULL;
     if (w->app->cfg.mode == MODE_STREAM && c->q == NULL && c->wait_replicas == 0) {
         lane_t *l = lane_find(ac, voucher_id, c->bucket, 1);
@@ -744,18 +746,18 @@ void admission_publish(struct http_req *r, int64_t voucher_id, int64_t stock, in
 
 /* ------------------------------------------------------------ lifetime */
 
-int adm_cache_init(struct worker *w)
+int admission_cache_init(struct worker *w)
 {
     struct adm_cache *ac = xcalloc(1, sizeof(*ac));
     int ms = w->app->cfg.soldout_cache_ms;
     ac->ttl_ms = ms > 0 ? (uint64_t)ms : 0;
-    ac->bk = bk_cache_new();
+    ac->bk = buckets_cache_new();
     ac->verdicts = vcache_new(VERDICT_SLOTS, sizeof(int));
     w->adm = ac;
     return 0;
 }
 
-void adm_cache_free(struct worker *w)
+void admission_cache_free(struct worker *w)
 {
     struct adm_cache *ac = w->adm;
     if (ac == NULL) {

@@ -50,8 +50,8 @@ void admission_try(struct http_req *r, int64_t voucher_id, int64_t user_id, admi
 void admission_publish(struct http_req *r, int64_t voucher_id, int64_t stock, int64_t begin,
                        int64_t end, void (*done)(struct http_req *r, int ok));
 
-int adm_cache_init(struct worker *w);
-void adm_cache_free(struct worker *w);
+int admission_cache_init(struct worker *w);
+void admission_cache_free(struct worker *w);
 
 /* The message and machine code for a result (e.g. "库存不足", "SOLD_OUT"); NULL for OK. */
 const char *admission_msg(int code);

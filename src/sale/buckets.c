@@ -52,14 +52,14 @@ struct bk_cache {
     refill_t *refills;
 };
 
-bk_cache_t *bk_cache_new(void)
+bk_cache_t *buckets_cache_new(void)
 {
     bk_cache_t *bc = xcalloc(1, sizeof(bk_cache_t));
     bc->routes = vcache_new(ROUTE_SLOTS, sizeof(bk_route_t));
     return bc;
 }
 
-void bk_cache_free(bk_cache_t *bc)
+void buckets_cache_free(bk_cache_t *bc)
 {
     if (bc == NULL)
         return;
@@ -69,7 +69,7 @@ void bk_cache_free(bk_cache_t *bc)
 
 /* ------------------------------------------------------------ arithmetic */
 
-int bk_home(int64_t user_id, int k)
+int buckets_home(int64_t user_id, int k)
 {
     if (k <= 1)
         return 0;
@@ -80,15 +80,15 @@ int bk_home(int64_t user_id, int k)
     return (int)(z % (uint64_t)k);
 }
 
-int64_t bk_share(int64_t stock, int b, int k)
+int64_t buckets_share(int64_t stock, int b, int k)
 {
     if (k <= 1)
         return stock;
     return stock / k + (b < stock % k ? 1 : 0);
 }
 
-int bk_keys(int64_t voucher_id, int b, unsigned salt, char *kv, char *kb, char *ks, int *lv,
-            int *lb, int *ls)
+int buckets_keys(int64_t voucher_id, int b, unsigned salt, char *kv, char *kb, char *ks, int *lv,
+                 int *lb, int *ls)
 {
     char tag[48];
     if (key_btag_salt(tag, sizeof tag, voucher_id, b, salt) < 0)
@@ -101,7 +101,7 @@ int bk_keys(int64_t voucher_id, int b, unsigned salt, char *kv, char *kb, char *
 
 /* ------------------------------------------------------------ route cache */
 
-void bk_route_fill(bk_route_t *rt, int64_t voucher_id, int k)
+void buckets_route_fill(bk_route_t *rt, int64_t voucher_id, int k)
 {
     memset(rt, 0, sizeof *rt);
     rt->k = k < 1 ? 1 : k > BK_MAX ? BK_MAX : k;
@@ -109,19 +109,19 @@ void bk_route_fill(bk_route_t *rt, int64_t voucher_id, int k)
         rt->salt[b] = (uint16_t)key_bsalt(voucher_id, b, rt->k);
 }
 
-const bk_route_t *bk_lookup(bk_cache_t *bc, int64_t voucher_id, uint64_t now_ms)
+const bk_route_t *buckets_lookup(bk_cache_t *bc, int64_t voucher_id, uint64_t now_ms)
 {
     return vcache_get(bc->routes, voucher_id, now_ms);
 }
 
-void bk_forget(bk_cache_t *bc, int64_t voucher_id)
+void buckets_forget(bk_cache_t *bc, int64_t voucher_id)
 {
     vcache_drop(bc->routes, voucher_id);
 }
 
 static void route_put(bk_cache_t *bc, int64_t voucher_id, int k)
 {
-    bk_route_fill(vcache_put(bc->routes, voucher_id, clock_mono_ms() + BK_ROUTE_TTL_MS),
+    buckets_route_fill(vcache_put(bc->routes, voucher_id, clock_mono_ms() + BK_ROUTE_TTL_MS),
                   voucher_id, k);
 }
 
@@ -160,8 +160,8 @@ static void on_learn(struct redisReply *rep, void *priv)
     done(p, k);
 }
 
-void bk_learn(worker_t *w, bk_cache_t *bc, int64_t voucher_id,
-              void (*done)(void *priv, int k), void *priv)
+void buckets_learn(worker_t *w, bk_cache_t *bc, int64_t voucher_id, void (*done)(void *priv, int k),
+                   void *priv)
 {
     char kv[64];
     int lv = key_voucher(kv, sizeof kv, voucher_id);
@@ -357,8 +357,8 @@ static void refill_take(refill_t *f)
         refill_done(f, -1);
 }
 
-void bk_refill(worker_t *w, bk_cache_t *bc, int64_t voucher_id, const bk_route_t *rt, int home,
-               int want, void (*done)(void *priv, int64_t rc), void *priv)
+void buckets_refill(worker_t *w, bk_cache_t *bc, int64_t voucher_id, const bk_route_t *rt, int home,
+                    int want, void (*done)(void *priv, int64_t rc), void *priv)
 {
     if (bc == NULL || rt == NULL || rt->k < 2 || home < 0 || home >= rt->k) {
         done(priv, -1);
@@ -419,8 +419,8 @@ static void bpub_step(struct redisReply *rep, void *priv)
     done(r, all_ok);
 }
 
-void bk_publish_buckets(http_req_t *r, int64_t voucher_id, int64_t stock, int64_t begin,
-                        int64_t end, int k, void (*done)(http_req_t *r, int ok))
+void buckets_publish(http_req_t *r, int64_t voucher_id, int64_t stock, int64_t begin, int64_t end,
+                     int k, void (*done)(http_req_t *r, int ok))
 {
     worker_t *w = r->w;
     bpub_t *p = xcalloc(1, sizeof *p);
@@ -439,13 +439,14 @@ void bk_publish_buckets(http_req_t *r, int64_t voucher_id, int64_t stock, int64_
     for (int b = 1; b < k; b++) {
         char kv[64], kb[64], ks[64], mem[48], sst[24];
         int lv, lb, ls;
-        if (bk_keys(voucher_id, b, key_bsalt(voucher_id, b, k), kv, kb, ks, &lv, &lb, &ls) < 0) {
+        if (buckets_keys(voucher_id, b, key_bsalt(voucher_id, b, k), kv, kb, ks, &lv, &lb, &ls) <
+            0) {
             for (int i = 0; i < 4; i++)
                 bpub_step(NULL, p);
             continue;
         }
         int lm = key_bmember(mem, sizeof mem, NULL, 0, voucher_id, b, k);
-        int l1 = snprintf(sst, sizeof sst, "%lld", (long long)bk_share(stock, b, k));
+        int l1 = snprintf(sst, sizeof sst, "%lld", (long long)buckets_share(stock, b, k));
         const char *xg[6] = { "XGROUP", "CREATE", ks, KEY_GROUP, "0", "MKSTREAM" };
         size_t xgl[6] = { 6, 6, (size_t)ls, strlen(KEY_GROUP), 1, 8 };
         const char *sa[3] = { "SADD", KEY_STREAMS, mem };

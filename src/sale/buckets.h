@@ -7,13 +7,13 @@
  * ring away, so on a cluster the buckets sit on different masters). K = 1 is exactly an
  * unbucketed voucher.
  *
- *   home      a buyer always buys in bucket bk_home(user, K) (a hash of the user id), so
+ *   home      a buyer always buys in bucket buckets_home(user, K) (a hash of the user id), so
  *             one-per-user stays the single-slot check admit.lua does there;
  *   K         is field `buckets` of bucket 0's voucher hash, written before its stock:
  *             a worker learns it once per voucher (HMGET stock buckets) and keeps it for
  *             BK_ROUTE_TTL_MS; an absent field is K = 1;
  *   refill    when a buyer's home bucket answers sold out, the worker moves stock into
- *             it from the other buckets (bk_refill: a transfer, src/sale/transfer.lua),
+ *             it from the other buckets (buckets_refill: a transfer, src/sale/transfer.lua),
  *             and the buyer tries again at home. Only when every other bucket was seen
  *             empty with no transfer in flight is the buyer told 库存不足.
  *
@@ -46,32 +46,32 @@ typedef struct bk_route {
     uint16_t salt[BK_MAX];
 } bk_route_t;
 
-bk_cache_t *bk_cache_new(void);
-void bk_cache_free(bk_cache_t *bc);
+bk_cache_t *buckets_cache_new(void);
+void buckets_cache_free(bk_cache_t *bc);
 
 /* The route of a voucher with k buckets (the salts computed: key_bsalt). */
-void bk_route_fill(bk_route_t *rt, int64_t voucher_id, int k);
+void buckets_route_fill(bk_route_t *rt, int64_t voucher_id, int k);
 
 /* The route this worker knows for the voucher, or NULL (not known, or expired at now_ms,
  * a clock_mono_ms() reading). */
-const bk_route_t *bk_lookup(bk_cache_t *bc, int64_t voucher_id, uint64_t now_ms);
-void bk_forget(bk_cache_t *bc, int64_t voucher_id);
+const bk_route_t *buckets_lookup(bk_cache_t *bc, int64_t voucher_id, uint64_t now_ms);
+void buckets_forget(bk_cache_t *bc, int64_t voucher_id);
 
 /* Asks bucket 0 for K. done(priv, k): k >= 1 learned (and cached in bc), 0 the voucher is
  * not in Redis (nothing cached), -1 Redis did not answer. Runs exactly once; bc must live
  * until then. */
-void bk_learn(struct worker *w, bk_cache_t *bc, int64_t voucher_id,
-              void (*done)(void *priv, int k), void *priv);
+void buckets_learn(struct worker *w, bk_cache_t *bc, int64_t voucher_id,
+                   void (*done)(void *priv, int k), void *priv);
 
 /* The buyer's home bucket, 0..k-1 (0 when k <= 1). */
-int bk_home(int64_t user_id, int k);
+int buckets_home(int64_t user_id, int k);
 /* Bucket b's share of stock split over k buckets. */
-int64_t bk_share(int64_t stock, int b, int k);
+int64_t buckets_share(int64_t stock, int b, int k);
 
 /* The admission keys of bucket b (voucher hash, buyers, stream) into 64-byte buffers;
  * lens as the key_* functions return them. 0, or -1 if one did not fit. */
-int bk_keys(int64_t voucher_id, int b, unsigned salt, char *kv, char *kb, char *ks, int *lv,
-            int *lb, int *ls);
+int buckets_keys(int64_t voucher_id, int b, unsigned salt, char *kv, char *kb, char *ks, int *lv,
+                 int *lb, int *ls);
 
 /* Moves stock into bucket home from another bucket of the voucher. done(priv, rc): rc > 0
  * units were moved into home; 0 every other bucket was seen empty and no transfer was in
@@ -80,14 +80,14 @@ int bk_keys(int64_t voucher_id, int b, unsigned salt, char *kv, char *kb, char *
  * or answered late). want: units wanted (the buyers waiting). Refills of one (voucher,
  * home) on a worker are coalesced: later callers join the one in flight. */
 #define BK_IN_FLIGHT (-2)
-void bk_refill(struct worker *w, bk_cache_t *bc, int64_t voucher_id, const bk_route_t *rt,
-               int home, int want, void (*done)(void *priv, int64_t rc), void *priv);
+void buckets_refill(struct worker *w, bk_cache_t *bc, int64_t voucher_id, const bk_route_t *rt,
+                    int home, int want, void (*done)(void *priv, int64_t rc), void *priv);
 
 /* Publishes buckets 1..k-1 of a flash-sale voucher with k > 1 buckets (stream group,
  * seckill:streams member, hash with its share of stock) and bucket 0's `buckets` field.
  * done(r, ok) after the last reply; the caller then publishes bucket 0 like any voucher
- * (admission_publish with bk_share(stock, 0, k)): its stock makes the voucher sellable. */
-void bk_publish_buckets(struct http_req *r, int64_t voucher_id, int64_t stock, int64_t begin,
-                        int64_t end, int k, void (*done)(struct http_req *r, int ok));
+ * (admission_publish with buckets_share(stock, 0, k)): its stock makes the voucher sellable. */
+void buckets_publish(struct http_req *r, int64_t voucher_id, int64_t stock, int64_t begin,
+                     int64_t end, int k, void (*done)(struct http_req *r, int ok));
 
 #endif
