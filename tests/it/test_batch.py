@@ -45,7 +45,7 @@ def test_coalesced_sale_exact():
     # same codes in the course's order (sold out before duplicate), the same stream
     # entries (the writer and a rebuild from SQL read them) and the same Redis state.
     here = os.path.dirname(os.path.abspath(__file__))
-    with open(os.path.join(here, "..", "..", "scripts", "admit.lua")) as f:
+    with open(os.path.join(here, "..", "..", "src", "sale", "admit.lua")) as f:
         admit = f.read()
     buyers = [("77", "1001"), ("78", "1002"), ("77", "1003"), ("79", "1004"), ("78", "1005")]
     state, entries = {}, {}
@@ -57,7 +57,7 @@ def test_coalesced_sale_exact():
         for call in calls:
             args = [a for b in call for a in b]
             codes += r.cmd("EVAL", admit, "3", H.k_voucher(v), H.k_buyers(v), H.k_stream(v),
-                           str(v), "stream", *args)
+                           str(v), "stream", "1", *args)
         # one entry per call, one field os = "ts ep orderId userId ..." (src/sale/sentry.h):
         # a batch's entry holds the orders of its single calls' entries, in their order;
         # ts left out of the comparison (the two runs may straddle a second)
