@@ -9,13 +9,16 @@
  * Queue mode, the lab's list/pubsub transports and --redis-wait-replicas send every
  * admission alone (a batch of one, no lane).
  *
- * Stock buckets (buckets.h): a voucher is routed as unbucketed (K = 1: its own keys, no
- * bucket code) until admit.lua answers that it has K > 1 buckets; from then on this
- * worker sends each admission to the buyer's home bucket (lanes are per voucher, bucket
- * and K), and a home bucket's sold out waits for a refill and tries again; only a refill
- * that found every bucket empty makes it the voucher's verdict.
+ * Stock buckets (buckets.h): what a worker knows of a voucher includes its K. A voucher
+ * whose K it does not know yet is routed as unbucketed (its own keys) and the call asks
+ * admit.lua to check K: either the codes come back (K = 1, known from then on: its
+ * admissions never ask again nor touch buckets.c) or the voucher's K does, and this
+ * worker sends each admission to the buyer's home bucket from then on (lanes are per
+ * voucher, bucket and K). A home bucket's sold out waits for a refill and tries again;
+ * only a refill that found every bucket empty makes it the voucher's verdict.
  *
- * Verdict cache: per worker, a small set-associative table voucher id -> (verdict, until).
+ * Verdict cache: per worker, a small set-associative table voucher id -> (verdict, until,
+ * and the voucher's K, which outlives the verdict: vcache_find).
  * Only verdicts that are the same for every user are kept (sold out, ended, not started,
  * no such voucher), for soldout_cache_ms. When an entry expires the next request asks
  * Redis again, so at most one request per worker per interval learns a changed state
@@ -72,6 +75,7 @@ typedef struct adm_ctx {
     int bucket;                 /* the buyer's home bucket (0 when unbucketed) */
     int rounds;                 /* refills this admission waited for */
     int reroutes;               /* times it was sent again by another route */
+    int check;                  /* K not known: the call asks admit.lua to check it */
 } adm_ctx_t;
 
 /* Coalescing: per worker and voucher, at most one admit.lua call in flight; the
@@ -92,11 +96,12 @@ typedef struct batch {
     lane_t *lane;               /* NULL: a call outside the lanes (always one admission) */
     int n;
     int resent;                 /* sent again after Redis lost its scripts (on_batch) */
+    int check;                  /* the call asked admit.lua to check K (an item's check) */
     adm_ctx_t *item[BATCH_MAX];
 } batch_t;
 
 struct adm_cache {
-    vcache_t *verdicts;         /* voucher -> cached answer code (int), until clock_mono_ms() */
+    vcache_t *verdicts;         /* voucher -> known_t: the answer until clock_mono_ms(), K */
     lane_t lanes[LANES];
     uint64_t ttl_ms;            /* cfg.soldout_cache_ms */
     adm_ctx_t *free_ctx;
@@ -105,8 +110,15 @@ struct adm_cache {
     int dead;                   /* admission_cache_free() ran; free with the last context */
     uint64_t last_err_log_ms;
     buckets_cache_t *bk;        /* stock-bucket routes and refills (buckets.c) */
-    int bucketed;               /* a bucketed voucher was met: look its routes up */
 };
+
+/* What this worker knows of a voucher: one entry of the verdict cache. */
+typedef struct known {
+    int verdict;                /* an ADMIT_* code every buyer gets, until the entry's expiry */
+    int k;                      /* its stock buckets, learned from admit.lua (buckets.h): 1
+                                 * unbucketed, > 1 bucketed (buckets.c has the route), 0 not
+                                 * known yet; kept after the verdict expires */
+} known_t;
 
 /* ------------------------------------------------------------ messages */
 
@@ -170,12 +182,31 @@ static int cacheable(int code)
 /* A cached answer for the voucher (an ADMIT_* code), or NULL. */
 static const int *verdict_get(struct adm_cache *ac, int64_t voucher_id, uint64_t now)
 {
-    return vcache_get(ac->verdicts, voucher_id, now);
+    const known_t *kn = vcache_get(ac->verdicts, voucher_id, now);
+    return kn != NULL ? &kn->verdict : NULL;
 }
 
 static void verdict_put(struct adm_cache *ac, int64_t voucher_id, int code, uint64_t until)
 {
-    *(int *)vcache_put(ac->verdicts, voucher_id, until) = code;
+    ((known_t *)vcache_put(ac->verdicts, voucher_id, until))->verdict = code;
+}
+
+/* The voucher's K as this worker knows it (0: not known). */
+static int known_k(struct adm_cache *ac, int64_t voucher_id)
+{
+    const known_t *kn = vcache_find(ac->verdicts, voucher_id);
+    return kn != NULL ? kn->k : 0;
+}
+
+/* Keeps the voucher's K, beside its verdict if it has one (a new entry carries no verdict:
+ * it expired before it was made). */
+static void known_k_set(struct adm_cache *ac, int64_t voucher_id, int k)
+{
+    known_t *kn = vcache_find(ac->verdicts, voucher_id);
+    if (kn == NULL) {
+        kn = vcache_put(ac->verdicts, voucher_id, 0);
+    }
+    kn->k = k;
 }
 
 static void verdict_drop(struct adm_cache *ac, int64_t voucher_id)
@@ -333,28 +364,32 @@ static int cache_ok(const adm_ctx_t *c, int code)
 static void admit_send(adm_ctx_t *c);
 static void finish(adm_ctx_t *c, int code);
 
-/* The route c goes by: the voucher's buckets, or (rt NULL) unbucketed -- then only k is
- * set: nothing else of the route is read. */
-static void route_by(adm_ctx_t *c, const buckets_route_t *rt)
+/* The route c goes by, from the voucher's K as this worker knows it: unbucketed (only
+ * rt.k is set: nothing else of the route is read), bucketed (the route buckets.c keeps;
+ * if it has gone, K counts as not known), or not known -- routed as unbucketed, and the
+ * call asks admit.lua to check. */
+static void route_by(adm_ctx_t *c, int k)
 {
+    const buckets_route_t *rt = k > 1 ? buckets_route(c->ac->bk, c->voucher_id) : NULL;
     if (rt != NULL) {
         c->rt = *rt;
-        c->ac->bucketed = 1;
+        c->check = 0;
     } else {
         c->rt.k = 1;
+        c->check = k != 1;
     }
 }
 
-/* Sends c again by another route (admit.lua answered another K, or a bucket's keys are
- * gone): at most REROUTES_MAX times, then 503 (retry) -- a voucher whose K keeps
- * changing under it is not sold by guesswork. */
-static void reroute(adm_ctx_t *c, const buckets_route_t *rt)
+/* Sends c again by the route of the K now known (admit.lua answered another K, or a
+ * bucket's keys are gone): at most REROUTES_MAX times, then 503 (retry) -- a voucher
+ * whose K keeps changing under it is not sold by guesswork. */
+static void reroute(adm_ctx_t *c, int k)
 {
     if (++c->reroutes > REROUTES_MAX || c->ac->dead) {
         finish(c, ADMIT_RETRY);
         return;
     }
-    route_by(c, rt);
+    route_by(c, k);
     admit_send(c);
 }
 
@@ -393,8 +428,9 @@ static int bucket_goes_on(adm_ctx_t *c, int code)
     }
     if (code == ADMIT_NO_VOUCHER) {
         buckets_forget(ac->bk, c->voucher_id);
+        known_k_set(ac, c->voucher_id, 0);
         if (c->bucket > 0 && c->reroutes == 0) {
-            reroute(c, NULL);
+            reroute(c, 0);
             return 1;
         }
     }
@@ -483,6 +519,19 @@ static lane_t *lane_find(struct adm_cache *ac, int64_t voucher_id, int bucket, i
 static void batch_send(lane_t *l, struct adm_cache *ac, worker_t *w);
 static int batch_call(batch_t *b, int64_t voucher_id);
 
+/* What the answer to a call that asked admit.lua to check K says of it (buckets.h): an
+ * integer is the voucher's K (nothing was decided: the buyers go again, to their homes);
+ * codes past the check (any but no-voucher, which comes before it) mean K = 1; 0 when it
+ * says nothing. */
+static int checked_k(const redisReply *rep, int ok)
+{
+    if (rep != NULL && rep->type == REDIS_REPLY_INTEGER) {
+        return rep->integer >= 2 && rep->integer <= BUCKETS_MAX ? (int)rep->integer : 0;
+    }
+    int code = ok ? reply_code(rep->element[0]) : ADMIT_UNAVAILABLE;
+    return code >= ADMIT_OK && code != ADMIT_NO_VOUCHER ? 1 : 0;
+}
+
 static void on_batch(struct redisReply *rep, void *priv)
 {
     batch_t *b = priv;
@@ -497,13 +546,15 @@ static void on_batch(struct redisReply *rep, void *priv)
         }
     }
     int ok = rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements == (size_t)b->n;
-    /* The voucher's K is not the call's: nothing was decided; learn it (buckets.h) */
-    int rerouted = !ac->dead && rep != NULL && rep->type == REDIS_REPLY_INTEGER &&
-                   rep->integer >= 1 && rep->integer <= BUCKETS_MAX;
-    const buckets_route_t *rt = NULL;
-    if (rerouted) {
-        rt = buckets_learn(ac->bk, b->item[0]->voucher_id, (int)rep->integer);
-    } else if (rep != NULL && !ok) {
+    int k = b->check && !ac->dead ? checked_k(rep, ok) : 0;
+    if (k > 1) {
+        buckets_learn(ac->bk, b->item[0]->voucher_id, k);
+    }
+    if (k >= 1) {
+        known_k_set(ac, b->item[0]->voucher_id, k);
+    }
+    int rerouted = k > 1;
+    if (!rerouted && rep != NULL && !ok) {
         /* An error reply (script bug, OOM, READONLY replica...) or a shape we do not
          * know: worth a log line, but not one per request. */
         log_bad_reply(ac, rep, "admit.lua");
@@ -530,7 +581,7 @@ static void on_batch(struct redisReply *rep, void *priv)
     }
     for (int i = 0; i < n; i++) {
         if (code[i] == ADMIT_REROUTE) {
-            reroute(item[i], rt);   /* rt stays valid: nothing else learns meanwhile */
+            reroute(item[i], k);
         } else {
             finish(item[i], code[i]);
         }
@@ -538,17 +589,17 @@ static void on_batch(struct redisReply *rep, void *priv)
 }
 
 /* Sends b as one admit.lua call (src/sale/admit.lua: KEYS voucher, buyers, stream or the
- * lab's list/channel; ARGV voucherId, transport, K, then userId, orderId per admission).
+ * lab's list/channel; ARGV voucherId, transport, K if an item asks the check, then
+ * userId, orderId per admission).
  * The transport is the items' (a lane holds stream-mode admissions only). Returns -1,
  * having sent nothing, when a key does not fit. */
 static int batch_call(batch_t *b, int64_t voucher_id)
 {
     worker_t *w = b->w;
-    char kv[64], kb[64], ks[64], vid[SB_DEC_MAX], kn[SB_DEC_MAX], uid[BATCH_MAX][SB_DEC_MAX];
+    char kv[64], kb[64], ks[64], vid[SB_DEC_MAX], karg[SB_DEC_MAX], uid[BATCH_MAX][SB_DEC_MAX];
     const char *argv[6 + 2 * BATCH_MAX];
     size_t lens[6 + 2 * BATCH_MAX];
-    /* The keys of the items' home bucket and the K they were routed by (a lane is one
-     * bucket's of one K). */
+    /* The keys of the items' home bucket (a lane is one bucket's of one K). */
     const adm_ctx_t *c0 = b->item[0];
     int lv, lb, ls;
     if (home_keys(c0, kv, kb, ks, &lv, &lb, &ls) < 0) {
@@ -569,7 +620,13 @@ static int batch_call(batch_t *b, int64_t voucher_id)
     int na = nk;
     argv[na] = vid; lens[na++] = (size_t)sb_dec(vid, voucher_id);
     argv[na] = tr; lens[na++] = strlen(tr);
-    argv[na] = kn; lens[na++] = (size_t)sb_dec(kn, c0->rt.k);
+    b->check = 0;
+    for (int k = 0; k < b->n; k++) {
+        b->check |= b->item[k]->check;
+    }
+    if (b->check) {
+        argv[na] = karg; lens[na++] = (size_t)sb_dec(karg, c0->rt.k);
+    }
     for (int k = 0; k < b->n; k++) {
         const adm_ctx_t *c = b->item[k];
         argv[na] = uid[k];
@@ -669,8 +726,7 @@ void admission_try(struct http_req *r, int64_t voucher_id, int64_t user_id, admi
     c->now = now;
     c->rounds = 0;
     c->reroutes = 0;
-    /* Until this worker has met a bucketed voucher, no route is looked up (buckets.h). */
-    route_by(c, ac->bucketed ? buckets_route(ac->bk, voucher_id) : NULL);
+    route_by(c, known_k(ac, voucher_id));
     admit_send(c);
 }
 
@@ -726,7 +782,7 @@ int admission_cache_init(struct worker *w)
     int ms = w->app->cfg.soldout_cache_ms;
     ac->ttl_ms = ms > 0 ? (uint64_t)ms : 0;
     ac->bk = buckets_cache_new();
-    ac->verdicts = vcache_new(VERDICT_SLOTS, sizeof(int));
+    ac->verdicts = vcache_new(VERDICT_SLOTS, sizeof(known_t));
     w->adm = ac;
     return 0;
 }

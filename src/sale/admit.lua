@@ -14,43 +14,50 @@
 --         readers: src/sale/sentry.h); 'queue' = nothing (queue mode: the server
 --         keeps the order in its own memory; see src/sale/ordq.h for what that costs);
 --         'list' / 'pubsub' = LPUSH to / PUBLISH on KEYS[3] "orderId userId voucherId ts"
--- ARGV[3] K: the stock buckets the caller routed these buyers by (1: unbucketed; a bucketed
---         voucher's K is field `buckets` of its hashes, src/sale/buckets.h)
--- ARGV[4], ARGV[5] userId, orderId of the first buyer; then the next buyer's, and so on.
+-- [ARGV[3]] K, only in a call that asks for the check (so #ARGV is odd): the stock buckets
+--         the caller routed these buyers by, when it does not know the voucher's K yet
+--         (src/sale/buckets.h; the hash's `buckets` field, absent = 1)
+-- then userId, orderId of the first buyer; then the next buyer's, and so on.
 --
 -- Returns one code per buyer, in ARGV order: 0 admitted, 1 sold out, 2 already bought, 3
--- not started, 4 ended, 5 no such flash-sale voucher -- or, when the voucher's K is not
--- the caller's, that K alone (an integer, not a list) and nothing decided: the caller sent
--- buyers who may live in other buckets, and routes them again by it. The checks run in the
--- course's order (stock before duplicate), with the sale window checked first against
--- Redis's own clock, so every instance judges the window by the same time. A batch decides
--- exactly as the same buyers one call each, back to back: one TIME, one read of the
--- voucher, one read and one write of the buyer hash, one stream entry and one stock write
--- per call instead of one each (each redis.call costs the script ~0.5-1 us beside the
--- command's own work, and each write is one more record in the AOF; docs/bench.md, "Fewer
--- writes per grab"). Stock is taken, the buyer recorded and the order queued in one step:
--- there is no moment where stock is gone and the order is not in the stream. Each stream
--- entry carries ep, the voucher's Redis generation: after a rebuild from SQL
--- (src/rebuild/rebuild.c) the writer refuses entries of the replaced state. ts is TIME's
--- second, the clock the window was judged by.
+-- not started, 4 ended, 5 no such flash-sale voucher -- or, when the call asked for the
+-- check and the voucher's K is not the caller's, that K alone (an integer, not a list) and
+-- nothing decided: the caller sent buyers who may live in other buckets, and routes them
+-- again by it. A caller that knows the K asks no check, and its call reads no `buckets`
+-- field. The checks run in the course's order (stock before duplicate), with the sale
+-- window checked first against Redis's own clock, so every instance judges the window by
+-- the same time. A batch decides exactly as the same buyers one call each, back to back:
+-- one TIME, one read of the voucher, one read and one write of the buyer hash, one stream
+-- entry and one stock write per call instead of one each (each redis.call costs the script
+-- ~0.5-1 us beside the command's own work, and each write is one more record in the AOF;
+-- docs/bench.md, "Fewer writes per grab"). Stock is taken, the buyer recorded and the
+-- order queued in one step: there is no moment where stock is gone and the order is not in
+-- the stream. Each stream entry carries ep, the voucher's Redis generation: after a
+-- rebuild from SQL (src/rebuild/rebuild.c) the writer refuses entries of the replaced
+-- state. ts is TIME's second, the clock the window was judged by.
 local mode = ARGV[2]
+local o = #ARGV % 2   -- 1: ARGV[3] is K (the call asks for the check)
 if (mode ~= 'stream' and mode ~= 'queue' and mode ~= 'list' and mode ~= 'pubsub') or
-   #ARGV < 5 or #ARGV % 2 ~= 1 or #KEYS ~= 3 then
+   #ARGV < 4 + o or #KEYS ~= 3 then
   -- before any write: a caller of another argument layout must not take stock
   return redis.error_reply('ERR admit.lua: bad arguments (KEYS voucher buyers stream, ' ..
-                           'ARGV voucherId transport K userId orderId ...)')
+                           'ARGV voucherId transport [K] userId orderId ...)')
 end
-local n = (#ARGV - 3) / 2
+local n = (#ARGV - 2 - o) / 2
 local out = {}
-local v = redis.call('HMGET', KEYS[1], 'stock', 'begin', 'end', 'ep', 'buckets')
+local v
+if o == 1 then
+  v = redis.call('HMGET', KEYS[1], 'stock', 'begin', 'end', 'ep', 'buckets')
+else
+  v = redis.call('HMGET', KEYS[1], 'stock', 'begin', 'end', 'ep')
+end
 local stock = tonumber(v[1])
 local code
 local now = 0
 if not stock then
   code = 5
 else
-  local k = tonumber(v[5]) or 1
-  if k ~= tonumber(ARGV[3]) then return k end
+  if o == 1 and (v[5] or '1') ~= ARGV[3] then return tonumber(v[5]) or 1 end
   now = tonumber(redis.call('TIME')[1])
   if now < tonumber(v[2]) then code = 3 elseif now >= tonumber(v[3]) then code = 4 end
 end
@@ -68,10 +75,10 @@ end
 -- second HSETNX would have. A call of one buyer (an unloaded server, the lab's
 -- transports) does both with one HSETNX instead.
 local uids = {}
-for i = 1, n do uids[i] = ARGV[2 * i + 2] end
+for i = 1, n do uids[i] = ARGV[2 * i + 1 + o] end
 local had, recorded
 if n == 1 then
-  had = {redis.call('HSETNX', KEYS[2], uids[1], ARGV[5]) == 0}
+  had = {redis.call('HSETNX', KEYS[2], uids[1], ARGV[4 + o]) == 0}
   recorded = true
 else
   had = redis.call('HMGET', KEYS[2], unpack(uids))
@@ -82,7 +89,7 @@ local seen, set = {}, {}
 local entry = {tostring(now), ep}
 local taken = 0
 for i = 1, n do
-  local uid, oid = uids[i], ARGV[2 * i + 3]
+  local uid, oid = uids[i], ARGV[2 * i + 2 + o]
   if stock - taken <= 0 then
     out[i] = 1
   elseif had[i] or seen[uid] then

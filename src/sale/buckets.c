@@ -118,15 +118,13 @@ void buckets_forget(buckets_cache_t *bc, int64_t voucher_id)
     vcache_drop(bc->routes, voucher_id);
 }
 
-const buckets_route_t *buckets_learn(buckets_cache_t *bc, int64_t voucher_id, int k)
+void buckets_learn(buckets_cache_t *bc, int64_t voucher_id, int k)
 {
     if (k < 2 || k > BUCKETS_MAX) {
         buckets_forget(bc, voucher_id);
-        return NULL;
+        return;
     }
-    buckets_route_t *rt = vcache_put(bc->routes, voucher_id, UINT64_MAX);
-    buckets_route_fill(rt, voucher_id, k);
-    return rt;
+    buckets_route_fill(vcache_put(bc->routes, voucher_id, UINT64_MAX), voucher_id, k);
 }
 
 /* ------------------------------------------------------------ refills */

@@ -10,12 +10,13 @@
  *   home      a buyer always buys in bucket buckets_home(user, K) (a hash of the user
  *             id), so one-per-user stays the single-slot check admit.lua does there;
  *   K         is field `buckets` of every bucket's voucher hash, written before its
- *             stock (publish.h); an absent field is K = 1. A worker routes a voucher it
- *             has no K for as unbucketed, and admit.lua checks the caller's K against
- *             the field: a mismatch decides nothing and answers the voucher's K, which
- *             the worker keeps (buckets_learn) and routes by from then on. So an
- *             unbucketed voucher's admissions never come here, and a bucketed voucher
- *             costs one bounced call per worker;
+ *             stock (publish.h); an absent field is K = 1. A worker routes a voucher
+ *             whose K it does not know as unbucketed, and that call asks admit.lua to
+ *             check the K against the field: a mismatch decides nothing and answers the
+ *             voucher's K, which the worker keeps (buckets_learn) and routes by from
+ *             then on; codes mean K = 1, which the worker keeps too (admission.c). So an
+ *             unbucketed voucher's admissions never come here and ask the check once
+ *             per worker, and a bucketed voucher costs one bounced call per worker;
  *   refill    when a buyer's home bucket answers sold out, the worker moves stock into
  *             it from the other buckets (buckets_refill: a transfer, src/sale/transfer.lua),
  *             and the buyer tries again at home. Only when every other bucket was seen
@@ -59,9 +60,8 @@ void buckets_route_fill(buckets_route_t *rt, int64_t voucher_id, int k);
  * until forgotten or pushed out by other vouchers' (then learned again). */
 const buckets_route_t *buckets_route(buckets_cache_t *bc, int64_t voucher_id);
 
-/* admit.lua answered the voucher's K (k >= 2: kept, the route returned; anything else:
- * forgotten, NULL). */
-const buckets_route_t *buckets_learn(buckets_cache_t *bc, int64_t voucher_id, int k);
+/* admit.lua answered the voucher's K: k >= 2 kept as its route, anything else forgotten. */
+void buckets_learn(buckets_cache_t *bc, int64_t voucher_id, int k);
 void buckets_forget(buckets_cache_t *bc, int64_t voucher_id);
 
 /* The buyer's home bucket, 0..k-1 (0 when k <= 1). */

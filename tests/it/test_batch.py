@@ -57,7 +57,7 @@ def test_coalesced_sale_exact():
         for call in calls:
             args = [a for b in call for a in b]
             codes += r.cmd("EVAL", admit, "3", H.k_voucher(v), H.k_buyers(v), H.k_stream(v),
-                           str(v), "stream", "1", *args)
+                           str(v), "stream", *args)
         # one entry per call, one field os = "ts ep orderId userId ..." (src/sale/sentry.h):
         # a batch's entry holds the orders of its single calls' entries, in their order;
         # ts left out of the comparison (the two runs may straddle a second)

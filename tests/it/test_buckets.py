@@ -5,8 +5,9 @@ src/sale/bucket_sweep.c, src/sale/transfer.lua; docs/redis-cluster.md "Stock buc
     the keys an unbucketed voucher always had; K = 4 writes four buckets whose shares add
     up to the stock;
   - K is learned from admit.lua's answer: an unbucketed voucher's admissions are its script
-    calls alone (no HMGET of its K); bucket 0 answers a call routed by another K with its
-    K, deciding nothing, and the worker then sends buyers to their home buckets;
+    calls alone (no HMGET of its K), and only a worker's first one asks the script to check
+    K; bucket 0 answers a check by another K with its K, deciding nothing, and the worker
+    then sends buyers to their home buckets;
   - no false sold-out: buyers = stock, every buyer's home bucket the same one (user ids
     picked for it): every buyer gets an order (stock moves into the home bucket by
     transfers), each in its home bucket; the next buyer hears 库存不足; audit clean;
@@ -201,8 +202,11 @@ def test_buckets_k_learned_from_admission():
         mon.close()
     top = [x for x in lines if " lua]" not in x]    # not a script's own commands
     eq([x for x in top if '"HMGET"' in x], [], "HMGETs outside scripts")
-    eq(len([x for x in top if '"EVALSHA"' in x and "{%d}" % plain in x]), 4,
-       "script calls for 4 admissions of the unbucketed voucher")
+    calls = [x for x in top if '"EVALSHA"' in x and "{%d}" % plain in x]
+    eq(len(calls), 4, "script calls for 4 admissions of the unbucketed voucher")
+    # EVALSHA sha 3 k1 k2 k3 vid stream [K] uid oid: a worker's first call asks the check
+    checked = sum(1 for x in calls if x.count('" "') + 1 == 11)
+    check(1 <= checked < 4, "calls asking admit.lua to check K: %d of 4", checked)
     eq({u: b for u, (b, _) in bucket_buyers(r, four, 4).items()},
        {u: home(u, 4) for u in uids[4:]}, "the bucketed voucher's buyers, each at home")
     H.finish(srv)
