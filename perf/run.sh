@@ -101,7 +101,7 @@ ceilings() {  # $1 before|after: sets RB_P1_$1, RB_P16_$1, NGINX_1_$1, NGINX_2_$
         r0=$(cpu_ticks "$RPID")
         line=$(redis-benchmark -s "$SOCK" -c 64 -n $N -P $P -r 1000000000 -q \
             EVALSHA "$SHA" 3 "seckill:voucher:{$CV}" "seckill:order:{$CV}" "seckill:stream:{$CV}" \
-            $CV stream 1 __rand_int__ __rand_int__ | tr '\r' '\n' | grep -a 'requests per second' | tail -1)
+            $CV stream __rand_int__ __rand_int__ | tr '\r' '\n' | grep -a 'requests per second' | tail -1)
         r1=$(cpu_ticks "$RPID")
         rps=$(echo "$line" | sed -n 's/.*: \([0-9.]*\) requests per second.*/\1/p')
         say "ceiling  ($1) redis-benchmark EVALSHA admit.lua -c64 -P$P: $rps req/s; redis CPU $(per_req $((r1 - r0)) $N) us/req"
