@@ -60,7 +60,7 @@ fz_env_t *fz_env(const char *const *extra_argv)
     }
     memset(w->m, 0, sizeof(*w->m));
     app->nworkers = 1;
-    if (auth_cache_init(w) != 0 || adm_cache_init(w) != 0 || ratelimit_app_init(app) != 0 ||
+    if (auth_cache_init(w) != 0 || admission_cache_init(w) != 0 || ratelimit_app_init(app) != 0 ||
         ratelimit_worker_init(w) != 0) {
         abort();
     }

@@ -25,6 +25,7 @@
 #include <jansson.h>
 
 #include "sale/admission.h"
+#include "sale/publish.h"
 #include "api/api.h"
 #include "auth/auth.h"
 #include "fuzz_common.h"
@@ -250,7 +251,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         want_cb = 1;
         break;
     case 4:
-        admission_publish(&req, 42, 100, 1700000000, 1800000000, on_published);
+        publish_voucher(&req, 42, 100, 1700000000, 1800000000, 1, on_published);
         want_cb = 1;
         break;
     case 5: {

@@ -52,7 +52,7 @@ void api_user_code(http_req_t *r)
         api_fail(r, MSG_BAD_PHONE, "INVALID_PHONE");
         return;
     }
-    if (!ratelimit_allow(r, RL_PHONE_CODE, rl_key_digits(phone))) {
+    if (!ratelimit_allow(r, RL_PHONE_CODE, ratelimit_key_digits(phone))) {
         api_rate_limited(r, RL_PHONE_CODE);
         return;
     }
@@ -223,7 +223,7 @@ void api_user_login(http_req_t *r)
     /* Attempts per client and per phone are limited (ratelimit.h); on top of that each
      * code dies after 5 wrong guesses (logincode.h). */
     int ip_ok = ratelimit_allow_peer(r, RL_IP_LOGIN);
-    if (!ip_ok || !ratelimit_allow(r, RL_PHONE_LOGIN, rl_key_digits(phone))) {
+    if (!ip_ok || !ratelimit_allow(r, RL_PHONE_LOGIN, ratelimit_key_digits(phone))) {
         json_decref(root);
         api_rate_limited(r, ip_ok ? RL_PHONE_LOGIN : RL_IP_LOGIN);
         return;

@@ -6,7 +6,7 @@
  * field has a type and a range, and the first bad one is named in a 400 reply.
  *
  * A flash-sale voucher is written to SQL (one transaction, a job) and then published to
- * Redis (admission_publish), which is what makes it sellable. If publishing fails after
+ * Redis (publish_voucher), which is what makes it sellable. If publishing fails after
  * the SQL insert, the reply is 503; the voucher exists in SQL and the rebuild watch
  * (rebuild_watch.h) publishes it once Redis is back (docs/api-notes.md). */
 #include <stdio.h>
@@ -15,7 +15,7 @@
 
 #include <jansson.h>
 
-#include "sale/admission.h"
+#include "sale/publish.h"
 #include "api/api.h"
 #include "sale/buckets.h"
 #include "core/app.h"
@@ -174,19 +174,6 @@ static void on_published(http_req_t *r, int ok)
     api_unavailable(r, msg);
 }
 
-/* Buckets 1..K-1 are there (buckets.h): bucket 0, the voucher's own keys, goes last like
- * any voucher's, with its share of the stock. */
-static void on_buckets_published(http_req_t *r, int ok)
-{
-    create_ctx_t *c = r->ctx;
-    if (!ok) {
-        on_published(r, 0);
-        return;
-    }
-    admission_publish(r, c->v.id, bk_share(c->v.stock, 0, (int)c->buckets), c->v.begin_time,
-                      c->v.end_time, on_published);
-}
-
 static void run_create(store_t *st, void *arg)
 {
     create_ctx_t *c = arg;
@@ -219,12 +206,8 @@ static void done_create(worker_t *w, void *arg)
         return;
     }
     r->ctx = c;
-    if (c->buckets > 1) {
-        bk_publish_buckets(r, c->v.id, c->v.stock, c->v.begin_time, c->v.end_time,
-                           (int)c->buckets, on_buckets_published);
-        return;
-    }
-    admission_publish(r, c->v.id, c->v.stock, c->v.begin_time, c->v.end_time, on_published);
+    publish_voucher(r, c->v.id, c->v.stock, c->v.begin_time, c->v.end_time, (int)c->buckets,
+                    on_published);
 }
 
 void api_voucher_create(http_req_t *r, int seckill)
@@ -269,7 +252,7 @@ void api_voucher_create(http_req_t *r, int seckill)
                             &v->stock, &p) ||
                  time_member(r, root, "beginTime", &v->begin_time) ||
                  time_member(r, root, "endTime", &v->end_time) ||
-                 int_member(r, root, "stockBuckets", 0, 1, BK_MAX, "an integer from 1 to 16",
+                 int_member(r, root, "stockBuckets", 0, 1, BUCKETS_MAX, "an integer from 1 to 16",
                             &c->buckets, &p);
         if (!failed && v->begin_time >= v->end_time) {
             api_error(r, 400, "endTime must be after beginTime", "BAD_REQUEST");

@@ -5,7 +5,7 @@
  * keeps, seckill:order:{tag} (userId -> orderId, one per stock bucket; keys.h), so a
  * grab writes nothing for lookups. A lookup asks one HGET per bucket that may hold an
  * order not yet in SQL: the members of seckill:streams (every bucket that can sell is
- * registered there before it can sell: admission_publish, buckets.c, rebuild.c) minus
+ * registered there before it can sell: publish.c, rebuild.c) minus
  * those in {seckill:streams}:drained -- one SDIFF, both in one slot -- then the HGETs,
  * pipelined (on a Redis Cluster each goes to its bucket's node).
  *

@@ -1008,7 +1008,7 @@ static int read_bucket_rest(rcs_route_t *rt, vdata_t *d, char *err, size_t errle
         pairs_append(&d->inflight_users, &t->inflight_users);
         pairs_append(&d->inflight_orders, &t->inflight_orders);
     }
-    if (bks_in_transit(rt, d->vid, d->nbuckets, &d->in_transit, err, errlen) < 0)
+    if (bucket_sweep_in_transit(rt, d->vid, d->nbuckets, &d->in_transit, err, errlen) < 0)
         return -1;
     d->r_stock += d->in_transit;
     return 0;

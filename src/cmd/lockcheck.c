@@ -163,7 +163,7 @@ static void *contender(void *arg)
         char name[300];
         snprintf(name, sizeof name, "%s:%d", r->prefix, i);
         rlock_t *l = NULL;
-        rlock_status_t st = lkm_try_lock(r->m, name, r->wait_ms, r->lease_ms, &l);
+        rlock_status_t st = lockmap_try_lock(r->m, name, r->wait_ms, r->lease_ms, &l);
         if (st != RLOCK_OK) {
             pthread_mutex_lock(&r->mu);
             if (st == RLOCK_TIMEOUT)
@@ -186,7 +186,7 @@ static void *contender(void *arg)
             route_up = 0;
         }
         uint64_t t_out = clock_mono_ns() / 1000u;
-        rlock_status_t us = lkm_unlock(r->m, l);
+        rlock_status_t us = lockmap_unlock(r->m, l);
         pthread_mutex_lock(&r->mu);
         if (r->intervals != NULL)
             fprintf(r->intervals, "%s %llu %llu\n", name, (unsigned long long)t_in,
@@ -238,7 +238,7 @@ int lockcheck_main(int argc, char **argv)
         free(r);
         return 2;
     }
-    r->m = lkm_new(r->url, &o, err, sizeof err);
+    r->m = lockmap_new(r->url, &o, err, sizeof err);
     if (r->m == NULL) {
         fprintf(stderr, "lock-check: %s\n", err);
         if (r->intervals != NULL)
@@ -258,7 +258,7 @@ int lockcheck_main(int argc, char **argv)
         pthread_join(th[i], NULL);
     double secs = (double)(clock_mono_ms() - t0) / 1000.0;
     lkm_stats_t ls;
-    lkm_get_stats(r->m, &ls);
+    lockmap_get_stats(r->m, &ls);
     uint64_t total = 0;
     for (int i = 0; i < r->nlocks; i++)
         total += r->acquired[i];
@@ -287,7 +287,7 @@ int lockcheck_main(int argc, char **argv)
         fprintf(stderr, "lock-check: %s: %s\n", ivpath, strerror(errno));
         status = 2;
     }
-    lkm_free(r->m);
+    lockmap_free(r->m);
     pthread_mutex_destroy(&r->mu);
     free(r);
     return status;

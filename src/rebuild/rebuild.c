@@ -197,7 +197,7 @@ static int stage_buyers(redisContext *c, const char *kt, const pairs_t *a, const
 static void home_split(const pairs_t *in, int b, int k, pairs_t *out)
 {
     for (size_t i = 0; i < in->n; i++)
-        if (bk_home(in->v[i].a, k) == b)
+        if (buckets_home(in->v[i].a, k) == b)
             pairs_push(out, in->v[i].a, in->v[i].b);
 }
 
@@ -302,7 +302,7 @@ static int lock_voucher(redisContext *c, const char *kl, const rebuild_opts_t *o
 /* Some of a bucketed voucher's buckets lost (a cluster node lost its data), the others
  * kept and selling. The lost ones come back with their home buyers from SQL and the units
  * nobody else accounts for: SQL's initial stock (stock + orders) minus what the kept
- * buckets hold (stock + buyers, bks_live_units), minus units in transfers not yet
+ * buckets hold (stock + buyers, bucket_sweep_live_units), minus units in transfers not yet
  * applied, minus the lost buckets' SQL buyers -- split over the lost buckets as at
  * creation. The generation is not raised: the kept buckets' streams hold entries of the
  * current one. Under the voucher's lock; bucket 0 last if it is among them. */
@@ -327,7 +327,7 @@ static int rebuild_partial(redisContext *c, redisContext *g, store_t *st, int64_
         locked = 1;
     }
     /* again under the lock: someone may have finished meanwhile */
-    if (bks_present(o->rt, vid, k, &mask, err, errlen) < 0)
+    if (bucket_sweep_present(o->rt, vid, k, &mask, err, errlen) < 0)
         goto out;
     if (mask == all) {
         rc = REBUILD_PRESENT;
@@ -352,12 +352,12 @@ static int rebuild_partial(redisContext *c, redisContext *g, store_t *st, int64_
         res->sql_failed = 1;
         goto out;
     }
-    if (bks_live_units(o->rt, vid, k, mask, &live, err, errlen) < 0 ||
-        bks_in_transit(o->rt, vid, k, &transit, err, errlen) < 0)
+    if (bucket_sweep_live_units(o->rt, vid, k, mask, &live, err, errlen) < 0 ||
+        bucket_sweep_in_transit(o->rt, vid, k, &transit, err, errlen) < 0)
         goto out;
     int nlost = 0;
     for (size_t i = 0; i < sql.n; i++)
-        if (!(mask & (1u << bk_home(sql.v[i].a, k))))
+        if (!(mask & (1u << buckets_home(sql.v[i].a, k))))
             res->buyers++;
     for (int b = 0; b < k; b++)
         nlost += !(mask & (1u << b));
@@ -385,8 +385,8 @@ static int rebuild_partial(redisContext *c, redisContext *g, store_t *st, int64_
             continue;
         pairs_t ba = {0};
         home_split(&sql, b, k, &ba);
-        rc = publish_bucket(c, g, o, vid, b, res, &ba, &none,
-                            bk_share(res->stock, i--, nlost), (int64_t)ba.n, token, err, errlen);
+        rc = publish_bucket(c, g, o, vid, b, res, &ba, &none, buckets_share(res->stock, i--, nlost),
+                            (int64_t)ba.n, token, err, errlen);
         if (b == 0)
             locked = 0;   /* bucket 0's script released it */
         pairs_free(&ba);
@@ -437,14 +437,14 @@ int rebuild_voucher(redisContext *c, redisContext *g, store_t *st, int64_t vid,
         res->buckets = 1;   /* no way to the other buckets' nodes: bucket 0 alone */
     if (res->buckets > 1) {
         unsigned mask = 0, all = (1u << res->buckets) - 1;
-        if (bks_present(o->rt, vid, res->buckets, &mask, err, errlen) < 0)
+        if (bucket_sweep_present(o->rt, vid, res->buckets, &mask, err, errlen) < 0)
             return REBUILD_ERR;
         if (mask == all)
             return REBUILD_PRESENT;
         if (mask != 0)
             return rebuild_partial(c, g, st, vid, o, res, err, errlen);
     } else if (o->rt) {
-        int a = bks_rebuild_allowed(o->rt, vid, err, errlen);
+        int a = bucket_sweep_rebuild_allowed(o->rt, vid, err, errlen);
         if (a <= 0)
             return a < 0 ? REBUILD_ERR : REBUILD_REFUSED;
     }
@@ -573,7 +573,7 @@ int rebuild_voucher(redisContext *c, redisContext *g, store_t *st, int64_t vid,
         pairs_t ba = {0}, bb = {0};
         home_split(&sql, bk, res->buckets, &ba);
         home_split(&fresh, bk, res->buckets, &bb);
-        int64_t share = bk_share(res->stock, bk, res->buckets);
+        int64_t share = buckets_share(res->stock, bk, res->buckets);
         /* the surviving stream is bucket 0's: elsewhere every buyer is seeded */
         int64_t seeded = bk == 0 ? res->seeded - (int64_t)(sql.n - ba.n) : (int64_t)ba.n;
         rc = publish_bucket(c, g, o, vid, bk, res, &ba, &bb, share, seeded, token, err, errlen);

@@ -21,10 +21,10 @@
  *      (MKSTREAM), write the hash (stock, begin, end, ep, seeded) -- the sale resumes.
  *
  * A voucher in K > 1 stock buckets (K from SQL) comes back in K buckets: the stock split
- * as at creation (bk_share of the stock computed in 3, so the sum is exact), each buyer
- * in the bucket of their home (bk_home), buckets 1..K-1 first (each through steps 4 on its
+ * as at creation (buckets_share of the stock computed in 3, so the sum is exact), each buyer
+ * in the bucket of their home (buckets_home), buckets 1..K-1 first (each through steps 4 on its
  * own tag and node, with its own lock key) and bucket 0 last, as a create publishes them.
- * Only when every bucket is gone: bks_rebuild_allowed refuses while one still holds stock.
+ * Only when every bucket is gone: bucket_sweep_rebuild_allowed refuses while one still holds stock.
  *
  * Idempotent: a voucher with stock in Redis is left alone. `seeded` is the number of
  * buyers that are not entries of the current stream, so `stream entries = buyers -

@@ -355,7 +355,8 @@ static void check_all(rebuild_watch_t *w, const char *why)
         if (p == 1 && w->known[i].k > 1) {
             /* a bucketed voucher: any lost bucket is rebuilt (K more HEXISTS) */
             unsigned mask = 0;
-            p = bks_present(&w->rt, w->known[i].id, w->known[i].k, &mask, err, sizeof err) < 0
+            p = bucket_sweep_present(&w->rt, w->known[i].id, w->known[i].k, &mask, err,
+                                     sizeof err) < 0
                     ? -1
                     : mask == (1u << w->known[i].k) - 1;
         }
@@ -371,7 +372,7 @@ static void check_all(rebuild_watch_t *w, const char *why)
     if (w->up && !stopping(w)) {
         /* stock-bucket transfers a crash cut short */
         bks_wait_t wt = {w->app->cfg.redis_wait_replicas, w->app->cfg.redis_timeout_ms / 2};
-        int swept = bks_sweep_all(&w->rt, &wt);
+        int swept = bucket_sweep_all(&w->rt, &wt);
         if (swept > 0 && w->app->metrics)
             metric_add(&w->app->metrics->bucket_swept, (uint64_t)swept);
     }

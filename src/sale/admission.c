@@ -9,21 +9,25 @@
  * Queue mode and --redis-wait-replicas send every admission alone (a batch of one, no
  * lane).
  *
- * Stock buckets (buckets.h): the voucher's K is learned once per worker (bk_learn) before
- * its first admission; each admission goes to the buyer's home bucket (lanes are per
- * voucher and bucket), and a home bucket's sold out waits for a refill and tries again;
+ * Stock buckets (buckets.h): what a worker knows of a voucher includes its K. A voucher
+ * whose K it does not know yet is routed as unbucketed (its own keys) and the call asks
+ * admit.lua to check K: either the codes come back (K = 1, known from then on: its
+ * admissions never ask again nor touch buckets.c) or the voucher's K does, and this
+ * worker sends each admission to the buyer's home bucket from then on (lanes are per
+ * voucher, bucket and K). A home bucket's sold out waits for a refill and tries again;
  * only a refill that found every bucket empty makes it the voucher's verdict.
  *
- * Verdict cache: per worker, a small set-associative table voucher id -> (verdict, until).
+ * Verdict cache: per worker, a small set-associative table voucher id -> (verdict, until,
+ * and the voucher's K, which outlives the verdict: vcache_find).
  * Only verdicts that are the same for every user are kept (sold out, ended, not started,
  * no such voucher), for soldout_cache_ms. When an entry expires the next request asks
  * Redis again, so at most one request per worker per interval learns a changed state
- * (stock put back, a voucher published later). admission_publish() on this worker drops
- * the voucher's entry at once.
+ * (stock put back, a voucher published later). Publishing a voucher on this worker
+ * (publish.h) drops its entry at once.
  *
  * Contexts of requests waiting for Redis come from a per-worker free list, so the hot
  * path does not call malloc once the list has warmed up. The cache is reference-counted
- * by those contexts: adm_cache_free() may run while commands are still pending (their
+ * by those contexts: admission_cache_free() may run while commands are still pending (their
  * callbacks come later with a NULL reply) and the memory goes with the last of them. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +57,8 @@
 #define LANES 64u
 #define BATCH_MAX 64
 #define REFILL_ROUNDS_MAX 16   /* a bucketed buyer's tries at home between refills */
+#define REROUTES_MAX 2         /* routes an admission may be sent by again (buckets.h) */
+#define ADMIT_REROUTE (-100)   /* internal: admit.lua answered another K than the call's */
 
 typedef struct adm_ctx {
     struct adm_cache *ac;
@@ -65,9 +71,11 @@ typedef struct adm_ctx {
     int64_t now;                /* wall seconds at admission (queue mode's create_time) */
     struct ordq *q;             /* queue mode: the place held for this order, else NULL */
     int wait_replicas;          /* --redis-wait-replicas: WAIT for this many after admission */
-    bk_route_t rt;              /* the voucher's stock buckets (rt.k = 1: none) */
-    int bucket;                 /* the buyer's home bucket */
+    buckets_route_t rt;         /* the voucher's stock buckets (rt.k = 1: none, the rest unset) */
+    int bucket;                 /* the buyer's home bucket (0 when unbucketed) */
     int rounds;                 /* refills this admission waited for */
+    int reroutes;               /* times it was sent again by another route */
+    int check;                  /* K not known: the call asks admit.lua to check it */
 } adm_ctx_t;
 
 /* Coalescing: per worker and voucher, at most one admit.lua call in flight; the
@@ -75,6 +83,7 @@ typedef struct adm_ctx {
 typedef struct lane {
     int64_t voucher_id;         /* 0 = unused */
     int bucket;                 /* a stock bucket of it (buckets.h), 0 when unbucketed */
+    int k;                      /* the K its admissions were routed by (admit.lua checks it) */
     int inflight;               /* a call for this voucher is out */
     adm_ctx_t *head, *tail;     /* waiting, in arrival order */
     int nwait;
@@ -87,20 +96,29 @@ typedef struct batch {
     lane_t *lane;               /* NULL: a call outside the lanes (always one admission) */
     int n;
     int resent;                 /* sent again after Redis lost its scripts (on_batch) */
+    int check;                  /* the call asked admit.lua to check K (an item's check) */
     adm_ctx_t *item[BATCH_MAX];
 } batch_t;
 
 struct adm_cache {
-    vcache_t *verdicts;         /* voucher -> cached answer code (int), until clock_mono_ms() */
+    vcache_t *verdicts;         /* voucher -> known_t: the answer until clock_mono_ms(), K */
     lane_t lanes[LANES];
     uint64_t ttl_ms;            /* cfg.soldout_cache_ms */
     adm_ctx_t *free_ctx;
     int nfree;
     int outstanding;            /* contexts handed out and not yet returned */
-    int dead;                   /* adm_cache_free() ran; free with the last context */
+    int dead;                   /* admission_cache_free() ran; free with the last context */
     uint64_t last_err_log_ms;
-    bk_cache_t *bk;             /* stock-bucket routes and refills (buckets.c) */
+    buckets_cache_t *bk;        /* stock-bucket routes and refills (buckets.c) */
 };
+
+/* What this worker knows of a voucher: one entry of the verdict cache. */
+typedef struct known {
+    int verdict;                /* an ADMIT_* code every buyer gets, until the entry's expiry */
+    int k;                      /* its stock buckets, learned from admit.lua (buckets.h): 1
+                                 * unbucketed, > 1 bucketed (buckets.c has the route), 0 not
+                                 * known yet; kept after the verdict expires */
+} known_t;
 
 /* ------------------------------------------------------------ messages */
 
@@ -164,12 +182,31 @@ static int cacheable(int code)
 /* A cached answer for the voucher (an ADMIT_* code), or NULL. */
 static const int *verdict_get(struct adm_cache *ac, int64_t voucher_id, uint64_t now)
 {
-    return vcache_get(ac->verdicts, voucher_id, now);
+    const known_t *kn = vcache_get(ac->verdicts, voucher_id, now);
+    return kn != NULL ? &kn->verdict : NULL;
 }
 
 static void verdict_put(struct adm_cache *ac, int64_t voucher_id, int code, uint64_t until)
 {
-    *(int *)vcache_put(ac->verdicts, voucher_id, until) = code;
+    ((known_t *)vcache_put(ac->verdicts, voucher_id, until))->verdict = code;
+}
+
+/* The voucher's K as this worker knows it (0: not known). */
+static int known_k(struct adm_cache *ac, int64_t voucher_id)
+{
+    const known_t *kn = vcache_find(ac->verdicts, voucher_id);
+    return kn != NULL ? kn->k : 0;
+}
+
+/* Keeps the voucher's K, beside its verdict if it has one (a new entry carries no verdict:
+ * it expired before it was made). */
+static void known_k_set(struct adm_cache *ac, int64_t voucher_id, int k)
+{
+    known_t *kn = vcache_find(ac->verdicts, voucher_id);
+    if (kn == NULL) {
+        kn = vcache_put(ac->verdicts, voucher_id, 0);
+    }
+    kn->k = k;
 }
 
 static void verdict_drop(struct adm_cache *ac, int64_t voucher_id)
@@ -200,7 +237,7 @@ static void cache_destroy(struct adm_cache *ac)
         ac->free_ctx = c->next;
         free(c);
     }
-    bk_cache_free(ac->bk);
+    buckets_cache_free(ac->bk);
     vcache_free(ac->verdicts);
     free(ac);
 }
@@ -223,6 +260,17 @@ static void ctx_put(adm_ctx_t *c)
 
 /* ------------------------------------------------------------ admission */
 
+/* The caller hears the code (with the order when admitted); the context goes back first,
+ * so the callback may start another admission. */
+static void answer(adm_ctx_t *c, int code)
+{
+    http_req_t *r = c->r;
+    admission_cb cb = c->cb;
+    admission_order_t order = c->order;
+    ctx_put(c);
+    cb(r, code, code == ADMIT_OK ? &order : NULL);
+}
+
 /* --redis-wait-replicas: the WAIT's answer. Redis replication is asynchronous; WAIT n t
  * returns once n replicas have acknowledged every write this connection made before it
  * (the admission included), or after t ms with how many did. Fewer than n -- or no
@@ -231,9 +279,6 @@ static void ctx_put(adm_ctx_t *c)
 static void on_wait(struct redisReply *rep, void *priv)
 {
     adm_ctx_t *c = priv;
-    http_req_t *r = c->r;
-    admission_cb cb = c->cb;
-    admission_order_t order = c->order;
     int ok = rep != NULL && rep->type == REDIS_REPLY_INTEGER && rep->integer >= c->wait_replicas;
     if (!ok && rep != NULL && !c->ac->dead) {
         uint64_t now = clock_mono_ms();
@@ -247,29 +292,41 @@ static void on_wait(struct redisReply *rep, void *priv)
                          rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
         }
     }
-    ctx_put(c);
-    cb(r, ok ? ADMIT_OK : ADMIT_RETRY, ok ? &order : NULL);
+    answer(c, ok ? ADMIT_OK : ADMIT_RETRY);
+}
+
+/* The admission keys of c's home bucket (voucher hash, buyers, stream) into 64-byte
+ * buffers: the voucher's own keys when it is unbucketed or the buyer's home is bucket 0,
+ * so an unbucketed admission never calls into buckets.c. 0, or -1 if one did not fit. */
+static int home_keys(const adm_ctx_t *c, char *kv, char *kb, char *ks, int *lv, int *lb,
+                     int *ls)
+{
+    if (c->bucket > 0)
+        return buckets_keys(c->voucher_id, c->bucket, c->rt.salt[c->bucket], kv, kb, ks, lv, lb,
+                            ls);
+    *lv = key_voucher(kv, 64, c->voucher_id);
+    *lb = key_buyers(kb, 64, c->voucher_id);
+    *ls = key_stream(ks, 64, c->voucher_id);
+    return *lv < 0 || *lb < 0 || *ls < 0 ? -1 : 0;
 }
 
 /* WAIT goes on the connection that carried the admission: on a cluster, the one to the
- * node of the voucher's slot (rds_command_at routes by the voucher key). Its timeout is
- * half the Redis deadline, so the command's own deadline never fires first. */
+ * node of the home bucket's slot (rds_command_at routes by its voucher key). Its timeout
+ * is half the Redis deadline, so the command's own deadline never fires first. */
 static void send_wait(adm_ctx_t *c)
 {
     worker_t *w = c->r->w;
     char kv[64], kb[64], ks[64], n[16], t[16];
     int lv, lb, ls;
-    if (bk_keys(c->voucher_id, c->bucket, c->rt.salt[c->bucket], kv, kb, ks, &lv, &lb, &ls) < 0)
-        lv = -1;
+    if (home_keys(c, kv, kb, ks, &lv, &lb, &ls) < 0) {
+        on_wait(NULL, c);
+        return;
+    }
     int tmo = w->app->cfg.redis_timeout_ms / 2;
     int ln = snprintf(n, sizeof n, "%d", c->wait_replicas);
     int lt = snprintf(t, sizeof t, "%d", tmo > 0 ? tmo : 1);
     const char *argv[3] = { "WAIT", n, t };
     size_t lens[3] = { 4, (size_t)ln, (size_t)lt };
-    if (lv < 0) {
-        on_wait(NULL, c);
-        return;
-    }
     rds_command_at(w->rds, kv, (size_t)lv, on_wait, c, 3, argv, lens);
 }
 
@@ -306,7 +363,35 @@ static int cache_ok(const adm_ctx_t *c, int code)
 
 static void admit_send(adm_ctx_t *c);
 static void finish(adm_ctx_t *c, int code);
-static void on_learned(void *priv, int k);
+
+/* The route c goes by, from the voucher's K as this worker knows it: unbucketed (only
+ * rt.k is set: nothing else of the route is read), bucketed (the route buckets.c keeps;
+ * if it has gone, K counts as not known), or not known -- routed as unbucketed, and the
+ * call asks admit.lua to check. */
+static void route_by(adm_ctx_t *c, int k)
+{
+    const buckets_route_t *rt = k > 1 ? buckets_route(c->ac->bk, c->voucher_id) : NULL;
+    if (rt != NULL) {
+        c->rt = *rt;
+        c->check = 0;
+    } else {
+        c->rt.k = 1;
+        c->check = k != 1;
+    }
+}
+
+/* Sends c again by the route of the K now known (admit.lua answered another K, or a
+ * bucket's keys are gone): at most REROUTES_MAX times, then 503 (retry) -- a voucher
+ * whose K keeps changing under it is not sold by guesswork. */
+static void reroute(adm_ctx_t *c, int k)
+{
+    if (++c->reroutes > REROUTES_MAX || c->ac->dead) {
+        finish(c, ADMIT_RETRY);
+        return;
+    }
+    route_by(c, k);
+    admit_send(c);
+}
 
 /* The refill (buckets.h) a bucketed buyer's sold-out home waited for: units moved in, or
  * on their way between buckets (try at home again, where a refill looks again), every
@@ -315,7 +400,7 @@ static void on_learned(void *priv, int k);
 static void on_refilled(void *priv, int64_t rc)
 {
     adm_ctx_t *c = priv;
-    if ((rc > 0 || rc == BK_IN_FLIGHT) && !c->ac->dead && ++c->rounds <= REFILL_ROUNDS_MAX) {
+    if ((rc > 0 || rc == BUCKETS_IN_FLIGHT) && !c->ac->dead && ++c->rounds <= REFILL_ROUNDS_MAX) {
         admit_send(c);
         return;
     }
@@ -327,80 +412,104 @@ static void on_refilled(void *priv, int64_t rc)
     finish(c, ADMIT_RETRY);
 }
 
-/* The end of one admission whose code Redis decided: caches, queue mode, WAIT, then the
- * caller's callback. A bucketed buyer's sold-out home first waits for a refill. */
-static void finish(adm_ctx_t *c, int code)
+/* Step 1 of finish: a bucketed buyer's answer that is not yet the voucher's. A sold-out
+ * home waits for a refill; a bucket without its keys (Redis lost them; a rebuild may have
+ * put the voucher back unbucketed) sends the buyer once by bucket 0, which answers the K
+ * it has now. 1 when the admission goes on, 0 when code is the answer. */
+static int bucket_goes_on(adm_ctx_t *c, int code)
 {
     struct adm_cache *ac = c->ac;
-    http_req_t *r = c->r;
-    admission_cb cb = c->cb;
-    if (c->rt.k > 1 && !ac->dead) {
-        if (code == ADMIT_SOLD_OUT) {
-            bk_refill(r->w, ac->bk, c->voucher_id, &c->rt, c->bucket, 1, on_refilled, c);
-            return;
-        }
-        if (code == ADMIT_NO_VOUCHER) {
-            /* The bucket's keys are gone: Redis lost data, and a rebuild may have put the
-             * voucher back unbucketed. Learn K again and try once more. */
-            bk_forget(ac->bk, c->voucher_id);
-            if (c->bucket > 0 && c->rounds == 0) {
-                c->rounds++;
-                bk_learn(r->w, ac->bk, c->voucher_id, on_learned, c);
-                return;
-            }
+    if (c->rt.k < 2 || ac->dead) {
+        return 0;
+    }
+    if (code == ADMIT_SOLD_OUT) {
+        buckets_refill(c->r->w, ac->bk, c->voucher_id, &c->rt, c->bucket, 1, on_refilled, c);
+        return 1;
+    }
+    if (code == ADMIT_NO_VOUCHER) {
+        buckets_forget(ac->bk, c->voucher_id);
+        known_k_set(ac, c->voucher_id, 0);
+        if (c->bucket > 0 && c->reroutes == 0) {
+            reroute(c, 0);
+            return 1;
         }
     }
+    return 0;
+}
+
+/* Step 2: a verdict every buyer of the voucher would get is answered from memory for
+ * soldout_cache_ms; a voucher Redis does not have is worth a look in SQL. */
+static void remember_verdict(adm_ctx_t *c, int code)
+{
+    struct adm_cache *ac = c->ac;
     if (cache_ok(c, code) && !ac->dead && ac->ttl_ms > 0) {
         verdict_put(ac, c->voucher_id, code, clock_mono_ms() + ac->ttl_ms);
     }
     if (code == ADMIT_NO_VOUCHER && !ac->dead) {
         /* Redis may have lost it: if SQL knows it, it is rebuilt and the verdict
          * above expires within soldout_cache_ms. */
-        rebuild_watch_poke(r->w->app->rebuild, c->voucher_id);
+        rebuild_watch_poke(c->r->w->app->rebuild, c->voucher_id);
     }
-    if (c->q != NULL) {
-        /* Queue mode: the place was reserved before asking Redis, so an admitted order
-         * always fits; anything else gives the place back. */
-        if (code == ADMIT_OK) {
-            /* Not fenced: the queue holds no Redis generation (see ordq.h for what queue
-             * mode loses anyway). */
-            store_order_t o = {c->order.id, c->user_id, c->voucher_id, 1, c->now,
-                               STORE_EPOCH_ANY};
-            ordq_push(c->q, &o);
-        } else {
-            ordq_release(c->q);
-        }
-    }
-    if (code == ADMIT_OK && c->wait_replicas > 0 && !ac->dead) {
-        send_wait(c);
+}
+
+/* Step 3, queue mode: the place was reserved before asking Redis, so an admitted order
+ * always fits; anything else gives the place back. */
+static void settle_queue_place(adm_ctx_t *c, int code)
+{
+    if (c->q == NULL) {
         return;
     }
-    if (code != ADMIT_OK) {
-        ctx_put(c);
-        cb(r, code, NULL);
+    if (code == ADMIT_OK) {
+        /* Not fenced: the queue holds no Redis generation (see ordq.h for what queue
+         * mode loses anyway). */
+        store_order_t o = {c->order.id, c->user_id, c->voucher_id, 1, c->now, STORE_EPOCH_ANY};
+        ordq_push(c->q, &o);
+    } else {
+        ordq_release(c->q);
+    }
+}
+
+/* Step 4, --redis-wait-replicas: an admitted order is told only once the replicas have
+ * it (send_wait answers). 1 when the WAIT went out. */
+static int awaits_replicas(adm_ctx_t *c, int code)
+{
+    if (code != ADMIT_OK || c->wait_replicas <= 0 || c->ac->dead) {
+        return 0;
+    }
+    send_wait(c);
+    return 1;
+}
+
+/* The end of one admission whose code Redis decided. */
+static void finish(adm_ctx_t *c, int code)
+{
+    if (bucket_goes_on(c, code)) {
         return;
     }
-    admission_order_t order = c->order;   /* the context goes back before the callback */
-    ctx_put(c);
-    cb(r, code, &order);
+    remember_verdict(c, code);
+    settle_queue_place(c, code);
+    if (awaits_replicas(c, code)) {
+        return;
+    }
+    answer(c, code);
 }
 
 /* ------------------------------------------------------------ coalescing */
 
-static lane_t *lane_find(struct adm_cache *ac, int64_t voucher_id, int bucket, int create)
+/* The lane of (voucher, bucket, K): admissions routed by different K never share a call,
+ * since admit.lua checks one K per call. */
+static lane_t *lane_find(struct adm_cache *ac, int64_t voucher_id, int bucket, int k)
 {
     uint64_t h = ((uint64_t)voucher_id + (uint64_t)bucket) * UINT64_C(0x9e3779b97f4a7c15);
     for (unsigned i = 0; i < LANES; i++) {
         lane_t *l = &ac->lanes[(h + i) & (LANES - 1)];
-        if (l->voucher_id == voucher_id && l->bucket == bucket) {
+        if (l->voucher_id == voucher_id && l->bucket == bucket && l->k == k) {
             return l;
         }
         if (l->voucher_id == 0) {
-            if (!create) {
-                return NULL;
-            }
             l->voucher_id = voucher_id;
             l->bucket = bucket;
+            l->k = k;
             return l;
         }
     }
@@ -409,6 +518,19 @@ static lane_t *lane_find(struct adm_cache *ac, int64_t voucher_id, int bucket, i
 
 static void batch_send(lane_t *l, struct adm_cache *ac, worker_t *w);
 static int batch_call(batch_t *b, int64_t voucher_id);
+
+/* What the answer to a call that asked admit.lua to check K says of it (buckets.h): an
+ * integer is the voucher's K (nothing was decided: the buyers go again, to their homes);
+ * codes past the check (any but no-voucher, which comes before it) mean K = 1; 0 when it
+ * says nothing. */
+static int checked_k(const redisReply *rep, int ok)
+{
+    if (rep != NULL && rep->type == REDIS_REPLY_INTEGER) {
+        return rep->integer >= 2 && rep->integer <= BUCKETS_MAX ? (int)rep->integer : 0;
+    }
+    int code = ok ? reply_code(rep->element[0]) : ADMIT_UNAVAILABLE;
+    return code >= ADMIT_OK && code != ADMIT_NO_VOUCHER ? 1 : 0;
+}
 
 static void on_batch(struct redisReply *rep, void *priv)
 {
@@ -424,7 +546,15 @@ static void on_batch(struct redisReply *rep, void *priv)
         }
     }
     int ok = rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements == (size_t)b->n;
-    if (rep != NULL && !ok) {
+    int k = b->check && !ac->dead ? checked_k(rep, ok) : 0;
+    if (k > 1) {
+        buckets_learn(ac->bk, b->item[0]->voucher_id, k);
+    }
+    if (k >= 1) {
+        known_k_set(ac, b->item[0]->voucher_id, k);
+    }
+    int rerouted = k > 1;
+    if (!rerouted && rep != NULL && !ok) {
         /* An error reply (script bug, OOM, READONLY replica...) or a shape we do not
          * know: worth a log line, but not one per request. */
         log_bad_reply(ac, rep, "admit.lua");
@@ -434,7 +564,7 @@ static void on_batch(struct redisReply *rep, void *priv)
     int code[BATCH_MAX];
     for (int i = 0; i < n; i++) {
         item[i] = b->item[i];
-        code[i] = ok ? reply_code(rep->element[i]) : ADMIT_UNAVAILABLE;
+        code[i] = rerouted ? ADMIT_REROUTE : ok ? reply_code(rep->element[i]) : ADMIT_UNAVAILABLE;
     }
     worker_t *w = b->w;
     free(b);
@@ -450,25 +580,28 @@ static void on_batch(struct redisReply *rep, void *priv)
         batch_send(l, ac, w);
     }
     for (int i = 0; i < n; i++) {
-        finish(item[i], code[i]);
+        if (code[i] == ADMIT_REROUTE) {
+            reroute(item[i], k);
+        } else {
+            finish(item[i], code[i]);
+        }
     }
 }
 
 /* Sends b as one admit.lua call (src/sale/admit.lua: KEYS voucher, buyers, stream; ARGV
- * voucherId, transport, then userId, orderId per admission).
+ * voucherId, transport, K if an item asks the check, then userId, orderId per admission).
  * The transport is the items' (a lane holds stream-mode admissions only). Returns -1,
  * having sent nothing, when a key does not fit. */
 static int batch_call(batch_t *b, int64_t voucher_id)
 {
     worker_t *w = b->w;
-    char kv[64], kb[64], ks[64], vid[SB_DEC_MAX], uid[BATCH_MAX][SB_DEC_MAX];
-    const char *argv[5 + 2 * BATCH_MAX];
-    size_t lens[5 + 2 * BATCH_MAX];
-    /* The keys of the items' home bucket (a lane is one bucket's; unbucketed: bucket 0,
-     * the voucher's own keys). */
+    char kv[64], kb[64], ks[64], vid[SB_DEC_MAX], karg[SB_DEC_MAX], uid[BATCH_MAX][SB_DEC_MAX];
+    const char *argv[6 + 2 * BATCH_MAX];
+    size_t lens[6 + 2 * BATCH_MAX];
+    /* The keys of the items' home bucket (a lane is one bucket's of one K). */
     const adm_ctx_t *c0 = b->item[0];
     int lv, lb, ls;
-    if (bk_keys(voucher_id, c0->bucket, c0->rt.salt[c0->bucket], kv, kb, ks, &lv, &lb, &ls) < 0) {
+    if (home_keys(c0, kv, kb, ks, &lv, &lb, &ls) < 0) {
         return -1;
     }
     const char *tr = b->item[0]->q != NULL ? "queue" : "stream";
@@ -479,6 +612,13 @@ static int batch_call(batch_t *b, int64_t voucher_id)
     int na = nk;
     argv[na] = vid; lens[na++] = (size_t)sb_dec(vid, voucher_id);
     argv[na] = tr; lens[na++] = strlen(tr);
+    b->check = 0;
+    for (int k = 0; k < b->n; k++) {
+        b->check |= b->item[k]->check;
+    }
+    if (b->check) {
+        argv[na] = karg; lens[na++] = (size_t)sb_dec(karg, c0->rt.k);
+    }
     for (int k = 0; k < b->n; k++) {
         const adm_ctx_t *c = b->item[k];
         argv[na] = uid[k];
@@ -577,40 +717,22 @@ void admission_try(struct http_req *r, int64_t voucher_id, int64_t user_id, admi
     admission_order_set(&c->order, orderid_next(now));
     c->now = now;
     c->rounds = 0;
-    const bk_route_t *rt = bk_lookup(ac->bk, voucher_id, http_clock_ns(r) / 1000000u);
-    if (rt == NULL) {
-        bk_learn(w, ac->bk, voucher_id, on_learned, c);
-        return;
-    }
-    c->rt = *rt;
-    admit_send(c);
-}
-
-/* K learned (buckets.h): route the admission, or answer for a voucher Redis does not
- * have (as admit.lua would: cached, and the rebuild watch poked). */
-static void on_learned(void *priv, int k)
-{
-    adm_ctx_t *c = priv;
-    bk_route_fill(&c->rt, c->voucher_id, k);
-    if (k <= 0) {
-        c->bucket = 0;
-        finish(c, k == 0 ? ADMIT_NO_VOUCHER : ADMIT_UNAVAILABLE);
-        return;
-    }
+    c->reroutes = 0;
+    route_by(c, known_k(ac, voucher_id));
     admit_send(c);
 }
 
 /* Sends one admission to the buyer's home bucket (the voucher itself when unbucketed):
- * into the bucket's lane (stream mode), or alone. */
+ * into the lane of its bucket and K (stream mode), or alone. */
 static void admit_send(adm_ctx_t *c)
 {
     struct adm_cache *ac = c->ac;
     worker_t *w = c->r->w;
     int64_t voucher_id = c->voucher_id;
-    c->bucket = bk_home(c->user_id, c->rt.k);
+    c->bucket = c->rt.k > 1 ? buckets_home(c->user_id, c->rt.k) : 0;
     c->next = NULL;
     if (w->app->cfg.mode == MODE_STREAM && c->q == NULL && c->wait_replicas == 0) {
-        lane_t *l = lane_find(ac, voucher_id, c->bucket, 1);
+        lane_t *l = lane_find(ac, voucher_id, c->bucket, c->rt.k);
         if (l != NULL) {
             if (l->tail != NULL) {
                 l->tail->next = c;
@@ -637,118 +759,27 @@ static void admit_send(adm_ctx_t *c)
     }
 }
 
-/* ------------------------------------------------------------ publishing */
+/* ------------------------------------------------------------ lifetime */
 
-typedef struct pub {
-    http_req_t *r;
-    void (*done)(http_req_t *r, int ok);
-    int left;
-    int ok;
-    int64_t voucher_id;
-} pub_t;
-
-static void pub_step(pub_t *p, int ok, const char *what, const redisReply *rep)
+void admission_forget(struct worker *w, int64_t voucher_id)
 {
-    if (!ok) {
-        p->ok = 0;
-        if (rep != NULL && rep->type == REDIS_REPLY_ERROR) {
-            log_error("publish voucher %lld: %s failed: %.*s", (long long)p->voucher_id, what,
-                      (int)(rep->len > 200 ? 200 : rep->len), rep->str);
-        } else {
-            log_error("publish voucher %lld: %s failed: %s", (long long)p->voucher_id, what,
-                      rep == NULL ? "redis unavailable" : "unexpected reply");
-        }
-    }
-    if (--p->left > 0) {
-        return;
-    }
-    http_req_t *r = p->r;
-    void (*done)(http_req_t *, int) = p->done;
-    int all_ok = p->ok;
-    free(p);
-    done(r, all_ok);
-}
-
-static void on_xgroup(struct redisReply *rep, void *priv)
-{
-    int ok = rep != NULL &&
-             ((rep->type == REDIS_REPLY_STATUS) ||
-              (rep->type == REDIS_REPLY_ERROR && rep->len >= 9 &&
-               memcmp(rep->str, "BUSYGROUP", 9) == 0));
-    pub_step(priv, ok, "XGROUP CREATE", rep);
-}
-
-static void on_sadd(struct redisReply *rep, void *priv)
-{
-    pub_step(priv, rep != NULL && rep->type == REDIS_REPLY_INTEGER, "SADD", rep);
-}
-
-static void on_hset(struct redisReply *rep, void *priv)
-{
-    pub_step(priv, rep != NULL && rep->type == REDIS_REPLY_INTEGER, "HSET", rep);
-}
-
-/* The order matters: the stream and its group exist and the writers know the stream
- * before the voucher hash makes it sellable, so no admitted order can land in a stream
- * nobody reads. The stock goes last and only if absent (HSETNX): admission needs stock to
- * sell, and a rebuild from SQL (rebuild.h) that got there first -- it looks for a stock
- * field -- is never overwritten. The four go out pipelined; done runs after the last. */
-void admission_publish(struct http_req *r, int64_t voucher_id, int64_t stock, int64_t begin,
-                       int64_t end, void (*done)(struct http_req *r, int ok))
-{
-    worker_t *w = r->w;
-    char kv[64], ks[64], vid[24], sst[24], sbe[24], sen[24];
-    int lv = key_voucher(kv, sizeof(kv), voucher_id);
-    int ls = key_stream(ks, sizeof(ks), voucher_id);
-    pub_t *p = xmalloc(sizeof(*p));
-    if (lv < 0 || ls < 0) {
-        free(p);
-        done(r, 0);
-        return;
-    }
     if (w->adm != NULL) {
         verdict_drop(w->adm, voucher_id);
     }
-    p->r = r;
-    p->done = done;
-    p->left = 4;
-    p->ok = 1;
-    p->voucher_id = voucher_id;
-    int li = snprintf(vid, sizeof(vid), "%lld", (long long)voucher_id);
-    int l1 = snprintf(sst, sizeof(sst), "%lld", (long long)stock);
-    int l2 = snprintf(sbe, sizeof(sbe), "%lld", (long long)begin);
-    int l3 = snprintf(sen, sizeof(sen), "%lld", (long long)end);
-
-    const char *xg[6] = { "XGROUP", "CREATE", ks, KEY_GROUP, "0", "MKSTREAM" };
-    size_t xgl[6] = { 6, 6, (size_t)ls, strlen(KEY_GROUP), 1, 8 };
-    const char *sa[3] = { "SADD", KEY_STREAMS, vid };
-    size_t sal[3] = { 4, strlen(KEY_STREAMS), (size_t)li };
-    const char *hs[6] = { "HSET", kv, "begin", sbe, "end", sen };
-    size_t hsl[6] = { 4, (size_t)lv, 5, (size_t)l2, 3, (size_t)l3 };
-    const char *hn[4] = { "HSETNX", kv, "stock", sst };
-    size_t hnl[4] = { 6, (size_t)lv, 5, (size_t)l1 };
-
-    /* p lives until the fourth reply, which cannot come before the fourth send. */
-    rds_command(w->rds, on_xgroup, p, 6, xg, xgl);
-    rds_command(w->rds, on_sadd, p, 3, sa, sal);
-    rds_command(w->rds, on_hset, p, 6, hs, hsl);
-    rds_command(w->rds, on_hset, p, 4, hn, hnl);
 }
 
-/* ------------------------------------------------------------ lifetime */
-
-int adm_cache_init(struct worker *w)
+int admission_cache_init(struct worker *w)
 {
     struct adm_cache *ac = xcalloc(1, sizeof(*ac));
     int ms = w->app->cfg.soldout_cache_ms;
     ac->ttl_ms = ms > 0 ? (uint64_t)ms : 0;
-    ac->bk = bk_cache_new();
-    ac->verdicts = vcache_new(VERDICT_SLOTS, sizeof(int));
+    ac->bk = buckets_cache_new();
+    ac->verdicts = vcache_new(VERDICT_SLOTS, sizeof(known_t));
     w->adm = ac;
     return 0;
 }
 
-void adm_cache_free(struct worker *w)
+void admission_cache_free(struct worker *w)
 {
     struct adm_cache *ac = w->adm;
     if (ac == NULL) {

@@ -43,14 +43,11 @@ typedef void (*admission_cb)(struct http_req *r, int code, const admission_order
 
 void admission_try(struct http_req *r, int64_t voucher_id, int64_t user_id, admission_cb cb);
 
-/* Makes a voucher sellable in Redis: creates the stream's consumer group (MKSTREAM;
- * BUSYGROUP ignored), registers it in seckill:streams, HSET begin/end, then HSETNX stock
- * (a rebuild that got there first is kept). done(r, ok). */
-void admission_publish(struct http_req *r, int64_t voucher_id, int64_t stock, int64_t begin,
-                       int64_t end, void (*done)(struct http_req *r, int ok));
+/* Drops this worker's cached verdict for the voucher (publish.h: it was just published). */
+void admission_forget(struct worker *w, int64_t voucher_id);
 
-int adm_cache_init(struct worker *w);
-void adm_cache_free(struct worker *w);
+int admission_cache_init(struct worker *w);
+void admission_cache_free(struct worker *w);
 
 /* The message and machine code for a result (e.g. "库存不足", "SOLD_OUT"); NULL for OK. */
 const char *admission_msg(int code);

@@ -14,7 +14,7 @@
 #include "redis/rconn.h"
 #include "core/xmem.h"
 
-int bks_registry(rcs_route_t *rt, bks_voucher_t **out, size_t *n, char *err, size_t errlen)
+int bucket_sweep_registry(rcs_route_t *rt, bks_voucher_t **out, size_t *n, char *err, size_t errlen)
 {
     *out = NULL;
     *n = 0;
@@ -99,8 +99,8 @@ static int replicated(rcs_route_t *rt, int64_t vid, int b, int k, const bks_wait
     return n >= wt->replicas;
 }
 
-int bks_sweep(rcs_route_t *rt, int64_t vid, int k, int stale_ms, const bks_wait_t *wt,
-              char *err, size_t errlen)
+int bucket_sweep_voucher(rcs_route_t *rt, int64_t vid, int k, int stale_ms, const bks_wait_t *wt,
+                         char *err, size_t errlen)
 {
     int finished = 0;
     char age[16];
@@ -162,18 +162,19 @@ int bks_sweep(rcs_route_t *rt, int64_t vid, int k, int stale_ms, const bks_wait_
     return finished;
 }
 
-int bks_sweep_all(rcs_route_t *rt, const bks_wait_t *wt)
+int bucket_sweep_all(rcs_route_t *rt, const bks_wait_t *wt)
 {
     char err[256];
     bks_voucher_t *v = NULL;
     size_t n = 0;
     int total = 0;
-    if (bks_registry(rt, &v, &n, err, sizeof err) != 0) {
+    if (bucket_sweep_registry(rt, &v, &n, err, sizeof err) != 0) {
         log_warn("bucket sweep: %s", err);
         return 0;
     }
     for (size_t i = 0; i < n; i++) {
-        int done = bks_sweep(rt, v[i].voucher_id, v[i].k, BKS_STALE_MS, wt, err, sizeof err);
+        int done =
+            bucket_sweep_voucher(rt, v[i].voucher_id, v[i].k, BKS_STALE_MS, wt, err, sizeof err);
         if (done < 0)
             log_warn("bucket sweep: voucher %lld: %s", (long long)v[i].voucher_id, err);
         else
@@ -197,7 +198,8 @@ static int bucket_present(rcs_route_t *rt, int64_t vid, int b, int k, char *kv, 
     return x != 0;
 }
 
-int bks_present(rcs_route_t *rt, int64_t vid, int k, unsigned *mask, char *err, size_t errlen)
+int bucket_sweep_present(rcs_route_t *rt, int64_t vid, int k, unsigned *mask, char *err,
+                         size_t errlen)
 {
     char kv[64];
     *mask = 0;
@@ -211,8 +213,8 @@ int bks_present(rcs_route_t *rt, int64_t vid, int k, unsigned *mask, char *err, 
     return 0;
 }
 
-int bks_live_units(rcs_route_t *rt, int64_t vid, int k, unsigned mask, int64_t *units,
-                   char *err, size_t errlen)
+int bucket_sweep_live_units(rcs_route_t *rt, int64_t vid, int k, unsigned mask, int64_t *units,
+                            char *err, size_t errlen)
 {
     *units = 0;
     for (int b = 0; b < k && b < KEY_BUCKETS_MAX; b++) {
@@ -251,7 +253,7 @@ int bks_live_units(rcs_route_t *rt, int64_t vid, int k, unsigned mask, int64_t *
 /* Every possible bucket (K = 2..KEY_BUCKETS_MAX, b = 1..K-1) is probed, not only the K
  * the registry names: the registry lives on one node, which may be the one that lost
  * its data. Rebuilds are rare; 120 HEXISTS are nothing beside one. */
-int bks_rebuild_allowed(rcs_route_t *rt, int64_t vid, char *err, size_t errlen)
+int bucket_sweep_rebuild_allowed(rcs_route_t *rt, int64_t vid, char *err, size_t errlen)
 {
     char kv[64];
     int p = bucket_present(rt, vid, 0, 1, kv, sizeof kv, err, errlen);
@@ -271,8 +273,8 @@ int bks_rebuild_allowed(rcs_route_t *rt, int64_t vid, char *err, size_t errlen)
     return 1;
 }
 
-int bks_in_transit(rcs_route_t *rt, int64_t vid, int k, int64_t *units, char *err,
-                   size_t errlen)
+int bucket_sweep_in_transit(rcs_route_t *rt, int64_t vid, int k, int64_t *units, char *err,
+                            size_t errlen)
 {
     *units = 0;
     for (int d = 0; d < k; d++) {

@@ -1,5 +1,5 @@
-/* buckets.c -- stock buckets on a worker: the route cache, learning K, refills (transfers
- * between buckets) and publishing (see buckets.h).
+/* buckets.c -- stock buckets on a worker: the routes learned from admit.lua, and refills
+ * (transfers between buckets; see buckets.h).
  *
  * Transfers are rare (a handful per bucket and sale: each takes at least half of what
  * the donor holds), so src/sale/transfer.lua goes as EVAL with its text rather than a
@@ -15,7 +15,6 @@
 #include "core/app.h"
 #include "core/clock.h"
 #include "embedded.h"
-#include "http/http.h"
 #include "core/log.h"
 #include "server/metrics.h"
 #include "sale/orderid.h"
@@ -33,11 +32,11 @@ typedef struct waiter {
 
 /* One refill in flight: a scan of the donors home+1, home+2, ... until one gives units. */
 typedef struct refill {
-    struct bk_cache *bc;
+    struct buckets_cache *bc;
     struct refill *next;
     worker_t *w;
     int64_t voucher_id;
-    bk_route_t rt;
+    buckets_route_t rt;
     int home;
     int step;                     /* current donor: (home + step) % k */
     int inflight;                 /* some donor had transfers in its log */
@@ -47,19 +46,19 @@ typedef struct refill {
     int nwait, capwait;
 } refill_t;
 
-struct bk_cache {
-    vcache_t *routes;             /* voucher -> bk_route_t, for BK_ROUTE_TTL_MS */
+struct buckets_cache {
+    vcache_t *routes;             /* voucher -> buckets_route_t (bucketed vouchers only) */
     refill_t *refills;
 };
 
-bk_cache_t *bk_cache_new(void)
+buckets_cache_t *buckets_cache_new(void)
 {
-    bk_cache_t *bc = xcalloc(1, sizeof(bk_cache_t));
-    bc->routes = vcache_new(ROUTE_SLOTS, sizeof(bk_route_t));
+    buckets_cache_t *bc = xcalloc(1, sizeof(buckets_cache_t));
+    bc->routes = vcache_new(ROUTE_SLOTS, sizeof(buckets_route_t));
     return bc;
 }
 
-void bk_cache_free(bk_cache_t *bc)
+void buckets_cache_free(buckets_cache_t *bc)
 {
     if (bc == NULL)
         return;
@@ -69,7 +68,7 @@ void bk_cache_free(bk_cache_t *bc)
 
 /* ------------------------------------------------------------ arithmetic */
 
-int bk_home(int64_t user_id, int k)
+int buckets_home(int64_t user_id, int k)
 {
     if (k <= 1)
         return 0;
@@ -80,15 +79,15 @@ int bk_home(int64_t user_id, int k)
     return (int)(z % (uint64_t)k);
 }
 
-int64_t bk_share(int64_t stock, int b, int k)
+int64_t buckets_share(int64_t stock, int b, int k)
 {
     if (k <= 1)
         return stock;
     return stock / k + (b < stock % k ? 1 : 0);
 }
 
-int bk_keys(int64_t voucher_id, int b, unsigned salt, char *kv, char *kb, char *ks, int *lv,
-            int *lb, int *ls)
+int buckets_keys(int64_t voucher_id, int b, unsigned salt, char *kv, char *kb, char *ks, int *lv,
+                 int *lb, int *ls)
 {
     char tag[48];
     if (key_btag_salt(tag, sizeof tag, voucher_id, b, salt) < 0)
@@ -99,84 +98,33 @@ int bk_keys(int64_t voucher_id, int b, unsigned salt, char *kv, char *kb, char *
     return *lv < 0 || *lb < 0 || *ls < 0 ? -1 : 0;
 }
 
-/* ------------------------------------------------------------ route cache */
+/* ------------------------------------------------------------ routes */
 
-void bk_route_fill(bk_route_t *rt, int64_t voucher_id, int k)
+void buckets_route_fill(buckets_route_t *rt, int64_t voucher_id, int k)
 {
     memset(rt, 0, sizeof *rt);
-    rt->k = k < 1 ? 1 : k > BK_MAX ? BK_MAX : k;
+    rt->k = k < 1 ? 1 : k > BUCKETS_MAX ? BUCKETS_MAX : k;
     for (int b = 1; b < rt->k; b++)
         rt->salt[b] = (uint16_t)key_bsalt(voucher_id, b, rt->k);
 }
 
-const bk_route_t *bk_lookup(bk_cache_t *bc, int64_t voucher_id, uint64_t now_ms)
+const buckets_route_t *buckets_route(buckets_cache_t *bc, int64_t voucher_id)
 {
-    return vcache_get(bc->routes, voucher_id, now_ms);
+    return vcache_get(bc->routes, voucher_id, 0);
 }
 
-void bk_forget(bk_cache_t *bc, int64_t voucher_id)
+void buckets_forget(buckets_cache_t *bc, int64_t voucher_id)
 {
     vcache_drop(bc->routes, voucher_id);
 }
 
-static void route_put(bk_cache_t *bc, int64_t voucher_id, int k)
+void buckets_learn(buckets_cache_t *bc, int64_t voucher_id, int k)
 {
-    bk_route_fill(vcache_put(bc->routes, voucher_id, clock_mono_ms() + BK_ROUTE_TTL_MS),
-                  voucher_id, k);
-}
-
-/* ------------------------------------------------------------ learning K */
-
-typedef struct learn {
-    bk_cache_t *bc;
-    int64_t voucher_id;
-    void (*done)(void *priv, int k);
-    void *priv;
-} learn_t;
-
-static void on_learn(struct redisReply *rep, void *priv)
-{
-    learn_t *l = priv;
-    int k = -1;
-    if (rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2) {
-        const redisReply *st = rep->element[0], *kb = rep->element[1];
-        if (st->type != REDIS_REPLY_STRING) {
-            k = 0;
-        } else if (kb->type != REDIS_REPLY_STRING) {
-            k = 1;
-        } else {
-            long long x = strtoll(kb->str, NULL, 10);
-            k = x >= 2 && x <= BK_MAX ? (int)x : 1;
-            if (x < 1 || x > BK_MAX)
-                log_error("voucher %lld: field buckets = %.20s is out of range 1..%d: "
-                          "sold as unbucketed", (long long)l->voucher_id, kb->str, BK_MAX);
-        }
-    }
-    if (k >= 1)
-        route_put(l->bc, l->voucher_id, k);
-    void (*done)(void *, int) = l->done;
-    void *p = l->priv;
-    free(l);
-    done(p, k);
-}
-
-void bk_learn(worker_t *w, bk_cache_t *bc, int64_t voucher_id,
-              void (*done)(void *priv, int k), void *priv)
-{
-    char kv[64];
-    int lv = key_voucher(kv, sizeof kv, voucher_id);
-    if (lv < 0) {
-        done(priv, -1);
+    if (k < 2 || k > BUCKETS_MAX) {
+        buckets_forget(bc, voucher_id);
         return;
     }
-    learn_t *l = xmalloc(sizeof *l);
-    l->bc = bc;
-    l->voucher_id = voucher_id;
-    l->done = done;
-    l->priv = priv;
-    const char *argv[4] = { "HMGET", kv, "stock", "buckets" };
-    size_t lens[4] = { 5, (size_t)lv, 5, 7 };
-    rds_command(w->rds, on_learn, l, 4, argv, lens);
+    buckets_route_fill(vcache_put(bc->routes, voucher_id, UINT64_MAX), voucher_id, k);
 }
 
 /* ------------------------------------------------------------ refills */
@@ -186,7 +134,7 @@ static void refill_take(refill_t *f);
 /* Detaches f, then tells every waiter (they may start new refills). */
 static void refill_done(refill_t *f, int64_t rc)
 {
-    bk_cache_t *bc = f->bc;
+    buckets_cache_t *bc = f->bc;
     for (refill_t **pp = &bc->refills; *pp != NULL; pp = &(*pp)->next)
         if (*pp == f) {
             *pp = f->next;
@@ -343,7 +291,7 @@ static void on_take(struct redisReply *rep, void *priv)
         refill_take(f);
         return;
     }
-    refill_done(f, f->inflight ? BK_IN_FLIGHT : 0);
+    refill_done(f, f->inflight ? BUCKETS_IN_FLIGHT : 0);
 }
 
 static void refill_take(refill_t *f)
@@ -357,8 +305,9 @@ static void refill_take(refill_t *f)
         refill_done(f, -1);
 }
 
-void bk_refill(worker_t *w, bk_cache_t *bc, int64_t voucher_id, const bk_route_t *rt, int home,
-               int want, void (*done)(void *priv, int64_t rc), void *priv)
+void buckets_refill(worker_t *w, buckets_cache_t *bc, int64_t voucher_id,
+                    const buckets_route_t *rt, int home, int want,
+                    void (*done)(void *priv, int64_t rc), void *priv)
 {
     if (bc == NULL || rt == NULL || rt->k < 2 || home < 0 || home >= rt->k) {
         done(priv, -1);
@@ -387,83 +336,4 @@ void bk_refill(worker_t *w, bk_cache_t *bc, int64_t voucher_id, const bk_route_t
     f->next = bc->refills;
     bc->refills = f;
     refill_take(f);
-}
-
-/* ------------------------------------------------------------ publishing */
-
-typedef struct bpub {
-    http_req_t *r;
-    void (*done)(http_req_t *r, int ok);
-    int left, ok;
-    int64_t voucher_id;
-} bpub_t;
-
-static void bpub_step(struct redisReply *rep, void *priv)
-{
-    bpub_t *p = priv;
-    int ok = rep != NULL && (rep->type == REDIS_REPLY_INTEGER || rep->type == REDIS_REPLY_STATUS ||
-                             (rep->type == REDIS_REPLY_ERROR && rep->len >= 9 &&
-                              memcmp(rep->str, "BUSYGROUP", 9) == 0));
-    if (!ok) {
-        p->ok = 0;
-        log_error("publish voucher %lld: a bucket command failed: %.*s", (long long)p->voucher_id,
-                  rep != NULL && rep->type == REDIS_REPLY_ERROR ? (int)rep->len : 17,
-                  rep != NULL && rep->type == REDIS_REPLY_ERROR ? rep->str : "redis unavailable");
-    }
-    if (--p->left > 0)
-        return;
-    http_req_t *r = p->r;
-    void (*done)(http_req_t *, int) = p->done;
-    int all_ok = p->ok;
-    free(p);
-    done(r, all_ok);
-}
-
-void bk_publish_buckets(http_req_t *r, int64_t voucher_id, int64_t stock, int64_t begin,
-                        int64_t end, int k, void (*done)(http_req_t *r, int ok))
-{
-    worker_t *w = r->w;
-    bpub_t *p = xcalloc(1, sizeof *p);
-    p->r = r;
-    p->done = done;
-    p->ok = 1;
-    p->voucher_id = voucher_id;
-    p->left = 4 * (k - 1) + 1;
-    char sk[8], sbe[24], sen[24], kv0[64];
-    int lk = snprintf(sk, sizeof sk, "%d", k);
-    int l2 = snprintf(sbe, sizeof sbe, "%lld", (long long)begin);
-    int l3 = snprintf(sen, sizeof sen, "%lld", (long long)end);
-    int l0 = key_voucher(kv0, sizeof kv0, voucher_id);
-    /* Every command is sent and answered (a failed key is reported as a failed step), so
-     * p lives until the last reply. */
-    for (int b = 1; b < k; b++) {
-        char kv[64], kb[64], ks[64], mem[48], sst[24];
-        int lv, lb, ls;
-        if (bk_keys(voucher_id, b, key_bsalt(voucher_id, b, k), kv, kb, ks, &lv, &lb, &ls) < 0) {
-            for (int i = 0; i < 4; i++)
-                bpub_step(NULL, p);
-            continue;
-        }
-        int lm = key_bmember(mem, sizeof mem, NULL, 0, voucher_id, b, k);
-        int l1 = snprintf(sst, sizeof sst, "%lld", (long long)bk_share(stock, b, k));
-        const char *xg[6] = { "XGROUP", "CREATE", ks, KEY_GROUP, "0", "MKSTREAM" };
-        size_t xgl[6] = { 6, 6, (size_t)ls, strlen(KEY_GROUP), 1, 8 };
-        const char *sa[3] = { "SADD", KEY_STREAMS, mem };
-        size_t sal[3] = { 4, strlen(KEY_STREAMS), (size_t)lm };
-        const char *hs[8] = { "HSET", kv, "begin", sbe, "end", sen, "buckets", sk };
-        size_t hsl[8] = { 4, (size_t)lv, 5, (size_t)l2, 3, (size_t)l3, 7, (size_t)lk };
-        const char *hn[4] = { "HSETNX", kv, "stock", sst };
-        size_t hnl[4] = { 6, (size_t)lv, 5, (size_t)l1 };
-        rds_command(w->rds, bpub_step, p, 6, xg, xgl);
-        rds_command(w->rds, bpub_step, p, 3, sa, sal);
-        rds_command(w->rds, bpub_step, p, 8, hs, hsl);
-        rds_command(w->rds, bpub_step, p, 4, hn, hnl);
-    }
-    if (l0 < 0) {
-        bpub_step(NULL, p);
-        return;
-    }
-    const char *hb[4] = { "HSET", kv0, "buckets", sk };
-    size_t hbl[4] = { 4, (size_t)l0, 7, (size_t)lk };
-    rds_command(w->rds, bpub_step, p, 4, hb, hbl);
 }

@@ -55,7 +55,7 @@ static void client_cfg(const lkm_t *m, rlock_config_t *cfg)
     }
 }
 
-lkm_t *lkm_new(const char *redis_url, const lkm_opts_t *o, char *err, size_t errlen)
+lkm_t *lockmap_new(const char *redis_url, const lkm_opts_t *o, char *err, size_t errlen)
 {
     lkm_t *m = xcalloc(1, sizeof *m);
     m->o = *o;
@@ -89,11 +89,11 @@ lkm_t *lkm_new(const char *redis_url, const lkm_opts_t *o, char *err, size_t err
     m->refreshed_ms = clock_mono_ms();
     return m;
 fail:
-    lkm_free(m);
+    lockmap_free(m);
     return NULL;
 }
 
-void lkm_free(lkm_t *m)
+void lockmap_free(lkm_t *m)
 {
     if (m == NULL)
         return;
@@ -105,12 +105,12 @@ void lkm_free(lkm_t *m)
     free(m);
 }
 
-rlock_client_t *lkm_single(lkm_t *m)
+rlock_client_t *lockmap_single(lkm_t *m)
 {
     return m->single;
 }
 
-void lkm_get_stats(lkm_t *m, lkm_stats_t *out)
+void lockmap_get_stats(lkm_t *m, lkm_stats_t *out)
 {
     pthread_mutex_lock(&m->mu);
     *out = m->st;
@@ -186,8 +186,8 @@ static void refresh_locked(lkm_t *m)
     }
 }
 
-rlock_status_t lkm_try_lock(lkm_t *m, const char *name, int64_t wait_ms, int64_t lease_ms,
-                            rlock_t **out)
+rlock_status_t lockmap_try_lock(lkm_t *m, const char *name, int64_t wait_ms, int64_t lease_ms,
+                                rlock_t **out)
 {
     if (m->single != NULL) {
         rlock_t *l = NULL;
@@ -245,7 +245,7 @@ rlock_status_t lkm_try_lock(lkm_t *m, const char *name, int64_t wait_ms, int64_t
     }
 }
 
-rlock_status_t lkm_unlock(lkm_t *m, rlock_t *l)
+rlock_status_t lockmap_unlock(lkm_t *m, rlock_t *l)
 {
     rlock_status_t st = rlock_unlock(l);
     if (st == RLOCK_REDIS_ERROR && m->rcs != NULL) {

@@ -27,8 +27,8 @@
  *     see it; docs/redis-cluster.md says what that leaves.
  *
  * Thread-safe: any thread may call; blocking (never on an event loop). Ownership: the
- * caller owns the lkm_t and every handle lkm_try_lock returns (give it back to
- * lkm_unlock, which closes it). */
+ * caller owns the lkm_t and every handle lockmap_try_lock returns (give it back to
+ * lockmap_unlock, which closes it). */
 #ifndef SECKILL_LOCKMAP_H
 #define SECKILL_LOCKMAP_H
 
@@ -47,21 +47,21 @@ typedef struct lkm_opts {
 
 /* redis_url: redis://, unix: or redis+cluster://. NULL with a reason in err. Reads the
  * slot map of a cluster (so a cluster that does not answer is an error here). */
-lkm_t *lkm_new(const char *redis_url, const lkm_opts_t *o, char *err, size_t errlen);
-void lkm_free(lkm_t *m);                       /* all handles unlocked first; NULL is fine */
+lkm_t *lockmap_new(const char *redis_url, const lkm_opts_t *o, char *err, size_t errlen);
+void lockmap_free(lkm_t *m);                   /* all handles unlocked first; NULL is fine */
 
 /* The rlock client of a single Redis (what the lab's steps use); NULL on a cluster. */
-rlock_client_t *lkm_single(lkm_t *m);
+rlock_client_t *lockmap_single(lkm_t *m);
 
 /* A reentrant lock (RLOCK_REENTRANT, owner: the calling thread) on name, routed to its
  * master: rlock_try_lock's contract (wait_ms 0 is one attempt), retried across redirects
  * and failovers until wait_ms + timeout_ms have passed. RLOCK_OK: *out is the held
  * handle. A slot in quarantine answers RLOCK_REDIS_ERROR at once. */
-rlock_status_t lkm_try_lock(lkm_t *m, const char *name, int64_t wait_ms, int64_t lease_ms,
-                            rlock_t **out);
+rlock_status_t lockmap_try_lock(lkm_t *m, const char *name, int64_t wait_ms, int64_t lease_ms,
+                                rlock_t **out);
 
-/* Releases and closes a handle from lkm_try_lock (rlock_unlock's statuses). */
-rlock_status_t lkm_unlock(lkm_t *m, rlock_t *l);
+/* Releases and closes a handle from lockmap_try_lock (rlock_unlock's statuses). */
+rlock_status_t lockmap_unlock(lkm_t *m, rlock_t *l);
 
 /* Counters for logs and tests. */
 typedef struct lkm_stats {
@@ -70,6 +70,6 @@ typedef struct lkm_stats {
     uint64_t quarantined;   /* acquires refused because their slot was in quarantine */
     uint64_t failovers;     /* map reads that found a master replaced (slots quarantined) */
 } lkm_stats_t;
-void lkm_get_stats(lkm_t *m, lkm_stats_t *out);
+void lockmap_get_stats(lkm_t *m, lkm_stats_t *out);
 
 #endif

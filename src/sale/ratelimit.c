@@ -73,7 +73,7 @@ static uint64_t mix(uint64_t x)
     return x;
 }
 
-rl_table_t *rl_table_new(double per_s, double burst, size_t entries, uint64_t seed, int full)
+rl_table_t *ratelimit_table_new(double per_s, double burst, size_t entries, uint64_t seed, int full)
 {
     if (!(per_s > 0) || !(burst >= 1)) {
         return NULL;
@@ -95,7 +95,7 @@ rl_table_t *rl_table_new(double per_s, double burst, size_t entries, uint64_t se
     return t;
 }
 
-void rl_table_free(rl_table_t *t)
+void ratelimit_table_free(rl_table_t *t)
 {
     if (t != NULL) {
         free(t->keys_mem);
@@ -114,7 +114,7 @@ static double refilled(const rl_table_t *t, const rl_entry_t *e, uint64_t now_ms
     return v < t->burst ? v : t->burst;
 }
 
-int rl_table_take(rl_table_t *t, uint64_t key, uint64_t now_ms)
+int ratelimit_table_take(rl_table_t *t, uint64_t key, uint64_t now_ms)
 {
     if (key == 0) {
         key = 1;
@@ -174,7 +174,7 @@ int rl_table_take(rl_table_t *t, uint64_t key, uint64_t now_ms)
 
 /* ------------------------------------------------------------ keys */
 
-uint64_t rl_key_ip(const char *peer)
+uint64_t ratelimit_key_ip(const char *peer)
 {
     if (peer == NULL) {
         return 1;
@@ -201,7 +201,7 @@ uint64_t rl_key_ip(const char *peer)
     return 1;
 }
 
-uint64_t rl_key_digits(const char *z)
+uint64_t ratelimit_key_digits(const char *z)
 {
     if (z == NULL || *z == '\0') {
         return 0;
@@ -270,9 +270,9 @@ static int tables_make(rl_table_t **t, const config_t *cfg, int per_worker_table
         if (per_worker_tables) {
             double ps, b;
             ratelimit_per_worker(lim->per_s, lim->burst, threads, &ps, &b);
-            t[k] = rl_table_new(ps, b, RL_ENTRIES, random_seed(), RL_FULL_EVICTS);
+            t[k] = ratelimit_table_new(ps, b, RL_ENTRIES, random_seed(), RL_FULL_EVICTS);
         } else {
-            t[k] = rl_table_new(lim->per_s, lim->burst >= 1 ? lim->burst : 1, RL_ENTRIES,
+            t[k] = ratelimit_table_new(lim->per_s, lim->burst >= 1 ? lim->burst : 1, RL_ENTRIES,
                                 random_seed(), RL_FULL_REFUSES);
         }
         if (t[k] == NULL) {
@@ -285,7 +285,7 @@ static int tables_make(rl_table_t **t, const config_t *cfg, int per_worker_table
 static void tables_free(rl_table_t **t)
 {
     for (int k = 0; k < RL__COUNT; k++) {
-        rl_table_free(t[k]);
+        ratelimit_table_free(t[k]);
         t[k] = NULL;
     }
 }
@@ -336,14 +336,14 @@ static int take(const http_req_t *r, rl_kind_t kind, uint64_t key, uint64_t now_
     worker_t *w = r->w;
     if (per_worker(kind)) {
         struct rl_worker *rw = w->rl;
-        return rw == NULL || rw->t[kind] == NULL || rl_table_take(rw->t[kind], key, now_ms);
+        return rw == NULL || rw->t[kind] == NULL || ratelimit_table_take(rw->t[kind], key, now_ms);
     }
     struct rl_shared *sh = w->app->rl;
     if (sh == NULL || sh->t[kind] == NULL) {
         return 0;
     }
     pthread_mutex_lock(&sh->mu);
-    int ok = rl_table_take(sh->t[kind], key, now_ms);
+    int ok = ratelimit_table_take(sh->t[kind], key, now_ms);
     pthread_mutex_unlock(&sh->mu);
     return ok;
 }
@@ -365,7 +365,7 @@ int ratelimit_allow_peer(http_req_t *r, rl_kind_t kind)
     }
     char buf[64];   /* the client behind a trusted proxy (clientip.h) */
     const char *ip = clientip_of(r->w->app->trusted, r->peer, r->forwarded_for, buf, sizeof buf);
-    return ratelimit_allow(r, kind, rl_key_ip(ip));
+    return ratelimit_allow(r, kind, ratelimit_key_ip(ip));
 }
 
 int ratelimit_allow(http_req_t *r, rl_kind_t kind, uint64_t key)

@@ -74,21 +74,22 @@ enum { RL_FULL_EVICTS = 0, RL_FULL_REFUSES = 1 };
 /* per_s > 0 tokens per second, burst >= 1 tokens at most; entries is rounded up to a
  * multiple of the 8 ways; full: RL_FULL_EVICTS or RL_FULL_REFUSES (see above). Returns
  * NULL when per_s or burst is out of range. */
-rl_table_t *rl_table_new(double per_s, double burst, size_t entries, uint64_t seed, int full);
-void rl_table_free(rl_table_t *t);   /* NULL is fine */
+rl_table_t *ratelimit_table_new(double per_s, double burst, size_t entries, uint64_t seed,
+                                int full);
+void ratelimit_table_free(rl_table_t *t);   /* NULL is fine */
 
 /* Takes one token from key's bucket (key != 0) at now_ms (monotonic; a time earlier than
  * the bucket's last use counts as no time passed). Returns 1 if allowed, 0 if limited. */
-int rl_table_take(rl_table_t *t, uint64_t key, uint64_t now_ms);
+int ratelimit_table_take(rl_table_t *t, uint64_t key, uint64_t now_ms);
 
 /* ---- keys */
 
 /* The key of a client address as text ("127.0.0.1", "::1", "::ffff:10.0.0.1"): IPv4
  * exactly, IPv6 by its /64 prefix; anything else (e.g. "unknown") is key 1. Never 0. */
-uint64_t rl_key_ip(const char *peer);
+uint64_t ratelimit_key_ip(const char *peer);
 /* The key of a phone number: its digits as a number (1..10^19-1); 0 if not all digits
  * or empty or longer than 19. */
-uint64_t rl_key_digits(const char *z);
+uint64_t ratelimit_key_digits(const char *z);
 
 /* ---- the service's limits */
 

@@ -46,7 +46,7 @@ static int sync_run(store_t *s, sync_order_job_t *j)
     /* Owner: this pool thread. Two pool threads are two owners, so they exclude each
      * other like two instances do. On a Redis Cluster the lock goes to the master owning
      * its slot (lockmap.h). */
-    rlock_status_t st = lkm_try_lock(j->app->lockmap, name, 0, sync_lease_ms(j->app), &l);
+    rlock_status_t st = lockmap_try_lock(j->app->lockmap, name, 0, sync_lease_ms(j->app), &l);
     if (st == RLOCK_TIMEOUT) {
         code = ADMIT_DUPLICATE;   /* the same user's other attempt holds the lock */
     } else if (st == RLOCK_OK) {
@@ -55,7 +55,7 @@ static int sync_run(store_t *s, sync_order_job_t *j)
             code = res;   /* STORE_SYNC_* == ADMIT_* */
         else
             log_warn("sync order: %s", store_errmsg(s));
-        st = lkm_unlock(j->app->lockmap, l);
+        st = lockmap_unlock(j->app->lockmap, l);
         if (st == RLOCK_LOST)
             log_error("sync order: the lock of user %lld expired during its transaction",
                       (long long)j->o.user_id);
@@ -124,18 +124,18 @@ int sync_order_init(struct app *app, char *err, size_t errlen)
         .quarantine_ms = sync_lease_ms(app) + sync_lease_ms(app) / 50 + 100,
     };
     char why[300];
-    app->lockmap = lkm_new(app->redis_url, &o, why, sizeof why);
+    app->lockmap = lockmap_new(app->redis_url, &o, why, sizeof why);
     if (app->lockmap == NULL) {
         snprintf(err, errlen, "sync mode: %s", why);
         return -1;
     }
-    app->locks = lkm_single(app->lockmap);
+    app->locks = lockmap_single(app->lockmap);
     return 0;
 }
 
 void sync_order_free(struct app *app)
 {
-    lkm_free(app->lockmap);
+    lockmap_free(app->lockmap);
     app->lockmap = NULL;
     app->locks = NULL;
 }

@@ -2,6 +2,7 @@
 #include "sale/vcache.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/xmem.h"
 
@@ -57,6 +58,17 @@ void *vcache_get(vcache_t *c, int64_t voucher_id, uint64_t now_ms)
     return NULL;
 }
 
+void *vcache_find(vcache_t *c, int64_t voucher_id)
+{
+    unsigned s = set_of(c, voucher_id);
+    for (unsigned i = 0; i < VCACHE_WAYS; i++) {
+        ent_t *e = at(c, s + i);
+        if (e->voucher_id == voucher_id)
+            return e + 1;
+    }
+    return NULL;
+}
+
 void *vcache_put(vcache_t *c, int64_t voucher_id, uint64_t until_ms)
 {
     unsigned s = set_of(c, voucher_id);
@@ -64,12 +76,13 @@ void *vcache_put(vcache_t *c, int64_t voucher_id, uint64_t until_ms)
     for (unsigned i = 0; i < VCACHE_WAYS; i++) {
         ent_t *e = at(c, s + i);
         if (e->voucher_id == voucher_id) {
-            pick = e;
-            break;
+            e->until_ms = until_ms;
+            return e + 1;
         }
         if (e->until_ms < pick->until_ms)
             pick = e;   /* the one expiring first */
     }
+    memset(pick + 1, 0, c->stride - sizeof(ent_t));
     pick->voucher_id = voucher_id;
     pick->until_ms = until_ms;
     return pick + 1;

@@ -6,7 +6,8 @@
  * a lookup on the hot path costs a hash and at most VCACHE_WAYS compares. An entry is
  * the caller's payload of `size` bytes; the cache never looks inside it.
  *
- * Used by the sold-out verdicts (admission.c) and the stock-bucket routes (buckets.c).
+ * Used by what a worker knows of a voucher (admission.c: its sold-out verdict, its K) and
+ * the stock-bucket routes (buckets.c).
  * Ownership: one thread (the worker that made it); the caller frees it. */
 #ifndef SECKILL_VCACHE_H
 #define SECKILL_VCACHE_H
@@ -26,8 +27,12 @@ void vcache_free(vcache_t *c);   /* NULL is fine */
  * its expiry; times are the caller's clock, e.g. clock_mono_ms()). */
 void *vcache_get(vcache_t *c, int64_t voucher_id, uint64_t now_ms);
 
-/* The payload to fill for voucher_id, valid until until_ms: its entry, or the one it
- * replaces (the payload's old bytes are left for the caller to overwrite). */
+/* The payload of voucher_id's entry whether or not it expired (an expired entry stays
+ * until its slot is given to another voucher), or NULL. For what outlives the expiry. */
+void *vcache_find(vcache_t *c, int64_t voucher_id);
+
+/* The payload to fill for voucher_id, valid until until_ms: its entry (the payload as it
+ * was), or the one it replaces (the payload zeroed). */
 void *vcache_put(vcache_t *c, int64_t voucher_id, uint64_t until_ms);
 
 /* Forgets voucher_id's entry, if any. */

@@ -257,7 +257,7 @@ static void free_worker(worker_t *w)
     rds_free(w->rds);
     w->rds = NULL;
     revoke_free(w);
-    adm_cache_free(w);
+    admission_cache_free(w);
     auth_cache_free(w);
     ratelimit_worker_free(w);
     http_worker_free(w);
@@ -290,7 +290,7 @@ static worker_t *make_worker(app_t *app, int id, const url_redis_t *addr, char *
         return NULL;
     }
     memset(w->m, 0, sizeof *w->m);
-    if (auth_cache_init(w) < 0 || adm_cache_init(w) < 0 || ratelimit_worker_init(w) < 0) {
+    if (auth_cache_init(w) < 0 || admission_cache_init(w) < 0 || ratelimit_worker_init(w) < 0) {
         snprintf(err, errlen, "out of memory");
         free_worker(w);
         return NULL;

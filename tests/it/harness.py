@@ -1138,7 +1138,7 @@ def bucket_keys(vid, b, k):
 
 
 def bucket_home(uid, k):
-    """A buyer's home bucket (buckets.c bk_home: splitmix64 of the user id, mod K)."""
+    """A buyer's home bucket (buckets.c buckets_home: splitmix64 of the user id, mod K)."""
     m = (1 << 64) - 1
     z = (uid + 0x9e3779b97f4a7c15) & m
     z = ((z ^ (z >> 30)) * 0xbf58476d1ce4e5b9) & m

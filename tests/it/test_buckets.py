@@ -4,6 +4,10 @@ src/sale/bucket_sweep.c, src/sale/transfer.lua; docs/redis-cluster.md "Stock buc
   - the field: stockBuckets is checked like every field; K = 1 (or no field) writes exactly
     the keys an unbucketed voucher always had; K = 4 writes four buckets whose shares add
     up to the stock;
+  - K is learned from admit.lua's answer: an unbucketed voucher's admissions are its script
+    calls alone (no HMGET of its K), and only a worker's first one asks the script to check
+    K; bucket 0 answers a check by another K with its K, deciding nothing, and the worker
+    then sends buyers to their home buckets;
   - no false sold-out: buyers = stock, every buyer's home bucket the same one (user ids
     picked for it): every buyer gets an order (stock moves into the home bucket by
     transfers), each in its home bucket; the next buyer hears 库存不足; audit clean;
@@ -36,6 +40,7 @@ from harness import check, eq
 DB_BACKENDS = ("sqlite",)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRANSFER_LUA = open(os.path.join(ROOT, "src", "sale", "transfer.lua")).read()
+ADMIT_LUA = open(os.path.join(ROOT, "src", "sale", "admit.lua")).read()
 ME_PATH = "/voucher-order/of/me"     # a login path that needs only the user id
 
 
@@ -163,6 +168,47 @@ def test_buckets_field_checked_and_k1_keys_unchanged():
     members = set(r.cmd("SMEMBERS", "seckill:streams"))
     check({str(four)} | {"%d.%d.4" % (four, b) for b in (1, 2, 3)} <= members,
           "bucket streams not registered: %r", members)
+    H.finish(srv)
+
+
+def test_buckets_k_learned_from_admission():
+    r, srv = H.setup()
+    plain = H.create_seckill(srv, stock=10)
+    four = H.create_seckill(srv, stock=40, stockBuckets=4)
+    # admit.lua: a call routed by K = 1 into a 4-bucket voucher is answered 4, nothing taken
+    k0 = keys(four, 0, 4)
+    got = r.cmd("EVAL", ADMIT_LUA, "3", k0["voucher"], k0["buyers"], k0["stream"], str(four),
+                "stream", "1", "77", "1001")
+    eq(got, 4, "bucket 0's answer to a call routed by K = 1")
+    eq(r.cmd("HLEN", k0["buyers"]), 0, "buyers in bucket 0 after it")
+    eq(bucket_stock(r, four, 4), [10, 10, 10, 10], "stock after it")
+    uids = list(range(7100000, 7100008))
+    tokens = tokens_for(srv, uids)
+    mon = r.client(timeout=30)
+    mon.send("MONITOR")
+    eq(mon._read(), "OK", "MONITOR")
+    lines = []
+    try:
+        for t, vid in zip(tokens, [plain] * 4 + [four] * 4):
+            st, j = H.seckill(srv, t, vid)
+            check(st == 200 and j and j["success"], "voucher %d: %r %r", vid, st, j)
+        r.cmd("ECHO", "test-buckets-mark")
+        while True:
+            line = mon._read()
+            if "test-buckets-mark" in line:
+                break
+            lines.append(line)
+    finally:
+        mon.close()
+    top = [x for x in lines if " lua]" not in x]    # not a script's own commands
+    eq([x for x in top if '"HMGET"' in x], [], "HMGETs outside scripts")
+    calls = [x for x in top if '"EVALSHA"' in x and "{%d}" % plain in x]
+    eq(len(calls), 4, "script calls for 4 admissions of the unbucketed voucher")
+    # EVALSHA sha 3 k1 k2 k3 vid stream [K] uid oid: a worker's first call asks the check
+    checked = sum(1 for x in calls if x.count('" "') + 1 == 11)
+    check(1 <= checked < 4, "calls asking admit.lua to check K: %d of 4", checked)
+    eq({u: b for u, (b, _) in bucket_buyers(r, four, 4).items()},
+       {u: home(u, 4) for u in uids[4:]}, "the bucketed voucher's buyers, each at home")
     H.finish(srv)
 
 

@@ -16,62 +16,62 @@
 static void test_burst_then_refill(void **state)
 {
     (void)state;
-    rl_table_t *t = rl_table_new(10.0, 5.0, 64, 42, RL_FULL_EVICTS);   /* 10/s, burst 5 */
+    rl_table_t *t = ratelimit_table_new(10.0, 5.0, 64, 42, RL_FULL_EVICTS);   /* 10/s, burst 5 */
     assert_non_null(t);
     uint64_t now = 1000000;
     for (int i = 0; i < 5; i++) {
-        assert_int_equal(rl_table_take(t, 7, now), 1);
+        assert_int_equal(ratelimit_table_take(t, 7, now), 1);
     }
-    assert_int_equal(rl_table_take(t, 7, now), 0);
-    assert_int_equal(rl_table_take(t, 7, now + 50), 0);    /* half a token */
-    assert_int_equal(rl_table_take(t, 7, now + 100), 1);   /* one token after 100 ms */
-    assert_int_equal(rl_table_take(t, 7, now + 100), 0);
+    assert_int_equal(ratelimit_table_take(t, 7, now), 0);
+    assert_int_equal(ratelimit_table_take(t, 7, now + 50), 0);    /* half a token */
+    assert_int_equal(ratelimit_table_take(t, 7, now + 100), 1);   /* one token after 100 ms */
+    assert_int_equal(ratelimit_table_take(t, 7, now + 100), 0);
     /* other keys have their own buckets */
-    assert_int_equal(rl_table_take(t, 8, now), 1);
+    assert_int_equal(ratelimit_table_take(t, 8, now), 1);
     /* a long pause refills to the burst, not beyond */
     for (int i = 0; i < 5; i++) {
-        assert_int_equal(rl_table_take(t, 7, now + 100000), 1);
+        assert_int_equal(ratelimit_table_take(t, 7, now + 100000), 1);
     }
-    assert_int_equal(rl_table_take(t, 7, now + 100000), 0);
+    assert_int_equal(ratelimit_table_take(t, 7, now + 100000), 0);
     /* time going backwards (another thread's clock read) adds nothing */
-    assert_int_equal(rl_table_take(t, 7, now), 0);
-    rl_table_free(t);
-    rl_table_free(NULL);
+    assert_int_equal(ratelimit_table_take(t, 7, now), 0);
+    ratelimit_table_free(t);
+    ratelimit_table_free(NULL);
 }
 
 static void test_refused_requests_do_not_pay(void **state)
 {
     (void)state;
     /* 1 per second, burst 1: a client hammering while empty still gets one a second */
-    rl_table_t *t = rl_table_new(1.0, 1.0, 64, 1, RL_FULL_EVICTS);
+    rl_table_t *t = ratelimit_table_new(1.0, 1.0, 64, 1, RL_FULL_EVICTS);
     uint64_t now = 5000;
-    assert_int_equal(rl_table_take(t, 99, now), 1);
+    assert_int_equal(ratelimit_table_take(t, 99, now), 1);
     int allowed = 0;
     for (int ms = 1; ms <= 3000; ms++) {
-        allowed += rl_table_take(t, 99, now + (uint64_t)ms);
+        allowed += ratelimit_table_take(t, 99, now + (uint64_t)ms);
     }
     assert_int_equal(allowed, 3);
-    rl_table_free(t);
+    ratelimit_table_free(t);
 }
 
 static void test_bounded_memory_and_eviction(void **state)
 {
     (void)state;
     /* 8 buckets in all (one set): the ninth key evicts somebody */
-    rl_table_t *t = rl_table_new(1.0, 2.0, 8, 3, RL_FULL_EVICTS);
+    rl_table_t *t = ratelimit_table_new(1.0, 2.0, 8, 3, RL_FULL_EVICTS);
     uint64_t now = 100000;
     /* an abuser empties its bucket and keeps using it */
-    assert_int_equal(rl_table_take(t, 1000, now), 1);
-    assert_int_equal(rl_table_take(t, 1000, now), 1);
-    assert_int_equal(rl_table_take(t, 1000, now), 0);
+    assert_int_equal(ratelimit_table_take(t, 1000, now), 1);
+    assert_int_equal(ratelimit_table_take(t, 1000, now), 1);
+    assert_int_equal(ratelimit_table_take(t, 1000, now), 0);
     /* a crowd of one-off keys, each later than the abuser's last use */
     for (uint64_t k = 1; k <= 200; k++) {
-        assert_int_equal(rl_table_take(t, k, now + k), 1);
-        assert_int_equal(rl_table_take(t, 1000, now + k), 0);   /* still limited */
+        assert_int_equal(ratelimit_table_take(t, k, now + k), 1);
+        assert_int_equal(ratelimit_table_take(t, 1000, now + k), 0);   /* still limited */
     }
     /* refilled buckets are taken first: after a pause everybody starts full */
-    assert_int_equal(rl_table_take(t, 5000, now + 100000), 1);
-    rl_table_free(t);
+    assert_int_equal(ratelimit_table_take(t, 5000, now + 100000), 1);
+    ratelimit_table_free(t);
 }
 
 static void test_full_table_refuses(void **state)
@@ -81,64 +81,64 @@ static void test_full_table_refuses(void **state)
      * bucket, flood with other keys, come back. A closed table never evicts a bucket
      * still in use: the flood is refused once the set is full, the spent key stays
      * spent, and keys get in again as buckets refill. */
-    rl_table_t *t = rl_table_new(10.0 / 60, 10.0, 8, 5, RL_FULL_REFUSES);   /* 10/m:10 */
+    rl_table_t *t = ratelimit_table_new(10.0 / 60, 10.0, 8, 5, RL_FULL_REFUSES);   /* 10/m:10 */
     uint64_t now = 100000;
     for (int i = 0; i < 10; i++) {
-        assert_int_equal(rl_table_take(t, 4242, now), 1);
+        assert_int_equal(ratelimit_table_take(t, 4242, now), 1);
     }
-    assert_int_equal(rl_table_take(t, 4242, now), 0);
+    assert_int_equal(ratelimit_table_take(t, 4242, now), 0);
     int admitted = 0;
     for (uint64_t k = 1; k <= 12000; k++) {
-        admitted += rl_table_take(t, k, now + 1);
+        admitted += ratelimit_table_take(t, k, now + 1);
     }
     assert_int_equal(admitted, 7);                      /* the 7 other ways of the set */
-    assert_int_equal(rl_table_take(t, 4242, now + 2), 0);   /* still spent */
+    assert_int_equal(ratelimit_table_take(t, 4242, now + 2), 0);   /* still spent */
     /* the open policy on the same flood forgets it: the difference this test is about */
-    rl_table_t *o = rl_table_new(10.0 / 60, 10.0, 8, 5, RL_FULL_EVICTS);
+    rl_table_t *o = ratelimit_table_new(10.0 / 60, 10.0, 8, 5, RL_FULL_EVICTS);
     for (int i = 0; i < 10; i++) {
-        rl_table_take(o, 4242, now);
+        ratelimit_table_take(o, 4242, now);
     }
     for (uint64_t k = 1; k <= 12000; k++) {
-        rl_table_take(o, k, now + 1);
+        ratelimit_table_take(o, k, now + 1);
     }
-    assert_int_equal(rl_table_take(o, 4242, now + 2), 1);
-    rl_table_free(o);
+    assert_int_equal(ratelimit_table_take(o, 4242, now + 2), 1);
+    ratelimit_table_free(o);
     /* a minute later every bucket has refilled: new keys get in, nothing was lost */
-    assert_int_equal(rl_table_take(t, 99999, now + 61000), 1);
-    rl_table_free(t);
+    assert_int_equal(ratelimit_table_take(t, 99999, now + 61000), 1);
+    ratelimit_table_free(t);
 }
 
 static void test_bad_tables(void **state)
 {
     (void)state;
-    assert_null(rl_table_new(0, 5, 64, 0, RL_FULL_EVICTS));
-    assert_null(rl_table_new(1, 0.5, 64, 0, RL_FULL_EVICTS));
-    rl_table_t *t = rl_table_new(1, 1, 0, 0, RL_FULL_EVICTS);   /* rounds up to one set */
+    assert_null(ratelimit_table_new(0, 5, 64, 0, RL_FULL_EVICTS));
+    assert_null(ratelimit_table_new(1, 0.5, 64, 0, RL_FULL_EVICTS));
+    rl_table_t *t = ratelimit_table_new(1, 1, 0, 0, RL_FULL_EVICTS);   /* rounds up to one set */
     assert_non_null(t);
-    assert_int_equal(rl_table_take(t, 0, 1), 1);   /* key 0 is folded, not "free" */
-    assert_int_equal(rl_table_take(t, 0, 1), 0);
-    rl_table_free(t);
+    assert_int_equal(ratelimit_table_take(t, 0, 1), 1);   /* key 0 is folded, not "free" */
+    assert_int_equal(ratelimit_table_take(t, 0, 1), 0);
+    ratelimit_table_free(t);
 }
 
 static void test_keys(void **state)
 {
     (void)state;
-    uint64_t a = rl_key_ip("127.0.0.1");
+    uint64_t a = ratelimit_key_ip("127.0.0.1");
     assert_int_equal(a, (UINT64_C(1) << 32) | 0x7f000001u);
-    assert_int_equal(rl_key_ip("::ffff:127.0.0.1"), a);
-    assert_int_not_equal(rl_key_ip("127.0.0.2"), a);
+    assert_int_equal(ratelimit_key_ip("::ffff:127.0.0.1"), a);
+    assert_int_not_equal(ratelimit_key_ip("127.0.0.2"), a);
     /* IPv6: one /64 is one client */
-    assert_int_equal(rl_key_ip("2001:db8:1:2::1"), rl_key_ip("2001:db8:1:2:ffff::9"));
-    assert_int_not_equal(rl_key_ip("2001:db8:1:2::1"), rl_key_ip("2001:db8:1:3::1"));
-    assert_int_equal(rl_key_ip("2001:db8:1:2::1"), UINT64_C(0x20010db800010002));
-    assert_int_not_equal(rl_key_ip("::1"), 0);
-    assert_int_equal(rl_key_ip("unknown"), 1);
-    assert_int_equal(rl_key_ip(NULL), 1);
-    assert_int_equal(rl_key_digits("13800000000"), UINT64_C(13800000000));
-    assert_int_equal(rl_key_digits(""), 0);
-    assert_int_equal(rl_key_digits("138x"), 0);
-    assert_int_equal(rl_key_digits("12345678901234567890"), 0);   /* 20 digits */
-    assert_int_equal(rl_key_digits(NULL), 0);
+    assert_int_equal(ratelimit_key_ip("2001:db8:1:2::1"), ratelimit_key_ip("2001:db8:1:2:ffff::9"));
+    assert_int_not_equal(ratelimit_key_ip("2001:db8:1:2::1"), ratelimit_key_ip("2001:db8:1:3::1"));
+    assert_int_equal(ratelimit_key_ip("2001:db8:1:2::1"), UINT64_C(0x20010db800010002));
+    assert_int_not_equal(ratelimit_key_ip("::1"), 0);
+    assert_int_equal(ratelimit_key_ip("unknown"), 1);
+    assert_int_equal(ratelimit_key_ip(NULL), 1);
+    assert_int_equal(ratelimit_key_digits("13800000000"), UINT64_C(13800000000));
+    assert_int_equal(ratelimit_key_digits(""), 0);
+    assert_int_equal(ratelimit_key_digits("138x"), 0);
+    assert_int_equal(ratelimit_key_digits("12345678901234567890"), 0);   /* 20 digits */
+    assert_int_equal(ratelimit_key_digits(NULL), 0);
 }
 
 static void test_per_worker(void **state)

@@ -1,7 +1,8 @@
 /* test_vcache.c -- the per-voucher expiring cache (vcache.h) the sold-out verdicts and
  * the stock-bucket routes share: hits until the expiry and not after, an update in place,
- * a full set giving up the entry that expires first, drop, and payloads that keep their
- * bytes and alignment whatever else the set holds. */
+ * a full set giving up the entry that expires first, drop, payloads that keep their
+ * bytes and alignment whatever else the set holds, an expired entry still found by
+ * vcache_find, and a payload zeroed when its slot goes to another voucher. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -74,12 +75,32 @@ static void test_payload_bytes_and_alignment(void **state)
     vcache_free(c);
 }
 
+/* What outlives an expiry: found after it, kept by a put for the same voucher, zeroed
+ * when the slot goes to another voucher. */
+static void test_find_after_expiry_and_zeroed_takeover(void **state)
+{
+    (void)state;
+    vcache_t *c = vcache_new(VCACHE_WAYS, sizeof(int64_t));
+    assert_null(vcache_find(c, 7));
+    *(int64_t *)vcache_put(c, 7, 100) = 70;
+    assert_null(vcache_get(c, 7, 100));
+    assert_int_equal(*(int64_t *)vcache_find(c, 7), 70);    /* expired, still there */
+    assert_int_equal(*(int64_t *)vcache_put(c, 7, 200), 70); /* renewed: payload as it was */
+    for (unsigned i = 0; i < VCACHE_WAYS - 1; i++)
+        *(int64_t *)vcache_put(c, 20 + i, 1000) = -1;
+    int64_t *p = vcache_put(c, 99, 1000);                   /* takes 7's slot (until 200) */
+    assert_null(vcache_find(c, 7));
+    assert_int_equal(*p, 0);
+    vcache_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hit_until_expiry),
         cmocka_unit_test(test_full_set_gives_up_first_expiring),
         cmocka_unit_test(test_payload_bytes_and_alignment),
+        cmocka_unit_test(test_find_after_expiry_and_zeroed_takeover),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
