@@ -151,7 +151,7 @@ typedef struct rcmd {
 enum { OP_AUTH = 0, OP_SELECT, OP_LOAD };
 
 struct rds {
-    rcla_t *cl;                 /* a redis+cluster:// client: everything goes there */
+    rds_cluster_t *cl;                 /* a redis+cluster:// client: everything goes there */
     worker_t *w;
     struct event_base *base;
     url_redis_t addr;
@@ -651,7 +651,7 @@ rds_t *rds_new(struct worker *w, const url_redis_t *addr, int timeout_ms)
     rds_t *c = xcalloc(1, sizeof(*c));
     if (addr->cluster) {
         /* A facade: rds_cluster.c routes to one plain rds_t per node. */
-        c->cl = rcla_new(w, addr, timeout_ms);
+        c->cl = rds_cluster_new(w, addr, timeout_ms);
         if (c->cl == NULL) {
             free(c);
             return NULL;
@@ -683,7 +683,7 @@ void rds_free(rds_t *c)
     if (c == NULL || c->closing)
         return;
     if (c->cl) {
-        rcla_free(c->cl);
+        rds_cluster_free(c->cl);
         free(c);
         return;
     }
@@ -701,7 +701,7 @@ void rds_free(rds_t *c)
 int rds_is_up(const rds_t *c)
 {
     if (c != NULL && c->cl)
-        return rcla_is_up(c->cl);
+        return rds_cluster_is_up(c->cl);
     return c != NULL && c->state == ST_UP;
 }
 
@@ -709,7 +709,7 @@ void rds_command_at(rds_t *c, const char *key, size_t keylen, rds_cb cb, void *p
                     const char **argv, const size_t *argvlen)
 {
     if (c != NULL && c->cl) {
-        rcla_command(c->cl, key, keylen, cb, priv, argc, argv, argvlen);
+        rds_cluster_command(c->cl, key, keylen, cb, priv, argc, argv, argvlen);
         return;
     }
     rds_command(c, cb, priv, argc, argv, argvlen);
@@ -719,7 +719,7 @@ void rds_command(rds_t *c, rds_cb cb, void *priv, int argc, const char **argv,
                  const size_t *argvlen)
 {
     if (c != NULL && c->cl) {
-        rcla_command(c->cl, NULL, 0, cb, priv, argc, argv, argvlen);
+        rds_cluster_command(c->cl, NULL, 0, cb, priv, argc, argv, argvlen);
         return;
     }
     if (c == NULL || c->state != ST_UP || argc <= 0) {
@@ -798,7 +798,7 @@ static void evalsha_route(rds_t *c, script_id_t s, rds_cb cb, void *priv, int nu
                           int argc, const char **argv, const size_t *argvlen, int copy)
 {
     if (c != NULL && c->cl) {
-        rcla_evalsha(c->cl, s, cb, priv, numkeys, argc, argv, argvlen);
+        rds_cluster_evalsha(c->cl, s, cb, priv, numkeys, argc, argv, argvlen);
         return;
     }
     evalsha_send(c, s, cb, priv, numkeys, argc, argv, argvlen, copy);

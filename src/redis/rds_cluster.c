@@ -8,7 +8,7 @@
  *   map        slot -> node, from CLUSTER SLOTS (rcluster.c); asked of any connection
  *              that is up, at start, after a MOVED, after a lost connection, and again
  *              every REFRESH_MIN_MS while a slot has no reachable owner;
- *   routing    a command goes to the owner of its key's slot (rcl_key_index), EVALSHA by
+ *   routing    a command goes to the owner of its key's slot (rcluster_key_index), EVALSHA by
  *              its first key, keyless commands to any node that is up;
  *   MOVED      the slot's owner is updated at once, the command resent there, and a full
  *              refresh is scheduled;
@@ -24,7 +24,7 @@
  * TRYAGAIN, CLUSTERDOWN) and refusals before sending lead to a resend.
  *
  * Lifetime: every command and every CLUSTER SLOTS request in flight holds a reference on
- * the rcla_t; rcla_free closes the node clients (their callbacks then run with NULL) and
+ * the rds_cluster_t; rds_cluster_free closes the node clients (their callbacks then run with NULL) and
  * the memory goes with the last reference. */
 #include "redis/rds_cluster.h"
 
@@ -49,7 +49,7 @@
 
 typedef struct ccmd {
     struct ccmd *next;          /* the wait queue */
-    rcla_t *cl;
+    rds_cluster_t *cl;
     rds_cb cb;
     void *priv;
     uint64_t deadline;
@@ -65,11 +65,11 @@ typedef struct ccmd {
     size_t *argvlen;
 } ccmd_t;
 
-struct rcla {
+struct rds_cluster {
     worker_t *w;
     url_redis_t node_addr;       /* template for node clients: password, no seeds */
     int timeout_ms;
-    rcl_map_t map;
+    rcluster_map_t map;
     rds_t *conn[RCL_MAX_NODES]; /* by map node index; NULL until needed */
     int nseeds;                 /* node indexes 0..nseeds-1 are the seeds */
 
@@ -86,19 +86,19 @@ struct rcla {
 };
 
 typedef struct refresh {
-    rcla_t *cl;
+    rds_cluster_t *cl;
     int node;                   /* the node asked (its host fills an empty one) */
 } refresh_t;
 
 static void send_cmd(ccmd_t *cc);
 
-static void unref(rcla_t *cl)
+static void unref(rds_cluster_t *cl)
 {
     if (--cl->refs == 0 && cl->closing)
         free(cl);
 }
 
-static void arm(rcla_t *cl)
+static void arm(rds_cluster_t *cl)
 {
     if (cl->tick_on || cl->closing)
         return;
@@ -108,7 +108,7 @@ static void arm(rcla_t *cl)
 }
 
 /* The node's client, created on first use. */
-static rds_t *conn_for(rcla_t *cl, int node)
+static rds_t *conn_for(rds_cluster_t *cl, int node)
 {
     if (node < 0 || node >= cl->map.nnodes)
         return NULL;
@@ -123,7 +123,7 @@ static rds_t *conn_for(rcla_t *cl, int node)
 
 static void finish(ccmd_t *cc, redisReply *reply)
 {
-    rcla_t *cl = cc->cl;
+    rds_cluster_t *cl = cc->cl;
     rds_cb cb = cc->cb;
     void *priv = cc->priv;
     free(cc);
@@ -134,7 +134,7 @@ static void finish(ccmd_t *cc, redisReply *reply)
 
 static void enqueue(ccmd_t *cc)
 {
-    rcla_t *cl = cc->cl;
+    rds_cluster_t *cl = cc->cl;
     cc->next = NULL;
     if (cl->wait_tail)
         cl->wait_tail->next = cc;
@@ -146,19 +146,19 @@ static void enqueue(ccmd_t *cc)
 
 /* ---------------------------------------------------------------- the map */
 
-static void want_refresh(rcla_t *cl)
+static void want_refresh(rds_cluster_t *cl)
 {
     cl->refresh_wanted = 1;
     arm(cl);
 }
 
 /* 1 when every slot has an owner whose client is up. */
-static int map_healthy(const rcla_t *cl)
+static int map_healthy(const rds_cluster_t *cl)
 {
     if (cl->map.nslots != RCL_SLOTS)
         return 0;
     int ms[RCL_MAX_NODES];
-    int n = rcl_map_masters(&cl->map, ms);
+    int n = rcluster_map_masters(&cl->map, ms);
     for (int i = 0; i < n; i++)
         if (!rds_is_up(cl->conn[ms[i]]))
             return 0;
@@ -168,14 +168,14 @@ static int map_healthy(const rcla_t *cl)
 static void on_slots(redisReply *reply, void *priv)
 {
     refresh_t *rf = priv;
-    rcla_t *cl = rf->cl;
+    rds_cluster_t *cl = rf->cl;
     int node = rf->node;
     free(rf);
     cl->refreshing = 0;
     if (!cl->closing) {
         int got = -1;
         if (reply && reply->type == REDIS_REPLY_ARRAY)
-            got = rcl_map_load(&cl->map, reply, cl->map.nodes[node].host);
+            got = rcluster_map_load(&cl->map, reply, cl->map.nodes[node].host);
         if (got < 0) {
             log_warn("redis cluster: CLUSTER SLOTS from %s:%d: %s", cl->map.nodes[node].host,
                      cl->map.nodes[node].port,
@@ -185,7 +185,7 @@ static void on_slots(redisReply *reply, void *priv)
         } else {
             /* Connect to every master now, so the first command to it does not wait. */
             int ms[RCL_MAX_NODES];
-            int n = rcl_map_masters(&cl->map, ms);
+            int n = rcluster_map_masters(&cl->map, ms);
             for (int i = 0; i < n; i++)
                 conn_for(cl, ms[i]);
             if (got != RCL_SLOTS)
@@ -200,7 +200,7 @@ static void on_slots(redisReply *reply, void *priv)
 }
 
 /* Sends CLUSTER SLOTS to some node whose client is up (seeds included). */
-static void refresh(rcla_t *cl, uint64_t now)
+static void refresh(rds_cluster_t *cl, uint64_t now)
 {
     if (cl->refreshing || now - cl->refreshed_at < REFRESH_MIN_MS)
         return;
@@ -228,7 +228,7 @@ static void refresh(rcla_t *cl, uint64_t now)
 
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
-    rcla_t *cl = arg;
+    rds_cluster_t *cl = arg;
     (void)fd;
     (void)what;
     cl->tick_on = 0;
@@ -256,7 +256,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 
 /* ---------------------------------------------------------------- commands */
 
-static int is_up_node(rcla_t *cl, int node)
+static int is_up_node(rds_cluster_t *cl, int node)
 {
     return node >= 0 && rds_is_up(conn_for(cl, node));
 }
@@ -266,14 +266,14 @@ static void on_node_reply(redisReply *reply, void *priv);
 /* Sends cc to the node it belongs to, or queues it until that node can take it. */
 static void send_cmd(ccmd_t *cc)
 {
-    rcla_t *cl = cc->cl;
+    rds_cluster_t *cl = cc->cl;
     if (cl->closing) {
         finish(cc, NULL);
         return;
     }
     int node = cc->ask_node;
     if (node < 0 && cc->has_slot)
-        node = rcl_map_owner(&cl->map, cc->slot);
+        node = rcluster_map_owner(&cl->map, cc->slot);
     if (node < 0 && !cc->has_slot) {
         for (int i = 0; i < cl->map.nnodes && node < 0; i++)
             if (rds_is_up(cl->conn[i]))
@@ -301,7 +301,7 @@ static void send_cmd(ccmd_t *cc)
 static void on_node_reply(redisReply *reply, void *priv)
 {
     ccmd_t *cc = priv;
-    rcla_t *cl = cc->cl;
+    rds_cluster_t *cl = cc->cl;
     if (cl->closing || reply == NULL) {
         if (reply == NULL && !cl->closing)
             want_refresh(cl);   /* a lost node: its replica may be taking over */
@@ -315,7 +315,7 @@ static void on_node_reply(redisReply *reply, void *priv)
     unsigned slot = 0;
     char host[RCL_HOST_MAX];
     int port = 0;
-    int kind = rcl_parse_error(reply->str, (size_t)reply->len, &slot, host, sizeof host, &port);
+    int kind = rcluster_parse_error(reply->str, (size_t)reply->len, &slot, host, sizeof host, &port);
     if (kind == RCL_ERR_OTHER || cc->redirects >= MAX_REDIRECTS) {
         finish(cc, reply);
         return;
@@ -331,7 +331,7 @@ static void on_node_reply(redisReply *reply, void *priv)
         enqueue(cc);
         return;
     }
-    int node = host[0] ? rcl_map_node(&cl->map, host, strlen(host), port) : -1;
+    int node = host[0] ? rcluster_map_node(&cl->map, host, strlen(host), port) : -1;
     if (node < 0) {
         log_warn("redis cluster: cannot follow \"%.*s\"", (int)(reply->len > 200 ? 200 : reply->len),
                  reply->str);
@@ -352,7 +352,7 @@ static void on_node_reply(redisReply *reply, void *priv)
 
 /* A command's wrapper with its own copy of the arguments (it may be sent again), or NULL
  * after cb(NULL, priv) when the client is closing or memory is short. */
-static ccmd_t *ccmd_new(rcla_t *cl, rds_cb cb, void *priv, int argc, const char **argv,
+static ccmd_t *ccmd_new(rds_cluster_t *cl, rds_cb cb, void *priv, int argc, const char **argv,
                         const size_t *argvlen)
 {
     ccmd_t *cc = NULL;
@@ -377,7 +377,7 @@ static ccmd_t *ccmd_new(rcla_t *cl, rds_cb cb, void *priv, int argc, const char 
     return cc;
 }
 
-void rcla_command(rcla_t *cl, const char *route_key, size_t route_len, rds_cb cb, void *priv,
+void rds_cluster_command(rds_cluster_t *cl, const char *route_key, size_t route_len, rds_cb cb, void *priv,
                   int argc, const char **argv, const size_t *argvlen)
 {
     ccmd_t *cc = ccmd_new(cl, cb, priv, argc, argv, argvlen);
@@ -385,18 +385,18 @@ void rcla_command(rcla_t *cl, const char *route_key, size_t route_len, rds_cb cb
         return;
     if (route_key) {
         cc->has_slot = 1;
-        cc->slot = rcl_slot(route_key, route_len);
+        cc->slot = rcluster_slot(route_key, route_len);
     } else {
-        int k = rcl_key_index(argc, cc->argv, cc->argvlen);
+        int k = rcluster_key_index(argc, cc->argv, cc->argvlen);
         if (k >= 0 && k < argc) {
             cc->has_slot = 1;
-            cc->slot = rcl_slot(cc->argv[k], cc->argvlen[k]);
+            cc->slot = rcluster_slot(cc->argv[k], cc->argvlen[k]);
         }
     }
     send_cmd(cc);
 }
 
-void rcla_evalsha(rcla_t *cl, script_id_t s, rds_cb cb, void *priv, int numkeys, int argc,
+void rds_cluster_evalsha(rds_cluster_t *cl, script_id_t s, rds_cb cb, void *priv, int numkeys, int argc,
                   const char **argv, const size_t *argvlen)
 {
     if (numkeys < 0 || argc < numkeys) {
@@ -412,18 +412,18 @@ void rcla_evalsha(rcla_t *cl, script_id_t s, rds_cb cb, void *priv, int numkeys,
     cc->numkeys = numkeys;
     if (numkeys > 0) {
         cc->has_slot = 1;
-        cc->slot = rcl_slot(cc->argv[0], cc->argvlen[0]);
+        cc->slot = rcluster_slot(cc->argv[0], cc->argvlen[0]);
     }
     send_cmd(cc);
 }
 
 /* ---------------------------------------------------------------- lifetime */
 
-rcla_t *rcla_new(struct worker *w, const url_redis_t *addr, int timeout_ms)
+rds_cluster_t *rds_cluster_new(struct worker *w, const url_redis_t *addr, int timeout_ms)
 {
     if (w == NULL || w->base == NULL || addr == NULL || !addr->cluster || addr->nseeds <= 0)
         return NULL;
-    rcla_t *cl = xcalloc(1, sizeof *cl);
+    rds_cluster_t *cl = xcalloc(1, sizeof *cl);
     cl->w = w;
     cl->timeout_ms = timeout_ms > 0 ? timeout_ms : 1000;
     cl->node_addr = *addr;
@@ -431,9 +431,9 @@ rcla_t *rcla_new(struct worker *w, const url_redis_t *addr, int timeout_ms)
     cl->node_addr.nseeds = 0;
     cl->node_addr.db = 0;
     cl->node_addr.unix_path[0] = '\0';
-    rcl_map_init(&cl->map);
+    rcluster_map_init(&cl->map);
     for (int i = 0; i < addr->nseeds; i++)
-        rcl_map_node(&cl->map, addr->seeds[i].host, strlen(addr->seeds[i].host),
+        rcluster_map_node(&cl->map, addr->seeds[i].host, strlen(addr->seeds[i].host),
                      addr->seeds[i].port);
     cl->nseeds = cl->map.nnodes;
     cl->tick = event_new(w->base, -1, 0, on_tick, cl);
@@ -447,12 +447,12 @@ rcla_t *rcla_new(struct worker *w, const url_redis_t *addr, int timeout_ms)
     return cl;
 }
 
-int rcla_is_up(const rcla_t *cl)
+int rds_cluster_is_up(const rds_cluster_t *cl)
 {
     return cl != NULL && !cl->closing && map_healthy(cl);
 }
 
-void rcla_free(rcla_t *cl)
+void rds_cluster_free(rds_cluster_t *cl)
 {
     if (cl == NULL || cl->closing)
         return;

@@ -5,7 +5,7 @@
  * cluster node, a slot map from CLUSTER SLOTS, and the redirects -- so callers keep using
  * rds_command/rds_evalsha with the same contract on one Redis or on a cluster.
  *
- * Ownership: the rds_t facade (rds.c) owns its rcla_t; rcla_free is called from
+ * Ownership: the rds_t facade (rds.c) owns its rds_cluster_t; rds_cluster_free is called from
  * rds_free only. */
 #ifndef SECKILL_RDS_CLUSTER_H
 #define SECKILL_RDS_CLUSTER_H
@@ -14,15 +14,15 @@
 
 #include "redis/rds.h"
 
-typedef struct rcla rcla_t;
+typedef struct rds_cluster rds_cluster_t;
 
-rcla_t *rcla_new(struct worker *w, const url_redis_t *addr, int timeout_ms);
-void rcla_free(rcla_t *cl);
-int rcla_is_up(const rcla_t *cl);
+rds_cluster_t *rds_cluster_new(struct worker *w, const url_redis_t *addr, int timeout_ms);
+void rds_cluster_free(rds_cluster_t *cl);
+int rds_cluster_is_up(const rds_cluster_t *cl);
 /* route_key: the key that picks the node (NULL: the command's own key, or any node). */
-void rcla_command(rcla_t *cl, const char *route_key, size_t route_len, rds_cb cb, void *priv,
+void rds_cluster_command(rds_cluster_t *cl, const char *route_key, size_t route_len, rds_cb cb, void *priv,
                   int argc, const char **argv, const size_t *argvlen);
-void rcla_evalsha(rcla_t *cl, script_id_t s, rds_cb cb, void *priv, int numkeys, int argc,
+void rds_cluster_evalsha(rds_cluster_t *cl, script_id_t s, rds_cb cb, void *priv, int numkeys, int argc,
                   const char **argv, const size_t *argvlen);
 
 /* One allocation holding a head of head_size bytes, then copies of argv/argvlen and the

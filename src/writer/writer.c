@@ -228,7 +228,7 @@ struct writer {
     size_t nsubs;
     int node_mode;
     url_redis_t cluster_addr;
-    rcs_t *rcs;
+    rcl_sync_t *rcs;
     _Atomic int64_t node_pending, node_lag;   /* sub-writer: its node's backlog and */
     _Atomic int64_t node_live, node_drained;  /* streams; the supervisor sums them into
                                                 * the metrics */
@@ -439,10 +439,10 @@ static int group_create(writer_t *wr, wstream_t *s)
 /* Sub-writer: 1 if stream key lives on this sub-writer's node (per the last map). */
 static int mine(writer_t *wr, const char *key)
 {
-    int o = rcs_owner(wr->rcs, key, strlen(key));
+    int o = rcl_sync_owner(wr->rcs, key, strlen(key));
     if (o < 0)
         return 0;
-    const rcl_node_t *n = &rcs_map(wr->rcs)->nodes[o];
+    const rcluster_node_t *n = &rcl_sync_map(wr->rcs)->nodes[o];
     return n->port == wr->addr.port && strcmp(n->host, wr->addr.host) == 0;
 }
 
@@ -451,16 +451,16 @@ static redisReply *cluster_streams(writer_t *wr)
 {
     char why[300];
     if (wr->rcs == NULL)
-        wr->rcs = rcs_open(&wr->cluster_addr, wr->redis_timeout_ms, why, sizeof why);
+        wr->rcs = rcl_sync_open(&wr->cluster_addr, wr->redis_timeout_ms, why, sizeof why);
     else
-        (void)rcs_refresh(wr->rcs, why, sizeof why);   /* on failure the old map stays;
+        (void)rcl_sync_refresh(wr->rcs, why, sizeof why);   /* on failure the old map stays;
                                                         * SMEMBERS below tells */
     if (wr->rcs == NULL) {
         redis_down_step(wr, "cannot read the cluster's slot map", why);
         return NULL;
     }
     const char *argv[2] = { "SMEMBERS", KEY_STREAMS };
-    redisReply *r = rcs_command(wr->rcs, NULL, 0, 2, argv, NULL, why, sizeof why);
+    redisReply *r = rcl_sync_command(wr->rcs, NULL, 0, 2, argv, NULL, why, sizeof why);
     if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
         redis_down_step(wr, "SMEMBERS " KEY_STREAMS, r && r->type == REDIS_REPLY_ERROR ? r->str : why);
         freeReplyObject(r);
@@ -1333,7 +1333,7 @@ static redisReply *drained_cmd(writer_t *wr, int argc, const char **argv, const 
                                char *why, size_t whylen)
 {
     if (wr->node_mode)
-        return wr->rcs ? rcs_command(wr->rcs, KEY_DRAINED, strlen(KEY_DRAINED), argc, argv,
+        return wr->rcs ? rcl_sync_command(wr->rcs, KEY_DRAINED, strlen(KEY_DRAINED), argc, argv,
                                      lens, why, whylen)
                        : NULL;
     size_t n = 0;
@@ -1857,7 +1857,7 @@ static void writer_free(writer_t *wr)
     if (wr->rc)
         redisFree(wr->rc);
     rarena_free(wr->arena);   /* after the reader that used it */
-    rcs_close(wr->rcs);
+    rcl_sync_close(wr->rcs);
     store_close(wr->st);
     free(wr->streams);
     free(wr->ents);
@@ -1873,7 +1873,7 @@ static void writer_free(writer_t *wr)
 
 /* ---------------------------------------------------------------- cluster supervisor */
 
-static int sub_index(const writer_t *sup, const rcl_node_t *n)
+static int sub_index(const writer_t *sup, const rcluster_node_t *n)
 {
     for (size_t i = 0; i < sup->nsubs; i++)
         if (sup->subs[i]->addr.port == n->port && strcmp(sup->subs[i]->addr.host, n->host) == 0)
@@ -1881,7 +1881,7 @@ static int sub_index(const writer_t *sup, const rcl_node_t *n)
     return -1;
 }
 
-static void sub_start(writer_t *sup, const rcl_node_t *n)
+static void sub_start(writer_t *sup, const rcluster_node_t *n)
 {
     url_redis_t a = sup->addr;
     a.cluster = 0;
@@ -1910,19 +1910,19 @@ static void supervise(writer_t *sup)
 {
     char why[300];
     if (sup->rcs == NULL) {
-        sup->rcs = rcs_open(&sup->addr, sup->redis_timeout_ms, why, sizeof why);
+        sup->rcs = rcl_sync_open(&sup->addr, sup->redis_timeout_ms, why, sizeof why);
         if (sup->rcs == NULL) {
             redis_down_step(sup, "cannot read the cluster's slot map", why);
             return;
         }
-    } else if (rcs_refresh(sup->rcs, why, sizeof why) != 0) {
+    } else if (rcl_sync_refresh(sup->rcs, why, sizeof why) != 0) {
         redis_down_step(sup, "cannot read the cluster's slot map", why);
         return;
     }
     redis_up(sup);
-    const rcl_map_t *m = rcs_map(sup->rcs);
+    const rcluster_map_t *m = rcl_sync_map(sup->rcs);
     int ms[RCL_MAX_NODES];
-    int n = rcl_map_masters(m, ms);
+    int n = rcluster_map_masters(m, ms);
     for (int i = 0; i < n; i++)
         if (sub_index(sup, &m->nodes[ms[i]]) < 0)
             sub_start(sup, &m->nodes[ms[i]]);
