@@ -1,9 +1,10 @@
-/* rds_cluster.c -- a worker's Redis Cluster client: routing and redirects (rds_cluster.h).
+/* rds_cluster.c -- a worker's Redis Cluster router: routing and redirects (rds_cluster.h).
  *
- * Built on rds.c, not beside it: each cluster node is reached through one ordinary rds_t
- * on the worker's loop, which already brings deadlines, reconnects, SCRIPT LOAD on every
- * (re)connect and the EVAL fallback on NOSCRIPT -- so a promoted replica whose script
- * cache is empty costs one EVAL, not an error. This file adds:
+ * Above the node layer, not beside it: each cluster node is reached through one
+ * rds_node_t on the worker's loop, owned here, which already brings deadlines,
+ * reconnects, SCRIPT LOAD on every (re)connect and the EVALSHA resent after NOSCRIPT --
+ * so a promoted replica whose script cache is empty costs one reload, not an error. This
+ * file adds:
  *
  *   map        slot -> node, from CLUSTER SLOTS (rcluster.c); asked of any connection
  *              that is up, at start, after a MOVED, after a lost connection, and again
@@ -28,6 +29,7 @@
  * the memory goes with the last reference. */
 #include "redis/rds_cluster.h"
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,7 +72,7 @@ struct rds_cluster {
     url_redis_t node_addr;       /* template for node clients: password, no seeds */
     int timeout_ms;
     rcluster_map_t map;
-    rds_t *conn[RCL_MAX_NODES]; /* by map node index; NULL until needed */
+    rds_node_t *conn[RCL_MAX_NODES]; /* by map node index; NULL until needed */
     int nseeds;                 /* node indexes 0..nseeds-1 are the seeds */
 
     ccmd_t *wait_head, *wait_tail;
@@ -108,7 +110,7 @@ static void arm(rds_cluster_t *cl)
 }
 
 /* The node's client, created on first use. */
-static rds_t *conn_for(rds_cluster_t *cl, int node)
+static rds_node_t *conn_for(rds_cluster_t *cl, int node)
 {
     if (node < 0 || node >= cl->map.nnodes)
         return NULL;
@@ -116,7 +118,7 @@ static rds_t *conn_for(rds_cluster_t *cl, int node)
         url_redis_t a = cl->node_addr;
         snprintf(a.host, sizeof a.host, "%s", cl->map.nodes[node].host);
         a.port = cl->map.nodes[node].port;
-        cl->conn[node] = rds_new(cl->w, &a, cl->timeout_ms);
+        cl->conn[node] = rds_node_new(cl->w, &a, cl->timeout_ms);
     }
     return cl->conn[node];
 }
@@ -160,7 +162,7 @@ static int map_healthy(const rds_cluster_t *cl)
     int ms[RCL_MAX_NODES];
     int n = rcluster_map_masters(&cl->map, ms);
     for (int i = 0; i < n; i++)
-        if (!rds_is_up(cl->conn[ms[i]]))
+        if (!rds_node_is_up(cl->conn[ms[i]]))
             return 0;
     return 1;
 }
@@ -206,7 +208,7 @@ static void refresh(rds_cluster_t *cl, uint64_t now)
         return;
     int pick = -1;
     for (int i = 0; i < cl->map.nnodes && pick < 0; i++)
-        if (rds_is_up(cl->conn[i]))
+        if (rds_node_is_up(cl->conn[i]))
             pick = i;
     if (pick < 0) {
         /* Nobody is up: make sure the seeds and known masters are trying. */
@@ -223,7 +225,7 @@ static void refresh(rds_cluster_t *cl, uint64_t now)
     cl->refs++;
     const char *argv[2] = { "CLUSTER", "SLOTS" };
     size_t lens[2] = { 7, 5 };
-    rds_command(cl->conn[pick], on_slots, rf, 2, argv, lens);
+    rds_node_command(cl->conn[pick], on_slots, rf, 2, argv, lens);
 }
 
 static void on_tick(evutil_socket_t fd, short what, void *arg)
@@ -232,7 +234,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     cl->tick_on = 0;
-    uint64_t now = clock_mono_ms();
+    uint64_t now = clock_now_ms();
     if (!cl->refresh_wanted && cl->wait_head && !map_healthy(cl))
         cl->refresh_wanted = 1;
     if (cl->refresh_wanted)
@@ -258,7 +260,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 
 static int is_up_node(rds_cluster_t *cl, int node)
 {
-    return node >= 0 && rds_is_up(conn_for(cl, node));
+    return node >= 0 && rds_node_is_up(conn_for(cl, node));
 }
 
 static void on_node_reply(redisReply *reply, void *priv);
@@ -276,7 +278,7 @@ static void send_cmd(ccmd_t *cc)
         node = rcluster_map_owner(&cl->map, cc->slot);
     if (node < 0 && !cc->has_slot) {
         for (int i = 0; i < cl->map.nnodes && node < 0; i++)
-            if (rds_is_up(cl->conn[i]))
+            if (rds_node_is_up(cl->conn[i]))
                 node = i;
     }
     if (!is_up_node(cl, node)) {
@@ -285,17 +287,17 @@ static void send_cmd(ccmd_t *cc)
         enqueue(cc);
         return;
     }
-    rds_t *c = cl->conn[node];
+    rds_node_t *c = cl->conn[node];
     if (cc->ask_node >= 0) {
         const char *asking[1] = { "ASKING" };
         size_t alen[1] = { 6 };
-        rds_command(c, NULL, NULL, 1, asking, alen);
+        rds_node_command(c, NULL, NULL, 1, asking, alen);
     }
     if (cc->evalsha)
-        rds_evalsha(c, cc->script, on_node_reply, cc, cc->numkeys, cc->argc, cc->argv,
+        rds_node_evalsha(c, cc->script, on_node_reply, cc, cc->numkeys, cc->argc, cc->argv,
                     cc->argvlen);
     else
-        rds_command(c, on_node_reply, cc, cc->argc, cc->argv, cc->argvlen);
+        rds_node_command(c, on_node_reply, cc, cc->argc, cc->argv, cc->argvlen);
 }
 
 static void on_node_reply(redisReply *reply, void *priv)
@@ -350,6 +352,36 @@ static void on_node_reply(redisReply *reply, void *priv)
     send_cmd(cc);
 }
 
+/* One allocation holding a head of head_size bytes (zeroed), then copies of argv/argvlen
+ * and the argument bytes: a command that may be sent again keeps its own arguments.
+ * *out_argv / *out_lens point into it; free() the block. Never NULL. */
+static void *argv_block(size_t head_size, int argc, const char **argv, const size_t *argvlen,
+                        const char ***out_argv, size_t **out_lens)
+{
+    size_t bytes = 0;
+    for (int i = 0; i < argc; i++)
+        bytes += argvlen ? argvlen[i] : strlen(argv[i]);
+    /* the head, rounded up so the arrays after it are aligned */
+    size_t head = (head_size + _Alignof(max_align_t) - 1) & ~(_Alignof(max_align_t) - 1);
+    size_t arrays = (sizeof(char *) + sizeof(size_t)) * (size_t)argc;
+    char *block = xmalloc(head + arrays + bytes + 1);
+    memset(block, 0, head_size);
+    size_t *lens = (size_t *)(void *)(block + head);
+    const char **av = (const char **)(void *)(lens + argc);
+    char *p = (char *)(av + argc);
+    for (int i = 0; i < argc; i++) {
+        size_t len = argvlen ? argvlen[i] : strlen(argv[i]);
+        if (len)
+            memcpy(p, argv[i], len);
+        av[i] = p;
+        lens[i] = len;
+        p += len;
+    }
+    *out_argv = av;
+    *out_lens = lens;
+    return block;
+}
+
 /* A command's wrapper with its own copy of the arguments (it may be sent again), or NULL
  * after cb(NULL, priv) when the client is closing or memory is short. */
 static ccmd_t *ccmd_new(rds_cluster_t *cl, rds_cb cb, void *priv, int argc, const char **argv,
@@ -359,7 +391,7 @@ static ccmd_t *ccmd_new(rds_cluster_t *cl, rds_cb cb, void *priv, int argc, cons
     const char **cargv = NULL;
     size_t *clens = NULL;
     if (cl != NULL && !cl->closing && argc > 0)
-        cc = rds__argv_block(sizeof *cc, argc, argv, argvlen, &cargv, &clens);
+        cc = argv_block(sizeof *cc, argc, argv, argvlen, &cargv, &clens);
     if (cc == NULL) {
         if (cb)
             cb(NULL, priv);
@@ -372,13 +404,13 @@ static ccmd_t *ccmd_new(rds_cluster_t *cl, rds_cb cb, void *priv, int argc, cons
     cc->argc = argc;
     cc->argv = cargv;
     cc->argvlen = clens;
-    cc->deadline = clock_mono_ms() + (uint64_t)cl->timeout_ms;
+    cc->deadline = clock_now_ms() + (uint64_t)cl->timeout_ms;
     cl->refs++;
     return cc;
 }
 
-void rds_cluster_command(rds_cluster_t *cl, const char *route_key, size_t route_len, rds_cb cb, void *priv,
-                  int argc, const char **argv, const size_t *argvlen)
+void rds_cluster_command(rds_cluster_t *cl, const char *route_key, size_t route_len, rds_cb cb,
+                         void *priv, int argc, const char **argv, const size_t *argvlen)
 {
     ccmd_t *cc = ccmd_new(cl, cb, priv, argc, argv, argvlen);
     if (cc == NULL)
@@ -396,8 +428,8 @@ void rds_cluster_command(rds_cluster_t *cl, const char *route_key, size_t route_
     send_cmd(cc);
 }
 
-void rds_cluster_evalsha(rds_cluster_t *cl, script_id_t s, rds_cb cb, void *priv, int numkeys, int argc,
-                  const char **argv, const size_t *argvlen)
+void rds_cluster_evalsha(rds_cluster_t *cl, script_id_t s, rds_cb cb, void *priv, int numkeys,
+                         int argc, const char **argv, const size_t *argvlen)
 {
     if (numkeys < 0 || argc < numkeys) {
         if (cb)
@@ -471,9 +503,9 @@ void rds_cluster_free(rds_cluster_t *cl)
         finish(cc, NULL);
     }
     for (int i = 0; i < RCL_MAX_NODES; i++) {
-        rds_t *c = cl->conn[i];
+        rds_node_t *c = cl->conn[i];
         cl->conn[i] = NULL;
-        rds_free(c);
+        rds_node_free(c);
     }
     unref(cl);
 }

@@ -1,8 +1,9 @@
-/* rds.c -- a worker's asynchronous Redis client: deadlines, reconnects, scripts.
+/* rds_node.c -- one asynchronous connection to one Redis: deadlines, reconnects, scripts.
  *
- * One rds_t per worker, living on the worker's libevent loop through rds_ev.c (a libevent
- * adapter without hiredis's epoll_ctl per command). hiredis 0.14 has no timeouts, so this file adds them (see rds.h for the
- * contract callers rely on).
+ * One rds_node_t per Redis a worker talks to (rds.c's single Redis, or one per cluster
+ * node for rds_cluster.c), living on the worker's libevent loop through rds_ev.c (a
+ * libevent adapter without hiredis's epoll_ctl per command). hiredis 0.14 has no
+ * timeouts, so this file adds them (see rds.h for the contract callers rely on).
  *
  * States:
  *
@@ -12,15 +13,23 @@
  *
  *   DOWN        no context; the retry timer (100 ms doubling to 2 s) calls start_connect.
  *   CONNECTING  connect(2) in flight; bounded by the connect deadline.
- *   HANDSHAKE   AUTH / SELECT / SCRIPT LOAD pipelined; still bounded by the same deadline.
+ *   HANDSHAKE   rconn_hello's AUTH / SELECT, then SCRIPT LOAD, pipelined; still bounded
+ *               by the same deadline.
  *   UP          user commands accepted. Anything but UP refuses commands at once.
  *
  * Every command handed to hiredis carries an rcmd_t (our wrapper), linked into a FIFO
  * in send order with its deadline. Redis answers in order, so only the FIFO's head can be
  * the first to run late; a 25 ms timer, armed only while something is in flight or a
- * connect is pending, compares the head's deadline with the monotonic clock. When a
- * deadline passes the context is freed: hiredis then calls every pending wrapper with a
- * NULL reply, and each wrapper calls its user callback exactly once.
+ * connect is pending, compares the head's deadline with the loop's clock (clock.h).
+ * When a deadline passes the context is freed: hiredis then calls every pending wrapper
+ * with a NULL reply, and each wrapper calls its user callback exactly once.
+ *
+ * NOSCRIPT: an EVALSHA's wrapper keeps the command as sent (its RESP is built once, into
+ * the wrapper's own allocation rather than a stack buffer, so keeping it copies nothing).
+ * On NOSCRIPT (Redis lost its script cache: SCRIPT FLUSH, a promoted replica) the
+ * scripts' SCRIPT LOADs are queued and the same bytes sent again behind them on the same
+ * connection, so they reach Redis after the reload, in order; the caller sees only the
+ * second answer.
  *
  * Re-entrancy rules (hiredis 0.14):
  *   - inside a reply callback (REDIS_IN_CALLBACK), redisAsyncFree only marks the context;
@@ -29,8 +38,9 @@
  *   - outside callbacks, redisAsyncFree frees at once (callbacks run inside the call);
  *     on_disconnect is then ignored (self_drop) and drop() finishes the bookkeeping.
  *   - on_connect must never free the context (hiredis keeps using it afterwards).
- *   - rds_free may be called from a user callback: the client becomes a zombie and is
- *     destroyed by whichever frame is outermost once the context is gone (maybe_destroy).
+ *   - rds_node_free may be called from a user callback: the connection becomes a zombie
+ *     and is destroyed by whichever frame is outermost once the context is gone
+ *     (maybe_destroy).
  *
  * Replies are built in an arena (rarena.h) that is reset when the outermost on_reply
  * returns: hiredis parses the next reply only after the callback of the current one, and
@@ -38,12 +48,9 @@
  * hiredis's own functions made a calloc and a free per array element (an admission
  * batch's reply is an array of one integer per buyer).
  */
-#include "redis/rds.h"
+#include "redis/rds_node.h"
 
-#include <errno.h>
 #include <limits.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -55,103 +62,43 @@
 #include <hiredis/hiredis.h>
 
 #include "core/clock.h"
-#include "embedded.h"
-#include "http/http.h"
 #include "core/log.h"
-#include "server/metrics.h"
-#include "redis/rds_cluster.h"
+#include "core/sb.h"
+#include "core/xmem.h"
 #include "redis/rarena.h"
+#include "redis/rconn.h"
 #include "redis/rds_ev.h"
 #include "redis/resp.h"
-#include "core/sb.h"
+#include "server/metrics.h"
 #include "server/worker.h"
-#include "core/xmem.h"
 
 #define TICK_MS 25
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 2000
-#define SHA_LEN 40
-
-/* ==== Built-in scripts (process-wide) ==== */
-
-/* One row per script_id_t. The SHA is learned from the first SCRIPT LOAD reply any
- * worker gets; it never changes afterwards (it is the SHA1 of the constant text). */
-static struct {
-    const char *name;
-    const char *text;
-} const script_tab[SCRIPT_COUNT] = {
-    [SCRIPT_ADMIT] = { "admit", script_admit_lua },
-    [SCRIPT_LOGIN_CODE] = { "login_code", script_login_code_lua },
-    [SCRIPT_BOARD] = { "board", script_board_lua },
-};
-
-static pthread_mutex_t sha_mu = PTHREAD_MUTEX_INITIALIZER;
-static char sha_buf[SCRIPT_COUNT][SHA_LEN + 1];
-static atomic_int sha_known[SCRIPT_COUNT];
-
-const char *rds_script_sha(script_id_t s)
-{
-    if ((unsigned)s >= SCRIPT_COUNT)
-        return NULL;
-    if (!atomic_load_explicit(&sha_known[s], memory_order_acquire))
-        return NULL;
-    return sha_buf[s];
-}
-
-/* Records a SCRIPT LOAD reply. Returns 0, or -1 if the reply is not a SHA. */
-static int sha_store(script_id_t s, const char *sha, size_t len)
-{
-    if (len != SHA_LEN)
-        return -1;
-    for (size_t i = 0; i < len; i++) {
-        char ch = sha[i];
-        if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f')))
-            return -1;
-    }
-    if (atomic_load_explicit(&sha_known[s], memory_order_acquire)) {
-        if (memcmp(sha_buf[s], sha, SHA_LEN) != 0)
-            log_error("redis: SCRIPT LOAD of %s returned %.40s, expected %s", script_tab[s].name,
-                      sha, sha_buf[s]);
-        return 0;
-    }
-    pthread_mutex_lock(&sha_mu);
-    if (!atomic_load_explicit(&sha_known[s], memory_order_relaxed)) {
-        memcpy(sha_buf[s], sha, SHA_LEN);
-        sha_buf[s][SHA_LEN] = '\0';
-        atomic_store_explicit(&sha_known[s], 1, memory_order_release);
-    }
-    pthread_mutex_unlock(&sha_mu);
-    return 0;
-}
-
-/* ==== The client ==== */
 
 enum { ST_DOWN = 0, ST_CONNECTING, ST_HANDSHAKE, ST_UP };
 
-/* What a wrapper is for: a user command, a user EVALSHA (may fall back to EVAL), one of
- * the handshake commands, or a background SCRIPT LOAD after NOSCRIPT. */
+/* What a wrapper is for: a user command, a user EVALSHA (sent again once after
+ * NOSCRIPT), one of the handshake commands, or a background SCRIPT LOAD after NOSCRIPT. */
 enum { K_USER = 0, K_EVALSHA, K_SETUP, K_RELOAD };
 
+static const char SETUP_LOAD[] = "SCRIPT LOAD";   /* setup_name of a script's load */
+
 typedef struct rcmd {
-    struct rcmd *prev, *next;   /* the client's in-flight FIFO, oldest first */
-    struct rds *c;
+    struct rcmd *prev, *next;   /* the connection's in-flight FIFO, oldest first */
+    struct rds_node *c;
     uint64_t deadline;          /* monotonic ms */
     rds_cb cb;
     void *priv;
     unsigned char kind;
-    unsigned char retried;      /* K_EVALSHA: already resent as EVAL */
-    unsigned char setup_op;     /* K_SETUP: which handshake step */
-    script_id_t script;         /* K_EVALSHA, K_SETUP/K_RELOAD script load */
-    int numkeys;                /* K_EVALSHA: copies of the caller's keys and args */
-    int argc;
-    const char **argv;          /* NULL: rds_evalsha_nocopy (the caller resends) */
-    size_t *argvlen;
+    unsigned char retried;      /* K_EVALSHA: already sent again after NOSCRIPT */
+    const char *setup_name;     /* K_SETUP/K_RELOAD: "AUTH", "SELECT", "SCRIPT LOAD" */
+    script_id_t script;         /* K_SETUP/K_RELOAD: the script a SCRIPT LOAD loads */
+    size_t len;                 /* K_EVALSHA: the command as sent, in cmd[] */
+    char cmd[];
 } rcmd_t;
 
-enum { OP_AUTH = 0, OP_SELECT, OP_LOAD };
-
-struct rds {
-    rds_cluster_t *cl;                 /* a redis+cluster:// client: everything goes there */
+struct rds_node {
     worker_t *w;
     struct event_base *base;
     url_redis_t addr;
@@ -178,26 +125,26 @@ struct rds {
 
     int self_drop;              /* drop() is freeing the context synchronously */
     int busy;                   /* frames of ours on the stack that use c after hiredis calls */
-    int closing;                /* rds_free called: no more reconnects */
+    int closing;                /* rds_node_free called: no more reconnects */
     int zombie;                 /* destroy once busy == 0 and ac == NULL */
 };
 
-static void start_connect(rds_t *c);
+static void start_connect(rds_node_t *c);
 static void on_reply(redisAsyncContext *ac, void *reply, void *priv);
 
-static void count_error(rds_t *c)
+static void count_error(rds_node_t *c)
 {
     if (c->w && c->w->m)
         metric_inc(&c->w->m->redis_errors);
 }
 
-static void count_reconnect(rds_t *c)
+static void count_reconnect(rds_node_t *c)
 {
     if (c->w && c->w->m)
         metric_inc(&c->w->m->redis_reconnects);
 }
 
-static void fifo_push(rds_t *c, rcmd_t *r)
+static void fifo_push(rds_node_t *c, rcmd_t *r)
 {
     r->next = NULL;
     r->prev = c->tail;
@@ -209,7 +156,7 @@ static void fifo_push(rds_t *c, rcmd_t *r)
     c->inflight++;
 }
 
-static void fifo_unlink(rds_t *c, rcmd_t *r)
+static void fifo_unlink(rds_node_t *c, rcmd_t *r)
 {
     if (r->prev)
         r->prev->next = r->next;
@@ -223,7 +170,7 @@ static void fifo_unlink(rds_t *c, rcmd_t *r)
     c->inflight--;
 }
 
-static void arm_tick(rds_t *c)
+static void arm_tick(rds_node_t *c)
 {
     if (c->tick_on || c->closing)
         return;
@@ -232,7 +179,7 @@ static void arm_tick(rds_t *c)
         c->tick_on = 1;
 }
 
-static void destroy(rds_t *c)
+static void destroy(rds_node_t *c)
 {
     if (c->tick)
         event_free(c->tick);
@@ -244,7 +191,7 @@ static void destroy(rds_t *c)
 
 /* Frees a zombie once nothing of ours is on the stack and the context is gone.
  * Returns 1 if c was freed (the caller must return without touching it). */
-static int maybe_destroy(rds_t *c)
+static int maybe_destroy(rds_node_t *c)
 {
     if (c->zombie && c->busy == 0 && c->ac == NULL) {
         destroy(c);
@@ -254,7 +201,7 @@ static int maybe_destroy(rds_t *c)
 }
 
 /* After the context is gone: schedule the next attempt with back-off. */
-static void after_lost(rds_t *c)
+static void after_lost(rds_node_t *c)
 {
     c->state = ST_DOWN;
     c->setup_left = 0;
@@ -269,7 +216,7 @@ static void after_lost(rds_t *c)
 /* Drops the connection: every pending callback gets NULL. Inside a hiredis reply
  * callback the free is deferred by hiredis and on_disconnect finishes the job; otherwise
  * it happens now. Returns 1 if c itself was destroyed (zombie). */
-static int drop(rds_t *c)
+static int drop(rds_node_t *c)
 {
     redisAsyncContext *ac = c->ac;
     if (ac == NULL)
@@ -291,7 +238,7 @@ static int drop(rds_t *c)
 
 /* A failed connect or handshake attempt: the first after being up is a warning, the
  * rest (one every 2 s while Redis stays away) go to the debug log. */
-static void attempt_failed(rds_t *c, const char *what, const char *detail)
+static void attempt_failed(rds_node_t *c, const char *what, const char *detail)
 {
     count_error(c);
     if (c->failures++ == 0)
@@ -302,7 +249,7 @@ static void attempt_failed(rds_t *c, const char *what, const char *detail)
 
 static void on_disconnect(const redisAsyncContext *ac, int status)
 {
-    rds_t *c = ac->data;
+    rds_node_t *c = ac->data;
     if (c == NULL || c->self_drop)
         return;
     c->ac = NULL;
@@ -320,12 +267,12 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 
 /* Sends one command already in RESP (buf[len] must be a NUL: see send_argv) for wrapper
  * r. Returns 0, or -1 if hiredis refused it (r untouched and not linked). */
-static int send_formatted(rds_t *c, rcmd_t *r, const char *buf, size_t len)
+static int send_formatted(rds_node_t *c, rcmd_t *r, const char *buf, size_t len)
 {
     if (redisAsyncFormattedCommand(c->ac, on_reply, r, buf, len) != REDIS_OK)
         return -1;
     r->c = c;
-    r->deadline = clock_mono_ms() + (uint64_t)c->timeout_ms;
+    r->deadline = clock_now_ms() + (uint64_t)c->timeout_ms;
     fifo_push(c, r);
     arm_tick(c);
     return 0;
@@ -333,7 +280,7 @@ static int send_formatted(rds_t *c, rcmd_t *r, const char *buf, size_t len)
 
 /* Sends one command for wrapper r, put in RESP by resp.h rather than by hiredis. Returns
  * 0, or -1 if hiredis refused it (r untouched and not linked). */
-static int send_argv(rds_t *c, rcmd_t *r, int argc, const char **argv, const size_t *argvlen)
+static int send_argv(rds_node_t *c, rcmd_t *r, int argc, const char **argv, const size_t *argvlen)
 {
     if (c->ac == NULL || argc <= 0)
         return -1;
@@ -362,12 +309,12 @@ static int send_argv(rds_t *c, rcmd_t *r, int argc, const char **argv, const siz
     return rc;
 }
 
-static int send_internal(rds_t *c, int kind, int op, script_id_t s, int argc, const char **argv,
-                         const size_t *argvlen)
+static int send_internal(rds_node_t *c, int kind, const char *name, script_id_t s, int argc,
+                         const char **argv, const size_t *argvlen)
 {
     rcmd_t *r = xcalloc(1, sizeof(*r));
     r->kind = (unsigned char)kind;
-    r->setup_op = (unsigned char)op;
+    r->setup_name = name;
     r->script = s;
     if (send_argv(c, r, argc, argv, argvlen) < 0) {
         free(r);
@@ -376,15 +323,16 @@ static int send_internal(rds_t *c, int kind, int op, script_id_t s, int argc, co
     return 0;
 }
 
-static int send_script_load(rds_t *c, int kind, script_id_t s)
+static int send_script_load(rds_node_t *c, int kind, script_id_t s)
 {
-    const char *argv[3] = { "SCRIPT", "LOAD", script_tab[s].text };
-    size_t lens[3] = { 6, 4, strlen(script_tab[s].text) };
-    return send_internal(c, kind, OP_LOAD, s, 3, argv, lens);
+    const char *text = rds_script_text(s);
+    const char *argv[3] = { "SCRIPT", "LOAD", text };
+    size_t lens[3] = { 6, 4, strlen(text) };
+    return send_internal(c, kind, SETUP_LOAD, s, 3, argv, lens);
 }
 
 /* Re-LOADs the scripts in the background after a NOSCRIPT (one batch at a time). */
-static void start_reload(rds_t *c)
+static void start_reload(rds_node_t *c)
 {
     if (c->reloading)
         return;
@@ -396,7 +344,7 @@ static void start_reload(rds_t *c)
 
 static void on_connect(const redisAsyncContext *cac, int status)
 {
-    rds_t *c = cac->data;
+    rds_node_t *c = cac->data;
     if (c == NULL)
         return;
     if (status != REDIS_OK) {
@@ -410,39 +358,30 @@ static void on_connect(const redisAsyncContext *cac, int status)
     /* Never free the context here; a failed send is caught by the connect deadline. */
     c->state = ST_HANDSHAKE;
     c->setup_left = 0;
-    if (c->addr.password[0]) {
-        const char *argv[2] = { "AUTH", c->addr.password };
-        size_t lens[2] = { 4, strlen(c->addr.password) };
-        if (send_internal(c, K_SETUP, OP_AUTH, 0, 2, argv, lens) == 0)
+    rconn_hello_t h;
+    rconn_hello(&c->addr, &h);
+    for (int i = 0; i < h.n; i++)
+        if (send_internal(c, K_SETUP, h.cmd[i].name, 0, h.cmd[i].argc, h.cmd[i].argv,
+                          h.cmd[i].argvlen) == 0)
             c->setup_left++;
-    }
-    if (c->addr.db != 0) {
-        char db[16];
-        int n = snprintf(db, sizeof(db), "%d", c->addr.db);
-        const char *argv[2] = { "SELECT", db };
-        size_t lens[2] = { 6, (size_t)n };
-        if (send_internal(c, K_SETUP, OP_SELECT, 0, 2, argv, lens) == 0)
-            c->setup_left++;
-    }
     for (int s = 0; s < SCRIPT_COUNT; s++)
         if (send_script_load(c, K_SETUP, (script_id_t)s) == 0)
             c->setup_left++;
 }
 
-static void handshake_step(rds_t *c, rcmd_t *r, redisReply *reply)
+static void handshake_step(rds_node_t *c, rcmd_t *r, redisReply *reply)
 {
-    static const char *const opname[] = { "AUTH", "SELECT", "SCRIPT LOAD" };
     if (reply == NULL || c->state != ST_HANDSHAKE)
         return;   /* the loss is handled by whoever dropped the connection */
     int ok;
-    if (r->setup_op == OP_LOAD)
+    if (r->setup_name == SETUP_LOAD)
         ok = reply->type == REDIS_REPLY_STRING &&
-             sha_store(r->script, reply->str, (size_t)reply->len) == 0;
+             rds_script_store(r->script, reply->str, (size_t)reply->len) == 0;
     else
         ok = reply->type == REDIS_REPLY_STATUS;
     if (!ok) {
         char detail[300];
-        snprintf(detail, sizeof(detail), "%s: %s", opname[r->setup_op],
+        snprintf(detail, sizeof(detail), "%s: %s", r->setup_name,
                  reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
         attempt_failed(c, "handshake with", detail);
         drop(c);   /* in a callback: deferred; on_disconnect sees DOWN and stays quiet */
@@ -467,52 +406,11 @@ static void handshake_step(rds_t *c, rcmd_t *r, redisReply *reply)
         c->w->on_redis_up(c->w);
 }
 
-int rds_is_noscript(const redisReply *reply)
-{
-    return reply != NULL && reply->type == REDIS_REPLY_ERROR && reply->len >= 8 &&
-           memcmp(reply->str, "NOSCRIPT", 8) == 0;
-}
-
-/* Resends an EVALSHA as EVAL <text>. Returns 0 if sent (r stays alive), -1 if not. */
-static int resend_as_eval(rds_t *c, rcmd_t *r)
-{
-    if (c->state != ST_UP || c->ac == NULL)
-        return -1;
-    const char *stack_argv[24];
-    size_t stack_lens[24];
-    int n = 3 + r->argc;
-    const char **argv = stack_argv;
-    size_t *lens = stack_lens;
-    if (n > 24) {
-        argv = xmalloc(sizeof(*argv) * (size_t)n);
-        lens = xmalloc(sizeof(*lens) * (size_t)n);
-    }
-    char nk[16];
-    int nklen = snprintf(nk, sizeof(nk), "%d", r->numkeys);
-    const char *text = script_tab[r->script].text;
-    argv[0] = "EVAL";
-    lens[0] = 4;
-    argv[1] = text;
-    lens[1] = strlen(text);
-    argv[2] = nk;
-    lens[2] = (size_t)nklen;
-    for (int i = 0; i < r->argc; i++) {
-        argv[3 + i] = r->argv[i];
-        lens[3 + i] = r->argvlen[i];
-    }
-    int rc = send_argv(c, r, n, argv, lens);
-    if (argv != stack_argv) {
-        free(argv);
-        free(lens);
-    }
-    return rc;
-}
-
 /* The one hiredis callback of every command we send. */
 static void on_reply(redisAsyncContext *ac, void *vreply, void *priv)
 {
     rcmd_t *r = priv;
-    rds_t *c = r->c;
+    rds_node_t *c = r->c;
     redisReply *reply = vreply;
     (void)ac;
 
@@ -529,31 +427,19 @@ static void on_reply(redisAsyncContext *ac, void *vreply, void *priv)
         if (c->reloading > 0)
             c->reloading--;
         if (reply && reply->type == REDIS_REPLY_STRING)
-            sha_store(r->script, reply->str, (size_t)reply->len);
+            rds_script_store(r->script, reply->str, (size_t)reply->len);
         else if (reply)
-            log_warn("redis: SCRIPT LOAD %s failed: %s", script_tab[r->script].name,
+            log_warn("redis: SCRIPT LOAD %s failed: %s", rds_script_name(r->script),
                      reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
         free(r);
         break;
     case K_EVALSHA:
-        if (rds_is_noscript(reply) && !r->retried) {
+        if (rds_script_noscript(reply) && !r->retried) {
+            /* The same EVALSHA again, behind the SCRIPT LOADs just queued. */
             r->retried = 1;
             start_reload(c);
-            if (r->argv == NULL) {
-                /* rds_evalsha_nocopy: the caller sends the call again, after the
-                 * reload just queued */
-                rds_cb cb = r->cb;
-                void *cbpriv = r->priv;
-                free(r);
-                if (cb) {
-                    http_callback_begin(c->w);
-                    cb(reply, cbpriv);
-                    http_callback_end(c->w);
-                }
-                break;
-            }
-            if (resend_as_eval(c, r) == 0)
-                break;   /* r lives on; its callback runs on the EVAL's reply */
+            if (c->state == ST_UP && send_formatted(c, r, r->cmd, r->len) == 0)
+                break;   /* r lives on; its callback runs on the second reply */
             reply = NULL;
         }
         /* fall through */
@@ -563,13 +449,8 @@ static void on_reply(redisAsyncContext *ac, void *vreply, void *priv)
         free(r);
         if (reply && reply->type == REDIS_REPLY_ERROR)
             count_error(c);
-        if (cb) {
-            /* one clock read for every request this reply answers (an admission
-             * batch answers a dozen), not two per request */
-            http_callback_begin(c->w);
+        if (cb)
             cb(reply, cbpriv);
-            http_callback_end(c->w);
-        }
         break;
     }
     }
@@ -581,10 +462,10 @@ static void on_reply(redisAsyncContext *ac, void *vreply, void *priv)
 
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
-    rds_t *c = arg;
+    rds_node_t *c = arg;
     (void)fd;
     (void)what;
-    uint64_t now = clock_mono_ms();
+    uint64_t now = clock_now_ms();
 
     if ((c->state == ST_CONNECTING || c->state == ST_HANDSHAKE) && now >= c->connect_deadline) {
         attempt_failed(c, c->state == ST_CONNECTING ? "connect to" : "handshake with",
@@ -612,7 +493,7 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
     start_connect(arg);
 }
 
-static void start_connect(rds_t *c)
+static void start_connect(rds_node_t *c)
 {
     if (c->closing || c->ac != NULL)
         return;
@@ -640,24 +521,15 @@ static void start_connect(rds_t *c)
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
     c->ac = ac;
     c->state = ST_CONNECTING;
-    c->connect_deadline = clock_mono_ms() + (uint64_t)c->timeout_ms;
+    c->connect_deadline = clock_now_ms() + (uint64_t)c->timeout_ms;
     arm_tick(c);
 }
 
-rds_t *rds_new(struct worker *w, const url_redis_t *addr, int timeout_ms)
+rds_node_t *rds_node_new(struct worker *w, const url_redis_t *addr, int timeout_ms)
 {
-    if (w == NULL || w->base == NULL || addr == NULL)
+    if (w == NULL || w->base == NULL || addr == NULL || addr->cluster)
         return NULL;
-    rds_t *c = xcalloc(1, sizeof(*c));
-    if (addr->cluster) {
-        /* A facade: rds_cluster.c routes to one plain rds_t per node. */
-        c->cl = rds_cluster_new(w, addr, timeout_ms);
-        if (c->cl == NULL) {
-            free(c);
-            return NULL;
-        }
-        return c;
-    }
+    rds_node_t *c = xcalloc(1, sizeof(*c));
     c->w = w;
     c->base = w->base;
     c->addr = *addr;
@@ -678,15 +550,10 @@ rds_t *rds_new(struct worker *w, const url_redis_t *addr, int timeout_ms)
     return c;
 }
 
-void rds_free(rds_t *c)
+void rds_node_free(rds_node_t *c)
 {
     if (c == NULL || c->closing)
         return;
-    if (c->cl) {
-        rds_cluster_free(c->cl);
-        free(c);
-        return;
-    }
     c->closing = 1;
     c->zombie = 1;
     event_del(c->retry);
@@ -698,30 +565,14 @@ void rds_free(rds_t *c)
         maybe_destroy(c);
 }
 
-int rds_is_up(const rds_t *c)
+int rds_node_is_up(const rds_node_t *c)
 {
-    if (c != NULL && c->cl)
-        return rds_cluster_is_up(c->cl);
     return c != NULL && c->state == ST_UP;
 }
 
-void rds_command_at(rds_t *c, const char *key, size_t keylen, rds_cb cb, void *priv, int argc,
-                    const char **argv, const size_t *argvlen)
+void rds_node_command(rds_node_t *c, rds_cb cb, void *priv, int argc, const char **argv,
+                      const size_t *argvlen)
 {
-    if (c != NULL && c->cl) {
-        rds_cluster_command(c->cl, key, keylen, cb, priv, argc, argv, argvlen);
-        return;
-    }
-    rds_command(c, cb, priv, argc, argv, argvlen);
-}
-
-void rds_command(rds_t *c, rds_cb cb, void *priv, int argc, const char **argv,
-                 const size_t *argvlen)
-{
-    if (c != NULL && c->cl) {
-        rds_cluster_command(c->cl, NULL, 0, cb, priv, argc, argv, argvlen);
-        return;
-    }
     if (c == NULL || c->state != ST_UP || argc <= 0) {
         if (cb)
             cb(NULL, priv);
@@ -738,11 +589,10 @@ void rds_command(rds_t *c, rds_cb cb, void *priv, int argc, const char **argv,
     }
 }
 
-/* EVALSHA <sha> <numkeys> argv..., put in RESP in one buffer (no argument arrays built
- * for it). keep: the arguments are copied into the wrapper for the EVAL fallback on
- * NOSCRIPT; without it the caller resends (rds_evalsha_nocopy). */
-static void evalsha_send(rds_t *c, script_id_t s, rds_cb cb, void *priv, int numkeys,
-                         int argc, const char **argv, const size_t *argvlen, int keep)
+/* EVALSHA <sha> <numkeys> argv..., put in RESP straight into the wrapper's allocation
+ * (no argument arrays built for it), where it stays for a resend after NOSCRIPT. */
+void rds_node_evalsha(rds_node_t *c, script_id_t s, rds_cb cb, void *priv, int numkeys,
+                      int argc, const char **argv, const size_t *argvlen)
 {
     const char *sha = rds_script_sha(s);
     if (c == NULL || c->state != ST_UP || c->ac == NULL || sha == NULL || numkeys < 0 ||
@@ -751,94 +601,35 @@ static void evalsha_send(rds_t *c, script_id_t s, rds_cb cb, void *priv, int num
             cb(NULL, priv);
         return;
     }
-    rcmd_t *r;
-    if (keep || argvlen == NULL) {
-        /* One allocation: the wrapper, then argv/argvlen arrays, then the bytes, kept so a
-         * NOSCRIPT reply can be answered with an EVAL of the same arguments. */
-        const char **cargv;
-        size_t *clens;
-        r = rds__argv_block(sizeof(*r), argc, argv, argvlen, &cargv, &clens);
-        r->argv = cargv;
-        r->argvlen = clens;
-        argv = cargv;
-        argvlen = clens;
-    } else {
-        r = xcalloc(1, sizeof(*r));
+    const size_t *lens = argvlen;
+    size_t stack_lens[24], *own = NULL;
+    if (lens == NULL) {
+        own = argc > 24 ? xmalloc(sizeof(*own) * (size_t)argc) : stack_lens;
+        for (int i = 0; i < argc; i++)
+            own[i] = strlen(argv[i]);
+        lens = own;
     }
+    char nk[SB_DEC_MAX];
+    const char *head[3] = { "EVALSHA", sha, nk };
+    size_t hlens[3] = { 7, RDS_SCRIPT_SHA_LEN, (size_t)sb_dec(nk, numkeys) };
+    /* +1: the NUL send_argv explains */
+    size_t cap = resp_size(3, hlens) + resp_size(argc, lens) + 1;
+    rcmd_t *r = xmalloc(sizeof(*r) + cap);
+    memset(r, 0, sizeof(*r));
     r->kind = K_EVALSHA;
     r->cb = cb;
     r->priv = priv;
     r->script = s;
-    r->numkeys = numkeys;
-    r->argc = argc;
-
-    char nk[SB_DEC_MAX];
-    const char *head[3] = { "EVALSHA", sha, nk };
-    size_t hlens[3] = { 7, SHA_LEN, (size_t)sb_dec(nk, numkeys) };
-    char stack_buf[4096];
-    size_t cap = resp_size(3, hlens) + resp_size(argc, argvlen) + 1;
-    char *buf = cap <= sizeof(stack_buf) ? stack_buf : xmalloc(cap);
-    size_t len = resp_put_head(buf, 3 + argc);
-    len += resp_put_args(buf + len, 3, head, hlens);
-    len += resp_put_args(buf + len, argc, argv, argvlen);
-    buf[len] = '\0';   /* send_argv says why */
-    int rc = send_formatted(c, r, buf, len);
-    if (buf != stack_buf)
-        free(buf);
-    if (rc < 0) {
+    size_t len = resp_put_head(r->cmd, 3 + argc);
+    len += resp_put_args(r->cmd + len, 3, head, hlens);
+    len += resp_put_args(r->cmd + len, argc, argv, lens);
+    r->cmd[len] = '\0';
+    r->len = len;
+    if (own != NULL && own != stack_lens)
+        free(own);
+    if (send_formatted(c, r, r->cmd, len) < 0) {
         free(r);
         if (cb)
             cb(NULL, priv);
     }
-}
-
-/* rds_evalsha and rds_evalsha_nocopy: a cluster connection routes the call itself (its
- * own copy), a single Redis sends it here, keeping a copy for NOSCRIPT only when asked. */
-static void evalsha_route(rds_t *c, script_id_t s, rds_cb cb, void *priv, int numkeys,
-                          int argc, const char **argv, const size_t *argvlen, int copy)
-{
-    if (c != NULL && c->cl) {
-        rds_cluster_evalsha(c->cl, s, cb, priv, numkeys, argc, argv, argvlen);
-        return;
-    }
-    evalsha_send(c, s, cb, priv, numkeys, argc, argv, argvlen, copy);
-}
-
-void rds_evalsha(rds_t *c, script_id_t s, rds_cb cb, void *priv, int numkeys, int argc,
-                 const char **argv, const size_t *argvlen)
-{
-    evalsha_route(c, s, cb, priv, numkeys, argc, argv, argvlen, 1);
-}
-
-void rds_evalsha_nocopy(rds_t *c, script_id_t s, rds_cb cb, void *priv, int numkeys, int argc,
-                        const char **argv, const size_t *argvlen)
-{
-    evalsha_route(c, s, cb, priv, numkeys, argc, argv, argvlen, 0);
-}
-
-void *rds__argv_block(size_t head_size, int argc, const char **argv, const size_t *argvlen,
-                      const char ***out_argv, size_t **out_lens)
-{
-    size_t bytes = 0;
-    for (int i = 0; i < argc; i++)
-        bytes += argvlen ? argvlen[i] : strlen(argv[i]);
-    /* the head, rounded up so the arrays after it are aligned */
-    size_t head = (head_size + _Alignof(max_align_t) - 1) & ~(_Alignof(max_align_t) - 1);
-    size_t arrays = (sizeof(char *) + sizeof(size_t)) * (size_t)argc;
-    char *block = xmalloc(head + arrays + bytes + 1);
-    memset(block, 0, head_size);
-    size_t *lens = (size_t *)(void *)(block + head);
-    const char **av = (const char **)(void *)(lens + argc);
-    char *p = (char *)(av + argc);
-    for (int i = 0; i < argc; i++) {
-        size_t len = argvlen ? argvlen[i] : strlen(argv[i]);
-        if (len)
-            memcpy(p, argv[i], len);
-        av[i] = p;
-        lens[i] = len;
-        p += len;
-    }
-    *out_argv = av;
-    *out_lens = lens;
-    return block;
 }

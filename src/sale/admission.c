@@ -35,7 +35,7 @@
 #include "core/app.h"
 #include "sale/buckets.h"
 #include "core/clock.h"
-#include "http/http.h"
+#include "http/http_req.h"
 #include "core/key.h"
 #include "core/log.h"
 #include "sale/orderid.h"
@@ -91,7 +91,7 @@ typedef struct batch {
 } batch_t;
 
 struct adm_cache {
-    vcache_t *verdicts;         /* voucher -> cached answer code (int), until clock_mono_ms() */
+    vcache_t *verdicts;         /* voucher -> cached answer code (int), until clock_now_ms() */
     lane_t lanes[LANES];
     uint64_t ttl_ms;            /* cfg.soldout_cache_ms */
     adm_ctx_t *free_ctx;
@@ -236,7 +236,7 @@ static void on_wait(struct redisReply *rep, void *priv)
     admission_order_t order = c->order;
     int ok = rep != NULL && rep->type == REDIS_REPLY_INTEGER && rep->integer >= c->wait_replicas;
     if (!ok && rep != NULL && !c->ac->dead) {
-        uint64_t now = clock_mono_ms();
+        uint64_t now = clock_now_ms();
         if (now - c->ac->last_err_log_ms >= 1000) {
             c->ac->last_err_log_ms = now;
             if (rep->type == REDIS_REPLY_INTEGER)
@@ -276,7 +276,7 @@ static void send_wait(adm_ctx_t *c)
 /* Logs an error reply or a reply of an unknown shape, at most once a second. */
 static void log_bad_reply(struct adm_cache *ac, const redisReply *rep, const char *script)
 {
-    uint64_t now = clock_mono_ms();
+    uint64_t now = clock_now_ms();
     if (ac->dead || now - ac->last_err_log_ms < 1000) {
         return;
     }
@@ -351,7 +351,7 @@ static void finish(adm_ctx_t *c, int code)
         }
     }
     if (cache_ok(c, code) && !ac->dead && ac->ttl_ms > 0) {
-        verdict_put(ac, c->voucher_id, code, clock_mono_ms() + ac->ttl_ms);
+        verdict_put(ac, c->voucher_id, code, clock_now_ms() + ac->ttl_ms);
     }
     if (code == ADMIT_NO_VOUCHER && !ac->dead) {
         /* Redis may have lost it: if SQL knows it, it is rebuilt and the verdict
@@ -442,7 +442,7 @@ static void on_batch(struct redisReply *rep, void *priv)
      * memory if the voucher sold out, and the rest go out before any callback runs. */
     for (int i = 0; i < n; i++) {
         if (cache_ok(item[i], code[i]) && !ac->dead && ac->ttl_ms > 0) {
-            verdict_put(ac, item[i]->voucher_id, code[i], clock_mono_ms() + ac->ttl_ms);
+            verdict_put(ac, item[i]->voucher_id, code[i], clock_now_ms() + ac->ttl_ms);
         }
     }
     if (l != NULL) {
@@ -493,9 +493,8 @@ static int batch_call(batch_t *b, int64_t voucher_id)
         argv[na] = c->order.dec;
         lens[na++] = (size_t)c->order.len;
     }
-    /* When Redis is down on_batch runs before this returns. No copy of the arguments
-     * for the EVAL fallback: on_batch sends the call again on NOSCRIPT. */
-    rds_evalsha_nocopy(w->rds, SCRIPT_ADMIT, on_batch, b, nk, na, argv, lens);
+    /* When Redis is down on_batch runs before this returns. */
+    rds_evalsha(w->rds, SCRIPT_ADMIT, on_batch, b, nk, na, argv, lens);
     return 0;
 }
 
@@ -505,7 +504,7 @@ static void batch_send(lane_t *l, struct adm_cache *ac, worker_t *w)
 {
     while (!l->inflight && l->head != NULL) {
         const int *v = ac->ttl_ms > 0 && !ac->dead
-                       ? verdict_get(ac, l->voucher_id, clock_mono_ms()) : NULL;
+                       ? verdict_get(ac, l->voucher_id, clock_now_ms()) : NULL;
         if (v != NULL) {
             adm_ctx_t *c = l->head;
             l->head = c->next;
@@ -555,7 +554,7 @@ void admission_try(struct http_req *r, int64_t voucher_id, int64_t user_id, admi
     worker_t *w = r->w;
     struct adm_cache *ac = w->adm;
     if (ac != NULL && ac->ttl_ms > 0) {
-        const int *v = verdict_get(ac, voucher_id, http_clock_ns(r) / 1000000u);
+        const int *v = verdict_get(ac, voucher_id, clock_now_ms());
         if (v != NULL) {
             shard_inc(&w->m->soldout_local);
             cb(r, *v, NULL);
@@ -573,9 +572,9 @@ void admission_try(struct http_req *r, int64_t voucher_id, int64_t user_id, admi
         cb(r, ADMIT_UNAVAILABLE, NULL);   /* queue full: refuse before taking stock */
         return;
     }
-    /* The callback's clock reading (http_wall_ms), not one more read per admission: the
-     * order id's second and queue mode's create_time are seconds. */
-    int64_t now = (int64_t)(http_wall_ms(r) / 1000u);
+    /* The loop's cached clock (clock.h), not one more read per admission: the order id's
+     * second and queue mode's create_time are seconds. */
+    int64_t now = (int64_t)(clock_now_wall_ms() / 1000u);
     c->r = r;
     c->cb = cb;
     c->wait_replicas = w->app->cfg.redis_wait_replicas;
@@ -584,7 +583,7 @@ void admission_try(struct http_req *r, int64_t voucher_id, int64_t user_id, admi
     admission_order_set(&c->order, orderid_next(now));
     c->now = now;
     c->rounds = 0;
-    const bk_route_t *rt = bk_lookup(ac->bk, voucher_id, http_clock_ns(r) / 1000000u);
+    const bk_route_t *rt = bk_lookup(ac->bk, voucher_id, clock_now_ms());
     if (rt == NULL) {
         bk_learn(w, ac->bk, voucher_id, on_learned, c);
         return;

@@ -15,7 +15,7 @@
 #include "core/app.h"
 #include "core/clock.h"
 #include "embedded.h"
-#include "http/http.h"
+#include "http/http_req.h"
 #include "core/log.h"
 #include "server/metrics.h"
 #include "sale/orderid.h"
@@ -121,7 +121,7 @@ void bk_forget(bk_cache_t *bc, int64_t voucher_id)
 
 static void route_put(bk_cache_t *bc, int64_t voucher_id, int k)
 {
-    bk_route_fill(vcache_put(bc->routes, voucher_id, clock_mono_ms() + BK_ROUTE_TTL_MS),
+    bk_route_fill(vcache_put(bc->routes, voucher_id, clock_now_ms() + BK_ROUTE_TTL_MS),
                   voucher_id, k);
 }
 
