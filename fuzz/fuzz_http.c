@@ -19,7 +19,7 @@
  * Checks: the connection is always freed once the client has sent everything and shut
  * down its side; nothing hangs; the server only ever writes HTTP/1.1 responses; no
  * handler replies twice (fuzz_common.c); ASan/UBSan/LSan see nothing. */
-#include "http.c"
+#include "http/http.c"
 
 #include <hiredis/hiredis.h>
 
@@ -109,7 +109,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
     sin->sin_family = AF_INET;
     sin->sin_addr.s_addr = htonl(0x7f000001);
-    tick(hw);
     conn_new(hw, sv[0], &ss);
     if (hw->conns == NULL) {
         abort();

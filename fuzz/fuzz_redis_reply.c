@@ -20,7 +20,7 @@
  * Checks: every parsed order is complete and belongs to its stream; entry ids and
  * cursors fit their buffers; every callback runs exactly once with a legal result;
  * every HTTP answer is one valid JSON envelope; no sanitizer report. */
-#include "writer.c"
+#include "writer/writer.c"
 
 #include <jansson.h>
 
