@@ -278,20 +278,35 @@ static int send_formatted(rds_node_t *c, rcmd_t *r, const char *buf, size_t len)
     return 0;
 }
 
+#define STACK_LENS 24
+
+/* The arguments' lengths: argvlen, or (NULL: C strings) their strlen in stack[] when
+ * argc fits, else in an allocation the caller frees with lens_done. */
+static const size_t *lens_of(int argc, const char **argv, const size_t *argvlen,
+                             size_t stack[STACK_LENS])
+{
+    if (argvlen != NULL)
+        return argvlen;
+    size_t *own = argc > STACK_LENS ? xmalloc(sizeof(*own) * (size_t)argc) : stack;
+    for (int i = 0; i < argc; i++)
+        own[i] = strlen(argv[i]);
+    return own;
+}
+
+static void lens_done(const size_t *lens, const size_t *argvlen, const size_t *stack)
+{
+    if (lens != argvlen && lens != stack)
+        free((void *)lens);
+}
+
 /* Sends one command for wrapper r, put in RESP by resp.h rather than by hiredis. Returns
  * 0, or -1 if hiredis refused it (r untouched and not linked). */
 static int send_argv(rds_node_t *c, rcmd_t *r, int argc, const char **argv, const size_t *argvlen)
 {
     if (c->ac == NULL || argc <= 0)
         return -1;
-    const size_t *lens = argvlen;
-    size_t stack_lens[24], *own = NULL;
-    if (lens == NULL) {
-        own = argc > 24 ? xmalloc(sizeof(*own) * (size_t)argc) : stack_lens;
-        for (int i = 0; i < argc; i++)
-            own[i] = strlen(argv[i]);
-        lens = own;
-    }
+    size_t stack_lens[STACK_LENS];
+    const size_t *lens = lens_of(argc, argv, argvlen, stack_lens);
     char stack_buf[2048];
     /* +1: a NUL after the command. hiredis 0.14 scans a formatted command with strchr
      * and looks at the byte after the command name (is another argument next?), which
@@ -304,8 +319,7 @@ static int send_argv(rds_node_t *c, rcmd_t *r, int argc, const char **argv, cons
     int rc = send_formatted(c, r, buf, len);
     if (buf != stack_buf)
         free(buf);
-    if (own != NULL && own != stack_lens)
-        free(own);
+    lens_done(lens, argvlen, stack_lens);
     return rc;
 }
 
@@ -601,14 +615,8 @@ void rds_node_evalsha(rds_node_t *c, script_id_t s, rds_cb cb, void *priv, int n
             cb(NULL, priv);
         return;
     }
-    const size_t *lens = argvlen;
-    size_t stack_lens[24], *own = NULL;
-    if (lens == NULL) {
-        own = argc > 24 ? xmalloc(sizeof(*own) * (size_t)argc) : stack_lens;
-        for (int i = 0; i < argc; i++)
-            own[i] = strlen(argv[i]);
-        lens = own;
-    }
+    size_t stack_lens[STACK_LENS];
+    const size_t *lens = lens_of(argc, argv, argvlen, stack_lens);
     char nk[SB_DEC_MAX];
     const char *head[3] = { "EVALSHA", sha, nk };
     size_t hlens[3] = { 7, RDS_SCRIPT_SHA_LEN, (size_t)sb_dec(nk, numkeys) };
@@ -625,8 +633,7 @@ void rds_node_evalsha(rds_node_t *c, script_id_t s, rds_cb cb, void *priv, int n
     len += resp_put_args(r->cmd + len, argc, argv, lens);
     r->cmd[len] = '\0';
     r->len = len;
-    if (own != NULL && own != stack_lens)
-        free(own);
+    lens_done(lens, argvlen, stack_lens);
     if (send_formatted(c, r, r->cmd, len) < 0) {
         free(r);
         if (cb)
