@@ -26,6 +26,7 @@ uint64_t clock_read_ns(void)
         clock_cache.wall_off_ms = (int64_t)clock_wall_ms() - (int64_t)ms;
         clock_cache.wall_read_ms = ms;
     }
+    clock_cache.mono_ms = ms;
     clock_cache.mono_ns = ns;
     return ns;
 }

@@ -67,6 +67,7 @@ static inline uint64_t clock_wall_ms(void)
 
 typedef struct clock_cache {
     uint64_t mono_ns;       /* the reading of this wake-up; 0: none yet (or not a loop) */
+    uint64_t mono_ms;       /* the same in ms */
     int64_t wall_off_ms;    /* wall minus monotonic ms, re-read once a second: a step of
                                the wall clock shows within a second */
     uint64_t wall_read_ms;  /* monotonic ms when wall_off_ms was read */
@@ -99,16 +100,15 @@ static inline uint64_t clock_now_ns(void)
 /* clock_mono_ms(), as of this wake-up. */
 static inline uint64_t clock_now_ms(void)
 {
-    return clock_now_ns() / 1000000u;
+    return clock_cache.mono_ns != 0 ? clock_cache.mono_ms : clock_read_ns() / 1000000u;
 }
 
 /* clock_wall_ms(), as of this wake-up (the monotonic reading plus the wall offset). */
 static inline uint64_t clock_now_wall_ms(void)
 {
-    uint64_t ns = clock_cache.mono_ns;
-    if (ns == 0)
+    if (clock_cache.mono_ns == 0)
         return clock_read_wall_ms();
-    return (uint64_t)((int64_t)(ns / 1000000u) + clock_cache.wall_off_ms);
+    return (uint64_t)((int64_t)clock_cache.mono_ms + clock_cache.wall_off_ms);
 }
 
 #endif
