@@ -23,7 +23,7 @@ FUZZ_SECONDS ?= 30
 FUZZ_DIR := build/fuzz/fuzz
 FUZZ_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-FUZZ_WRAP := -Wl,--wrap=rds_command,--wrap=rds_evalsha,--wrap=rds_evalsha_nocopy,--wrap=jobs_submit,--wrap=log_msg
+FUZZ_WRAP := -Wl,--wrap=rds_command,--wrap=rds_evalsha,--wrap=jobs_submit,--wrap=log_msg
 FUZZ_WRAP_fuzz_json := -Wl,--wrap=http_reply
 FUZZ_WRAP_fuzz_redis_reply := -Wl,--wrap=http_reply,--wrap=redisAppendCommandArgv,--wrap=redisAppendFormattedCommand
 

@@ -179,14 +179,6 @@ void __wrap_rds_evalsha(rds_t *rc, script_id_t s, rds_cb cb, void *priv, int num
     redis_call(cb, priv, fz_eval_reply != NULL ? fz_eval_reply : fz_reply);
 }
 
-void __wrap_rds_evalsha_nocopy(rds_t *rc, script_id_t s, rds_cb cb, void *priv, int numkeys,
-                               int argc, const char **argv, const size_t *argvlen);
-void __wrap_rds_evalsha_nocopy(rds_t *rc, script_id_t s, rds_cb cb, void *priv, int numkeys,
-                               int argc, const char **argv, const size_t *argvlen)
-{
-    __wrap_rds_evalsha(rc, s, cb, priv, numkeys, argc, argv, argvlen);
-}
-
 /* ------------------------------------------------------------ job-pool stand-in */
 
 static void job_run(closure_t *c)

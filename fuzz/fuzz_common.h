@@ -6,8 +6,8 @@
  * pool are replaced at link time with -Wl,--wrap (fuzz/fuzz.mk), so no source file of
  * the service carries a test hook:
  *
- *   rds_command, rds_evalsha,  answer with fz_reply (NULL = "Redis down"), at once or
- *   rds_evalsha_nocopy         from the event loop (fz_async), as rds.h allows;
+ *   rds_command, rds_evalsha   answer with fz_reply (NULL = "Redis down"), at once or
+ *                              from the event loop (fz_async), as rds.h allows;
  *   jobs_submit                refuses (queue full), or runs run(NULL, arg) then
  *                              done(w, arg) from the loop -- rds.h/jobs.h's contract for
  *                              "no database connection".

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/clock.h"
 #include "sale/admission.h"
 #include "api/api.h"
 #include "core/app.h"
@@ -59,7 +60,7 @@ static void refusals_make(void)
 
 static void on_admitted(http_req_t *r, int code, const admission_order_t *order)
 {
-    metrics_seckill_done(r->w->m, admission_outcome(code), http_clock_ns(r) - r->start_ns);
+    metrics_seckill_done(r->w->m, admission_outcome(code), clock_now_ns() - r->start_ns);
     if (code > 0 && code <= REFUSAL_MAX) {
         pthread_once(&refusals_once, refusals_make);
         if (refusals[code].len > 0) {
@@ -87,14 +88,14 @@ static void on_admitted(http_req_t *r, int code, const admission_order_t *order)
 void api_order_seckill(http_req_t *r, int64_t voucher_id, const auth_user_t *u)
 {
     if (u == NULL) {   /* only if routed without login: a wiring bug, not client input */
-        metrics_seckill_done(r->w->m, OUT_UNAUTHORIZED, http_clock_ns(r) - r->start_ns);
+        metrics_seckill_done(r->w->m, OUT_UNAUTHORIZED, clock_now_ns() - r->start_ns);
         api_unauthorized(r);
         return;
     }
     /* Abuse limits (ratelimit.h), before Redis is asked anything. */
     int ip_ok = ratelimit_allow_peer(r, RL_IP_SECKILL);
     if (!ip_ok || !ratelimit_allow(r, RL_USER_SECKILL, (uint64_t)u->id)) {
-        metrics_seckill_done(r->w->m, OUT_RATE_LIMITED, http_clock_ns(r) - r->start_ns);
+        metrics_seckill_done(r->w->m, OUT_RATE_LIMITED, clock_now_ns() - r->start_ns);
         api_rate_limited(r, ip_ok ? RL_USER_SECKILL : RL_IP_SECKILL);
         return;
     }

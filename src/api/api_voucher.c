@@ -123,7 +123,7 @@ static int time_member(http_req_t *r, json_t *obj, const char *name, int64_t *ou
         bad(r, "%s is required", name);
         return -1;
     }
-    if (!json_is_string(v) || datetime_parse(json_string_value(v), out) != 0) {
+    if (!json_is_string(v) || sb_datetime_parse(json_string_value(v), out) != 0) {
         bad(r, "%s must be a local date-time like \"2024-01-31T10:00:00\"", name);
         return -1;
     }

@@ -290,7 +290,7 @@ static int maybe_refresh(worker_t *w, aent_t *e, const uint8_t tok[16], uint64_t
 
 /* Local verdict on a signed token: 1 accepted (user id in *uid), 0 refused (revoked),
  * -1 not decidable here (not signed, past its known life, or no live subscription: ask
- * Redis). Queues the TTL refresh when one is due. now: wall ms (http_wall_ms). */
+ * Redis). Queues the TTL refresh when one is due. now: wall ms (clock_now_wall_ms). */
 static int signed_check(worker_t *w, const uint8_t tok[16], uint64_t now, int64_t *uid)
 {
     struct auth_cache *ac = w->auth;
@@ -429,7 +429,7 @@ static void resolve(struct http_req *r, auth_cb cb, int profile)
     struct auth_cache *ac = w->auth;
     if (!profile) {
         int64_t uid;
-        int v = signed_check(w, tok, http_wall_ms(r), &uid);
+        int v = signed_check(w, tok, clock_now_wall_ms(), &uid);
         if (v >= 0) {
             shard_inc(&w->m->token_cache_hits);
             if (v == 0) {

@@ -7,7 +7,7 @@
  * The subscriber is a second hiredis async connection on the worker's loop, in subscribe
  * mode for its whole life:
  *
- *   DOWN --tick--> CONNECTING (connect, AUTH, SUBSCRIBE pipelined)
+ *   DOWN --tick--> CONNECTING (connect, rconn_hello's AUTH/SELECT, SUBSCRIBE pipelined)
  *        --"subscribe" confirmation--> RELOADING (ZRANGEBYSCORE on the worker's rds)
  *        --reply--> LIVE
  *   any loss, error or a setup older than SETUP_MS --> DOWN (retry after RETRY_MS)
@@ -38,6 +38,7 @@
 #include "core/url.h"
 #include "server/worker.h"
 #include "core/xmem.h"
+#include "redis/rconn.h"
 
 #define TICK_MS 50
 #define SETUP_MS 2000
@@ -277,7 +278,7 @@ static void on_sub(redisAsyncContext *ac, void *reply, void *priv)
     }
 }
 
-static void on_auth_reply(redisAsyncContext *ac, void *reply, void *priv)
+static void on_hello_reply(redisAsyncContext *ac, void *reply, void *priv)
 {
     struct revoke *rv = priv;
     redisReply *rep = reply;
@@ -285,7 +286,7 @@ static void on_auth_reply(redisAsyncContext *ac, void *reply, void *priv)
         return;
     }
     if (rep->type == REDIS_REPLY_ERROR) {
-        log_warn("revoke: AUTH refused: %s", rep->str);
+        log_warn("revoke: handshake (AUTH/SELECT) refused: %s", rep->str);
         sub_drop(rv);
     }
 }
@@ -346,11 +347,11 @@ static void sub_start(struct revoke *rv)
     rv->ac = ac;
     redisAsyncSetConnectCallback(ac, on_sub_connect);
     redisAsyncSetDisconnectCallback(ac, on_sub_disconnect);
-    if (rv->addr.password[0]) {
-        const char *argv[2] = { "AUTH", rv->addr.password };
-        size_t lens[2] = { 4, strlen(rv->addr.password) };
-        redisAsyncCommandArgv(ac, on_auth_reply, rv, 2, argv, lens);
-    }
+    rconn_hello_t h;
+    rconn_hello(&rv->addr, &h);
+    for (int i = 0; i < h.n; i++)
+        redisAsyncCommandArgv(ac, on_hello_reply, rv, h.cmd[i].argc, h.cmd[i].argv,
+                              h.cmd[i].argvlen);
     const char *argv[2] = { "SUBSCRIBE", CHANNEL_REVOKE };
     size_t lens[2] = { 9, strlen(CHANNEL_REVOKE) };
     redisAsyncCommandArgv(ac, on_sub, rv, 2, argv, lens);

@@ -947,7 +947,7 @@ static int read_vgroup(redisContext *c, vdata_t *t, char *err, size_t errlen)
 }
 
 /* Step 1 for buckets 1..K-1 (before SQL, as for bucket 0): their stream positions. */
-static int read_bucket_groups(rcs_route_t *rt, redisContext *c0, vdata_t *d, char *err,
+static int read_bucket_groups(rcl_sync_route_t *rt, redisContext *c0, vdata_t *d, char *err,
                               size_t errlen)
 {
     d->nbuckets = bucket_count(c0, d);
@@ -961,7 +961,7 @@ static int read_bucket_groups(rcs_route_t *rt, redisContext *c0, vdata_t *d, cha
             snprintf(err, errlen, "bucket %d: key out of range", b);
             return -1;
         }
-        if (!(c = rcs_route_key(rt, t->ks, err, errlen)) || read_vgroup(c, t, err, errlen) < 0)
+        if (!(c = rcl_sync_route_key(rt, t->ks, err, errlen)) || read_vgroup(c, t, err, errlen) < 0)
             return -1;
     }
     return 0;
@@ -978,11 +978,11 @@ static void pairs_append(pairs_t *to, const pairs_t *from)
  * count as Redis stock (they are in no bucket for the moment). Each bucket is one
  * moment of its own: on a quiet voucher the sums are exact, during a sale they mix
  * moments a few milliseconds apart. */
-static int read_bucket_rest(rcs_route_t *rt, vdata_t *d, char *err, size_t errlen)
+static int read_bucket_rest(rcl_sync_route_t *rt, vdata_t *d, char *err, size_t errlen)
 {
     for (int b = 1; b < d->nbuckets; b++) {
         vdata_t *t = &d->bk[b - 1];
-        redisContext *c = rcs_route_key(rt, t->ks, err, errlen);
+        redisContext *c = rcl_sync_route_key(rt, t->ks, err, errlen);
         if (!c || read_redis_snapshot(c, t, err, errlen) < 0)
             return -1;
         if (!t->group_found)
@@ -1026,7 +1026,7 @@ static int voucher_keys(vdata_t *d)
 
 /* Waiting for the drain of a bucketed voucher: adds the pending and undelivered entries
  * of buckets 1..K-1 to g (and, given admitted, their buyers). */
-static int drain_buckets(rcs_route_t *rt, const vdata_t *v, sgroup_t *g, int64_t *admitted,
+static int drain_buckets(rcl_sync_route_t *rt, const vdata_t *v, sgroup_t *g, int64_t *admitted,
                          char *err, size_t errlen)
 {
     for (int b = 1; b < v->nbuckets; b++) {
@@ -1035,7 +1035,7 @@ static int drain_buckets(rcs_route_t *rt, const vdata_t *v, sgroup_t *g, int64_t
         memset(&t, 0, sizeof t);
         redisContext *c;
         if (bucket_keys(&t, v->vid, b, v->nbuckets) < 0 ||
-            !(c = rcs_route_key(rt, t.ks, err, errlen)) || read_group(c, t.ks, &tg, err, errlen) < 0)
+            !(c = rcl_sync_route_key(rt, t.ks, err, errlen)) || read_group(c, t.ks, &tg, err, errlen) < 0)
             return -1;
         char why[128];
         if (!tg.found || admitted) {
@@ -1080,22 +1080,22 @@ int audit_wait_drain(const char *redis_url, const char *db_url, int64_t vid, int
     memset(d, 0, sizeof *d);
     if (db_exists(db_url, err, errlen) < 0)
         return -1;
-    rcs_route_t rt;
-    if (rcs_route_open(redis_url, 5000, &rt, err, errlen) < 0)
+    rcl_sync_route_t rt;
+    if (rcl_sync_route_open(redis_url, 5000, &rt, err, errlen) < 0)
         return -1;
     store_t *st = store_open(db_url, 10000, err, errlen);
     if (!st) {
-        rcs_route_close(&rt);
+        rcl_sync_route_close(&rt);
         return -1;
     }
     vdata_t v;
     memset(&v, 0, sizeof v);
     v.vid = vid;
     voucher_keys(&v);
-    redisContext *c = rcs_route_key(&rt, v.ks, err, errlen);
+    redisContext *c = rcl_sync_route_key(&rt, v.ks, err, errlen);
     if (!c) {
         store_close(st);
-        rcs_route_close(&rt);
+        rcl_sync_route_close(&rt);
         return -1;
     }
     uint64_t t0 = clock_mono_ns(), first = 0, last = 0;
@@ -1109,8 +1109,8 @@ int audit_wait_drain(const char *redis_url, const char *db_url, int64_t vid, int
             drain_buckets(&rt, &v, &g, NULL, err, errlen) < 0) {
             /* a failover or reshard under the wait: the map again, the voucher's node again */
             if (!retry_until)
-                retry_until = rcs_route_deadline(&rt);
-            if (rcs_route_retry(&rt, retry_until, err) && (c = rcs_route_key(&rt, v.ks, err, errlen))) {
+                retry_until = rcl_sync_route_deadline(&rt);
+            if (rcl_sync_route_retry(&rt, retry_until, err) && (c = rcl_sync_route_key(&rt, v.ks, err, errlen))) {
                 v.nbuckets = bucket_count(c, &v);
                 continue;
             }
@@ -1154,7 +1154,7 @@ int audit_wait_drain(const char *redis_url, const char *db_url, int64_t vid, int
     }
     d->seconds = (double)(clock_mono_ns() - t0) / 1e9;
     d->active_seconds = first ? (double)(last - first) / 1e9 : 0;
-    retry_until = rcs_route_deadline(&rt);
+    retry_until = rcl_sync_route_deadline(&rt);
     while (rc == 0) {
         redisReply *r = rconn_cmdf(c, err, errlen, "HLEN %s", v.kb);
         d->admitted = 0;
@@ -1166,19 +1166,19 @@ int audit_wait_drain(const char *redis_url, const char *db_url, int64_t vid, int
         memset(&g, 0, sizeof g);
         if (r && drain_buckets(&rt, &v, &g, &d->admitted, err, errlen) == 0)
             break;
-        if (!rcs_route_retry(&rt, retry_until, err) || !(c = rcs_route_key(&rt, v.ks, err, errlen)))
+        if (!rcl_sync_route_retry(&rt, retry_until, err) || !(c = rcl_sync_route_key(&rt, v.ks, err, errlen)))
             rc = -1;
     }
     store_close(st);
-    rcs_route_close(&rt);
+    rcl_sync_route_close(&rt);
     return rc;
 }
 
 /* Everything the checks need of one voucher, from Redis and SQL. */
-static int read_voucher(rcs_route_t *rt, store_t *st, vdata_t *d, char *err, size_t errlen)
+static int read_voucher(rcl_sync_route_t *rt, store_t *st, vdata_t *d, char *err, size_t errlen)
 {
     /* Every key of the voucher shares its hash tag: one node answers them all. */
-    redisContext *c = rcs_route_key(rt, d->ks, err, errlen);
+    redisContext *c = rcl_sync_route_key(rt, d->ks, err, errlen);
     if (!c)
         return -1;
     int rc = read_vgroup(c, d, err, errlen);
@@ -1202,12 +1202,12 @@ static int read_voucher(rcs_route_t *rt, store_t *st, vdata_t *d, char *err, siz
 /* read_voucher, read again from the start when a cluster changed under it (a failover, a
  * reshard) until the route's deadline: the reads are a snapshot, so a half-read one is
  * thrown away. */
-static int read_voucher_retried(rcs_route_t *rt, store_t *st, vdata_t *d, char *err,
+static int read_voucher_retried(rcl_sync_route_t *rt, store_t *st, vdata_t *d, char *err,
                                 size_t errlen)
 {
-    uint64_t deadline = rcs_route_deadline(rt);
+    uint64_t deadline = rcl_sync_route_deadline(rt);
     int rc;
-    while ((rc = read_voucher(rt, st, d, err, errlen)) < 0 && rcs_route_retry(rt, deadline, err)) {
+    while ((rc = read_voucher(rt, st, d, err, errlen)) < 0 && rcl_sync_route_retry(rt, deadline, err)) {
         int64_t vid = d->vid;
         vdata_free(d);
         memset(d, 0, sizeof *d);
@@ -1235,8 +1235,8 @@ int audit_run(const audit_opts_t *o)
         fprintf(stderr, "seckill audit: %s\n", err);
         return 2;
     }
-    rcs_route_t rt;
-    if (rcs_route_open(o->redis_url, timeout, &rt, err, sizeof err) < 0) {
+    rcl_sync_route_t rt;
+    if (rcl_sync_route_open(o->redis_url, timeout, &rt, err, sizeof err) < 0) {
         fprintf(stderr, "seckill audit: %s\n", err);
         store_close(st);
         return 2;
@@ -1248,7 +1248,7 @@ int audit_run(const audit_opts_t *o)
         if (store_seckill_ids(st, &all, &nv) != STORE_OK) {
             fprintf(stderr, "seckill audit: SQL: %s\n", store_errmsg(st));
             store_close(st);
-            rcs_route_close(&rt);
+            rcl_sync_route_close(&rt);
             return 2;
         }
         vids = all;
@@ -1257,7 +1257,7 @@ int audit_run(const audit_opts_t *o)
         fprintf(stderr, "seckill audit: --stock and --orders describe one voucher: give --voucher\n");
         free(all);
         store_close(st);
-        rcs_route_close(&rt);
+        rcl_sync_route_close(&rt);
         return 2;
     }
     int status = 0, total_viol = 0;
@@ -1327,7 +1327,7 @@ int audit_run(const audit_opts_t *o)
     sb_free(&j);
     free(all);
     store_close(st);
-    rcs_route_close(&rt);
+    rcl_sync_route_close(&rt);
     return status;
 }
 

@@ -104,7 +104,7 @@ static int take_code(size_t i, const redisReply *e, void *arg, char *err, size_t
 
 /* One GET per phone, pipelined (per node on a cluster: the codes' keys are in different
  * slots, so one MGET could not fetch them there). */
-static int read_codes(rcs_route_t *rt, const bench_opts_t *o, char (*codes)[8], size_t lo,
+static int read_codes(rcl_sync_route_t *rt, const bench_opts_t *o, char (*codes)[8], size_t lo,
                       size_t hi, char *err, size_t errlen)
 {
     redisContext **ctx = xcalloc(PIPE, sizeof *ctx);
@@ -117,7 +117,7 @@ static int read_codes(rcs_route_t *rt, const bench_opts_t *o, char (*codes)[8], 
             char phone[16];
             bench_load_phone(o->user_base + (int64_t)i, phone);
             key_login_code(keys[i - a], sizeof keys[0], phone);
-            redisContext *c = rcs_route_key(rt, keys[i - a], err, errlen);
+            redisContext *c = rcl_sync_route_key(rt, keys[i - a], err, errlen);
             if (!c) {
                 rc = -1;
                 break;
@@ -128,15 +128,15 @@ static int read_codes(rcs_route_t *rt, const bench_opts_t *o, char (*codes)[8], 
         }
         codes_dst_t d = {codes, a, keys};
         if (rc == 0 &&
-            rcs_route_replies(ctx, nc, take_code, &d, "reading login codes", err, errlen) == 0) {
+            rcl_sync_route_replies(ctx, nc, take_code, &d, "reading login codes", err, errlen) == 0) {
             retry_until = 0;
             a = b;
             continue;
         }
         /* a failover or reshard on a cluster: the chunk again on the new map */
         if (!retry_until)
-            retry_until = rcs_route_deadline(rt);
-        rc = rcs_route_retry(rt, retry_until, err) ? 0 : -1;
+            retry_until = rcl_sync_route_deadline(rt);
+        rc = rcl_sync_route_retry(rt, retry_until, err) ? 0 : -1;
     }
     free(ctx);
     free(keys);
@@ -146,8 +146,8 @@ static int read_codes(rcs_route_t *rt, const bench_opts_t *o, char (*codes)[8], 
 static int api_login(const bench_opts_t *o, const bench_load_t *proto, bench_users_t *u, char *err,
                      size_t errlen)
 {
-    rcs_route_t rt;
-    if (rcs_route_open(o->redis_url, 10000, &rt, err, errlen) < 0)
+    rcl_sync_route_t rt;
+    if (rcl_sync_route_open(o->redis_url, 10000, &rt, err, errlen) < 0)
         return -1;
     char(*codes)[8] = xcalloc(u->n, sizeof *codes);
     int rc = 0;
@@ -201,7 +201,7 @@ static int api_login(const bench_opts_t *o, const bench_load_t *proto, bench_use
                     (double)(clock_mono_ns() - t0) / 1e9);
     }
     free(codes);
-    rcs_route_close(&rt);
+    rcl_sync_route_close(&rt);
     return rc;
 }
 

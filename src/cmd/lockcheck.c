@@ -101,12 +101,12 @@ static redisReply *cmd(redisContext *c, int argc, const char **argv)
 }
 
 /* The critical section: marker, GET, sleep, SET, marker off. -1 on a Redis failure. */
-static int critical(lkc_run_t *r, rcs_route_t *rt, const char *name)
+static int critical(lkc_run_t *r, rcl_sync_route_t *rt, const char *name)
 {
     char nkey[600], ikey[600], err[200], val[32];
     snprintf(nkey, sizeof nkey, "seckill:lockcheck:{%s}:n", name);
     snprintf(ikey, sizeof ikey, "seckill:lockcheck:{%s}:in", name);
-    redisContext *c = rcs_route_key(rt, nkey, err, sizeof err);
+    redisContext *c = rcl_sync_route_key(rt, nkey, err, sizeof err);
     /* The marker outlives a section but not by much: one left behind by a holder whose
      * DEL failed (its master died) must not count as an overlap for long. */
     char px[24];
@@ -154,7 +154,7 @@ static int critical(lkc_run_t *r, rcs_route_t *rt, const char *name)
 static void *contender(void *arg)
 {
     lkc_run_t *r = arg;
-    rcs_route_t rt = { 0 };
+    rcl_sync_route_t rt = { 0 };
     int route_up = 0;
     char err[200];
     unsigned seed = (unsigned)clock_mono_ns() ^ (unsigned)(uintptr_t)&rt;
@@ -179,10 +179,10 @@ static void *contender(void *arg)
         /* The counter's connections: (re)opened after any failure, so a failover or a
          * MOVED is followed with a fresh slot map. */
         if (!route_up)
-            route_up = rcs_route_open(r->url, r->timeout_ms, &rt, err, sizeof err) == 0;
+            route_up = rcl_sync_route_open(r->url, r->timeout_ms, &rt, err, sizeof err) == 0;
         int cs = route_up ? critical(r, &rt, name) : -1;
         if (cs != 0 && route_up) {
-            rcs_route_close(&rt);
+            rcl_sync_route_close(&rt);
             route_up = 0;
         }
         uint64_t t_out = clock_mono_ns() / 1000u;
@@ -202,7 +202,7 @@ static void *contender(void *arg)
         pthread_mutex_unlock(&r->mu);
     }
     if (route_up)
-        rcs_route_close(&rt);
+        rcl_sync_route_close(&rt);
     return NULL;
 }
 

@@ -112,8 +112,8 @@ static int rebuild_cmd(int argc, char **argv)
         fprintf(stderr, "seckill redis rebuild: %s\n", err);
         return 2;
     }
-    rcs_route_t rt;   /* one Redis, or a cluster: each voucher on its node */
-    if (rcs_route_open(a.redis, tmo, &rt, err, sizeof err) < 0) {
+    rcl_sync_route_t rt;   /* one Redis, or a cluster: each voucher on its node */
+    if (rcl_sync_route_open(a.redis, tmo, &rt, err, sizeof err) < 0) {
         fprintf(stderr, "seckill redis rebuild: %s\n", err);
         store_close(st);
         return 2;
@@ -123,7 +123,7 @@ static int rebuild_cmd(int argc, char **argv)
     if (nv == 0) {
         if (live_vouchers(st, &all, &nv) != 0) {
             fprintf(stderr, "seckill redis rebuild: SQL: %s\n", store_errmsg(st));
-            rcs_route_close(&rt);
+            rcl_sync_route_close(&rt);
             store_close(st);
             return 2;
         }
@@ -137,15 +137,15 @@ static int rebuild_cmd(int argc, char **argv)
         char kv[64];
         redisContext *c = NULL, *g = NULL;
         int rc = REBUILD_ERR;
-        uint64_t retry_until = rcs_route_deadline(&rt);
+        uint64_t retry_until = rcl_sync_route_deadline(&rt);
         if (key_voucher(kv, sizeof kv, list[i]) < 0)
             snprintf(err, sizeof err, "voucher id out of range");
         else
             do   /* again on a new map when a failover or reshard cut it short */
-                if ((c = rcs_route_key(&rt, kv, err, sizeof err)) &&
-                    (g = rcs_route_key(&rt, KEY_STREAMS, err, sizeof err)))
+                if ((c = rcl_sync_route_key(&rt, kv, err, sizeof err)) &&
+                    (g = rcl_sync_route_key(&rt, KEY_STREAMS, err, sizeof err)))
                     rc = rebuild_voucher(c, g, st, list[i], &o, &res, err, sizeof err);
-            while (rc == REBUILD_ERR && rcs_route_retry(&rt, retry_until, err));
+            while (rc == REBUILD_ERR && rcl_sync_route_retry(&rt, retry_until, err));
         switch (rc) {
         case REBUILD_DONE:
             done++;
@@ -176,7 +176,7 @@ static int rebuild_cmd(int argc, char **argv)
     printf("%zu vouchers: %zu %s, %zu present\n", nv, done, dry ? "to rebuild" : "rebuilt",
            present);
     free(all);
-    rcs_route_close(&rt);
+    rcl_sync_route_close(&rt);
     store_close(st);
     return status;
 }

@@ -19,12 +19,12 @@
 #define PIPE 1000
 
 /* The hashes spread by their own keys: on a Redis Cluster each goes to its slot's node
- * (rcs_route_key), one pipeline per node; on one Redis all go to the one connection. */
+ * (rcl_sync_route_key), one pipeline per node; on one Redis all go to the one connection. */
 static int write_hashes(const seed_req_t *q, char (*tokens)[33], const int64_t *ids, char *err,
                         size_t errlen)
 {
-    rcs_route_t rt;
-    if (rcs_route_open(q->redis_url, 10000, &rt, err, errlen) < 0)
+    rcl_sync_route_t rt;
+    if (rcl_sync_route_open(q->redis_url, 10000, &rt, err, errlen) < 0)
         return -1;
     char ttl[16];
     snprintf(ttl, sizeof ttl, "%d", q->ttl_s > 0 ? q->ttl_s : 7200);
@@ -40,7 +40,7 @@ static int write_hashes(const seed_req_t *q, char (*tokens)[33], const int64_t *
             snprintf(nick, sizeof nick, "bench_%lld", (long long)(ids[i] - SEED_USER_ID_BASE));
             const char *hset[] = {"HSET", key, "id", id, "nickName", nick, "icon", ""};
             const char *exp[] = {"EXPIRE", key, ttl};
-            redisContext *c = rcs_route_key(&rt, key, err, errlen);
+            redisContext *c = rcl_sync_route_key(&rt, key, err, errlen);
             if (!c) {
                 rc = -1;
                 break;
@@ -50,7 +50,7 @@ static int write_hashes(const seed_req_t *q, char (*tokens)[33], const int64_t *
             ctx[nc++] = c;
             ctx[nc++] = c;
         }
-        if (rc == 0 && rcs_route_replies(ctx, nc, NULL, NULL, "writing token hashes", err,
+        if (rc == 0 && rcl_sync_route_replies(ctx, nc, NULL, NULL, "writing token hashes", err,
                                          errlen) == 0) {
             retry_until = 0;
             lo = hi;
@@ -59,11 +59,11 @@ static int write_hashes(const seed_req_t *q, char (*tokens)[33], const int64_t *
         /* a failover or reshard on a cluster: the chunk again (HSET and EXPIRE repeat
          * harmlessly) on the new map */
         if (!retry_until)
-            retry_until = rcs_route_deadline(&rt);
-        rc = rcs_route_retry(&rt, retry_until, err) ? 0 : -1;
+            retry_until = rcl_sync_route_deadline(&rt);
+        rc = rcl_sync_route_retry(&rt, retry_until, err) ? 0 : -1;
     }
     free(ctx);
-    rcs_route_close(&rt);
+    rcl_sync_route_close(&rt);
     return rc;
 }
 

@@ -104,12 +104,12 @@ unsigned key_bsalt(int64_t voucher_id, int bucket, int nbuckets)
     if (bucket <= 0 || nbuckets < 2 || bucket >= nbuckets)
         return 0;
     int n = snprintf(tag, sizeof tag, "%lld", (long long)voucher_id);
-    unsigned slot0 = rcl_slot(tag, (size_t)n);
+    unsigned slot0 = rcluster_slot(tag, (size_t)n);
     unsigned target = (slot0 + ((unsigned)bucket * RCL_SLOTS + (unsigned)nbuckets / 2) /
                                (unsigned)nbuckets) % RCL_SLOTS;
     for (unsigned s = 0; s < BTAG_SALTS; s++) {
         n = snprintf(tag, sizeof tag, "%lld.b%d.%u", (long long)voucher_id, bucket, s);
-        unsigned slot = rcl_slot(tag, (size_t)n);
+        unsigned slot = rcluster_slot(tag, (size_t)n);
         if (((slot + RCL_SLOTS - target) % RCL_SLOTS) < BTAG_WINDOW)
             return s;
     }

@@ -346,7 +346,7 @@ static int days_in_month(int year, int month)
     return days[month - 1];
 }
 
-int datetime_parse(const char *z, int64_t *out)
+int sb_datetime_parse(const char *z, int64_t *out)
 {
     /* Exactly "yyyy-MM-ddTHH:mm:ss": 19 characters, nothing before or after. */
     if (!z || strlen(z) != 19)

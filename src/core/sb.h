@@ -85,6 +85,6 @@ void sb_json_datetime(sb_t *s, int64_t t);
 
 /* Parses "yyyy-MM-ddTHH:mm:ss" (local time; a fraction ".SSS" and a trailing 'Z' are not
  * accepted) into epoch seconds. Returns 0 on success, -1 on anything else. */
-int datetime_parse(const char *z, int64_t *out);
+int sb_datetime_parse(const char *z, int64_t *out);
 
 #endif

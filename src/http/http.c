@@ -175,11 +175,6 @@ struct http_worker {
     struct event *rebalance_ev; /* rebalance(hw, 1): REBALANCE_MS after an accept, or
                                    again when a check left connections to move */
     int rebalance_armed;
-    uint64_t now_ns;           /* clock_mono_ns() at the start of the current callback */
-    uint64_t now_ms;           /* the same in ms */
-    int in_run;                /* inside conn_run() or http_callback_begin/end: now_ns is
-                                  this callback's (http_clock_ns) */
-    int64_t wall_off_ms;       /* wall - monotonic ms, re-read every sweep (http_wall_ms) */
     char *rbuf;
 
     size_t max_header, max_body;
@@ -205,13 +200,6 @@ static conn_t *conn_setup(http_worker_t *hw, int fd, const connlimit_key_t *key,
 static void conn_free(conn_t *c);
 static void cbuf_done(conn_t *c, sb_t *s);
 static void end_request(conn_t *c);
-
-/* One clock read per loop callback serves every request handled in it. */
-static void tick(http_worker_t *hw)
-{
-    hw->now_ns = clock_mono_ns();
-    hw->now_ms = hw->now_ns / 1000000u;
-}
 
 /* The connection count is the only field another thread reads (http_worker_conns from
  * /metrics on any worker). Only the owner writes it, so a relaxed load and store suffice. */
@@ -312,16 +300,14 @@ static char *put_str(char *p, const char *z, size_t n)
 #define PUT_LIT(p, lit) put_str((p), (lit), sizeof(lit) - 1)
 
 /* "Date: Sun, 29 Nov 2026 16:45:00 GMT\r\n", re-formatted only when the second changes.
- * Built by hand: strftime's %a/%b follow the locale. Inside a callback the second comes
- * from its clock reading (tick, plus the wall offset of the last sweep), not from one
- * more clock read per reply. */
+ * Built by hand: strftime's %a/%b follow the locale. The second is the loop's cached
+ * clock's (clock.h), not one more clock read per reply. */
 static void update_date(http_worker_t *hw)
 {
     static const char wday[7][4] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
     static const char mon[12][4] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
                                     "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
-    time_t now = hw->in_run ? (time_t)(((int64_t)hw->now_ms + hw->wall_off_ms) / 1000)
-                            : time(NULL);
+    time_t now = (time_t)(clock_now_wall_ms() / 1000u);
     if (now != hw->date_sec) {
         struct tm tm;
         gmtime_r(&now, &tm);
@@ -462,54 +448,10 @@ void http_reply(http_req_t *r, int status, const char *content_type, const char 
     c->req.retry_after_s = 0;   /* an error reply before the next dispatch has none */
     end_request(c);
     if (!c->busy) {
-        /* An asynchronous reply: send it now, then go on with pipelined input (inside
-         * http_callback_begin/end the clock was read for this callback already). */
-        if (hw->in_run == 0)
-            tick(hw);
+        /* An asynchronous reply: send it now, then go on with pipelined input. */
         conn_run(c);
     }
     /* Otherwise we are inside conn_run() (the handler replied at once): it goes on. */
-}
-
-/* The worker's http state while conn_run() runs (its now_ns is then fresh), else NULL.
- * Only r->w is used: a request made outside http.c (fuzz targets) gets NULL. */
-static const http_worker_t *running(const http_req_t *r)
-{
-    const http_worker_t *hw = r->w != NULL ? r->w->http : NULL;
-    return hw != NULL && hw->in_run ? hw : NULL;
-}
-
-uint64_t http_clock_ns(const http_req_t *r)
-{
-    const http_worker_t *hw = running(r);
-    return hw != NULL ? hw->now_ns : clock_mono_ns();
-}
-
-uint64_t http_wall_ms(const http_req_t *r)
-{
-    const http_worker_t *hw = running(r);
-    return hw != NULL ? (uint64_t)((int64_t)hw->now_ms + hw->wall_off_ms) : clock_wall_ms();
-}
-
-void http_callback_begin(worker_t *w)
-{
-    http_worker_t *hw = w != NULL ? w->http : NULL;
-    if (hw == NULL)
-        return;
-    if (hw->in_run++ == 0)
-        tick(hw);
-}
-
-void http_callback_end(worker_t *w)
-{
-    http_worker_t *hw = w != NULL ? w->http : NULL;
-    if (hw != NULL && hw->in_run > 0)
-        hw->in_run--;
-}
-
-static void sync_wall(http_worker_t *hw)
-{
-    hw->wall_off_ms = (int64_t)clock_wall_ms() - (int64_t)clock_mono_ms();
 }
 
 /* ==== Request buffers and the global budget ==== */
@@ -695,7 +637,7 @@ static void dispatch(conn_t *c)
     r->body_len = c->body.len;
     r->peer = c->peer;
     r->listener = c->listener;
-    r->start_ns = hw->now_ns;  /* when the bytes completing it were read */
+    r->start_ns = clock_now_ns();  /* the wake-up that read the bytes completing it */
     c->is_head = r->method == HM_HEAD;
     c->in_msg = 0;
     c->phase = P_HEAD;
@@ -734,7 +676,7 @@ static size_t parse(conn_t *c, const char *data, size_t len)
                 }
                 c->in_msg = 1;
                 c->nreq++;
-                c->msg_start_ms = hw->now_ms;
+                c->msg_start_ms = clock_now_ms();
                 c->scan = 0;
             }
             long hl = h1_head_len(data + off, len - off, &c->scan, hw->max_header);
@@ -817,7 +759,7 @@ static void flush(conn_t *c)
         ssize_t n = sock_send(c->fd, c->out.buf + c->out_off, c->out.len - c->out_off, MSG_NOSIGNAL);
         if (n > 0) {
             c->out_off += (size_t)n;
-            c->last_ms = c->hw->now_ms;
+            c->last_ms = clock_now_ms();
         } else if (n < 0 && errno == EINTR) {
             continue;
         } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
@@ -859,7 +801,7 @@ static void conn_finish(conn_t *c)
     if (!c->eof && (c->want_linger || c->in_off < c->in.len || c->in_msg)) {
         if (shutdown(c->fd, SHUT_WR) == 0) {
             c->linger = 1;
-            c->linger_ms = c->hw->now_ms;
+            c->linger_ms = clock_now_ms();
             c->linger_bytes = 0;
             if (!c->read_on && event_add(c->rev, NULL) == 0)
                 c->read_on = 1;
@@ -929,7 +871,6 @@ static void conn_run(conn_t *c)
     if (c->busy)
         return;
     c->busy = 1;
-    hw->in_run++;
     int reads = 0;
     for (;;) {
         if (c->dead || c->closing || c->in_flight)
@@ -954,7 +895,7 @@ static void conn_run(conn_t *c)
         reads++;
         ssize_t n = sock_recv(c->fd, hw->rbuf, READ_CHUNK);
         if (n > 0) {
-            c->last_ms = hw->now_ms;
+            c->last_ms = clock_now_ms();
             /* A short read drained the socket; the read event fires again when more
              * arrives, so don't spend a recv() to learn EAGAIN. Unless the peer has shut
              * down its side: a FIN that came with the data makes no edge of its own, so
@@ -1008,7 +949,6 @@ static void conn_run(conn_t *c)
         !c->in_flight && c->read_on)
         event_active(c->rev, EV_READ, 1);  /* more to read: no new edge will say so */
     c->busy = 0;
-    hw->in_run--;
     conn_tail(c);
 }
 
@@ -1016,7 +956,6 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     conn_t *c = arg;
-    tick(c->hw);
     if (what & EV_CLOSED)
         c->peer_shut = 1;
     if (c->linger) {
@@ -1035,7 +974,6 @@ static void on_write(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     conn_t *c = arg;
-    tick(c->hw);
     flush(c);
     if (c->write_on)
         return;                /* still blocked */
@@ -1159,8 +1097,8 @@ static conn_t *conn_setup(http_worker_t *hw, int fd, const connlimit_key_t *key,
         return NULL;
     }
     c->read_on = 1;
-    c->last_ms = hw->now_ms;
-    c->msg_start_ms = hw->now_ms;  /* until the first byte: the header timeout runs */
+    c->last_ms = clock_now_ms();
+    c->msg_start_ms = c->last_ms;  /* until the first byte: the header timeout runs */
     memcpy(c->peer, peer, sizeof c->peer);
     c->next = hw->conns;
     if (hw->conns)
@@ -1178,13 +1116,13 @@ static void pause_accepting(http_worker_t *hw)
             event_del(hw->mlev);
         hw->accept_on = 0;
     }
-    hw->accept_resume_ms = hw->now_ms + ACCEPT_PAUSE_MS;
+    hw->accept_resume_ms = clock_now_ms() + ACCEPT_PAUSE_MS;
 }
 
 static void resume_accepting(http_worker_t *hw)
 {
     if (hw->held) {
-        if (hw->now_ms < hw->held_until_ms)
+        if (clock_now_ms() < hw->held_until_ms)
             return;
         hw->held = 0;
         set_open_to_handoffs(hw, 1);
@@ -1192,7 +1130,7 @@ static void resume_accepting(http_worker_t *hw)
                  "(waited %d ms): its first answers may be 503", hw->w->id,
                  (int)(hw->held_until_ms - hw->held_start_ms));
     }
-    if (hw->lev && !hw->accept_on && !hw->stopping && hw->now_ms >= hw->accept_resume_ms &&
+    if (hw->lev && !hw->accept_on && !hw->stopping && clock_now_ms() >= hw->accept_resume_ms &&
         event_add(hw->lev, NULL) == 0) {
         hw->accept_on = 1;
         if (hw->mlev)
@@ -1216,7 +1154,6 @@ static void take_handoffs(worker_t *w, void *arg)
     pthread_mutex_unlock(&hw->ho_mu);
     if (!h)
         return;           /* an earlier call took them */
-    tick(hw);
     while (h) {
         struct handoff *next = h->next;
         conn_t *c = hw->stopping ? NULL : conn_setup(hw, h->fd, &h->ckey, h->peer);
@@ -1383,7 +1320,6 @@ static void on_rebalance(evutil_socket_t fd, short what, void *arg)
     (void)what;
     http_worker_t *hw = arg;
     hw->rebalance_armed = 0;
-    tick(hw);
     rebalance(hw, 1);
 }
 
@@ -1391,7 +1327,6 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
 {
     (void)what;
     http_worker_t *hw = arg;
-    tick(hw);
     for (int i = 0; i < ACCEPTS_PER_CB; i++) {
         struct sockaddr_storage ss;
         socklen_t sl = sizeof ss;
@@ -1431,9 +1366,7 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     http_worker_t *hw = arg;
-    tick(hw);
-    sync_wall(hw);
-    uint64_t now = hw->now_ms;
+    uint64_t now = clock_now_ms();
     for (conn_t *c = hw->conns, *next; c; c = next) {
         next = c->next;
         if (c->in_flight || c->busy)
@@ -1476,7 +1409,6 @@ static void on_grace(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     http_worker_t *hw = arg;
-    tick(hw);
     hw->grace_over = 1;
     int inflight = 0;
     for (conn_t *c = hw->conns, *next; c; c = next) {
@@ -1508,7 +1440,6 @@ void http_worker_stop(worker_t *w, int grace_ms, void (*done)(worker_t *w))
     set_open_to_handoffs(hw, 0);
     hw->done = done;
     hw->grace_ms = grace_ms > 0 ? grace_ms : 0;
-    tick(hw);
     if (hw->lev) {
         event_free(hw->lev);
         hw->lev = NULL;
@@ -1694,7 +1625,6 @@ int http_worker_init(worker_t *w, const char *host, int port, http_handler_fn ha
         }
         log_info("http: /metrics served on %s:%d only", mhost, mbound);
     }
-    sync_wall(hw);
     hw->lev = event_new(w->base, hw->lfd, EV_READ | EV_PERSIST, on_accept, hw);
     hw->sweep_ev = event_new(w->base, -1, EV_PERSIST, on_sweep, hw);
     /* Created now so that stopping cannot fail half-way for want of memory. */
@@ -1727,11 +1657,10 @@ void http_worker_hold_accept(worker_t *w, int max_ms)
             event_del(hw->mlev);
         hw->accept_on = 0;
     }
-    tick(hw);
     hw->held = 1;
     set_open_to_handoffs(hw, 0);
-    hw->held_start_ms = hw->now_ms;
-    hw->held_until_ms = hw->now_ms + (uint64_t)(max_ms > 0 ? max_ms : 0);
+    hw->held_start_ms = clock_now_ms();
+    hw->held_until_ms = hw->held_start_ms + (uint64_t)(max_ms > 0 ? max_ms : 0);
 }
 
 void http_worker_open_accept(worker_t *w)

@@ -17,33 +17,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "http/http_req.h"
+
 struct worker;
-
-enum { HM_GET = 1, HM_POST, HM_PUT, HM_DELETE, HM_HEAD, HM_OTHER };
-
-/* The public listener (--listen), or worker 0's metrics listener (--metrics-listen). */
-enum { HTTP_LISTENER_PUBLIC = 0, HTTP_LISTENER_METRICS = 1 };
-
-typedef struct http_req {
-    /* read-only for handlers; valid from the handler call until http_reply() returns */
-    struct worker *w;
-    int method;                 /* HM_* */
-    const char *path;           /* raw (not percent-decoded), NUL-terminated, no query, /api prefix removed */
-    size_t path_len;
-    const char *query;          /* raw query string after '?', NUL-terminated, "" if none */
-    const char *authorization;  /* "authorization" header value, NULL if absent */
-    const char *admin_token;    /* "x-admin-token" header value, NULL if absent */
-    const char *body;           /* NUL-terminated (a NUL is added after the body) */
-    size_t body_len;
-    uint64_t start_ns;          /* clock_mono_ns() when the request was complete */
-    const char *peer;           /* TCP peer's address as text, e.g. "127.0.0.1" */
-    const char *forwarded_for;  /* raw "x-forwarded-for" value, NULL if absent: trust it
-                                 * only through clientip.h */
-    int listener;               /* HTTP_LISTENER_*: which socket the request came in on */
-    void *ctx;                  /* free for the handler's use */
-    int retry_after_s;          /* set by the handler before http_reply: > 0 adds
-                                 * "Retry-After: N" (a 429's wait, in seconds) */
-} http_req_t;
 
 typedef void (*http_handler_fn)(http_req_t *r);
 
@@ -57,23 +33,6 @@ int http_worker_init(struct worker *w, const char *host, int port, http_handler_
  * returns, r must not be touched. If the client has gone away meanwhile, the reply is
  * dropped silently (the handler need not know). */
 void http_reply(http_req_t *r, int status, const char *content_type, const char *body, size_t len);
-
-/* The clocks for r's handler, without a clock read on the hot path: while r is handled
- * inside the loop callback that read it (the answer is then synchronous), the reading
- * that callback took at its start, microseconds old, stands for now; otherwise (a
- * handler continuing from a Redis or SQL callback) the clock is read.
- *   http_clock_ns: clock_mono_ns(), for latencies and cache ages.
- *   http_wall_ms: clock_wall_ms(), derived from the monotonic reading and an offset
- *     re-read every second, so a step of the wall clock shows within a second. */
-uint64_t http_clock_ns(const http_req_t *r);
-uint64_t http_wall_ms(const http_req_t *r);
-
-/* Brackets a loop callback outside http.c that may answer several requests (a Redis
- * reply answering an admission batch): begin reads the clock once, and until end it
- * stands for now for every request answered in between, as inside http.c's own
- * callbacks (the clocks above, and the replies sent). Nests; w without http is fine. */
-void http_callback_begin(struct worker *w);
-void http_callback_end(struct worker *w);
 
 /* Graceful stop, on the worker's thread: close the listener, close idle connections,
  * let in-flight requests finish; calls done(w) once no connection remains or after

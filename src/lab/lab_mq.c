@@ -326,7 +326,7 @@ void lab_mq_order(struct http_req *r, int64_t voucher_id, int64_t user_id, admis
     mq_req_t *q = xmalloc(sizeof *q);
     q->r = r;
     q->cb = cb;
-    admission_order_set(&q->order, orderid_next((int64_t)(http_wall_ms(r) / 1000u)));
+    admission_order_set(&q->order, orderid_next((int64_t)(clock_now_wall_ms() / 1000u)));
     const char *tr = list ? "list" : "pubsub";
     const char *k3 = list ? KEY_LAB_LIST : KEY_LAB_CHANNEL;
     const char *argv[] = {"EVAL", script_lab_mq_lua, "3", kv, kb, k3, vid, tr, uid,

@@ -223,7 +223,7 @@ static int publish_bucket(redisContext *c, redisContext *g, const rebuild_opts_t
         return REBUILD_ERR;
     }
     redisContext *bc = c;
-    if (b > 0 && o->rt && !(bc = rcs_route_key(o->rt, kv, err, errlen)))
+    if (b > 0 && o->rt && !(bc = rcl_sync_route_key(o->rt, kv, err, errlen)))
         return REBUILD_ERR;
     if (b > 0) {
         plan(o, "  bucket %d: stock %lld, %zu buyers (HSET %s, RENAME to %s), SADD %s %s", b,

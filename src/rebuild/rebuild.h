@@ -63,7 +63,7 @@ typedef struct rebuild_opts {
     const char *owner;      /* written into the lock's token, for whoever looks */
     int lock_ttl_ms;        /* 0 = 30000 */
     FILE *plan;             /* if set: a line per write, as it is (or would be) done */
-    struct rcs_route *rt;   /* reaches a stock bucket's node (NULL: c reaches them all) */
+    struct rcl_sync_route *rt;   /* reaches a stock bucket's node (NULL: c reaches them all) */
 } rebuild_opts_t;
 
 typedef struct rebuild_result {

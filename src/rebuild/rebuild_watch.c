@@ -49,7 +49,7 @@ struct rebuild_watch {
     int64_t pokes[POKE_MAX];
     int npokes;
 
-    rcs_route_t rt;                  /* one Redis, or the cluster (per-key contexts) */
+    rcl_sync_route_t rt;                  /* one Redis, or the cluster (per-key contexts) */
     int up;                          /* rt is open */
     store_t *st;
     int backoff_ms;
@@ -91,7 +91,7 @@ static void drop_redis(rebuild_watch_t *w, const char *why)
         w->down_logged = 1;
     }
     if (w->up) {   /* after the log: why may be a context's own errstr */
-        rcs_route_close(&w->rt);
+        rcl_sync_route_close(&w->rt);
         memset(&w->rt, 0, sizeof w->rt);
         w->up = 0;
     }
@@ -128,9 +128,9 @@ static void rebuild_one(rebuild_watch_t *w, int64_t vid, const char *why)
     redisContext *c = NULL, *g = NULL;
     if (key_voucher(kv, sizeof kv, vid) < 0)
         return;
-    c = rcs_route_key(&w->rt, kv, err, sizeof err);
+    c = rcl_sync_route_key(&w->rt, kv, err, sizeof err);
     if (c)
-        g = rcs_route_key(&w->rt, KEY_STREAMS, err, sizeof err);
+        g = rcl_sync_route_key(&w->rt, KEY_STREAMS, err, sizeof err);
     if (!c || !g) {
         drop_redis(w, err);
         return;
@@ -222,7 +222,7 @@ static int refresh_list(rebuild_watch_t *w)
 static void keep_slot_counter(rebuild_watch_t *w)
 {
     char why[256];
-    redisContext *c = rcs_route_key(&w->rt, KEY_INSTANCE, why, sizeof why);
+    redisContext *c = rcl_sync_route_key(&w->rt, KEY_INSTANCE, why, sizeof why);
     if (!c) {
         drop_redis(w, why);
         return;
@@ -269,7 +269,7 @@ static void registry_batch(rebuild_watch_t *w, redisContext *g, const reg_member
         if (r->element[i]->type != REDIS_REPLY_INTEGER || r->element[i]->integer != 0 ||
             key_bmember(mem, sizeof mem, ks, sizeof ks, m[i].vid, m[i].b, m[i].k) < 0)
             continue;
-        redisContext *c = rcs_route_key(&w->rt, ks, why, sizeof why);
+        redisContext *c = rcl_sync_route_key(&w->rt, ks, why, sizeof why);
         redisReply *e = c ? rconn_cmdf(c, why, sizeof why, "EXISTS %s", ks) : NULL;
         int64_t there = 0;
         if (!e) {
@@ -302,7 +302,7 @@ static void keep_registry(rebuild_watch_t *w)
 {
     int64_t now = (int64_t)time(NULL);
     char why[256];
-    redisContext *g = rcs_route_key(&w->rt, KEY_STREAMS, why, sizeof why);
+    redisContext *g = rcl_sync_route_key(&w->rt, KEY_STREAMS, why, sizeof why);
     if (!g) {
         drop_redis(w, why);
         return;
@@ -349,7 +349,7 @@ static void check_all(rebuild_watch_t *w, const char *why)
         char kv[64];
         if (key_voucher(kv, sizeof kv, w->known[i].id) < 0)
             continue;
-        c = rcs_route_key(&w->rt, kv, err, sizeof err);
+        c = rcl_sync_route_key(&w->rt, kv, err, sizeof err);
         if (c)
             p = rebuild_present(c, w->known[i].id, err, sizeof err);
         if (p == 1 && w->known[i].k > 1) {
@@ -403,7 +403,7 @@ static void *watch_main(void *arg)
     while (!stopping(w)) {
         if (!w->up) {
             char err[512];
-            w->up = rcs_route_open(w->app->redis_url, w->app->cfg.redis_timeout_ms, &w->rt, err,
+            w->up = rcl_sync_route_open(w->app->redis_url, w->app->cfg.redis_timeout_ms, &w->rt, err,
                                    sizeof err) == 0;
             if (!w->up) {
                 if (!w->down_logged) {
@@ -489,7 +489,7 @@ void rebuild_watch_stop(rebuild_watch_t *w)
     pthread_mutex_unlock(&w->mu);
     pthread_join(w->tid, NULL);
     if (w->up)
-        rcs_route_close(&w->rt);
+        rcl_sync_route_close(&w->rt);
     store_close(w->st);
     free(w->known);
     pthread_cond_destroy(&w->cv);

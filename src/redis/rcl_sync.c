@@ -20,10 +20,10 @@
 #define NAP_MS 20
 #define MAX_REDIRECTS 16
 
-struct rcs {
+struct rcl_sync {
     url_redis_t addr;                         /* seeds and password */
     int timeout_ms;
-    rcl_map_t map;
+    rcluster_map_t map;
     redisContext *ctx[RCL_MAX_NODES];
     unsigned refreshes;                       /* rotates the master asked for the map */
 };
@@ -35,17 +35,17 @@ static void nap_ms(int ms)
     }
 }
 
-const rcl_map_t *rcs_map(const rcs_t *s)
+const rcluster_map_t *rcl_sync_map(const rcl_sync_t *s)
 {
     return &s->map;
 }
 
-int rcs_owner(const rcs_t *s, const char *key, size_t len)
+int rcl_sync_owner(const rcl_sync_t *s, const char *key, size_t len)
 {
-    return rcl_map_owner(&s->map, rcl_slot(key, len));
+    return rcluster_map_owner(&s->map, rcluster_slot(key, len));
 }
 
-void rcs_drop(rcs_t *s, int node)
+void rcl_sync_drop(rcl_sync_t *s, int node)
 {
     if (node < 0 || node >= RCL_MAX_NODES || s->ctx[node] == NULL)
         return;
@@ -53,7 +53,7 @@ void rcs_drop(rcs_t *s, int node)
     s->ctx[node] = NULL;
 }
 
-redisContext *rcs_ctx(rcs_t *s, int node, char *err, size_t errlen)
+redisContext *rcl_sync_ctx(rcl_sync_t *s, int node, char *err, size_t errlen)
 {
     if (node < 0 || node >= s->map.nnodes) {
         snprintf(err, errlen, "no such cluster node");
@@ -61,7 +61,7 @@ redisContext *rcs_ctx(rcs_t *s, int node, char *err, size_t errlen)
     }
     if (s->ctx[node])
         return s->ctx[node];
-    const rcl_node_t *n = &s->map.nodes[node];
+    const rcluster_node_t *n = &s->map.nodes[node];
     url_redis_t a = s->addr;
     a.cluster = 0;
     a.nseeds = 0;
@@ -76,21 +76,21 @@ redisContext *rcs_ctx(rcs_t *s, int node, char *err, size_t errlen)
 }
 
 /* CLUSTER SLOTS from node i into the map. 0 or -1. */
-static int refresh_from(rcs_t *s, int i, char *err, size_t errlen)
+static int refresh_from(rcl_sync_t *s, int i, char *err, size_t errlen)
 {
-    redisContext *c = rcs_ctx(s, i, err, errlen);
+    redisContext *c = rcl_sync_ctx(s, i, err, errlen);
     if (c == NULL)
         return -1;
     redisReply *r = redisCommand(c, "CLUSTER SLOTS");
     if (r == NULL) {
         snprintf(err, errlen, "%s:%d: %s", s->map.nodes[i].host, s->map.nodes[i].port,
                  c->errstr);
-        rcs_drop(s, i);
+        rcl_sync_drop(s, i);
         return -1;
     }
     char host[RCL_HOST_MAX];
     snprintf(host, sizeof host, "%s", s->map.nodes[i].host);
-    int got = rcl_map_load(&s->map, r, host);
+    int got = rcluster_map_load(&s->map, r, host);
     if (got < 0)
         snprintf(err, errlen, "%s:%d: CLUSTER SLOTS: %s", host, s->map.nodes[i].port,
                  r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
@@ -98,13 +98,13 @@ static int refresh_from(rcs_t *s, int i, char *err, size_t errlen)
     return got < 0 ? -1 : 0;
 }
 
-int rcs_refresh(rcs_t *s, char *err, size_t errlen)
+int rcl_sync_refresh(rcl_sync_t *s, char *err, size_t errlen)
 {
     /* Masters first (they are what the map is about), then every other known node. The
      * master asked first rotates: the writers re-read the map every second, and always
      * asking the first master would put every instance's CLUSTER SLOTS on one node. */
     int ms[RCL_MAX_NODES];
-    int n = rcl_map_masters(&s->map, ms);
+    int n = rcluster_map_masters(&s->map, ms);
     unsigned first = n > 0 ? s->refreshes++ % (unsigned)n : 0;
     for (int i = 0; i < n; i++)
         if (refresh_from(s, ms[(first + (unsigned)i) % (unsigned)n], err, errlen) == 0)
@@ -115,47 +115,47 @@ int rcs_refresh(rcs_t *s, char *err, size_t errlen)
     return -1;
 }
 
-rcs_t *rcs_open(const url_redis_t *a, int timeout_ms, char *err, size_t errlen)
+rcl_sync_t *rcl_sync_open(const url_redis_t *a, int timeout_ms, char *err, size_t errlen)
 {
     if (a == NULL || !a->cluster || a->nseeds <= 0) {
         snprintf(err, errlen, "not a cluster address");
         return NULL;
     }
-    rcs_t *s = xcalloc(1, sizeof *s);
+    rcl_sync_t *s = xcalloc(1, sizeof *s);
     s->addr = *a;
     s->timeout_ms = timeout_ms > 0 ? timeout_ms : 2000;
-    rcl_map_init(&s->map);
+    rcluster_map_init(&s->map);
     for (int i = 0; i < a->nseeds; i++)
-        rcl_map_node(&s->map, a->seeds[i].host, strlen(a->seeds[i].host), a->seeds[i].port);
-    if (rcs_refresh(s, err, errlen) != 0) {
-        rcs_close(s);
+        rcluster_map_node(&s->map, a->seeds[i].host, strlen(a->seeds[i].host), a->seeds[i].port);
+    if (rcl_sync_refresh(s, err, errlen) != 0) {
+        rcl_sync_close(s);
         return NULL;
     }
     return s;
 }
 
-void rcs_close(rcs_t *s)
+void rcl_sync_close(rcl_sync_t *s)
 {
     if (s == NULL)
         return;
     for (int i = 0; i < RCL_MAX_NODES; i++)
-        rcs_drop(s, i);
+        rcl_sync_drop(s, i);
     free(s);
 }
 
-redisReply *rcs_command(rcs_t *s, const char *key, size_t keylen, int argc, const char **argv,
+redisReply *rcl_sync_command(rcl_sync_t *s, const char *key, size_t keylen, int argc, const char **argv,
                         const size_t *argvlen, char *err, size_t errlen)
 {
     int has_slot = 0;
     unsigned slot = 0;
     if (key) {
         has_slot = 1;
-        slot = rcl_slot(key, keylen);
+        slot = rcluster_slot(key, keylen);
     } else {
-        int k = rcl_key_index(argc, argv, argvlen);
+        int k = rcluster_key_index(argc, argv, argvlen);
         if (k >= 0 && k < argc) {
             has_slot = 1;
-            slot = rcl_slot(argv[k], argvlen ? argvlen[k] : strlen(argv[k]));
+            slot = rcluster_slot(argv[k], argvlen ? argvlen[k] : strlen(argv[k]));
         }
     }
     uint64_t deadline = clock_mono_ms() + (uint64_t)s->timeout_ms;
@@ -163,25 +163,25 @@ redisReply *rcs_command(rcs_t *s, const char *key, size_t keylen, int argc, cons
     for (int round = 0; round <= MAX_REDIRECTS; round++) {
         int node = ask;
         if (node < 0 && has_slot)
-            node = rcl_map_owner(&s->map, slot);
+            node = rcluster_map_owner(&s->map, slot);
         if (node < 0 && !has_slot) {
             int ms[RCL_MAX_NODES];
-            node = rcl_map_masters(&s->map, ms) > 0 ? ms[0] : -1;
+            node = rcluster_map_masters(&s->map, ms) > 0 ? ms[0] : -1;
         }
         if (node < 0) {
             if (clock_mono_ms() >= deadline) {
                 snprintf(err, errlen, "slot %u has no owner (cluster down?)", slot);
                 return NULL;
             }
-            rcs_refresh(s, err, errlen);
+            rcl_sync_refresh(s, err, errlen);
             nap_ms(NAP_MS);
             continue;
         }
-        redisContext *c = rcs_ctx(s, node, err, errlen);
+        redisContext *c = rcl_sync_ctx(s, node, err, errlen);
         if (c == NULL) {
             if (clock_mono_ms() >= deadline)
                 return NULL;
-            rcs_refresh(s, err, errlen);
+            rcl_sync_refresh(s, err, errlen);
             nap_ms(NAP_MS);
             continue;
         }
@@ -193,7 +193,7 @@ redisReply *rcs_command(rcs_t *s, const char *key, size_t keylen, int argc, cons
         if (ask >= 0) {
             if (redisGetReply(c, &rv) != REDIS_OK) {
                 snprintf(err, errlen, "%s", c->errstr);
-                rcs_drop(s, node);
+                rcl_sync_drop(s, node);
                 return NULL;
             }
             freeReplyObject(rv);
@@ -201,7 +201,7 @@ redisReply *rcs_command(rcs_t *s, const char *key, size_t keylen, int argc, cons
         if (redisGetReply(c, &rv) != REDIS_OK) {
             snprintf(err, errlen, "%s:%d: %s", s->map.nodes[node].host,
                      s->map.nodes[node].port, c->errstr);
-            rcs_drop(s, node);
+            rcl_sync_drop(s, node);
             return NULL;
         }
         r = rv;
@@ -210,14 +210,14 @@ redisReply *rcs_command(rcs_t *s, const char *key, size_t keylen, int argc, cons
         char host[RCL_HOST_MAX];
         unsigned rslot = 0;
         int port = 0;
-        int kind = rcl_parse_error(r->str, (size_t)r->len, &rslot, host, sizeof host, &port);
+        int kind = rcluster_parse_error(r->str, (size_t)r->len, &rslot, host, sizeof host, &port);
         if (kind == RCL_ERR_OTHER || clock_mono_ms() >= deadline)
             return r;
         ask = -1;
         if (kind == RCL_ERR_MOVED || kind == RCL_ERR_ASK) {
             if (host[0] == '\0')
                 snprintf(host, sizeof host, "%s", s->map.nodes[node].host);
-            int to = rcl_map_node(&s->map, host, strlen(host), port);
+            int to = rcluster_map_node(&s->map, host, strlen(host), port);
             if (to < 0)
                 return r;
             if (kind == RCL_ERR_MOVED) {
@@ -230,7 +230,7 @@ redisReply *rcs_command(rcs_t *s, const char *key, size_t keylen, int argc, cons
         } else {
             nap_ms(NAP_MS);
             if (kind == RCL_ERR_CLUSTERDOWN)
-                rcs_refresh(s, err, errlen);
+                rcl_sync_refresh(s, err, errlen);
         }
         freeReplyObject(r);
     }
@@ -240,14 +240,14 @@ redisReply *rcs_command(rcs_t *s, const char *key, size_t keylen, int argc, cons
 
 /* ---------------------------------------------------------------- per-key routing */
 
-int rcs_route_open(const char *url, int timeout_ms, rcs_route_t *out, char *err, size_t errlen)
+int rcl_sync_route_open(const char *url, int timeout_ms, rcl_sync_route_t *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
     out->timeout_ms = timeout_ms > 0 ? timeout_ms : 5000;
     url_redis_t a;
     if (url_parse_redis(url, &a) == 0 && a.cluster) {
         char why[300];
-        out->cl = rcs_open(&a, out->timeout_ms, why, sizeof why);
+        out->cl = rcl_sync_open(&a, out->timeout_ms, why, sizeof why);
         if (!out->cl) {
             char shown[600];
             snprintf(err, errlen, "Redis Cluster %s: %s", url_redact(url, shown, sizeof shown),
@@ -260,12 +260,12 @@ int rcs_route_open(const char *url, int timeout_ms, rcs_route_t *out, char *err,
     return out->one ? 0 : -1;
 }
 
-uint64_t rcs_route_deadline(const rcs_route_t *r)
+uint64_t rcl_sync_route_deadline(const rcl_sync_route_t *r)
 {
     return clock_mono_ms() + (uint64_t)(r->timeout_ms > 0 ? r->timeout_ms : 5000);
 }
 
-redisContext *rcs_route_key(rcs_route_t *r, const char *key, char *err, size_t errlen)
+redisContext *rcl_sync_route_key(rcl_sync_route_t *r, const char *key, char *err, size_t errlen)
 {
     if (r->one)
         return r->one;
@@ -273,17 +273,17 @@ redisContext *rcs_route_key(rcs_route_t *r, const char *key, char *err, size_t e
         snprintf(err, errlen, "no Redis connection");
         return NULL;
     }
-    uint64_t deadline = rcs_route_deadline(r);
+    uint64_t deadline = rcl_sync_route_deadline(r);
     for (;;) {
-        int node = rcs_owner(r->cl, key, strlen(key));
+        int node = rcl_sync_owner(r->cl, key, strlen(key));
         if (node < 0) {
             snprintf(err, errlen, "no cluster node serves %s", key);
         } else {
-            redisContext *c = rcs_ctx(r->cl, node, err, errlen);
+            redisContext *c = rcl_sync_ctx(r->cl, node, err, errlen);
             if (c && c->err) {
                 /* broken by an earlier call: once more, fresh */
-                rcs_drop(r->cl, node);
-                c = rcs_ctx(r->cl, node, err, errlen);
+                rcl_sync_drop(r->cl, node);
+                c = rcl_sync_ctx(r->cl, node, err, errlen);
             }
             if (c)
                 return c;
@@ -293,11 +293,11 @@ redisContext *rcs_route_key(rcs_route_t *r, const char *key, char *err, size_t e
         /* A failover in progress, or a map older than the cluster: ask again. */
         char why[256];
         nap_ms(NAP_MS);
-        rcs_refresh(r->cl, why, sizeof why);
+        rcl_sync_refresh(r->cl, why, sizeof why);
     }
 }
 
-int rcs_route_retry(rcs_route_t *r, uint64_t deadline, const char *err)
+int rcl_sync_route_retry(rcl_sync_route_t *r, uint64_t deadline, const char *err)
 {
     if (!r->cl || clock_mono_ms() >= deadline)
         return 0;
@@ -311,21 +311,21 @@ int rcs_route_retry(rcs_route_t *r, uint64_t deadline, const char *err)
     if (!broken && !moved)
         return 0;
     for (int i = 0; i < RCL_MAX_NODES; i++)
-        rcs_drop(r->cl, i);
+        rcl_sync_drop(r->cl, i);
     char why[256];
     nap_ms(NAP_MS);
-    rcs_refresh(r->cl, why, sizeof why);
+    rcl_sync_refresh(r->cl, why, sizeof why);
     return 1;
 }
 
-void rcs_route_close(rcs_route_t *r)
+void rcl_sync_route_close(rcl_sync_route_t *r)
 {
     rconn_close(r->one);
-    rcs_close(r->cl);
+    rcl_sync_close(r->cl);
     memset(r, 0, sizeof *r);
 }
 
-int rcs_route_replies(redisContext **ctx, size_t n, rcs_reply_fn fn, void *arg, const char *what,
+int rcl_sync_route_replies(redisContext **ctx, size_t n, rcl_sync_reply_fn fn, void *arg, const char *what,
                       char *err, size_t errlen)
 {
     int rc = 0;

@@ -29,7 +29,7 @@ static void crc_tab_build(void)
     __atomic_store_n(&crc_tab_ready, 1, __ATOMIC_RELEASE);
 }
 
-uint16_t rcl_crc16(const char *buf, size_t len)
+uint16_t rcluster_crc16(const char *buf, size_t len)
 {
     if (!__atomic_load_n(&crc_tab_ready, __ATOMIC_ACQUIRE))
         crc_tab_build();
@@ -39,28 +39,28 @@ uint16_t rcl_crc16(const char *buf, size_t len)
     return crc;
 }
 
-unsigned rcl_slot(const char *key, size_t len)
+unsigned rcluster_slot(const char *key, size_t len)
 {
     const char *open = memchr(key, '{', len);
     if (open) {
         size_t rest = len - (size_t)(open - key) - 1;
         const char *close = memchr(open + 1, '}', rest);
         if (close && close > open + 1)
-            return rcl_crc16(open + 1, (size_t)(close - open - 1)) & (RCL_SLOTS - 1);
+            return rcluster_crc16(open + 1, (size_t)(close - open - 1)) & (RCL_SLOTS - 1);
     }
-    return rcl_crc16(key, len) & (RCL_SLOTS - 1);
+    return rcluster_crc16(key, len) & (RCL_SLOTS - 1);
 }
 
 /* ---------------------------------------------------------------- the map */
 
-void rcl_map_init(rcl_map_t *m)
+void rcluster_map_init(rcluster_map_t *m)
 {
     memset(m, 0, sizeof *m);
     for (int i = 0; i < RCL_SLOTS; i++)
         m->slot_node[i] = RCL_NO_NODE;
 }
 
-int rcl_map_node(rcl_map_t *m, const char *host, size_t hostlen, int port)
+int rcluster_map_node(rcluster_map_t *m, const char *host, size_t hostlen, int port)
 {
     if (hostlen == 0 || hostlen >= RCL_HOST_MAX || memchr(host, '\0', hostlen) ||
         port <= 0 || port > 65535)
@@ -71,7 +71,7 @@ int rcl_map_node(rcl_map_t *m, const char *host, size_t hostlen, int port)
             return i;
     if (m->nnodes >= RCL_MAX_NODES)
         return -1;
-    rcl_node_t *n = &m->nodes[m->nnodes];
+    rcluster_node_t *n = &m->nodes[m->nnodes];
     memcpy(n->host, host, hostlen);
     n->host[hostlen] = '\0';
     n->port = port;
@@ -83,7 +83,7 @@ static int is_str(const redisReply *r)
     return r && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS);
 }
 
-int rcl_map_load(rcl_map_t *m, const redisReply *r, const char *asked_host)
+int rcluster_map_load(rcluster_map_t *m, const redisReply *r, const char *asked_host)
 {
     if (r == NULL || r->type != REDIS_REPLY_ARRAY)
         return -1;
@@ -107,7 +107,7 @@ int rcl_map_load(rcl_map_t *m, const redisReply *r, const char *asked_host)
     uint16_t owner[RCL_SLOTS];
     for (int i = 0; i < RCL_SLOTS; i++)
         owner[i] = RCL_NO_NODE;
-    rcl_map_t next = *m;
+    rcluster_map_t next = *m;
     int covered = 0;
     for (size_t i = 0; i < r->elements; i++) {
         const redisReply *e = r->element[i];
@@ -118,7 +118,7 @@ int rcl_map_load(rcl_map_t *m, const redisReply *r, const char *asked_host)
             host = asked_host;
             hlen = strlen(asked_host);
         }
-        int idx = rcl_map_node(&next, host, hlen, (int)n->element[1]->integer);
+        int idx = rcluster_map_node(&next, host, hlen, (int)n->element[1]->integer);
         if (idx < 0)
             return -1;
         for (long long s = e->element[0]->integer; s <= e->element[1]->integer; s++) {
@@ -133,14 +133,14 @@ int rcl_map_load(rcl_map_t *m, const redisReply *r, const char *asked_host)
     return covered;
 }
 
-int rcl_map_owner(const rcl_map_t *m, unsigned slot)
+int rcluster_map_owner(const rcluster_map_t *m, unsigned slot)
 {
     if (slot >= RCL_SLOTS || m->slot_node[slot] == RCL_NO_NODE)
         return -1;
     return m->slot_node[slot];
 }
 
-int rcl_map_masters(const rcl_map_t *m, int *out)
+int rcluster_map_masters(const rcluster_map_t *m, int *out)
 {
     unsigned char seen[RCL_MAX_NODES] = { 0 };
     for (int s = 0; s < RCL_SLOTS; s++)
@@ -209,7 +209,7 @@ static int parse_target(const char *s, size_t len, unsigned *slot, char *host, s
     return 0;
 }
 
-int rcl_parse_error(const char *s, size_t len, unsigned *slot, char *host, size_t hostcap,
+int rcluster_parse_error(const char *s, size_t len, unsigned *slot, char *host, size_t hostcap,
                     int *port)
 {
     if (s == NULL)
@@ -237,7 +237,7 @@ static int arg_is(const char *a, size_t alen, const char *name)
     return alen == n && strncasecmp(a, name, n) == 0;
 }
 
-int rcl_key_index(int argc, const char **argv, const size_t *argvlen)
+int rcluster_key_index(int argc, const char **argv, const size_t *argvlen)
 {
     if (argc < 2)
         return -1;

@@ -59,28 +59,44 @@ redisReply *rconn_cmdf(redisContext *c, char *err, size_t errlen, const char *fm
     return check(c, r, err, errlen);
 }
 
-/* AUTH or SELECT within what is left of the deadline. */
-static int step(redisContext *c, uint64_t deadline, const char *what, char *err, size_t errlen,
-                const char *fmt, ...)
+void rconn_hello(const url_redis_t *a, rconn_hello_t *h)
+{
+    h->n = 0;
+    if (a->password[0]) {
+        struct rconn_hello_cmd *c = &h->cmd[h->n++];
+        c->name = "AUTH";
+        c->argc = 2;
+        c->argv[0] = "AUTH";
+        c->argvlen[0] = 4;
+        c->argv[1] = a->password;
+        c->argvlen[1] = strlen(a->password);
+    }
+    if (a->db != 0) {
+        struct rconn_hello_cmd *c = &h->cmd[h->n++];
+        int n = snprintf(h->db, sizeof h->db, "%d", a->db);
+        c->name = "SELECT";
+        c->argc = 2;
+        c->argv[0] = "SELECT";
+        c->argvlen[0] = 6;
+        c->argv[1] = h->db;
+        c->argvlen[1] = (size_t)n;
+    }
+}
+
+/* One handshake command within what is left of the deadline. */
+static int step(redisContext *c, uint64_t deadline, struct rconn_hello_cmd *hc, char *err,
+                size_t errlen)
 {
     uint64_t now = clock_mono_ms();
     if (now >= deadline) {
-        snprintf(err, errlen, "%s: deadline passed", what);
+        snprintf(err, errlen, "%s: deadline passed", hc->name);
         return -1;
     }
     redisSetTimeout(c, tv_ms((int64_t)(deadline - now)));
     char why[256];
-    redisReply *r = NULL;
-    if (!c->err) {
-        va_list ap;
-        va_start(ap, fmt);
-        r = check(c, redisvCommand(c, fmt, ap), why, sizeof why);
-        va_end(ap);
-    } else {
-        snprintf(why, sizeof why, "%s", c->errstr);
-    }
+    redisReply *r = rconn_cmd(c, why, sizeof why, hc->argc, hc->argv, hc->argvlen);
     if (!r) {
-        snprintf(err, errlen, "%s: %s", what, why);
+        snprintf(err, errlen, "%s: %s", hc->name, why);
         return -1;
     }
     freeReplyObject(r);
@@ -104,10 +120,13 @@ redisContext *rconn_open(const url_redis_t *a, int timeout_ms, char *err, size_t
         redisFree(c);
         return NULL;
     }
-    if ((a->password[0] && step(c, deadline, "AUTH", err, errlen, "AUTH %s", a->password) < 0) ||
-        (a->db > 0 && step(c, deadline, "SELECT", err, errlen, "SELECT %d", a->db) < 0)) {
-        redisFree(c);
-        return NULL;
+    rconn_hello_t h;
+    rconn_hello(a, &h);
+    for (int i = 0; i < h.n; i++) {
+        if (step(c, deadline, &h.cmd[i], err, errlen) < 0) {
+            redisFree(c);
+            return NULL;
+        }
     }
     redisSetTimeout(c, tv);
     return c;

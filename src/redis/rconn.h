@@ -19,6 +19,25 @@
 struct redisContext;
 struct redisReply;
 
+/* The commands that open a session on a connection to a, in the order they are sent:
+ * AUTH <password> when a has one (as the "default" user: url.c ignores a user name, as
+ * redis-cli -a does), then SELECT <db> when db is not 0. The one place that decides the
+ * handshake: rconn_open (blocking), a worker's node connection (rds_node.c) and the
+ * revocation subscriber (revoke.c) all send these. The arguments point into a and into
+ * the struct itself: use it in place, while a lives. */
+#define RCONN_HELLO_MAX 2
+typedef struct rconn_hello {
+    int n;
+    struct rconn_hello_cmd {
+        const char *name;       /* "AUTH", "SELECT": for error messages */
+        int argc;
+        const char *argv[2];
+        size_t argvlen[2];
+    } cmd[RCONN_HELLO_MAX];
+    char db[16];                /* SELECT's argument */
+} rconn_hello_t;
+void rconn_hello(const url_redis_t *a, rconn_hello_t *h);
+
 /* Connects to a, authenticates and selects a->db, the whole within timeout_ms (<= 0:
  * 5 s); afterwards each command's socket timeout is timeout_ms. NULL + err on failure. */
 struct redisContext *rconn_open(const url_redis_t *a, int timeout_ms, char *err, size_t errlen);

@@ -1,47 +1,40 @@
-/* rds.h -- a worker's asynchronous Redis connection: deadlines, reconnects, scripts.
+/* rds.h -- a worker's asynchronous Redis client: deadlines, reconnects, scripts.
  *
- * Wraps hiredis's async API (0.14, which has no timeouts of its own) on the worker's
- * libevent loop. What it adds:
- *   - a deadline on every command: replies arrive in order, so only the oldest command's
- *     deadline matters; a timer checks it and, when it passes, drops the connection, which
- *     makes hiredis call every pending callback with a NULL reply;
+ * The one API the worker's code uses, on one Redis or on a Redis Cluster. Two layers
+ * under it: rds_node.h, one hiredis async connection (0.14, which has no timeouts of its
+ * own) on the worker's libevent loop, and rds_cluster.h, the router that owns one node
+ * connection per cluster node. What every command gets:
+ *   - a deadline: replies arrive in order, so only the oldest command's deadline
+ *     matters; a timer checks it and, when it passes, drops the connection, which makes
+ *     hiredis call every pending callback with a NULL reply;
  *   - reconnect with back-off (100 ms doubling to 2 s) after any loss, then AUTH/SELECT
- *     and SCRIPT LOAD of the built-in scripts before the connection counts as up;
+ *     (rconn_hello) and SCRIPT LOAD of the built-in scripts before the connection counts
+ *     as up;
  *   - while down, commands fail at once (the callback runs with NULL before rds_command
  *     returns), so requests get a fast 503 instead of waiting for a deadline;
- *   - EVALSHA of a built-in script with a transparent EVAL fallback on NOSCRIPT.
+ *   - EVALSHA of a built-in script, sent again behind a reload of the scripts when Redis
+ *     answers NOSCRIPT (the caller sees the second answer).
  *
- * With a redis+cluster:// address the client is a Redis Cluster client (rds_cluster.c):
- * one connection like the above per node, commands routed by their key's hash slot,
+ * With a redis+cluster:// address commands are routed by their key's hash slot,
  * MOVED/ASK/TRYAGAIN/CLUSTERDOWN handled inside; the contract below is the same.
  *
  * Callback contract: every accepted command calls its callback exactly once, on the
  * worker's thread; reply is NULL on timeout, disconnect or when Redis is down, else the
  * hiredis reply, valid only during the callback (do not free it). Redis error replies
- * (REDIS_REPLY_ERROR) are passed through, except NOSCRIPT, which rds handles itself
- * (rds_evalsha_nocopy: with the caller's help). */
+ * (REDIS_REPLY_ERROR) are passed through. */
 #ifndef SECKILL_RDS_H
 #define SECKILL_RDS_H
 
 #include <stddef.h>
 
 #include "core/url.h"
+#include "redis/rds_node.h"
+#include "redis/rds_script.h"
 
 struct worker;
 struct redisReply;
 
-typedef void (*rds_cb)(struct redisReply *reply, void *priv);
-
 typedef struct rds rds_t;
-
-/* Built-in scripts, loaded on every (re)connect. Index into rds_evalsha(). */
-typedef enum {
-    SCRIPT_ADMIT = 0,   /* src/sale/admit.lua: flash-sale admissions of one voucher */
-    SCRIPT_LOGIN_CODE,  /* src/auth/login_code.lua: login codes and their wrong guesses */
-    SCRIPT_BOARD,       /* src/server/board.lua: instance announcement, the sale board's data */
-    SCRIPT_COUNT
-} script_id_t;
-
 
 /* Creates the client on w's loop and starts connecting (it does not wait). */
 rds_t *rds_new(struct worker *w, const url_redis_t *addr, int timeout_ms);
@@ -60,22 +53,10 @@ void rds_command(rds_t *c, rds_cb cb, void *priv, int argc, const char **argv, c
 void rds_command_at(rds_t *c, const char *key, size_t keylen, rds_cb cb, void *priv, int argc,
                     const char **argv, const size_t *argvlen);
 
-/* EVALSHA script with numkeys keys followed by the args (argv holds keys then args). */
+/* EVALSHA script with numkeys keys followed by the args (argv holds keys then args);
+ * argv need not outlive the call. On NOSCRIPT the call is sent again once, after the
+ * scripts' reload (rds_node.h); a second NOSCRIPT reaches cb. */
 void rds_evalsha(rds_t *c, script_id_t s, rds_cb cb, void *priv, int numkeys, int argc,
                  const char **argv, const size_t *argvlen);
-
-/* rds_evalsha for a hot path, without the copy of every argument that the EVAL fallback
- * needs: on NOSCRIPT the scripts' reload is queued on the connection and cb gets the
- * NOSCRIPT error reply; the same call sent again from cb (once: it may fail the same way)
- * reaches Redis after the reload, on the same connection, in order. On a cluster it is
- * rds_evalsha (the cluster client keeps the arguments for its redirects anyway). */
-void rds_evalsha_nocopy(rds_t *c, script_id_t s, rds_cb cb, void *priv, int numkeys, int argc,
-                        const char **argv, const size_t *argvlen);
-
-/* 1 if reply is Redis's NOSCRIPT error (what rds_evalsha_nocopy's callback may get). */
-int rds_is_noscript(const struct redisReply *reply);
-
-/* The SHA1 (40 hex + NUL) of a built-in script, NULL before it is known. */
-const char *rds_script_sha(script_id_t s);
 
 #endif

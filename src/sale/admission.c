@@ -39,7 +39,7 @@
 #include "core/app.h"
 #include "sale/buckets.h"
 #include "core/clock.h"
-#include "http/http.h"
+#include "http/http_req.h"
 #include "core/key.h"
 #include "core/log.h"
 #include "sale/orderid.h"
@@ -95,13 +95,12 @@ typedef struct batch {
     worker_t *w;
     lane_t *lane;               /* NULL: a call outside the lanes (always one admission) */
     int n;
-    int resent;                 /* sent again after Redis lost its scripts (on_batch) */
     int check;                  /* the call asked admit.lua to check K (an item's check) */
     adm_ctx_t *item[BATCH_MAX];
 } batch_t;
 
 struct adm_cache {
-    vcache_t *verdicts;         /* voucher -> known_t: the answer until clock_mono_ms(), K */
+    vcache_t *verdicts;         /* voucher -> known_t: the answer until clock_now_ms(), K */
     lane_t lanes[LANES];
     uint64_t ttl_ms;            /* cfg.soldout_cache_ms */
     adm_ctx_t *free_ctx;
@@ -281,7 +280,7 @@ static void on_wait(struct redisReply *rep, void *priv)
     adm_ctx_t *c = priv;
     int ok = rep != NULL && rep->type == REDIS_REPLY_INTEGER && rep->integer >= c->wait_replicas;
     if (!ok && rep != NULL && !c->ac->dead) {
-        uint64_t now = clock_mono_ms();
+        uint64_t now = clock_now_ms();
         if (now - c->ac->last_err_log_ms >= 1000) {
             c->ac->last_err_log_ms = now;
             if (rep->type == REDIS_REPLY_INTEGER)
@@ -333,7 +332,7 @@ static void send_wait(adm_ctx_t *c)
 /* Logs an error reply or a reply of an unknown shape, at most once a second. */
 static void log_bad_reply(struct adm_cache *ac, const redisReply *rep, const char *script)
 {
-    uint64_t now = clock_mono_ms();
+    uint64_t now = clock_now_ms();
     if (ac->dead || now - ac->last_err_log_ms < 1000) {
         return;
     }
@@ -443,7 +442,7 @@ static void remember_verdict(adm_ctx_t *c, int code)
 {
     struct adm_cache *ac = c->ac;
     if (cache_ok(c, code) && !ac->dead && ac->ttl_ms > 0) {
-        verdict_put(ac, c->voucher_id, code, clock_mono_ms() + ac->ttl_ms);
+        verdict_put(ac, c->voucher_id, code, clock_now_ms() + ac->ttl_ms);
     }
     if (code == ADMIT_NO_VOUCHER && !ac->dead) {
         /* Redis may have lost it: if SQL knows it, it is rebuilt and the verdict
@@ -537,14 +536,6 @@ static void on_batch(struct redisReply *rep, void *priv)
     batch_t *b = priv;
     struct adm_cache *ac = b->ac;
     lane_t *l = b->lane;
-    if (rds_is_noscript(rep) && !b->resent && !ac->dead) {
-        /* Redis lost its scripts (SCRIPT FLUSH, a restart without them): rds has queued
-         * their reload on this connection, so the same call sent now runs after it. */
-        b->resent = 1;
-        if (batch_call(b, b->item[0]->voucher_id) == 0) {
-            return;
-        }
-    }
     int ok = rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements == (size_t)b->n;
     int k = b->check && !ac->dead ? checked_k(rep, ok) : 0;
     if (k > 1) {
@@ -572,7 +563,7 @@ static void on_batch(struct redisReply *rep, void *priv)
      * memory if the voucher sold out, and the rest go out before any callback runs. */
     for (int i = 0; i < n; i++) {
         if (cache_ok(item[i], code[i]) && !ac->dead && ac->ttl_ms > 0) {
-            verdict_put(ac, item[i]->voucher_id, code[i], clock_mono_ms() + ac->ttl_ms);
+            verdict_put(ac, item[i]->voucher_id, code[i], clock_now_ms() + ac->ttl_ms);
         }
     }
     if (l != NULL) {
@@ -626,9 +617,8 @@ static int batch_call(batch_t *b, int64_t voucher_id)
         argv[na] = c->order.dec;
         lens[na++] = (size_t)c->order.len;
     }
-    /* When Redis is down on_batch runs before this returns. No copy of the arguments
-     * for the EVAL fallback: on_batch sends the call again on NOSCRIPT. */
-    rds_evalsha_nocopy(w->rds, SCRIPT_ADMIT, on_batch, b, nk, na, argv, lens);
+    /* When Redis is down on_batch runs before this returns. */
+    rds_evalsha(w->rds, SCRIPT_ADMIT, on_batch, b, nk, na, argv, lens);
     return 0;
 }
 
@@ -638,7 +628,7 @@ static void batch_send(lane_t *l, struct adm_cache *ac, worker_t *w)
 {
     while (!l->inflight && l->head != NULL) {
         const int *v = ac->ttl_ms > 0 && !ac->dead
-                       ? verdict_get(ac, l->voucher_id, clock_mono_ms()) : NULL;
+                       ? verdict_get(ac, l->voucher_id, clock_now_ms()) : NULL;
         if (v != NULL) {
             adm_ctx_t *c = l->head;
             l->head = c->next;
@@ -656,7 +646,6 @@ static void batch_send(lane_t *l, struct adm_cache *ac, worker_t *w)
         b->w = w;
         b->lane = l;
         b->n = 0;
-        b->resent = 0;
         while (l->head != NULL && b->n < BATCH_MAX) {
             adm_ctx_t *c = l->head;
             l->head = c->next;
@@ -688,7 +677,7 @@ void admission_try(struct http_req *r, int64_t voucher_id, int64_t user_id, admi
     worker_t *w = r->w;
     struct adm_cache *ac = w->adm;
     if (ac != NULL && ac->ttl_ms > 0) {
-        const int *v = verdict_get(ac, voucher_id, http_clock_ns(r) / 1000000u);
+        const int *v = verdict_get(ac, voucher_id, clock_now_ms());
         if (v != NULL) {
             shard_inc(&w->m->soldout_local);
             cb(r, *v, NULL);
@@ -706,9 +695,9 @@ void admission_try(struct http_req *r, int64_t voucher_id, int64_t user_id, admi
         cb(r, ADMIT_UNAVAILABLE, NULL);   /* queue full: refuse before taking stock */
         return;
     }
-    /* The callback's clock reading (http_wall_ms), not one more read per admission: the
-     * order id's second and queue mode's create_time are seconds. */
-    int64_t now = (int64_t)(http_wall_ms(r) / 1000u);
+    /* The loop's cached clock (clock.h), not one more read per admission: the order id's
+     * second and queue mode's create_time are seconds. */
+    int64_t now = (int64_t)(clock_now_wall_ms() / 1000u);
     c->r = r;
     c->cb = cb;
     c->wait_replicas = w->app->cfg.redis_wait_replicas;
@@ -751,7 +740,6 @@ static void admit_send(adm_ctx_t *c)
     b->w = w;
     b->lane = NULL;
     b->n = 1;
-    b->resent = 0;
     b->item[0] = c;
     if (batch_call(b, voucher_id) != 0) {
         free(b);

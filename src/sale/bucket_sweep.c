@@ -14,11 +14,11 @@
 #include "redis/rconn.h"
 #include "core/xmem.h"
 
-int bucket_sweep_registry(rcs_route_t *rt, bks_voucher_t **out, size_t *n, char *err, size_t errlen)
+int bucket_sweep_registry(rcl_sync_route_t *rt, bks_voucher_t **out, size_t *n, char *err, size_t errlen)
 {
     *out = NULL;
     *n = 0;
-    redisContext *c = rcs_route_key(rt, KEY_STREAMS, err, errlen);
+    redisContext *c = rcl_sync_route_key(rt, KEY_STREAMS, err, errlen);
     if (c == NULL)
         return -1;
     redisReply *r = rconn_cmdf(c, err, errlen, "SMEMBERS %s", KEY_STREAMS);
@@ -54,7 +54,7 @@ int bucket_sweep_registry(rcs_route_t *rt, bks_voucher_t **out, size_t *n, char 
 }
 
 /* The context and a key of bucket b: which = 'v' voucher hash, 'l' log, 'a' applied. */
-static redisContext *bucket_key(rcs_route_t *rt, int64_t vid, int b, int k, int which,
+static redisContext *bucket_key(rcl_sync_route_t *rt, int64_t vid, int b, int k, int which,
                                 char *key, size_t keylen, char *err, size_t errlen)
 {
     char tag[48];
@@ -66,11 +66,11 @@ static redisContext *bucket_key(rcs_route_t *rt, int64_t vid, int b, int k, int 
         snprintf(err, errlen, "voucher %lld bucket %d: key out of range", (long long)vid, b);
         return NULL;
     }
-    return rcs_route_key(rt, key, err, errlen);
+    return rcl_sync_route_key(rt, key, err, errlen);
 }
 
 /* EVAL src/sale/transfer.lua on bucket b (voucher hash + its log or applied set). */
-static redisReply *transfer(rcs_route_t *rt, int64_t vid, int b, int k, int second,
+static redisReply *transfer(rcl_sync_route_t *rt, int64_t vid, int b, int k, int second,
                             const char *step, const char *a2, const char *a3, char *err,
                             size_t errlen)
 {
@@ -84,7 +84,7 @@ static redisReply *transfer(rcs_route_t *rt, int64_t vid, int b, int k, int seco
 
 /* --redis-wait-replicas: 1 if wr replicas of the node of bucket b have everything it
  * did so far (WAIT), 0 if not (or wr is 0: 1). */
-static int replicated(rcs_route_t *rt, int64_t vid, int b, int k, const bks_wait_t *wt)
+static int replicated(rcl_sync_route_t *rt, int64_t vid, int b, int k, const bks_wait_t *wt)
 {
     if (wt == NULL || wt->replicas <= 0)
         return 1;
@@ -99,7 +99,7 @@ static int replicated(rcs_route_t *rt, int64_t vid, int b, int k, const bks_wait
     return n >= wt->replicas;
 }
 
-int bucket_sweep_voucher(rcs_route_t *rt, int64_t vid, int k, int stale_ms, const bks_wait_t *wt,
+int bucket_sweep_voucher(rcl_sync_route_t *rt, int64_t vid, int k, int stale_ms, const bks_wait_t *wt,
                          char *err, size_t errlen)
 {
     int finished = 0;
@@ -162,7 +162,7 @@ int bucket_sweep_voucher(rcs_route_t *rt, int64_t vid, int k, int stale_ms, cons
     return finished;
 }
 
-int bucket_sweep_all(rcs_route_t *rt, const bks_wait_t *wt)
+int bucket_sweep_all(rcl_sync_route_t *rt, const bks_wait_t *wt)
 {
     char err[256];
     bks_voucher_t *v = NULL;
@@ -185,7 +185,7 @@ int bucket_sweep_all(rcs_route_t *rt, const bks_wait_t *wt)
 }
 
 /* 1 if the hash of bucket b of k has a stock field, 0 if not, -1 (err) on failure. */
-static int bucket_present(rcs_route_t *rt, int64_t vid, int b, int k, char *kv, size_t kvlen,
+static int bucket_present(rcl_sync_route_t *rt, int64_t vid, int b, int k, char *kv, size_t kvlen,
                           char *err, size_t errlen)
 {
     redisContext *c = bucket_key(rt, vid, b, k, 'v', kv, kvlen, err, errlen);
@@ -198,7 +198,7 @@ static int bucket_present(rcs_route_t *rt, int64_t vid, int b, int k, char *kv, 
     return x != 0;
 }
 
-int bucket_sweep_present(rcs_route_t *rt, int64_t vid, int k, unsigned *mask, char *err,
+int bucket_sweep_present(rcl_sync_route_t *rt, int64_t vid, int k, unsigned *mask, char *err,
                          size_t errlen)
 {
     char kv[64];
@@ -213,7 +213,7 @@ int bucket_sweep_present(rcs_route_t *rt, int64_t vid, int k, unsigned *mask, ch
     return 0;
 }
 
-int bucket_sweep_live_units(rcs_route_t *rt, int64_t vid, int k, unsigned mask, int64_t *units,
+int bucket_sweep_live_units(rcl_sync_route_t *rt, int64_t vid, int k, unsigned mask, int64_t *units,
                             char *err, size_t errlen)
 {
     *units = 0;
@@ -226,7 +226,7 @@ int bucket_sweep_live_units(rcs_route_t *rt, int64_t vid, int k, unsigned mask, 
             snprintf(err, errlen, "voucher %lld bucket %d: key out of range", (long long)vid, b);
             return -1;
         }
-        redisContext *c = rcs_route_key(rt, kv, err, errlen);
+        redisContext *c = rcl_sync_route_key(rt, kv, err, errlen);
         if (c == NULL)
             return -1;
         /* one moment: an admission moves a unit from stock to buyers atomically */
@@ -253,7 +253,7 @@ int bucket_sweep_live_units(rcs_route_t *rt, int64_t vid, int k, unsigned mask, 
 /* Every possible bucket (K = 2..KEY_BUCKETS_MAX, b = 1..K-1) is probed, not only the K
  * the registry names: the registry lives on one node, which may be the one that lost
  * its data. Rebuilds are rare; 120 HEXISTS are nothing beside one. */
-int bucket_sweep_rebuild_allowed(rcs_route_t *rt, int64_t vid, char *err, size_t errlen)
+int bucket_sweep_rebuild_allowed(rcl_sync_route_t *rt, int64_t vid, char *err, size_t errlen)
 {
     char kv[64];
     int p = bucket_present(rt, vid, 0, 1, kv, sizeof kv, err, errlen);
@@ -273,7 +273,7 @@ int bucket_sweep_rebuild_allowed(rcs_route_t *rt, int64_t vid, char *err, size_t
     return 1;
 }
 
-int bucket_sweep_in_transit(rcs_route_t *rt, int64_t vid, int k, int64_t *units, char *err,
+int bucket_sweep_in_transit(rcl_sync_route_t *rt, int64_t vid, int k, int64_t *units, char *err,
                             size_t errlen)
 {
     *units = 0;

@@ -19,7 +19,7 @@
  *             would put the whole remaining stock into bucket 0 beside theirs -- an
  *             oversell -- so bucket_sweep_rebuild_allowed says no.
  *
- * Blocking, with the contexts' deadlines; one thread at a time per rcs_route_t. */
+ * Blocking, with the contexts' deadlines; one thread at a time per rcl_sync_route_t. */
 #ifndef SECKILL_BUCKET_SWEEP_H
 #define SECKILL_BUCKET_SWEEP_H
 
@@ -37,7 +37,7 @@ typedef struct bks_voucher {
 
 /* The bucketed vouchers seckill:streams lists (malloc'ed, *n of them; K > 1 each). 0, or
  * -1 with err. */
-int bucket_sweep_registry(rcs_route_t *rt, bks_voucher_t **out, size_t *n, char *err,
+int bucket_sweep_registry(rcl_sync_route_t *rt, bks_voucher_t **out, size_t *n, char *err,
                           size_t errlen);
 
 /* --redis-wait-replicas: a step of a transfer counts once that many replicas have it. */
@@ -48,29 +48,29 @@ typedef struct bks_wait {
 
 /* Finishes the voucher's transfers logged longer than stale_ms ago (wt may be NULL).
  * Returns how many were finished, or -1 with err. */
-int bucket_sweep_voucher(rcs_route_t *rt, int64_t voucher_id, int k, int stale_ms,
+int bucket_sweep_voucher(rcl_sync_route_t *rt, int64_t voucher_id, int k, int stale_ms,
                          const bks_wait_t *wt, char *err, size_t errlen);
 
 /* One sweep over every bucketed voucher (errors logged). Returns the transfers finished. */
-int bucket_sweep_all(rcs_route_t *rt, const bks_wait_t *wt);
+int bucket_sweep_all(rcl_sync_route_t *rt, const bks_wait_t *wt);
 
 /* 1 if a rebuild of the voucher from SQL may go ahead (bucket 0 is there -- the rebuild
  * will find it present --, or no bucket b >= 1 of any K is), 0 if not (err says why), -1
  * on a Redis failure (err). */
-int bucket_sweep_rebuild_allowed(rcs_route_t *rt, int64_t voucher_id, char *err, size_t errlen);
+int bucket_sweep_rebuild_allowed(rcl_sync_route_t *rt, int64_t voucher_id, char *err, size_t errlen);
 
 /* Which of the voucher's k buckets have their voucher hash (stock field): bit b of *mask.
  * 0, or -1 on a Redis failure (err). */
-int bucket_sweep_present(rcs_route_t *rt, int64_t voucher_id, int k, unsigned *mask, char *err,
+int bucket_sweep_present(rcl_sync_route_t *rt, int64_t voucher_id, int k, unsigned *mask, char *err,
                          size_t errlen);
 /* The units the buckets in mask account for: stock + buyers of each (each bucket read at
  * one moment of its own). For a rebuild of the other buckets. 0, or -1 with err. */
-int bucket_sweep_live_units(rcs_route_t *rt, int64_t voucher_id, int k, unsigned mask,
+int bucket_sweep_live_units(rcl_sync_route_t *rt, int64_t voucher_id, int k, unsigned mask,
                             int64_t *units, char *err, size_t errlen);
 
 /* Units of the voucher in transfers not yet applied (for the audit): the sum over its
  * buckets' logs of entries the receiver has not applied. 0, or -1 with err. */
-int bucket_sweep_in_transit(rcs_route_t *rt, int64_t voucher_id, int k, int64_t *units, char *err,
+int bucket_sweep_in_transit(rcl_sync_route_t *rt, int64_t voucher_id, int k, int64_t *units, char *err,
                             size_t errlen);
 
 #endif

@@ -1,6 +1,6 @@
 /* lockmap.c -- rlock on one Redis or routed over a Redis Cluster's masters (lockmap.h).
  *
- * m->mu guards the slot map (the rcs_t, which is not thread-safe), the per-node clients
+ * m->mu guards the slot map (the rcl_sync_t, which is not thread-safe), the per-node clients
  * and the quarantine table; it is never held across an rlock call, so a slow master
  * stalls only the threads that use it. */
 #include "sale/lockmap.h"
@@ -28,7 +28,7 @@ struct lkm {
     rlock_client_t *single;          /* one Redis */
 
     pthread_mutex_t mu;              /* everything below (see the file comment) */
-    rcs_t *rcs;                      /* cluster: the slot map and its connections */
+    rcl_sync_t *rcs;                      /* cluster: the slot map and its connections */
     rlock_client_t *node[RCL_MAX_NODES];
     uint64_t refreshed_ms;           /* when the map was last read */
     uint64_t quarantine_ms[RCL_SLOTS];   /* monotonic ms until which a slot grants nothing */
@@ -81,7 +81,7 @@ lkm_t *lockmap_new(const char *redis_url, const lkm_opts_t *o, char *err, size_t
         return m;
     }
     char why[200];
-    m->rcs = rcs_open(&m->addr, m->o.timeout_ms, why, sizeof why);
+    m->rcs = rcl_sync_open(&m->addr, m->o.timeout_ms, why, sizeof why);
     if (m->rcs == NULL) {
         snprintf(err, errlen, "cannot read the Redis Cluster's slot map for the locks: %s", why);
         goto fail;
@@ -100,7 +100,7 @@ void lockmap_free(lkm_t *m)
     rlock_client_free(m->single);
     for (int i = 0; i < RCL_MAX_NODES; i++)
         rlock_client_free(m->node[i]);
-    rcs_close(m->rcs);
+    rcl_sync_close(m->rcs);
     pthread_mutex_destroy(&m->mu);
     free(m);
 }
@@ -121,15 +121,15 @@ void lockmap_get_stats(lkm_t *m, lkm_stats_t *out)
  * (N holds no braces: rlock_open refuses them). */
 static unsigned lock_slot(const char *name)
 {
-    return rcl_slot(name, strlen(name));
+    return rcluster_slot(name, strlen(name));
 }
 
 /* The client of the master owning slot, made on first use; NULL when the slot has no
  * owner now. Under m->mu. */
 static rlock_client_t *owner_client(lkm_t *m, unsigned slot, int *node)
 {
-    const rcl_map_t *map = rcs_map(m->rcs);
-    *node = rcl_map_owner(map, slot);
+    const rcluster_map_t *map = rcl_sync_map(m->rcs);
+    *node = rcluster_map_owner(map, slot);
     if (*node < 0)
         return NULL;
     if (m->node[*node] == NULL) {
@@ -155,18 +155,18 @@ static void refresh_locked(lkm_t *m)
         return;
     m->refreshed_ms = now;
     uint16_t *before = m->before;
-    memcpy(before, rcs_map(m->rcs)->slot_node, sizeof m->before);
+    memcpy(before, rcl_sync_map(m->rcs)->slot_node, sizeof m->before);
     char why[200];
     m->st.refreshes++;
-    if (rcs_refresh(m->rcs, why, sizeof why) != 0) {
+    if (rcl_sync_refresh(m->rcs, why, sizeof why) != 0) {
         log_warn("locks: cannot read the Redis Cluster's slot map: %s", why);
         return;
     }
     if (m->o.replica_acks > 0 || m->o.quarantine_ms <= 0)
         return;
-    const rcl_map_t *map = rcs_map(m->rcs);
+    const rcluster_map_t *map = rcl_sync_map(m->rcs);
     int ms[RCL_MAX_NODES];
-    int nm = rcl_map_masters(map, ms);
+    int nm = rcluster_map_masters(map, ms);
     unsigned char master[RCL_MAX_NODES] = { 0 };
     for (int i = 0; i < nm; i++)
         master[ms[i]] = 1;
@@ -238,7 +238,7 @@ rlock_status_t lockmap_try_lock(lkm_t *m, const char *name, int64_t wait_ms, int
          * if the slot still points where it did, give the cluster a moment. */
         pthread_mutex_lock(&m->mu);
         refresh_locked(m);
-        int now_node = rcl_map_owner(rcs_map(m->rcs), slot);
+        int now_node = rcluster_map_owner(rcl_sync_map(m->rcs), slot);
         pthread_mutex_unlock(&m->mu);
         if (now_node == node || now_node < 0)
             nap_ms(LKM_NAP_MS);

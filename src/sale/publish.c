@@ -15,7 +15,7 @@
 #include "core/key.h"
 #include "core/log.h"
 #include "core/xmem.h"
-#include "http/http.h"
+#include "http/http_req.h"
 #include "redis/rds.h"
 #include "sale/admission.h"
 #include "sale/buckets.h"

@@ -22,7 +22,7 @@
 
 #include "core/app.h"
 #include "http/clientip.h"
-#include "http/http.h"
+#include "http/http_req.h"
 #include "server/metrics.h"
 #include "server/worker.h"
 #include "core/xmem.h"

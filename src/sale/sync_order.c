@@ -19,7 +19,7 @@
 
 #include "core/app.h"
 #include "core/clock.h"
-#include "http/http.h"
+#include "http/http_req.h"
 #include "server/jobs.h"
 #include "sale/lockmap.h"
 #include "core/log.h"

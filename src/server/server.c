@@ -113,34 +113,34 @@ static int cluster_prepare(app_t *app, const url_redis_t *a, const char *shown, 
                            size_t errlen)
 {
     char why[512];
-    rcs_t *s = rcs_open(a, app->cfg.redis_timeout_ms, why, sizeof why);
+    rcl_sync_t *s = rcl_sync_open(a, app->cfg.redis_timeout_ms, why, sizeof why);
     if (!s) {
         snprintf(err, errlen, "cannot read the slot map of the Redis Cluster at %s (%s): start "
                  "it (deploy/redis-cluster.sh) or check the seed addresses", shown, why);
         return -1;
     }
-    if (rcs_map(s)->nslots != RCL_SLOTS)
+    if (rcl_sync_map(s)->nslots != RCL_SLOTS)
         log_warn("redis cluster %s: only %d of %d slots are served now", shown,
-                 rcs_map(s)->nslots, RCL_SLOTS);
+                 rcl_sync_map(s)->nslots, RCL_SLOTS);
     const char *incr[2] = { "INCR", KEY_INSTANCE };
-    redisReply *r = rcs_command(s, NULL, 0, 2, incr, NULL, why, sizeof why);
+    redisReply *r = rcl_sync_command(s, NULL, 0, 2, incr, NULL, why, sizeof why);
     if (!r || r->type != REDIS_REPLY_INTEGER) {
         snprintf(err, errlen, "Redis INCR %s failed: %s", KEY_INSTANCE,
                  r && r->type == REDIS_REPLY_ERROR ? r->str : why);
         freeReplyObject(r);
-        rcs_close(s);
+        rcl_sync_close(s);
         return -1;
     }
     app->instance_slot = (uint32_t)(r->integer % (1 << ORDERID_SLOT_BITS));
     freeReplyObject(r);
     int ms[RCL_MAX_NODES];
-    int n = rcl_map_masters(rcs_map(s), ms);
+    int n = rcluster_map_masters(rcl_sync_map(s), ms);
     for (int i = 0; i < n; i++) {
-        redisContext *c = rcs_ctx(s, ms[i], why, sizeof why);
+        redisContext *c = rcl_sync_ctx(s, ms[i], why, sizeof why);
         if (c)
             warn_replicas(app, c);
     }
-    rcs_close(s);
+    rcl_sync_close(s);
     return 0;
 }
 

@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "core/app.h"
+#include "core/clock.h"
 #include "core/log.h"
 #include "core/xmem.h"
 
@@ -182,7 +183,18 @@ static void *thread_main(void *p)
 
 void *worker_loop(worker_t *w)
 {
-    event_base_loop(w->base, 0);
+    /* One wake-up per event_base_loop(EVLOOP_ONCE): wait, run what became active,
+     * return. Before each wait the cached clock is marked stale, so everything the
+     * wake-up runs shares one clock reading (clock.h). A loopexit or loopbreak from a
+     * callback ends the loop as event_base_loop(base, 0) would; so do no events left. */
+    clock_loop_enter();
+    for (;;) {
+        clock_loop_wake();
+        if (event_base_loop(w->base, EVLOOP_ONCE) != 0 || event_base_got_exit(w->base) ||
+            event_base_got_break(w->base))
+            break;
+    }
+    clock_loop_leave();
     return NULL;
 }
 

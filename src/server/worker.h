@@ -42,7 +42,7 @@ typedef struct worker {
     struct revoke *revoke;           /* private to revoke.c: logged-out tokens */
     struct metrics_shard *m;         /* this thread's counters (metrics.h) */
     struct board *board;             /* worker 0 only: announcement timer (board.h) */
-    /* Set by server.c; rds.c calls it on this thread whenever a Redis connection of this
+    /* Set by server.c; rds_node.c calls it on this thread whenever a Redis connection of this
      * worker (one per node on a cluster) finishes its handshake. */
     void (*on_redis_up)(struct worker *w);
 

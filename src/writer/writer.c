@@ -1125,7 +1125,7 @@ void writer_free(writer_t *wr)
     if (wr->rc)
         redisFree(wr->rc);
     rarena_free(wr->arena);   /* after the reader that used it */
-    rcs_close(wr->rcs);
+    rcl_sync_close(wr->rcs);
     store_close(wr->st);
     free(wr->streams);
     free(wr->ents);

@@ -27,10 +27,10 @@
 /* Sub-writer: 1 if stream key lives on this sub-writer's node (per the last map). */
 int writer_cluster_mine(writer_t *wr, const char *key)
 {
-    int o = rcs_owner(wr->rcs, key, strlen(key));
+    int o = rcl_sync_owner(wr->rcs, key, strlen(key));
     if (o < 0)
         return 0;
-    const rcl_node_t *n = &rcs_map(wr->rcs)->nodes[o];
+    const rcluster_node_t *n = &rcl_sync_map(wr->rcs)->nodes[o];
     return n->port == wr->addr.port && strcmp(n->host, wr->addr.host) == 0;
 }
 
@@ -39,16 +39,16 @@ redisReply *writer_cluster_streams(writer_t *wr)
 {
     char why[300];
     if (wr->rcs == NULL)
-        wr->rcs = rcs_open(&wr->cluster_addr, wr->redis_timeout_ms, why, sizeof why);
+        wr->rcs = rcl_sync_open(&wr->cluster_addr, wr->redis_timeout_ms, why, sizeof why);
     else
-        (void)rcs_refresh(wr->rcs, why, sizeof why);   /* on failure the old map stays;
+        (void)rcl_sync_refresh(wr->rcs, why, sizeof why);   /* on failure the old map stays;
                                                         * SMEMBERS below tells */
     if (wr->rcs == NULL) {
         writer_redis_down(wr, "cannot read the cluster's slot map", why);
         return NULL;
     }
     const char *argv[2] = { "SMEMBERS", KEY_STREAMS };
-    redisReply *r = rcs_command(wr->rcs, NULL, 0, 2, argv, NULL, why, sizeof why);
+    redisReply *r = rcl_sync_command(wr->rcs, NULL, 0, 2, argv, NULL, why, sizeof why);
     if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
         writer_redis_down(wr, "SMEMBERS " KEY_STREAMS,
                           r && r->type == REDIS_REPLY_ERROR ? r->str : why);
@@ -58,7 +58,7 @@ redisReply *writer_cluster_streams(writer_t *wr)
     return r;
 }
 
-static int sub_index(const writer_t *sup, const rcl_node_t *n)
+static int sub_index(const writer_t *sup, const rcluster_node_t *n)
 {
     for (size_t i = 0; i < sup->nsubs; i++)
         if (sup->subs[i]->addr.port == n->port && strcmp(sup->subs[i]->addr.host, n->host) == 0)
@@ -66,7 +66,7 @@ static int sub_index(const writer_t *sup, const rcl_node_t *n)
     return -1;
 }
 
-static void sub_start(writer_t *sup, const rcl_node_t *n)
+static void sub_start(writer_t *sup, const rcluster_node_t *n)
 {
     url_redis_t a = sup->addr;
     a.cluster = 0;
@@ -95,19 +95,19 @@ static void supervise(writer_t *sup)
 {
     char why[300];
     if (sup->rcs == NULL) {
-        sup->rcs = rcs_open(&sup->addr, sup->redis_timeout_ms, why, sizeof why);
+        sup->rcs = rcl_sync_open(&sup->addr, sup->redis_timeout_ms, why, sizeof why);
         if (sup->rcs == NULL) {
             writer_redis_down(sup, "cannot read the cluster's slot map", why);
             return;
         }
-    } else if (rcs_refresh(sup->rcs, why, sizeof why) != 0) {
+    } else if (rcl_sync_refresh(sup->rcs, why, sizeof why) != 0) {
         writer_redis_down(sup, "cannot read the cluster's slot map", why);
         return;
     }
     writer_redis_up(sup);
-    const rcl_map_t *m = rcs_map(sup->rcs);
+    const rcluster_map_t *m = rcl_sync_map(sup->rcs);
     int ms[RCL_MAX_NODES];
-    int n = rcl_map_masters(m, ms);
+    int n = rcluster_map_masters(m, ms);
     for (int i = 0; i < n; i++)
         if (sub_index(sup, &m->nodes[ms[i]]) < 0)
             sub_start(sup, &m->nodes[ms[i]]);

@@ -127,7 +127,7 @@ struct writer {
     size_t nsubs;
     int node_mode;
     url_redis_t cluster_addr;
-    rcs_t *rcs;
+    rcl_sync_t *rcs;
     _Atomic int64_t node_pending, node_lag;   /* sub-writer: its node's backlog and */
     _Atomic int64_t node_live, node_drained;  /* streams; the supervisor sums them into
                                                 * the metrics */

@@ -47,7 +47,7 @@ static redisReply *drained_cmd(writer_t *wr, int argc, const char **argv, const 
                                char *why, size_t whylen)
 {
     if (wr->node_mode)
-        return wr->rcs ? rcs_command(wr->rcs, KEY_DRAINED, strlen(KEY_DRAINED), argc, argv,
+        return wr->rcs ? rcl_sync_command(wr->rcs, KEY_DRAINED, strlen(KEY_DRAINED), argc, argv,
                                      lens, why, whylen)
                        : NULL;
     size_t n = 0;

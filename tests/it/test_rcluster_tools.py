@@ -1,5 +1,5 @@
 """test_rcluster_tools.py -- the blocking tools (`seckill audit`, `seckill bench`) on a
-Redis Cluster through a failover, and a stock-bucketed voucher through one master's data loss (src/redis/rcl_sync.c: rcs_route_key and rcs_route_retry).
+Redis Cluster through a failover, and a stock-bucketed voucher through one master's data loss (src/redis/rcl_sync.c: rcl_sync_route_key and rcl_sync_route_retry).
 
 One cluster of 3 masters + 3 replicas (cluster-node-timeout 1 s), one seckill on it, a few
 vouchers sold on every master (one of them in 3 stock buckets, one per master). Then the

@@ -135,8 +135,8 @@ static void test_constants(void **state)
     assert_string_equal(KEY_STREAMS, "seckill:streams");
     assert_string_equal(KEY_INSTANCE, "seckill:instance");
     /* order lookups SDIFF the two in one command: one slot on a cluster */
-    assert_int_equal(rcl_slot(KEY_DRAINED, strlen(KEY_DRAINED)),
-                     rcl_slot(KEY_STREAMS, strlen(KEY_STREAMS)));
+    assert_int_equal(rcluster_slot(KEY_DRAINED, strlen(KEY_DRAINED)),
+                     rcluster_slot(KEY_STREAMS, strlen(KEY_STREAMS)));
 }
 
 static void test_too_small(void **state)
@@ -176,11 +176,11 @@ static void test_bucket_tags(void **state)
     for (int64_t v = 1; v <= 300; v++) {
         char t0[32];
         int n0 = key_btag(t0, sizeof t0, v, 0, 3);
-        unsigned s0 = rcl_slot(t0, (size_t)n0), third[3];
+        unsigned s0 = rcluster_slot(t0, (size_t)n0), third[3];
         for (int b = 0; b < 3; b++) {
             int n = key_btag(tag, sizeof tag, v, b, 3);
             assert_true(n > 0);
-            unsigned slot = rcl_slot(tag, (size_t)n);
+            unsigned slot = rcluster_slot(tag, (size_t)n);
             unsigned target = (s0 + ((unsigned)b * RCL_SLOTS + 1) / 3) % RCL_SLOTS;
             assert_true((slot + RCL_SLOTS - target) % RCL_SLOTS < 32);
             third[b] = slot * 3 / RCL_SLOTS;

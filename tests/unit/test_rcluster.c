@@ -14,7 +14,7 @@
 
 static unsigned slot_of(const char *k)
 {
-    return rcl_slot(k, strlen(k));
+    return rcluster_slot(k, strlen(k));
 }
 
 static redisReply *resp(const char *text)
@@ -32,14 +32,14 @@ static redisReply *resp(const char *text)
 static void test_crc16_and_slots(void **state)
 {
     (void)state;
-    assert_int_equal(rcl_crc16("123456789", 9), 0x31C3);
-    assert_int_equal(rcl_crc16("", 0), 0);
+    assert_int_equal(rcluster_crc16("123456789", 9), 0x31C3);
+    assert_int_equal(rcluster_crc16("", 0), 0);
     assert_int_equal(slot_of("foo"), 12182);
     assert_int_equal(slot_of("bar"), 5061);
     assert_int_equal(slot_of("123456789"), 0x31C3 & 16383);
     /* slots stay in range for any bytes */
     const char bin[4] = { '\0', '\xff', '{', '\x80' };
-    assert_true(rcl_slot(bin, sizeof bin) < 16384);
+    assert_true(rcluster_slot(bin, sizeof bin) < 16384);
 }
 
 static void test_hash_tags(void **state)
@@ -52,12 +52,12 @@ static void test_hash_tags(void **state)
     assert_int_equal(slot_of("seckill:voucher:{42}"), slot_of("42"));
     assert_int_equal(slot_of("seckill:order:{42}"), slot_of("seckill:stream:{42}"));
     /* empty first tag: the whole key is hashed */
-    assert_int_equal(slot_of("foo{}{bar}"), rcl_crc16("foo{}{bar}", 10) & 16383);
+    assert_int_equal(slot_of("foo{}{bar}"), rcluster_crc16("foo{}{bar}", 10) & 16383);
     /* the tag runs from the first '{' to the first '}' after it */
     assert_int_equal(slot_of("foo{{bar}}zap"), slot_of("{bar"));
     assert_int_equal(slot_of("foo{bar}{zap}"), slot_of("bar"));
     /* no closing brace: the whole key */
-    assert_int_equal(slot_of("foo{bar"), rcl_crc16("foo{bar", 7) & 16383);
+    assert_int_equal(slot_of("foo{bar"), rcluster_crc16("foo{bar", 7) & 16383);
 }
 
 static const char SLOTS_3[] =
@@ -73,46 +73,46 @@ static const char SLOTS_3[] =
 static void test_map_load(void **state)
 {
     (void)state;
-    rcl_map_t m;
-    rcl_map_init(&m);
-    assert_int_equal(rcl_map_owner(&m, 0), -1);
+    rcluster_map_t m;
+    rcluster_map_init(&m);
+    assert_int_equal(rcluster_map_owner(&m, 0), -1);
     redisReply *r = resp(SLOTS_3);
-    assert_int_equal(rcl_map_load(&m, r, "10.0.0.9"), 16384);
+    assert_int_equal(rcluster_map_load(&m, r, "10.0.0.9"), 16384);
     freeReplyObject(r);
     assert_int_equal(m.nslots, 16384);
-    int a = rcl_map_owner(&m, 0), b = rcl_map_owner(&m, 5461), c = rcl_map_owner(&m, 16383);
+    int a = rcluster_map_owner(&m, 0), b = rcluster_map_owner(&m, 5461), c = rcluster_map_owner(&m, 16383);
     assert_string_equal(m.nodes[a].host, "127.0.0.1");
     assert_int_equal(m.nodes[a].port, 7000);
-    assert_int_equal(rcl_map_owner(&m, 5460), a);
+    assert_int_equal(rcluster_map_owner(&m, 5460), a);
     assert_int_equal(m.nodes[b].port, 7001);
-    assert_int_equal(rcl_map_owner(&m, 10922), b);
+    assert_int_equal(rcluster_map_owner(&m, 10922), b);
     /* an empty host means the node that was asked */
     assert_string_equal(m.nodes[c].host, "10.0.0.9");
     assert_int_equal(m.nodes[c].port, 7002);
     int ms[RCL_MAX_NODES];
-    assert_int_equal(rcl_map_masters(&m, ms), 3);
-    assert_int_equal(rcl_map_owner(&m, 16384), -1);
+    assert_int_equal(rcluster_map_masters(&m, ms), 3);
+    assert_int_equal(rcluster_map_owner(&m, 16384), -1);
 
     /* a failover: slots 0..5460 now on the replica; old node indexes stay valid */
     redisReply *r2 = resp("*1\r\n*3\r\n:0\r\n:5460\r\n*2\r\n$9\r\n127.0.0.1\r\n:7004\r\n");
-    assert_int_equal(rcl_map_load(&m, r2, NULL), 5461);
+    assert_int_equal(rcluster_map_load(&m, r2, NULL), 5461);
     freeReplyObject(r2);
-    int d = rcl_map_owner(&m, 100);
+    int d = rcluster_map_owner(&m, 100);
     assert_int_equal(m.nodes[d].port, 7004);
     assert_int_equal(m.nodes[a].port, 7000);
-    assert_int_equal(rcl_map_owner(&m, 6000), -1);
-    assert_int_equal(rcl_map_masters(&m, ms), 1);
+    assert_int_equal(rcluster_map_owner(&m, 6000), -1);
+    assert_int_equal(rcluster_map_masters(&m, ms), 1);
 }
 
 static void test_map_rejects(void **state)
 {
     (void)state;
-    rcl_map_t m;
-    rcl_map_init(&m);
+    rcluster_map_t m;
+    rcluster_map_init(&m);
     redisReply *ok = resp(SLOTS_3);
     /* an empty host with nobody to stand for it is refused */
-    assert_int_equal(rcl_map_load(&m, ok, NULL), -1);
-    assert_int_equal(rcl_map_load(&m, ok, "127.0.0.1"), 16384);
+    assert_int_equal(rcluster_map_load(&m, ok, NULL), -1);
+    assert_int_equal(rcluster_map_load(&m, ok, "127.0.0.1"), 16384);
     freeReplyObject(ok);
     static const char *const bad[] = {
         "-ERR This instance has cluster support disabled\r\n",
@@ -127,34 +127,34 @@ static void test_map_rejects(void **state)
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         redisReply *r = resp(bad[i]);
-        assert_int_equal(rcl_map_load(&m, r, NULL), -1);
+        assert_int_equal(rcluster_map_load(&m, r, NULL), -1);
         freeReplyObject(r);
         /* unchanged */
         assert_int_equal(m.nslots, 16384);
-        assert_int_equal(m.nodes[rcl_map_owner(&m, 0)].port, 7000);
+        assert_int_equal(m.nodes[rcluster_map_owner(&m, 0)].port, 7000);
     }
-    assert_int_equal(rcl_map_load(&m, NULL, NULL), -1);
+    assert_int_equal(rcluster_map_load(&m, NULL, NULL), -1);
 }
 
 static void test_map_nodes(void **state)
 {
     (void)state;
-    rcl_map_t m;
-    rcl_map_init(&m);
-    assert_int_equal(rcl_map_node(&m, "a", 1, 1), 0);
-    assert_int_equal(rcl_map_node(&m, "a", 1, 2), 1);
-    assert_int_equal(rcl_map_node(&m, "a", 1, 1), 0);
-    assert_int_equal(rcl_map_node(&m, "", 0, 1), -1);
-    assert_int_equal(rcl_map_node(&m, "a", 1, 0), -1);
-    assert_int_equal(rcl_map_node(&m, "a\0b", 3, 1), -1);
+    rcluster_map_t m;
+    rcluster_map_init(&m);
+    assert_int_equal(rcluster_map_node(&m, "a", 1, 1), 0);
+    assert_int_equal(rcluster_map_node(&m, "a", 1, 2), 1);
+    assert_int_equal(rcluster_map_node(&m, "a", 1, 1), 0);
+    assert_int_equal(rcluster_map_node(&m, "", 0, 1), -1);
+    assert_int_equal(rcluster_map_node(&m, "a", 1, 0), -1);
+    assert_int_equal(rcluster_map_node(&m, "a\0b", 3, 1), -1);
     for (int i = 2; i < RCL_MAX_NODES; i++)
-        assert_int_equal(rcl_map_node(&m, "h", 1, 1000 + i), i);
-    assert_int_equal(rcl_map_node(&m, "h", 1, 999), -1);   /* full */
+        assert_int_equal(rcluster_map_node(&m, "h", 1, 1000 + i), i);
+    assert_int_equal(rcluster_map_node(&m, "h", 1, 999), -1);   /* full */
 }
 
 static int perr(const char *s, unsigned *slot, char *host, int *port)
 {
-    return rcl_parse_error(s, strlen(s), slot, host, RCL_HOST_MAX, port);
+    return rcluster_parse_error(s, strlen(s), slot, host, RCL_HOST_MAX, port);
 }
 
 static void test_redirects(void **state)
@@ -187,13 +187,13 @@ static void test_redirects(void **state)
         assert_int_equal(perr(other[i], &slot, host, &port), RCL_ERR_OTHER);
     /* a host too long for the buffer is refused, not truncated */
     char small[4];
-    assert_int_equal(rcl_parse_error("MOVED 1 abcdef:1", 16, &slot, small, sizeof small, &port),
+    assert_int_equal(rcluster_parse_error("MOVED 1 abcdef:1", 16, &slot, small, sizeof small, &port),
                      RCL_ERR_OTHER);
 }
 
 static int kidx(int argc, const char **argv)
 {
-    return rcl_key_index(argc, argv, NULL);
+    return rcluster_key_index(argc, argv, NULL);
 }
 
 static void test_key_index(void **state)

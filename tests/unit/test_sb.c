@@ -211,13 +211,13 @@ static void test_datetime_known_values(void **state)
     (void)state;
     int64_t t = 0;
     set_tz("UTC0");
-    assert_int_equal(datetime_parse("2022-01-01T00:00:00", &t), 0);
+    assert_int_equal(sb_datetime_parse("2022-01-01T00:00:00", &t), 0);
     assert_int_equal(t, 1640995200);
     set_tz("CST-8");                                /* China: UTC+8, no DST */
-    assert_int_equal(datetime_parse("2022-01-01T00:00:00", &t), 0);
+    assert_int_equal(sb_datetime_parse("2022-01-01T00:00:00", &t), 0);
     assert_int_equal(t, 1640995200 - 8 * 3600);
-    assert_int_equal(datetime_parse("2024-02-29T23:59:59", &t), 0);   /* leap day */
-    assert_int_equal(datetime_parse("2000-02-29T12:00:00", &t), 0);   /* 400-year rule */
+    assert_int_equal(sb_datetime_parse("2024-02-29T23:59:59", &t), 0);   /* leap day */
+    assert_int_equal(sb_datetime_parse("2000-02-29T12:00:00", &t), 0);   /* 400-year rule */
 }
 
 static void test_datetime_round_trip(void **state)
@@ -231,7 +231,7 @@ static void test_datetime_round_trip(void **state)
         set_tz(zones[z]);
         for (size_t i = 0; i < sizeof times / sizeof times[0]; i++) {
             int64_t t = 0;
-            assert_int_equal(datetime_parse(times[i], &t), 0);
+            assert_int_equal(sb_datetime_parse(times[i], &t), 0);
             sb_t s = SB_INIT;
             sb_json_datetime(&s, t);
             char want[32];
@@ -264,15 +264,15 @@ static void test_datetime_rejects(void **state)
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int64_t t = 12345;
-        if (datetime_parse(bad[i], &t) != -1)
+        if (sb_datetime_parse(bad[i], &t) != -1)
             fail_msg("accepted \"%s\"", bad[i]);
         assert_int_equal(t, 12345);                 /* out untouched on failure */
     }
     int64_t t;
-    assert_int_equal(datetime_parse(NULL, &t), -1);
+    assert_int_equal(sb_datetime_parse(NULL, &t), -1);
     /* A wall time that does not exist (spring-forward gap) is refused, not shifted. */
     set_tz("EST5EDT,M3.2.0,M11.1.0");
-    assert_int_equal(datetime_parse("2024-03-10T02:30:00", &t), -1);
+    assert_int_equal(sb_datetime_parse("2024-03-10T02:30:00", &t), -1);
 }
 
 /* ---- http_query_get ---- */
