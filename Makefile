@@ -3,9 +3,11 @@
 #   make            build/seckill (optimised, -Werror)
 #   make SAN=1      build/san/seckill with ASan+UBSan (what `make check` tests)
 #   make run        start the service on the embedded default
-#   make check      unit + integration tests under ASan+UBSan (the CI command), then
-#                   (tests/reliability.mk) each fuzz target for 20 s, unit tests and a
-#                   sale under TSan, a sale under valgrind
+#   make check      the source rules (make lint), then unit + integration tests under
+#                   ASan+UBSan (the CI command), then (tests/reliability.mk) each fuzz
+#                   target for 20 s, unit tests and a sale under TSan, a sale under valgrind
+#   make lint       a file's functions carry its name (tools/check_names.py); no include
+#                   cycle between modules (tools/include_cycles.py)
 #   make fuzz       run the libFuzzer targets (FUZZ_SECONDS=30 each; fuzz/fuzz.mk)
 #   make perf       the service beside redis-benchmark and nginx (perf/; docs/performance.md)
 #   make deb        the Debian package build/deb/seckill_VERSION_ARCH.deb (tools/mkdeb.sh)
@@ -70,7 +72,7 @@ include rlock/rlock.mk
 include fuzz/fuzz.mk
 include tests/reliability.mk
 
-.PHONY: all run check unit it perf perf-cluster clean
+.PHONY: all run check lint unit it perf perf-cluster clean
 all: $(BUILD)/seckill
 
 # The service links the lock library (sync mode's per-user lock); rlock/rlock.mk builds it.
@@ -116,12 +118,18 @@ unit: $(UNIT_BINS)
 	@for t in $(UNIT_BINS); do echo "== $$t"; ./$$t || exit 1; done
 
 # The CI command: everything under ASan+UBSan.
-check:
-	$(MAKE) SAN=1 all unit-bins
+check: lint
+	$(MAKE) -j$(REL_JOBS) SAN=1 all unit-bins
 	$(MAKE) reliability-builds
 	python3 tests/run.py --bin build/san/seckill --unit-dir build/san/tests --db both $(RELIABILITY_ARGS)
 
 unit-bins: $(UNIT_BINS)
+
+# The tree's rules (README, "Folder map"): every non-static function of src/<part>/<name>.c
+# is called <name>_..., and no two modules include each other, however indirectly.
+lint:
+	python3 tools/check_names.py
+	python3 tools/include_cycles.py
 
 # The service beside redis-benchmark and nginx (perf/run.sh; docs/performance.md).
 perf: $(BUILD)/seckill

@@ -268,7 +268,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         want_reply = 1;
         break;
     default:
-        api_health(&req);
+        api_ops_health(&req);
         want_reply = 1;
         break;
     }

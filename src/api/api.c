@@ -63,8 +63,8 @@ static void r_voucher_list(http_req_t *r, int64_t id, const auth_user_t *u) { ap
 static void r_order_seckill(http_req_t *r, int64_t id, const auth_user_t *u) { api_order_seckill(r, id, u); }
 static void r_order_of_me(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_order_of_me(r, u); }
 static void r_order_get(http_req_t *r, int64_t id, const auth_user_t *u) { api_order_get(r, id, u); }
-static void r_health(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_health(r); }
-static void r_metrics(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_metrics(r); }
+static void r_health(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_ops_health(r); }
+static void r_metrics(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_ops_metrics(r); }
 static void r_board_html(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_board_asset(r, BOARD_HTML); }
 static void r_board_js(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_board_asset(r, BOARD_JS); }
 static void r_board_css(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_board_asset(r, BOARD_CSS); }

@@ -48,8 +48,8 @@ void api_voucher_list(http_req_t *r, int64_t shop_id);
 void api_order_seckill(http_req_t *r, int64_t voucher_id, const struct auth_user *u);
 void api_order_get(http_req_t *r, int64_t order_id, const struct auth_user *u);
 void api_order_of_me(http_req_t *r, const struct auth_user *u);
-void api_health(http_req_t *r);
-void api_metrics(http_req_t *r);
+void api_ops_health(http_req_t *r);
+void api_ops_metrics(http_req_t *r);
 
 /* The 429 reply of a rate limit (ratelimit.h): {"success":false,"errorMsg":
  * "请求过于频繁，请稍后再试","code":"RATE_LIMITED"}; kind is the limit that refused. */

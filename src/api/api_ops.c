@@ -89,7 +89,7 @@ static void done_sqlping(worker_t *w, void *arg)
     health_step(h);
 }
 
-void api_health(http_req_t *r)
+void api_ops_health(http_req_t *r)
 {
     health_t *h = xcalloc(1, sizeof(*h));
     sqlping_t *p = xcalloc(1, sizeof(*p));
@@ -106,7 +106,7 @@ void api_health(http_req_t *r)
     rds_command(r->w->rds, on_ping, h, 1, argv, lens);
 }
 
-void api_metrics(http_req_t *r)
+void api_ops_metrics(http_req_t *r)
 {
     if (!api_metrics_ok(r)) {   /* --metrics-token */
         api_unauthorized(r);

@@ -67,7 +67,7 @@ struct auth_cache {
     uint64_t refresh_ms;        /* min(token_refresh_s, TTL / 2) */
     uint64_t ttl_ms;
     int ttl_s;                  /* cfg.token_ttl_s */
-    const tok_signer_t *signer; /* app->signer: NULL = opaque tokens only */
+    const token_signer_t *signer; /* app->signer: NULL = opaque tokens only */
     struct event *flush_ev;     /* sends the refresh queue */
     uint8_t (*queue)[16];       /* tokens waiting for their EXPIRE */
     unsigned nqueue;
@@ -104,7 +104,7 @@ typedef struct op {
 
 int auth_token_valid(const char *z)
 {
-    return tok_shape_ok(z);
+    return token_shape_ok(z);
 }
 
 int auth_ttl_s(const struct worker *w)
@@ -295,7 +295,7 @@ static int signed_check(worker_t *w, const uint8_t tok[16], uint64_t now, int64_
 {
     struct auth_cache *ac = w->auth;
     int64_t issued;
-    if (ac == NULL || ac->signer == NULL || !tok_verify_bytes(ac->signer, tok, uid, &issued)) {
+    if (ac == NULL || ac->signer == NULL || !token_verify_bytes(ac->signer, tok, uid, &issued)) {
         return -1;
     }
     if (revoke_has(w, tok)) {
@@ -369,7 +369,7 @@ static void on_hgetall(struct redisReply *rep, void *priv)
     int status;
     uint64_t now = clock_mono_ms();
     uint8_t tok[16];
-    tok_bytes(L->token, tok);
+    token_bytes(L->token, tok);
 
     if (rep == NULL || rep->type != REDIS_REPLY_ARRAY) {
         status = -1;
@@ -421,7 +421,7 @@ static void resolve(struct http_req *r, auth_cb cb, int profile)
 {
     const char *token = r->authorization;
     uint8_t tok[16];
-    if (!tok_parse(token, tok)) {
+    if (!token_parse(token, tok)) {
         cb(r, 1, NULL);
         return;
     }
@@ -477,7 +477,7 @@ void auth_resolve_profile(struct http_req *r, auth_cb cb)
 void auth_touch(struct worker *w, const char *token)
 {
     uint8_t tok[16];
-    if (w->auth == NULL || !tok_parse(token, tok)) {
+    if (w->auth == NULL || !token_parse(token, tok)) {
         return;
     }
     struct auth_cache *ac = w->auth;
@@ -486,7 +486,7 @@ void auth_touch(struct worker *w, const char *token)
     }
     int64_t uid, issued;
     aent_t *e = cache_find(ac, tok);
-    if (ac->signer != NULL && tok_verify_bytes(ac->signer, tok, &uid, &issued)) {
+    if (ac->signer != NULL && token_verify_bytes(ac->signer, tok, &uid, &issued)) {
         /* Proven ours: refresh when due. An EXPIRE of a hash gone since is a no-op
          * answered 0, which revokes the token here. */
         maybe_refresh(w, e, tok, (uint64_t)issued * 1000u, revoke_now_ms());
@@ -519,11 +519,11 @@ int auth_new_token(struct worker *w, int64_t user_id, char out[33])
          * token (1 in 1024 by chance): another nonce makes another token. */
         for (int i = 0; i < 8; i++) {
             uint16_t nonce = (uint16_t)(raw[2 * i] << 8 | raw[2 * i + 1]);
-            if (tok_mint(ac->signer, user_id, now, nonce, out) != 0) {
+            if (token_mint(ac->signer, user_id, now, nonce, out) != 0) {
                 break;
             }
             uint8_t tok[16];
-            tok_bytes(out, tok);
+            token_bytes(out, tok);
             if (!revoke_has(w, tok) && memcmp(tok, ac->last_minted, 16) != 0) {
                 memcpy(ac->last_minted, tok, 16);
                 return 0;
@@ -547,7 +547,7 @@ static void on_op_reply(struct redisReply *rep, void *priv)
     int ok = op->ok;
     if (ok && op->user.id > 0) {
         uint8_t tok[16];
-        tok_bytes(op->token, tok);
+        token_bytes(op->token, tok);
         aent_t *e = cache_put(op->w, tok, E_USER, &op->user, clock_mono_ms());
         if (e != NULL) {
             e->refreshed_ms = revoke_now_ms();   /* the login's own EXPIRE */
@@ -626,7 +626,7 @@ void auth_logout(struct http_req *r, const char *token, void (*done)(struct http
     }
     op_t *op = xcalloc(1, sizeof(*op));
     uint8_t tok[16];
-    tok_bytes(token, tok);
+    token_bytes(token, tok);
     /* Kept until a cache anywhere could still think the token alive: its last EXPIRE
      * (at most now) plus the TTL. */
     uint64_t now = revoke_now_ms();

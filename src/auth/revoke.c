@@ -171,11 +171,11 @@ static void take_token(struct revoke *rv, const char *z, size_t n, uint64_t unti
     }
     memcpy(tok, z, 32);
     tok[32] = '\0';
-    if (!tok_shape_ok(tok)) {
+    if (!token_shape_ok(tok)) {
         return;
     }
     uint8_t b[16];
-    tok_bytes(tok, b);
+    token_bytes(tok, b);
     revoke_add(rv->w, b, until);
     if (rv->heard != NULL) {
         rv->heard(rv->w, b);

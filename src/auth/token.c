@@ -26,14 +26,14 @@
 #define MAC_BYTES 7
 #define BODY_BYTES 9
 
-struct tok_signer {
+struct token_signer {
     SHA256_CTX inner;           /* after the key XOR ipad block */
     SHA256_CTX outer;           /* after the key XOR opad block */
 };
 
 /* ----------------------------------------------------------------- key files */
 
-int tok_key_read(const char *path, uint8_t key[TOKEN_KEY_MAX], size_t *len, char *err, size_t errlen)
+int token_key_read(const char *path, uint8_t key[TOKEN_KEY_MAX], size_t *len, char *err, size_t errlen)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
@@ -59,11 +59,11 @@ int tok_key_read(const char *path, uint8_t key[TOKEN_KEY_MAX], size_t *len, char
     return 0;
 }
 
-int tok_key_read_or_create(const char *path, uint8_t key[TOKEN_KEY_MAX], size_t *len, char *err,
+int token_key_read_or_create(const char *path, uint8_t key[TOKEN_KEY_MAX], size_t *len, char *err,
                            size_t errlen)
 {
     if (access(path, F_OK) == 0) {
-        return tok_key_read(path, key, len, err, errlen);
+        return token_key_read(path, key, len, err, errlen);
     }
     uint8_t raw[32];
     if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw) {
@@ -81,7 +81,7 @@ int tok_key_read_or_create(const char *path, uint8_t key[TOKEN_KEY_MAX], size_t 
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
         if (errno == EEXIST) {
-            return tok_key_read(path, key, len, err, errlen);
+            return token_key_read(path, key, len, err, errlen);
         }
         snprintf(err, errlen, "cannot create token key file %s: %s", path, strerror(errno));
         return -1;
@@ -100,12 +100,12 @@ int tok_key_read_or_create(const char *path, uint8_t key[TOKEN_KEY_MAX], size_t 
 
 /* ----------------------------------------------------------------- signer */
 
-tok_signer_t *tok_signer_new(const uint8_t *key, size_t len)
+token_signer_t *token_signer_new(const uint8_t *key, size_t len)
 {
     if (key == NULL || len == 0) {
         return NULL;
     }
-    tok_signer_t *s = xcalloc(1, sizeof(*s));
+    token_signer_t *s = xcalloc(1, sizeof(*s));
     uint8_t k[SHA256_CBLOCK], ipad[SHA256_CBLOCK], opad[SHA256_CBLOCK];
     memset(k, 0, sizeof k);
     if (len > SHA256_CBLOCK) {
@@ -123,13 +123,13 @@ tok_signer_t *tok_signer_new(const uint8_t *key, size_t len)
     OPENSSL_cleanse(ipad, sizeof ipad);
     OPENSSL_cleanse(opad, sizeof opad);
     if (!ok) {
-        tok_signer_free(s);
+        token_signer_free(s);
         return NULL;
     }
     return s;
 }
 
-void tok_signer_free(tok_signer_t *s)
+void token_signer_free(token_signer_t *s)
 {
     if (s == NULL) {
         return;
@@ -166,7 +166,7 @@ static void state_out(const SHA256_CTX *c, uint8_t out[32])
  * compressions are run directly on the signer's states: SHA256_Update/Final's buffering
  * and per-call wiping cost as much again as the compressions. tests/unit/test_token.c
  * checks the result against OpenSSL's HMAC(). */
-static void mac_of(const tok_signer_t *s, const uint8_t body[BODY_BYTES], uint8_t out[32])
+static void mac_of(const token_signer_t *s, const uint8_t body[BODY_BYTES], uint8_t out[32])
 {
     uint8_t blk[SHA256_CBLOCK];
     memcpy(blk, body, BODY_BYTES);
@@ -190,7 +190,7 @@ static const uint8_t hexval1[256] = {
     ['8'] = 9, ['9'] = 10, ['a'] = 11, ['b'] = 12, ['c'] = 13, ['d'] = 14, ['e'] = 15, ['f'] = 16,
 };
 
-int tok_parse(const char *z, uint8_t out[16])
+int token_parse(const char *z, uint8_t out[16])
 {
     if (z == NULL) {
         return 0;
@@ -210,20 +210,20 @@ int tok_parse(const char *z, uint8_t out[16])
     return z[32] == '\0';
 }
 
-int tok_shape_ok(const char *z)
+int token_shape_ok(const char *z)
 {
     uint8_t b[16];
-    return tok_parse(z, b);
+    return token_parse(z, b);
 }
 
-void tok_bytes(const char *token, uint8_t out[16])
+void token_bytes(const char *token, uint8_t out[16])
 {
-    if (!tok_parse(token, out)) {
+    if (!token_parse(token, out)) {
         memset(out, 0, 16);
     }
 }
 
-int tok_mint(const tok_signer_t *s, int64_t user_id, int64_t issued_at, uint16_t nonce, char out[33])
+int token_mint(const token_signer_t *s, int64_t user_id, int64_t issued_at, uint16_t nonce, char out[33])
 {
     if (s == NULL || user_id <= 0 || user_id > (int64_t)UINT32_MAX || issued_at < TOKEN_EPOCH ||
         (issued_at - TOKEN_EPOCH) / 60 > 0xFFFFFF) {
@@ -253,7 +253,7 @@ int tok_mint(const tok_signer_t *s, int64_t user_id, int64_t issued_at, uint16_t
     return 0;
 }
 
-int tok_verify_bytes(const tok_signer_t *s, const uint8_t b[16], int64_t *user_id,
+int token_verify_bytes(const token_signer_t *s, const uint8_t b[16], int64_t *user_id,
                      int64_t *issued_at)
 {
     if (s == NULL) {
@@ -278,8 +278,8 @@ int tok_verify_bytes(const tok_signer_t *s, const uint8_t b[16], int64_t *user_i
     return 1;
 }
 
-int tok_verify(const tok_signer_t *s, const char *token, int64_t *user_id, int64_t *issued_at)
+int token_verify(const token_signer_t *s, const char *token, int64_t *user_id, int64_t *issued_at)
 {
     uint8_t b[16];
-    return s != NULL && tok_parse(token, b) && tok_verify_bytes(s, b, user_id, issued_at);
+    return s != NULL && token_parse(token, b) && token_verify_bytes(s, b, user_id, issued_at);
 }

@@ -17,7 +17,7 @@
  * the bytes of a key file (trailing whitespace dropped, at least 16 bytes); every instance
  * of a cluster must share it.
  *
- * A tok_signer_t is read-only once made: all threads share the one in app_t. */
+ * A token_signer_t is read-only once made: all threads share the one in app_t. */
 #ifndef SECKILL_TOKEN_H
 #define SECKILL_TOKEN_H
 
@@ -27,40 +27,40 @@
 #define TOKEN_KEY_MIN 16
 #define TOKEN_KEY_MAX 512
 
-typedef struct tok_signer tok_signer_t;
+typedef struct token_signer token_signer_t;
 
 /* Reads a key file: 0 and *len, or -1 with a reason in err. */
-int tok_key_read(const char *path, uint8_t key[TOKEN_KEY_MAX], size_t *len, char *err, size_t errlen);
+int token_key_read(const char *path, uint8_t key[TOKEN_KEY_MAX], size_t *len, char *err, size_t errlen);
 
 /* Reads <path>, or creates it (mode 0600, 32 random bytes as 64 hex characters) when it
  * does not exist. 0, or -1 with a reason. */
-int tok_key_read_or_create(const char *path, uint8_t key[TOKEN_KEY_MAX], size_t *len, char *err,
+int token_key_read_or_create(const char *path, uint8_t key[TOKEN_KEY_MAX], size_t *len, char *err,
                            size_t errlen);
 
-tok_signer_t *tok_signer_new(const uint8_t *key, size_t len);   /* NULL on failure */
-void tok_signer_free(tok_signer_t *s);                          /* NULL is fine */
+token_signer_t *token_signer_new(const uint8_t *key, size_t len);   /* NULL on failure */
+void token_signer_free(token_signer_t *s);                          /* NULL is fine */
 
 #define TOKEN_EPOCH 1704067200   /* 2024-01-01T00:00:00Z */
 
 /* Writes a signed token for user_id issued at issued_at (unix seconds) with the low 10
  * bits of nonce into out (33 bytes with the NUL). 0, or -1 if user_id or the time does not
  * fit. */
-int tok_mint(const tok_signer_t *s, int64_t user_id, int64_t issued_at, uint16_t nonce, char out[33]);
+int token_mint(const token_signer_t *s, int64_t user_id, int64_t issued_at, uint16_t nonce, char out[33]);
 
 /* 1 if token is a signed token under this key (then *user_id and *issued_at, unix
  * seconds, are set), 0 otherwise (not 32 lowercase hex, the MAC does not match, or a
  * second field above 59). */
-int tok_verify(const tok_signer_t *s, const char *token, int64_t *user_id, int64_t *issued_at);
-/* tok_verify on a token already parsed by tok_parse (the hot path parses once). */
-int tok_verify_bytes(const tok_signer_t *s, const uint8_t b[16], int64_t *user_id,
+int token_verify(const token_signer_t *s, const char *token, int64_t *user_id, int64_t *issued_at);
+/* token_verify on a token already parsed by token_parse (the hot path parses once). */
+int token_verify_bytes(const token_signer_t *s, const uint8_t b[16], int64_t *user_id,
                      int64_t *issued_at);
 
 /* 1 if z is 32 lowercase hex characters, and then its 16 bytes are in out: the shape
  * check and the decoding in one pass. */
-int tok_parse(const char *z, uint8_t out[16]);
+int token_parse(const char *z, uint8_t out[16]);
 /* 1 if z is 32 lowercase hex characters. */
-int tok_shape_ok(const char *z);
+int token_shape_ok(const char *z);
 /* Hex token (shape already checked) to its 16 bytes (all zero if the shape is wrong). */
-void tok_bytes(const char *token, uint8_t out[16]);
+void token_bytes(const char *token, uint8_t out[16]);
 
 #endif

@@ -69,13 +69,13 @@ static int write_hashes(const seed_req_t *q, char (*tokens)[33], const int64_t *
 
 int seed_users(const seed_req_t *q, char (*tokens)[33], int64_t *ids, char *err, size_t errlen)
 {
-    tok_signer_t *s = NULL;
+    token_signer_t *s = NULL;
     if (q->key_file && q->key_file[0]) {
         uint8_t key[TOKEN_KEY_MAX];
         size_t len = 0;
-        if (tok_key_read(q->key_file, key, &len, err, errlen) < 0)
+        if (token_key_read(q->key_file, key, &len, err, errlen) < 0)
             return -1;
-        s = tok_signer_new(key, len);
+        s = token_signer_new(key, len);
         memset(key, 0, sizeof key);
         if (!s) {
             snprintf(err, errlen, "cannot set up the token key");
@@ -88,14 +88,14 @@ int seed_users(const seed_req_t *q, char (*tokens)[33], int64_t *ids, char *err,
         ids[i] = SEED_USER_ID_BASE + q->user_base + (int64_t)i;
         uint16_t nonce = 0;
         if (s && getrandom(&nonce, sizeof nonce, 0) == (ssize_t)sizeof nonce &&
-            tok_mint(s, ids[i], now, nonce, tokens[i]) == 0)
+            token_mint(s, ids[i], now, nonce, tokens[i]) == 0)
             continue;
         if (rnd_hex(tokens[i], 16) != 0) {   /* no key, or an id past 2^32-1 */
             snprintf(err, errlen, "the kernel's random number generator failed");
             rc = -1;
         }
     }
-    tok_signer_free(s);
+    token_signer_free(s);
     if (rc == 0 && q->redis_url && q->redis_url[0])
         rc = write_hashes(q, tokens, ids, err, errlen);
     return rc;

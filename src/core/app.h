@@ -18,7 +18,7 @@ struct ordq;
 struct rlock_client;
 struct rl_shared;
 struct clientip_set;
-struct tok_signer;
+struct token_signer;
 struct connlimit;
 struct rebuild_watch;
 
@@ -46,7 +46,7 @@ typedef struct app {
     struct rl_shared *rl;           /* per-instance rate-limit tables (ratelimit.h) */
     int log_login_codes;            /* codes go to the log: --log-login-codes or embedded */
     struct clientip_set *trusted;   /* --trusted-proxy, parsed (clientip.h); NULL = none */
-    struct tok_signer *signer;      /* signed tokens' key (token.h); NULL = opaque tokens only */
+    struct token_signer *signer;      /* signed tokens' key (token.h); NULL = opaque tokens only */
     struct rebuild_watch *rebuild;  /* republishes vouchers Redis lost (rebuild_watch.h) */
 
     atomic_int sql_up;              /* last SQL call (writer or jobs) succeeded: 1/0 */

@@ -160,14 +160,14 @@ static int token_key_setup(app_t *app, char *err, size_t errlen)
     int rc;
     if (cfg->token_key_file[0]) {
         snprintf(path, sizeof path, "%s", cfg->token_key_file);
-        rc = tok_key_read(path, key, &len, err, errlen);
+        rc = token_key_read(path, key, &len, err, errlen);
     } else {
         snprintf(path, sizeof path, "%s/token-key", cfg->data_dir);
-        rc = tok_key_read_or_create(path, key, &len, err, errlen);
+        rc = token_key_read_or_create(path, key, &len, err, errlen);
     }
     if (rc < 0)
         return -1;
-    app->signer = tok_signer_new(key, len);
+    app->signer = token_signer_new(key, len);
     memset(key, 0, sizeof key);
     if (!app->signer) {
         snprintf(err, errlen, "cannot set up the token key (OpenSSL)");
@@ -579,7 +579,7 @@ out:
     ratelimit_app_free(app);
     free(app->trusted);
     free(app->metrics);
-    tok_signer_free(app->signer);
+    token_signer_free(app->signer);
     connlimit_free(app->connlimit);
     if (rc == 0)
         log_info("stopped cleanly");
