@@ -1349,6 +1349,24 @@ fail:
  * Read-only; prepared per call (the audit pages through a voucher a few times, it is not
  * a hot path), so the connection struct needs no new statement slot. */
 
+/* Every row of st, a statement prepared for this call, as an order (order_row); st is
+ * finalized. */
+static int orders_once(sq_t *q, sqlite3_stmt *st, const char *what, store_order_t **out,
+                       size_t *n, const sq_arg_t *args, int nargs)
+{
+    void *a;
+    size_t len;
+    int rc = all_rows(q, st, what, order_row, sizeof **out, 256, &a, &len, args, nargs);
+    sqlite3_finalize(st);
+    if (rc != STORE_OK) {
+        free(a);
+        return STORE_ERR;
+    }
+    *out = a;
+    *n = len;
+    return STORE_OK;
+}
+
 static int sq_voucher_orders(store_t *s, int64_t voucher_id, int64_t after_id, size_t max,
                              store_order_t **out, size_t *n)
 {
@@ -1361,19 +1379,9 @@ static int sq_voucher_orders(store_t *s, int64_t voucher_id, int64_t after_id, s
                            "ORDER BY id LIMIT ?3",
                            -1, &st, NULL) != SQLITE_OK)
         return sq_fail(q, "prepare voucher orders");
-    void *a;
-    size_t len;
-    int rc = all_rows(q, st, "voucher orders", order_row, sizeof **out, 256, &a, &len,
-                      ARGS(A_INT(voucher_id), A_INT(after_id),
-                           A_INT(max > (size_t)INT64_MAX ? INT64_MAX : (int64_t)max)));
-    sqlite3_finalize(st);
-    if (rc != STORE_OK) {
-        free(a);
-        return STORE_ERR;
-    }
-    *out = a;
-    *n = len;
-    return STORE_OK;
+    return orders_once(q, st, "voucher orders", out, n,
+                       ARGS(A_INT(voucher_id), A_INT(after_id),
+                            A_INT(max > (size_t)INT64_MAX ? INT64_MAX : (int64_t)max)));
 }
 
 /* ==== store_exec, store_exec_orders: one statement of the caller's, autocommit
@@ -1435,17 +1443,7 @@ static int sq_exec_orders(store_t *s, const char *sql, const store_arg_t *args, 
         return store__fail(s, "sqlite: exec orders: %d columns, not an order's %d", cols,
                            STORE_ORDER_COLS);
     }
-    void *a;
-    size_t len;
-    int rc = all_rows(q, st, "exec orders", order_row, sizeof **out, 256, &a, &len, NO_ARGS);
-    sqlite3_finalize(st);
-    if (rc != STORE_OK) {
-        free(a);
-        return STORE_ERR;
-    }
-    *out = a;
-    *n = len;
-    return STORE_OK;
+    return orders_once(q, st, "exec orders", out, n, NO_ARGS);
 }
 
 const store_ops_t store_sqlite_ops = {
