@@ -7,7 +7,7 @@
  *      Every entry below both was acked at that moment, and the writer acks only after
  *      its SQL commit -- so such an order is already in SQL when step 2 reads;
  *   2. SQL: the voucher row, its (order count, stock) pair in one read transaction, and
- *      every order of the voucher (paged by id);
+ *      every order of the voucher (paged by id); then a lab SQL step's, if any (sql_counts);
  *   3. Redis, in one MULTI/EXEC: voucher hash (stock, begin, end), buyer count, stream
  *      length, dead letters -- so (stock, admitted) is one moment;
  *   4. the buyer hash (HSCAN; buyers are never removed, so every buyer present at step 2
@@ -47,6 +47,7 @@
 #include "sale/sentry.h"
 #include "store/store.h"
 #include "core/xmem.h"
+#include "lab/lab_store.h"
 
 #define PAGE 10000
 #define DETAIL 400
@@ -310,6 +311,55 @@ static int read_group(redisContext *c, const char *ks, sgroup_t *g, char *err, s
     return 0;
 }
 
+/* ==== SQL: the product's orders, and the lab's ====
+ * A database where a lab SQL step has run (docs/lab.md) holds that step's orders in
+ * lab_voucher_order (lab_store.h): the audit counts and lists them with the product's, so
+ * that its figures show what the step let through. They are read after the product's.
+ * That table changes only while a SQL step runs, whose stock update and insert are two
+ * autocommit statements anyway: no moment of the product's (count, stock) pair is lost. */
+
+/* The voucher's SQL (order count, stock), as store_voucher_counts. */
+static int sql_counts(store_t *st, int64_t vid, int64_t *count, int64_t *stock)
+{
+    int rc = store_voucher_counts(st, vid, count, stock);
+    int64_t lab = 0;
+    if (rc == STORE_ERR || lab_store_order_count(st, vid, &lab) != STORE_OK)
+        return STORE_ERR;
+    *count += lab;
+    return rc;
+}
+
+/* store_voucher_orders or lab_store_voucher_orders */
+typedef int orders_page_t(store_t *s, int64_t voucher_id, int64_t after_id, size_t max,
+                          store_order_t **out, size_t *n);
+
+/* Every order of the voucher that page reads, by pages in id order, into d. */
+static int read_orders(store_t *st, vdata_t *d, orders_page_t *page, char *err, size_t errlen)
+{
+    int64_t after = INT64_MIN;
+    for (;;) {
+        store_order_t *o = NULL;
+        size_t n = 0;
+        if (page(st, d->vid, after, PAGE, &o, &n) != STORE_OK) {
+            snprintf(err, errlen, "SQL orders: %s", store_errmsg(st));
+            return -1;
+        }
+        for (size_t i = 0; i < n; i++) {
+            pairs_push(&d->sql_by_id, o[i].id, o[i].user_id);
+            pairs_push(&d->sql_by_user, o[i].user_id, o[i].id);
+            if (o[i].create_time < d->sql_begin || o[i].create_time >= d->sql_end) {
+                if (d->sql_outside++ == 0)
+                    d->sql_outside_example = o[i].id;
+            }
+        }
+        if (n > 0)
+            after = o[n - 1].id;
+        free(o);
+        if (n < PAGE)
+            return 0;
+    }
+}
+
 static int read_sql(store_t *st, vdata_t *d, char *err, size_t errlen)
 {
     store_voucher_t v;
@@ -327,32 +377,17 @@ static int read_sql(store_t *st, vdata_t *d, char *err, size_t errlen)
     d->sql_begin = v.begin_time;
     d->sql_end = v.end_time;
     store_voucher_clear(&v);
-    if (store_voucher_counts(st, d->vid, &d->sql_count, &d->sql_stock) != STORE_OK) {
+    if (sql_counts(st, d->vid, &d->sql_count, &d->sql_stock) != STORE_OK) {
         snprintf(err, errlen, "SQL counts: %s", store_errmsg(st));
         return -1;
     }
-    int64_t after = INT64_MIN;
-    for (;;) {
-        store_order_t *o = NULL;
-        size_t n = 0;
-        if (store_voucher_orders(st, d->vid, after, PAGE, &o, &n) != STORE_OK) {
-            snprintf(err, errlen, "SQL orders: %s", store_errmsg(st));
-            return -1;
-        }
-        for (size_t i = 0; i < n; i++) {
-            pairs_push(&d->sql_by_id, o[i].id, o[i].user_id);
-            pairs_push(&d->sql_by_user, o[i].user_id, o[i].id);
-            if (o[i].create_time < d->sql_begin || o[i].create_time >= d->sql_end) {
-                if (d->sql_outside++ == 0)
-                    d->sql_outside_example = o[i].id;
-            }
-        }
-        if (n > 0)
-            after = o[n - 1].id;
-        free(o);
-        if (n < PAGE)
-            break;
-    }
+    if (read_orders(st, d, store_voucher_orders, err, errlen) < 0)
+        return -1;
+    size_t product = d->sql_by_id.n;
+    if (read_orders(st, d, lab_store_voucher_orders, err, errlen) < 0)
+        return -1;
+    if (d->sql_by_id.n > product)
+        pairs_sort(&d->sql_by_id);   /* two id-ordered runs: one */
     pairs_sort(&d->sql_by_user);
     return 0;
 }
@@ -1119,7 +1154,7 @@ int audit_wait_drain(const char *redis_url, const char *db_url, int64_t vid, int
         }
         retry_until = 0;
         int64_t count = 0, stock = 0;
-        if (store_voucher_counts(st, vid, &count, &stock) == STORE_ERR) {
+        if (sql_counts(st, vid, &count, &stock) == STORE_ERR) {
             snprintf(err, errlen, "SQL: %s", store_errmsg(st));
             rc = -1;
             break;

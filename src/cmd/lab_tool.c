@@ -31,12 +31,12 @@
 #include <sqlite3.h>
 
 #include "core/clock.h"
-#include "core/key.h"
 #include "redis/rconn.h"
 #include "redis/redis_child.h"
 #include "cmd/cmd_args.h"
 #include "cmd/html_report.h"
 #include "core/url.h"
+#include "lab/lab.h"
 #include "core/xmem.h"
 
 /* ==== the steps ==== */

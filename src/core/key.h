@@ -39,7 +39,8 @@
  *   seckill:revoked       zset of logged-out tokens, score = when the entry can go (revoke.h)
  * Pub/sub channel (not a key; broadcast on a Redis Cluster):
  *   seckill:revoke        a logged-out token, to every worker of every instance (revoke.h)
- * The consumer group on every order stream is "g1" (the course's). */
+ * The consumer group on every order stream is "g1" (the course's). The lab's course steps
+ * name their own keys (src/lab/lab.h). */
 #ifndef SECKILL_KEYS_H
 #define SECKILL_KEYS_H
 
@@ -53,12 +54,6 @@
 #define KEY_DRAINED "{seckill:streams}:drained"
 #define KEY_INSTANCE "seckill:instance"
 #define KEY_BOARD_INSTANCES "seckill:{board}:instances"
-/* The lab's course steps (lab.h): the course's lock key prefix (SimpleRedisLock's
- * "lock:" + "order:" + userId), and one order list / channel for all vouchers, like the
- * course's single queue. */
-#define KEY_LAB_LOCK_PREFIX "lock:order:"
-#define KEY_LAB_LIST "seckill:lab:orders"
-#define KEY_LAB_CHANNEL "seckill:lab:orders"
 
 /* Each writes a NUL-terminated key into buf and returns its length (or -1 if too small). */
 int key_voucher(char *buf, size_t len, int64_t voucher_id);

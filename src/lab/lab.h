@@ -3,12 +3,14 @@
  *
  * A plug-in. The lab adds its steps as rows of the table of order modes
  * (sale/order_mode.h) with lab_register -- the one call main.c makes -- and the service
- * knows the table, not the lab: in src/, only src/lab/ and main.c include a lab header.
+ * knows the table, not the lab: in src/, only src/lab/, main.c, `seckill lab`
+ * (src/cmd/lab_tool.c: this header, for the keys) and `seckill audit` (src/cmd/audit.c:
+ * lab_store.h, for the lab's orders) include a lab header.
  * Each row gives the step's order handler (api_order.c calls it), the job-pool size, and
  * start/stop (server.c runs them). Everything a step needs is here: its Redis script
- * (lab_mq.lua, embedded like the service's: Makefile EMBED), its SQL (lab_store.c, run
- * through store_exec), and its table lab_voucher_order, which a SQL step's start creates
- * (lab_store_ensure), never the service's schema.
+ * (lab_mq.lua, embedded like the service's: Makefile EMBED), its Redis keys (below), its
+ * SQL (lab_store.h, run through store_exec), and its table lab_voucher_order, which a SQL
+ * step's start creates (lab_store_ensure), never the service's schema.
  *
  * SQL steps (lab_sql.c), each as the hm-dianping course writes it, on the job pool:
  *   naive          read the voucher, check stock, `stock = stock - 1`, insert
@@ -21,7 +23,9 @@
  *   reentrant      rlock (the Redisson model: hash + owner, watchdog lease)
  * Orders of the SQL steps go to lab_voucher_order, the course's order table without our
  * UNIQUE key: what a step lets through shows in the audit as oversold stock or a second
- * order (the store's audit reads count that table too when it exists).
+ * order (the audit adds that table's orders to the product's: lab_store.h). The product's
+ * Redis rebuild (src/rebuild/) reads tb_voucher_order only: the SQL steps sell from SQL
+ * and never read Redis stock, and the transports' orders are in tb_voucher_order.
  *
  * Transports (lab_mq.c): lab_mq.lua admits the order as admit.lua does for one buyer
  * (window, stock, one per user) and hands it to
@@ -46,7 +50,6 @@
 #include <stdint.h>
 #include "core/config.h"
 #include "sale/admission.h"
-#include "store/store.h"
 
 struct app;
 struct http_req;
@@ -95,19 +98,11 @@ int lab_mq_start(struct app *app, char *err, size_t errlen);
 void lab_mq_stop(struct app *app);
 void lab_mq_order(struct http_req *r, int64_t voucher_id, int64_t user_id, admission_cb cb);
 
-/* The lab's SQL (lab_store.c), one autocommit statement each, the way the course's
- * MyBatis-Plus calls run: no transaction holds what a check read until its write, which
- * is exactly the race the lab shows. STORE_* codes, the reason in store_errmsg. */
-enum { LAB_TAKE_ANY = 0,          /* stock = stock - 1 (naive) */
-       LAB_TAKE_IF_EQ = 1,        /* ... WHERE stock = old (cas-stock-eq) */
-       LAB_TAKE_IF_POSITIVE = 2   /* ... WHERE stock > 0 (everything after) */
-};
-/* Creates lab_voucher_order and its index if missing (a database that has them is fine). */
-int lab_store_ensure(store_t *s);
-/* Takes one stock with the guard; *taken = 1 if a row changed. */
-int lab_store_take_stock(store_t *s, int64_t voucher_id, int guard, int64_t old, int *taken);
-/* The course's count(): orders of this user for this voucher in lab_voucher_order. */
-int lab_store_user_orders(store_t *s, int64_t user_id, int64_t voucher_id, int64_t *n);
-int lab_store_insert(store_t *s, const store_order_t *o);
+/* Redis keys of the steps: the course's lock key prefix (SimpleRedisLock's "lock:" +
+ * "order:" + userId), and one order list / channel for all vouchers, like the course's
+ * single queue. */
+#define KEY_LAB_LOCK_PREFIX "lock:order:"
+#define KEY_LAB_LIST "seckill:lab:orders"
+#define KEY_LAB_CHANNEL "seckill:lab:orders"
 
 #endif

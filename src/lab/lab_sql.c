@@ -15,6 +15,7 @@
  * workers start and freed by lab_sql_stop after the pool has stopped; its Redis
  * connections are taken and returned under its mutex. */
 #include "lab/lab.h"
+#include "lab/lab_store.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -27,7 +28,6 @@
 
 #include "core/app.h"
 #include "redis/rconn.h"
-#include "core/key.h"
 #include "core/log.h"
 #include "rlock.h"
 #include "sale/order_mode.h"

@@ -1,5 +1,5 @@
-/* lab_store.c -- the lab's SQL (lab.h): its order table and the course's statements, run
- * through store_exec, one autocommit statement each, as the course's MyBatis-Plus calls
+/* lab_store.c -- the lab's SQL (lab_store.h): its order table and the course's statements,
+ * run through store_exec, one autocommit statement each, as the course's MyBatis-Plus calls
  * run under MySQL's default isolation. Nothing the course's checks read stays locked
  * until its write -- exactly the race the lab shows (one SQLite transaction around the
  * whole order would serialise it away).
@@ -7,9 +7,9 @@
  * lab_voucher_order is the course's tb_voucher_order as the course has it -- no
  * UNIQUE (user_id, voucher_id) -- so the steps that let a user buy twice (local-lock on two
  * instances, setnx with an expired lease) show it as a second row. It is made by
- * lab_store_ensure when a lab mode starts, never by the service's schema; the store's
- * audit reads (store_voucher_counts, store_voucher_orders) count it where it exists. */
-#include "lab/lab.h"
+ * lab_store_ensure when a lab mode starts, never by the service's schema; the audit reads
+ * it (lab_store_order_count, lab_store_voucher_orders) where it exists. */
+#include "lab/lab_store.h"
 
 #include <string.h>
 
@@ -93,4 +93,48 @@ int lab_store_insert(store_t *s, const store_order_t *o)
     /* Not retried: the INSERT may have committed before the connection went. */
     return store_exec(s, "INSERT INTO lab_voucher_order (id, user_id, voucher_id, "
                          "create_time, update_time) VALUES (?, ?, ?, ?, ?)", args, 5, 0, NULL);
+}
+
+/* *has = 1 if lab_voucher_order exists: some SQL step has run in this database. */
+static int has_table(store_t *s, int *has)
+{
+    int sqlite = strcmp(store_scheme(s), "sqlite") == 0;
+    int64_t n = 0;
+    int rc = store_exec(s,
+                        sqlite ? "SELECT count(*) FROM sqlite_master WHERE type = 'table' "
+                                 "AND name = 'lab_voucher_order'"
+                               : "SELECT COUNT(*) FROM information_schema.tables WHERE "
+                                 "table_schema = DATABASE() AND table_name = 'lab_voucher_order'",
+                        NULL, 0, 1, &n);
+    *has = rc == STORE_OK && n > 0;
+    return rc;
+}
+
+int lab_store_order_count(store_t *s, int64_t voucher_id, int64_t *n)
+{
+    int has;
+    *n = 0;
+    int rc = has_table(s, &has);
+    if (rc != STORE_OK || !has)
+        return rc;
+    const store_arg_t args[] = {{voucher_id, 0}};
+    return store_exec(s, "SELECT COUNT(*) FROM lab_voucher_order WHERE voucher_id = ?", args, 1,
+                      1, n);
+}
+
+int lab_store_voucher_orders(store_t *s, int64_t voucher_id, int64_t after_id, size_t max,
+                             store_order_t **out, size_t *n)
+{
+    int has;
+    *out = NULL;
+    *n = 0;
+    int rc = has_table(s, &has);
+    if (rc != STORE_OK || !has || max == 0)
+        return rc;
+    const store_arg_t args[] = {{voucher_id, 0},
+                                {after_id, 0},
+                                {max > (size_t)INT64_MAX ? INT64_MAX : (int64_t)max, 0}};
+    return store_exec_orders(s, "SELECT id, user_id, voucher_id, status, create_time "
+                                "FROM lab_voucher_order WHERE voucher_id = ? AND id > ? "
+                                "ORDER BY id LIMIT ?", args, 3, out, n);
 }

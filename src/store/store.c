@@ -251,6 +251,15 @@ int store_exec(store_t *s, const char *sql, const store_arg_t *args, int nargs, 
     return s->ops->exec(s, sql, args, nargs, retry, out ? out : &dummy);
 }
 
+int store_exec_orders(store_t *s, const char *sql, const store_arg_t *args, int nargs,
+                      store_order_t **out, size_t *n)
+{
+    LIST_ENTER(s, out, n);
+    if (!sql || nargs < 0 || (nargs > 0 && !args) || nargs > STORE_EXEC_ARGS)
+        return store__fail(s, "store_exec_orders: bad arguments");
+    return s->ops->exec_orders(s, sql, args, nargs, out, n);
+}
+
 const char *store_scheme(const store_t *s)
 {
     return s && s->ops ? s->ops->scheme : "";

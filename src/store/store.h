@@ -101,10 +101,8 @@ int store_order_get(store_t *s, int64_t id, store_order_t *out);
 /* A user's orders, newest first, at most max. *out malloc'ed (free()). */
 int store_orders_of_user(store_t *s, int64_t user_id, size_t max, store_order_t **out, size_t *n);
 
-/* For audit and tests: count of orders of a voucher and its SQL stock. The orders of a
- * voucher (here and in store_voucher_orders) are tb_voucher_order's and, in a database
- * where the lab has run (src/lab/lab.h), lab_voucher_order's, so the audit counts every
- * order a lab step let through. */
+/* For audit and tests: count of orders of a voucher and its SQL stock, from one moment.
+ * STORE_NOTFOUND (the count still set) if the voucher is not a flash-sale voucher. */
 int store_voucher_counts(store_t *s, int64_t voucher_id, int64_t *orders, int64_t *stock);
 
 /* The `sync` order mode (the course's database-only flash sale): in ONE transaction,
@@ -155,6 +153,13 @@ typedef struct store_arg {
 } store_arg_t;
 int store_exec(store_t *s, const char *sql, const store_arg_t *args, int nargs, int retry,
                int64_t *out);
+/* A read of the caller's own whose rows are orders: sql selects five columns, an order's
+ * id, user_id, voucher_id, status and create_time (a datetime column: epoch seconds in
+ * out), the fields store_voucher_orders fills. Run as store_exec runs a read (autocommit,
+ * args bound the same way, sent again after a lost connection); any limit is the
+ * statement's own. *out is malloc'ed (free()), *n rows in the statement's order. */
+int store_exec_orders(store_t *s, const char *sql, const store_arg_t *args, int nargs,
+                      store_order_t **out, size_t *n);
 /* The backend's URL scheme ("sqlite", "mysql", "mariadb"). */
 const char *store_scheme(const store_t *s);
 

@@ -15,6 +15,7 @@
 
 #define STORE_ERRLEN 512
 #define STORE_EXEC_ARGS 8              /* store_exec: arguments at most */
+#define STORE_ORDER_COLS 5             /* store_exec_orders: the columns of an order row */
 
 struct store_ops;
 
@@ -51,6 +52,9 @@ typedef struct store_ops {
     /* store_exec: nargs <= STORE_EXEC_ARGS, out != NULL */
     int (*exec)(store_t *s, const char *sql, const store_arg_t *args, int nargs, int retry,
                 int64_t *out);
+    /* store_exec_orders: as exec; out and n != NULL, set to no rows */
+    int (*exec_orders)(store_t *s, const char *sql, const store_arg_t *args, int nargs,
+                       store_order_t **out, size_t *n);
     int (*redis_epoch)(store_t *s, int64_t voucher_id, int bump, int64_t *epoch);
     int (*voucher_buckets)(store_t *s, int64_t voucher_id, int *buckets);
 } store_ops_t;

@@ -115,8 +115,6 @@ enum {
     ST_EPOCH_BUMP,
     ST_BUCKETS_INSERT,
     ST_BUCKETS_GET,
-    ST_COUNTS_LAB,
-    ST_LAB_VOUCHER_ORDERS,
     ST__COUNT
 };
 
@@ -173,13 +171,6 @@ static const char *const stmt_sql[ST__COUNT] = {
     [ST_BUCKETS_GET] = "SELECT buckets FROM tb_seckill_buckets WHERE voucher_id = ?",
     [ST_EPOCH_BUMP] = "INSERT INTO tb_seckill_epoch (voucher_id, epoch) VALUES (?, 1) "
                       "ON DUPLICATE KEY UPDATE epoch = epoch + 1",
-    /* A database the lab has run in: its course steps' orders count too (store.h). */
-    [ST_COUNTS_LAB] = "SELECT (SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ?) + "
-                      "(SELECT COUNT(*) FROM lab_voucher_order WHERE voucher_id = ?), "
-                      "(SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?)",
-    [ST_LAB_VOUCHER_ORDERS] = "SELECT id, user_id, voucher_id, status, create_time "
-                              "FROM lab_voucher_order WHERE voucher_id = ? AND id > ? "
-                              "ORDER BY id LIMIT ?",
 };
 
 typedef struct my {
@@ -1655,16 +1646,16 @@ static void orow_get(void *bufs, void *out)
     o->create_time = epoch_of(&r->created);
 }
 
-/* Runs an order query (params par) and collects up to max rows. */
-static int order_rows(my_t *m, int id, MYSQL_BIND *par, size_t max, store_order_t **out,
+/* Runs an order query st (from stmt(), or NULL: preparing it failed) with params par
+ * and collects up to max rows. */
+static int order_rows(my_t *m, MYSQL_STMT *st, MYSQL_BIND *par, size_t max, store_order_t **out,
                       size_t *n, const char *what)
 {
     orow_t r;
     orow_bind(&r);
     void *a;
     size_t len;
-    int ret = all_rows(m, stmt(m, id), par, r.res, what, max, orow_get, &r, sizeof **out, 8, &a,
-                       &len);
+    int ret = all_rows(m, st, par, r.res, what, max, orow_get, &r, sizeof **out, 8, &a, &len);
     if (ret != STORE_OK) {
         free(a);
         return STORE_ERR;
@@ -1680,7 +1671,7 @@ static int do_order_get(my_t *m, int64_t id, store_order_t *out)
     b_i64(&par[0], &id);
     store_order_t *a = NULL;
     size_t n = 0;
-    if (order_rows(m, ST_ORDER_GET, par, 1, &a, &n, "order get") != STORE_OK)
+    if (order_rows(m, stmt(m, ST_ORDER_GET), par, 1, &a, &n, "order get") != STORE_OK)
         return STORE_ERR;
     int ret = n ? STORE_OK : STORE_NOTFOUND;
     if (n)
@@ -1702,7 +1693,7 @@ static int do_orders_of_user(my_t *m, int64_t user_id, size_t max, store_order_t
     MYSQL_BIND par[2];
     b_i64(&par[0], &user_id);
     b_i64(&par[1], &lim);
-    return order_rows(m, ST_ORDERS_OF_USER, par, max, out, n, "orders of user");
+    return order_rows(m, stmt(m, ST_ORDERS_OF_USER), par, max, out, n, "orders of user");
 }
 
 static int my_orders_of_user(store_t *s, int64_t user_id, size_t max, store_order_t **out,
@@ -1710,19 +1701,6 @@ static int my_orders_of_user(store_t *s, int64_t user_id, size_t max, store_orde
 {
     my_t *m = (my_t *)s;
     RETRYING(m, 1, do_orders_of_user(m, user_id, max, out, n));
-}
-
-static int do_exec(my_t *m, const char *sql, const store_arg_t *args, int nargs, int64_t *out);
-
-/* *lab = 1 if the database has lab_voucher_order (the lab made it: store.h). */
-static int has_lab(my_t *m, int *lab)
-{
-    int64_t n = 0;
-    int rc = do_exec(m, "SELECT COUNT(*) FROM information_schema.tables WHERE "
-                        "table_schema = DATABASE() AND table_name = 'lab_voucher_order'",
-                     NULL, 0, &n);
-    *lab = n > 0;
-    return rc;
 }
 
 static int do_voucher_orders(my_t *m, int64_t voucher_id, int64_t after_id, size_t max,
@@ -1733,36 +1711,7 @@ static int do_voucher_orders(my_t *m, int64_t voucher_id, int64_t after_id, size
     b_i64(&par[0], &voucher_id);
     b_i64(&par[1], &after_id);
     b_i64(&par[2], &lim);
-    store_order_t *a = NULL, *b = NULL;
-    size_t na = 0, nb = 0;
-    int lab;
-    if (has_lab(m, &lab) != STORE_OK)
-        return STORE_ERR;
-    /* Both order tables, each an index range scan, merged here: the first max ids of the
-     * union are among the first max of each (a UNION ALL under ORDER BY ... LIMIT would
-     * read every remaining row of the voucher for each page). */
-    if (order_rows(m, ST_VOUCHER_ORDERS, par, max, &a, &na, "voucher orders") != STORE_OK)
-        return STORE_ERR;
-    if (lab && order_rows(m, ST_LAB_VOUCHER_ORDERS, par, max, &b, &nb, "voucher orders (lab)") !=
-        STORE_OK) {
-        free(a);
-        return STORE_ERR;
-    }
-    if (nb == 0) {
-        free(b);
-        *out = a;
-        *n = na;
-        return STORE_OK;
-    }
-    size_t len = na + nb < max ? na + nb : max, i = 0, j = 0;
-    store_order_t *o = xrealloc(NULL, len * sizeof *o);
-    for (size_t k = 0; k < len; k++)
-        o[k] = (j >= nb || (i < na && a[i].id < b[j].id)) ? a[i++] : b[j++];
-    free(a);
-    free(b);
-    *out = o;
-    *n = len;
-    return STORE_OK;
+    return order_rows(m, stmt(m, ST_VOUCHER_ORDERS), par, max, out, n, "voucher orders");
 }
 
 static int my_voucher_orders(store_t *s, int64_t voucher_id, int64_t after_id, size_t max,
@@ -1780,17 +1729,13 @@ static int do_voucher_counts(my_t *m, int64_t voucher_id, int64_t *orders, int64
 {
     *orders = 0;
     *stock = 0;
-    int lab;
-    if (has_lab(m, &lab) != STORE_OK)
-        return STORE_ERR;
-    MYSQL_STMT *st = stmt(m, lab ? ST_COUNTS_LAB : ST_COUNTS);   /* params: the same id */
+    MYSQL_STMT *st = stmt(m, ST_COUNTS);   /* params: the same id */
     if (!st)
         return STORE_ERR;
-    MYSQL_BIND par[3], res[2];
+    MYSQL_BIND par[2], res[2];
     ri64_t cnt, stk;
     b_i64(&par[0], &voucher_id);
     b_i64(&par[1], &voucher_id);
-    b_i64(&par[2], &voucher_id);
     r_i64(&res[0], &cnt);
     r_i64(&res[1], &stk);
     int f = one_row(m, st, par, res, "counts");
@@ -1937,12 +1882,10 @@ static int my_order_sync(store_t *s, const store_order_t *o, int *result)
 
 /* ---------------------------------------------------------------- store_exec */
 
-/* One statement of the caller's, prepared for this call and closed after (store.h). */
-static int do_exec(my_t *m, const char *sql, const store_arg_t *args, int nargs, int64_t *out)
+/* The caller's arguments as params par (a time through t, this backend's datetime). */
+static void exec_params(my_t *m, const store_arg_t *args, int nargs, MYSQL_BIND *par,
+                        MYSQL_TIME *t)
 {
-    *out = 0;
-    MYSQL_BIND par[STORE_EXEC_ARGS], res[1];
-    MYSQL_TIME t[STORE_EXEC_ARGS];
     for (int i = 0; i < nargs; i++) {
         if (args[i].is_time) {
             mtime_of(m, args[i].v, &t[i]);
@@ -1951,6 +1894,15 @@ static int do_exec(my_t *m, const char *sql, const store_arg_t *args, int nargs,
             b_i64(&par[i], &args[i].v);
         }
     }
+}
+
+/* One statement of the caller's, prepared for this call and closed after (store.h). */
+static int do_exec(my_t *m, const char *sql, const store_arg_t *args, int nargs, int64_t *out)
+{
+    *out = 0;
+    MYSQL_BIND par[STORE_EXEC_ARGS], res[1];
+    MYSQL_TIME t[STORE_EXEC_ARGS];
+    exec_params(m, args, nargs, par, t);
     MYSQL_STMT *st = NULL;
     if (!prepare(m, &st, sql))
         return STORE_ERR;
@@ -1979,6 +1931,34 @@ static int my_exec(store_t *s, const char *sql, const store_arg_t *args, int nar
     RETRYING(m, retry ? 1 : 0, do_exec(m, sql, args, nargs, out));
 }
 
+/* A read of the caller's whose rows are orders (store_exec_orders), as do_exec runs one. */
+static int do_exec_orders(my_t *m, const char *sql, const store_arg_t *args, int nargs,
+                          store_order_t **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    MYSQL_BIND par[STORE_EXEC_ARGS];
+    MYSQL_TIME t[STORE_EXEC_ARGS];
+    exec_params(m, args, nargs, par, t);
+    MYSQL_STMT *st = NULL;
+    if (!prepare(m, &st, sql))
+        return STORE_ERR;
+    unsigned cols = mysql_stmt_field_count(st);
+    int rc = cols == STORE_ORDER_COLS
+                 ? order_rows(m, st, nargs > 0 ? par : NULL, SIZE_MAX, out, n, "exec orders")
+                 : store__fail(&m->base, "mysql: exec orders: %u columns, not an order's %d",
+                               cols, STORE_ORDER_COLS);
+    mysql_stmt_close(st);
+    return rc;
+}
+
+static int my_exec_orders(store_t *s, const char *sql, const store_arg_t *args, int nargs,
+                          store_order_t **out, size_t *n)
+{
+    my_t *m = (my_t *)s;
+    RETRYING(m, 1, do_exec_orders(m, sql, args, nargs, out, n));
+}
+
 #define MYSQL_OPS(name)                                                                 \
     {                                                                                   \
         .scheme = name, .open = my_open, .close = my_close, .ping = my_ping,            \
@@ -1988,7 +1968,7 @@ static int my_exec(store_t *s, const char *sql, const store_arg_t *args, int nar
         .orders_write = my_orders_write, .order_get = my_order_get,                     \
         .orders_of_user = my_orders_of_user, .voucher_counts = my_voucher_counts,       \
         .order_sync = my_order_sync, .voucher_orders = my_voucher_orders,               \
-        .redis_epoch = my_redis_epoch, .exec = my_exec,                                 \
+        .redis_epoch = my_redis_epoch, .exec = my_exec, .exec_orders = my_exec_orders,  \
         .voucher_buckets = my_voucher_buckets,                                          \
     }
 

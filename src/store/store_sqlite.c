@@ -66,8 +66,6 @@ enum {
     ST_STOCK_TAKE,
     ST_ORDERS_OF_USER,
     ST_COUNT_ORDERS,
-    ST_COUNT_ORDERS_LAB,
-    ST_HAS_LAB,
     ST_STOCK_GET,
     ST_EPOCH_GET,
     ST_EPOCH_BUMP,
@@ -112,11 +110,6 @@ static const char *const stmt_sql[ST__COUNT] = {
                           "FROM tb_voucher_order WHERE user_id = ?1 "
                           "ORDER BY create_time DESC, id DESC LIMIT ?2",
     [ST_COUNT_ORDERS] = "SELECT count(*) FROM tb_voucher_order WHERE voucher_id = ?1",
-    /* A database the lab has run in: its course steps' orders count too (store.h). */
-    [ST_COUNT_ORDERS_LAB] = "SELECT (SELECT count(*) FROM tb_voucher_order WHERE voucher_id = "
-                            "?1) + (SELECT count(*) FROM lab_voucher_order WHERE voucher_id = ?1)",
-    [ST_HAS_LAB] = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND "
-                   "name = 'lab_voucher_order'",
     [ST_STOCK_GET] = "SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?1",
     [ST_EPOCH_GET] = "SELECT coalesce((SELECT epoch FROM tb_seckill_epoch WHERE voucher_id = "
                      "?1), 0) FROM tb_seckill_voucher WHERE voucher_id = ?1",
@@ -1223,15 +1216,6 @@ static int sq_voucher_buckets(store_t *s, int64_t voucher_id, int *buckets)
     return STORE_OK;
 }
 
-/* *lab = 1 if the database has lab_voucher_order (the lab made it: store.h). */
-static int has_lab(sq_t *q, int *lab)
-{
-    int64_t n = 0;
-    int rc = one_row(q, stmt(q, ST_HAS_LAB), "lab table", read_ints, &n, NO_ARGS);
-    *lab = n > 0;
-    return rc == STORE_NOTFOUND ? sq_fail(q, "lab table") : rc;
-}
-
 static int sq_voucher_counts(store_t *s, int64_t voucher_id, int64_t *orders, int64_t *stock)
 {
     sq_t *q = (sq_t *)s;
@@ -1241,11 +1225,8 @@ static int sq_voucher_counts(store_t *s, int64_t voucher_id, int64_t *orders, in
     /* One read transaction, so the count and the stock are from the same moment. */
     if (exec_stmt(q, ST_BEGIN, "counts: BEGIN") != STORE_OK)
         return STORE_ERR;
-    int lab = 0;
-    int ret = has_lab(q, &lab);
-    if (ret == STORE_OK)
-        ret = one_row(q, stmt(q, lab ? ST_COUNT_ORDERS_LAB : ST_COUNT_ORDERS), "count orders",
-                      read_ints, orders, ARGS(A_INT(voucher_id)));
+    int ret = one_row(q, stmt(q, ST_COUNT_ORDERS), "count orders", read_ints, orders,
+                      ARGS(A_INT(voucher_id)));
     if (ret == STORE_NOTFOUND)
         ret = sq_fail(q, "count orders");
     /* Without a stock row, STORE_NOTFOUND: not a flash-sale voucher; *orders is still valid. */
@@ -1368,32 +1349,14 @@ fail:
  * Read-only; prepared per call (the audit pages through a voucher a few times, it is not
  * a hot path), so the connection struct needs no new statement slot. */
 
-static int sq_voucher_orders(store_t *s, int64_t voucher_id, int64_t after_id, size_t max,
-                             store_order_t **out, size_t *n)
+/* Every row of st, a statement prepared for this call, as an order (order_row); st is
+ * finalized. */
+static int orders_once(sq_t *q, sqlite3_stmt *st, const char *what, store_order_t **out,
+                       size_t *n, const sq_arg_t *args, int nargs)
 {
-    sq_t *q = (sq_t *)s;
-    call_begin(q);
-    int lab;
-    if (has_lab(q, &lab) != STORE_OK)
-        return STORE_ERR;
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(q->db,
-                           lab ? "SELECT id, user_id, voucher_id, status, create_time FROM ("
-                                 "SELECT id, user_id, voucher_id, status, create_time "
-                                 "FROM tb_voucher_order WHERE voucher_id = ?1 AND id > ?2 "
-                                 "UNION ALL SELECT id, user_id, voucher_id, status, create_time "
-                                 "FROM lab_voucher_order WHERE voucher_id = ?1 AND id > ?2) "
-                                 "ORDER BY id LIMIT ?3"
-                               : "SELECT id, user_id, voucher_id, status, create_time "
-                                 "FROM tb_voucher_order WHERE voucher_id = ?1 AND id > ?2 "
-                                 "ORDER BY id LIMIT ?3",
-                           -1, &st, NULL) != SQLITE_OK)
-        return sq_fail(q, "prepare voucher orders");
     void *a;
     size_t len;
-    int rc = all_rows(q, st, "voucher orders", order_row, sizeof **out, 256, &a, &len,
-                      ARGS(A_INT(voucher_id), A_INT(after_id),
-                           A_INT(max > (size_t)INT64_MAX ? INT64_MAX : (int64_t)max)));
+    int rc = all_rows(q, st, what, order_row, sizeof **out, 256, &a, &len, args, nargs);
     sqlite3_finalize(st);
     if (rc != STORE_OK) {
         free(a);
@@ -1404,22 +1367,53 @@ static int sq_voucher_orders(store_t *s, int64_t voucher_id, int64_t after_id, s
     return STORE_OK;
 }
 
-/* ==== store_exec: one statement of the caller's, autocommit (store.h) ==== */
-
-static int sq_exec(store_t *s, const char *sql, const store_arg_t *args, int nargs, int retry,
-                   int64_t *out)
+static int sq_voucher_orders(store_t *s, int64_t voucher_id, int64_t after_id, size_t max,
+                             store_order_t **out, size_t *n)
 {
     sq_t *q = (sq_t *)s;
     call_begin(q);
     sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(q->db, sql, -1, &st, NULL) != SQLITE_OK)
-        return sq_fail(q, "exec: prepare");
+    if (sqlite3_prepare_v2(q->db,
+                           "SELECT id, user_id, voucher_id, status, create_time "
+                           "FROM tb_voucher_order WHERE voucher_id = ?1 AND id > ?2 "
+                           "ORDER BY id LIMIT ?3",
+                           -1, &st, NULL) != SQLITE_OK)
+        return sq_fail(q, "prepare voucher orders");
+    return orders_once(q, st, "voucher orders", out, n,
+                       ARGS(A_INT(voucher_id), A_INT(after_id),
+                            A_INT(max > (size_t)INT64_MAX ? INT64_MAX : (int64_t)max)));
+}
+
+/* ==== store_exec, store_exec_orders: one statement of the caller's, autocommit
+ * (store.h); prepared per call ==== */
+
+/* The caller's statement, prepared, its arguments bound (a time as this backend writes
+ * its own: time_text). NULL, the reason recorded, if it does not prepare. */
+static sqlite3_stmt *exec_prepare(sq_t *q, const char *sql, const store_arg_t *args, int nargs,
+                                  const char *what)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(q->db, sql, -1, &st, NULL) != SQLITE_OK) {
+        sq_fail(q, what);
+        return NULL;
+    }
     for (int i = 0; i < nargs; i++) {
         if (args[i].is_time)
             sqlite3_bind_text(st, i + 1, time_text(q, args[i].v), -1, SQLITE_TRANSIENT);
         else
             sqlite3_bind_int64(st, i + 1, args[i].v);
     }
+    return st;
+}
+
+static int sq_exec(store_t *s, const char *sql, const store_arg_t *args, int nargs, int retry,
+                   int64_t *out)
+{
+    sq_t *q = (sq_t *)s;
+    call_begin(q);
+    sqlite3_stmt *st = exec_prepare(q, sql, args, nargs, "exec: prepare");
+    if (!st)
+        return STORE_ERR;
     int rc = sqlite3_step(st);
     *out = 0;
     if (rc == SQLITE_ROW)
@@ -1433,6 +1427,23 @@ static int sq_exec(store_t *s, const char *sql, const store_arg_t *args, int nar
     }
     sqlite3_finalize(st);
     return STORE_OK;
+}
+
+static int sq_exec_orders(store_t *s, const char *sql, const store_arg_t *args, int nargs,
+                          store_order_t **out, size_t *n)
+{
+    sq_t *q = (sq_t *)s;
+    call_begin(q);
+    sqlite3_stmt *st = exec_prepare(q, sql, args, nargs, "exec orders: prepare");
+    if (!st)
+        return STORE_ERR;
+    int cols = sqlite3_column_count(st);
+    if (cols != STORE_ORDER_COLS) {
+        sqlite3_finalize(st);
+        return store__fail(s, "sqlite: exec orders: %d columns, not an order's %d", cols,
+                           STORE_ORDER_COLS);
+    }
+    return orders_once(q, st, "exec orders", out, n, NO_ARGS);
 }
 
 const store_ops_t store_sqlite_ops = {
@@ -1455,4 +1466,5 @@ const store_ops_t store_sqlite_ops = {
     .order_sync = sq_order_sync,
     .voucher_orders = sq_voucher_orders,
     .exec = sq_exec,
+    .exec_orders = sq_exec_orders,
 };

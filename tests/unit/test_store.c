@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 #include "core/clock.h"
-#include "lab/lab.h"
+#include "lab/lab_store.h"
 #include "store/store.h"
 
 typedef struct fx {
@@ -728,10 +728,11 @@ static void test_sync_order(void **state)
     assert_int_equal(stock, 0);
 }
 
-/* The lab's course steps (lab_store.c, through store_exec): made by the lab, not the
- * schema; one autocommit statement each, the stock guards as the course writes them, and
- * lab_voucher_order without UNIQUE(user, voucher) -- yet counted, and listed in id order,
- * with the real orders by the audit's calls. */
+/* The lab's course steps (lab_store.c, through store_exec and store_exec_orders): made by
+ * the lab, not the schema; one autocommit statement each, the stock guards as the course
+ * writes them, and lab_voucher_order without UNIQUE(user, voucher) -- counted and listed in
+ * id order for the audit by the lab's calls, never by the store's, which know only
+ * tb_voucher_order. */
 static void test_lab_calls(void **state)
 {
     FX(f);
@@ -739,6 +740,13 @@ static void test_lab_calls(void **state)
     int64_t v = create_seckill_at(f->s, 1, 2, now - 3600, now + 3600);
     int64_t n = -1;
     assert_int_equal(lab_store_user_orders(f->s, 2001, v, &n), STORE_ERR);   /* no table yet */
+    assert_int_equal(lab_store_order_count(f->s, v, &n), STORE_OK);           /* ... none */
+    assert_int_equal(n, 0);
+    store_order_t *out = (store_order_t *)&n;
+    size_t k = 7;
+    assert_int_equal(lab_store_voucher_orders(f->s, v, 0, 10, &out, &k), STORE_OK);
+    assert_null(out);
+    assert_int_equal(k, 0);
     assert_int_equal(lab_store_ensure(f->s), STORE_OK);
     assert_int_equal(lab_store_ensure(f->s), STORE_OK);   /* a database that has it is fine */
     int taken = -1;
@@ -772,10 +780,12 @@ static void test_lab_calls(void **state)
     assert_int_equal(n, 0);
     int64_t orders, stock;
     assert_int_equal(store_voucher_counts(f->s, v, &orders, &stock), STORE_OK);
-    assert_int_equal(orders, 2);
+    assert_int_equal(orders, 0);   /* the product's table only */
     assert_int_equal(stock, -1);
+    assert_int_equal(lab_store_order_count(f->s, v, &n), STORE_OK);
+    assert_int_equal(n, 2);
 
-    /* Both tables, merged in id order, paged. */
+    /* Each table on its own, paged in id order. */
     int64_t v2 = create_seckill(f->s, 1, 10);
     store_order_t b[2] = {mk(450, 3001, v2, 1700000000), mk(550, 3002, v2, 1700000000)};
     size_t ins, conf;
@@ -786,21 +796,66 @@ static void test_lab_calls(void **state)
     o = mk(600, 3003, v2, now);
     assert_int_equal(lab_store_insert(f->s, &o), STORE_OK);
     assert_int_equal(store_voucher_counts(f->s, v2, &orders, &stock), STORE_OK);
-    assert_int_equal(orders, 4);
-    store_order_t *out;
-    size_t k;
-    assert_int_equal(store_voucher_orders(f->s, v2, 0, 3, &out, &k), STORE_OK);
-    assert_int_equal(k, 3);
+    assert_int_equal(orders, 2);
+    assert_int_equal(lab_store_order_count(f->s, v2, &n), STORE_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(store_voucher_orders(f->s, v2, 0, 10, &out, &k), STORE_OK);
+    assert_int_equal(k, 2);
     assert_int_equal(out[0].id, 450);
-    assert_int_equal(out[1].id, 520);
-    assert_int_equal(out[2].id, 550);
-    assert_int_equal(out[1].user_id, 3003);
-    assert_int_equal(out[1].voucher_id, v2);
+    assert_int_equal(out[1].id, 550);
     free(out);
-    assert_int_equal(store_voucher_orders(f->s, v2, 550, 10, &out, &k), STORE_OK);
+    assert_int_equal(lab_store_voucher_orders(f->s, v2, 0, 1, &out, &k), STORE_OK);
+    assert_int_equal(k, 1);
+    assert_int_equal(out[0].id, 520);
+    assert_int_equal(out[0].user_id, 3003);
+    assert_int_equal(out[0].voucher_id, v2);
+    assert_int_equal(out[0].status, 1);
+    assert_int_equal(out[0].create_time, now);
+    free(out);
+    assert_int_equal(lab_store_voucher_orders(f->s, v2, 520, 10, &out, &k), STORE_OK);
     assert_int_equal(k, 1);
     assert_int_equal(out[0].id, 600);
     free(out);
+}
+
+/* store_exec_orders: a caller's read whose rows are orders, any table; a statement whose
+ * rows are not an order's five columns is refused, and so are bad arguments. */
+static void test_exec_orders(void **state)
+{
+    FX(f);
+    int64_t v = create_seckill(f->s, 1, 10);
+    store_order_t b[3] = {mk(701, 4001, v, 1700000000), mk(702, 4002, v, 1700000100),
+                          mk(703, 4003, v, 1700000200)};
+    assert_int_equal(store_orders_write(f->s, b, 3, NULL, NULL, NULL), STORE_OK);
+    const store_arg_t args[] = {{v, 0}, {1700000100, 1}};
+    store_order_t *out = NULL;
+    size_t n = 7;
+    assert_int_equal(store_exec_orders(f->s, "SELECT id, user_id, voucher_id, status, "
+                                             "create_time FROM tb_voucher_order WHERE "
+                                             "voucher_id = ? AND create_time >= ? "
+                                             "ORDER BY id DESC", args, 2, &out, &n),
+                     STORE_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(out[0].id, 703);   /* the statement's order */
+    assert_int_equal(out[0].user_id, 4003);
+    assert_int_equal(out[0].voucher_id, v);
+    assert_int_equal(out[0].status, 1);
+    assert_int_equal(out[0].create_time, 1700000200);
+    assert_int_equal(out[1].id, 702);
+    assert_int_equal(out[1].create_time, 1700000100);
+    free(out);
+    assert_int_equal(store_exec_orders(f->s, "SELECT id FROM tb_voucher_order WHERE voucher_id = ?",
+                                       args, 1, &out, &n), STORE_ERR);
+    assert_non_null(strstr(store_errmsg(f->s), "exec orders: 1 columns"));
+    assert_null(out);
+    assert_int_equal(n, 0);
+    assert_int_equal(store_exec_orders(f->s, "SELECT id, user_id, voucher_id, status, "
+                                             "create_time FROM no_such_table", NULL, 0, &out,
+                                       &n), STORE_ERR);
+    assert_non_null(strstr(store_errmsg(f->s), "no_such_table"));
+    assert_int_equal(store_exec_orders(f->s, NULL, NULL, 0, &out, &n), STORE_ERR);
+    assert_int_equal(store_exec_orders(f->s, "SELECT 1", args, 9, &out, &n), STORE_ERR);
+    assert_int_equal(store_exec_orders(f->s, "SELECT 1", NULL, 0, NULL, &n), STORE_ERR);
 }
 
 static void test_deadline_under_lock(void **state)
@@ -1098,6 +1153,7 @@ int main(void)
         CONTRACT(test_failed_query),
         CONTRACT(test_sync_order),
         CONTRACT(test_lab_calls),
+        CONTRACT(test_exec_orders),
     };
     const struct CMUnitTest sqlite_only[] = {
         cmocka_unit_test(test_sqlite_urls),
