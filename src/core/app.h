@@ -35,8 +35,6 @@ typedef struct app {
     struct jobs *jobs;              /* blocking SQL calls off the loops (jobs.h) */
     struct writer *writer;          /* the order writer thread (writer.h) */
     struct ordq *ordq;              /* queue mode only: in-process order queue (ordq.h) */
-    struct rlock_client *locks;     /* the lab's reentrant step: lock client of one Redis (rlock.h),
-                                       owned by lockmap */
     struct lkm *lockmap;            /* sync mode: locks on one Redis or a cluster (lockmap.h) */
     void *mode_state;               /* the order mode's own, made by its row's start and
                                        freed by its stop (sale/order_mode.h); else NULL */

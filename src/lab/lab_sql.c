@@ -30,6 +30,7 @@
 #include "redis/rconn.h"
 #include "core/log.h"
 #include "rlock.h"
+#include "sale/lockmap.h"
 #include "sale/order_mode.h"
 #include "sale/sync_order.h"
 #include "server/worker.h"
@@ -255,7 +256,7 @@ static int run_reentrant(store_t *s, lab_job_t *j)
     char name[48];
     snprintf(name, sizeof name, "order:%lld", (long long)j->o.user_id);
     rlock_t *l = NULL;
-    if (rlock_open(j->app->locks, name, RLOCK_REENTRANT, NULL, 0, &l) != RLOCK_OK)
+    if (rlock_open(lockmap_single(j->app->lockmap), name, RLOCK_REENTRANT, NULL, 0, &l) != RLOCK_OK)
         return ADMIT_UNAVAILABLE;
     int code;
     rlock_status_t st = rlock_try_lock(l, 0, RLOCK_WATCHDOG);

@@ -129,7 +129,6 @@ int sync_order_init(struct app *app, char *err, size_t errlen)
         snprintf(err, errlen, "sync mode: %s", why);
         return -1;
     }
-    app->locks = lockmap_single(app->lockmap);
     return 0;
 }
 
@@ -137,5 +136,4 @@ void sync_order_free(struct app *app)
 {
     lockmap_free(app->lockmap);
     app->lockmap = NULL;
-    app->locks = NULL;
 }

@@ -43,8 +43,7 @@ void sync_order_submit(struct http_req *r, int64_t voucher_id, int64_t user_id,
 void sync_order_try(struct http_req *r, int64_t voucher_id, int64_t user_id, admission_cb cb);
 
 /* The process-wide locks (app->lockmap, lockmap.h: one Redis or a Redis Cluster), from
- * app->redis_url; app->locks is its single-Redis client (the lab's steps), NULL on a
- * cluster. 0 or -1 with err. */
+ * app->redis_url. 0 or -1 with err. */
 int sync_order_init(struct app *app, char *err, size_t errlen);
 void sync_order_free(struct app *app);
 
