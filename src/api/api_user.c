@@ -1,8 +1,8 @@
 /* api_user.c -- POST /user/code, POST /user/login, GET /user/me, POST /user/logout.
  *
  * The course's login (hmdp-spec 2.1): a 6-digit code for the phone (logincode.h: kept 2
- * minutes, delivered by the log or --code-command, dead after 5 wrong guesses and after
- * its one use); login checks it, finds or creates the user in SQL (a job), and stores a
+ * minutes, delivered by the log or --code-command, guesses limited per client with the
+ * code in Redis, dead after its one use); login checks it, finds or creates the user in SQL (a job), and stores a
  * fresh 32-hex token from auth (signed, auth.h). This file only validates input and shapes replies. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +25,7 @@
 
 #define MSG_BAD_PHONE "手机号格式错误！"
 #define MSG_BAD_CODE "验证码错误"
+#define MSG_BUSY "系统繁忙，请重试"
 #define MAX_CODE_LEN 64   /* longer submitted codes cannot match a 6-digit one */
 
 /* --------------------------------------------------------------- /user/code */
@@ -36,6 +37,12 @@ static void on_code_issued(void *priv, int status)
     case LC_OK: api_ok(r, NULL, 0); break;
     case LC_NO_RANDOM: api_unavailable(r, "random number generator unavailable"); break;
     case LC_UNDELIVERED: api_unavailable(r, "login code could not be delivered"); break;
+    case LC_LIMITED:
+    case LC_DAY_CAP:   /* the phone's allowance, kept in Redis (logincode.h) */
+        ratelimit_count(r, RL_PHONE_CODE);
+        api_rate_limited(r, RL_PHONE_CODE);
+        break;
+    case LC_BUSY: api_unavailable(r, MSG_BUSY); break;
     default: api_unavailable(r, "redis unavailable"); break;
     }
 }
@@ -52,11 +59,12 @@ void api_user_code(http_req_t *r)
         api_fail(r, MSG_BAD_PHONE, "INVALID_PHONE");
         return;
     }
-    if (!ratelimit_allow(r, RL_PHONE_CODE, ratelimit_key_digits(phone))) {
-        api_rate_limited(r, RL_PHONE_CODE);
+    /* the instance's budget of codes, all phones together: a circuit breaker for cost */
+    if (!ratelimit_allow(r, RL_CODE_BUDGET, 1)) {
+        api_unavailable(r, MSG_BUSY);
         return;
     }
-    logincode_issue(r->w, phone, on_code_issued, r);
+    logincode_issue(r->w, phone, ratelimit_peer_key(r), on_code_issued, r);
 }
 
 /* --------------------------------------------------------------- /user/login */
@@ -67,6 +75,7 @@ typedef struct login_ctx {
     char code[MAX_CODE_LEN + 1];
     size_t code_len;
     char nick[16];              /* for a new user: "user_" + 10 of [a-z0-9] */
+    uint64_t client;            /* ratelimit_peer_key: whose guess this is */
     int rc;                     /* STORE_* */
     char err[256];              /* why the store call failed, for the log */
     store_user_t user;
@@ -142,7 +151,9 @@ static void run_login(store_t *st, void *arg)
     if (L->rc == STORE_NOTFOUND) {
         L->rc = store_user_create(st, L->phone, L->nick, &L->user);
         if (L->rc == STORE_OK) {
-            log_info("new user %lld for phone %s", (long long)L->user.id, L->phone);
+            char m[LOGINCODE_MASK_BYTES];
+            log_info("new user %lld for phone %s", (long long)L->user.id,
+                     logincode_mask(L->phone, m));
         }
     }
     if (L->rc != STORE_OK) {
@@ -156,7 +167,9 @@ static void done_login(worker_t *w, void *arg)
     http_req_t *r = L->r;
     if (L->rc != STORE_OK || L->user.id <= 0) {
         /* the operator's only trace of a refused login: the buyer sees a bare 503 */
-        log_warn("login of %s: %s", L->phone, L->rc != STORE_OK ? L->err : "no user id");
+        char m[LOGINCODE_MASK_BYTES];
+        log_warn("login of %s: %s", logincode_mask(L->phone, m),
+                 L->rc != STORE_OK ? L->err : "no user id");
         free(L);
         api_unavailable(r, "database unavailable");
         return;
@@ -220,16 +233,20 @@ void api_user_login(http_req_t *r)
         api_fail(r, MSG_BAD_CODE, "INVALID_CODE");
         return;
     }
-    /* Attempts per client and per phone are limited (ratelimit.h); on top of that each
-     * code dies after 5 wrong guesses (logincode.h). */
-    int ip_ok = ratelimit_allow_peer(r, RL_IP_LOGIN);
-    if (!ip_ok || !ratelimit_allow(r, RL_PHONE_LOGIN, ratelimit_key_digits(phone))) {
+    /* Attempts per client and per phone from that client are limited (ratelimit.h): one
+     * client spending its attempts on a phone leaves the phone's owner its own. On top of
+     * that the guesses against each code are counted in Redis (logincode.h). */
+    uint64_t client = ratelimit_peer_key(r);
+    int ip_ok = ratelimit_allow(r, RL_IP_LOGIN, client);
+    if (!ip_ok || !ratelimit_allow(r, RL_PHONE_LOGIN,
+                                   ratelimit_key_pair(r, ratelimit_key_digits(phone), client))) {
         json_decref(root);
         api_rate_limited(r, ip_ok ? RL_PHONE_LOGIN : RL_IP_LOGIN);
         return;
     }
     login_ctx_t *L = xcalloc(1, sizeof(*L));
     L->r = r;
+    L->client = client;
     memcpy(L->phone, phone, 12);
     L->code_len = json_string_length(jcode);
     memcpy(L->code, json_string_value(jcode), L->code_len);
@@ -240,7 +257,7 @@ void api_user_login(http_req_t *r)
         api_unavailable(r, "random number generator unavailable");
         return;
     }
-    logincode_check(r->w, L->phone, L->code, L->code_len, on_code_checked, L);
+    logincode_check(r->w, L->phone, L->client, L->code, L->code_len, on_code_checked, L);
 }
 
 /* ------------------------------------------------------------ me, logout */

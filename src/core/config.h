@@ -76,9 +76,11 @@ typedef struct config {
     /* abuse limits (ratelimit.h) */
     config_rate_t rate_user_seckill;  /* flash-sale orders per user, default 20/s:40 */
     config_rate_t rate_ip_seckill;    /* flash-sale orders per client IP, default off */
-    config_rate_t rate_ip_code;       /* /user/code per client IP, default off */
-    config_rate_t rate_phone_code;    /* /user/code per phone, default 1/m:3 */
-    config_rate_t rate_phone_login;   /* /user/login attempts per phone, default 10/m:10 */
+    config_rate_t rate_ip_code;       /* /user/code per client IP, default 10/m:20 */
+    config_rate_t rate_phone_code;    /* /user/code per phone (in Redis), default 1/m:3 */
+    int code_day_cap;                 /* codes per phone per 24 h (in Redis), default 10 */
+    config_rate_t code_budget;        /* codes per instance, default 1200/m:1200 */
+    config_rate_t rate_phone_login;   /* /user/login per phone and client, default 10/m:10 */
     config_rate_t rate_ip_login;      /* /user/login requests per client IP, default 10/s:100 */
     config_rate_t rate_user_lookup;   /* order lookups per user, default 10/s:20 */
 
@@ -89,6 +91,7 @@ typedef struct config {
     int log_login_codes;              /* write login codes to the log (embedded: always) */
     char code_command[1024];          /* delivers login codes: sh -c CMD, env SECKILL_PHONE/CODE */
     int code_command_timeout_ms;      /* its deadline, default 5000 */
+    int code_command_max;             /* of them running at once, default 16 */
     char metrics_token[128];          /* required as "authorization: Bearer T" on /metrics */
     char trusted_proxy[1024];         /* addresses whose X-Forwarded-For is believed */
 } config_t;

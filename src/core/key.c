@@ -239,6 +239,20 @@ int key_login_fails(char *buf, size_t len, const char *phone)
     return KEY_STR(buf, len, "{login:code:", phone, "}:fails");
 }
 
+int key_login_guess(char *buf, size_t len, const char *phone)
+{
+    if (phone == NULL)
+        return -1;
+    return KEY_STR(buf, len, "{login:code:", phone, "}:guess");
+}
+
+int key_login_sent(char *buf, size_t len, const char *phone)
+{
+    if (phone == NULL)
+        return -1;
+    return KEY_STR(buf, len, "{login:code:", phone, "}:sent");
+}
+
 int key_login_token(char *buf, size_t len, const char *token)
 {
     if (token == NULL)

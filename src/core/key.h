@@ -35,6 +35,10 @@
  *   login:code:<phone>    string, 2 minutes
  *   {login:code:<phone>}:fails  counter of wrong guesses against that code, living as
  *                         long as the code (its hash tag puts it in the code's slot)
+ *   {login:code:<phone>}:guess  hash: who asked for that code (owner) and each other
+ *                         client's wrong guesses (c:<client>, others); lives as the code
+ *   {login:code:<phone>}:sent   hash: the phone's code bucket (tok, ms) and its codes of
+ *                         the current 24 hours (d, d0); --rate-phone-code, --code-day-cap
  *   login:token:<token>   hash id, nickName, icon; sliding TTL
  *   seckill:revoked       zset of logged-out tokens, score = when the entry can go (revoke.h)
  * Pub/sub channel (not a key; broadcast on a Redis Cluster):
@@ -92,6 +96,8 @@ int key_bmember(char *buf, size_t len, char *ks, size_t kslen, int64_t voucher_i
                 int nbuckets);
 int key_login_code(char *buf, size_t len, const char *phone);
 int key_login_fails(char *buf, size_t len, const char *phone);
+int key_login_guess(char *buf, size_t len, const char *phone);
+int key_login_sent(char *buf, size_t len, const char *phone);
 int key_login_token(char *buf, size_t len, const char *token);
 
 #endif

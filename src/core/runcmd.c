@@ -4,7 +4,9 @@
  * action, so listening sockets and Redis connections never leak into the child; the
  * pidfd (pidfd_open(2), Linux >= 5.3) becomes readable when the child exits, which is
  * one libevent event with the deadline as its timeout. The child is reaped with
- * waitpid(pid) only: other children (the embedded redis-server) are not disturbed. */
+ * waitpid(pid) only: other children (the embedded redis-server) are not disturbed.
+ * One process-wide counter of slots (runcmd_reserve) bounds the commands running at
+ * once: a slot is taken before the spawn and given back when the command is reaped. */
 #include "core/runcmd.h"
 
 #include <errno.h>
@@ -12,6 +14,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +27,8 @@
 #include "core/xmem.h"
 
 extern char **environ;
+
+static atomic_int slots;   /* taken: commands starting or running, every worker */
 
 typedef struct runcmd_job {
     pid_t pid;
@@ -58,6 +63,7 @@ static void finish(runcmd_job_t *j, int ok, const char *why)
     event_free(j->ev);
     close(j->pidfd);
     free(j);
+    runcmd_release();
     cb(priv, ok, why);
 }
 
@@ -89,8 +95,23 @@ static void on_child(evutil_socket_t fd, short what, void *arg)
     finish(j, r > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, why);
 }
 
+int runcmd_reserve(int max_running)
+{
+    /* the check and the count are one step, whichever workers race */
+    if (atomic_fetch_add(&slots, 1) >= max_running) {
+        atomic_fetch_sub(&slots, 1);
+        return 0;
+    }
+    return 1;
+}
+
+void runcmd_release(void)
+{
+    atomic_fetch_sub(&slots, 1);
+}
+
 int runcmd_start(worker_t *w, const char *cmd, const char *const *env_add, int timeout_ms,
-              runcmd_cb cb, void *priv)
+                 runcmd_cb cb, void *priv)
 {
     runcmd_job_t *j = xcalloc(1, sizeof *j);
     char **env = child_env(env_add);
@@ -141,5 +162,7 @@ out:
         posix_spawnattr_destroy(&at);
     free(env);
     free(j);
+    if (rc != 0)
+        runcmd_release();
     return rc;
 }

@@ -8,7 +8,12 @@
  *
  * The child's exit is watched through a pidfd on the worker's loop; after timeout_ms the
  * whole process group is killed. cb runs exactly once on the worker's thread, never
- * before runcmd_start returns: ok 1 when the command exited 0, else 0 with why set. */
+ * before runcmd_start returns: ok 1 when the command exited 0, else 0 with why set.
+ *
+ * Commands are bounded: each needs a slot taken with runcmd_reserve (at most max_running
+ * slots in this process, all workers together), so a flood of requests that each want a
+ * command cannot fork a shell per request; a caller takes its slot before any work that
+ * should not be done for nothing (logincode.c: before the phone's allowance). */
 #ifndef SECKILL_RUNCMD_H
 #define SECKILL_RUNCMD_H
 
@@ -16,8 +21,15 @@ struct worker;
 
 typedef void (*runcmd_cb)(void *priv, int ok, const char *why);
 
-/* Returns 0 (cb will run), or -1 if the command could not be started (cb never runs). */
+/* Takes a slot for one command: 1, or 0 when max_running slots are taken. */
+int runcmd_reserve(int max_running);
+/* Gives back a slot taken and not used by runcmd_start. */
+void runcmd_release(void);
+
+/* Starts cmd in a slot the caller took; the slot is given back when the command has
+ * been reaped, or at once when it cannot start. Returns 0 (cb will run), or -1 if the
+ * command could not be started (cb never runs). */
 int runcmd_start(struct worker *w, const char *cmd, const char *const *env_add, int timeout_ms,
-              runcmd_cb cb, void *priv);
+                 runcmd_cb cb, void *priv);
 
 #endif

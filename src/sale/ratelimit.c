@@ -8,7 +8,7 @@
  * Where the tables live (all made at start, so no request ever allocates one):
  *   - flash-sale limits: one table per limit per worker, in w->rl. No lock, no sharing.
  *   - /user/code and /user/login limits: one table per limit per process, in app->rl,
- *     guarded by one mutex.
+ *     guarded by one mutex (the per-phone code limit has none: it is kept in Redis).
  * Rates come from the app's configuration; a process serves one configuration, so the
  * tables never need to change. */
 #include "sale/ratelimit.h"
@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "core/app.h"
+#include "core/log.h"
 #include "http/clientip.h"
 #include "http/http_req.h"
 #include "server/metrics.h"
@@ -53,6 +54,8 @@ struct rl_table {
 struct rl_shared {
     pthread_mutex_t mu;
     rl_table_t *t[RL__COUNT];
+    int refusing[RL__COUNT];   /* the code budget: refusing now (one log line a change) */
+    uint64_t pair_seed;        /* ratelimit_key_pair's secret */
 };
 
 /* A worker's own tables (w->rl). */
@@ -238,6 +241,7 @@ static const config_rate_t *limit_of(const config_t *cfg, rl_kind_t kind)
     case RL_PHONE_LOGIN: return &cfg->rate_phone_login;
     case RL_IP_LOGIN: return &cfg->rate_ip_login;
     case RL_USER_LOOKUP: return &cfg->rate_user_lookup;
+    case RL_CODE_BUDGET: return &cfg->code_budget;
     default: return NULL;
     }
 }
@@ -245,6 +249,12 @@ static const config_rate_t *limit_of(const config_t *cfg, rl_kind_t kind)
 static int per_worker(rl_kind_t kind)
 {
     return kind == RL_USER_SECKILL || kind == RL_IP_SECKILL;
+}
+
+/* A limit whose table may evict: it guards capacity or cost, not a secret. */
+static int evicts(rl_kind_t kind)
+{
+    return per_worker(kind) || kind == RL_IP_CODE;
 }
 
 static uint64_t random_seed(void)
@@ -264,7 +274,8 @@ static int tables_make(rl_table_t **t, const config_t *cfg, int per_worker_table
 {
     for (int k = 0; k < RL__COUNT; k++) {
         const config_rate_t *lim = limit_of(cfg, (rl_kind_t)k);
-        if (lim == NULL || !(lim->per_s > 0) || per_worker((rl_kind_t)k) != per_worker_tables) {
+        if (lim == NULL || !(lim->per_s > 0) || per_worker((rl_kind_t)k) != per_worker_tables ||
+            k == RL_PHONE_CODE) {   /* in Redis (logincode.h) */
             continue;
         }
         if (per_worker_tables) {
@@ -272,8 +283,9 @@ static int tables_make(rl_table_t **t, const config_t *cfg, int per_worker_table
             ratelimit_per_worker(lim->per_s, lim->burst, threads, &ps, &b);
             t[k] = ratelimit_table_new(ps, b, RL_ENTRIES, random_seed(), RL_FULL_EVICTS);
         } else {
-            t[k] = ratelimit_table_new(lim->per_s, lim->burst >= 1 ? lim->burst : 1, RL_ENTRIES,
-                                random_seed(), RL_FULL_REFUSES);
+            t[k] = ratelimit_table_new(lim->per_s, lim->burst >= 1 ? lim->burst : 1,
+                                       k == RL_CODE_BUDGET ? WAYS : RL_ENTRIES, random_seed(),
+                                       evicts((rl_kind_t)k) ? RL_FULL_EVICTS : RL_FULL_REFUSES);
         }
         if (t[k] == NULL) {
             return -1;
@@ -294,6 +306,7 @@ int ratelimit_app_init(app_t *app)
 {
     struct rl_shared *sh = xcalloc(1, sizeof(*sh));
     pthread_mutex_init(&sh->mu, NULL);
+    sh->pair_seed = random_seed();
     app->rl = sh;
     return tables_make(sh->t, &app->cfg, 0, 0);   /* on failure the caller frees */
 }
@@ -344,7 +357,18 @@ static int take(const http_req_t *r, rl_kind_t kind, uint64_t key, uint64_t now_
     }
     pthread_mutex_lock(&sh->mu);
     int ok = ratelimit_table_take(sh->t[kind], key, now_ms);
+    int changed = kind == RL_CODE_BUDGET && sh->refusing[kind] != !ok;
+    if (changed) {
+        sh->refusing[kind] = !ok;
+    }
     pthread_mutex_unlock(&sh->mu);
+    if (changed && !ok) {
+        const config_rate_t *lim = limit_of(&w->app->cfg, kind);
+        log_warn("login code budget spent (%.0f a minute, burst %.0f): /user/code answers 503 "
+                 "until it refills (--code-budget)", lim->per_s * 60, lim->burst);
+    } else if (changed) {
+        log_info("login code budget available again");
+    }
     return ok;
 }
 
@@ -358,14 +382,35 @@ static const config_rate_t *limit_on(const http_req_t *r, rl_kind_t kind)
     return lim != NULL && lim->per_s > 0 ? lim : NULL;
 }
 
+uint64_t ratelimit_peer_key(const http_req_t *r)
+{
+    char buf[64];   /* the client behind a trusted proxy (clientip.h) */
+    const char *ip = clientip_of(r->w->app->trusted, r->peer, r->forwarded_for, buf, sizeof buf);
+    return ratelimit_key_ip(ip);
+}
+
+uint64_t ratelimit_key_pair(const http_req_t *r, uint64_t a, uint64_t b)
+{
+    const struct rl_shared *sh = r->w != NULL && r->w->app != NULL ? r->w->app->rl : NULL;
+    uint64_t k = mix(mix(a ^ (sh != NULL ? sh->pair_seed : 0)) ^ b);
+    return k != 0 ? k : 1;
+}
+
 int ratelimit_allow_peer(http_req_t *r, rl_kind_t kind)
 {
     if (limit_on(r, kind) == NULL) {
         return 1;   /* off: not even the address parse */
     }
-    char buf[64];   /* the client behind a trusted proxy (clientip.h) */
-    const char *ip = clientip_of(r->w->app->trusted, r->peer, r->forwarded_for, buf, sizeof buf);
-    return ratelimit_allow(r, kind, ratelimit_key_ip(ip));
+    return ratelimit_allow(r, kind, ratelimit_peer_key(r));
+}
+
+void ratelimit_count(http_req_t *r, rl_kind_t kind)
+{
+    metrics_shard_t *m = r->w != NULL ? r->w->m : NULL;
+    if (m != NULL && (unsigned)kind < RL__COUNT) {
+        shard_inc(&m->rate_limited);
+        shard_inc(&m->rate_limited_by[kind]);
+    }
 }
 
 int ratelimit_allow(http_req_t *r, rl_kind_t kind, uint64_t key)
@@ -379,11 +424,7 @@ int ratelimit_allow(http_req_t *r, rl_kind_t kind, uint64_t key)
     if (take(r, kind, key, now_ms)) {
         return 1;
     }
-    metrics_shard_t *m = r->w->m;
-    if (m != NULL) {
-        shard_inc(&m->rate_limited);
-        shard_inc(&m->rate_limited_by[kind]);
-    }
+    ratelimit_count(r, kind);
     return 0;
 }
 

@@ -1,18 +1,25 @@
 /* ratelimit.h -- abuse limits: token buckets keyed by user id, client IP or phone.
  *
- * Seven limits (config.h, `--rate-*`), each a token bucket of RATE tokens per second and
- * BURST tokens at most; a request takes one token, and a request finding less than one
- * is refused (the caller answers HTTP 429 with api_rate_limited()) and counted in
- * /metrics.
+ * Eight limits (config.h, `--rate-*`, `--code-budget`), each a token bucket of RATE
+ * tokens per second and BURST tokens at most; a request takes one token, and a request
+ * finding less than one is refused (the caller answers HTTP 429 with api_rate_limited(),
+ * or 503 for the code budget) and counted in /metrics.
  *
- *   limit              key          where             table              default  full
- *   rate-user-seckill  user id      flash-sale order  per worker thread  20/s:40  open
- *   rate-ip-seckill    client IP    flash-sale order  per worker thread  0 (off)  open
- *   rate-ip-code       client IP    /user/code        per instance       0 (off)  closed
- *   rate-phone-code    phone        /user/code        per instance       1/m:3    closed
- *   rate-phone-login   phone        /user/login       per instance       10/m:10  closed
- *   rate-ip-login      client IP    /user/login       per instance       10/s:100 closed
- *   rate-user-lookup   user id      order lookups     per instance       10/s:20  closed
+ *   limit              key             where             table              default   full
+ *   rate-user-seckill  user id         flash-sale order  per worker thread  20/s:40   evicts
+ *   rate-ip-seckill    client IP       flash-sale order  per worker thread  0 (off)   evicts
+ *   rate-ip-code       client IP       /user/code        per instance       10/m:20   evicts
+ *   rate-phone-code    phone           /user/code        in Redis (*)       1/m:3     -
+ *   rate-phone-login   phone + client  /user/login       per instance       10/m:10   refuses
+ *   rate-ip-login      client IP       /user/login       per instance       10/s:100  refuses
+ *   rate-user-lookup   user id         order lookups     per instance       10/s:20   refuses
+ *   code-budget        (one bucket)    /user/code        per instance       1200/m    -
+ *
+ * (*) The per-phone code bucket lives in Redis beside the code (login_code.lua, run by
+ * logincode.c), exact across instances and impossible to fill or evict; this module
+ * only counts its refusals (ratelimit_count). The code budget is one bucket for the
+ * whole instance: when it starts refusing, one warning is logged, and one line when it
+ * allows again.
  *
  * Flash-sale limits are on the hot path, so they take no lock: each worker has its own
  * table (hung off the worker) and refills at RATE / threads with BURST / threads (at
@@ -32,12 +39,13 @@
  * set-associative with a per-table random seed choosing the set. A new key takes a free
  * way, else a way whose bucket has refilled to BURST (forgetting it changes nothing).
  * When the set holds only buckets still in use, the table's policy decides:
- *   - open (flash-sale limits): the least recently used one is evicted, and its owner
- *     starts again from a full bucket. A busy abuser keeps its own bucket fresh.
- *   - closed (limits that guard a secret or cost money: codes and logins): nothing is
- *     evicted and the new key is refused. A flood of keys can then never hand a spent
- *     bucket a fresh burst; the price is that during such a flood new keys may be
- *     refused until buckets refill.
+ *   - evicts (flash-sale limits, the per-client code limit): the least recently used one
+ *     is evicted, and its owner starts again from a full bucket. A busy abuser keeps its
+ *     own bucket fresh; a flood of keys cannot lock out new ones.
+ *   - refuses (limits that guard a secret: logins, and lookups): nothing is evicted and
+ *     the new key is refused. A flood of keys can then never hand a spent bucket a fresh
+ *     burst; the price is that during such a flood new keys may be refused until buckets
+ *     refill. (Codes need no such table: what guards them is counted in Redis.)
  *
  * Ownership: server.c creates and frees the tables (ratelimit_app_init/free before and
  * after the workers, ratelimit_worker_init/free with each worker's other caches). */
@@ -57,6 +65,7 @@ typedef enum {
     RL_PHONE_LOGIN,
     RL_IP_LOGIN,
     RL_USER_LOOKUP,
+    RL_CODE_BUDGET,
     RL__COUNT
 } rl_kind_t;
 
@@ -91,6 +100,11 @@ uint64_t ratelimit_key_ip(const char *peer);
  * or empty or longer than 19. */
 uint64_t ratelimit_key_digits(const char *z);
 
+/* The key of a pair (a phone and a client's key): a keyed mix, so that nobody who does
+ * not know this process's secret can pick a pair that shares another pair's bucket.
+ * Never 0. */
+uint64_t ratelimit_key_pair(const struct http_req *r, uint64_t a, uint64_t b);
+
 /* ---- the service's limits */
 
 /* The per-instance tables (app->rl) and a worker's own (w->rl), for the limits that are
@@ -108,6 +122,14 @@ int ratelimit_allow(struct http_req *r, rl_kind_t kind, uint64_t key);
 /* The same with the key of the client's address (r->peer), parsed only when the limit
  * is on. */
 int ratelimit_allow_peer(struct http_req *r, rl_kind_t kind);
+
+/* The key of the client's address: the TCP peer, or the X-Forwarded-For client when
+ * the peer is a --trusted-proxy (clientip.h). */
+uint64_t ratelimit_peer_key(const struct http_req *r);
+
+/* Counts a refusal under limit kind that was decided elsewhere (the per-phone code bucket
+ * in Redis), in the worker's metrics like ratelimit_allow's own. */
+void ratelimit_count(struct http_req *r, rl_kind_t kind);
 
 /* Seconds until key could next be allowed under limit kind (for Retry-After): from
  * the limit's rate, at least 1. */

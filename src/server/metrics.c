@@ -40,6 +40,7 @@ static const char *const outcome_name[OUT__COUNT] = {
 /* rl_kind_t order (ratelimit.h). */
 static const char *const rl_name[METRICS_RL_KINDS] = {
     "user_seckill", "ip_seckill", "ip_code", "phone_code", "phone_login", "ip_login", "user_lookup",
+    "code_budget",
 };
 
 void metrics_seckill_done(metrics_shard_t *m, outcome_t o, uint64_t latency_ns)

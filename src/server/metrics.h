@@ -29,7 +29,7 @@ typedef enum {
     OUT__COUNT
 } outcome_t;
 
-#define METRICS_RL_KINDS 7       /* the limits of ratelimit.h (RL__COUNT) */
+#define METRICS_RL_KINDS 8       /* the limits of ratelimit.h (RL__COUNT) */
 #define METRICS_LAT_BUCKETS 16   /* upper bounds in metrics.c: 0.1 ms .. 5 s, +Inf */
 
 typedef struct metrics_shard {
