@@ -81,8 +81,6 @@ def test_code_flood_leaves_other_clients_codes():
     got = _pipelined_codes(srv.port, _random_phones(14000, rnd), attacker)
     H.log("flood of 14,000 codes in %.1fs: %d answered 200" % (
         time.monotonic() - t0, got.count(200)))
-    check(set(got) <= {200, 429}, "flood replies: %r", sorted(set(got)))
-    check(got.count(200) <= 40, "one address got %d codes sent", got.count(200))
     # then ~300 a second for 3 s; after each batch of the flood a fresh phone asks from
     # an address of its own
     batches, sustained = 30, []
@@ -107,11 +105,13 @@ def test_code_flood_leaves_other_clients_codes():
         th.join()
     H.log("sustained flood: %d requests, %d answered 200" % (
         len(sustained), sustained.count(200)))
-    check(len(sustained) == 900 and sustained.count(200) <= 2,
-          "the sustained flood: %d sent, %d codes", len(sustained), sustained.count(200))
     bad = [(p, x) for p, x in replies if x[0] != 200]
     check(not bad, "%d of %d fresh phones refused during the flood: %r", len(bad),
           len(replies), bad[:3])
+    check(set(got) <= {200, 429}, "flood replies: %r", sorted(set(got)))
+    check(got.count(200) <= 20, "one address got %d codes sent", got.count(200))
+    check(len(sustained) == 900 and sustained.count(200) <= 2,
+          "the sustained flood: %d sent, %d codes", len(sustained), sustained.count(200))
     for phone, _ in replies:
         check(r.cmd("EXISTS", "login:code:" + phone) == 1, "no code stored for %s", phone)
     # IPv6 clients are keyed by their /64: two hosts of one /64 share a bucket

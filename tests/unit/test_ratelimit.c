@@ -167,7 +167,10 @@ static void test_config(void **state)
     assert_int_equal(load(&cfg, "--threads", "2", err, sizeof(err)), 0);
     assert_true(cfg.rate_user_seckill.per_s == 20 && cfg.rate_user_seckill.burst == 40);
     assert_true(cfg.rate_ip_seckill.per_s == 0);
-    assert_true(cfg.rate_ip_code.per_s == 0);
+    assert_true(cfg.rate_ip_code.per_s == 10.0 / 60 && cfg.rate_ip_code.burst == 20);
+    assert_true(cfg.code_budget.per_s == 20 && cfg.code_budget.burst == 1200);
+    assert_int_equal(cfg.code_day_cap, 10);
+    assert_int_equal(cfg.code_command_max, 16);
     assert_true(cfg.rate_phone_code.per_s == 1.0 / 60 && cfg.rate_phone_code.burst == 3);
     assert_true(cfg.rate_phone_login.per_s == 10.0 / 60 && cfg.rate_phone_login.burst == 10);
     assert_true(cfg.rate_ip_login.per_s == 10 && cfg.rate_ip_login.burst == 100);
