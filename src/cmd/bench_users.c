@@ -179,10 +179,10 @@ static int api_login(const bench_opts_t *o, const bench_load_t *proto, bench_use
                 if (job == JOB_CODE)
                     snprintf(err, errlen, "%d of %zu users could not get a login code (see "
                              "above). An HTTP 429 is one of the server's limits: per IP "
-                             "(--rate-ip-code), per phone (--rate-phone-code: 3 codes, then 1 a "
-                             "minute; a rerun within minutes asks for the same phones: pick others "
-                             "with --user-base, or start the server with --rate-phone-code 0), or "
-                             "its full per-phone table past ~3,000 new phones a minute "
+                             "(--rate-ip-code, on by default: start it with --rate-ip-code 0), "
+                             "per phone (--rate-phone-code: 3 codes, then 1 a minute, and "
+                             "--code-day-cap a day; a rerun asks for the same phones: pick others "
+                             "with --user-base); a 503 is its --code-budget "
                              "(docs/reliability.md); --seed-tokens needs none of them",
                              L.failed_users, hi - lo);
                 else

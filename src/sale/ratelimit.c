@@ -385,8 +385,8 @@ static const config_rate_t *limit_on(const http_req_t *r, rl_kind_t kind)
 uint64_t ratelimit_peer_key(const http_req_t *r)
 {
     char buf[64];   /* the client behind a trusted proxy (clientip.h) */
-    const char *ip = clientip_of(r->w->app->trusted, r->peer, r->forwarded_for, buf, sizeof buf);
-    return ratelimit_key_ip(ip);
+    const clientip_set_t *trusted = r->w != NULL && r->w->app != NULL ? r->w->app->trusted : NULL;
+    return ratelimit_key_ip(clientip_of(trusted, r->peer, r->forwarded_for, buf, sizeof buf));
 }
 
 uint64_t ratelimit_key_pair(const http_req_t *r, uint64_t a, uint64_t b)
