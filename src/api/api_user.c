@@ -1,9 +1,10 @@
 /* api_user.c -- POST /user/code, POST /user/login, GET /user/me, POST /user/logout.
  *
  * The course's login (hmdp-spec 2.1): a 6-digit code for the phone (logincode.h: kept 2
- * minutes, delivered by the log or --code-command, guesses limited per client with the
- * code in Redis, dead after its one use); login checks it, finds or creates the user in SQL (a job), and stores a
- * fresh 32-hex token from auth (signed, auth.h). This file only validates input and shapes replies. */
+ * minutes, delivered by the log or --code-command, its sending and guessing limited in
+ * Redis beside it, dead after its one use); login checks it, finds or creates the user
+ * in SQL (a job), and stores a fresh 32-hex token from auth (signed, auth.h). This file
+ * only validates input, applies the per-client limits and shapes replies. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
