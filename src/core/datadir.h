@@ -13,7 +13,7 @@
  *     openat on datadir_fd(); SQLite and redis-server, which take paths, get
  *     /proc/self/fd/<fd>/NAME (datadir_pinned): the kernel resolves that through the open
  *     descriptor, and SQLite's own symlink resolution of it yields the directory's real
- *     path, free of the symlinks of the configured one (docs/operations.md);
+ *     path, free of the symlinks of the configured one (docs/reliability.md, "4.");
  *   - the database files and the private Redis's files are checked at start: a symlink or
  *     another user's file is refused, ours with group/other bits made private (fchmod,
  *     logged: a data dir from a build without umask 077);

@@ -311,3 +311,26 @@ def test_lab_servers_get_no_secrets_in_argv():
     eq(p.returncode, 0, "lab exit (output: %s)" % text[-3000:])
     for m in H.SANITIZER_MARKERS:
         check(m not in text, "sanitizer report:\n%s", text)
+
+
+def test_deb_postinst_makes_the_config_private():
+    """The package's postinst (configure) makes /etc/seckill/seckill.conf root:seckill
+    0640: the file may hold the admin token. Run on a scratch root through DPKG_ROOT, with
+    `getent` saying the user exists (no user is made on this host) and `chown` recording
+    its arguments (this host has no group seckill); chmod and dpkg-statoverride are real."""
+    root = H.subdir("debroot")
+    os.makedirs(os.path.join(root, "etc", "seckill"))
+    conf = _write(os.path.join(root, "etc", "seckill", "seckill.conf"), "listen = x\n", 0o644)
+    shims = H.subdir("shims")
+    log = os.path.join(shims, "chown.log")
+    for name, body in (("getent", "exit 0"), ("chown", 'echo "$@" >> %s' % log)):
+        with open(os.path.join(shims, name), "w") as f:
+            f.write("#!/bin/sh\n%s\n" % body)
+        os.chmod(os.path.join(shims, name), 0o755)
+    env = dict(os.environ, DPKG_ROOT=root, PATH=shims + ":" + os.environ["PATH"])
+    p = subprocess.run(["sh", os.path.join(H.ROOT, "deploy", "deb", "postinst"), "configure"],
+                       env=env, capture_output=True, text=True, timeout=60)
+    eq(p.returncode, 0, "postinst exit (%s%s)" % (p.stdout, p.stderr))
+    eq(os.stat(conf).st_mode & 0o7777, 0o640, "seckill.conf mode")
+    with open(log) as f:
+        eq(f.read().split(), ["root:seckill", conf], "chown arguments")
