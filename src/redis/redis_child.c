@@ -13,7 +13,10 @@
  *   - runs in its own process group, so a Ctrl-C in the terminal reaches only us; we
  *     then stop it ourselves, after the workers and the order writer are done with it;
  *   - has its stdout/stderr appended to redis.log (next to its own log lines), so a
- *     start-up failure is reported with the log's last line.
+ *     start-up failure is reported with the log's last line;
+ *   - given a data dir pinned by its descriptor (/proc/self/fd/N, datadir.h), keeps that
+ *     one descriptor open across exec, so its --dir, socket and log paths name the same
+ *     directory in the child; every other descriptor is closed.
  *
  * Watch: the main thread calls redis_child_watch() about every 250 ms. A child that died
  * (kill -9, OOM killer, a crash) is reaped and started again on the same socket and
