@@ -15,6 +15,7 @@
 
 #include <jansson.h>
 
+#include "sale/onsale.h"
 #include "sale/publish.h"
 #include "api/api.h"
 #include "sale/buckets.h"
@@ -198,9 +199,14 @@ static void done_create(worker_t *w, void *arg)
         api_unavailable(r, "database unavailable");
         return;
     }
-    if (!c->v.is_seckill) {
+    if (!onsale_voucher(c->v.is_seckill, c->v.type, c->v.status)) {
+        /* kept in SQL, not sold (onsale.h); a grab answers as for an unknown voucher */
         int64_t id = c->v.id;
-        log_info("voucher %lld created", (long long)id);
+        if (c->v.is_seckill)
+            log_info("voucher %lld created, not on sale (type %d, status %d): not published",
+                     (long long)id, c->v.type, c->v.status);
+        else
+            log_info("voucher %lld created", (long long)id);
         create_free(c);
         reply_id(r, id);
         return;

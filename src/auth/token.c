@@ -21,6 +21,7 @@
 #include <openssl/sha.h>
 
 #include "auth/token.h"
+#include "core/secret.h"
 #include "core/xmem.h"
 
 #define MAC_BYTES 7
@@ -33,38 +34,38 @@ struct token_signer {
 
 /* ----------------------------------------------------------------- key files */
 
-int token_key_read(const char *path, uint8_t key[TOKEN_KEY_MAX], size_t *len, char *err, size_t errlen)
+/* A key file through secret.h into key: 1 read, 0 absent, -1 refused (err). */
+static int read_key(int dirfd, const char *path, const char *shown, int flags,
+                    uint8_t key[TOKEN_KEY_MAX], size_t *len, char *err, size_t errlen)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        snprintf(err, errlen, "cannot open token key file %s: %s", path, strerror(errno));
-        return -1;
+    char buf[TOKEN_KEY_MAX + 1];
+    size_t n = 0;
+    int rc = secret_read(dirfd, path, shown, flags | SECRET_KEY, TOKEN_KEY_MIN, buf,
+                         sizeof buf, &n, err, errlen);
+    if (rc == 1) {
+        memcpy(key, buf, n);
+        *len = n;
     }
-    ssize_t n = read(fd, key, TOKEN_KEY_MAX);
-    close(fd);
-    if (n < 0) {
-        snprintf(err, errlen, "cannot read token key file %s: %s", path, strerror(errno));
-        return -1;
-    }
-    while (n > 0 && (key[n - 1] == '\n' || key[n - 1] == '\r' || key[n - 1] == ' ' ||
-                     key[n - 1] == '\t')) {
-        n--;
-    }
-    if (n < TOKEN_KEY_MIN) {
-        snprintf(err, errlen, "token key file %s: the key must be at least %d bytes", path,
-                 TOKEN_KEY_MIN);
-        return -1;
-    }
-    *len = (size_t)n;
-    return 0;
+    explicit_bzero(buf, sizeof buf);
+    return rc;
 }
 
-int token_key_read_or_create(const char *path, uint8_t key[TOKEN_KEY_MAX], size_t *len, char *err,
-                           size_t errlen)
+int token_key_read(const char *path, uint8_t key[TOKEN_KEY_MAX], size_t *len, char *err, size_t errlen)
 {
-    if (access(path, F_OK) == 0) {
-        return token_key_read(path, key, len, err, errlen);
-    }
+    char shown[700];
+    snprintf(shown, sizeof shown, "token key file %s", path);
+    int rc = read_key(AT_FDCWD, path, shown, 0, key, len, err, errlen);
+    if (rc == 0)
+        snprintf(err, errlen, "cannot open %s: %s", shown, strerror(ENOENT));
+    return rc == 1 ? 0 : -1;
+}
+
+int token_key_read_or_create(int dirfd, const char *name, const char *shown,
+                             uint8_t key[TOKEN_KEY_MAX], size_t *len, char *err, size_t errlen)
+{
+    int rc = read_key(dirfd, name, shown, SECRET_OURS, key, len, err, errlen);
+    if (rc != 0)
+        return rc == 1 ? 0 : -1;
     uint8_t raw[32];
     if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw) {
         snprintf(err, errlen, "getrandom failed: %s", strerror(errno));
@@ -77,20 +78,22 @@ int token_key_read_or_create(const char *path, uint8_t key[TOKEN_KEY_MAX], size_
         text[2 * i + 1] = hex[raw[i] & 15];
     }
     text[64] = '\n';
-    /* O_EXCL: two instances sharing a data dir must not each write their own key. */
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    /* O_EXCL: two instances sharing a data dir must not each write their own key (and a
+     * symlink by that name is not followed). */
+    int fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) {
         if (errno == EEXIST) {
-            return token_key_read(path, key, len, err, errlen);
+            rc = read_key(dirfd, name, shown, SECRET_OURS, key, len, err, errlen);
+            return rc == 1 ? 0 : -1;
         }
-        snprintf(err, errlen, "cannot create token key file %s: %s", path, strerror(errno));
+        snprintf(err, errlen, "cannot create %s: %s", shown, strerror(errno));
         return -1;
     }
     ssize_t w = write(fd, text, sizeof text);
     int cerr = close(fd);
     if (w != (ssize_t)sizeof text || cerr != 0) {
-        snprintf(err, errlen, "cannot write token key file %s", path);
-        unlink(path);
+        snprintf(err, errlen, "cannot write %s", shown);
+        unlinkat(dirfd, name, 0);
         return -1;
     }
     memcpy(key, text, 64);

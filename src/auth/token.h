@@ -29,13 +29,16 @@
 
 typedef struct token_signer token_signer_t;
 
-/* Reads a key file: 0 and *len, or -1 with a reason in err. */
+/* Reads a key file with secret.h's checks (ours or root's, no access for others, not a
+ * symlink, at least TOKEN_KEY_MIN bytes of some variety): 0 and *len, or -1 with a
+ * reason in err. */
 int token_key_read(const char *path, uint8_t key[TOKEN_KEY_MAX], size_t *len, char *err, size_t errlen);
 
-/* Reads <path>, or creates it (mode 0600, 32 random bytes as 64 hex characters) when it
- * does not exist. 0, or -1 with a reason. */
-int token_key_read_or_create(const char *path, uint8_t key[TOKEN_KEY_MAX], size_t *len, char *err,
-                           size_t errlen);
+/* Reads file `name` in the directory dirfd (the data dir: ours alone, mode 0600), or
+ * creates it (mode 0600, 32 random bytes as 64 hex characters) when it does not exist;
+ * `shown` names it in messages. 0, or -1 with a reason. */
+int token_key_read_or_create(int dirfd, const char *name, const char *shown,
+                             uint8_t key[TOKEN_KEY_MAX], size_t *len, char *err, size_t errlen);
 
 token_signer_t *token_signer_new(const uint8_t *key, size_t len);   /* NULL on failure */
 void token_signer_free(token_signer_t *s);                          /* NULL is fine */

@@ -150,9 +150,47 @@ static int free_port(void)
     return port;
 }
 
-/* Starts this binary with argv (argv[0] is the subcommand), stdout to out_path (NULL:
- * the log too), stderr appended to log_path. Returns the pid or -1. */
-static pid_t spawn(const lab_t *L, char **argv, const char *log_path, const char *out_path)
+/* The environment of a `seckill serve` the lab starts: ours, with its Redis and database
+ * URLs (which may hold passwords) and the admin token as SECKILL_* variables
+ * (docs/configuration.md) instead of flags -- a process's argv is readable by every user
+ * (/proc/PID/cmdline), its environment only by its own. Free with free_env. */
+static char **serve_env(const lab_t *L)
+{
+    static const char *const mine[] = {"SECKILL_REDIS=", "SECKILL_DB=", "SECKILL_ADMIN_TOKEN="};
+    const char *vals[] = {L->redis_url, L->db_url, L->token};
+    size_t n = 0;
+    while (environ[n])
+        n++;
+    char **env = xcalloc(n + 4, sizeof *env);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        int replaced = 0;
+        for (size_t j = 0; j < 3; j++)
+            replaced |= strncmp(environ[i], mine[j], strlen(mine[j])) == 0;
+        if (!replaced)
+            env[k++] = xstrdup(environ[i]);
+    }
+    for (size_t j = 0; j < 3; j++) {
+        size_t len = strlen(mine[j]) + strlen(vals[j]) + 1;
+        env[k] = xmalloc(len);
+        snprintf(env[k++], len, "%s%s", mine[j], vals[j]);
+    }
+    return env;
+}
+
+static void free_env(char **env)
+{
+    for (size_t i = 0; env[i]; i++) {
+        explicit_bzero(env[i], strlen(env[i]));
+        free(env[i]);
+    }
+    free(env);
+}
+
+/* Starts this binary with argv (argv[0] is the subcommand) and env (NULL: ours), stdout to
+ * out_path (NULL: the log too), stderr appended to log_path. Returns the pid or -1. */
+static pid_t spawn_env(const lab_t *L, char **argv, char **env, const char *log_path,
+                       const char *out_path)
 {
     pid_t pid = fork();
     if (pid != 0)
@@ -171,8 +209,13 @@ static pid_t spawn(const lab_t *L, char **argv, const char *log_path, const char
     for (int i = 0; argv[i] && n < 63; i++)
         full[n++] = argv[i];
     full[n] = NULL;
-    execv(L->self, full);
+    execve(L->self, full, env ? env : environ);
     _exit(127);
+}
+
+static pid_t spawn(const lab_t *L, char **argv, const char *log_path, const char *out_path)
+{
+    return spawn_env(L, argv, NULL, log_path, out_path);
 }
 
 /* Waits for pid up to timeout_s; kills it after that. Returns its exit status, or -1. */
@@ -255,12 +298,6 @@ static int inst_start(const lab_t *L, const step_t *s, inst_t *in, int with_paus
     argv[n++] = "serve";
     argv[n++] = "--listen";
     argv[n++] = listen;
-    argv[n++] = "--redis";
-    argv[n++] = (char *)L->redis_url;
-    argv[n++] = "--db";
-    argv[n++] = (char *)L->db_url;
-    argv[n++] = "--admin-token";
-    argv[n++] = (char *)L->token;
     argv[n++] = "--threads";
     argv[n++] = "1";
     argv[n++] = "--data-dir";
@@ -282,7 +319,9 @@ static int inst_start(const lab_t *L, const step_t *s, inst_t *in, int with_paus
         argv[n++] = lease;
     }
     argv[n] = NULL;
-    in->pid = spawn(L, argv, log_path, NULL);
+    char **env = serve_env(L);   /* the Redis and database URLs, the admin token */
+    in->pid = spawn_env(L, argv, env, log_path, NULL);
+    free_env(env);
     if (in->pid < 0) {
         snprintf(err, errlen, "fork: %s", strerror(errno));
         return -1;

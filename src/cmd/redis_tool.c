@@ -165,7 +165,7 @@ static int rebuild_cmd(int argc, char **argv)
             status = 1;
             break;
         case REBUILD_NOT_SALE:
-            fprintf(stderr, "voucher %lld: not a flash-sale voucher in SQL\n", (long long)list[i]);
+            fprintf(stderr, "voucher %lld: not on sale in SQL (no flash-sale voucher, or off shelf, expired or type 0)\n", (long long)list[i]);
             status = 1;
             break;
         default:

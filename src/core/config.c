@@ -9,6 +9,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -17,6 +18,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
+#include "core/secret.h"
 #include "core/url.h"
 
 typedef enum { T_STR, T_INT, T_SIZE, T_LISTEN, T_LEVEL, T_BOOL, T_RATE, T_ADDR } ctype_t;
@@ -311,15 +313,28 @@ static char *trim(char *s)
     return s;
 }
 
+/* Whether setting `key` = val puts a secret in the config file: a token, or a URL with
+ * a password (user:password@). */
+static int holds_secret(const char *key, const char *val)
+{
+    if (strcmp(key, "admin-token") == 0 || strcmp(key, "metrics-token") == 0)
+        return val[0] != '\0';
+    if (strcmp(key, "redis") != 0 && strcmp(key, "db") != 0)
+        return 0;
+    const char *auth = strstr(val, "://");
+    const char *at = auth ? strchr(auth + 3, '@') : NULL;
+    return at != NULL && memchr(auth + 3, ':', (size_t)(at - auth - 3)) != NULL;
+}
+
 static int load_file(config_t *cfg, const char *path, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "r");
+    FILE *f = fopen(path, "re");
     if (!f) {
         snprintf(err, errlen, "config file %s: %s", path, strerror(errno));
         return -1;
     }
     char line[2048], from[600];
-    int lineno = 0, rc = 0;
+    int lineno = 0, rc = 0, secret = 0;
     while (rc == 0 && fgets(line, sizeof line, f)) {
         lineno++;
         char *p = trim(line);
@@ -346,7 +361,18 @@ static int load_file(config_t *cfg, const char *path, char *err, size_t errlen)
             rc = -1;
             break;
         }
+        secret |= holds_secret(key, val);
         rc = apply(cfg, s, val, from, err, errlen);
+    }
+    explicit_bzero(line, sizeof line);
+    /* A file holding a secret gets a secret file's checks, on the file read (fstat); the
+     * refusal is said by config_read_secrets, where serve refuses its other secrets. */
+    if (rc == 0 && secret) {
+        char shown[700];
+        snprintf(shown, sizeof shown, "config file %s (it holds a token or password)", path);
+        if (secret_check_fd(fileno(f), shown, 0, cfg->config_refused,
+                            sizeof cfg->config_refused) == 0)
+            cfg->config_refused[0] = '\0';
     }
     fclose(f);
     return rc;
@@ -448,31 +474,18 @@ void config_usage(const char *subcommand)
     }
 }
 
-/* The first line of a secret file, without its line end, into out. Returns 0 or -1. */
-static int read_secret_file(const char *what, const char *path, char *out, size_t cap,
-                            char *err, size_t errlen)
+/* The first line of a secret file, without its line end, into out, read with secret.h's
+ * checks (flags: SECRET_KEY for a token). Returns 0 or -1. */
+static int read_secret_file(const char *what, const char *path, int flags, char *out,
+                            size_t cap, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "re");
-    if (!f) {
-        snprintf(err, errlen, "%s %s: %s", what, path, strerror(errno));
-        return -1;
-    }
-    char line[2048];
-    int ok = fgets(line, sizeof line, f) != NULL;
-    fclose(f);
-    if (ok)
-        line[strcspn(line, "\r\n")] = '\0';
-    if (!ok || line[0] == '\0') {
-        snprintf(err, errlen, "%s %s is empty", what, path);
-        return -1;
-    }
-    if (strlen(line) >= cap) {
-        snprintf(err, errlen, "%s %s: too long (at most %zu bytes)", what, path, cap - 1);
-        return -1;
-    }
-    memcpy(out, line, strlen(line) + 1);
-    explicit_bzero(line, sizeof line);
-    return 0;
+    char shown[700];
+    snprintf(shown, sizeof shown, "--%s %s", what, path);
+    int rc = secret_read(AT_FDCWD, path, shown, flags | SECRET_LINE, 0, out, cap, NULL, err,
+                         errlen);
+    if (rc == 0)
+        snprintf(err, errlen, "%s: %s", shown, strerror(ENOENT));
+    return rc == 1 ? 0 : -1;
 }
 
 /* Puts the password in file (if named) into url (cap bytes). */
@@ -486,7 +499,7 @@ static int password_into(const char *what, const char *file, char *url, size_t c
         return -1;
     }
     char pw[512], out[2048], why[256];
-    if (read_secret_file(what, file, pw, sizeof pw, err, errlen) < 0)
+    if (read_secret_file(what, file, 0, pw, sizeof pw, err, errlen) < 0)
         return -1;
     int rc = url_with_password(url, pw, out, sizeof out, why, sizeof why);
     explicit_bzero(pw, sizeof pw);
@@ -505,13 +518,17 @@ static int password_into(const char *what, const char *file, char *url, size_t c
 
 int config_read_secrets(config_t *cfg, char *err, size_t errlen)
 {
+    if (cfg->config_refused[0]) {
+        snprintf(err, errlen, "%s", cfg->config_refused);
+        return -1;
+    }
     if (cfg->admin_token_file[0]) {
         if (cfg->admin_token[0]) {
             snprintf(err, errlen, "both --admin-token and --admin-token-file given: use one");
             return -1;
         }
-        if (read_secret_file("admin-token-file", cfg->admin_token_file, cfg->admin_token,
-                             sizeof cfg->admin_token, err, errlen) < 0)
+        if (read_secret_file("admin-token-file", cfg->admin_token_file, SECRET_KEY,
+                             cfg->admin_token, sizeof cfg->admin_token, err, errlen) < 0)
             return -1;
     }
     if (password_into("redis-password-file", cfg->redis_password_file, cfg->redis_url,

@@ -88,6 +88,7 @@ typedef struct config {
     char admin_token_file[512];       /* file holding the admin token */
     char redis_password_file[512];    /* file holding the Redis password (into redis_url) */
     char db_password_file[512];       /* file holding the database password (into db_url) */
+    char config_refused[800];         /* why the --config file may not hold its secret, or "" */
     int log_login_codes;              /* write login codes to the log (embedded: always) */
     char code_command[1024];          /* delivers login codes: sh -c CMD, env SECKILL_PHONE/CODE */
     int code_command_timeout_ms;      /* its deadline, default 5000 */
@@ -103,8 +104,10 @@ int config_load(config_t *cfg, int argc, char **argv, char *err, size_t errlen);
 
 /* Reads the secret files named by cfg (admin-token-file, redis-password-file,
  * db-password-file) into cfg: the token into admin_token, the passwords into redis_url
- * and db_url (url_with_password). For `serve`, after config_load. Returns 0, or -1 with
- * the reason in err (never a secret). */
+ * and db_url (url_with_password), every one through secret.h's checks. A --config file
+ * holding a token or a password is refused here too unless it passes the same checks
+ * (made by config_load on the file it read). For `serve`, after config_load. Returns 0,
+ * or -1 with the reason in err (never a secret). */
 int config_read_secrets(config_t *cfg, char *err, size_t errlen);
 
 /* Prints the settings table (flag, env, default, help) to stdout. */

@@ -16,6 +16,7 @@
 
 #include "sale/bucket_sweep.h"
 #include "sale/buckets.h"
+#include "sale/onsale.h"
 #include "core/pairs.h"
 #include "redis/rcl_sync.h"
 #include "redis/rconn.h"
@@ -334,7 +335,8 @@ static int rebuild_partial(redisContext *c, redisContext *g, store_t *st, int64_
         goto out;
     }
     int got = store_voucher_get(st, vid, &v);
-    if (got == STORE_NOTFOUND || (got == STORE_OK && !v.is_seckill)) {
+    if (got == STORE_NOTFOUND ||
+        (got == STORE_OK && !onsale_voucher(v.is_seckill, v.type, v.status))) {
         rc = REBUILD_NOT_SALE;
         goto out;
     }
@@ -478,7 +480,8 @@ int rebuild_voucher(redisContext *c, redisContext *g, store_t *st, int64_t vid,
     store_voucher_t v;
     memset(&v, 0, sizeof v);
     int got = store_voucher_get(st, vid, &v);
-    if (got == STORE_NOTFOUND || (got == STORE_OK && !v.is_seckill)) {
+    if (got == STORE_NOTFOUND ||
+        (got == STORE_OK && !onsale_voucher(v.is_seckill, v.type, v.status))) {
         rc = REBUILD_NOT_SALE;
         goto out;
     }

@@ -21,6 +21,7 @@
 #include "core/log.h"
 #include "server/metrics.h"
 #include "rebuild/rebuild.h"
+#include "sale/onsale.h"
 #include "store/store.h"
 #include "core/xmem.h"
 
@@ -194,7 +195,10 @@ static int refresh_list(rebuild_watch_t *w)
         memset(&v, 0, sizeof v);
         int rc = store_voucher_get(w->st, ids[i], &v);
         int64_t end = v.end_time;
+        int on_sale = onsale_voucher(v.is_seckill, v.type, v.status);
         store_voucher_clear(&v);
+        if (rc == STORE_OK && !on_sale)
+            continue;
         int nb = 1;
         if (rc == STORE_OK && store_voucher_buckets(w->st, ids[i], &nb) != STORE_OK)
             rc = STORE_ERR;

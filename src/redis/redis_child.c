@@ -13,7 +13,10 @@
  *   - runs in its own process group, so a Ctrl-C in the terminal reaches only us; we
  *     then stop it ourselves, after the workers and the order writer are done with it;
  *   - has its stdout/stderr appended to redis.log (next to its own log lines), so a
- *     start-up failure is reported with the log's last line.
+ *     start-up failure is reported with the log's last line;
+ *   - given a data dir pinned by its descriptor (/proc/self/fd/N, datadir.h), keeps that
+ *     one descriptor open across exec, so its --dir, socket and log paths name the same
+ *     directory in the child; every other descriptor is closed.
  *
  * Watch: the main thread calls redis_child_watch() about every 250 ms. A child that died
  * (kill -9, OOM killer, a crash) is reaped and started again on the same socket and
@@ -55,6 +58,7 @@ struct redis_child {
     int fsync_always;
     char bin[PATH_MAX];    /* the redis-server binary found at start */
     char dir[PATH_MAX];    /* <data_dir>/redis, absolute */
+    int keep_fd;           /* the data dir's descriptor the paths go through, or -1 */
     char sock[108];        /* sizeof(sun_path) */
     char log[PATH_MAX];
     uint64_t retry_ms;     /* monotonic: when to try a failed restart again */
@@ -285,7 +289,15 @@ static int spawn(redis_child_t *c, char *err, size_t errlen)
         dup2(nullfd, 0);
         dup2(logfd, 1);
         dup2(logfd, 2);
-        close_range(3, ~0U, 0);
+        if (c->keep_fd >= 3) {
+            /* the paths are /proc/self/fd/<keep_fd>/...: the same directory in the child */
+            fcntl(c->keep_fd, F_SETFD, 0);
+            if (c->keep_fd > 3)
+                close_range(3, (unsigned)c->keep_fd - 1, 0);
+            close_range((unsigned)c->keep_fd + 1, ~0U, 0);
+        } else {
+            close_range(3, ~0U, 0);
+        }
         execv(c->bin, (char *const *)argv);
         ssize_t w = write(2, exec_failed, sizeof(exec_failed) - 1);
         (void)w;
@@ -352,8 +364,15 @@ redis_child_t *redis_child_start(const char *bin, const char *data_dir, int fsyn
     c->fsync_always = fsync_always;
     snprintf(c->bin, sizeof(c->bin), "%s", binpath);
     char rel[PATH_MAX];
+    /* A data dir pinned by its descriptor (datadir.h) is used as it is: realpath would
+     * turn it back into a path resolved again. */
+    int fd = -1, used = 0;
+    c->keep_fd = sscanf(data_dir, "/proc/self/fd/%d%n", &fd, &used) == 1 &&
+                 data_dir[used] == '\0' ? fd : -1;
     if ((size_t)snprintf(rel, sizeof(rel), "%s/redis", data_dir) >= sizeof(rel) ||
-        mkdir_p(rel) < 0 || realpath(rel, c->dir) == NULL) {
+        mkdir_p(rel) < 0 ||
+        (c->keep_fd >= 0 ? snprintf(c->dir, sizeof(c->dir), "%s", rel) < 0
+                         : realpath(rel, c->dir) == NULL)) {
         snprintf(err, errlen, "cannot create %s: %s", rel, strerror(errno));
         free(c);
         return NULL;

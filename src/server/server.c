@@ -48,6 +48,7 @@
 #include "redis/redis_child.h"
 #include "auth/revoke.h"
 #include "core/rnd.h"
+#include "core/secret.h"
 #include "store/store.h"
 #include "sale/sync_order.h"
 #include "auth/token.h"
@@ -162,8 +163,9 @@ static int token_key_setup(app_t *app, char *err, size_t errlen)
         snprintf(path, sizeof path, "%s", cfg->token_key_file);
         rc = token_key_read(path, key, &len, err, errlen);
     } else {
+        /* through the data dir's descriptor (datadir.h), not its path again */
         snprintf(path, sizeof path, "%s/token-key", cfg->data_dir);
-        rc = token_key_read_or_create(path, key, &len, err, errlen);
+        rc = token_key_read_or_create(datadir_fd(), "token-key", path, key, &len, err, errlen);
     }
     if (rc < 0)
         return -1;
@@ -401,7 +403,7 @@ int server_run(const config_t *cfg)
     } else {
         embedded = 1;
         log_info("no --redis given: starting a private redis-server under %s/redis", cfg->data_dir);
-        app->child = redis_child_start(cfg->redis_server_bin, cfg->data_dir, cfg->appendfsync_always,
+        app->child = redis_child_start(cfg->redis_server_bin, datadir_pinned(), cfg->appendfsync_always,
                                        app->redis_url, sizeof app->redis_url, err, sizeof err);
         if (!app->child)
             goto out;
@@ -419,7 +421,7 @@ int server_run(const config_t *cfg)
     if (cfg->db_url[0])
         snprintf(app->db_url, sizeof app->db_url, "%s", cfg->db_url);
     else
-        snprintf(app->db_url, sizeof app->db_url, "sqlite:%s/seckill.db", cfg->data_dir);
+        snprintf(app->db_url, sizeof app->db_url, "sqlite:%s/seckill.db", datadir_pinned());
     {
         store_t *s = store_open(app->db_url, cfg->sql_timeout_ms, err, sizeof err);
         if (!s)
@@ -445,6 +447,11 @@ int server_run(const config_t *cfg)
             snprintf(err, sizeof err, "the admin token is too short (%zu characters): use at "
                      "least %d, e.g. `head -c 16 /dev/urandom | xxd -p` (--admin-token-file)",
                      strlen(cfg->admin_token), ADMIN_TOKEN_MIN);
+            goto out;
+        }
+        const char *weak = secret_weak(cfg->admin_token, strlen(cfg->admin_token));
+        if (weak != NULL) {
+            snprintf(err, sizeof err, "the admin token has %s", weak);
             goto out;
         }
         snprintf(app->admin_token, sizeof app->admin_token, "%s", cfg->admin_token);

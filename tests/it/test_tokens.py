@@ -109,6 +109,7 @@ def test_token_format_opaque_and_key_file():
     kf = os.path.join(d, "k")
     with open(kf, "w") as f:
         f.write("a shared key for every instance\n")
+    os.chmod(kf, 0o600)            # a key others can read is refused (secret.h)
     key = b"a shared key for every instance"
     srv = H.start_server(r, settings={"token_key_file": kf})
     _wait_local(srv, key)
@@ -242,6 +243,7 @@ def test_logout_reaches_other_instance():
     kf = os.path.join(d, "k")
     with open(kf, "w") as f:
         f.write("one key for both instances\n")
+    os.chmod(kf, 0o600)            # a key others can read is refused (secret.h)
     settings = {"token_key_file": kf, "token_cache_ms": 60000}
     a = H.start_server(r, name="a", settings=settings)
     b = H.start_server(r, name="b", settings=settings)

@@ -1,6 +1,7 @@
 /* test_token.c -- signed login tokens (token.h): layout, the MAC against OpenSSL's own
  * HMAC(), and every way a token must fail to verify. */
 #include <setjmp.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -166,12 +167,15 @@ static void test_key_files(void **state)
     uint8_t k1[TOKEN_KEY_MAX], k2[TOKEN_KEY_MAX];
     size_t l1 = 0, l2 = 0;
     assert_int_equal(token_key_read(path, k1, &l1, err, sizeof err), -1);   /* missing */
-    assert_int_equal(token_key_read_or_create(path, k1, &l1, err, sizeof err), 0);
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+    assert_true(dfd >= 0);
+    assert_int_equal(token_key_read_or_create(dfd, "token-key", path, k1, &l1, err, sizeof err), 0);
     assert_int_equal(l1, 64);
     struct stat st;
     assert_int_equal(stat(path, &st), 0);
     assert_int_equal(st.st_mode & 0777, 0600);
-    assert_int_equal(token_key_read_or_create(path, k2, &l2, err, sizeof err), 0);   /* kept */
+    assert_int_equal(token_key_read_or_create(dfd, "token-key", path, k2, &l2, err, sizeof err),
+                     0);   /* kept */
     assert_int_equal(l2, 64);
     assert_memory_equal(k1, k2, 64);
     FILE *f = fopen(path, "w");
@@ -180,6 +184,7 @@ static void test_key_files(void **state)
     fclose(f);
     assert_int_equal(token_key_read(path, k1, &l1, err, sizeof err), -1);   /* too short */
     assert_non_null(strstr(err, "at least"));
+    close(dfd);
     unlink(path);
     rmdir(dir);
 }
