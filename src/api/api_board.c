@@ -4,7 +4,10 @@
  * no data. Its data call needs x-admin-token. One EVALSHA of src/server/board.lua announces
  * this instance and returns every live instance's snapshot (board.c); beside it, every
  * sale's Redis stock and buyer count are read voucher by voucher (and summed over its
- * stock buckets, buckets.h), so the board works on a Redis Cluster too. The page polls it once a second and takes rates from the
+ * stock buckets, buckets.h), so the board works on a Redis Cluster too. A mode that keeps
+ * its sales in SQL alone (sync, the lab's SQL steps: order_mode.h's sql_counts) leaves the
+ * published stock in Redis untouched: there each sale's stock and buyers are SQL's, read
+ * on the job pool. The page polls it once a second and takes rates from the
  * differences. Snapshots come back from Redis as text: each is checked to be a JSON
  * object before it is passed on, so a bad entry cannot break the page. */
 #include <stdio.h>
@@ -21,6 +24,9 @@
 #include "embedded.h"
 #include "core/key.h"
 #include "redis/rds.h"
+#include "sale/order_mode.h"
+#include "server/jobs.h"
+#include "store/store.h"
 #include "core/sb.h"
 #include "server/worker.h"
 #include "core/xmem.h"
@@ -94,6 +100,7 @@ typedef struct board_sale {
     int stock_bad;          /* a bucket's stock, log or applied set unknown: stock null */
     int buyers_bad;         /* a bucket's buyer count unknown: buyers null */
     int64_t transit;        /* units in transfers not yet applied (K > 1) */
+    int sql;                /* stock and buyers come from SQL (sql_job), not Redis */
     struct board_part *parts;   /* its K buckets' parts, for the per-bucket figures */
 } board_sale_t;
 
@@ -241,8 +248,10 @@ static void on_hmget(redisReply *rep, void *priv)
     board_sale_t *e = p->s;
     size_t want = p->bucket == 0 ? 3 : 1;
     int64_t v;
-    if (rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements == want &&
-        reply_i64(rep->element[0], &v) == 0) {
+    if (e->sql) {
+        /* SQL's figures (sql_job); Redis gave the window */
+    } else if (rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements == want &&
+               reply_i64(rep->element[0], &v) == 0) {
         e->stock += v;
         p->stock = v;
         p->stock_ok = 1;
@@ -331,11 +340,55 @@ static void on_xlog(redisReply *rep, void *priv)
     board_unref(b);
 }
 
-/* Sends one sale's commands: per bucket HMGET and HLEN, and HGETALL of its log if K > 1. */
+/* A sale of a mode that keeps it in SQL: its (orders, stock) as the mode counts them. */
+typedef struct sql_job {
+    board_sale_t *s;
+    int (*counts)(struct store *st, int64_t voucher_id, int64_t *orders, int64_t *stock);
+    int64_t orders, stock;
+    int ok;
+} sql_job_t;
+
+static void sql_job_run(struct store *st, void *arg)
+{
+    sql_job_t *j = arg;
+    j->ok = st != NULL && j->counts(st, j->s->id, &j->orders, &j->stock) == STORE_OK;
+}
+
+static void sql_job_done(worker_t *w, void *arg)
+{
+    sql_job_t *j = arg;
+    board_sale_t *e = j->s;
+    (void)w;
+    if (j->ok) {
+        e->stock = j->stock;
+        e->buyers = j->orders;
+    } else {
+        e->stock_bad = e->buyers_bad = 1;
+    }
+    free(j);
+    board_unref(e->b);
+}
+
+/* Sends one sale's commands: per bucket HMGET and HLEN, and HGETALL of its log if K > 1;
+ * in a mode that keeps the sale in SQL, the HMGET (for the window) and one SQL job. */
 static void board_send_sale(board_req_t *b, board_sale_t *s, board_part_t *parts)
 {
     rds_t *c = b->r->w->rds;
     s->parts = parts;
+    app_t *app = b->r->w->app;
+    const order_mode_row_t *row = order_mode_row(app->cfg.mode);
+    if (row != NULL && row->sql_counts != NULL) {
+        s->sql = 1;
+        sql_job_t *j = xcalloc(1, sizeof *j);
+        j->s = s;
+        j->counts = row->sql_counts;
+        b->pending++;
+        if (jobs_submit(app->jobs, b->r->w, sql_job_run, sql_job_done, j) != 0) {
+            free(j);
+            s->stock_bad = s->buyers_bad = 1;
+            b->pending--;
+        }
+    }
     for (int bk = 0; bk < s->k; bk++) {
         board_part_t *p = &parts[bk];
         p->s = s;
@@ -357,8 +410,11 @@ static void board_send_sale(board_req_t *b, board_sale_t *s, board_part_t *parts
         size_t hll[2] = { 4, (size_t)bl };
         const char *hg[2] = { "HGETALL", lk };
         size_t hgl[2] = { 7, (size_t)ll };
-        b->pending += s->k > 1 ? 3 : 2;
+        b->pending += s->sql ? 1 : s->k > 1 ? 3 : 2;
         rds_command(c, on_hmget, p, bk == 0 ? 5 : 3, hm, hml);
+        if (s->sql) {
+            continue;
+        }
         rds_command(c, on_hlen, p, 2, hl, hll);
         if (s->k > 1) {
             rds_command(c, on_xlog, p, 2, hg, hgl);

@@ -58,6 +58,8 @@ typedef struct audit_opts {
     size_t nsoldout;              /* "refused while stock remained"), or NULL */
     const int64_t *maybe_users;   /* users the client saw answered 503 (0 where not known): */
     size_t nmaybe;                /* their order may have been taken (docs/api.md) */
+    const char *mode;             /* the service's --mode (order_mode.h), which decides the
+                                   * checks; NULL: the mode the live instances announce */
     int wait_drain_ms;            /* > 0: wait up to this for pending = lag = 0 first */
     int timeout_ms;               /* per Redis command / SQL call; 0 = 10 s */
     FILE *out;                    /* the human report; NULL = stdout */

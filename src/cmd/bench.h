@@ -63,6 +63,7 @@ typedef struct bench_opts {
     int token_ttl_s;            /* --token-ttl S: seeded tokens' TTL [7200] */
     char token_key_file[512];   /* --token-key-file F: sign seeded tokens [<data-dir>/token-key] */
     char record[512];           /* --record FILE: success answers, for `audit --orders` */
+    char audit_mode[64];        /* --audit-mode NAME: the target's --mode, for the audit */
     char json[512];             /* --json FILE (- = stdout) */
     char html[512];             /* --html FILE: the report as a page with charts */
     char timeline[512];         /* --timeline FILE: per 100 ms, latency, backlog, threads */

@@ -1,0 +1,141 @@
+"""test_truth.py -- each order mode is audited and shown by what that mode keeps.
+
+Sync mode (and the lab's SQL steps) take the order in SQL alone: Redis holds only the
+published voucher (its stock never moves) and no buyers, no stream. So `seckill audit` must
+check SQL's stock + orders = initial and one order per user, and not ask Redis for
+admissions that mode never makes; and the board must show SQL's stock and buyers for such a
+sale. Stream mode keeps its Redis checks (test_bench_audit.py).
+"""
+
+import json
+import os
+import sqlite3
+
+import harness as H
+from harness import check, eq
+
+DB_BACKENDS = ("sqlite", "mysql")
+
+
+def db_url(srv):
+    return getattr(srv, "db_url", None) or "sqlite:" + srv.db_path
+
+
+def _sql_write(srv, sql, *args):
+    """One write on the server's database (the harness's Db only reads)."""
+    url = db_url(srv)
+    if url.startswith(("mysql:", "mariadb:")):
+        c = H.mysql_connect(url)
+        try:
+            c.cursor().execute(sql.replace("?", "%s"), args)
+            c.commit()
+        finally:
+            c.close()
+        return
+    c = sqlite3.connect(url[len("sqlite:"):], timeout=30)
+    try:
+        c.execute(sql, args)
+        c.commit()
+    finally:
+        c.close()
+
+
+def _board(srv):
+    h = H.Http(srv.port)
+    try:
+        return h.api("GET", "/admin/api/board", admin=srv.admin_token)
+    finally:
+        h.close()
+
+
+@H.timeout(180)
+def test_sync_bench_audit_and_board():
+    """A correct sync-mode sale: `seckill bench` (which audits) exits 0, its audit checks
+    SQL's stock and orders, and the board lists the sale with SQL's stock and buyers."""
+    r, srv = H.setup(settings={"mode": "sync"})
+    d = H.tmpdir()
+    js = os.path.join(d, "sync.json")
+    rc, out, err = H.run_tool(["bench", "--target", "http://127.0.0.1:%d" % srv.port,
+                               "--redis", r.url, "--db", db_url(srv), "--admin-token",
+                               srv.admin_token, "--seed-tokens", "--users", 100, "--stock", 20,
+                               "--json", js])
+    H.log(out)
+    check(rc == 0, "sync-mode bench exit %d:\n%s\n%s", rc, out, err)
+    j = json.load(open(js))
+    eq(j["outcomes"]["success"], 20, "success answers")
+    eq(j["audit"], 0, "audit status")
+    vid = j["voucher"]
+    eq(srv.db().stock(vid), 0, "SQL stock")
+    check("audit: 0 violations" in out, "no audit summary in:\n%s", out)
+    check("mode:  sync (announced by the live instances): the sale is kept in SQL alone" in out,
+          "the audit does not say which mode it checked:\n%s", out)
+
+    # The audit on its own, with the mode found from the live instance: SQL's checks hold,
+    # Redis's admission checks do not apply.
+    rc, out, err = H.run_tool(["audit", "--redis", r.url, "--db", db_url(srv), "--voucher", vid,
+                               "--stock", 20, "--json", "-"])
+    eq(rc, 0, "audit exit status\n%s%s" % (out, err))
+    ja = json.loads(out)
+    v = ja["vouchers"][0]
+    eq(v["mode"], "sync", "audited as")
+    checks = {c["check"]: c["status"] for c in v["checks"]}
+    for c in ("no-oversell", "sql-stock", "stock-agree", "dup-sql", "window", "redis-idle"):
+        eq(checks.get(c), "ok", "check %s" % c)
+    for c in ("redis-stock", "sql-admitted", "admitted-persisted", "stream-drained"):
+        eq(checks.get(c), "skip", "check %s" % c)
+
+    # The same data audited as a stream-mode sale is wrong: its orders never went
+    # through Redis (the checks are the mode's, not a blanket pass).
+    rc, out, err = H.run_tool(["audit", "--redis", r.url, "--db", db_url(srv), "--voucher", vid,
+                               "--stock", 20, "--mode", "stream"])
+    eq(rc, 1, "audit as stream mode: exit status\n%s%s" % (out, err))
+    check("sql-admitted" in out, "no sql-admitted failure:\n%s", out)
+
+    # An oversold sync sale (one SQL order too many, stock left as it was) fails.
+    _sql_write(srv, "UPDATE tb_seckill_voucher SET stock = stock + 1 WHERE voucher_id = ?", vid)
+    rc, out, err = H.run_tool(["audit", "--redis", r.url, "--db", db_url(srv), "--voucher", vid,
+                               "--stock", 20])
+    eq(rc, 1, "audit of a broken sync sale: exit status\n%s%s" % (out, err))
+    check("FAIL" in out and "sql-stock" in out, "no sql-stock failure:\n%s", out)
+    _sql_write(srv, "UPDATE tb_seckill_voucher SET stock = stock - 1 WHERE voucher_id = ?", vid)
+
+    # The board: SQL's stock (0 left) and its 20 buyers, not Redis's untouched 20.
+    def listed():
+        st, b = _board(srv)
+        if st != 200:
+            return None
+        sales = [s for s in b["data"]["sales"] if s["id"] == vid]
+        return sales[0] if sales and b["data"]["instances"] else None
+    s = H.wait_until(listed, 10, 0.2, "the sale on the board")
+    eq(s["stock"], 0, "board stock (SQL's)")
+    eq(s["buyers"], 20, "board buyers (SQL orders)")
+    st, b = _board(srv)
+    me = [i for i in b["data"]["instances"] if i["mode"] == "sync"]
+    check(me, "no sync instance on the board: %r", b["data"]["instances"])
+    eq(me[0]["seckill"]["ok"] - me[0]["persisted"], 0, "admitted - persisted")
+    H.finish(srv)
+
+
+@H.timeout(180)
+def test_lab_sql_step_audit_and_board():
+    """A lab SQL step (naive) run one request at a time sells correctly: its audit checks
+    SQL (the lab's order table), and the board shows SQL's stock and buyers."""
+    r, srv = H.setup(settings={"mode": "naive"})
+    d = H.tmpdir()
+    js = os.path.join(d, "naive.json")
+    rc, out, err = H.run_tool(["bench", "--target", "http://127.0.0.1:%d" % srv.port,
+                               "--redis", r.url, "--db", db_url(srv), "--admin-token",
+                               srv.admin_token, "--seed-tokens", "--users", 30, "--stock", 10,
+                               "--conns", 1, "--dup", 0, "--burst-share", 0, "--json", js])
+    H.log(out)
+    check(rc == 0, "naive-mode bench (one connection) exit %d:\n%s\n%s", rc, out, err)
+    j = json.load(open(js))
+    eq(j["outcomes"]["success"], 10, "success answers")
+    check("mode:  naive" in out and "kept in SQL alone" in out, "mode line:\n%s", out)
+    vid = j["voucher"]
+    st, b = _board(srv)
+    eq(st, 200, "board status")
+    s = [s for s in b["data"]["sales"] if s["id"] == vid][0]
+    eq(s["stock"], 0, "board stock (SQL's)")
+    eq(s["buyers"], 10, "board buyers (the lab's SQL orders)")
+    H.finish(srv)
