@@ -1246,7 +1246,8 @@ int bench_main(int argc, char **argv)
         status = 2;
     }
     if (o.html[0]) {
-        bench_html_t page = {o.target, vid, stock, &series, r.h, report_text, audit_text,
+        bench_html_t page = {o.target, vid, stock, &series, L.recs_truncated ? NULL : L.recs,
+                             L.recs_truncated ? 0 : L.nrecs, r.h, report_text, audit_text,
                              audit_status};
         if (bench_html_write(o.html, &page, err, sizeof err) < 0) {
             fprintf(stderr, "seckill bench: %s\n", err);

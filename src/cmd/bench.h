@@ -190,7 +190,9 @@ struct bench_hist;
 typedef struct bench_html {
     const char *target;
     int64_t voucher, stock;               /* stock -1: unknown */
-    const bench_series_t *series;
+    const bench_series_t *series;         /* the samples taken every 100 ms while it ran */
+    const struct bench_rec *recs;         /* every answer (bench_timeline.h), or NULL ... */
+    size_t nrecs;                         /* ... when the log filled up: then the samples */
     const struct bench_hist *lat;         /* latency in microseconds, all answers */
     const char *report_text, *audit_text;
     int audit_status;                     /* 0 clean, 1 violation, 2 could not run, -1 skipped */

@@ -1,4 +1,5 @@
-"""test_truth.py -- each order mode is audited and shown by what that mode keeps.
+"""test_truth.py -- each order mode is audited and shown by what that mode keeps; and the
+start-up text walks a newcomer to the board, to 不能重复下单 and to 库存不足.
 
 Sync mode (and the lab's SQL steps) take the order in SQL alone: Redis holds only the
 published voucher (its stock never moves) and no buyers, no stream. So `seckill audit` must
@@ -9,6 +10,7 @@ sale. Stream mode keeps its Redis checks (test_bench_audit.py).
 
 import json
 import os
+import re
 import sqlite3
 
 import harness as H
@@ -60,11 +62,25 @@ def test_sync_bench_audit_and_board():
                                srv.admin_token, "--seed-tokens", "--users", 100, "--stock", 20,
                                "--json", js])
     H.log(out)
-    check(rc == 0, "sync-mode bench exit %d:\n%s\n%s", rc, out, err)
     j = json.load(open(js))
     eq(j["outcomes"]["success"], 20, "success answers")
-    eq(j["audit"], 0, "audit status")
     vid = j["voucher"]
+    # The board: SQL's stock (0 left) and its 20 buyers, not Redis's untouched 20.
+    def listed():
+        st, b = _board(srv)
+        if st != 200:
+            return None
+        sales = [s for s in b["data"]["sales"] if s["id"] == vid]
+        return sales[0] if sales and b["data"]["instances"] else None
+    s = H.wait_until(listed, 10, 0.2, "the sale on the board")
+    eq(s["stock"], 0, "board stock (SQL's)")
+    eq(s["buyers"], 20, "board buyers (SQL orders)")
+    st, b = _board(srv)
+    me = [i for i in b["data"]["instances"] if i["mode"] == "sync"]
+    check(me, "no sync instance on the board: %r", b["data"]["instances"])
+    eq(me[0]["seckill"]["ok"] - me[0]["persisted"], 0, "admitted - persisted")
+    check(rc == 0, "sync-mode bench exit %d:\n%s\n%s", rc, out, err)
+    eq(j["audit"], 0, "audit status")
     eq(srv.db().stock(vid), 0, "SQL stock")
     check("audit: 0 violations" in out, "no audit summary in:\n%s", out)
     check("mode:  sync (announced by the live instances): the sale is kept in SQL alone" in out,
@@ -99,20 +115,6 @@ def test_sync_bench_audit_and_board():
     check("FAIL" in out and "sql-stock" in out, "no sql-stock failure:\n%s", out)
     _sql_write(srv, "UPDATE tb_seckill_voucher SET stock = stock - 1 WHERE voucher_id = ?", vid)
 
-    # The board: SQL's stock (0 left) and its 20 buyers, not Redis's untouched 20.
-    def listed():
-        st, b = _board(srv)
-        if st != 200:
-            return None
-        sales = [s for s in b["data"]["sales"] if s["id"] == vid]
-        return sales[0] if sales and b["data"]["instances"] else None
-    s = H.wait_until(listed, 10, 0.2, "the sale on the board")
-    eq(s["stock"], 0, "board stock (SQL's)")
-    eq(s["buyers"], 20, "board buyers (SQL orders)")
-    st, b = _board(srv)
-    me = [i for i in b["data"]["instances"] if i["mode"] == "sync"]
-    check(me, "no sync instance on the board: %r", b["data"]["instances"])
-    eq(me[0]["seckill"]["ok"] - me[0]["persisted"], 0, "admitted - persisted")
     H.finish(srv)
 
 
@@ -139,3 +141,49 @@ def test_lab_sql_step_audit_and_board():
     eq(s["stock"], 0, "board stock (SQL's)")
     eq(s["buyers"], 10, "board buyers (the lab's SQL orders)")
     H.finish(srv)
+
+
+@H.timeout(120)
+def test_startup_text_walkthrough():
+    """The start-up text names the board (/admin/) and, followed as printed, shows both
+    不能重复下单 and 库存不足 (its second voucher has stock 1); the embedded default's text
+    says how to start afresh."""
+    r, srv = H.setup()
+    text = H.wait_until(lambda: "Try a flash sale" in srv.stdout_text() and srv.stdout_text(),
+                        10, 0.1, "the start-up text")
+    H.log(text)
+    url = "http://127.0.0.1:%d" % srv.port
+    check(("sale board:  %s/admin/" % url) in text, "no board URL in:\n%s", text)
+    check("admin token" in text, "no admin token hint in:\n%s", text)
+    check(("bench --target %s" % url) in text, "no bench one-liner in:\n%s", text)
+    bodies = [json.loads(b) for b in re.findall(r"-d '(\{\"shopId\".*?\})'", text)]
+    eq(sorted(b["stock"] for b in bodies), [1, 100], "the vouchers the text creates")
+    h = H.Http(srv.port)
+    ids = {}
+    for b in bodies:
+        st, j = h.api("POST", "/voucher/seckill", b, admin=srv.admin_token)
+        check(st == 200 and j["success"], "create as printed: %r", j)
+        ids[b["stock"]] = j["data"]
+    token = H.login(srv, r, "13800000000")
+    for stock, second in ((100, "不能重复下单"), (1, "库存不足")):
+        st, j = H.seckill(srv, token, ids[stock])
+        check(st == 200 and j["success"], "first order of the stock-%d voucher: %r", stock, j)
+        st, j = H.seckill(srv, token, ids[stock])
+        check(not j["success"] and j.get("errorMsg") == second,
+              "second order of the stock-%d voucher: %r (want %s)", stock, j, second)
+    h.close()
+    H.finish(srv)
+
+    # The embedded default: the board, and how to start afresh.
+    d = H.subdir("embedded")
+    port = H.free_port()
+    emb = H.Server([H.binary(), "serve", "--data-dir", d, "--listen", "127.0.0.1:%d" % port],
+                   d, port, None, os.path.join(d, "seckill.db"), None)
+    emb.start(ready_timeout=60)
+    text = H.wait_until(lambda: "Start afresh" in emb.stdout_text() and emb.stdout_text(), 10,
+                        0.1, "the embedded start-up text")
+    check("sale board:  http://127.0.0.1:%d/admin/" % port in text, "no board URL:\n%s", text)
+    check("make reset" in text and ("remove %s" % d) in text, "no way to start afresh:\n%s",
+          text)
+    check(("bench --data-dir %s --seed-tokens" % d) in text, "no bench one-liner:\n%s", text)
+    emb.stop()
