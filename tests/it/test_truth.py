@@ -12,6 +12,7 @@ import json
 import os
 import re
 import sqlite3
+import subprocess
 
 import harness as H
 from harness import check, eq
@@ -186,4 +187,18 @@ def test_startup_text_walkthrough():
     check("make reset" in text and ("remove %s" % d) in text, "no way to start afresh:\n%s",
           text)
     check(("bench --data-dir %s --seed-tokens" % d) in text, "no bench one-liner:\n%s", text)
+
+    # make reset: refused while the instance serves, asks (no answer: kept), YES=1 removes.
+    def reset(*extra):
+        p = subprocess.run(["make", "-s", "-C", H.ROOT, "reset", "VAR=" + d] + list(extra),
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+        H.log("make reset %s: %d %s%s" % (" ".join(extra), p.returncode, p.stdout, p.stderr))
+        return p.returncode, p.stdout + p.stderr
+    rc, out = reset("YES=1")
+    check(rc != 0 and "stop it first" in out and os.path.isdir(d),
+          "make reset while serving: %d %s", rc, out)
     emb.stop()
+    rc, out = reset()
+    check(rc != 0 and "kept" in out and os.path.isdir(d), "make reset unanswered: %d %s", rc, out)
+    rc, out = reset("YES=1")
+    check(rc == 0 and not os.path.exists(d), "make reset YES=1: %d %s", rc, out)
