@@ -616,7 +616,7 @@ static void mode_seen(audit_mode_t *m, const char *name, int *sql_seen, int *red
     size_t len = strlen(m->name);
     if (len == 0)
         snprintf(m->name, sizeof m->name, "%s", name);
-    else if (!strstr(m->name, name) && len + strlen(name) + 3 < sizeof m->name)
+    else if (strcmp(m->name, name) != 0 && len + strlen(name) + 3 < sizeof m->name)
         snprintf(m->name + len, sizeof m->name - len, ", %s", name);
 }
 

@@ -16,6 +16,7 @@ import subprocess
 
 import harness as H
 from harness import check, eq
+from test_board import _board as board_data   # GET /admin/api/board with a token
 
 DB_BACKENDS = ("sqlite", "mysql")
 
@@ -44,11 +45,16 @@ def _sql_write(srv, sql, *args):
 
 
 def _board(srv):
-    h = H.Http(srv.port)
-    try:
-        return h.api("GET", "/admin/api/board", admin=srv.admin_token)
-    finally:
-        h.close()
+    return board_data(srv, srv.admin_token)
+
+
+def _bench(srv, r, js, *extra):
+    """`seckill bench` on a new voucher with seeded buyers: (rc, stdout, stderr)."""
+    rc, out, err = H.run_tool(["bench", "--target", "http://127.0.0.1:%d" % srv.port,
+                               "--redis", r.url, "--db", db_url(srv), "--admin-token",
+                               srv.admin_token, "--seed-tokens", "--json", js] + list(extra))
+    H.log(out)
+    return rc, out, err
 
 
 @H.timeout(180)
@@ -58,11 +64,7 @@ def test_sync_bench_audit_and_board():
     r, srv = H.setup(settings={"mode": "sync"})
     d = H.tmpdir()
     js = os.path.join(d, "sync.json")
-    rc, out, err = H.run_tool(["bench", "--target", "http://127.0.0.1:%d" % srv.port,
-                               "--redis", r.url, "--db", db_url(srv), "--admin-token",
-                               srv.admin_token, "--seed-tokens", "--users", 100, "--stock", 20,
-                               "--json", js])
-    H.log(out)
+    rc, out, err = _bench(srv, r, js, "--users", 100, "--stock", 20)
     j = json.load(open(js))
     eq(j["outcomes"]["success"], 20, "success answers")
     vid = j["voucher"]
@@ -126,11 +128,8 @@ def test_lab_sql_step_audit_and_board():
     r, srv = H.setup(settings={"mode": "naive"})
     d = H.tmpdir()
     js = os.path.join(d, "naive.json")
-    rc, out, err = H.run_tool(["bench", "--target", "http://127.0.0.1:%d" % srv.port,
-                               "--redis", r.url, "--db", db_url(srv), "--admin-token",
-                               srv.admin_token, "--seed-tokens", "--users", 30, "--stock", 10,
-                               "--conns", 1, "--dup", 0, "--burst-share", 0, "--json", js])
-    H.log(out)
+    rc, out, err = _bench(srv, r, js, "--users", 30, "--stock", 10, "--conns", 1, "--dup", 0,
+                          "--burst-share", 0)
     check(rc == 0, "naive-mode bench (one connection) exit %d:\n%s\n%s", rc, out, err)
     j = json.load(open(js))
     eq(j["outcomes"]["success"], 10, "success answers")
