@@ -100,7 +100,7 @@ typedef struct board_sale {
     int stock_bad;          /* a bucket's stock, log or applied set unknown: stock null */
     int buyers_bad;         /* a bucket's buyer count unknown: buyers null */
     int64_t transit;        /* units in transfers not yet applied (K > 1) */
-    int sql;                /* stock and buyers come from SQL (sql_job), not Redis */
+    int sql;                /* stock and buyers come from SQL (board_sql_sales), not Redis */
     struct board_part *parts;   /* its K buckets' parts, for the per-bucket figures */
 } board_sale_t;
 
@@ -340,55 +340,79 @@ static void on_xlog(redisReply *rep, void *priv)
     board_unref(b);
 }
 
-/* A sale of a mode that keeps it in SQL: its (orders, stock) as the mode counts them. */
+/* The sales of a mode that keeps them in SQL: one job on the pool reads every sale's
+ * (orders, stock) as the mode counts them, so a board request costs the pool one job. */
 typedef struct sql_job {
-    board_sale_t *s;
+    board_req_t *b;
     int (*counts)(struct store *st, int64_t voucher_id, int64_t *orders, int64_t *stock);
-    int64_t orders, stock;
-    int ok;
+    int64_t *orders, *stock;    /* per sale */
+    int *ok;
 } sql_job_t;
 
 static void sql_job_run(struct store *st, void *arg)
 {
     sql_job_t *j = arg;
-    j->ok = st != NULL && j->counts(st, j->s->id, &j->orders, &j->stock) == STORE_OK;
+    for (size_t i = 0; i < j->b->nsales; i++)
+        j->ok[i] = st != NULL &&
+                   j->counts(st, j->b->sales[i].id, &j->orders[i], &j->stock[i]) == STORE_OK;
 }
 
 static void sql_job_done(worker_t *w, void *arg)
 {
     sql_job_t *j = arg;
-    board_sale_t *e = j->s;
+    board_req_t *b = j->b;
     (void)w;
-    if (j->ok) {
-        e->stock = j->stock;
-        e->buyers = j->orders;
-    } else {
-        e->stock_bad = e->buyers_bad = 1;
+    for (size_t i = 0; i < b->nsales; i++) {
+        board_sale_t *e = &b->sales[i];
+        if (j->ok[i]) {
+            e->stock = j->stock[i];
+            e->buyers = j->orders[i];
+        } else {
+            e->stock_bad = e->buyers_bad = 1;
+        }
     }
+    free(j->orders);
+    free(j->stock);
+    free(j->ok);
     free(j);
-    board_unref(e->b);
+    board_unref(b);
+}
+
+/* Submits the SQL job of a mode that keeps its sales in SQL (order_mode.h's sql_counts),
+ * and marks the sales; nothing in a mode that keeps them in Redis. */
+static void board_sql_sales(board_req_t *b)
+{
+    app_t *app = b->r->w->app;
+    const order_mode_row_t *row = order_mode_row(app->cfg.mode);
+    if (row == NULL || row->sql_counts == NULL || b->nsales == 0)
+        return;
+    sql_job_t *j = xcalloc(1, sizeof *j);
+    j->b = b;
+    j->counts = row->sql_counts;
+    j->orders = xcalloc(b->nsales, sizeof *j->orders);
+    j->stock = xcalloc(b->nsales, sizeof *j->stock);
+    j->ok = xcalloc(b->nsales, sizeof *j->ok);
+    for (size_t i = 0; i < b->nsales; i++)
+        b->sales[i].sql = 1;
+    b->pending++;
+    if (jobs_submit(app->jobs, b->r->w, sql_job_run, sql_job_done, j) != 0) {
+        /* the pool's queue is full: the sales' figures are unknown this time */
+        for (size_t i = 0; i < b->nsales; i++)
+            b->sales[i].stock_bad = b->sales[i].buyers_bad = 1;
+        free(j->orders);
+        free(j->stock);
+        free(j->ok);
+        free(j);
+        b->pending--;
+    }
 }
 
 /* Sends one sale's commands: per bucket HMGET and HLEN, and HGETALL of its log if K > 1;
- * in a mode that keeps the sale in SQL, the HMGET (for the window) and one SQL job. */
+ * in a mode that keeps the sale in SQL (board_sql_sales), the HMGET alone, for the window. */
 static void board_send_sale(board_req_t *b, board_sale_t *s, board_part_t *parts)
 {
     rds_t *c = b->r->w->rds;
     s->parts = parts;
-    app_t *app = b->r->w->app;
-    const order_mode_row_t *row = order_mode_row(app->cfg.mode);
-    if (row != NULL && row->sql_counts != NULL) {
-        s->sql = 1;
-        sql_job_t *j = xcalloc(1, sizeof *j);
-        j->s = s;
-        j->counts = row->sql_counts;
-        b->pending++;
-        if (jobs_submit(app->jobs, b->r->w, sql_job_run, sql_job_done, j) != 0) {
-            free(j);
-            s->stock_bad = s->buyers_bad = 1;
-            b->pending--;
-        }
-    }
     for (int bk = 0; bk < s->k; bk++) {
         board_part_t *p = &parts[bk];
         p->s = s;
@@ -462,6 +486,7 @@ static void on_streams(redisReply *rep, void *priv)
     }
     b->parts = xcalloc(nparts ? nparts : 1, sizeof *b->parts);
     /* this callback's own reference is still held while the commands go out */
+    board_sql_sales(b);
     for (size_t i = 0, at = 0; i < b->nsales; i++) {
         board_send_sale(b, &b->sales[i], &b->parts[at]);
         at += (size_t)b->sales[i].k;
