@@ -72,7 +72,7 @@ include rlock/rlock.mk
 include fuzz/fuzz.mk
 include tests/reliability.mk
 
-.PHONY: all run check lint unit it perf perf-cluster clean
+.PHONY: all run reset check lint unit it perf perf-cluster clean
 all: $(BUILD)/seckill
 
 # The service links the lock library (sync mode's per-user lock); rlock/rlock.mk builds it.
@@ -113,6 +113,25 @@ $(BUILD)/obj $(BUILD)/gen $(BUILD)/tests:
 
 run: $(BUILD)/seckill
 	./$(BUILD)/seckill serve
+
+# Start afresh: removes ./var -- the embedded default's Redis, SQLite file, admin token and
+# token key: every voucher, user and order of `make run` -- after asking (YES=1: without).
+# A serving instance is refused: the Redis it started still has ./var's socket bound.
+# (VAR=DIR: another --data-dir.)
+VAR := var
+reset:
+	@if [ ! -e "$(VAR)" ]; then echo "nothing to reset: $(VAR) does not exist"; exit 0; fi; \
+	sock="$$(realpath "$(VAR)")/redis/redis.sock"; \
+	if grep -q " $$sock\$$" /proc/net/unix 2>/dev/null; then \
+	    echo "a seckill serve is running on $(VAR) ($$sock is bound): stop it first (Ctrl-C)" >&2; \
+	    exit 1; \
+	fi; \
+	if [ "$(YES)" != 1 ]; then \
+	    printf 'remove %s: every voucher, user and order of make run? [y/N] ' "$(VAR)"; \
+	    read a || a=; \
+	    case "$$a" in y | Y | yes) ;; *) echo "kept $(VAR)"; exit 1 ;; esac; \
+	fi; \
+	rm -rf -- "$(VAR)" && echo "removed $(VAR): make run starts afresh"
 
 unit: $(UNIT_BINS)
 	@for t in $(UNIT_BINS); do echo "== $$t"; ./$$t || exit 1; done

@@ -46,12 +46,13 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *cmd = argv[1];
+    /* The lab's steps are rows of the table of order modes, added here: the one place
+     * outside src/lab/ that knows the lab (lab.h). Every command sees the same table
+     * (`seckill audit --mode` reads it too). */
+    lab_register();
     if (strcmp(cmd, "serve") == 0) {
         config_t cfg;
         char err[1024];
-        /* The lab's steps are rows of the table of order modes, added here: the one
-         * place outside src/lab/ that knows the lab (lab.h). */
-        lab_register();
         int rc = config_load(&cfg, argc - 1, argv + 1, err, sizeof err);
         /* --mode picks a row of the table, then the plug-ins check their own flags. */
         if (rc == 0 && order_mode_pick(&cfg, err, sizeof err) < 0)

@@ -4,7 +4,10 @@
  * no data. Its data call needs x-admin-token. One EVALSHA of src/server/board.lua announces
  * this instance and returns every live instance's snapshot (board.c); beside it, every
  * sale's Redis stock and buyer count are read voucher by voucher (and summed over its
- * stock buckets, buckets.h), so the board works on a Redis Cluster too. The page polls it once a second and takes rates from the
+ * stock buckets, buckets.h), so the board works on a Redis Cluster too. A mode that keeps
+ * its sales in SQL alone (sync, the lab's SQL steps: order_mode.h's sql_counts) leaves the
+ * published stock in Redis untouched: there each sale's stock and buyers are SQL's, read
+ * on the job pool. The page polls it once a second and takes rates from the
  * differences. Snapshots come back from Redis as text: each is checked to be a JSON
  * object before it is passed on, so a bad entry cannot break the page. */
 #include <stdio.h>
@@ -21,6 +24,9 @@
 #include "embedded.h"
 #include "core/key.h"
 #include "redis/rds.h"
+#include "sale/order_mode.h"
+#include "server/jobs.h"
+#include "store/store.h"
 #include "core/sb.h"
 #include "server/worker.h"
 #include "core/xmem.h"
@@ -94,6 +100,7 @@ typedef struct board_sale {
     int stock_bad;          /* a bucket's stock, log or applied set unknown: stock null */
     int buyers_bad;         /* a bucket's buyer count unknown: buyers null */
     int64_t transit;        /* units in transfers not yet applied (K > 1) */
+    int sql;                /* stock and buyers come from SQL (board_sql_sales), not Redis */
     struct board_part *parts;   /* its K buckets' parts, for the per-bucket figures */
 } board_sale_t;
 
@@ -241,8 +248,10 @@ static void on_hmget(redisReply *rep, void *priv)
     board_sale_t *e = p->s;
     size_t want = p->bucket == 0 ? 3 : 1;
     int64_t v;
-    if (rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements == want &&
-        reply_i64(rep->element[0], &v) == 0) {
+    if (e->sql) {
+        /* SQL's figures (sql_job); Redis gave the window */
+    } else if (rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements == want &&
+               reply_i64(rep->element[0], &v) == 0) {
         e->stock += v;
         p->stock = v;
         p->stock_ok = 1;
@@ -331,7 +340,75 @@ static void on_xlog(redisReply *rep, void *priv)
     board_unref(b);
 }
 
-/* Sends one sale's commands: per bucket HMGET and HLEN, and HGETALL of its log if K > 1. */
+/* The sales of a mode that keeps them in SQL: one job on the pool reads every sale's
+ * (orders, stock) as the mode counts them, so a board request costs the pool one job. */
+typedef struct sql_job {
+    board_req_t *b;
+    int (*counts)(struct store *st, int64_t voucher_id, int64_t *orders, int64_t *stock);
+    int64_t *orders, *stock;    /* per sale */
+    int *ok;
+} sql_job_t;
+
+static void sql_job_run(struct store *st, void *arg)
+{
+    sql_job_t *j = arg;
+    for (size_t i = 0; i < j->b->nsales; i++)
+        j->ok[i] = st != NULL &&
+                   j->counts(st, j->b->sales[i].id, &j->orders[i], &j->stock[i]) == STORE_OK;
+}
+
+static void sql_job_done(worker_t *w, void *arg)
+{
+    sql_job_t *j = arg;
+    board_req_t *b = j->b;
+    (void)w;
+    for (size_t i = 0; i < b->nsales; i++) {
+        board_sale_t *e = &b->sales[i];
+        if (j->ok[i]) {
+            e->stock = j->stock[i];
+            e->buyers = j->orders[i];
+        } else {
+            e->stock_bad = e->buyers_bad = 1;
+        }
+    }
+    free(j->orders);
+    free(j->stock);
+    free(j->ok);
+    free(j);
+    board_unref(b);
+}
+
+/* Submits the SQL job of a mode that keeps its sales in SQL (order_mode.h's sql_counts),
+ * and marks the sales; nothing in a mode that keeps them in Redis. */
+static void board_sql_sales(board_req_t *b)
+{
+    app_t *app = b->r->w->app;
+    const order_mode_row_t *row = order_mode_row(app->cfg.mode);
+    if (row == NULL || row->sql_counts == NULL || b->nsales == 0)
+        return;
+    sql_job_t *j = xcalloc(1, sizeof *j);
+    j->b = b;
+    j->counts = row->sql_counts;
+    j->orders = xcalloc(b->nsales, sizeof *j->orders);
+    j->stock = xcalloc(b->nsales, sizeof *j->stock);
+    j->ok = xcalloc(b->nsales, sizeof *j->ok);
+    for (size_t i = 0; i < b->nsales; i++)
+        b->sales[i].sql = 1;
+    b->pending++;
+    if (jobs_submit(app->jobs, b->r->w, sql_job_run, sql_job_done, j) != 0) {
+        /* the pool's queue is full: the sales' figures are unknown this time */
+        for (size_t i = 0; i < b->nsales; i++)
+            b->sales[i].stock_bad = b->sales[i].buyers_bad = 1;
+        free(j->orders);
+        free(j->stock);
+        free(j->ok);
+        free(j);
+        b->pending--;
+    }
+}
+
+/* Sends one sale's commands: per bucket HMGET and HLEN, and HGETALL of its log if K > 1;
+ * in a mode that keeps the sale in SQL (board_sql_sales), the HMGET alone, for the window. */
 static void board_send_sale(board_req_t *b, board_sale_t *s, board_part_t *parts)
 {
     rds_t *c = b->r->w->rds;
@@ -357,8 +434,11 @@ static void board_send_sale(board_req_t *b, board_sale_t *s, board_part_t *parts
         size_t hll[2] = { 4, (size_t)bl };
         const char *hg[2] = { "HGETALL", lk };
         size_t hgl[2] = { 7, (size_t)ll };
-        b->pending += s->k > 1 ? 3 : 2;
+        b->pending += s->sql ? 1 : s->k > 1 ? 3 : 2;
         rds_command(c, on_hmget, p, bk == 0 ? 5 : 3, hm, hml);
+        if (s->sql) {
+            continue;
+        }
         rds_command(c, on_hlen, p, 2, hl, hll);
         if (s->k > 1) {
             rds_command(c, on_xlog, p, 2, hg, hgl);
@@ -406,6 +486,7 @@ static void on_streams(redisReply *rep, void *priv)
     }
     b->parts = xcalloc(nparts ? nparts : 1, sizeof *b->parts);
     /* this callback's own reference is still held while the commands go out */
+    board_sql_sales(b);
     for (size_t i = 0, at = 0; i < b->nsales; i++) {
         board_send_sale(b, &b->sales[i], &b->parts[at]);
         at += (size_t)b->sales[i].k;

@@ -7,7 +7,8 @@
  *      Every entry below both was acked at that moment, and the writer acks only after
  *      its SQL commit -- so such an order is already in SQL when step 2 reads;
  *   2. SQL: the voucher row, its (order count, stock) pair in one read transaction, and
- *      every order of the voucher (paged by id); then a lab SQL step's, if any (sql_counts);
+ *      every order of the voucher (paged by id); then a lab SQL step's, if any
+ *      (lab_store_voucher_counts);
  *   3. Redis, in one MULTI/EXEC: voucher hash (stock, begin, end), buyer count, stream
  *      length, dead letters -- so (stock, admitted) is one moment;
  *   4. the buyer hash (HSCAN; buyers are never removed, so every buyer present at step 2
@@ -33,6 +34,7 @@
 #include <unistd.h>
 
 #include <hiredis/hiredis.h>
+#include <jansson.h>
 
 #include "cmd/bench_redis.h"
 #include "cmd/cmd_args.h"
@@ -44,6 +46,7 @@
 #include "core/datadir.h"
 #include "core/key.h"
 #include "core/sb.h"
+#include "sale/order_mode.h"
 #include "sale/sentry.h"
 #include "store/store.h"
 #include "core/xmem.h"
@@ -318,17 +321,6 @@ static int read_group(redisContext *c, const char *ks, sgroup_t *g, char *err, s
  * That table changes only while a SQL step runs, whose stock update and insert are two
  * autocommit statements anyway: no moment of the product's (count, stock) pair is lost. */
 
-/* The voucher's SQL (order count, stock), as store_voucher_counts. */
-static int sql_counts(store_t *st, int64_t vid, int64_t *count, int64_t *stock)
-{
-    int rc = store_voucher_counts(st, vid, count, stock);
-    int64_t lab = 0;
-    if (rc == STORE_ERR || lab_store_order_count(st, vid, &lab) != STORE_OK)
-        return STORE_ERR;
-    *count += lab;
-    return rc;
-}
-
 /* store_voucher_orders or lab_store_voucher_orders */
 typedef int orders_page_t(store_t *s, int64_t voucher_id, int64_t after_id, size_t max,
                           store_order_t **out, size_t *n);
@@ -377,7 +369,7 @@ static int read_sql(store_t *st, vdata_t *d, char *err, size_t errlen)
     d->sql_begin = v.begin_time;
     d->sql_end = v.end_time;
     store_voucher_clear(&v);
-    if (sql_counts(st, d->vid, &d->sql_count, &d->sql_stock) != STORE_OK) {
+    if (lab_store_voucher_counts(st, d->vid, &d->sql_count, &d->sql_stock) != STORE_OK) {
         snprintf(err, errlen, "SQL counts: %s", store_errmsg(st));
         return -1;
     }
@@ -601,14 +593,152 @@ static void add(report_t *rp, const char *inv, const char *id, int status, const
 
 #define LL(x) ((long long)(x))
 
-static void check_voucher(const audit_opts_t *o, vdata_t *d, int drained_wanted, report_t *rp)
+/* ==== the order mode: which store keeps the sale ====
+ * A mode that admits in Redis (stream, queue) keeps the sale in Redis and SQL follows; a
+ * mode whose row has sql_counts (sync, the lab's SQL steps: order_mode.h) takes each order
+ * in SQL alone and leaves Redis the published voucher. Each is checked by what it keeps. */
+typedef struct audit_mode {
+    char name[64];          /* the mode's name, or the names the live instances gave */
+    int sql;                /* 1: SQL alone keeps the sale */
+    char how[160];          /* how it was found, for the report */
+} audit_mode_t;
+
+/* Adds one announced mode name to m. */
+static void mode_seen(audit_mode_t *m, const char *name, int *sql_seen, int *redis_seen)
+{
+    const order_mode_row_t *row = order_mode_row(order_mode_find(name));
+    if (!row)
+        return;   /* a mode this binary does not know: it tells nothing */
+    if (row->sql_counts)
+        (*sql_seen)++;
+    else
+        (*redis_seen)++;
+    size_t len = strlen(m->name);
+    if (len == 0)
+        snprintf(m->name, sizeof m->name, "%s", name);
+    else if (strcmp(m->name, name) != 0 && len + strlen(name) + 3 < sizeof m->name)
+        snprintf(m->name + len, sizeof m->name - len, ", %s", name);
+}
+
+/* The modes the live instances announce for the sale board (board.lua's keys), read-only:
+ * SMEMBERS of the set, GET of each instance's snapshot. Unreadable parts are left out. */
+static void announced_modes(rcl_sync_route_t *rt, audit_mode_t *m, int *sql_seen,
+                            int *redis_seen)
+{
+    char err[256];
+    redisContext *c = rcl_sync_route_key(rt, KEY_BOARD_INSTANCES, err, sizeof err);
+    redisReply *set = c ? rconn_cmdf(c, err, sizeof err, "SMEMBERS %s", KEY_BOARD_INSTANCES)
+                        : NULL;
+    for (size_t i = 0; set && set->type == REDIS_REPLY_ARRAY && i < set->elements; i++) {
+        const redisReply *e = set->element[i];
+        if (e->type != REDIS_REPLY_STRING)
+            continue;
+        redisReply *snap = rconn_cmdf(c, err, sizeof err, "GET %s%b", KEY_BOARD_INSTANCE,
+                                      e->str, (size_t)e->len);
+        json_t *j = snap && snap->type == REDIS_REPLY_STRING
+                        ? json_loadb(snap->str, snap->len, 0, NULL) : NULL;
+        const char *name = json_string_value(json_object_get(j, "mode"));
+        if (name)
+            mode_seen(m, name, sql_seen, redis_seen);
+        json_decref(j);
+        if (snap)
+            freeReplyObject(snap);
+    }
+    if (set)
+        freeReplyObject(set);
+}
+
+/* o->mode, or else the live instances' (stream's checks when none is live, or when they
+ * run modes of both kinds). 0, or -1 for an unknown --mode with the reason in err. */
+static int audit_mode(const audit_opts_t *o, rcl_sync_route_t *rt, audit_mode_t *m, char *err,
+                      size_t errlen)
+{
+    memset(m, 0, sizeof *m);
+    if (o->mode) {
+        const order_mode_row_t *row = order_mode_row(order_mode_find(o->mode));
+        if (!row) {
+            snprintf(err, errlen, "--mode %s: not a mode of `seckill serve --mode`", o->mode);
+            return -1;
+        }
+        snprintf(m->name, sizeof m->name, "%s", o->mode);
+        m->sql = row->sql_counts != NULL;
+        snprintf(m->how, sizeof m->how, "given");
+        return 0;
+    }
+    int sql_seen = 0, redis_seen = 0;
+    announced_modes(rt, m, &sql_seen, &redis_seen);
+    if (sql_seen != 0 && redis_seen == 0) {
+        m->sql = 1;
+        snprintf(m->how, sizeof m->how, "announced by the live instances");
+    } else if (redis_seen != 0 && sql_seen == 0) {
+        snprintf(m->how, sizeof m->how, "announced by the live instances");
+    } else {
+        snprintf(m->how, sizeof m->how, "%s: checked as stream mode (--mode names it)",
+                 sql_seen ? "live instances keep sales in Redis and in SQL"
+                          : "no live instance announced its mode");
+        snprintf(m->name, sizeof m->name, "stream");
+    }
+    return 0;
+}
+
+/* I3 in a mode that admits in Redis: every SQL order is a buyer with the same order id,
+ * and every buyer is in SQL (in-flight entries excused unless drained). */
+static void check_admitted(const vdata_t *d, int drained_wanted, report_t *rp)
+{
+    int64_t not_admitted = 0, other_id = 0, ex_na = 0;
+    for (size_t i = 0; i < d->sql_by_user.n; i++) {
+        ssize_t k = pairs_find(&d->buyers, d->sql_by_user.v[i].a);
+        if (k < 0) {
+            if (not_admitted++ == 0)
+                ex_na = d->sql_by_user.v[i].b;
+        } else if (d->buyers.v[k].b != d->sql_by_user.v[i].b) {
+            if (not_admitted + other_id++ == 0)
+                ex_na = d->sql_by_user.v[i].b;
+        }
+    }
+    if (not_admitted || other_id)
+        add(rp, "I3", "sql-admitted", C_FAIL,
+            "%lld SQL orders were never admitted in Redis, %lld carry another order id than "
+            "the buyer hash (e.g. order %lld)", LL(not_admitted), LL(other_id), LL(ex_na));
+    else
+        add(rp, "I3", "sql-admitted", C_OK, "all %lld SQL orders are buyers in Redis with the "
+                                            "same order id", LL(d->sql_by_user.n));
+    int64_t missing = 0, excused = 0, ex_m = 0;
+    for (size_t i = 0; i < d->buyers.n; i++) {
+        if (pairs_find(&d->sql_by_user, d->buyers.v[i].a) >= 0)
+            continue;
+        missing++;
+        if (pairs_find(&d->inflight_users, d->buyers.v[i].a) >= 0)
+            excused++;
+        else if (missing - excused == 1)
+            ex_m = d->buyers.v[i].b;
+    }
+    char ebuf[64] = "";
+    int mfail = missing - excused > 0 || (drained_wanted && missing > 0);
+    if (mfail && missing - excused > 0)
+        snprintf(ebuf, sizeof ebuf, "; e.g. order %lld", LL(ex_m));
+    add(rp, "I3", "admitted-persisted", mfail ? C_FAIL : C_OK,
+        "%lld buyers, %lld SQL orders: %lld admitted orders not in SQL, of which %lld still in "
+        "the stream%s%s",
+        LL(d->buyers.n), LL(d->sql_by_user.n), LL(missing), LL(excused),
+        drained_wanted && missing ? " (after drain: none may be)" : "", ebuf);
+}
+
+static void check_voucher(const audit_opts_t *o, const audit_mode_t *m, vdata_t *d,
+                          int drained_wanted, report_t *rp)
 {
     int64_t S = o->initial_stock;
     int known = S >= 0;
     int drained = d->pending == 0 && d->lag == 0;   /* at step 1 */
+    /* The skip detail of a Redis-side check in a mode that keeps the sale in SQL. */
+    char sqlonly[96];
+    snprintf(sqlonly, sizeof sqlonly, "%.60s mode takes each order in SQL alone", m->name);
 
     /* ---- I1 ---- */
-    if (known)
+    if (known && m->sql)
+        add(rp, "I1", "no-oversell", d->sql_count <= S ? C_OK : C_FAIL,
+            "SQL orders %lld, initial stock %lld", LL(d->sql_count), LL(S));
+    else if (known)
         add(rp, "I1", "no-oversell", d->sql_count <= S && d->admitted <= S ? C_OK : C_FAIL,
             "SQL orders %lld, admitted %lld, initial stock %lld", LL(d->sql_count),
             LL(d->admitted), LL(S));
@@ -618,11 +748,15 @@ static void check_voucher(const audit_opts_t *o, vdata_t *d, int drained_wanted,
             "derived initial %lld", LL(d->r_stock + d->admitted));
     add(rp, "I1", "stock-nonneg", d->r_stock >= 0 && d->sql_stock >= 0 ? C_OK : C_FAIL,
         "Redis stock %lld, SQL stock %lld", LL(d->r_stock), LL(d->sql_stock));
-    if (known) {
+    if (known && m->sql) {
+        add(rp, "I1", "redis-stock", C_SKIP, "%s", sqlonly);
+    } else if (known) {
         add(rp, "I1", "redis-stock", d->r_stock == S - d->admitted ? C_OK : C_FAIL,
             "Redis stock %lld %s initial %lld - admitted %lld = %lld", LL(d->r_stock),
             d->r_stock == S - d->admitted ? "=" : "!=", LL(S), LL(d->admitted),
             LL(S - d->admitted));
+    }
+    if (known) {
         add(rp, "I1", "sql-stock", d->sql_stock == S - d->sql_count ? C_OK : C_FAIL,
             "SQL stock %lld %s initial %lld - persisted %lld = %lld", LL(d->sql_stock),
             d->sql_stock == S - d->sql_count ? "=" : "!=", LL(S), LL(d->sql_count),
@@ -638,13 +772,20 @@ static void check_voucher(const audit_opts_t *o, vdata_t *d, int drained_wanted,
                                                         "the pipeline)");
     /* After a rebuild from SQL, `seeded` buyers came from SQL, not from this stream. */
     int64_t via_stream = d->admitted - d->seeded;
-    /* Counted in the entries that were there at the snapshot (step 3): an entry holds
-     * the orders of one admission call (sentry.h). */
-    add(rp, "I1", "stream-entries", d->st_orders == via_stream ? C_OK : C_FAIL,
-        "stream orders %lld (in %lld entries) %s admitted %lld%s%s", LL(d->st_orders),
-        LL(d->xlen), d->st_orders == via_stream ? "=" : "!=",
-        LL(via_stream), d->seeded ? " (buyers minus those rebuilt from SQL)" : "",
-        d->st_bad ? " (some entries unreadable)" : "");
+    if (m->sql) {   /* Redis holds the published voucher, and the buyers a rebuild seeded */
+        add(rp, "I1", "redis-idle", via_stream == 0 && d->xlen == 0 ? C_OK : C_FAIL,
+            "%lld buyers admitted in Redis, %lld stream entries%s", LL(via_stream),
+            LL(d->xlen), via_stream || d->xlen ? " (an instance of a Redis mode sold this "
+                                                 "voucher too)" : "");
+    } else {
+        /* Counted in the entries that were there at the snapshot (step 3): an entry holds
+         * the orders of one admission call (sentry.h). */
+        add(rp, "I1", "stream-entries", d->st_orders == via_stream ? C_OK : C_FAIL,
+            "stream orders %lld (in %lld entries) %s admitted %lld%s%s", LL(d->st_orders),
+            LL(d->xlen), d->st_orders == via_stream ? "=" : "!=",
+            LL(via_stream), d->seeded ? " (buyers minus those rebuilt from SQL)" : "",
+            d->st_bad ? " (some entries unreadable)" : "");
+    }
 
     /* ---- I2 ---- */
     int64_t ex = 0;
@@ -693,43 +834,13 @@ static void check_voucher(const audit_opts_t *o, vdata_t *d, int drained_wanted,
     }
 
     /* ---- I3 ---- */
-    int64_t not_admitted = 0, other_id = 0, ex_na = 0;
-    for (size_t i = 0; i < d->sql_by_user.n; i++) {
-        ssize_t k = pairs_find(&d->buyers, d->sql_by_user.v[i].a);
-        if (k < 0) {
-            if (not_admitted++ == 0)
-                ex_na = d->sql_by_user.v[i].b;
-        } else if (d->buyers.v[k].b != d->sql_by_user.v[i].b) {
-            if (not_admitted + other_id++ == 0)
-                ex_na = d->sql_by_user.v[i].b;
-        }
-    }
-    if (not_admitted || other_id)
-        add(rp, "I3", "sql-admitted", C_FAIL,
-            "%lld SQL orders were never admitted in Redis, %lld carry another order id than "
-            "the buyer hash (e.g. order %lld)", LL(not_admitted), LL(other_id), LL(ex_na));
-    else
-        add(rp, "I3", "sql-admitted", C_OK, "all %lld SQL orders are buyers in Redis with the "
-                                            "same order id", LL(d->sql_by_user.n));
-    int64_t missing = 0, excused = 0, ex_m = 0;
-    for (size_t i = 0; i < d->buyers.n; i++) {
-        if (pairs_find(&d->sql_by_user, d->buyers.v[i].a) >= 0)
-            continue;
-        missing++;
-        if (pairs_find(&d->inflight_users, d->buyers.v[i].a) >= 0)
-            excused++;
-        else if (missing - excused == 1)
-            ex_m = d->buyers.v[i].b;
+    if (m->sql) {
+        add(rp, "I3", "sql-admitted", C_SKIP, "%s", sqlonly);
+        add(rp, "I3", "admitted-persisted", C_SKIP, "%s", sqlonly);
+    } else {
+        check_admitted(d, drained_wanted, rp);
     }
     char ebuf[64] = "";
-    int mfail = missing - excused > 0 || (drained_wanted && missing > 0);
-    if (mfail && missing - excused > 0)
-        snprintf(ebuf, sizeof ebuf, "; e.g. order %lld", LL(ex_m));
-    add(rp, "I3", "admitted-persisted", mfail ? C_FAIL : C_OK,
-        "%lld buyers, %lld SQL orders: %lld admitted orders not in SQL, of which %lld still in "
-        "the stream%s%s",
-        LL(d->buyers.n), LL(d->sql_by_user.n), LL(missing), LL(excused),
-        drained_wanted && missing ? " (after drain: none may be)" : "", ebuf);
     if (o->have_answers) {
         int64_t lost = 0, inflight = 0, wrong_user = 0, ex_l = 0;
         for (size_t i = 0; i < ans.n; i++) {
@@ -820,7 +931,9 @@ static void check_voucher(const audit_opts_t *o, vdata_t *d, int drained_wanted,
             LL(d->sql_begin), LL(d->sql_end));
 
     /* ---- stream ---- */
-    if (drained_wanted)
+    if (m->sql)
+        add(rp, "--", "stream-drained", C_SKIP, "%.60s mode writes no order stream", m->name);
+    else if (drained_wanted)
         add(rp, "--", "stream-drained", drained ? C_OK : C_FAIL, "pending %lld, lag %lld",
             LL(d->pending), LL(d->lag));
     else
@@ -888,13 +1001,16 @@ static void lab_figures(const audit_opts_t *o, const vdata_t *d, report_t *rp)
             rp->lab_buyers++;
 }
 
-static void print_report(FILE *out, const vdata_t *d, const audit_opts_t *o, const report_t *rp)
+static void print_report(FILE *out, const vdata_t *d, const audit_opts_t *o,
+                         const audit_mode_t *m, const report_t *rp)
 {
     char b[32], e[32];
     fmt_time(d->sql_begin, b, sizeof b);
     fmt_time(d->sql_end, e, sizeof e);
     fprintf(out, "voucher %lld: window [%s, %s), initial stock %s\n", LL(d->vid), b, e,
             o->initial_stock >= 0 ? "given" : "not given");
+    fprintf(out, "  mode:  %s (%s): the sale is kept in %s\n", m->name, m->how,
+            m->sql ? "SQL alone" : "Redis, and SQL follows");
     fprintf(out, "  Redis: stock %lld, admitted %lld, stream %lld entries (pending %lld, lag "
                  "%lld), dead letters %lld%s\n",
             LL(d->r_stock), LL(d->admitted), LL(d->xlen), LL(d->pending), LL(d->lag), LL(d->dead),
@@ -912,10 +1028,14 @@ static void print_report(FILE *out, const vdata_t *d, const audit_opts_t *o, con
             LL(rp->lab_refused_in_stock), LL(rp->lab_buyers));
 }
 
-static void json_report(sb_t *j, const vdata_t *d, const audit_opts_t *o, const report_t *rp)
+static void json_report(sb_t *j, const vdata_t *d, const audit_opts_t *o,
+                        const audit_mode_t *m, const report_t *rp)
 {
+    sb_puts(j, "{\"mode\":");
+    sb_json_str(j, m->name, strlen(m->name));
+    sb_printf(j, ",\"kept_in\":\"%s\",", m->sql ? "sql" : "redis");
     sb_printf(j,
-              "{\"voucher\":%lld,\"initial_stock\":%lld,\"begin\":%lld,\"end\":%lld,"
+              "\"voucher\":%lld,\"initial_stock\":%lld,\"begin\":%lld,\"end\":%lld,"
               "\"redis\":{\"stock\":%lld,\"admitted\":%lld,\"stream_entries\":%lld,"
               "\"pending\":%lld,\"lag\":%lld,\"dead_letters\":%lld},"
               "\"sql\":{\"stock\":%lld,\"orders\":%lld},\"violations\":%d,\"checks\":[",
@@ -1154,7 +1274,7 @@ int audit_wait_drain(const char *redis_url, const char *db_url, int64_t vid, int
         }
         retry_until = 0;
         int64_t count = 0, stock = 0;
-        if (sql_counts(st, vid, &count, &stock) == STORE_ERR) {
+        if (lab_store_voucher_counts(st, vid, &count, &stock) == STORE_ERR) {
             snprintf(err, errlen, "SQL: %s", store_errmsg(st));
             rc = -1;
             break;
@@ -1295,6 +1415,14 @@ int audit_run(const audit_opts_t *o)
         rcl_sync_route_close(&rt);
         return 2;
     }
+    audit_mode_t mode;
+    if (audit_mode(o, &rt, &mode, err, sizeof err) < 0) {
+        fprintf(stderr, "seckill audit: %s\n", err);
+        free(all);
+        store_close(st);
+        rcl_sync_route_close(&rt);
+        return 2;
+    }
     int status = 0, total_viol = 0;
     sb_t j = SB_INIT;
     sb_puts(&j, "{\"vouchers\":[");
@@ -1332,9 +1460,9 @@ int audit_run(const audit_opts_t *o)
             continue;
         }
         report_t *rp = xcalloc(1, sizeof *rp);
-        check_voucher(o, &d, drained_wanted, rp);
+        check_voucher(o, &mode, &d, drained_wanted, rp);
         lab_figures(o, &d, rp);
-        print_report(out, &d, o, rp);
+        print_report(out, &d, o, &mode, rp);
         if (rp->nvanished) {
             fprintf(out, "voucher %lld: %zu orders answered success are in neither SQL nor "
                     "the stream:", LL(d.vid), rp->nvanished);
@@ -1344,7 +1472,7 @@ int audit_run(const audit_opts_t *o)
         }
         if (j.len > strlen("{\"vouchers\":["))
             sb_puts(&j, ",");
-        json_report(&j, &d, o, rp);
+        json_report(&j, &d, o, &mode, rp);
         total_viol += rp->violations;
         if (rp->violations)
             status = 1;
@@ -1369,7 +1497,7 @@ int audit_run(const audit_opts_t *o)
 /* ==== command line ==== */
 
 typedef struct audit_args {
-    const char *data_dir, *redis, *db, *orders, *json;
+    const char *data_dir, *redis, *db, *orders, *json, *mode;
     int64_t vouchers[64];
     size_t nvouchers;
     int64_t stock, unanswered, wait_drain_s;
@@ -1396,6 +1524,10 @@ static const cmd_arg_t audit_arg_rows[] = {
      "its header supplies --voucher, --stock and --unanswered"},
     {"unanswered", CMD_ARG_I64, F(unanswered), 0, 9e18, "N",
      "requests whose answer was lost (excused in persisted-answered)"},
+    {"mode", CMD_ARG_PTR, F(mode), 0, 0, "NAME",
+     "the service's --mode: which checks apply (a sync or lab SQL\n"
+     "sale is kept in SQL alone) [the mode the live instances\n"
+     "announce; stream's checks when none does]"},
     {"wait-drain", CMD_ARG_I64, F(wait_drain_s), 0, 86400, "SEC",
      "first wait up to SEC for the order stream to drain; then it\n"
      "must be drained and every admitted order must be in SQL"},
@@ -1470,6 +1602,7 @@ int audit_main(int argc, char **argv)
     o.db_url = a.db;
     o.vouchers = a.nvouchers ? a.vouchers : NULL;
     o.nvouchers = a.nvouchers;
+    o.mode = a.mode;
     o.wait_drain_ms = (int)(a.wait_drain_s * 1000);
     o.timeout_ms = a.timeout_ms;
     o.json = jf;

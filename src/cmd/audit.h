@@ -2,8 +2,8 @@
  * invariants (seckill-anchors §5.2) and prints each with its figures.
  *
  * Read-only: on Redis only XINFO, XPENDING, EXISTS, HMGET, HLEN, XLEN, HSCAN, XRANGE (and
- * MULTI/EXEC around reads that must be taken together); on SQL only SELECTs through
- * store.h. It can run against a live deployment while a sale is on: every comparison
+ * MULTI/EXEC around reads that must be taken together), SMEMBERS and GET of the sale
+ * board's announcements (the live instances' modes); on SQL only SELECTs through store.h. It can run against a live deployment while a sale is on: every comparison
  * between the two stores is arranged so that orders moving from Redis to SQL in the
  * meantime cannot produce a false violation (docs/bench.md explains the reading order).
  *
@@ -14,6 +14,8 @@
  *   I1 sql-stock           SQL stock = initial - persisted (needs initial)
  *   I1 stock-agree         Redis stock + admitted = SQL stock + persisted (always)
  *   I1 stream-entries      stream length = admitted (one entry per admission, never trimmed)
+ *   I1 redis-idle          (a mode that keeps the sale in SQL, instead of stream-entries)
+ *                          no buyer admitted and no stream entry in Redis
  *   I2 dup-sql             at most one SQL order per (user, voucher)
  *   I2 dup-buyers          no order id shared by two buyers in Redis
  *   I2 dup-stream          at most one stream entry per user and per order id
@@ -27,6 +29,9 @@
  *   -- stream-drained      pending 0 and lag 0 (a violation only when drain was awaited)
  *   -- dead-letters        nothing in seckill:dead:{id}
  * "admitted" is the buyer hash's size (HLEN), "persisted" the SQL order count.
+ * Each mode is checked by what it keeps (order_mode.h's sql_counts): a mode that takes each
+ * order in SQL alone (sync, the lab's SQL steps) skips redis-stock, sql-admitted,
+ * admitted-persisted and stream-drained, and its no-oversell counts SQL orders only.
  * Besides the checks, each voucher gets the lab's figures (docs/lab.md): oversold,
  * duplicate buyers, lost admitted orders, buyers refused while stock remained. */
 #ifndef SECKILL_AUDIT_H
@@ -58,6 +63,8 @@ typedef struct audit_opts {
     size_t nsoldout;              /* "refused while stock remained"), or NULL */
     const int64_t *maybe_users;   /* users the client saw answered 503 (0 where not known): */
     size_t nmaybe;                /* their order may have been taken (docs/api.md) */
+    const char *mode;             /* the service's --mode (order_mode.h), which decides the
+                                   * checks; NULL: the mode the live instances announce */
     int wait_drain_ms;            /* > 0: wait up to this for pending = lag = 0 first */
     int timeout_ms;               /* per Redis command / SQL call; 0 = 10 s */
     FILE *out;                    /* the human report; NULL = stdout */

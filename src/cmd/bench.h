@@ -63,6 +63,7 @@ typedef struct bench_opts {
     int token_ttl_s;            /* --token-ttl S: seeded tokens' TTL [7200] */
     char token_key_file[512];   /* --token-key-file F: sign seeded tokens [<data-dir>/token-key] */
     char record[512];           /* --record FILE: success answers, for `audit --orders` */
+    char audit_mode[64];        /* --audit-mode NAME: the target's --mode, for the audit */
     char json[512];             /* --json FILE (- = stdout) */
     char html[512];             /* --html FILE: the report as a page with charts */
     char timeline[512];         /* --timeline FILE: per 100 ms, latency, backlog, threads */
@@ -189,7 +190,9 @@ struct bench_hist;
 typedef struct bench_html {
     const char *target;
     int64_t voucher, stock;               /* stock -1: unknown */
-    const bench_series_t *series;
+    const bench_series_t *series;         /* the samples taken every 100 ms while it ran */
+    const struct bench_rec *recs;         /* every answer (bench_timeline.h), or NULL ... */
+    size_t nrecs;                         /* ... when the log filled up: then the samples */
     const struct bench_hist *lat;         /* latency in microseconds, all answers */
     const char *report_text, *audit_text;
     int audit_status;                     /* 0 clean, 1 violation, 2 could not run, -1 skipped */

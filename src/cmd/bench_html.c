@@ -4,7 +4,12 @@
  * while it ran, bench.c), the latency percentile curve p50 .. p99.99 on log scales (from
  * the run's histogram), and stock left over time. Stock left is the initial stock minus
  * the successes answered so far: what buyers were told; the audit underneath checks that
- * Redis and SQL agree with those answers. Then the audit's verdict and both texts. */
+ * Redis and SQL agree with those answers. Then the audit's verdict and both texts.
+ *
+ * The time slot follows the sale's length: the answers' own times (the load's log) are cut
+ * into 80 to 200 slots of 1, 2 or 5 x 10^k us, so a 20 ms sale and a one-minute one both
+ * get a curve of their own (the x axis in ms below 2 s). When the log filled up, the
+ * samples taken every 100 ms while the sale ran are drawn instead. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +17,7 @@
 
 #include "cmd/bench.h"
 #include "cmd/bench_hist.h"
+#include "cmd/bench_timeline.h"
 #include "cmd/html_report.h"
 #include "core/xmem.h"
 
@@ -30,6 +36,49 @@ void bench_html_series_free(bench_series_t *sr)
 {
     free(sr->s);
     memset(sr, 0, sizeof *sr);
+}
+
+/* The x axis: its name and how many of its units make a second. */
+typedef struct xaxis {
+    const char *name;
+    double per_s;
+} xaxis_t;
+
+/* The slot for a sale whose last answer came span_us after the start: the smallest
+ * 1-2-5 step giving at most 200 slots (so at least 80). */
+static uint32_t slot_for(uint32_t span_us)
+{
+    static const uint32_t mant[3] = {1, 2, 5};
+    for (uint32_t dec = 1; dec <= 100000000; dec *= 10)
+        for (int i = 0; i < 3; i++)
+            if ((uint64_t)mant[i] * dec * 200 >= span_us)
+                return mant[i] * dec;
+    return 1000000000;
+}
+
+/* The cumulative answers at every slot's end, from the log of answers: into *out (the
+ * caller frees it with bench_html_series_free). */
+static void series_from_log(const bench_rec_t *recs, size_t n, bench_series_t *out)
+{
+    uint32_t span = 0;
+    for (size_t i = 0; i < n; i++)
+        if (recs[i].done_us > span)
+            span = recs[i].done_us;
+    uint32_t slot = slot_for(span);
+    size_t nslots = span / slot + 1;
+    uint64_t (*per)[BO__COUNT] = xcalloc(nslots, sizeof *per);
+    for (size_t i = 0; i < n; i++)
+        if (recs[i].outcome < BO__COUNT)
+            per[recs[i].done_us / slot][recs[i].outcome]++;
+    uint64_t sum[BO__COUNT] = {0};
+    memset(out, 0, sizeof *out);
+    bench_html_series_add(out, 0, sum);
+    for (size_t k = 0; k < nslots; k++) {
+        for (int o = 0; o < BO__COUNT; o++)
+            sum[o] += per[k][o];
+        bench_html_series_add(out, (double)(k + 1) * slot / 1e6, sum);
+    }
+    free(per);
 }
 
 /* Outcome groups drawn over time (errors = every failure that is not a verdict). */
@@ -61,12 +110,12 @@ static FILE *csv_open(char **buf, size_t *len)
     return c;
 }
 
-static void throughput_chart(FILE *f, const bench_series_t *sr)
+static void throughput_chart(FILE *f, const bench_series_t *sr, const xaxis_t *x)
 {
     char *csv;
     size_t len;
     FILE *c = csv_open(&csv, &len);
-    fputs("seconds", c);
+    fputs(x->name, c);
     for (int g = 0; g < G__N; g++)
         fprintf(c, ",%s", group_label[g]);
     fputc('\n', c);
@@ -75,7 +124,7 @@ static void throughput_chart(FILE *f, const bench_series_t *sr)
         double dt = b->t - a->t, rate[G__N] = { 0 };
         for (int o = 0; o < BO__COUNT; o++)
             rate[group_of(o)] += dt > 0 ? (double)(b->out[o] - a->out[o]) / dt : 0;
-        fprintf(c, "%.3f", b->t);
+        fprintf(c, "%.3f", b->t * x->per_s);
         for (int g = 0; g < G__N; g++)
             fprintf(c, ",%.1f", rate[g]);
         fputc('\n', c);
@@ -86,15 +135,15 @@ static void throughput_chart(FILE *f, const bench_series_t *sr)
     free(csv);
 }
 
-static void stock_chart(FILE *f, const bench_series_t *sr, int64_t stock)
+static void stock_chart(FILE *f, const bench_series_t *sr, int64_t stock, const xaxis_t *x)
 {
     char *csv;
     size_t len;
     FILE *c = csv_open(&csv, &len);
-    fputs("seconds,stock left\n", c);
+    fprintf(c, "%s,stock left\n", x->name);
     for (size_t i = 0; i < sr->n; i++) {
         double left = (double)stock - (double)sr->s[i].out[BO_SUCCESS];
-        fprintf(c, "%.3f,%.0f\n", sr->s[i].t, left < 0 ? 0 : left);
+        fprintf(c, "%.3f,%.0f\n", sr->s[i].t * x->per_s, left < 0 ? 0 : left);
     }
     fclose(c);
     html_report_csv_chart(f, "Stock left over the sale (initial stock minus successes answered)",
@@ -141,10 +190,19 @@ int bench_html_write(const char *path, const bench_html_t *h, char *err, size_t 
     case 2: html_report_text(f, "Verdict: the audit could not run (see below)."); break;
     default: html_report_text(f, "Verdict: no audit (--no-audit, or no --redis and --db)."); break;
     }
-    throughput_chart(f, h->series);
+    bench_series_t fine = {0};
+    const bench_series_t *sr = h->series;
+    if (h->recs != NULL && h->nrecs > 0) {
+        series_from_log(h->recs, h->nrecs, &fine);
+        sr = &fine;
+    }
+    double span = sr->n > 0 ? sr->s[sr->n - 1].t : 0;
+    xaxis_t x = span < 2.0 ? (xaxis_t){"milliseconds", 1000} : (xaxis_t){"seconds", 1};
+    throughput_chart(f, sr, &x);
     latency_chart(f, h->lat);
     if (h->stock >= 0)
-        stock_chart(f, h->series, h->stock);
+        stock_chart(f, sr, h->stock, &x);
+    bench_html_series_free(&fine);
     html_report_text(f, "Report, as printed:");
     html_report_pre(f, h->report_text != NULL ? h->report_text : "");
     if (h->audit_text != NULL && *h->audit_text) {

@@ -64,7 +64,9 @@ int html_report_begin(FILE *f, const char *title, char *err, size_t errlen)
     fputs("</title>\n<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;}"
           "table{border-collapse:collapse;margin:1em 0;}td,th{border:1px solid #bbb;"
           "padding:3px 8px;text-align:right;vertical-align:top;}td:first-child,th:first-child{text-align:left;}"
-          ".chart{width:1000px;height:260px;margin:1em 0 2.5em 0;}"
+          ".chart{width:1000px;height:260px;margin:0.5em 0 2.5em 0;}"
+          ".legend{min-height:1.3em;font-size:13px;margin:0.3em 0 0 0;}"
+          ".legend .dygraph-legend-line{display:inline-block;}"
           "pre{font-size:12px;background:#f6f6f6;padding:8px;overflow-x:auto;}</style>\n", f);
     /* dygraphs' own style sheet places the legend and turns the y label; optional. */
     FILE *css = fopen(HTML_REPORT_DYGRAPHS_CSS, "r");
@@ -119,11 +121,25 @@ void html_report_table(FILE *f, const char *const *head, int ncols, const char *
     fputs("</table>\n", f);
 }
 
+/* The chart's title, its legend's line above it (a legend drawn over the plot hides the
+ * data under it), and the chart's box. Every chart is kept in window.seckillCharts, so a
+ * test can read what was drawn. */
 static void chart_open(FILE *f, const char *title)
 {
     fputs("<h2>", f);
     esc(f, title);
-    fprintf(f, "</h2>\n<div class=\"chart\" id=\"chart%d\"></div>\n<script>\n", ++chart_seq);
+    ++chart_seq;
+    fprintf(f, "</h2>\n<div class=\"legend\" id=\"legend%d\"></div>\n"
+               "<div class=\"chart\" id=\"chart%d\"></div>\n<script>\n"
+               "window.seckillCharts = window.seckillCharts || [];\n", chart_seq, chart_seq);
+}
+
+/* The options every chart shares: the legend in its own line, y ticks abbreviated (120K)
+ * in a column wide enough that the turned y label never covers them. */
+static void chart_common(FILE *f)
+{
+    fprintf(f, "legend: \"always\", labelsDiv: document.getElementById(\"legend%d\"), "
+               "labelsSeparateLines: false, labelsKMB: true, yLabelWidth: 20", chart_seq);
 }
 
 void html_report_bars(FILE *f, const char *title, const char *ylabel, const char *const *names,
@@ -139,15 +155,17 @@ void html_report_bars(FILE *f, const char *title, const char *ylabel, const char
     fputs("];\n  var data = [", f);
     for (int i = 0; i < n; i++)
         fprintf(f, "%s[%d,%.6g]", i ? "," : "", i + 1, values[i]);
-    fprintf(f, "];\n  new Dygraph(document.getElementById(\"chart%d\"), data, {\n"
-               "    labels: [\"step\", ", chart_seq);
+    fprintf(f, "];\n  window.seckillCharts.push(new Dygraph(document.getElementById("
+               "\"chart%d\"), data, {\n    labels: [\"step\", ", chart_seq);
     js_str(f, ylabel);   /* the series' name, shown in the legend */
     fprintf(f, "], plotter: barPlotter, includeZero: true, dateWindow: [0.5, %d.5],\n"
                "    axes: { x: { ticker: function () {\n"
                "      return names.map(function (s, i) { return { v: i + 1, label: s }; }); },\n"
-               "      valueFormatter: function (x) { return names[x - 1] || x; } } },\n"
-               "    legend: \"always\"\n  });\n})();\n</script>\n",
+               "      valueFormatter: function (x) { return names[x - 1] || x; } },\n"
+               "      y: { axisLabelWidth: 60 } },\n    ",
             n);
+    chart_common(f);
+    fputs("\n  }));\n})();\n</script>\n", f);
 }
 
 void html_report_csv_chart(FILE *f, const char *title, const char *ylabel, const char *csv)
@@ -159,16 +177,25 @@ void html_report_csv_chart_opts(FILE *f, const char *title, const char *ylabel, 
                                 int flags)
 {
     chart_open(f, title);
-    fprintf(f, "new Dygraph(document.getElementById(\"chart%d\"), ", chart_seq);
+    fprintf(f, "window.seckillCharts.push(new Dygraph(document.getElementById(\"chart%d\"), ",
+            chart_seq);
     js_str(f, csv);
     fputs(", { ylabel: ", f);
     js_str(f, ylabel);
-    fputs(", legend: \"always\"", f);
+    /* the x axis is named by the CSV's first column */
+    size_t xl = strcspn(csv, ",\n");
+    char xname[64];
+    snprintf(xname, sizeof xname, "%.*s", (int)(xl < sizeof xname ? xl : sizeof xname - 1), csv);
+    fputs(", xlabel: ", f);
+    js_str(f, xname);
+    fputs(", ", f);
+    chart_common(f);
     if (flags & HR_STACKED)
         fputs(", stackedGraph: true, fillGraph: true", f);
     if (flags & HR_LOGY)
         fputs(", logscale: true", f);
-    fprintf(f, ", axes: { x: { logscale: %s", flags & HR_LOGX ? "true" : "false");
+    fprintf(f, ", axes: { y: { axisLabelWidth: 60 }, x: { logscale: %s",
+            flags & HR_LOGX ? "true" : "false");
     if (!(flags & HR_PERCENTILE_X))
         /* dygraphs would print a tick at 0.6 as 0.6000000000000001 */
         fputs(", axisLabelFormatter: function (x) { return +x.toFixed(3); }", f);
@@ -179,7 +206,7 @@ void html_report_csv_chart_opts(FILE *f, const char *title, const char *ylabel, 
               "      .filter(function (v) { return v >= a && v <= b; })\n"
               "      .map(function (v) { return { v: v, label: \"p\" + +(100 * (1 - 1 / v)).toFixed(4) }; }); }",
               f);
-    fputs(" } } });\n</script>\n", f);
+    fputs(" } } }));\n</script>\n", f);
 }
 
 void html_report_pre(FILE *f, const char *text)

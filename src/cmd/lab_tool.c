@@ -581,7 +581,7 @@ static int run_step(lab_t *L, int idx, row_t *r)
             wait_list_empty(L, 30000);
     }
     char *av[] = {"audit", "--redis", L->redis_url, "--db", L->db_url, "--orders", rec,
-                  "--json", aj, "--wait-drain", "30", NULL};
+                  "--json", aj, "--wait-drain", "30", "--mode", (char *)s->mode, NULL};
     if (!strcmp(s->mode, "stream") && run_tool(L, av, log_path, "/dev/null", 120) == 2) {
         snprintf(r->error, sizeof r->error, "audit could not run (see %.150s)", log_path);
         goto out;

@@ -58,6 +58,8 @@
 #define KEY_DRAINED "{seckill:streams}:drained"
 #define KEY_INSTANCE "seckill:instance"
 #define KEY_BOARD_INSTANCES "seckill:{board}:instances"
+/* + an instance name: its last board snapshot (board.lua writes it, with a TTL) */
+#define KEY_BOARD_INSTANCE "seckill:{board}:instance:"
 
 /* Each writes a NUL-terminated key into buf and returns its length (or -1 if too small). */
 int key_voucher(char *buf, size_t len, int64_t voucher_id);

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "core/app.h"
+#include "lab/lab_store.h"
 #include "sale/order_mode.h"
 
 static const char *const point_names[LAB_P__COUNT] = {
@@ -20,7 +21,7 @@ static const char *const point_names[LAB_P__COUNT] = {
 #define DEFAULT_LEASE_MS 1200000   /* config.c's default: the course's tryLock(1200) s */
 
 #define SQL_STEP(name) \
-    {name, lab_sql_order, LAB_JOB_THREADS, lab_sql_start, lab_sql_stop}
+    {name, lab_sql_order, LAB_JOB_THREADS, lab_sql_start, lab_sql_stop, lab_store_voucher_counts}
 #define MQ_STEP(name) {name, lab_mq_order, 0, lab_mq_start, lab_mq_stop}
 
 static const order_mode_row_t rows[LAB__COUNT] = {

@@ -122,6 +122,16 @@ int lab_store_order_count(store_t *s, int64_t voucher_id, int64_t *n)
                       1, n);
 }
 
+int lab_store_voucher_counts(store_t *s, int64_t voucher_id, int64_t *orders, int64_t *stock)
+{
+    int rc = store_voucher_counts(s, voucher_id, orders, stock);
+    int64_t lab = 0;
+    if (rc == STORE_ERR || lab_store_order_count(s, voucher_id, &lab) != STORE_OK)
+        return STORE_ERR;
+    *orders += lab;
+    return rc;
+}
+
 int lab_store_voucher_orders(store_t *s, int64_t voucher_id, int64_t after_id, size_t max,
                              store_order_t **out, size_t *n)
 {

@@ -30,6 +30,9 @@ int lab_store_insert(store_t *s, const store_order_t *o);
  * SQL step has run (no table) -- counted, and paged as store_voucher_orders pages the
  * product's (id > after_id, ascending id, at most max; *out malloc'ed, free()). */
 int lab_store_order_count(store_t *s, int64_t voucher_id, int64_t *n);
+/* store_voucher_counts with the lab's orders added: (orders, stock) of a voucher sold by a
+ * SQL step or sync mode (order_mode.h's sql_counts), STORE_* as store_voucher_counts. */
+int lab_store_voucher_counts(store_t *s, int64_t voucher_id, int64_t *orders, int64_t *stock);
 int lab_store_voucher_orders(store_t *s, int64_t voucher_id, int64_t after_id, size_t max,
                              store_order_t **out, size_t *n);
 

@@ -7,6 +7,7 @@
 
 #include "core/sb.h"
 #include "sale/sync_order.h"
+#include "store/store.h"
 
 #define MODES_MAX 32
 #define PLUGINS_MAX 4
@@ -16,7 +17,7 @@
 static const order_mode_row_t service_rows[MODE__SERVICE] = {
     [MODE_STREAM] = {.name = "stream", .order = admission_try},
     [MODE_QUEUE] = {.name = "queue", .order = admission_try},
-    [MODE_SYNC] = {.name = "sync", .order = sync_order_try},
+    [MODE_SYNC] = {.name = "sync", .order = sync_order_try, .sql_counts = store_voucher_counts},
 };
 
 static const order_mode_row_t *rows[MODES_MAX] = {
@@ -34,6 +35,14 @@ int order_mode_plugin(const order_mode_plugin_t *p)
     for (int i = 0; i < p->nrows; i++)
         rows[nrows++] = &p->rows[i];
     return first;
+}
+
+order_mode_t order_mode_find(const char *name)
+{
+    for (int i = 0; i < nrows; i++)
+        if (strcmp(rows[i]->name, name) == 0)
+            return i;
+    return -1;
 }
 
 const order_mode_row_t *order_mode_row(order_mode_t m)
@@ -65,10 +74,7 @@ static void unknown_mode(const char *name, char *err, size_t errlen)
 
 int order_mode_pick(config_t *cfg, char *err, size_t errlen)
 {
-    cfg->mode = -1;
-    for (int i = 0; i < nrows; i++)
-        if (strcmp(rows[i]->name, cfg->mode_name) == 0)
-            cfg->mode = i;
+    cfg->mode = order_mode_find(cfg->mode_name);
     if (cfg->mode < 0) {
         unknown_mode(cfg->mode_name, err, errlen);
         cfg->mode = MODE_STREAM;

@@ -17,6 +17,7 @@
 
 struct app;
 struct http_req;
+struct store;
 
 typedef struct order_mode_row {
     const char *name;           /* --mode NAME */
@@ -29,6 +30,12 @@ typedef struct order_mode_row {
      * stopped, also after a start that failed or never ran. */
     int (*start)(struct app *app, char *err, size_t errlen);
     void (*stop)(struct app *app);
+    /* Where the mode keeps a sale. NULL: in Redis (admit.lua's stock, buyers and stream;
+     * SQL follows through the writer). Set: in SQL alone -- Redis only holds the published
+     * voucher, whose stock never moves -- and this reads a voucher's (orders, stock) the
+     * way the mode counts them, a STORE_* code. `seckill audit` and the board then take
+     * the sale's figures from SQL. Blocking: runs on the job pool or in a command. */
+    int (*sql_counts)(struct store *s, int64_t voucher_id, int64_t *orders, int64_t *stock);
 } order_mode_row_t;
 
 typedef struct order_mode_plugin {
@@ -49,6 +56,8 @@ int order_mode_plugin(const order_mode_plugin_t *p);
  * plug-in's check. 0, or -1 with the reason in err. */
 int order_mode_pick(config_t *cfg, char *err, size_t errlen);
 
+/* The id of the row named name, or -1 (a command that reads another process's mode). */
+order_mode_t order_mode_find(const char *name);
 /* m's row (m from order_mode_pick or order_mode_plugin), or NULL. */
 const order_mode_row_t *order_mode_row(order_mode_t m);
 /* m's name, "?" when there is no such row. */

@@ -23,6 +23,7 @@
 #include "server/jobs.h"
 #include "sale/lockmap.h"
 #include "core/log.h"
+#include "server/metrics.h"
 #include "sale/orderid.h"
 #include "rlock.h"
 #include "store/store.h"
@@ -75,6 +76,8 @@ static void job_run(store_t *s, void *arg)
 {
     sync_order_job_t *j = arg;
     j->code = s != NULL ? j->run(s, j) : ADMIT_UNAVAILABLE;
+    if (j->code == ADMIT_OK)   /* the order is in SQL now: persisted, as the writer counts */
+        metric_inc(&j->app->metrics->orders_persisted);
 }
 
 static void job_done(worker_t *w, void *arg)

@@ -211,7 +211,8 @@ void metrics_render(struct app *app, struct sb *out)
     metrics_t *g = app->metrics;
     if (g != NULL) {
         one(out, "seckill_orders_persisted_total", "counter",
-            "Orders inserted into SQL by this process's writer.", ld(&g->orders_persisted));
+            "Orders inserted into SQL by this process (its writer, or sync mode's transactions).",
+            ld(&g->orders_persisted));
         one(out, "seckill_orders_replayed_total", "counter",
             "Orders already in SQL when written again (idempotent replays).",
             ld(&g->orders_replayed));

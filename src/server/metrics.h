@@ -49,7 +49,8 @@ typedef struct metrics_shard {
 } metrics_shard_t;
 
 typedef struct metrics {
-    _Atomic uint64_t orders_persisted;        /* inserted by this process's writer */
+    _Atomic uint64_t orders_persisted;        /* inserted by this process (its writer, or
+                                               * the SQL transaction of sync mode) */
     _Atomic uint64_t orders_replayed;         /* already in SQL when written again */
     _Atomic uint64_t order_id_conflicts;
     _Atomic uint64_t writer_batches;
@@ -102,7 +103,7 @@ typedef struct metrics_totals {
     uint64_t bucket[METRICS_LAT_BUCKETS];      /* per bucket, not cumulative */
     uint64_t requests, http_class[6], lat_sum_us, soldout_local, token_hits;
     uint64_t redis_errors, redis_reconnects, redis_redirects, rate_limited, rl_by[METRICS_RL_KINDS];
-    uint64_t persisted;                        /* this process's writer */
+    uint64_t persisted;                        /* orders_persisted */
     int64_t stream_pending, stream_lag;        /* cluster-wide, as the writer last saw */
     int workers, redis_up;                     /* workers, and how many have Redis up */
     int sql_up;

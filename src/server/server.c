@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -327,6 +328,33 @@ static worker_t *make_worker(app_t *app, int id, const url_redis_t *addr, char *
     return w;
 }
 
+/* A flash-sale voucher's creation as the walk-through prints it: title and stock. */
+static void print_create(const char *url, const char *token, const char *title, int stock)
+{
+    printf("  curl -s -X POST %s/voucher/seckill -H 'x-admin-token: %s' \\\n"
+           "       -d '{\"shopId\":1,\"title\":\"%s\",\"payValue\":8000,\"actualValue\":10000,"
+           "\"type\":1,\"stock\":%d,\"beginTime\":\"2020-01-01T00:00:00\","
+           "\"endTime\":\"2099-01-01T00:00:00\"}'\n",
+           url, token, title, stock);
+}
+
+/* This binary's path as the reader can type it: relative when it lies under the current
+ * directory (build/seckill in the source tree), else absolute; "seckill" if unknown. */
+static void self_path(char *out, size_t len)
+{
+    char exe[PATH_MAX], cwd[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    snprintf(out, len, "seckill");
+    if (n <= 0)
+        return;
+    exe[n] = '\0';
+    size_t cl = getcwd(cwd, sizeof cwd) ? strlen(cwd) : 0;
+    if (cl > 0 && strncmp(exe, cwd, cl) == 0 && exe[cl] == '/')
+        snprintf(out, len, "%s", exe + cl + 1);
+    else
+        snprintf(out, len, "%s", exe);
+}
+
 static void print_ready(const app_t *app, int embedded)
 {
     const char *h = app->cfg.listen_host;
@@ -336,26 +364,44 @@ static void print_ready(const app_t *app, int embedded)
     log_info("ready: %s (mode %s, %d worker threads, instance %s, slot %u)", url,
              app->cfg.mode_name, app->nworkers, app->name, app->instance_slot);
     /* The how-to goes to stdout, for the person who just typed the command. */
+    const char *token = embedded ? app->admin_token : "<admin token>";
+    char self[PATH_MAX];
+    self_path(self, sizeof self);
     printf("\nseckill is serving %s\n", url);
     if (embedded)
         printf("admin token: %s   (kept in %s/admin-token)\n", app->admin_token, app->cfg.data_dir);
     else if (app->admin_token[0])
         printf("admin token: as configured\n");
+    printf("sale board:  %s/admin/   (every sale's stock and buyers, live; it asks for the "
+           "admin token)\n", url);
     printf("\nTry a flash sale:\n"
-           "  # 1. create a flash-sale voucher (stock 100, on sale from 2020 to 2099)\n"
-           "  curl -s -X POST %s/voucher/seckill -H 'x-admin-token: %s' \\\n"
-           "       -d '{\"shopId\":1,\"title\":\"100元代金券\",\"payValue\":8000,\"actualValue\":10000,\"type\":1,\"stock\":100,\"beginTime\":\"2020-01-01T00:00:00\",\"endTime\":\"2099-01-01T00:00:00\"}'\n"
-           "  # 2. ask for a login code: %s\n"
+           "  # 1. create two flash-sale vouchers (on sale from 2020 to 2099): stock 100, and "
+           "stock 1;\n"
+           "  #    each answer's data is the voucher's id\n");
+    print_create(url, token, "100元代金券", 100);
+    print_create(url, token, "1元秒杀券", 1);
+    printf("  # 2. ask for a login code: %s\n"
            "  curl -s -X POST '%s/user/code?phone=13800000000'\n"
            "  # 3. log in with it; the reply's data is your token\n"
            "  curl -s -X POST %s/user/login -d '{\"phone\":\"13800000000\",\"code\":\"<code>\"}'\n"
-           "  # 4. buy: data is your order id; a second try says 不能重复下单\n"
-           "  curl -s -X POST %s/voucher-order/seckill/<voucherId> -H 'authorization: <token>'\n\n",
-           url, embedded ? app->admin_token : "<admin token>",
+           "  # 4. buy: data is your order id. Twice the stock-100 voucher: the second says "
+           "不能重复下单;\n"
+           "  #    twice the stock-1 voucher: it is sold out, the second says 库存不足\n"
+           "  curl -s -X POST %s/voucher-order/seckill/<voucherId> -H 'authorization: <token>'\n"
+           "  # 5. a whole sale with 2,000 buyers, audited: the board shows it as it runs\n"
+           "  %s bench %s%s%s --seed-tokens --users 2000 --stock 500\n\n",
            app->log_login_codes ? "it is written to this log (there is no SMS gateway)"
            : app->cfg.code_command[0] ? "--code-command delivers it"
                                       : "it is delivered nowhere (see --code-command)",
-           url, url, url);
+           url, url, url, self,
+           embedded ? "--data-dir " : "--target ", embedded ? app->cfg.data_dir : url,
+           embedded ? "" : " --redis <url> --db <url> --admin-token <admin token>");
+    if (embedded)
+        printf("Stop: Ctrl-C. Start afresh (every voucher, user and order gone): stop, remove "
+               "%s\n(in the source tree: make reset), start again.\n\n", app->cfg.data_dir);
+    else
+        printf("Stop: Ctrl-C (SIGTERM: answers what is in flight, the writer commits what it "
+               "has).\n\n");
     fflush(stdout);
 }
 
