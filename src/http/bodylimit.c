@@ -14,9 +14,9 @@ static int is(const char *path, size_t n, const char *lit)
 
 size_t bodylimit_for(int method, const char *path, size_t path_len, size_t max_body)
 {
+    size_t lim = BODYLIMIT_NONE;
     if (method != HM_POST)
-        return 0;
-    size_t lim = 0;
+        return lim;
     if (is(path, path_len, "/user/login"))
         lim = BODYLIMIT_LOGIN;
     else if (is(path, path_len, "/voucher") || is(path, path_len, "/voucher/seckill"))

@@ -1,7 +1,7 @@
 """test_sec_http.py -- the HTTP layer's buffers and sockets against abusive clients
 (docs/reliability.md, "Security review findings", M2-M4, L4, L5):
 
-- a body on a route that reads none is refused with 413 from the head, before a byte
+- a body (over 64 bytes) on a route that reads none is refused with 413 from the head, before a byte
   of it is buffered; login and voucher creation keep their own limits (M2);
 - one client address holds at most its share of --max-buffered-bytes, so another address
   still gets its request in (M2); a body of known length is reserved at that length, not
