@@ -335,6 +335,14 @@ def test_metrics_private_by_default():
         st, _, body = h.request("GET", path)
         eq(st, 404, "GET %s on --listen by default" % path)
         check(b"seckill_" not in body, "metrics in the answer: %r", body[:200])
+    # Through the nginx of deploy/ (whose requests come from 127.0.0.1): not served either.
+    ngx = H.start_nginx(["127.0.0.1:%d" % srv.port], workers=1)
+    n = H.Http(ngx.port)
+    for path in ("/metrics", "/api/metrics"):
+        st, _, body = n.request("GET", path)
+        eq(st, 404, "GET %s through nginx" % path)
+        check(b"seckill_" not in body, "metrics through nginx: %r", body[:200])
+    n.close()
     H.finish(srv)
     # With a token it is served on --listen to whoever has the token.
     srv = H.start_server(r, settings={"metrics_public": None, "metrics_token": "m" * 24})
