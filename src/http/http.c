@@ -18,7 +18,8 @@
  * SQL), the unparsed rest is kept in c->in and parsing resumes from http_reply(). So
  * replies always leave in request order. Replies produced during one read are collected
  * in c->out and written with one send(); when the socket is full the rest waits for a
- * write event, and above OUT_HIGH unsent bytes we stop parsing and reading.
+ * write event, and above OUT_HIGH unsent bytes we stop parsing and reading; output that
+ * does not drain for the write timeout closes the connection.
  *
  * Connection states (flags on conn_t):
  *
