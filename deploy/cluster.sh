@@ -12,7 +12,8 @@
 #   deploy/cluster.sh clean         stop, then delete ./var/cluster (data included)
 #
 # Environment (defaults): NGINX_PORT=8080 (the course's), BASE_PORT=8091 (instance i listens
-# on BASE_PORT+i-1), REDIS_PORT=6390, MYSQL_PORT=3390, THREADS=2 (per instance),
+# on BASE_PORT+i-1, its /metrics on 127.0.0.1:BASE_PORT+100+i-1), REDIS_PORT=6390,
+# MYSQL_PORT=3390, THREADS=2 (per instance),
 # BIN=build/seckill, CLUSTER_DIR=./var/cluster, HMDP_HTML=<the course's html/hmdp folder, if
 # you have it: served at /, so its pages work against the cluster>, MODE=stream.
 # Needs: sh tools/deps.sh test (redis-server, mariadb-server, nginx-light) and `make`.
@@ -100,7 +101,8 @@ start_instance() {  # $1 = i
     if alive "$d/seckill.pid"; then return; fi
     # The database URL goes through the environment, not argv (ps would show the password).
     SECKILL_DB=$(db_url) SECKILL_ADMIN_TOKEN=$(admin_token) setsid "$BIN" serve \
-        --listen "127.0.0.1:$port" --redis "redis://127.0.0.1:$REDIS_PORT" \
+        --listen "127.0.0.1:$port" --metrics-listen "127.0.0.1:$((port + 100))" \
+        --redis "redis://127.0.0.1:$REDIS_PORT" \
         --name "inst-$si" --data-dir "$d" --threads "$THREADS" --mode "$MODE" \
         --log-login-codes --trusted-proxy 127.0.0.1 \
         --token-key-file "$(token_key)" \

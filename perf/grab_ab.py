@@ -50,6 +50,9 @@ import tempfile
 import time
 import urllib.request
 
+# /metrics is private by default: each server serves it on --listen with this token.
+METRICS_TOKEN = "seckill-perf-metrics"
+
 TICK_US = 1e6 / os.sysconf("SC_CLK_TCK")
 
 
@@ -117,7 +120,8 @@ class Server:
         pre = (["valgrind", "--tool=callgrind", "--separate-threads=yes",
                 "--callgrind-out-file=" + self.cg + ".%p"] if callgrind else [])
         self.p = subprocess.Popen(pre + [binary, "serve", "--data-dir", self.dir, "--listen",
-                                         "127.0.0.1:%d" % self.port, "--log-level", "warn"] + flags,
+                                         "127.0.0.1:%d" % self.port, "--log-level", "warn",
+                                         "--metrics-token", METRICS_TOKEN] + flags,
                                   stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + (180 if callgrind else 30)
         while True:
@@ -172,7 +176,9 @@ class Server:
 
 def commits(s):
     """(orders, commits) the order writer has committed so far (/metrics)."""
-    with urllib.request.urlopen(s.url + "/metrics", timeout=5) as r:
+    req = urllib.request.Request(s.url + "/metrics",
+                                 headers={"authorization": "Bearer " + METRICS_TOKEN})
+    with urllib.request.urlopen(req, timeout=5) as r:
         m = dict(ln.split()[:2] for ln in r.read().decode().splitlines()
                  if ln.startswith("seckill_writer_batch"))
     return (int(float(m.get("seckill_writer_batch_orders_total", 0))),

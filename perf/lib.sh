@@ -19,12 +19,15 @@ cpu_ticks() { t=0; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$
 # Kernel CPU ticks (stime) of the given processes, summed: syscalls, and on loopback TCP
 # also the receiver's side of every send (the kernel charges it to the sender).
 sys_ticks() { t=0; for p in "$@"; do t=$((t + $(awk '{print $15}' "/proc/$p/stat"))); done; echo $t; }
+PERF_METRICS_TOKEN=seckill-perf-metrics   # serve_embedded's --metrics-token
 # Starts `$1 serve` on its embedded default (private redis-server + SQLite) in data dir $2
 # on a free port and waits for /health; sets HP (the port) and SPID (added to $pids).
 # Its output goes to $2.out and $2.err.
 serve_embedded() {
     HP=$(free_port)
-    "$1" serve --data-dir "$2" --listen "127.0.0.1:$HP" --log-level warn > "$2.out" 2> "$2.err" &
+    # /metrics is private by default: a token serves it on --listen (perf reads it there)
+    "$1" serve --data-dir "$2" --listen "127.0.0.1:$HP" --log-level warn \
+        --metrics-token "$PERF_METRICS_TOKEN" > "$2.out" 2> "$2.err" &
     SPID=$!; pids="$pids $SPID"
     until curl -s "http://127.0.0.1:$HP/health" | grep -q '"success":true'; do
         kill -0 "$SPID" 2>/dev/null || { cat "$2.err"; exit 1; }

@@ -142,7 +142,7 @@ bench() {  # $1 label, rest: extra flags. Leaves $TMP/$1.json
 # is drained (nothing pending, nothing undelivered), split by thread.
 # The writer's commits so far (/metrics): its CPU per order falls with the orders per commit
 # (docs/performance.md, "Where the time goes").
-writer_commits() { curl -s "$URL/metrics" | awk '$1 == "seckill_writer_batches_total" {print int($2)}'; }
+writer_commits() { curl -s -H "authorization: Bearer $PERF_METRICS_TOKEN" "$URL/metrics" | awk '$1 == "seckill_writer_batches_total" {print int($2)}'; }
 grab_full_start() { G0=$(cpu_ticks "$SPID"); GW0=$(thread_ticks "$SPID" '^w[0-9]+$'); GR0=$(thread_ticks "$SPID" '^writer$'); GC0=$(writer_commits); }
 grab_full() {  # $1 voucher, $2 grabs, $3 label; sets GRAB_FULL_$3
     t0=$(date +%s.%N); i=0

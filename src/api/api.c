@@ -361,8 +361,11 @@ static void on_auth(http_req_t *r, int status, const auth_user_t *u)
 
 void api_dispatch(http_req_t *r)
 {
-    /* --metrics-listen: /metrics is served there and only there, and nothing else is. */
-    if (r->w->app && r->w->app->cfg.metrics_listen[0]) {
+    /* --metrics-listen: /metrics is served there and only there, and nothing else is.
+     * Without it, /metrics on --listen needs --metrics-token, or --metrics-public: private
+     * by default. (Not "from loopback": nginx on the same host forwards the public.) */
+    const config_t *cfg = r->w->app ? &r->w->app->cfg : NULL;
+    if (cfg && (cfg->metrics_listen[0] || (!cfg->metrics_token[0] && !cfg->metrics_public))) {
         int is_metrics = r->path_len == 8 && memcmp(r->path, "/metrics", 8) == 0;
         if (is_metrics != (r->listener == HTTP_LISTENER_METRICS)) {
             api_error(r, 404, "Not Found", "NOT_FOUND");

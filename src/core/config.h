@@ -66,6 +66,13 @@ typedef struct config {
     size_t max_body_bytes;      /* default 65536 */
     int max_conns_per_ip;       /* connections per client address, all workers; 0 = no cap */
     size_t max_buffered_bytes;  /* request bytes held by all connections; default 256 MiB */
+    int max_buffered_ip_pct;    /* of it, the share one client address (IPv6: its /64) may
+                                   hold, in percent; default 10 */
+    int min_body_rate;          /* bytes/s a request body must keep up after a 2 s grace;
+                                   0 = off; default 1024 */
+    size_t sndbuf_bytes;        /* SO_SNDBUF of accepted sockets; 0 = the kernel's autotuning */
+    int write_timeout_s;        /* replies not drained for this long: close; default 10 */
+    int metrics_public;         /* /metrics on --listen without a token (a private network) */
     char metrics_listen[280];   /* HOST:PORT of a separate /metrics listener; "" = none */
     size_t queue_capacity;      /* queue mode: orders the in-process queue holds, default 1048576 */
     int appendfsync_always;     /* embedded redis: appendfsync always instead of everysec */

@@ -70,13 +70,9 @@ size_t sb_cap_grown(const sb_t *s, size_t n)
     return cap;
 }
 
-int sb_try_reserve(sb_t *s, size_t n)
+/* Grows s to cap bytes without aborting: 0, or -1 if realloc failed (s unchanged). */
+static int try_grow_to(sb_t *s, size_t cap)
 {
-    size_t cap = sb_cap_for(s, n);
-    if (cap == SIZE_MAX)
-        return -1;
-    if (cap == s->cap)
-        return 0;
     char *p = realloc(s->borrowed ? NULL : s->buf, cap);
     if (!p)
         return -1;
@@ -88,6 +84,22 @@ int sb_try_reserve(sb_t *s, size_t n)
     s->buf = p;
     s->cap = cap;
     return 0;
+}
+
+int sb_try_reserve_exact(sb_t *s, size_t n)
+{
+    if (n >= SIZE_MAX / 2 - s->len)
+        return -1;
+    size_t need = s->len + n + 1;
+    return need <= s->cap ? 0 : try_grow_to(s, need);
+}
+
+int sb_try_reserve(sb_t *s, size_t n)
+{
+    size_t cap = sb_cap_for(s, n);
+    if (cap == SIZE_MAX)
+        return -1;
+    return cap == s->cap ? 0 : try_grow_to(s, cap);
 }
 
 void sb_free(sb_t *s)

@@ -68,6 +68,9 @@ static inline size_t sb_cap_for(const sb_t *s, size_t n)
     return sb_fits(s, n) ? s->cap : sb_cap_grown(s, n);
 }
 int sb_try_reserve(sb_t *s, size_t n);
+/* sb_try_reserve without the doubling: room for exactly n more bytes (and the NUL), for
+ * a buffer whose final size is known (a request body of a given Content-Length). */
+int sb_try_reserve_exact(sb_t *s, size_t n);
 
 /* Appends z (n bytes, UTF-8 passed through) as a quoted JSON string, escaping
  * quotes, backslashes and control characters. A byte that does not start a valid UTF-8

@@ -18,7 +18,8 @@
  * SQL), the unparsed rest is kept in c->in and parsing resumes from http_reply(). So
  * replies always leave in request order. Replies produced during one read are collected
  * in c->out and written with one send(); when the socket is full the rest waits for a
- * write event, and above OUT_HIGH unsent bytes we stop parsing and reading.
+ * write event, and above OUT_HIGH unsent bytes we stop parsing and reading; output that
+ * does not drain for the write timeout closes the connection.
  *
  * Connection states (flags on conn_t):
  *
@@ -55,6 +56,7 @@
 #include <unistd.h>
 
 #include "core/app.h"
+#include "http/bodylimit.h"
 #include "http/clientip.h"
 #include "core/clock.h"
 #include "http/connlimit.h"
@@ -79,7 +81,20 @@ enum {
     LINGER_MS = 2000,
     LINGER_MAX_BYTES = 1 << 20,
     ACCEPT_PAUSE_MS = 1000,    /* after EMFILE & co. */
+    BODY_GRACE_MS = 2000,      /* --min-body-rate applies after this much of a body's time */
 };
+
+/* The headers of every answer under /admin (the sale board's page and its API): it must
+ * not be framed (clickjacking of its buttons), run or load anything but its own files,
+ * be sniffed into another type, or be kept by a cache (its data needs the admin token). */
+static const char admin_headers[] =
+    "X-Frame-Options: DENY\r\n"
+    "Content-Security-Policy: default-src 'none'; script-src 'self'; style-src 'self'; "
+    "img-src 'self' data:; connect-src 'self'; form-action 'self'; base-uri 'none'; "
+    "frame-ancestors 'none'\r\n"
+    "X-Content-Type-Options: nosniff\r\n"
+    "Cache-Control: no-store\r\n"
+    "Referrer-Policy: no-referrer\r\n";
 
 enum { P_HEAD = 0, P_BODY_LENGTH, P_BODY_CHUNKED };
 
@@ -94,8 +109,12 @@ typedef struct conn {
 
     /* the request being received */
     sb_t url, auth, admin, xff, body;
+    const char *path, *query;  /* split from url (split_url) */
+    size_t path_len;
     int phase;                 /* P_*: head, Content-Length body, chunked body */
     uint64_t body_left;        /* P_BODY_LENGTH: bytes still to come */
+    uint64_t body_got;         /* body bytes received (chunked: with the framing) */
+    uint64_t body_start_ms;    /* when the head before the body was complete */
     h1_chunked_t chunked;      /* P_BODY_CHUNKED */
     size_t scan;               /* h1_head_len's resume point in the unparsed head */
     int method;                /* HM_* */
@@ -108,6 +127,7 @@ typedef struct conn {
     size_t out_off;
 
     uint64_t last_ms;          /* last byte received or sent */
+    uint64_t out_ms;           /* pending output: last progress (or when it got stuck) */
     uint64_t msg_start_ms;     /* first byte of the request being received */
     uint64_t linger_ms;
     size_t linger_bytes;
@@ -129,7 +149,9 @@ typedef struct conn {
     unsigned read_on : 1, write_on : 1;
     unsigned linger : 1;
     unsigned listener : 1;     /* HTTP_LISTENER_* */
+    unsigned admin_path : 1;   /* the request in flight is under /admin: admin_headers */
     connlimit_key_t ckey;      /* counted in hw->cl until freed */
+    connlimit_entry_t *cent;   /* ckey's entry (its buffered bytes), or NULL */
     char peer[INET6_ADDRSTRLEN];
 } conn_t;
 
@@ -138,6 +160,7 @@ typedef struct conn {
 struct handoff {
     int fd;
     connlimit_key_t ckey;
+    connlimit_entry_t *cent;
     char peer[INET6_ADDRSTRLEN];
     uint64_t nreq, last_ms, msg_start_ms;
     struct handoff *next;
@@ -179,7 +202,9 @@ struct http_worker {
 
     size_t max_header, max_body;
     int max_conns;
-    uint64_t idle_ms, header_ms;
+    uint64_t idle_ms, header_ms, write_ms;
+    uint64_t min_body_rate;    /* bytes/s, 0 = off */
+    int sndbuf;                /* SO_SNDBUF of accepted sockets, 0 = the kernel's */
 
     int stopping, grace_over, done_called;
     int grace_ms;
@@ -191,12 +216,13 @@ struct http_worker {
     uint64_t rejected;         /* connections refused over max_conns */
     uint64_t rejected_ip;      /* connections refused over max_conns_per_ip */
     size_t max_buffered;       /* budget of request bytes held, all workers together */
+    size_t max_buffered_ip;    /* of it, what one client address (connlimit's key) may hold */
     uint64_t over_budget;      /* requests refused for it (a warning every 1000) */
 };
 
 static void conn_run(conn_t *c);
 static conn_t *conn_setup(http_worker_t *hw, int fd, const connlimit_key_t *key,
-                          const char *peer);
+                          connlimit_entry_t *cent, const char *peer);
 static void conn_free(conn_t *c);
 static void cbuf_done(conn_t *c, sb_t *s);
 static void end_request(conn_t *c);
@@ -342,7 +368,8 @@ static void put_reply(conn_t *c, int status, const char *ctype, const char *body
     update_date(hw);
     /* status line 13 + reason + CRLF, Content-Type 16 + clen, Content-Length 38,
      * Retry-After 35, Connection 24, Date, final CRLF */
-    size_t head_max = 13 + wlen + 2 + 16 + clen + 38 + 35 + 24 + hw->date_len + 2;
+    size_t head_max = 13 + wlen + 2 + 16 + clen + 38 + 35 + 24 + hw->date_len + 2 +
+                      (c->admin_path ? sizeof admin_headers - 1 : 0);
     size_t body_len = !bodyless && !c->is_head ? len : 0;
     char *p = sb_reserve(o, head_max + body_len);
     /* Fixed-size copies of literals compile to a few moves; the answers of the hot path
@@ -379,6 +406,8 @@ static void put_reply(conn_t *c, int status, const char *ctype, const char *body
         p = PUT_LIT(p, "Connection: keep-alive\r\n");
     else
         p = PUT_LIT(p, "Connection: close\r\n");
+    if (c->admin_path)
+        p = PUT_LIT(p, admin_headers);
     p = put_str(p, hw->date, hw->date_len);
     p = PUT_LIT(p, "\r\n");
     if (body_len)
@@ -398,6 +427,7 @@ static void reply_error(conn_t *c, int status)
 {
     const char *msg;
     switch (status) {
+    case 408: msg = "Request body too slow"; break;
     case 413: msg = "Request body too large"; break;
     case 414: msg = "Request URI too long"; break;
     case 431: msg = "Request header fields too large"; break;
@@ -408,6 +438,7 @@ static void reply_error(conn_t *c, int status)
     char body[128];
     int n = snprintf(body, sizeof body, "{\"success\":false,\"errorMsg\":\"%s\"}", msg);
     c->is_head = 0;
+    c->admin_path = 0;
     put_reply(c, status, NULL, body, (size_t)n, 0);
     c->in_msg = 0;
     c->closing = 1;
@@ -468,6 +499,36 @@ static void uncharge(conn_t *c, size_t n)
         n = c->charged;        /* cannot happen; never let the total wrap */
     c->charged -= n;
     atomic_fetch_sub_explicit(&buffered_total, n, memory_order_relaxed);
+    connlimit_uncharge(c->cent, n);
+}
+
+/* Grows s to hold n more bytes (exact: that many; otherwise sb's doubling), charged to
+ * the process's budget and to the client address's share of it. Returns 0, or 503. The
+ * buffers kept between requests are already large enough for the hot path's requests,
+ * so a request costs none of this. */
+static int cbuf_grow(conn_t *c, sb_t *s, size_t n, int exact)
+{
+    http_worker_t *hw = c->hw;
+    size_t after = exact ? s->len + n + 1 : sb_cap_for(s, n);
+    if (after <= s->cap)
+        return 0;
+    size_t grow = after - s->cap;
+    size_t was = atomic_fetch_add_explicit(&buffered_total, grow, memory_order_relaxed);
+    int over_ip = 0;
+    if (was + grow > hw->max_buffered ||
+        (over_ip = connlimit_charge(c->cent, grow, hw->max_buffered_ip) != 0) ||
+        (exact ? sb_try_reserve_exact(s, n) : sb_try_reserve(s, n)) != 0) {
+        atomic_fetch_sub_explicit(&buffered_total, grow, memory_order_relaxed);
+        if (was + grow <= hw->max_buffered && !over_ip)
+            connlimit_uncharge(c->cent, grow);     /* charged; realloc failed */
+        if (hw->over_budget++ % 1000 == 0)
+            log_warn("http: request buffers at their budget (%zu bytes; %zu per client "
+                     "address): refusing with 503 (%s)", hw->max_buffered, hw->max_buffered_ip,
+                     c->peer);
+        return 503;
+    }
+    c->charged += grow;
+    return 0;
 }
 
 /* Appends to one of c's request buffers within the budget. Returns 0, or 503. */
@@ -475,19 +536,9 @@ static int cbuf_append(conn_t *c, sb_t *s, const void *p, size_t n)
 {
     if (n == 0)
         return 0;
-    size_t after = sb_cap_for(s, n);
-    if (after > s->cap) {
-        size_t grow = after - s->cap;
-        size_t was = atomic_fetch_add_explicit(&buffered_total, grow, memory_order_relaxed);
-        if (was + grow > c->hw->max_buffered || sb_try_reserve(s, n) != 0) {
-            atomic_fetch_sub_explicit(&buffered_total, grow, memory_order_relaxed);
-            if (c->hw->over_budget++ % 1000 == 0)
-                log_warn("http: request buffers at their budget (%zu bytes): refusing with 503",
-                         c->hw->max_buffered);
-            return 503;
-        }
-        c->charged += grow;
-    }
+    int st = cbuf_grow(c, s, n, 0);
+    if (st)
+        return st;
     sb_append(s, p, n);        /* fits: no allocation */
     return 0;
 }
@@ -536,58 +587,9 @@ static int method_of(h1_str_t m)
     return HM_OTHER;
 }
 
-/* A parsed head: copies what the handler needs, decides how the body is framed. Returns
- * 0 or an HTTP status. */
-static int begin_request(conn_t *c, const h1_head_t *h)
-{
-    http_worker_t *hw = c->hw;
-    int st;
-    if ((st = cbuf_append(c, &c->url, h->target.p, h->target.n)) != 0 ||
-        (st = cbuf_append(c, &c->auth, h->auth.p, h->auth.n)) != 0 ||
-        (st = cbuf_append(c, &c->admin, h->admin.p, h->admin.n)) != 0 ||
-        (st = cbuf_append(c, &c->xff, h->xff.p, h->xff.n)) != 0)
-        return st;
-    c->has_auth = h->has_auth;
-    c->has_admin = h->has_admin;
-    c->has_xff = h->has_xff;
-    c->method = method_of(h->method);
-    /* An Upgrade (or CONNECT) request is answered as plain HTTP, then the connection is
-     * closed: the bytes after it would be another protocol. */
-    int upgrade = (h->conn_upgrade && h->has_upgrade) ||
-                  (h->method.n == 7 && memcmp(h->method.p, "CONNECT", 7) == 0);
-    c->keep_alive = (h->minor == 1 ? !h->conn_close : h->conn_keep_alive) && !upgrade;
-    int has_body;
-    if (h->chunked) {
-        h1_chunked_init(&c->chunked, hw->max_body, hw->max_header);
-        c->phase = P_BODY_CHUNKED;
-        has_body = 1;
-    } else if (h->has_length && h->content_length > 0) {
-        if (h->content_length > hw->max_body)
-            return 413;
-        c->body_left = h->content_length;
-        c->phase = P_BODY_LENGTH;
-        has_body = 1;
-    } else {
-        c->phase = P_HEAD;
-        has_body = 0;
-    }
-    if (h->expect_continue && has_body && h->minor == 1) {
-        /* The client waits for this before sending the body; it goes out with the next
-         * flush, after the replies to any earlier pipelined requests. */
-        sb_puts(&c->out, "HTTP/1.1 100 Continue\r\n\r\n");
-    }
-    return 0;
-}
-
-static int body_sink(void *ctx, const char *p, size_t n)
-{
-    conn_t *c = ctx;
-    return cbuf_append(c, &c->body, p, n);
-}
-
 /* Splits c->url in place into path and query (NUL-terminated), drops a fragment and an
  * absolute-form "http://host" prefix, and removes the "/api" prefix. */
-static void split_url(conn_t *c, http_req_t *r)
+static void split_url(conn_t *c)
 {
     char *u = c->url.buf;      /* never empty: h1 refuses an empty request-target */
     if (u[0] != '/') {
@@ -596,10 +598,10 @@ static void split_url(conn_t *c, http_req_t *r)
             u = s + 3 + strcspn(s + 3, "/?#");
     }
     char *q = u + strcspn(u, "?#");
-    r->query = "";
+    c->query = "";
     if (*q == '?') {
         *q = '\0';
-        r->query = q + 1;
+        c->query = q + 1;
         q[1 + strcspn(q + 1, "#")] = '\0';
     } else if (*q == '#') {
         *q = '\0';
@@ -616,8 +618,63 @@ static void split_url(conn_t *c, http_req_t *r)
         path = "/";
         n = 1;
     }
-    r->path = path;
-    r->path_len = n;
+    c->path = path;
+    c->path_len = n;
+}
+
+/* A parsed head: copies what the handler needs, decides how the body is framed. Returns
+ * 0 or an HTTP status. */
+static int begin_request(conn_t *c, const h1_head_t *h)
+{
+    http_worker_t *hw = c->hw;
+    int st;
+    if ((st = cbuf_append(c, &c->url, h->target.p, h->target.n)) != 0 ||
+        (st = cbuf_append(c, &c->auth, h->auth.p, h->auth.n)) != 0 ||
+        (st = cbuf_append(c, &c->admin, h->admin.p, h->admin.n)) != 0 ||
+        (st = cbuf_append(c, &c->xff, h->xff.p, h->xff.n)) != 0)
+        return st;
+    c->has_auth = h->has_auth;
+    c->has_admin = h->has_admin;
+    c->has_xff = h->has_xff;
+    c->method = method_of(h->method);
+    split_url(c);
+    /* The route's own body limit (bodylimit.h), so nothing is buffered that it would not
+     * read. */
+    size_t max_body = bodylimit_for(c->method, c->path, c->path_len, hw->max_body);
+    /* An Upgrade (or CONNECT) request is answered as plain HTTP, then the connection is
+     * closed: the bytes after it would be another protocol. */
+    int upgrade = (h->conn_upgrade && h->has_upgrade) ||
+                  (h->method.n == 7 && memcmp(h->method.p, "CONNECT", 7) == 0);
+    c->keep_alive = (h->minor == 1 ? !h->conn_close : h->conn_keep_alive) && !upgrade;
+    int has_body;
+    if (h->chunked) {
+        h1_chunked_init(&c->chunked, max_body, hw->max_header);
+        c->phase = P_BODY_CHUNKED;
+        has_body = 1;
+    } else if (h->has_length && h->content_length > 0) {
+        if (h->content_length > max_body)
+            return 413;
+        c->body_left = h->content_length;
+        c->phase = P_BODY_LENGTH;
+        has_body = 1;
+    } else {
+        c->phase = P_HEAD;
+        has_body = 0;
+    }
+    c->body_got = 0;
+    c->body_start_ms = clock_now_ms();
+    if (h->expect_continue && has_body && h->minor == 1) {
+        /* The client waits for this before sending the body; it goes out with the next
+         * flush, after the replies to any earlier pipelined requests. */
+        sb_puts(&c->out, "HTTP/1.1 100 Continue\r\n\r\n");
+    }
+    return 0;
+}
+
+static int body_sink(void *ctx, const char *p, size_t n)
+{
+    conn_t *c = ctx;
+    return cbuf_append(c, &c->body, p, n);
 }
 
 static void dispatch(conn_t *c)
@@ -627,7 +684,13 @@ static void dispatch(conn_t *c)
     memset(r, 0, sizeof *r);
     r->w = hw->w;
     r->method = c->method;
-    split_url(c, r);
+    r->path = c->path;
+    r->path_len = c->path_len;
+    r->query = c->query;
+    /* Everything under /admin (the board's page, and its API, also as /api/admin/...)
+     * gets admin_headers: one comparison per request. */
+    c->admin_path = c->path_len >= 6 && memcmp(c->path, "/admin", 6) == 0 &&
+                    (c->path_len == 6 || c->path[6] == '/');
     /* An sb_t's buf is NUL-terminated once it holds a byte; sb_cstr() would allocate
      * (outside the budget) for an empty one. */
     r->authorization = c->has_auth ? (c->auth.len ? c->auth.buf : "") : NULL;
@@ -703,19 +766,26 @@ static size_t parse(conn_t *c, const char *data, size_t len)
             size_t take = len - off;
             if ((uint64_t)take > c->body_left)
                 take = (size_t)c->body_left;
-            int st = cbuf_append(c, &c->body, data + off, take);
+            /* The body's size is known: its buffer is reserved once at that size, not
+             * grown by doubling (a 64 KiB body would hold 128 KiB). */
+            int st = c->body.len + c->body_left + 1 > c->body.cap
+                         ? cbuf_grow(c, &c->body, (size_t)c->body_left, 1) : 0;
+            if (st == 0)
+                st = cbuf_append(c, &c->body, data + off, take);
             if (st) {
                 refuse_request(c, st, "body refused");
                 break;
             }
             off += take;
             c->body_left -= take;
+            c->body_got += take;
             if (c->body_left > 0)
                 continue;
         } else {
             size_t used = 0;
             int st = h1_chunked_feed(&c->chunked, data + off, len - off, &used, body_sink, c);
             off += used;
+            c->body_got += used;
             if (st == 0)
                 continue;
             if (st != 1) {
@@ -746,10 +816,12 @@ static void arm_write(conn_t *c)
             return;
         }
     }
-    if (event_add(c->wev, NULL) == 0)
+    if (event_add(c->wev, NULL) == 0) {
         c->write_on = 1;
-    else
+        c->out_ms = clock_now_ms();    /* --write-timeout-s counts from here */
+    } else {
         c->dead = 1;
+    }
 }
 
 /* Sends what is in c->out; on EAGAIN keeps the rest and arms the write event. */
@@ -760,6 +832,7 @@ static void flush(conn_t *c)
         if (n > 0) {
             c->out_off += (size_t)n;
             c->last_ms = clock_now_ms();
+            c->out_ms = c->last_ms;
         } else if (n < 0 && errno == EINTR) {
             continue;
         } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
@@ -1059,16 +1132,17 @@ static conn_t *conn_new(http_worker_t *hw, int fd, const struct sockaddr_storage
     /* A trusted reverse proxy carries many clients on its connections: not capped (the
      * per-IP request limits see the clients through X-Forwarded-For). */
     connlimit_key_t key;
+    connlimit_entry_t *cent;
     connlimit_key(ss, &key);
     if (hw->cl && hw->trusted && clientip_trusted(hw->trusted, peer))
         key.len = 0;
-    if (connlimit_acquire(hw->cl, &key) != 0) {
+    if (connlimit_acquire(hw->cl, &key, &cent) != 0) {
         if (hw->rejected_ip++ % 1000 == 0)
             log_warn("http: a client address is at --max-conns-per-ip: refusing its connections");
         refuse(fd, "Too many connections from your address");
         return NULL;
     }
-    conn_t *c = conn_setup(hw, fd, &key, peer);
+    conn_t *c = conn_setup(hw, fd, &key, cent, peer);
     if (!c)
         connlimit_release(hw->cl, &key);
     return c;
@@ -1077,12 +1151,13 @@ static conn_t *conn_new(http_worker_t *hw, int fd, const struct sockaddr_storage
 /* The connection for socket fd, counted under key (acquired by the caller), on hw's loop;
  * NULL (socket closed) when its event cannot be registered. */
 static conn_t *conn_setup(http_worker_t *hw, int fd, const connlimit_key_t *key,
-                          const char *peer)
+                          connlimit_entry_t *cent, const char *peer)
 {
     conn_t *c = xcalloc(1, sizeof *c);   /* bounded: the connection caps were checked */
     c->hw = hw;
     c->fd = fd;
     c->ckey = *key;
+    c->cent = cent;
     /* Edge-triggered, as nginx does: an event only when bytes arrive, so a connection
      * that was read dry is not polled again by every epoll_wait (level-triggered, the
      * kernel re-checks each reported socket on the next call), and a connection busy
@@ -1156,7 +1231,7 @@ static void take_handoffs(worker_t *w, void *arg)
         return;           /* an earlier call took them */
     while (h) {
         struct handoff *next = h->next;
-        conn_t *c = hw->stopping ? NULL : conn_setup(hw, h->fd, &h->ckey, h->peer);
+        conn_t *c = hw->stopping ? NULL : conn_setup(hw, h->fd, &h->ckey, h->cent, h->peer);
         if (c) {
             conn_mark(c, HTTP_LISTENER_PUBLIC);
             c->nreq = h->nreq;
@@ -1213,6 +1288,7 @@ static void give(conn_t *c, const struct app *app, int self, int to, int *load,
     struct handoff *h = xmalloc(sizeof *h);
     h->fd = c->fd;
     h->ckey = c->ckey;
+    h->cent = c->cent;
     memcpy(h->peer, c->peer, sizeof h->peer);
     h->nreq = c->nreq;
     h->last_ms = c->last_ms;
@@ -1351,6 +1427,11 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
         }
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        /* A fixed send buffer: autotuned, a client that does not read its replies pins
+         * up to tcp_wmem's maximum (4 MiB) of kernel memory until the write timeout.
+         * Replies are small; once per accept, nothing per request. */
+        if (hw->sndbuf > 0)
+            setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &hw->sndbuf, sizeof hw->sndbuf);
         conn_t *c = conn_new(hw, fd, &ss);
         if (c)
             conn_mark(c, lfd == hw->mlfd ? HTTP_LISTENER_METRICS : HTTP_LISTENER_PUBLIC);
@@ -1360,6 +1441,20 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
 }
 
 /* ==== Timers and stopping ==== */
+
+/* A request body arriving slower than --min-body-rate, once BODY_GRACE_MS have passed
+ * since its head: it would hold its buffer (and a share of the budget) for the whole
+ * header timeout. */
+static int body_too_slow(const conn_t *c, uint64_t now)
+{
+    const http_worker_t *hw = c->hw;
+    if (!hw->min_body_rate || !c->in_msg || c->phase == P_HEAD)
+        return 0;
+    uint64_t t = now - c->body_start_ms;
+    if (t < BODY_GRACE_MS)
+        return 0;
+    return c->body_got * 1000 < hw->min_body_rate * (t - BODY_GRACE_MS);
+}
 
 static void on_sweep(evutil_socket_t fd, short what, void *arg)
 {
@@ -1375,8 +1470,14 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg)
         if (c->linger)
             expired = now - c->linger_ms >= LINGER_MS;
         else if (pending(c) > 0)
-            expired = now - c->last_ms >= hw->idle_ms;       /* the client stopped reading */
-        else if (c->in_msg || c->nreq == 0)
+            expired = now - c->out_ms >= hw->write_ms;      /* the client stopped reading */
+        else if (body_too_slow(c, now)) {
+            log_debug("http: request body from %s slower than %llu bytes/s: 408", c->peer,
+                      (unsigned long long)hw->min_body_rate);
+            refuse_request(c, 408, "body too slow");
+            conn_run(c);       /* sends the 408, then the lingering close */
+            continue;
+        } else if (c->in_msg || c->nreq == 0)
             expired = now - c->msg_start_ms >= hw->header_ms; /* slowloris, or silent */
         else
             expired = now - c->last_ms >= hw->idle_ms;
@@ -1597,6 +1698,11 @@ int http_worker_init(worker_t *w, const char *host, int port, http_handler_fn ha
     hw->idle_ms = (uint64_t)(cfg && cfg->idle_timeout_s > 0 ? cfg->idle_timeout_s : 60) * 1000;
     hw->header_ms = (uint64_t)(cfg && cfg->header_timeout_s > 0 ? cfg->header_timeout_s : 10) * 1000;
     hw->max_buffered = cfg && cfg->max_buffered_bytes ? cfg->max_buffered_bytes : (size_t)256 << 20;
+    int pct = cfg && cfg->max_buffered_ip_pct > 0 ? cfg->max_buffered_ip_pct : 10;
+    hw->max_buffered_ip = hw->max_buffered / 100 * (size_t)pct;
+    hw->write_ms = (uint64_t)(cfg && cfg->write_timeout_s > 0 ? cfg->write_timeout_s : 10) * 1000;
+    hw->min_body_rate = cfg ? (uint64_t)cfg->min_body_rate : 1024;
+    hw->sndbuf = cfg ? (int)cfg->sndbuf_bytes : 65536;
     hw->rbuf = xmalloc(READ_CHUNK);
     hw->lfd = open_listener(w->id, w->cpu, host, port, &hw->port, err, errlen);
     if (hw->lfd < 0) {

@@ -4,8 +4,9 @@
  * on raw non-blocking sockets driven by the worker's libevent loop.
  * Keep-alive and pipelining are supported: requests on one connection are handled one at
  * a time, in order, so replies leave in request order. Limits (config.h): request line +
- * headers, body, header count, idle and header timeouts, connections per worker and per
- * client address, request bytes held by the whole process.
+ * headers, body (per route, bodylimit.h) and its rate, header count, idle, header and
+ * write timeouts, connections per worker and per client address (IPv6: per /64), request
+ * bytes held by the whole process and by each client address, the send buffer.
  *
  * The http layer makes no business decisions: for each complete request it calls the
  * one handler given to http_worker_init (the router, api.h), which must call

@@ -53,6 +53,18 @@ let benchProc = null;
 try {
   const ctx = await browser.newContext({ viewport: { width: 1280, height: 800 } });
   const page = await ctx.newPage();
+  // /admin/ is served with a CSP without 'unsafe-eval', and waitForFunction compiles its
+  // predicate inside the page with eval: poll with page.evaluate instead (the DevTools
+  // protocol, which the CSP does not govern), so the page itself runs under its policy.
+  page.waitForFunction = async (fn, arg, opts = {}) => {
+    const deadline = Date.now() + (opts.timeout ?? 30000);
+    for (;;) {
+      const v = await page.evaluate(fn, arg);
+      if (v) return v;
+      if (Date.now() > deadline) throw new Error(`waitForFunction timed out: ${fn}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  };
   page.on("pageerror", (e) => errors.push("pageerror: " + e.message));
   // Console errors fail the run, except the browser's own note on the 403 and 400 answers
   // this script provokes on purpose (wrong token, invalid form).

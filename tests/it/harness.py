@@ -691,8 +691,9 @@ class Server:
 # Settings every test server gets unless the test names them (None = the server's own
 # default): every test client is 127.0.0.1, so the per-IP login and code limits would
 # turn the many logins of a sale into 429s. test_security.py and test_sec_login.py test
-# them on.
-TEST_SETTINGS = {"rate_ip_login": 0, "rate_ip_code": 0}
+# them on. /metrics is private by default; the tests read it on --listen
+# (test_sec_http.py tests the default).
+TEST_SETTINGS = {"rate_ip_login": 0, "rate_ip_code": 0, "metrics_public": 1}
 
 
 def server_argv(port, redis_url, db_url, admin_token, data_dir, threads=2, name=None,

@@ -2,7 +2,8 @@
 
 deploy/prometheus/ holds the operators' scrape config and alert rules (promtool checks them
 in test_promtool_* below). Here a real prometheus, on a free loopback port with a 1 s scrape
-interval and the repo's rule file, scrapes two running instances; the test reads back
+interval and the repo's rule file, scrapes two running instances on their own loopback /metrics
+listeners (/metrics is private by default, as deploy/cluster.sh runs them); the test reads back
 through prometheus's HTTP API:
   - the per-instance rate of HTTP answers and the flash-sale admissions, which must match
     what the test sent;
@@ -93,9 +94,14 @@ class Prometheus:
 def test_prometheus_scrapes_two_instances():
     # Two independent instances: each its own Redis and its own data dir (and so database).
     r1, r2 = H.start_redis("redis-1"), H.start_redis("redis-2")
-    s1 = H.start_server(r1, name="prom-1", data_dir=H.subdir("prom-1"))
-    s2 = H.start_server(r2, name="prom-2", data_dir=H.subdir("prom-2"))
-    inst = {s.port: "127.0.0.1:%d" % s.port for s in (s1, s2)}
+    # /metrics is private by default: each serves it on its own loopback listener, as
+    # deploy/cluster.sh starts them, and prometheus scrapes those.
+    m1, m2 = H.free_port(), H.free_port()
+    s1 = H.start_server(r1, name="prom-1", data_dir=H.subdir("prom-1"),
+                        settings={"metrics_public": None, "metrics_listen": "127.0.0.1:%d" % m1})
+    s2 = H.start_server(r2, name="prom-2", data_dir=H.subdir("prom-2"),
+                        settings={"metrics_public": None, "metrics_listen": "127.0.0.1:%d" % m2})
+    inst = {s1.port: "127.0.0.1:%d" % m1, s2.port: "127.0.0.1:%d" % m2}
     prom = Prometheus(list(inst.values()))
 
     # Both targets up.

@@ -1,0 +1,25 @@
+/* bodylimit.c -- request body limits per route (see bodylimit.h). A few length-and-memcmp
+ * tests per request head: nothing measurable beside parsing it. */
+#include "http/bodylimit.h"
+
+#include <string.h>
+
+#include "http/http_req.h"
+
+static int is(const char *path, size_t n, const char *lit)
+{
+    size_t l = strlen(lit);
+    return n == l && memcmp(path, lit, l) == 0;
+}
+
+size_t bodylimit_for(int method, const char *path, size_t path_len, size_t max_body)
+{
+    size_t lim = BODYLIMIT_NONE;
+    if (method != HM_POST)
+        return lim;
+    if (is(path, path_len, "/user/login"))
+        lim = BODYLIMIT_LOGIN;
+    else if (is(path, path_len, "/voucher") || is(path, path_len, "/voucher/seckill"))
+        lim = max_body;
+    return lim < max_body ? lim : max_body;
+}

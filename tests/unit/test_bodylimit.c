@@ -1,0 +1,44 @@
+/* test_bodylimit.c -- bodylimit.h: the routes that read a body get theirs (voucher
+ * creation --max-body-bytes, login 4 KiB), every other route and method a tiny one. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <string.h>
+
+#include "http/bodylimit.h"
+#include "http/http_req.h"
+
+static size_t lim(int method, const char *path, size_t max_body)
+{
+    return bodylimit_for(method, path, strlen(path), max_body);
+}
+
+static void test_routes(void **state)
+{
+    (void)state;
+    assert_int_equal(lim(HM_POST, "/voucher", 65536), 65536);
+    assert_int_equal(lim(HM_POST, "/voucher/seckill", 65536), 65536);
+    assert_int_equal(lim(HM_POST, "/user/login", 65536), BODYLIMIT_LOGIN);
+    assert_int_equal(lim(HM_POST, "/user/login", 2048), 2048);      /* never above max */
+    /* Routes that read no body, near misses and other methods: the tiny limit. */
+    static const char *none[] = {"/voucher-order/seckill/1", "/user/code", "/user/logout",
+                                 "/voucher/", "/voucher/seckillx", "/user/login/", "/",
+                                 "/admin/api/board", "/metrics"};
+    for (size_t i = 0; i < sizeof none / sizeof none[0]; i++)
+        assert_int_equal(lim(HM_POST, none[i], 65536), BODYLIMIT_NONE);
+    assert_int_equal(lim(HM_GET, "/voucher", 65536), BODYLIMIT_NONE);
+    assert_int_equal(lim(HM_PUT, "/user/login", 65536), BODYLIMIT_NONE);
+    assert_int_equal(lim(HM_HEAD, "/voucher/list/1", 65536), BODYLIMIT_NONE);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_routes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
