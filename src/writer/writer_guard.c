@@ -147,6 +147,12 @@ static void publish_slots(writer_t *wr, int is_short)
             atomic_store(&m->short_slots[i], is_short ? ~UINT64_C(0) : 0);
         return;
     }
+    /* The slot map: while short, the streams' refresh (which keeps it) does not run. */
+    char why[256];
+    if (!wr->rcs)
+        wr->rcs = rcl_sync_open(&wr->cluster_addr, wr->redis_timeout_ms, why, sizeof why);
+    else if (is_short)
+        (void)rcl_sync_refresh(wr->rcs, why, sizeof why);   /* failed: the old map */
     const rcluster_map_t *map = wr->rcs ? rcl_sync_map(wr->rcs) : NULL;
     if (!map)
         return;

@@ -144,3 +144,74 @@ def test_failover_master_returns_streams_drained():
     check(st == 0 and "audit: 0 violations" in out, "audit: exit %d\n%s", st, out[-3000:])
     check(took < 20, "audit --wait-drain took %.1f s", took)
     H.finish(srv)
+
+
+@H.timeout(180)
+def test_failover_orphaned_master_refuses_then_resumes():
+    """The dead master does not come back: its promoted replica has no replica. Its
+    vouchers take no stock (every admission there is refused before it runs: Redis buyers
+    stay equal to SQL orders), the other masters' vouchers sell out, /metrics and the board
+    name it. A replica attaches (the old node restarted): its vouchers sell out by
+    themselves, every voucher exact, audit clean."""
+    stock = 40
+    cluster, srv, tokens, vids, owner = _setup(6, stock, 120)
+    sale = Sale(srv, vids, tokens, 90)
+    master, promoted = _kill_master_mid_sale(cluster, sale, vids, owner, stock)
+    orphaned = [v for v in vids if owner[v] == master.port]
+    others = [v for v in vids if owner[v] != master.port]
+    check(others, "every voucher on the killed master")
+    db = srv.db()
+
+    # on the orphaned master nothing is admitted that cannot be persisted: from the
+    # promotion on, its vouchers' buyers stay what the replica had (the entries replicated
+    # before the kill: in SQL, or pending until a replica attaches), while buyers ask
+    def buyers(v):
+        return int(promoted.cmd("HLEN", H.k_buyers(v)))
+    cluster.wait_ok(30)
+    before = {v: buyers(v) for v in orphaned}
+    H.log("orphaned vouchers %r: buyers at the promotion %r" % (orphaned, before))
+    n = len(sale.b[orphaned[0]].snapshot())
+    H.wait_until(lambda: len(sale.b[orphaned[0]].snapshot()) >= n + 100, 20,
+                 what="buyers asking the orphaned master's voucher")
+    # the other masters' vouchers sell out meanwhile
+    for v in others:
+        H.wait_until(lambda: db.order_count(v) == stock, 60, interval=0.2,
+                     what="voucher %d sold out in SQL" % v)
+    unwritten = {}
+    for v in orphaned:
+        eq(buyers(v), before[v], "voucher %d buyers while its master has no replica" % v)
+        check(before[v] < stock, "voucher %d sold out before its master died", v)
+        unwritten[v] = H.unacked_orders(promoted, v)
+        eq(buyers(v), db.order_count(v) + unwritten[v], "voucher %d buyers = SQL + unwritten" % v)
+    H.log("orphaned vouchers: unwritten (stranded) %r" % unwritten)
+    H.wait_until(lambda: H.metric(srv, "seckill_redis_masters_short_of_replicas") == 1, 15,
+                 what="the orphaned master in /metrics")
+    _, board = srv.http().api("GET", "/admin/api/board", admin=srv.admin_token,
+                              expect_status=200)
+    short = {s["id"]: s.get("replicasShort") for s in board["data"]["sales"]}
+    for v in vids:
+        eq(short.get(v), v in orphaned, "voucher %d replicasShort on the board" % v)
+    for v in orphaned:
+        st, out = H.audit(cluster, srv.db_url, voucher_id=v, wait_drain=0)
+        row = [l for l in out.splitlines() if "stranded" in l]
+        check(row, "no stranded row in the audit of voucher %d:\n%s", v, out[-2000:])
+        if unwritten[v]:
+            check(st == 1 and "FAIL" in row[0], "stranded admissions not a violation: %s",
+                  row[0])
+        H.log("audit of voucher %d: %s" % (v, row[0].strip()))
+
+    # a replica attaches: selling resumes by itself
+    master.start()
+    cluster.wait_ok(30)
+    H.wait_until(lambda: H.metric(srv, "seckill_redis_masters_short_of_replicas") == 0, 30,
+                 what="the master with a replica again in /metrics")
+    recs = sale.join()
+    for v in vids:
+        H.wait_until(lambda: db.order_count(v) == stock, 30, interval=0.2,
+                     what="voucher %d in SQL" % v)
+        H.check_sale_consistency(srv, cluster, v, stock, recs[v], tokens,
+                                 require_all_answered=False)
+        eq(int(cluster.cmd("HLEN", H.k_buyers(v))), stock, "voucher %d buyers in Redis" % v)
+    st, out = H.audit(cluster, srv.db_url, wait_drain=60)
+    check(st == 0 and "audit: 0 violations" in out, "audit: exit %d\n%s", st, out[-3000:])
+    H.finish(srv)
