@@ -102,19 +102,19 @@ static void set_on_replica(writer_t *wr, const char *ip, int port)
     a.unix_path[0] = '\0';
     snprintf(a.host, sizeof a.host, "%s", ip);
     a.port = port;
-    char why[256];
-    redisContext *c = rconn_open(&a, wr->redis_timeout_ms, why, sizeof why);
-    int rc = c ? set_promise(c, wr->wait_replicas, why, sizeof why) : -1;
-    rconn_close(c);
-    if (rc != 0) {
-        log_warn("writer: cannot set min-replicas-to-write on replica %s:%d (%s): promoted, "
-                 "it sells without the promise until a writer sets it", ip, port, why);
-        return;
-    }
+    /* tried once per address and connection, whatever the outcome: an unreachable
+     * replica costs one connect and one log line, not one each second */
     if (wr->guard_nrep < GUARD_REPLICAS_MAX) {
         snprintf(wr->guard_rep[wr->guard_nrep].host, sizeof wr->guard_rep[0].host, "%s", ip);
         wr->guard_rep[wr->guard_nrep++].port = port;
     }
+    char why[256];
+    redisContext *c = rconn_open(&a, wr->redis_timeout_ms, why, sizeof why);
+    int rc = c ? set_promise(c, wr->wait_replicas, why, sizeof why) : -1;
+    rconn_close(c);
+    if (rc != 0)
+        log_warn("writer: cannot set min-replicas-to-write on replica %s:%d (%s): promoted, "
+                 "it sells without the promise until a writer connects to it", ip, port, why);
 }
 
 /* INFO replication's in-sync replicas ("slaveN:ip=..,port=..,state=online,offset=..,
