@@ -927,7 +927,8 @@ static int info_pass(writer_t *wr)
             pending += p;
             lag += l;
             s->idle = p == 0 && lag_known && l == 0;
-            stale += p == 0 && l > 0 && l == s->last_lag;
+            s->lag_still = p == 0 && l > 0 && l == s->last_lag;
+            stale += s->lag_still;
             s->last_lag = p == 0 ? l : 0;
         }
     }
@@ -936,9 +937,10 @@ static int info_pass(writer_t *wr)
      * the group has in fact read everything. */
     for (size_t i = 0; stale && i < wr->nstreams && wr->rc; i++) {
         wstream_t *s = &wr->streams[i];
-        if (!s->drained && s->last_lag > 0) {
+        if (!s->drained && s->lag_still) {
             writer_guard_fix_lag(wr, i);
             s->last_lag = 0;
+            s->lag_still = 0;
         }
     }
     if (!wr->rc)

@@ -57,7 +57,8 @@ typedef struct wstream {
     int64_t vbegin, vend;            /* its sale window, epoch seconds */
     char member[48];                 /* its member of seckill:streams */
     int idle;                        /* last XINFO GROUPS: g1 with lag 0 and nothing pending */
-    int64_t last_lag;                /* last XINFO GROUPS: g1's lag (writer_guard_fix_lag) */
+    int64_t last_lag;                /* last XINFO GROUPS: g1's lag with nothing pending */
+    int lag_still;                   /* ... the same above 0 twice (writer_guard_fix_lag) */
     int drained;                     /* in the drained set (added, or seen there) */
     int drained_known;               /* the drained set was read since the stream was added */
     uint64_t vlook_at;               /* drain check: no SQL look-up of the voucher before */
