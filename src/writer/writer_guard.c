@@ -8,7 +8,8 @@
  * first write (HSETNX or HSET, before XADD and the stock) fails with NOREPLICAS, so the
  * script writes nothing, and the worker answers 503 RETRY (admission.c). CONFIG SET is
  * per node and not replicated, so each (sub-)writer sets it on its master on every
- * connection and on every replica that master lists (a promoted replica already has it).
+ * connection and on every replica that master lists, when it comes online and every
+ * GUARD_REASSERT_MS (a restart forgets it), so a promoted replica already has it.
  *
  * Every INFO_EVERY_MS the writer counts its master's in-sync replicas (INFO replication:
  * online, lag <= GUARD_MAX_LAG_S): short of N, it logs it once (on change), publishes it
@@ -36,6 +37,7 @@
 #include "writer/writer_int.h"
 
 #define GUARD_MAX_LAG_S 2   /* min-replicas-max-lag: a replica acks every second */
+#define GUARD_REASSERT_MS 10000   /* the promise sent to every replica again */
 
 /* The group's counter again when it has read the whole stream (see the header). */
 static const char FIX_LAG_LUA[] =
@@ -90,24 +92,24 @@ static int set_promise_here(writer_t *wr, char *why, size_t len)
     return 0;
 }
 
-/* The same on a replica the master lists (ip, port), once per address and connection. */
-static void set_on_replica(writer_t *wr, const char *ip, int port)
+/* Whether the replica (ip, port) is in list[0..n). */
+static int rep_known(const writer_t *wr, const char *ip, int port)
 {
     for (int i = 0; i < wr->guard_nrep; i++)
         if (wr->guard_rep[i].port == port && strcmp(wr->guard_rep[i].host, ip) == 0)
-            return;
+            return 1;
+    return 0;
+}
+
+/* The promise on a replica the master lists (ip, port), on a connection of its own. */
+static void set_on_replica(writer_t *wr, const char *ip, int port)
+{
     url_redis_t a = wr->addr;
     a.cluster = 0;
     a.nseeds = 0;
     a.unix_path[0] = '\0';
     snprintf(a.host, sizeof a.host, "%s", ip);
     a.port = port;
-    /* tried once per address and connection, whatever the outcome: an unreachable
-     * replica costs one connect and one log line, not one each second */
-    if (wr->guard_nrep < GUARD_REPLICAS_MAX) {
-        snprintf(wr->guard_rep[wr->guard_nrep].host, sizeof wr->guard_rep[0].host, "%s", ip);
-        wr->guard_rep[wr->guard_nrep++].port = port;
-    }
     char why[256];
     redisContext *c = rconn_open(&a, wr->redis_timeout_ms, why, sizeof why);
     int rc = c ? set_promise(c, wr->wait_replicas, why, sizeof why) : -1;
@@ -118,23 +120,40 @@ static void set_on_replica(writer_t *wr, const char *ip, int port)
 }
 
 /* INFO replication's in-sync replicas ("slaveN:ip=..,port=..,state=online,offset=..,
- * lag=.."), each configured on the way; -1 if the reply is not that of a master. */
+ * lag=.."); -1 if the reply is not that of a master. A replica that is online now and
+ * was not at the last pass (new, or back from a restart, which forgets CONFIG SET) gets
+ * the promise; and every one again each GUARD_REASSERT_MS, for a restart too quick to
+ * be seen offline. Tried once each time, whatever the outcome (an unreachable replica
+ * costs one connect and one log line, not one each second). */
 static int count_in_sync(writer_t *wr, const char *info)
 {
     if (!strstr(info, "role:master"))
         return -1;
-    int good = 0;
+    uint64_t now = clock_mono_ms();
+    if (now >= wr->guard_reassert_at) {
+        wr->guard_reassert_at = now + GUARD_REASSERT_MS;
+        wr->guard_nrep = 0;
+    }
+    int good = 0, nkeep = 0;
+    struct { char host[64]; int port; } keep[GUARD_REPLICAS_MAX];
     for (const char *p = strstr(info, "\nslave"); p; p = strstr(p + 1, "\nslave")) {
         char ip[64], state[32];
         int port, lag;
         long long off;
         if (sscanf(p, "\nslave%*d:ip=%63[^,],port=%d,state=%31[^,],offset=%lld,lag=%d", ip,
-                   &port, state, &off, &lag) != 5)
+                   &port, state, &off, &lag) != 5 || strcmp(state, "online") != 0)
             continue;
-        set_on_replica(wr, ip, port);
-        if (strcmp(state, "online") == 0 && lag <= GUARD_MAX_LAG_S)
+        if (!rep_known(wr, ip, port))
+            set_on_replica(wr, ip, port);
+        if (nkeep < GUARD_REPLICAS_MAX) {
+            snprintf(keep[nkeep].host, sizeof keep[0].host, "%s", ip);
+            keep[nkeep++].port = port;
+        }
+        if (lag <= GUARD_MAX_LAG_S)
             good++;
     }
+    memcpy(wr->guard_rep, keep, (size_t)nkeep * sizeof keep[0]);
+    wr->guard_nrep = nkeep;
     return good;
 }
 
@@ -174,6 +193,7 @@ void writer_guard_reset(writer_t *wr)
     wr->guard_set = 0;
     wr->guard_at = 0;
     wr->guard_nrep = 0;
+    wr->guard_reassert_at = 0;
 }
 
 int writer_guard_run(writer_t *wr)

@@ -141,7 +141,8 @@ struct writer {
     int guard_warned;                /* ... and the failure to set it logged */
     int guard_short, guard_known;    /* fewer in-sync replicas than the promise */
     uint64_t guard_at;               /* next INFO replication */
-    int guard_nrep;                  /* replicas given the promise on this connection */
+    int guard_nrep;                  /* replicas online at the last pass, given the promise */
+    uint64_t guard_reassert_at;      /* next time every replica is given it again */
     struct { char host[64]; int port; } guard_rep[GUARD_REPLICAS_MAX];
     _Atomic int node_short;          /* sub-writer: guard_short, summed by the supervisor */
 };

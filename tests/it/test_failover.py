@@ -98,6 +98,10 @@ def _kill_master_mid_sale(cluster, sale, vids, owner, stock, resync_replica=Fals
         replica.start()
         H.wait_until(lambda: _replica_synced(master, replica), 30, interval=0.1,
                      what="replica %d in sync again" % replica.port)
+        # the restart forgot CONFIG SET: the writer gives the promise to it again, so it
+        # keeps it once promoted
+        H.wait_until(lambda: replica.cmd("CONFIG", "GET", "min-replicas-to-write")[1] == "1",
+                     15, interval=0.1, what="min-replicas-to-write on the restarted replica")
         def buyers():
             return int(master.cmd("HLEN", H.k_buyers(vids[0])))
         n = buyers()
