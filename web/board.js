@@ -286,6 +286,7 @@ function sales(list, now) {
     if (s.begin != null && nowS < s.begin) { state = "not started"; cls = "state-wait"; }
     else if (s.end != null && nowS >= s.end) { state = "ended"; cls = "state-end"; }
     else if (s.stock === 0) { state = "sold out"; cls = "state-out"; }
+    else if (s.replicasShort) { state = "not sellable: replicas below the promise"; cls = "state-short"; }
     cell(tr, "#" + s.id);
     cell(tr, s.stock == null ? "–" : s.stock.toLocaleString(), "n stock");
     cell(tr, (s.buyers || 0).toLocaleString() + " / " + initial.toLocaleString(), "n");

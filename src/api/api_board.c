@@ -23,9 +23,11 @@
 #include "core/clock.h"
 #include "embedded.h"
 #include "core/key.h"
+#include "redis/rcluster.h"
 #include "redis/rds.h"
 #include "sale/order_mode.h"
 #include "server/jobs.h"
+#include "server/metrics.h"
 #include "store/store.h"
 #include "core/sb.h"
 #include "server/worker.h"
@@ -42,6 +44,18 @@ void api_board_asset(http_req_t *r, board_asset_t a)
         type = "text/css; charset=utf-8";
     }
     http_reply(r, 200, type, body, strlen(body));
+}
+
+/* --redis-wait-replicas: the master of the voucher's slot has fewer in-sync replicas than
+ * promised, as the writer last saw (src/writer/writer_guard.c): it is not sellable. */
+static int sale_short(const app_t *app, int64_t id)
+{
+    char k[64];
+    int n = key_voucher(k, sizeof k, id);
+    if (app->metrics == NULL || n < 0)
+        return 0;
+    unsigned slot = rcluster_slot(k, (size_t)n);
+    return (atomic_load(&app->metrics->short_slots[slot / 64]) >> (slot % 64)) & 1;
 }
 
 static int is_str(const redisReply *e)
@@ -183,6 +197,8 @@ static void board_finish(board_req_t *b)
             } else {
                 sb_i64(&s, e->buyers);
             }
+            sb_puts(&s, sale_short(app, e->id) ? ",\"replicasShort\":true"
+                                                : ",\"replicasShort\":false");
             if (e->k > 1 && e->parts)
                 put_buckets(&s, e);
             sb_puts(&s, "}");

@@ -210,6 +210,8 @@ typedef struct vdata {
     /* stock buckets (buckets.h): buckets 1..nbuckets-1 are read like bucket 0 (the
      * voucher's own keys) into bk[] and summed into the fields above */
     int nbuckets;
+    int replicas_promised, replicas_in_sync;   /* the voucher's master: min-replicas-to-write
+                                                * and its in-sync replicas (read_promise) */
     struct vdata *bk;
     int64_t in_transit;               /* units taken from a bucket, not yet applied */
     int64_t window_differs;           /* buckets whose window is not bucket 0's */
@@ -286,8 +288,12 @@ static int read_group(redisContext *c, const char *ks, sgroup_t *g, char *err, s
     freeReplyObject(r);
     if (!g->found)
         return 0;
-    if (g->lag < 0) {
-        /* Redis < 7, or lag unknown after deletions: compare with the last entry id. */
+    if (g->lag != 0) {
+        /* Redis < 7, or lag unknown after deletions: compare with the last entry id. And
+         * a lag above 0 may be a stale counter: a Redis 7.0 replica does not carry the
+         * group's entries-read (XREADGROUP reaches it as XCLAIM ... LASTID), so once
+         * promoted it can report entries as undelivered that the group has read. The ids
+         * decide: nothing is undelivered when last-delivered-id is the last entry's. */
         r = rconn_cmdf(c, why, sizeof why, "XINFO STREAM %s", ks);
         if (!r) {
             snprintf(err, errlen, "XINFO STREAM %s: %s", ks, why);
@@ -296,7 +302,7 @@ static int read_group(redisContext *c, const char *ks, sgroup_t *g, char *err, s
         const redisReply *lg = field(r, "last-generated-id");
         sid_t last;
         if (lg && lg->type == REDIS_REPLY_STRING && bench_redis_sid_parse(lg->str, &last) == 0)
-            g->lag = bench_redis_sid_cmp(last, g->last_delivered) > 0 ? 1 : 0;
+            g->lag = bench_redis_sid_cmp(last, g->last_delivered) <= 0 ? 0 : g->lag > 0 ? g->lag : 1;
         freeReplyObject(r);
     }
     r = rconn_cmdf(c, why, sizeof why, "XPENDING %s %s", ks, KEY_GROUP);
@@ -682,8 +688,9 @@ static int audit_mode(const audit_opts_t *o, rcl_sync_route_t *rt, audit_mode_t 
 }
 
 /* I3 in a mode that admits in Redis: every SQL order is a buyer with the same order id,
- * and every buyer is in SQL (in-flight entries excused unless drained). */
-static void check_admitted(const vdata_t *d, int drained_wanted, report_t *rp)
+ * and every buyer is in SQL (in-flight entries excused unless drained). Returns how many
+ * buyers are not in SQL. */
+static int64_t check_admitted(const vdata_t *d, int drained_wanted, report_t *rp)
 {
     int64_t not_admitted = 0, other_id = 0, ex_na = 0;
     for (size_t i = 0; i < d->sql_by_user.n; i++) {
@@ -722,6 +729,7 @@ static void check_admitted(const vdata_t *d, int drained_wanted, report_t *rp)
         "the stream%s%s",
         LL(d->buyers.n), LL(d->sql_by_user.n), LL(missing), LL(excused),
         drained_wanted && missing ? " (after drain: none may be)" : "", ebuf);
+    return missing;
 }
 
 static void check_voucher(const audit_opts_t *o, const audit_mode_t *m, vdata_t *d,
@@ -834,11 +842,12 @@ static void check_voucher(const audit_opts_t *o, const audit_mode_t *m, vdata_t 
     }
 
     /* ---- I3 ---- */
+    int64_t missing = 0;   /* admitted orders not in SQL (stream and queue modes) */
     if (m->sql) {
         add(rp, "I3", "sql-admitted", C_SKIP, "%s", sqlonly);
         add(rp, "I3", "admitted-persisted", C_SKIP, "%s", sqlonly);
     } else {
-        check_admitted(d, drained_wanted, rp);
+        missing = check_admitted(d, drained_wanted, rp);
     }
     char ebuf[64] = "";
     if (o->have_answers) {
@@ -931,6 +940,17 @@ static void check_voucher(const audit_opts_t *o, const audit_mode_t *m, vdata_t 
             LL(d->sql_begin), LL(d->sql_end));
 
     /* ---- stream ---- */
+    if (!m->sql && d->replicas_promised > 0) {
+        /* Admitted, not in SQL, on a master short of its replicas: no writer persists them
+         * (docs/redis-cluster.md, "A master died and did not come back"). */
+        int short_ = d->replicas_in_sync < d->replicas_promised;
+        add(rp, "--", "stranded", short_ && missing > 0 ? C_FAIL : C_OK,
+            "master has %d of %d promised in-sync replicas: %lld admitted orders not in SQL "
+            "%s", d->replicas_in_sync, d->replicas_promised, LL(missing),
+            !short_ ? "(persistable)" : missing > 0 ? "are STRANDED until a replica "
+            "attaches (the writer persists only replicated orders)" : "(none stranded; "
+            "the voucher is not sellable until a replica attaches)");
+    }
     if (m->sql)
         add(rp, "--", "stream-drained", C_SKIP, "%.60s mode writes no order stream", m->name);
     else if (drained_wanted)
@@ -1087,8 +1107,45 @@ static int bucket_keys(vdata_t *t, int64_t vid, int b, int k)
 }
 
 /* Reads the consumer group of t's stream (t->ks) into t's stream-position fields. */
+/* The voucher's master and --redis-wait-replicas' promise (min-replicas-to-write, set by
+ * the writer: src/writer/writer_guard.c): how many in-sync replicas it has (online, lag
+ * within min-replicas-max-lag). Short of the promise, its admissions not yet in SQL are
+ * stranded: the writer persists only replicated orders. Best effort: a Redis that does not
+ * answer CONFIG GET (renamed, ACL) counts as promising nothing. */
+static void read_promise(redisContext *c, vdata_t *d)
+{
+    char why[128];
+    int64_t n = 0, maxlag = 10;
+    d->replicas_promised = d->replicas_in_sync = 0;
+    redisReply *r = rconn_cmdf(c, why, sizeof why, "CONFIG GET min-replicas-*");
+    for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
+        const redisReply *k = r->element[i];
+        if (k->type != REDIS_REPLY_STRING)
+            continue;
+        if (strcmp(k->str, "min-replicas-to-write") == 0)
+            rconn_int(r->element[i + 1], &n);
+        else if (strcmp(k->str, "min-replicas-max-lag") == 0)
+            rconn_int(r->element[i + 1], &maxlag);
+    }
+    freeReplyObject(r);
+    if (n <= 0)
+        return;
+    d->replicas_promised = (int)n;
+    r = rconn_cmdf(c, why, sizeof why, "INFO replication");
+    for (const char *p = r && r->type == REDIS_REPLY_STRING ? strstr(r->str, "\nslave") : NULL;
+         p; p = strstr(p + 1, "\nslave")) {
+        char state[32];
+        int lag;
+        if (sscanf(p, "\nslave%*d:ip=%*[^,],port=%*d,state=%31[^,],offset=%*d,lag=%d", state,
+                   &lag) == 2 && strcmp(state, "online") == 0 && lag <= maxlag)
+            d->replicas_in_sync++;
+    }
+    freeReplyObject(r);
+}
+
 static int read_vgroup(redisContext *c, vdata_t *t, char *err, size_t errlen)
 {
+    read_promise(c, t);
     sgroup_t g;
     if (read_group(c, t->ks, &g, err, errlen) < 0)
         return -1;

@@ -7,7 +7,9 @@
  * in the next call (up to BATCH_MAX). Unloaded, every admission goes at once (a batch of
  * one); loaded, Redis pays its per-call cost once per batch instead of once per buyer.
  * Queue mode and --redis-wait-replicas send every admission alone (a batch of one, no
- * lane).
+ * lane). With --redis-wait-replicas the master itself refuses an admission before it
+ * takes stock when it has fewer in-sync replicas than promised (min-replicas-to-write,
+ * set by the writer: src/writer/writer_guard.c): NOREPLICAS, answered 503 RETRY.
  *
  * Stock buckets (buckets.h): what a worker knows of a voucher includes its K. A voucher
  * whose K it does not know yet is routed as unbucketed (its own keys) and the call asks
@@ -545,7 +547,12 @@ static void on_batch(struct redisReply *rep, void *priv)
         known_k_set(ac, b->item[0]->voucher_id, k);
     }
     int rerouted = k > 1;
-    if (!rerouted && rep != NULL && !ok) {
+    /* --redis-wait-replicas: the master has fewer in-sync replicas than the promise and
+     * refused admit.lua's first write (min-replicas-to-write, src/writer/writer_guard.c):
+     * nothing was taken; the buyer retries. The writer logs the master's state once. */
+    int noreplicas = rep != NULL && rep->type == REDIS_REPLY_ERROR && rep->len >= 10 &&
+                     memcmp(rep->str, "NOREPLICAS", 10) == 0;
+    if (!rerouted && rep != NULL && !ok && !noreplicas) {
         /* An error reply (script bug, OOM, READONLY replica...) or a shape we do not
          * know: worth a log line, but not one per request. */
         log_bad_reply(ac, rep, "admit.lua");
@@ -555,7 +562,8 @@ static void on_batch(struct redisReply *rep, void *priv)
     int code[BATCH_MAX];
     for (int i = 0; i < n; i++) {
         item[i] = b->item[i];
-        code[i] = rerouted ? ADMIT_REROUTE : ok ? reply_code(rep->element[i]) : ADMIT_UNAVAILABLE;
+        code[i] = rerouted ? ADMIT_REROUTE : ok ? reply_code(rep->element[i])
+                  : noreplicas ? ADMIT_RETRY : ADMIT_UNAVAILABLE;
     }
     worker_t *w = b->w;
     free(b);

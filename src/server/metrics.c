@@ -245,6 +245,11 @@ void metrics_render(struct app *app, struct sb *out)
         head(out, "seckill_stream_lag", "gauge",
              "Order stream entries not yet delivered to the writers (Redis >= 7).");
         sb_printf(out, "seckill_stream_lag %lld\n", (long long)lds(&g->stream_lag));
+        head(out, "seckill_redis_masters_short_of_replicas", "gauge",
+             "Masters with fewer in-sync replicas than --redis-wait-replicas: their vouchers "
+             "are not sellable (admissions refused before they take stock).");
+        sb_printf(out, "seckill_redis_masters_short_of_replicas %lld\n",
+                  (long long)lds(&g->masters_short));
         head(out, "seckill_writer_streams_live", "gauge",
              "Order streams the writer reads: every registered one not in the drained set.");
         sb_printf(out, "seckill_writer_streams_live %lld\n",

@@ -67,6 +67,11 @@ typedef struct metrics {
     _Atomic uint64_t redis_rebuilds;          /* vouchers this process republished from SQL */
     _Atomic uint64_t bucket_transfers;        /* stock moved between buckets (buckets.h) */
     _Atomic uint64_t bucket_swept;            /* of them cut short, finished by the sweep */
+    /* --redis-wait-replicas: masters with fewer in-sync replicas than the promise, and
+     * their slots (bit s of the 16384 slots; a single Redis: all), as the writer last saw
+     * (src/writer/writer_guard.c): their vouchers are not sellable. */
+    _Atomic int64_t masters_short;
+    _Atomic uint64_t short_slots[16384 / 64];
 } metrics_t;
 
 static inline void metric_inc(_Atomic uint64_t *c)

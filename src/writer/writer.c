@@ -241,6 +241,7 @@ static int redis_ensure(writer_t *wr)
     wr->streams_at = 0;
     wr->reg_card = -1;
     wr->need_pending = 1;
+    writer_guard_reset(wr);
     return 0;
 }
 
@@ -911,6 +912,7 @@ static int info_pass(writer_t *wr)
             now = 0;   /* nothing is marked this pass */
     }
     int64_t pending = 0, lag = 0;
+    size_t stale = 0;   /* streams whose lag did not move with nothing pending */
     for (size_t i = 0; i < wr->nstreams; i++) {
         if (wr->streams[i].drained)
             continue;
@@ -919,13 +921,30 @@ static int info_pass(writer_t *wr)
             return writer_redis_fail(wr, "XINFO GROUPS", NULL);
         int64_t p, l;
         int lag_known;
-        wr->streams[i].idle = 0;
+        wstream_t *s = &wr->streams[i];
+        s->idle = 0;
         if (writer_sweep_group_state(rv, &p, &l, &lag_known)) {
             pending += p;
             lag += l;
-            wr->streams[i].idle = p == 0 && lag_known && l == 0;
+            s->idle = p == 0 && lag_known && l == 0;
+            s->lag_still = p == 0 && l > 0 && l == s->last_lag;
+            stale += s->lag_still;
+            s->last_lag = p == 0 ? l : 0;
         }
     }
+    /* A lag that stands still with nothing pending for a second, while this writer reads
+     * every poll: maybe a promoted replica's stale counter (writer_guard.c), set again if
+     * the group has in fact read everything. */
+    for (size_t i = 0; stale && i < wr->nstreams && wr->rc; i++) {
+        wstream_t *s = &wr->streams[i];
+        if (!s->drained && s->lag_still) {
+            writer_guard_fix_lag(wr, i);
+            s->last_lag = 0;
+            s->lag_still = 0;
+        }
+    }
+    if (!wr->rc)
+        return -1;
     if (marks && now > 0)
         writer_sweep_marks(wr, now);
     writer_publish_backlog(wr, pending, lag);
@@ -991,6 +1010,13 @@ void *writer_main(void *arg)
             writer_nap(wr, (int)(wr->redis_retry_at > clock_mono_ms()
                               ? wr->redis_retry_at - clock_mono_ms()
                               : 10));
+            continue;
+        }
+        int guard = writer_guard_run(wr);
+        if (guard != 0) {
+            /* short of replicas: Redis refuses our reads and acks there; look again */
+            if (guard > 0)
+                writer_nap(wr, GUARD_EVERY_MS);
             continue;
         }
         uint64_t now = clock_mono_ms();

@@ -138,12 +138,14 @@ void *writer_cluster_main(void *arg)
              KEY_GROUP);
     while (!stopping(sup)) {
         supervise(sup);
-        int64_t pending = 0, lag = 0;
+        int64_t pending = 0, lag = 0, nshort = 0;
         for (size_t i = 0; i < sup->nsubs; i++) {
             pending += atomic_load(&sup->subs[i]->node_pending);
             lag += atomic_load(&sup->subs[i]->node_lag);
+            nshort += atomic_load(&sup->subs[i]->node_short);
         }
         writer_publish_backlog(sup, pending, lag);
+        atomic_store(&sup->m->masters_short, nshort);
         writer_nap(sup, CLUSTER_CHECK_MS);
     }
     /* writer_stop joins the sub-writers (each finishes its batch and drains). */

@@ -30,6 +30,8 @@
 #include "writer/writer.h"
 
 #define STREAMS_REFRESH_MS 1000
+#define GUARD_EVERY_MS 1000      /* the replica promise's INFO replication (writer_guard.c) */
+#define GUARD_REPLICAS_MAX 8
 #define ENTRY_ID_MAX 48
 /* What a stream entry may hold (checked before SQL; anything else is a dead letter):
  * user ids up to 2^53-1 (what the course's JSON clients can hold exactly), times from
@@ -55,6 +57,8 @@ typedef struct wstream {
     int64_t vbegin, vend;            /* its sale window, epoch seconds */
     char member[48];                 /* its member of seckill:streams */
     int idle;                        /* last XINFO GROUPS: g1 with lag 0 and nothing pending */
+    int64_t last_lag;                /* last XINFO GROUPS: g1's lag with nothing pending */
+    int lag_still;                   /* ... the same above 0 twice (writer_guard_fix_lag) */
     int drained;                     /* in the drained set (added, or seen there) */
     int drained_known;               /* the drained set was read since the stream was added */
     uint64_t vlook_at;               /* drain check: no SQL look-up of the voucher before */
@@ -131,6 +135,16 @@ struct writer {
     _Atomic int64_t node_pending, node_lag;   /* sub-writer: its node's backlog and */
     _Atomic int64_t node_live, node_drained;  /* streams; the supervisor sums them into
                                                 * the metrics */
+
+    /* The replica promise (writer_guard.c), per connection to the writer's master. */
+    int guard_set;                   /* min-replicas-to-write sent on this connection */
+    int guard_warned;                /* ... and the failure to set it logged */
+    int guard_short, guard_known;    /* fewer in-sync replicas than the promise */
+    uint64_t guard_at;               /* next INFO replication */
+    int guard_nrep;                  /* replicas online at the last pass, given the promise */
+    uint64_t guard_reassert_at;      /* next time every replica is given it again */
+    struct { char host[64]; int port; } guard_rep[GUARD_REPLICAS_MAX];
+    _Atomic int node_short;          /* sub-writer: guard_short, summed by the supervisor */
 };
 
 static inline int stopping(writer_t *wr)
@@ -211,6 +225,16 @@ void writer_dead_append(writer_t *wr, const wentry_t *e);
 void *writer_cluster_main(void *arg);
 /* Sub-writer: 1 if stream key lives on its node (per the last slot map). */
 int writer_cluster_mine(writer_t *wr, const char *key);
+
+/* writer_guard.c: --redis-wait-replicas N kept by the master (min-replicas-to-write).
+ * reset: a new connection (the promise is sent again). run: every GUARD_EVERY_MS, sets
+ * the promise, counts the in-sync replicas, logs a change; 1 = short of N (read nothing:
+ * the master refuses writes, and nothing could be persisted), 0 = fine, -1 = the
+ * connection was lost. fix_lag: g1's entries-read set again when the group has read the
+ * whole stream (a promoted Redis 7.0 replica's stale counter). */
+void writer_guard_reset(writer_t *wr);
+int writer_guard_run(writer_t *wr);
+void writer_guard_fix_lag(writer_t *wr, size_t si);
 /* Sub-writer: SMEMBERS seckill:streams through the cluster client (the caller frees the
  * reply), or NULL (counted as Redis down). */
 redisReply *writer_cluster_streams(writer_t *wr);
