@@ -66,6 +66,8 @@ typedef struct metrics {
     _Atomic uint64_t redis_rebuilds;          /* vouchers this process republished from SQL */
     _Atomic uint64_t bucket_transfers;        /* stock moved between buckets (buckets.h) */
     _Atomic uint64_t bucket_swept;            /* of them cut short, finished by the sweep */
+    _Atomic uint64_t cache_hits;              /* cache-aside reads answered by Redis (cacheaside.h) */
+    _Atomic uint64_t cache_loads;             /* cache-aside reads that went to SQL */
 } metrics_t;
 
 static inline void metric_inc(_Atomic uint64_t *c)
