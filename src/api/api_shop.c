@@ -428,24 +428,35 @@ static void run_create(store_t *st, void *arg)
         log_error("shop create: %s", store_errmsg(st));
 }
 
-static void done_create(worker_t *w, void *arg)
+static void on_forgotten(void *priv, int ok)
 {
-    create_ctx_t *c = arg;
+    create_ctx_t *c = priv;
     http_req_t *r = c->r;
     int64_t id = c->shop.id;
-    int rc = c->rc;
     free(c);
-    if (rc != STORE_OK) {
-        api_unavailable(r, "database unavailable");
-        return;
-    }
-    char key[64];
-    if (key_cache_shop(key, sizeof key, id) >= 0)
-        cacheaside_forget(w, key);   /* an id asked for earlier is cached as "no such shop" */
+    if (!ok)
+        log_warn("shop %lld created; cache:shop:%lld could not be deleted (redis "
+                 "unavailable): an earlier \"no such shop\" may stay up to %d s",
+                 (long long)id, (long long)id, SHOP_EMPTY_TTL_S * 11 / 10);
     log_info("shop %lld created", (long long)id);
     char data[24];
     int n = snprintf(data, sizeof data, "%lld", (long long)id);
     api_ok(r, data, (size_t)n);
+}
+
+static void done_create(worker_t *w, void *arg)
+{
+    create_ctx_t *c = arg;
+    char key[64];
+    if (c->rc != STORE_OK || key_cache_shop(key, sizeof key, c->shop.id) < 0) {
+        http_req_t *r = c->r;
+        free(c);
+        api_unavailable(r, "database unavailable");
+        return;
+    }
+    /* An id asked for before it existed is cached as "no such shop": deleted before the
+     * reply, so whoever is told the id finds the shop. */
+    cacheaside_forget(w, key, on_forgotten, c);
 }
 
 void api_shop_create(http_req_t *r)

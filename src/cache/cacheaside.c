@@ -80,11 +80,26 @@ int cacheaside_jitter(int base_s)
     return base_s + (int)(strtoul(hex, NULL, 16) % (unsigned long)(span + 1));
 }
 
-void cacheaside_forget(worker_t *w, const char *key)
+typedef struct forget_op {
+    void (*cb)(void *priv, int ok);
+    void *priv;
+} forget_op_t;
+
+static void on_forgotten(redisReply *rep, void *priv)
 {
+    forget_op_t op = *(forget_op_t *)priv;
+    free(priv);
+    op.cb(op.priv, rep != NULL && rep->type == REDIS_REPLY_INTEGER);
+}
+
+void cacheaside_forget(worker_t *w, const char *key, void (*cb)(void *priv, int ok), void *priv)
+{
+    forget_op_t *op = xcalloc(1, sizeof *op);
+    op->cb = cb;
+    op->priv = priv;
     const char *argv[] = { "DEL", key };
     size_t lens[] = { 3, strlen(key) };
-    rds_command(w->rds, NULL, NULL, 2, argv, lens);
+    rds_command(w->rds, on_forgotten, op, 2, argv, lens);
 }
 
 /* ----------------------------------------------------------------- loading */

@@ -54,8 +54,11 @@ void cacheaside_get(struct worker *w, const cacheaside_spec_t *spec, const char 
                     const char *lock_key, cacheaside_load_fn load, void *load_arg,
                     cacheaside_cb cb, void *priv);
 
-/* Deletes key (fire and forget): after a write to SQL, so the next read loads it. */
-void cacheaside_forget(struct worker *w, const char *key);
+/* Deletes key after a write to SQL, so the next read loads it; cb(priv, ok) runs once
+ * Redis has answered (ok 0: Redis down or failed; the entry then lives out its TTL), so
+ * a reply sent from cb is not overtaken by a read on another connection. */
+void cacheaside_forget(struct worker *w, const char *key, void (*cb)(void *priv, int ok),
+                       void *priv);
 
 /* The TTL to set for base_s: base_s plus a random 0 .. base_s * CACHEASIDE_JITTER_PCT %. */
 int cacheaside_jitter(int base_s);

@@ -1018,7 +1018,7 @@ static void test_mysql_engine_and_version(void **state)
     assert_int_equal(sql_int(m, "SELECT COUNT(*) FROM information_schema.tables WHERE "
                                 "table_schema = DATABASE() AND engine = 'InnoDB' AND "
                                 "table_collation LIKE 'utf8mb4%'"),
-                     7);
+                     9);
     mysql_close(m);
 }
 
