@@ -211,6 +211,32 @@ def test_shop_ttl_jitter():
     H.finish(srv)
 
 
+def test_shop_read_while_redis_is_late():
+    """Redis not answering within the deadline: the shop is read from SQL and answered,
+    and nothing is cached from that read."""
+    r, srv = H.setup()
+    h = srv.http()
+    loads = _loads(srv)
+    pauser = H.Resp(port=r.port)
+    pauser.cmd("CLIENT", "PAUSE", "2500", "ALL")
+    try:
+        shop = _ok(*h.api("GET", "/shop/1"), "GET /shop/1 while Redis is paused")
+    finally:
+        pauser.close()
+    eq(shop["name"], "103茶餐厅", "shop 1 from SQL")
+    eq(_loads(srv), loads + 1, "SQL reads while Redis was late")
+    eq(r.cmd("EXISTS", "cache:shop:1"), 0, "nothing cached from a read Redis missed")
+
+    def healthy():
+        c = H.Http(srv.port)
+        try:
+            return c.request("GET", "/health")[0] == 200
+        finally:
+            c.close()
+    H.wait_until(healthy, 20, what="/health after the pause (Redis reconnected)")
+    H.finish(srv)
+
+
 def _fire(srv, path, n):
     """n concurrent GETs, one connection each; returns the threads and their results."""
     results = [None] * n
