@@ -237,6 +237,24 @@ def test_shop_read_while_redis_is_late():
     H.finish(srv)
 
 
+def test_shop_cache_on_redis_cluster():
+    """The cache keys and the mutex's compare-and-delete (an EVAL routed by its key) on a
+    Redis Cluster: cache:shop:<id> and lock:shop:<id> hash to different slots."""
+    cluster = H.start_redis_cluster(masters=3, replicas=0)
+    srv = H.start_server(cluster.url, threads=2)
+    h = srv.http()
+    loads = _loads(srv)
+    ids = [1] + [_add_shop(srv, "集群店%d" % i) for i in range(4)]
+    for sid in ids:
+        _ok(*h.api("GET", "/shop/%d" % sid), "miss on the cluster")
+        _ok(*h.api("GET", "/shop/%d" % sid), "hit on the cluster")
+        check(json.loads(cluster.cmd("GET", "cache:shop:%d" % sid))["id"] == sid,
+              "cache:shop:%d on the cluster", sid)
+        eq(cluster.cmd("EXISTS", "lock:shop:%d" % sid), 0, "lock:shop:%d released" % sid)
+    eq(_loads(srv), loads + len(ids), "one SQL read per shop on the cluster")
+    H.finish(srv)
+
+
 def _fire(srv, path, n):
     """n concurrent GETs, one connection each; returns the threads and their results."""
     results = [None] * n
