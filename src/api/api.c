@@ -73,6 +73,7 @@ static void r_shop_types(http_req_t *r, int64_t id, const auth_user_t *u) { (voi
 static void r_shop_of_type(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_shop_of_type(r); }
 static void r_shop_of_name(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_shop_of_name(r); }
 static void r_shop_create(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_shop_create(r); }
+static void r_shop_update(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_shop_update(r); }
 static void r_blog_list(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_blog_empty_list(r); }
 static void r_blog_feed(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_blog_feed(r); }
 static void r_blog_get(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_blog_get(r); }
@@ -97,6 +98,7 @@ static const route_t routes[] = {
     LIT(HM_GET,  "/shop/of/type",                 0,                        r_shop_of_type),
     LIT(HM_GET,  "/shop/of/name",                 0,                        r_shop_of_name),
     LIT(HM_POST, "/shop",                         0,                        r_shop_create),
+    LIT(HM_PUT,  "/shop",                         0,                        r_shop_update),
     ID(HM_GET,  "/shop/", "",                     0,                        r_shop_get),
     /* the course's blog and follow calls, answered empty (api_blog.c) */
     LIT(HM_GET,  "/blog/hot",                     0,                        r_blog_list),

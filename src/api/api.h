@@ -5,7 +5,7 @@
  *   api_voucher.c  POST /voucher, POST /voucher/seckill, GET /voucher/list/{shopId}
  *   api_order.c    POST /voucher-order/seckill/{id}, GET /voucher-order/{id}, /of/me
  *   api_ops.c      /health, /metrics
- *   api_shop.c     GET /shop/{id}, /shop/of/type, /shop/of/name, /shop-type/list; POST /shop
+ *   api_shop.c     GET /shop/{id}, /shop/of/type, /shop/of/name, /shop-type/list; POST, PUT /shop
  *   api_blog.c     the blog and follow calls of the course's pages, answered empty
  *
  * Handlers validate input, call core modules (auth, admission, jobs+store) and shape the
@@ -55,6 +55,7 @@ void api_shop_types(http_req_t *r);
 void api_shop_of_type(http_req_t *r);
 void api_shop_of_name(http_req_t *r);
 void api_shop_create(http_req_t *r);
+void api_shop_update(http_req_t *r);
 void api_blog_empty_list(http_req_t *r);   /* [] */
 void api_blog_feed(http_req_t *r);         /* an empty ScrollResult */
 void api_blog_get(http_req_t *r);          /* 笔记不存在！ */

@@ -1,5 +1,5 @@
 /* api_shop.c -- the course's shop reads: GET /shop/{id}, /shop/of/type, /shop/of/name,
- * /shop-type/list; and POST /shop (admin) to add a shop.
+ * /shop-type/list; POST /shop and PUT /shop (admin) to add and change a shop.
  *
  * A shop by id and the shop-type list are read through the cache-aside helper
  * (cache/cacheaside.h) under the course's keys (cache:shop:<id>, 30 minutes; an unknown
@@ -9,9 +9,9 @@
  * to SQL each time, as in the course; x and y (the GEO variant) are accepted and ignored.
  * SQL runs on the jobs pool (jobs.h), never on the event loop.
  *
- * Adding a shop needs the admin token (x-admin-token), as creating a voucher does; it
- * deletes cache:shop:<new id>, so an id that was asked for before it existed (and cached
- * as "no such shop") is found at once. */
+ * Writing a shop needs the admin token (x-admin-token), as creating a voucher does. A
+ * write goes to SQL first and then deletes cache:shop:<id> (the course's rule: delete,
+ * not update, the cache after the database), before the answer. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -282,11 +282,12 @@ void api_shop_of_name(http_req_t *r)
     list_submit(r, c, page, NAME_PAGE);
 }
 
-/* ------------------------------------------------------------------ POST /shop (admin) */
+/* ------------------------------------------------------- POST /shop, PUT /shop (admin) */
 
 typedef struct create_ctx {
     http_req_t *r;
     store_shop_t shop;
+    int update;                  /* PUT: overwrite shop.id's row */
     int rc;
 } create_ctx_t;
 
@@ -320,6 +321,7 @@ static const struct {
     { "name", 's', 1 }, { "typeId", 'i', 1 }, { "images", 's', 0 }, { "area", 's', 0 },
     { "address", 's', 1 }, { "x", 'n', 1 }, { "y", 'n', 1 }, { "avgPrice", 'i', 0 },
     { "sold", 'i', 0 }, { "comments", 'i', 0 }, { "score", 'i', 0 }, { "openHours", 's', 0 },
+    { "id", 'i', 0 },
 };
 
 /* Checks every member's presence and type; 0, or -1 with msg naming the first bad one. */
@@ -385,7 +387,7 @@ static int shop_from_body(const http_req_t *r, store_shop_t *p, char *msg, size_
                   sizeof p->open_hours, msg, msglen);
     json_int_t type_id = int_of(root, "typeId", 0), avg = int_of(root, "avgPrice", -1);
     json_int_t sold = int_of(root, "sold", 0), comments = int_of(root, "comments", 0);
-    json_int_t score = int_of(root, "score", 0);
+    json_int_t score = int_of(root, "score", 0), id = int_of(root, "id", 0);
     if (avg < 0 && json_is_integer(json_object_get(root, "avgPrice")))
         avg = -2;   /* given and negative: refused below, not taken for "absent" */
     double x = json_number_value(json_object_get(root, "x"));
@@ -410,6 +412,7 @@ static int shop_from_body(const http_req_t *r, store_shop_t *p, char *msg, size_
         snprintf(msg, msglen, "score must be 0 to 50 (1 to 5 stars times 10)");
         return -1;
     }
+    p->id = id > 0 ? id : 0;   /* PUT's row; POST ignores it (SQL picks the id) */
     p->type_id = type_id;
     p->x = x;
     p->y = y;
@@ -423,9 +426,12 @@ static int shop_from_body(const http_req_t *r, store_shop_t *p, char *msg, size_
 static void run_create(store_t *st, void *arg)
 {
     create_ctx_t *c = arg;
-    c->rc = st == NULL ? STORE_ERR : store_shop_create(st, &c->shop);
-    if (c->rc != STORE_OK && st != NULL)
-        log_error("shop create: %s", store_errmsg(st));
+    if (st == NULL)
+        c->rc = STORE_ERR;
+    else
+        c->rc = c->update ? store_shop_update(st, &c->shop) : store_shop_create(st, &c->shop);
+    if (c->rc == STORE_ERR && st != NULL)
+        log_error("shop %s: %s", c->update ? "update" : "create", store_errmsg(st));
 }
 
 static void on_forgotten(void *priv, int ok)
@@ -433,12 +439,17 @@ static void on_forgotten(void *priv, int ok)
     create_ctx_t *c = priv;
     http_req_t *r = c->r;
     int64_t id = c->shop.id;
+    int update = c->update;
     free(c);
     if (!ok)
-        log_warn("shop %lld created; cache:shop:%lld could not be deleted (redis "
-                 "unavailable): an earlier \"no such shop\" may stay up to %d s",
-                 (long long)id, (long long)id, SHOP_EMPTY_TTL_S * 11 / 10);
-    log_info("shop %lld created", (long long)id);
+        log_warn("shop %lld %s; cache:shop:%lld could not be deleted (redis unavailable): "
+                 "readers may see the old answer until its TTL ends", (long long)id,
+                 update ? "updated" : "created", (long long)id);
+    log_info("shop %lld %s", (long long)id, update ? "updated" : "created");
+    if (update) {
+        api_ok(r, NULL, 0);
+        return;
+    }
     char data[24];
     int n = snprintf(data, sizeof data, "%lld", (long long)id);
     api_ok(r, data, (size_t)n);
@@ -447,19 +458,26 @@ static void on_forgotten(void *priv, int ok)
 static void done_create(worker_t *w, void *arg)
 {
     create_ctx_t *c = arg;
+    http_req_t *r = c->r;
     char key[64];
+    if (c->rc == STORE_NOTFOUND) {
+        free(c);
+        api_fail(r, "店铺不存在！", "NOT_FOUND");
+        return;
+    }
     if (c->rc != STORE_OK || key_cache_shop(key, sizeof key, c->shop.id) < 0) {
-        http_req_t *r = c->r;
         free(c);
         api_unavailable(r, "database unavailable");
         return;
     }
-    /* An id asked for before it existed is cached as "no such shop": deleted before the
-     * reply, so whoever is told the id finds the shop. */
+    /* The course's order: SQL first, then delete the cache (not update it), answered only
+     * once Redis has done it, so whoever is told "done" reads the new row. For a new id
+     * this drops a cached "no such shop" left by a read before it existed. */
     cacheaside_forget(w, key, on_forgotten, c);
 }
 
-void api_shop_create(http_req_t *r)
+/* POST /shop (update 0) and PUT /shop (update 1; the body's id names the row). */
+static void shop_write(http_req_t *r, int update)
 {
     if (!api_admin_ok(r)) {
         api_error(r, 403, "admin token required", "FORBIDDEN");
@@ -472,10 +490,26 @@ void api_shop_create(http_req_t *r)
         api_error(r, 400, msg, "BAD_REQUEST");
         return;
     }
+    if (update && c->shop.id <= 0) {
+        free(c);
+        api_fail(r, "店铺id不能为空", "BAD_REQUEST");
+        return;
+    }
     c->r = r;
+    c->update = update;
     c->rc = STORE_ERR;
     if (jobs_submit(r->w->app->jobs, r->w, run_create, done_create, c) != 0) {
         free(c);
         api_unavailable(r, BUSY);
     }
+}
+
+void api_shop_create(http_req_t *r)
+{
+    shop_write(r, 0);
+}
+
+void api_shop_update(http_req_t *r)
+{
+    shop_write(r, 1);
 }

@@ -313,6 +313,15 @@ int store_shop_create(store_t *s, store_shop_t *shop)
     return s->ops->shop_create(s, shop);
 }
 
+int store_shop_update(store_t *s, const store_shop_t *shop)
+{
+    STORE_ENTER(s);
+    if (!shop)
+        return store__fail(s, "store_shop_update: bad arguments");
+    NEED_OP(s, shop_update);
+    return s->ops->shop_update(s, shop);
+}
+
 int store_shop_types(store_t *s, store_shop_type_t **out, size_t *n)
 {
     LIST_ENTER(s, out, n);

@@ -121,6 +121,8 @@ int store_shop_get(store_t *s, int64_t id, store_shop_t *out);
 int store_shop_list(store_t *s, const store_shop_query_t *q, store_shop_t **out, size_t *n);
 /* Inserts a shop (its id and times are set here) and sets shop->id. */
 int store_shop_create(store_t *s, store_shop_t *shop);
+/* Overwrites every member of shop->id's row (update_time now); STORE_NOTFOUND if none. */
+int store_shop_update(store_t *s, const store_shop_t *shop);
 /* All shop types ordered by sort, then id. *out malloc'ed (free()). */
 int store_shop_types(store_t *s, store_shop_type_t **out, size_t *n);
 

@@ -61,6 +61,7 @@ typedef struct store_ops {
     /* q != NULL, q->limit >= 0, q->offset >= 0; out and n set to no rows */
     int (*shop_list)(store_t *s, const store_shop_query_t *q, store_shop_t **out, size_t *n);
     int (*shop_create)(store_t *s, store_shop_t *shop);
+    int (*shop_update)(store_t *s, const store_shop_t *shop);
     int (*shop_types)(store_t *s, store_shop_type_t **out, size_t *n);
 } store_ops_t;
 

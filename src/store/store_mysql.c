@@ -118,6 +118,7 @@ enum {
     ST_SHOP_GET,
     ST_SHOP_LIST,
     ST_SHOP_INSERT,
+    ST_SHOP_UPDATE,
     ST_SHOP_TYPES,
     ST__COUNT
 };
@@ -186,6 +187,9 @@ static const char *const stmt_sql[ST__COUNT] = {
     [ST_SHOP_INSERT] = "INSERT INTO tb_shop (name, type_id, images, area, address, x, y, "
                        "avg_price, sold, comments, score, open_hours, create_time, update_time) "
                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    [ST_SHOP_UPDATE] = "UPDATE tb_shop SET name = ?, type_id = ?, images = ?, area = ?, "
+                       "address = ?, x = ?, y = ?, avg_price = ?, sold = ?, comments = ?, "
+                       "score = ?, open_hours = ?, update_time = ? WHERE id = ?",
     [ST_SHOP_TYPES] = "SELECT id, name, icon, sort, create_time, update_time FROM tb_shop_type "
                       "ORDER BY sort, id",
 };
@@ -2114,15 +2118,11 @@ static int my_shop_list(store_t *s, const store_shop_query_t *q, store_shop_t **
     RETRYING(m, 1, do_shop_list(m, q, out, n));
 }
 
-static int do_shop_create(my_t *m, store_shop_t *p)
+/* Binds p's members in the column order of ST_SHOP_INSERT and ST_SHOP_UPDATE (par[0..13],
+ * the 14th being the INSERT's second time or the UPDATE's id). */
+static void shop_bind(MYSQL_BIND *par, unsigned long *l, const store_shop_t *p,
+                      const MYSQL_TIME *now)
 {
-    MYSQL_TIME now;
-    mtime_of(m, clock_wall_s(), &now);
-    unsigned long l[6];
-    MYSQL_BIND par[14];
-    MYSQL_STMT *st = stmt(m, ST_SHOP_INSERT);
-    if (!st)
-        return STORE_ERR;
     b_str(&par[0], p->name, &l[0]);
     b_i64(&par[1], &p->type_id);
     b_str(&par[2], p->images, &l[1]);
@@ -2137,7 +2137,19 @@ static int do_shop_create(my_t *m, store_shop_t *p)
     b_i64(&par[9], &p->comments);
     b_i64(&par[10], &p->score);
     b_str(&par[11], p->open_hours[0] ? p->open_hours : NULL, &l[4]);
-    b_time(&par[12], &now);
+    b_time(&par[12], now);
+}
+
+static int do_shop_create(my_t *m, store_shop_t *p)
+{
+    MYSQL_TIME now;
+    mtime_of(m, clock_wall_s(), &now);
+    unsigned long l[5];
+    MYSQL_BIND par[14];
+    MYSQL_STMT *st = stmt(m, ST_SHOP_INSERT);
+    if (!st)
+        return STORE_ERR;
+    shop_bind(par, l, p, &now);
     b_time(&par[13], &now);
     if (run(m, st, par, "shop insert") != STORE_OK)
         return STORE_ERR;
@@ -2149,6 +2161,35 @@ static int my_shop_create(store_t *s, store_shop_t *shop)
 {
     my_t *m = (my_t *)s;
     RETRYING(m, 0, do_shop_create(m, shop));   /* not sent twice: it could insert twice */
+}
+
+static int do_shop_update(my_t *m, const store_shop_t *p)
+{
+    MYSQL_TIME now;
+    mtime_of(m, clock_wall_s(), &now);
+    unsigned long l[5];
+    MYSQL_BIND par[14];
+    MYSQL_STMT *st = stmt(m, ST_SHOP_UPDATE);
+    if (!st)
+        return STORE_ERR;
+    shop_bind(par, l, p, &now);
+    b_i64(&par[13], &p->id);
+    if (run(m, st, par, "shop update") != STORE_OK)
+        return STORE_ERR;
+    /* Affected rows are changed rows (CLIENT_FOUND_ROWS is not set): the same values in
+     * the same second change nothing and say 0, so 0 asks whether the row exists. */
+    if (mysql_stmt_affected_rows(st) > 0)
+        return STORE_OK;
+    store_shop_t *cur = xcalloc(1, sizeof *cur);
+    int rc = do_shop_get(m, p->id, cur);
+    free(cur);
+    return rc;
+}
+
+static int my_shop_update(store_t *s, const store_shop_t *shop)
+{
+    my_t *m = (my_t *)s;
+    RETRYING(m, 1, do_shop_update(m, shop));   /* the same values twice: one result */
 }
 
 typedef struct strow {
@@ -2212,6 +2253,7 @@ static int my_shop_types(store_t *s, store_shop_type_t **out, size_t *n)
         .redis_epoch = my_redis_epoch, .exec = my_exec, .exec_orders = my_exec_orders,  \
         .voucher_buckets = my_voucher_buckets, .shop_get = my_shop_get,                 \
         .shop_list = my_shop_list, .shop_create = my_shop_create,                       \
+        .shop_update = my_shop_update,                                                  \
         .shop_types = my_shop_types,                                                    \
     }
 

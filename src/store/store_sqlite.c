@@ -72,6 +72,7 @@ enum {
     ST_SHOP_GET,
     ST_SHOP_LIST,
     ST_SHOP_INSERT,
+    ST_SHOP_UPDATE,
     ST_SHOP_TYPES,
     ST__COUNT
 };
@@ -130,6 +131,9 @@ static const char *const stmt_sql[ST__COUNT] = {
     [ST_SHOP_INSERT] = "INSERT INTO tb_shop (name, type_id, images, area, address, x, y, "
                        "avg_price, sold, comments, score, open_hours, create_time, update_time) "
                        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?13)",
+    [ST_SHOP_UPDATE] = "UPDATE tb_shop SET name = ?1, type_id = ?2, images = ?3, area = ?4, "
+                       "address = ?5, x = ?6, y = ?7, avg_price = ?8, sold = ?9, comments = ?10, "
+                       "score = ?11, open_hours = ?12, update_time = ?13 WHERE id = ?14",
     [ST_SHOP_TYPES] = "SELECT id, name, icon, sort, create_time, update_time FROM tb_shop_type "
                       "ORDER BY sort, id",
 };
@@ -1513,28 +1517,46 @@ static int sq_shop_list(store_t *s, const store_shop_query_t *sq, store_shop_t *
     return STORE_OK;
 }
 
-static int sq_shop_create(store_t *s, store_shop_t *p)
+/* Writes p's members with statement id (an INSERT, or an UPDATE of p->id's row). */
+static int shop_write(sq_t *q, int id, const store_shop_t *p, const char *what)
 {
-    sq_t *q = (sq_t *)s;
-    call_begin(q);
     /* REAL and INTEGER columns take these texts as numbers (SQLite's type affinity). */
     char x[40], y[40], avg[24];
     snprintf(x, sizeof x, "%.9f", p->x);
     snprintf(y, sizeof y, "%.9f", p->y);
     snprintf(avg, sizeof avg, "%lld", (long long)p->avg_price);
-    sqlite3_stmt *st = stmt(q, ST_SHOP_INSERT);
-    int rc = run(q, st, "shop insert",
-                 ARGS(A_TEXT(p->name), A_INT(p->type_id), A_TEXT(p->images),
-                      A_TEXT(p->area[0] ? p->area : NULL), A_TEXT(p->address), A_TEXT(x),
-                      A_TEXT(y), A_TEXT(p->avg_price < 0 ? NULL : avg), A_INT(p->sold), A_INT(p->comments),
-                      A_INT(p->score), A_TEXT(p->open_hours[0] ? p->open_hours : NULL),
-                      A_COPY(time_text(q, clock_wall_s()))));
+    const sq_arg_t args[] = {
+        A_TEXT(p->name), A_INT(p->type_id), A_TEXT(p->images),
+        A_TEXT(p->area[0] ? p->area : NULL), A_TEXT(p->address), A_TEXT(x), A_TEXT(y),
+        A_TEXT(p->avg_price < 0 ? NULL : avg), A_INT(p->sold), A_INT(p->comments),
+        A_INT(p->score), A_TEXT(p->open_hours[0] ? p->open_hours : NULL),
+        A_COPY(time_text(q, clock_wall_s())), A_INT(p->id),
+    };
+    sqlite3_stmt *st = stmt(q, id);
+    /* ?14, the id, is the UPDATE's only: the INSERT binds the first 13 */
+    int rc = run(q, st, what, args, id == ST_SHOP_UPDATE ? 14 : 13);
     if (st)
         sqlite3_clear_bindings(st);   /* the strings are the caller's, bound uncopied */
-    if (rc != STORE_OK)
+    return rc;
+}
+
+static int sq_shop_create(store_t *s, store_shop_t *p)
+{
+    sq_t *q = (sq_t *)s;
+    call_begin(q);
+    if (shop_write(q, ST_SHOP_INSERT, p, "shop insert") != STORE_OK)
         return STORE_ERR;
     p->id = sqlite3_last_insert_rowid(q->db);
     return STORE_OK;
+}
+
+static int sq_shop_update(store_t *s, const store_shop_t *p)
+{
+    sq_t *q = (sq_t *)s;
+    call_begin(q);
+    if (shop_write(q, ST_SHOP_UPDATE, p, "shop update") != STORE_OK)
+        return STORE_ERR;
+    return sqlite3_changes(q->db) > 0 ? STORE_OK : STORE_NOTFOUND;
 }
 
 static void shop_type_row(sqlite3_stmt *st, void *out)
@@ -1588,5 +1610,6 @@ const store_ops_t store_sqlite_ops = {
     .shop_get = sq_shop_get,
     .shop_list = sq_shop_list,
     .shop_create = sq_shop_create,
+    .shop_update = sq_shop_update,
     .shop_types = sq_shop_types,
 };

@@ -197,6 +197,40 @@ def test_shop_unknown_cached_empty_briefly():
     H.finish(srv)
 
 
+def test_shop_update_deletes_the_cache():
+    """PUT /shop: SQL first, then the cache entry is deleted before the answer, so the next
+    read (on any worker) loads the new row."""
+    r, srv = H.setup(threads=2)
+    h = srv.http()
+    eq(_ok(*h.api("GET", "/shop/1"), "warm")["name"], "103茶餐厅", "shop 1 cached")
+    check(r.cmd("EXISTS", "cache:shop:1") == 1, "cache:shop:1 after a read")
+    body = _shop_body("103茶餐厅（新装修）", id=1, avgPrice=90)
+    st, j = h.api("PUT", "/shop", body)
+    eq(st, 403, "PUT /shop without the admin token")
+    st, j = h.api("PUT", "/shop", _shop_body("x"), admin=srv.admin_token)
+    check(st == 200 and j["success"] is False and j["errorMsg"] == "店铺id不能为空",
+          "PUT /shop without an id: %r %r", st, j)
+    st, j = h.api("PUT", "/shop", _shop_body("x", id=9999), admin=srv.admin_token)
+    check(st == 200 and j["success"] is False and j["errorMsg"] == "店铺不存在！",
+          "PUT /shop of an unknown id: %r %r", st, j)
+    loads = _loads(srv)
+    st, j = h.api("PUT", "/shop", body, admin=srv.admin_token)
+    check(st == 200 and j == {"success": True}, "PUT /shop: %r %r", st, j)
+    eq(r.cmd("EXISTS", "cache:shop:1"), 0, "cache:shop:1 deleted by the update")
+    for _ in range(4):   # fresh connections: both workers answer the new row
+        c = H.Http(srv.port)
+        try:
+            got = _ok(*c.api("GET", "/shop/1"), "GET after PUT")
+        finally:
+            c.close()
+        eq((got["name"], got["avgPrice"]), ("103茶餐厅（新装修）", 90), "shop 1 after PUT")
+    eq(_loads(srv), loads + 1, "one SQL read refills the cache")
+    # the same values again (possibly within one second): still found, still ok
+    st, j = h.api("PUT", "/shop", body, admin=srv.admin_token)
+    check(st == 200 and j == {"success": True}, "PUT /shop again: %r %r", st, j)
+    H.finish(srv)
+
+
 def test_shop_ttl_jitter():
     r, srv = H.setup()
     h = srv.http()

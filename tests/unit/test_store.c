@@ -1180,6 +1180,23 @@ static void test_shops(void **state)
     assert_string_equal(p->area, "");
     assert_true(p->x == 120.5 && p->y == 30.25);
     assert_int_equal(p->sold, 3);
+
+    /* An update overwrites every member; the same values twice are still found. */
+    snprintf(p->name, sizeof p->name, "%s", "老茶馆");
+    p->avg_price = 66;
+    snprintf(p->area, sizeof p->area, "%s", "西湖");
+    assert_int_equal(store_shop_update(f->s, p), STORE_OK);
+    assert_int_equal(store_shop_update(f->s, p), STORE_OK);
+    memset(p, 0, sizeof *p);
+    assert_int_equal(store_shop_get(f->s, ids[1], p), STORE_OK);
+    assert_string_equal(p->name, "老茶馆");
+    assert_int_equal(p->avg_price, 66);
+    assert_string_equal(p->area, "西湖");
+    p->id = 99999;
+    assert_int_equal(store_shop_update(f->s, p), STORE_NOTFOUND);
+    snprintf(p->name, sizeof p->name, "%s", "新茶馆");
+    p->id = ids[1];
+    assert_int_equal(store_shop_update(f->s, p), STORE_OK);
     free(p);
 
     store_shop_t *list;
