@@ -1993,6 +1993,21 @@ static void str_cut(char *dst, size_t cap, rstr_t *v)
     dst[n] = '\0';
 }
 
+/* all_rows of statement id for rows that own no memory (a failed read's rows go with one
+ * free), with result buffers bufs, which it frees. *out: the rows or NULL, *n their count. */
+static int flat_rows(my_t *m, int id, MYSQL_BIND *par, MYSQL_BIND *res, const char *what,
+                     row_get_t *get, void *bufs, size_t size, void **out, size_t *n)
+{
+    int ret = all_rows(m, stmt(m, id), par, res, what, SIZE_MAX, get, bufs, size, 8, out, n);
+    free(bufs);
+    if (ret != STORE_OK) {
+        free(*out);
+        *out = NULL;
+        *n = 0;
+    }
+    return ret;
+}
+
 typedef struct rdbl {
     double v;
     my_bool null;
@@ -2099,17 +2114,10 @@ static int do_shop_list(my_t *m, const store_shop_query_t *q, store_shop_t **out
     shrow_t *r = xrealloc(NULL, sizeof *r);
     shrow_bind(r);
     void *a;
-    size_t len;
-    int ret = all_rows(m, stmt(m, ST_SHOP_LIST), par, r->res, "shop list", SIZE_MAX, shrow_get,
-                       r, sizeof **out, 4, &a, &len);
-    free(r);
-    if (ret != STORE_OK) {
-        free(a);
-        return STORE_ERR;
-    }
+    int ret = flat_rows(m, ST_SHOP_LIST, par, r->res, "shop list", shrow_get, r, sizeof **out,
+                        &a, n);
     *out = a;
-    *n = len;
-    return STORE_OK;
+    return ret;
 }
 
 static int my_shop_list(store_t *s, const store_shop_query_t *q, store_shop_t **out, size_t *n)
@@ -2222,17 +2230,10 @@ static int do_shop_types(my_t *m, store_shop_type_t **out, size_t *n)
     r_time(&r->res[4], &r->created);
     r_time(&r->res[5], &r->updated);
     void *a;
-    size_t len;
-    int ret = all_rows(m, stmt(m, ST_SHOP_TYPES), NULL, r->res, "shop types", SIZE_MAX,
-                       strow_get, r, sizeof **out, 16, &a, &len);
-    free(r);
-    if (ret != STORE_OK) {
-        free(a);
-        return STORE_ERR;
-    }
+    int ret = flat_rows(m, ST_SHOP_TYPES, NULL, r->res, "shop types", strow_get, r,
+                        sizeof **out, &a, n);
     *out = a;
-    *n = len;
-    return STORE_OK;
+    return ret;
 }
 
 static int my_shop_types(store_t *s, store_shop_type_t **out, size_t *n)
