@@ -115,6 +115,56 @@ CREATE TABLE IF NOT EXISTS tb_seckill_buckets (
     PRIMARY KEY (voucher_id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_general_ci;
 
+-- Version 5: the course's shop tables (hmdp-spec section 2.4), read by GET /shop/{id},
+-- /shop/of/type, /shop/of/name and /shop-type/list (src/api/api_shop.c), seeded with the
+-- course's ten shop types and its shop 1 (the shop of the walk-through's vouchers).
+-- INSERT IGNORE keeps rows that exist (a course database has all fourteen shops).
+CREATE TABLE IF NOT EXISTS tb_shop_type (
+    id          BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
+    name        VARCHAR(32)     NULL DEFAULT NULL,
+    icon        VARCHAR(255)    NULL DEFAULT NULL,
+    sort        INT UNSIGNED    NULL DEFAULT NULL,
+    create_time DATETIME        NULL DEFAULT CURRENT_TIMESTAMP,
+    update_time DATETIME        NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
+    PRIMARY KEY (id)
+) ENGINE = InnoDB AUTO_INCREMENT = 11 DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_general_ci;
+
+CREATE TABLE IF NOT EXISTS tb_shop (
+    id          BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
+    name        VARCHAR(128)    NOT NULL,
+    type_id     BIGINT UNSIGNED NOT NULL,
+    images      VARCHAR(1024)   NOT NULL,     -- comma-separated URLs
+    area        VARCHAR(128)    NULL DEFAULT NULL,
+    address     VARCHAR(255)    NOT NULL,
+    x           DOUBLE          NOT NULL,     -- longitude
+    y           DOUBLE          NOT NULL,     -- latitude
+    avg_price   BIGINT UNSIGNED NULL DEFAULT NULL,
+    sold        INT UNSIGNED    NOT NULL,
+    comments    INT UNSIGNED    NOT NULL,
+    score       INT UNSIGNED    NOT NULL,     -- 1-5 times 10
+    open_hours  VARCHAR(32)     NULL DEFAULT NULL,
+    create_time DATETIME        NULL DEFAULT CURRENT_TIMESTAMP,
+    update_time DATETIME        NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
+    PRIMARY KEY (id),
+    KEY foreign_key_type (type_id)
+) ENGINE = InnoDB AUTO_INCREMENT = 2 DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_general_ci;
+
+INSERT IGNORE INTO tb_shop_type (id, name, icon, sort) VALUES
+    (1, '美食', '/types/ms.png', 1),
+    (2, 'KTV', '/types/KTV.png', 2),
+    (3, '丽人·美发', '/types/lrmf.png', 3),
+    (4, '健身运动', '/types/jsyd.png', 10),
+    (5, '按摩·足疗', '/types/amzl.png', 5),
+    (6, '美容SPA', '/types/spa.png', 6),
+    (7, '亲子游乐', '/types/qzyl.png', 7),
+    (8, '酒吧', '/types/jiuba.png', 8),
+    (9, '轰趴馆', '/types/hpg.png', 9),
+    (10, '美睫·美甲', '/types/mjmj.png', 10);
+
+INSERT IGNORE INTO tb_shop (id, name, type_id, images, area, address, x, y, avg_price, sold,
+                            comments, score, open_hours) VALUES
+    (1, '103茶餐厅', 1, '', '大关', '金华路锦昌文华苑29号', 120.149192, 30.316078, 80, 4215, 3035, 37, '10:00-22:00');
+
 -- Last: the version this file brings the database to (MYSQL_SCHEMA_VERSION).
-INSERT INTO schema_version (id, version) VALUES (1, 4)
-    ON DUPLICATE KEY UPDATE version = GREATEST(version, 4);
+INSERT INTO schema_version (id, version) VALUES (1, 5)
+    ON DUPLICATE KEY UPDATE version = GREATEST(version, 5);

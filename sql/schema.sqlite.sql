@@ -101,4 +101,52 @@ CREATE TABLE IF NOT EXISTS tb_seckill_buckets (
     create_time TEXT    NOT NULL DEFAULT (datetime('now', 'localtime'))
 );
 
-PRAGMA user_version = 4;
+-- Version 5. The course's shop tables (hmdp-spec section 2.4), read by GET /shop/{id},
+-- /shop/of/type, /shop/of/name and /shop-type/list (src/api/api_shop.c). Seeded with the
+-- course's ten shop types and its shop 1, the shop the walk-through's vouchers belong to
+-- (shopId 1), so the course's pages show something on a new database. INSERT OR IGNORE
+-- keeps rows an operator changed. x, y: longitude and latitude; score: 1-5 times 10.
+CREATE TABLE IF NOT EXISTS tb_shop_type (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    name        TEXT,
+    icon        TEXT,
+    sort        INTEGER,
+    create_time TEXT    DEFAULT (datetime('now', 'localtime')),
+    update_time TEXT    DEFAULT (datetime('now', 'localtime'))
+);
+
+CREATE TABLE IF NOT EXISTS tb_shop (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    name        TEXT    NOT NULL,
+    type_id     INTEGER NOT NULL,
+    images      TEXT    NOT NULL,             -- comma-separated URLs
+    area        TEXT,
+    address     TEXT    NOT NULL,
+    x           REAL    NOT NULL,
+    y           REAL    NOT NULL,
+    avg_price   INTEGER,
+    sold        INTEGER NOT NULL,
+    comments    INTEGER NOT NULL,
+    score       INTEGER NOT NULL,
+    open_hours  TEXT,
+    create_time TEXT    DEFAULT (datetime('now', 'localtime')),
+    update_time TEXT    DEFAULT (datetime('now', 'localtime'))
+);
+CREATE INDEX IF NOT EXISTS idx_shop_type ON tb_shop (type_id);
+
+INSERT OR IGNORE INTO tb_shop_type (id, name, icon, sort) VALUES
+    (1, '美食', '/types/ms.png', 1),
+    (2, 'KTV', '/types/KTV.png', 2),
+    (3, '丽人·美发', '/types/lrmf.png', 3),
+    (4, '健身运动', '/types/jsyd.png', 10),
+    (5, '按摩·足疗', '/types/amzl.png', 5),
+    (6, '美容SPA', '/types/spa.png', 6),
+    (7, '亲子游乐', '/types/qzyl.png', 7),
+    (8, '酒吧', '/types/jiuba.png', 8),
+    (9, '轰趴馆', '/types/hpg.png', 9),
+    (10, '美睫·美甲', '/types/mjmj.png', 10);
+INSERT OR IGNORE INTO tb_shop (id, name, type_id, images, area, address, x, y, avg_price, sold,
+                               comments, score, open_hours) VALUES
+    (1, '103茶餐厅', 1, '', '大关', '金华路锦昌文华苑29号', 120.149192, 30.316078, 80, 4215, 3035, 37, '10:00-22:00');
+
+PRAGMA user_version = 5;

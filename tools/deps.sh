@@ -32,6 +32,8 @@ if [ "$set_" = test ]; then
     # playwright-core (pinned in tests/browser/package-lock.json, installed below); a node
     # already on PATH (e.g. from NodeSource, which bundles npm) is used as it is
     pkgs="$pkgs chromium"
+    # a CJK font, so the course pages' screenshots (tests/browser/course.mjs) show Chinese
+    pkgs="$pkgs fonts-wqy-microhei"
     command -v node >/dev/null 2>&1 || pkgs="$pkgs nodejs"
     command -v npm >/dev/null 2>&1 || pkgs="$pkgs npm"
     # the HTML reports' charts (seckill bench/lab --html): dygraphs, inlined from this package

@@ -68,6 +68,17 @@ static void r_metrics(http_req_t *r, int64_t id, const auth_user_t *u) { (void)i
 static void r_board_html(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_board_asset(r, BOARD_HTML); }
 static void r_board_js(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_board_asset(r, BOARD_JS); }
 static void r_board_css(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_board_asset(r, BOARD_CSS); }
+static void r_shop_get(http_req_t *r, int64_t id, const auth_user_t *u) { api_shop_get(r, id); }
+static void r_shop_types(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_shop_types(r); }
+static void r_shop_of_type(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_shop_of_type(r); }
+static void r_shop_of_name(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_shop_of_name(r); }
+static void r_shop_create(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_shop_create(r); }
+static void r_shop_update(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_shop_update(r); }
+static void r_blog_list(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_blog_empty_list(r); }
+static void r_blog_feed(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_blog_feed(r); }
+static void r_blog_get(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_blog_get(r); }
+static void r_follows(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_blog_follows(r); }
+static void r_blog_todo(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_blog_unsupported(r); }
 static void r_board_data(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_board_data(r); }
 
 /* First match wins: literal routes come before the {id} route they would also match
@@ -83,6 +94,24 @@ static const route_t routes[] = {
     LIT(HM_POST, "/voucher",                      0,                        r_voucher),
     LIT(HM_POST, "/voucher/seckill",              0,                        r_voucher_sk),
     ID(HM_GET,  "/voucher/list/", "",             0,                        r_voucher_list),
+    LIT(HM_GET,  "/shop-type/list",               0,                        r_shop_types),
+    LIT(HM_GET,  "/shop/of/type",                 0,                        r_shop_of_type),
+    LIT(HM_GET,  "/shop/of/name",                 0,                        r_shop_of_name),
+    LIT(HM_POST, "/shop",                         0,                        r_shop_create),
+    LIT(HM_PUT,  "/shop",                         0,                        r_shop_update),
+    ID(HM_GET,  "/shop/", "",                     0,                        r_shop_get),
+    /* the course's blog and follow calls, answered empty (api_blog.c) */
+    LIT(HM_GET,  "/blog/hot",                     0,                        r_blog_list),
+    LIT(HM_GET,  "/blog/of/me",                   RF_LOGIN,                 r_blog_list),
+    LIT(HM_GET,  "/blog/of/user",                 RF_LOGIN,                 r_blog_list),
+    LIT(HM_GET,  "/blog/of/follow",               RF_LOGIN,                 r_blog_feed),
+    ID(HM_GET,  "/blog/likes/", "",               RF_LOGIN,                 r_blog_list),
+    ID(HM_PUT,  "/blog/like/", "",                RF_LOGIN,                 r_blog_todo),
+    ID(HM_GET,  "/blog/", "",                     RF_LOGIN,                 r_blog_get),
+    ID(HM_GET,  "/follow/or/not/", "",            RF_LOGIN,                 r_follows),
+    ID(HM_GET,  "/follow/common/", "",            RF_LOGIN,                 r_blog_list),
+    ID(HM_PUT,  "/follow/", "/true",              RF_LOGIN,                 r_blog_todo),
+    ID(HM_PUT,  "/follow/", "/false",             RF_LOGIN,                 r_blog_todo),
     LIT(HM_GET,  "/health",                       RF_NO_TOUCH,              r_health),
     LIT(HM_GET,  "/metrics",                      RF_NO_TOUCH,              r_metrics),
     LIT(HM_GET,  "/admin/",                       RF_NO_TOUCH,              r_board_html),

@@ -5,6 +5,8 @@
  *   api_voucher.c  POST /voucher, POST /voucher/seckill, GET /voucher/list/{shopId}
  *   api_order.c    POST /voucher-order/seckill/{id}, GET /voucher-order/{id}, /of/me
  *   api_ops.c      /health, /metrics
+ *   api_shop.c     GET /shop/{id}, /shop/of/type, /shop/of/name, /shop-type/list; POST, PUT /shop
+ *   api_blog.c     the blog and follow calls of the course's pages, answered empty
  *
  * Handlers validate input, call core modules (auth, admission, jobs+store) and shape the
  * course's Result envelope: {"success":bool,"errorMsg":..,"data":..,"total":..}, absent
@@ -48,6 +50,17 @@ void api_voucher_list(http_req_t *r, int64_t shop_id);
 void api_order_seckill(http_req_t *r, int64_t voucher_id, const struct auth_user *u);
 void api_order_get(http_req_t *r, int64_t order_id, const struct auth_user *u);
 void api_order_of_me(http_req_t *r, const struct auth_user *u);
+void api_shop_get(http_req_t *r, int64_t id);
+void api_shop_types(http_req_t *r);
+void api_shop_of_type(http_req_t *r);
+void api_shop_of_name(http_req_t *r);
+void api_shop_create(http_req_t *r);
+void api_shop_update(http_req_t *r);
+void api_blog_empty_list(http_req_t *r);   /* [] */
+void api_blog_feed(http_req_t *r);         /* an empty ScrollResult */
+void api_blog_get(http_req_t *r);          /* 笔记不存在！ */
+void api_blog_follows(http_req_t *r);      /* false */
+void api_blog_unsupported(http_req_t *r);  /* 功能未完成 */
 void api_ops_health(http_req_t *r);
 void api_ops_metrics(http_req_t *r);
 

@@ -259,3 +259,13 @@ int key_login_token(char *buf, size_t len, const char *token)
         return -1;
     return KEY_STR(buf, len, "login:token:", token, "");
 }
+
+int key_cache_shop(char *buf, size_t len, int64_t shop_id)
+{
+    return KEY_NUM(buf, len, "cache:shop:", shop_id, "");
+}
+
+int key_lock_shop(char *buf, size_t len, int64_t shop_id)
+{
+    return KEY_NUM(buf, len, "lock:shop:", shop_id, "");
+}

@@ -41,6 +41,12 @@
  *                         the current 24 hours (d, d0); --rate-phone-code, --code-day-cap
  *   login:token:<token>   hash id, nickName, icon; sliding TTL
  *   seckill:revoked       zset of logged-out tokens, score = when the entry can go (revoke.h)
+ * Shop cache (the course's names; src/cache/cacheaside.h, src/api/api_shop.c):
+ *   cache:shop:<id>       string, the shop's JSON, or "" for "no such shop"; 30 / 2 minutes
+ *                         plus jitter
+ *   lock:shop:<id>        string, the mutex of a cache fill (a random token), PX 10 s
+ *   cache:shop-type       string, the shop-type list's JSON; 30 minutes plus jitter
+ *   lock:shop-type        its fill's mutex
  * Pub/sub channel (not a key; broadcast on a Redis Cluster):
  *   seckill:revoke        a logged-out token, to every worker of every instance (revoke.h)
  * The consumer group on every order stream is "g1" (the course's). The lab's course steps
@@ -60,6 +66,8 @@
 #define KEY_BOARD_INSTANCES "seckill:{board}:instances"
 /* + an instance name: its last board snapshot (board.lua writes it, with a TTL) */
 #define KEY_BOARD_INSTANCE "seckill:{board}:instance:"
+#define KEY_CACHE_SHOP_TYPES "cache:shop-type"
+#define KEY_LOCK_SHOP_TYPES "lock:shop-type"
 
 /* Each writes a NUL-terminated key into buf and returns its length (or -1 if too small). */
 int key_voucher(char *buf, size_t len, int64_t voucher_id);
@@ -101,5 +109,7 @@ int key_login_fails(char *buf, size_t len, const char *phone);
 int key_login_guess(char *buf, size_t len, const char *phone);
 int key_login_sent(char *buf, size_t len, const char *phone);
 int key_login_token(char *buf, size_t len, const char *token);
+int key_cache_shop(char *buf, size_t len, int64_t shop_id);
+int key_lock_shop(char *buf, size_t len, int64_t shop_id);
 
 #endif

@@ -230,6 +230,12 @@ void metrics_render(struct app *app, struct sb *out)
         one(out, "seckill_bucket_transfers_swept_total", "counter",
             "Stock-bucket transfers cut short (a crash, a lost reply) that the sweep finished.",
             ld(&g->bucket_swept));
+        one(out, "seckill_cache_hits_total", "counter",
+            "Cache-aside reads (shops, shop types) answered from Redis, empty answers included.",
+            ld(&g->cache_hits));
+        one(out, "seckill_cache_loads_total", "counter",
+            "Cache-aside reads that went to SQL: misses that took the mutex, and reads while "
+            "Redis failed.", ld(&g->cache_loads));
         one(out, "seckill_writer_batches_total", "counter",
             "SQL transactions committed by the order writer.", ld(&g->writer_batches));
         one(out, "seckill_writer_batch_orders_total", "counter",

@@ -72,6 +72,8 @@ typedef struct metrics {
      * (src/writer/writer_guard.c): their vouchers are not sellable. */
     _Atomic int64_t masters_short;
     _Atomic uint64_t short_slots[16384 / 64];
+    _Atomic uint64_t cache_hits;              /* cache-aside reads answered by Redis (cacheaside.h) */
+    _Atomic uint64_t cache_loads;             /* cache-aside reads that went to SQL */
 } metrics_t;
 
 static inline void metric_inc(_Atomic uint64_t *c)

@@ -284,3 +284,47 @@ int store_voucher_buckets(store_t *s, int64_t voucher_id, int *buckets)
     NEED_OP(s, voucher_buckets);
     return s->ops->voucher_buckets(s, voucher_id, buckets);
 }
+
+int store_shop_get(store_t *s, int64_t id, store_shop_t *out)
+{
+    STORE_ENTER(s);
+    if (!out)
+        return store__fail(s, "store_shop_get: bad arguments");
+    memset(out, 0, sizeof *out);
+    NEED_OP(s, shop_get);
+    return s->ops->shop_get(s, id, out);
+}
+
+int store_shop_list(store_t *s, const store_shop_query_t *q, store_shop_t **out, size_t *n)
+{
+    LIST_ENTER(s, out, n);
+    if (!q || q->offset < 0 || q->limit < 0)
+        return store__fail(s, "store_shop_list: bad arguments");
+    NEED_OP(s, shop_list);
+    return s->ops->shop_list(s, q, out, n);
+}
+
+int store_shop_create(store_t *s, store_shop_t *shop)
+{
+    STORE_ENTER(s);
+    if (!shop)
+        return store__fail(s, "store_shop_create: bad arguments");
+    NEED_OP(s, shop_create);
+    return s->ops->shop_create(s, shop);
+}
+
+int store_shop_update(store_t *s, const store_shop_t *shop)
+{
+    STORE_ENTER(s);
+    if (!shop)
+        return store__fail(s, "store_shop_update: bad arguments");
+    NEED_OP(s, shop_update);
+    return s->ops->shop_update(s, shop);
+}
+
+int store_shop_types(store_t *s, store_shop_type_t **out, size_t *n)
+{
+    LIST_ENTER(s, out, n);
+    NEED_OP(s, shop_types);
+    return s->ops->shop_types(s, out, n);
+}

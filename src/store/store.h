@@ -83,6 +83,49 @@ int store_seckill_ids(store_t *s, int64_t **ids, size_t *n);   /* free(*ids) */
 void store_voucher_clear(store_voucher_t *v);
 void store_voucher_list_free(store_voucher_t *v, size_t n);
 
+/* Shops and shop types (the course's tb_shop, tb_shop_type; read by src/api/api_shop.c).
+ * Strings are inline and sized for the course's VARCHAR lengths in UTF-8 bytes; a longer
+ * value in SQL is cut. x, y: longitude, latitude; score: 1-5 times 10; times epoch s. */
+typedef struct store_shop {
+    int64_t id;                 /* out on create */
+    char name[520];             /* VARCHAR(128) */
+    int64_t type_id;
+    char images[4100];          /* VARCHAR(1024), comma-separated URLs */
+    char area[520];             /* VARCHAR(128), "" when NULL */
+    char address[1024];         /* VARCHAR(255) */
+    double x, y;
+    int64_t avg_price;          /* -1 when NULL */
+    int64_t sold, comments, score;
+    char open_hours[132];       /* VARCHAR(32), "" when NULL */
+    int64_t create_time, update_time;
+} store_shop_t;
+
+typedef struct store_shop_type {
+    int64_t id;
+    char name[132];             /* VARCHAR(32) */
+    char icon[1024];            /* VARCHAR(255) */
+    int64_t sort;
+    int64_t create_time, update_time;
+} store_shop_type_t;
+
+/* A page of shops, in id order: those of type_id (0: any type) whose name contains name
+ * (NULL or "": any; SQL LIKE, so '%' and '_' in it are wildcards), rows offset ..
+ * offset+limit-1. *out malloc'ed (free()), *n rows. */
+typedef struct store_shop_query {
+    int64_t type_id;
+    const char *name;
+    int64_t offset, limit;
+} store_shop_query_t;
+
+int store_shop_get(store_t *s, int64_t id, store_shop_t *out);
+int store_shop_list(store_t *s, const store_shop_query_t *q, store_shop_t **out, size_t *n);
+/* Inserts a shop (its id and times are set here) and sets shop->id. */
+int store_shop_create(store_t *s, store_shop_t *shop);
+/* Overwrites every member of shop->id's row (update_time now); STORE_NOTFOUND if none. */
+int store_shop_update(store_t *s, const store_shop_t *shop);
+/* All shop types ordered by sort, then id. *out malloc'ed (free()). */
+int store_shop_types(store_t *s, store_shop_type_t **out, size_t *n);
+
 /* Orders. Writes a batch in ONE transaction: each order inserted unless its id or its
  * (user, voucher) pair exists already (a replay is a no-op), and each voucher's
  * tb_seckill_voucher.stock decremented by the number of its orders actually inserted.

@@ -77,7 +77,7 @@
 #include "core/url.h"
 
 /* Must equal the version the last statement of sql/schema.mysql.sql writes. */
-#define MYSQL_SCHEMA_VERSION 4
+#define MYSQL_SCHEMA_VERSION 5
 
 /* Multi-row inserts: statements of 2^k rows, k = 0 .. INS_LEVELS-1. */
 #define INS_LEVELS 10
@@ -115,6 +115,11 @@ enum {
     ST_EPOCH_BUMP,
     ST_BUCKETS_INSERT,
     ST_BUCKETS_GET,
+    ST_SHOP_GET,
+    ST_SHOP_LIST,
+    ST_SHOP_INSERT,
+    ST_SHOP_UPDATE,
+    ST_SHOP_TYPES,
     ST__COUNT
 };
 
@@ -122,6 +127,10 @@ enum {
     "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, v.actual_value, " \
     "v.type, v.status, sv.voucher_id IS NOT NULL, sv.stock, sv.begin_time, sv.end_time "   \
     "FROM tb_voucher v LEFT JOIN tb_seckill_voucher sv ON sv.voucher_id = v.id "
+
+#define SHOP_COLS                                                                       \
+    "SELECT id, name, type_id, images, area, address, x, y, avg_price, sold, comments, "   \
+    "score, open_hours, create_time, update_time FROM tb_shop "
 
 #define ORDER_COLS "SELECT id, user_id, voucher_id, status, create_time FROM tb_voucher_order "
 
@@ -171,6 +180,18 @@ static const char *const stmt_sql[ST__COUNT] = {
     [ST_BUCKETS_GET] = "SELECT buckets FROM tb_seckill_buckets WHERE voucher_id = ?",
     [ST_EPOCH_BUMP] = "INSERT INTO tb_seckill_epoch (voucher_id, epoch) VALUES (?, 1) "
                       "ON DUPLICATE KEY UPDATE epoch = epoch + 1",
+    [ST_SHOP_GET] = SHOP_COLS "WHERE id = ?",
+    /* type_id twice, name twice: positional parameters */
+    [ST_SHOP_LIST] = SHOP_COLS "WHERE (? = 0 OR type_id = ?) AND (? IS NULL OR name LIKE ?) "
+                     "ORDER BY id LIMIT ? OFFSET ?",
+    [ST_SHOP_INSERT] = "INSERT INTO tb_shop (name, type_id, images, area, address, x, y, "
+                       "avg_price, sold, comments, score, open_hours, create_time, update_time) "
+                       "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    [ST_SHOP_UPDATE] = "UPDATE tb_shop SET name = ?, type_id = ?, images = ?, area = ?, "
+                       "address = ?, x = ?, y = ?, avg_price = ?, sold = ?, comments = ?, "
+                       "score = ?, open_hours = ?, update_time = ? WHERE id = ?",
+    [ST_SHOP_TYPES] = "SELECT id, name, icon, sort, create_time, update_time FROM tb_shop_type "
+                      "ORDER BY sort, id",
 };
 
 typedef struct my {
@@ -1959,6 +1980,268 @@ static int my_exec_orders(store_t *s, const char *sql, const store_arg_t *args, 
     RETRYING(m, 1, do_exec_orders(m, sql, args, nargs, out, n));
 }
 
+/* ---------------------------------------------------------------- shops */
+
+/* The fetched string into dst, cut to cap - 1 bytes. */
+static void str_cut(char *dst, size_t cap, rstr_t *v)
+{
+    const char *z = rs(v);
+    size_t n = strlen(z);
+    if (n >= cap)
+        n = cap - 1;
+    memcpy(dst, z, n);
+    dst[n] = '\0';
+}
+
+/* all_rows of statement id for rows that own no memory (a failed read's rows go with one
+ * free), with result buffers bufs, which it frees. *out: the rows or NULL, *n their count. */
+static int flat_rows(my_t *m, int id, MYSQL_BIND *par, MYSQL_BIND *res, const char *what,
+                     row_get_t *get, void *bufs, size_t size, void **out, size_t *n)
+{
+    int ret = all_rows(m, stmt(m, id), par, res, what, SIZE_MAX, get, bufs, size, 8, out, n);
+    free(bufs);
+    if (ret != STORE_OK) {
+        free(*out);
+        *out = NULL;
+        *n = 0;
+    }
+    return ret;
+}
+
+typedef struct rdbl {
+    double v;
+    my_bool null;
+} rdbl_t;
+
+static void r_dbl(MYSQL_BIND *b, rdbl_t *v)
+{
+    memset(b, 0, sizeof *b);
+    v->v = 0;
+    b->buffer_type = MYSQL_TYPE_DOUBLE;
+    b->buffer = &v->v;
+    b->is_null = &v->null;
+}
+
+static void b_dbl(MYSQL_BIND *b, const double *v)
+{
+    memset(b, 0, sizeof *b);
+    b->buffer_type = MYSQL_TYPE_DOUBLE;
+    b->buffer = (void *)v;
+}
+
+typedef struct shrow {
+    MYSQL_BIND res[15];
+    ri64_t id, type, avg, sold, comments, score;
+    rstr_t name, images, area, address, hours;
+    rdbl_t x, y;
+    rtime_t created, updated;
+} shrow_t;
+
+static void shrow_bind(shrow_t *r)
+{
+    r_i64(&r->res[0], &r->id);
+    r_str(&r->res[1], &r->name);
+    r_i64(&r->res[2], &r->type);
+    r_str(&r->res[3], &r->images);
+    r_str(&r->res[4], &r->area);
+    r_str(&r->res[5], &r->address);
+    r_dbl(&r->res[6], &r->x);
+    r_dbl(&r->res[7], &r->y);
+    r_i64(&r->res[8], &r->avg);
+    r_i64(&r->res[9], &r->sold);
+    r_i64(&r->res[10], &r->comments);
+    r_i64(&r->res[11], &r->score);
+    r_str(&r->res[12], &r->hours);
+    r_time(&r->res[13], &r->created);
+    r_time(&r->res[14], &r->updated);
+}
+
+static void shrow_get(void *bufs, void *out)
+{
+    shrow_t *r = bufs;
+    store_shop_t *p = out;
+    memset(p, 0, sizeof *p);
+    p->id = r->id.v;
+    str_cut(p->name, sizeof p->name, &r->name);
+    p->type_id = r->type.v;
+    str_cut(p->images, sizeof p->images, &r->images);
+    str_cut(p->area, sizeof p->area, &r->area);
+    str_cut(p->address, sizeof p->address, &r->address);
+    p->x = r->x.v;
+    p->y = r->y.v;
+    p->avg_price = r->avg.null ? -1 : r->avg.v;
+    p->sold = r->sold.v;
+    p->comments = r->comments.v;
+    p->score = r->score.v;
+    str_cut(p->open_hours, sizeof p->open_hours, &r->hours);
+    p->create_time = r->created.null ? 0 : epoch_of(&r->created);
+    p->update_time = r->updated.null ? 0 : epoch_of(&r->updated);
+}
+
+static int do_shop_get(my_t *m, int64_t id, store_shop_t *out)
+{
+    MYSQL_BIND par[1];
+    b_i64(&par[0], &id);
+    shrow_t *r = xrealloc(NULL, sizeof *r);
+    shrow_bind(r);
+    int ret = one_row(m, stmt(m, ST_SHOP_GET), par, r->res, "shop get");
+    if (ret == STORE_OK)
+        shrow_get(r, out);
+    free(r);
+    return ret;
+}
+
+static int my_shop_get(store_t *s, int64_t id, store_shop_t *out)
+{
+    my_t *m = (my_t *)s;
+    RETRYING(m, 1, do_shop_get(m, id, out));
+}
+
+static int do_shop_list(my_t *m, const store_shop_query_t *q, store_shop_t **out, size_t *n)
+{
+    char like[1100];              /* the caller's name is at most a shop name's length */
+    int has_name = q->name && q->name[0];
+    if (has_name)
+        snprintf(like, sizeof like, "%%%s%%", q->name);
+    unsigned long l1, l2;
+    MYSQL_BIND par[6];
+    b_i64(&par[0], &q->type_id);
+    b_i64(&par[1], &q->type_id);
+    b_str(&par[2], has_name ? like : NULL, &l1);
+    b_str(&par[3], has_name ? like : NULL, &l2);
+    b_i64(&par[4], &q->limit);
+    b_i64(&par[5], &q->offset);
+    shrow_t *r = xrealloc(NULL, sizeof *r);
+    shrow_bind(r);
+    void *a;
+    int ret = flat_rows(m, ST_SHOP_LIST, par, r->res, "shop list", shrow_get, r, sizeof **out,
+                        &a, n);
+    *out = a;
+    return ret;
+}
+
+static int my_shop_list(store_t *s, const store_shop_query_t *q, store_shop_t **out, size_t *n)
+{
+    my_t *m = (my_t *)s;
+    RETRYING(m, 1, do_shop_list(m, q, out, n));
+}
+
+/* Binds p's members in the column order of ST_SHOP_INSERT and ST_SHOP_UPDATE (par[0..13],
+ * the 14th being the INSERT's second time or the UPDATE's id). */
+static void shop_bind(MYSQL_BIND *par, unsigned long *l, const store_shop_t *p,
+                      const MYSQL_TIME *now)
+{
+    b_str(&par[0], p->name, &l[0]);
+    b_i64(&par[1], &p->type_id);
+    b_str(&par[2], p->images, &l[1]);
+    b_str(&par[3], p->area[0] ? p->area : NULL, &l[2]);
+    b_str(&par[4], p->address, &l[3]);
+    b_dbl(&par[5], &p->x);
+    b_dbl(&par[6], &p->y);
+    b_i64(&par[7], &p->avg_price);
+    if (p->avg_price < 0)
+        par[7].buffer_type = MYSQL_TYPE_NULL;
+    b_i64(&par[8], &p->sold);
+    b_i64(&par[9], &p->comments);
+    b_i64(&par[10], &p->score);
+    b_str(&par[11], p->open_hours[0] ? p->open_hours : NULL, &l[4]);
+    b_time(&par[12], now);
+}
+
+static int do_shop_create(my_t *m, store_shop_t *p)
+{
+    MYSQL_TIME now;
+    mtime_of(m, clock_wall_s(), &now);
+    unsigned long l[5];
+    MYSQL_BIND par[14];
+    MYSQL_STMT *st = stmt(m, ST_SHOP_INSERT);
+    if (!st)
+        return STORE_ERR;
+    shop_bind(par, l, p, &now);
+    b_time(&par[13], &now);
+    if (run(m, st, par, "shop insert") != STORE_OK)
+        return STORE_ERR;
+    p->id = (int64_t)mysql_stmt_insert_id(st);
+    return STORE_OK;
+}
+
+static int my_shop_create(store_t *s, store_shop_t *shop)
+{
+    my_t *m = (my_t *)s;
+    RETRYING(m, 0, do_shop_create(m, shop));   /* not sent twice: it could insert twice */
+}
+
+static int do_shop_update(my_t *m, const store_shop_t *p)
+{
+    MYSQL_TIME now;
+    mtime_of(m, clock_wall_s(), &now);
+    unsigned long l[5];
+    MYSQL_BIND par[14];
+    MYSQL_STMT *st = stmt(m, ST_SHOP_UPDATE);
+    if (!st)
+        return STORE_ERR;
+    shop_bind(par, l, p, &now);
+    b_i64(&par[13], &p->id);
+    if (run(m, st, par, "shop update") != STORE_OK)
+        return STORE_ERR;
+    /* Affected rows are changed rows (CLIENT_FOUND_ROWS is not set): the same values in
+     * the same second change nothing and say 0, so 0 asks whether the row exists. */
+    if (mysql_stmt_affected_rows(st) > 0)
+        return STORE_OK;
+    store_shop_t *cur = xcalloc(1, sizeof *cur);
+    int rc = do_shop_get(m, p->id, cur);
+    free(cur);
+    return rc;
+}
+
+static int my_shop_update(store_t *s, const store_shop_t *shop)
+{
+    my_t *m = (my_t *)s;
+    RETRYING(m, 1, do_shop_update(m, shop));   /* the same values twice: one result */
+}
+
+typedef struct strow {
+    MYSQL_BIND res[6];
+    ri64_t id, sort;
+    rstr_t name, icon;
+    rtime_t created, updated;
+} strow_t;
+
+static void strow_get(void *bufs, void *out)
+{
+    strow_t *r = bufs;
+    store_shop_type_t *t = out;
+    memset(t, 0, sizeof *t);
+    t->id = r->id.v;
+    str_cut(t->name, sizeof t->name, &r->name);
+    str_cut(t->icon, sizeof t->icon, &r->icon);
+    t->sort = r->sort.null ? 0 : r->sort.v;
+    t->create_time = r->created.null ? 0 : epoch_of(&r->created);
+    t->update_time = r->updated.null ? 0 : epoch_of(&r->updated);
+}
+
+static int do_shop_types(my_t *m, store_shop_type_t **out, size_t *n)
+{
+    strow_t *r = xrealloc(NULL, sizeof *r);
+    r_i64(&r->res[0], &r->id);
+    r_str(&r->res[1], &r->name);
+    r_str(&r->res[2], &r->icon);
+    r_i64(&r->res[3], &r->sort);
+    r_time(&r->res[4], &r->created);
+    r_time(&r->res[5], &r->updated);
+    void *a;
+    int ret = flat_rows(m, ST_SHOP_TYPES, NULL, r->res, "shop types", strow_get, r,
+                        sizeof **out, &a, n);
+    *out = a;
+    return ret;
+}
+
+static int my_shop_types(store_t *s, store_shop_type_t **out, size_t *n)
+{
+    my_t *m = (my_t *)s;
+    RETRYING(m, 1, do_shop_types(m, out, n));
+}
+
 #define MYSQL_OPS(name)                                                                 \
     {                                                                                   \
         .scheme = name, .open = my_open, .close = my_close, .ping = my_ping,            \
@@ -1969,7 +2252,10 @@ static int my_exec_orders(store_t *s, const char *sql, const store_arg_t *args, 
         .orders_of_user = my_orders_of_user, .voucher_counts = my_voucher_counts,       \
         .order_sync = my_order_sync, .voucher_orders = my_voucher_orders,               \
         .redis_epoch = my_redis_epoch, .exec = my_exec, .exec_orders = my_exec_orders,  \
-        .voucher_buckets = my_voucher_buckets,                                          \
+        .voucher_buckets = my_voucher_buckets, .shop_get = my_shop_get,                 \
+        .shop_list = my_shop_list, .shop_create = my_shop_create,                       \
+        .shop_update = my_shop_update,                                                  \
+        .shop_types = my_shop_types,                                                    \
     }
 
 const store_ops_t store_mysql_ops = MYSQL_OPS("mysql");

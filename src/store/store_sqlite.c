@@ -37,7 +37,7 @@
 #include "core/url.h"
 
 /* Must equal the PRAGMA user_version that sql/schema.sqlite.sql sets. */
-#define SQLITE_SCHEMA_VERSION 4
+#define SQLITE_SCHEMA_VERSION 5
 
 /* How many VM instructions between deadline checks. */
 #define PROGRESS_OPS 1000
@@ -69,6 +69,11 @@ enum {
     ST_STOCK_GET,
     ST_EPOCH_GET,
     ST_EPOCH_BUMP,
+    ST_SHOP_GET,
+    ST_SHOP_LIST,
+    ST_SHOP_INSERT,
+    ST_SHOP_UPDATE,
+    ST_SHOP_TYPES,
     ST__COUNT
 };
 
@@ -76,6 +81,10 @@ enum {
     "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, v.actual_value, " \
     "v.type, v.status, sv.voucher_id IS NOT NULL, sv.stock, sv.begin_time, sv.end_time "   \
     "FROM tb_voucher v LEFT JOIN tb_seckill_voucher sv ON sv.voucher_id = v.id "
+
+#define SHOP_COLS                                                                       \
+    "SELECT id, name, type_id, images, area, address, x, y, avg_price, sold, comments, "   \
+    "score, open_hours, create_time, update_time FROM tb_shop "
 
 static const char *const stmt_sql[ST__COUNT] = {
     [ST_BEGIN_IMMEDIATE] = "BEGIN IMMEDIATE",
@@ -116,6 +125,17 @@ static const char *const stmt_sql[ST__COUNT] = {
     [ST_EPOCH_BUMP] = "INSERT INTO tb_seckill_epoch (voucher_id, epoch, update_time) "
                       "VALUES (?1, 1, ?2) ON CONFLICT (voucher_id) DO UPDATE SET "
                       "epoch = epoch + 1, update_time = ?2",
+    [ST_SHOP_GET] = SHOP_COLS "WHERE id = ?1",
+    [ST_SHOP_LIST] = SHOP_COLS "WHERE (?1 = 0 OR type_id = ?1) AND (?2 IS NULL OR name LIKE ?2) "
+                     "ORDER BY id LIMIT ?3 OFFSET ?4",
+    [ST_SHOP_INSERT] = "INSERT INTO tb_shop (name, type_id, images, area, address, x, y, "
+                       "avg_price, sold, comments, score, open_hours, create_time, update_time) "
+                       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?13)",
+    [ST_SHOP_UPDATE] = "UPDATE tb_shop SET name = ?1, type_id = ?2, images = ?3, area = ?4, "
+                       "address = ?5, x = ?6, y = ?7, avg_price = ?8, sold = ?9, comments = ?10, "
+                       "score = ?11, open_hours = ?12, update_time = ?13 WHERE id = ?14",
+    [ST_SHOP_TYPES] = "SELECT id, name, icon, sort, create_time, update_time FROM tb_shop_type "
+                      "ORDER BY sort, id",
 };
 
 /* store_order_get shares the row shape of ST_ORDERS_OF_USER. */
@@ -1446,6 +1466,126 @@ static int sq_exec_orders(store_t *s, const char *sql, const store_arg_t *args, 
     return orders_once(q, st, "exec orders", out, n, NO_ARGS);
 }
 
+/* ---------------------------------------------------------------- shops */
+
+static void shop_row(sqlite3_stmt *st, void *out)
+{
+    store_shop_t *p = out;
+    memset(p, 0, sizeof *p);
+    p->id = sqlite3_column_int64(st, 0);
+    col_copy(st, 1, p->name, sizeof p->name);
+    p->type_id = sqlite3_column_int64(st, 2);
+    col_copy(st, 3, p->images, sizeof p->images);
+    col_copy(st, 4, p->area, sizeof p->area);
+    col_copy(st, 5, p->address, sizeof p->address);
+    p->x = sqlite3_column_double(st, 6);
+    p->y = sqlite3_column_double(st, 7);
+    p->avg_price = sqlite3_column_type(st, 8) == SQLITE_NULL ? -1 : sqlite3_column_int64(st, 8);
+    p->sold = sqlite3_column_int64(st, 9);
+    p->comments = sqlite3_column_int64(st, 10);
+    p->score = sqlite3_column_int64(st, 11);
+    col_copy(st, 12, p->open_hours, sizeof p->open_hours);
+    p->create_time = col_time(st, 13);
+    p->update_time = col_time(st, 14);
+}
+
+static int sq_shop_get(store_t *s, int64_t id, store_shop_t *out)
+{
+    sq_t *q = (sq_t *)s;
+    call_begin(q);
+    return one_row(q, stmt(q, ST_SHOP_GET), "shop get", shop_row, out, ARGS(A_INT(id)));
+}
+
+static int sq_shop_list(store_t *s, const store_shop_query_t *sq, store_shop_t **out, size_t *n)
+{
+    sq_t *q = (sq_t *)s;
+    call_begin(q);
+    char like[1100];              /* the caller's name is at most a shop name's length */
+    int has_name = sq->name && sq->name[0];
+    if (has_name)
+        snprintf(like, sizeof like, "%%%s%%", sq->name);
+    void *a;
+    int rc = all_rows(q, stmt(q, ST_SHOP_LIST), "shop list", shop_row, sizeof **out, 4, &a, n,
+                      ARGS(A_INT(sq->type_id), A_TEXT(has_name ? like : NULL), A_INT(sq->limit),
+                           A_INT(sq->offset)));
+    if (rc != STORE_OK) {
+        free(a);
+        *n = 0;
+        return STORE_ERR;
+    }
+    *out = a;
+    return STORE_OK;
+}
+
+/* Writes p's members with statement id (an INSERT, or an UPDATE of p->id's row). */
+static int shop_write(sq_t *q, int id, const store_shop_t *p, const char *what)
+{
+    /* REAL and INTEGER columns take these texts as numbers (SQLite's type affinity). */
+    char x[40], y[40], avg[24];
+    snprintf(x, sizeof x, "%.9f", p->x);
+    snprintf(y, sizeof y, "%.9f", p->y);
+    snprintf(avg, sizeof avg, "%lld", (long long)p->avg_price);
+    const sq_arg_t args[] = {
+        A_TEXT(p->name), A_INT(p->type_id), A_TEXT(p->images),
+        A_TEXT(p->area[0] ? p->area : NULL), A_TEXT(p->address), A_TEXT(x), A_TEXT(y),
+        A_TEXT(p->avg_price < 0 ? NULL : avg), A_INT(p->sold), A_INT(p->comments),
+        A_INT(p->score), A_TEXT(p->open_hours[0] ? p->open_hours : NULL),
+        A_COPY(time_text(q, clock_wall_s())), A_INT(p->id),
+    };
+    sqlite3_stmt *st = stmt(q, id);
+    /* ?14, the id, is the UPDATE's only: the INSERT binds the first 13 */
+    int rc = run(q, st, what, args, id == ST_SHOP_UPDATE ? 14 : 13);
+    if (st)
+        sqlite3_clear_bindings(st);   /* the strings are the caller's, bound uncopied */
+    return rc;
+}
+
+static int sq_shop_create(store_t *s, store_shop_t *p)
+{
+    sq_t *q = (sq_t *)s;
+    call_begin(q);
+    if (shop_write(q, ST_SHOP_INSERT, p, "shop insert") != STORE_OK)
+        return STORE_ERR;
+    p->id = sqlite3_last_insert_rowid(q->db);
+    return STORE_OK;
+}
+
+static int sq_shop_update(store_t *s, const store_shop_t *p)
+{
+    sq_t *q = (sq_t *)s;
+    call_begin(q);
+    if (shop_write(q, ST_SHOP_UPDATE, p, "shop update") != STORE_OK)
+        return STORE_ERR;
+    return sqlite3_changes(q->db) > 0 ? STORE_OK : STORE_NOTFOUND;
+}
+
+static void shop_type_row(sqlite3_stmt *st, void *out)
+{
+    store_shop_type_t *t = out;
+    memset(t, 0, sizeof *t);
+    t->id = sqlite3_column_int64(st, 0);
+    col_copy(st, 1, t->name, sizeof t->name);
+    col_copy(st, 2, t->icon, sizeof t->icon);
+    t->sort = sqlite3_column_int64(st, 3);
+    t->create_time = col_time(st, 4);
+    t->update_time = col_time(st, 5);
+}
+
+static int sq_shop_types(store_t *s, store_shop_type_t **out, size_t *n)
+{
+    sq_t *q = (sq_t *)s;
+    call_begin(q);
+    void *a;
+    if (all_rows(q, stmt(q, ST_SHOP_TYPES), "shop types", shop_type_row, sizeof **out, 16, &a,
+                 n, NO_ARGS) != STORE_OK) {
+        free(a);
+        *n = 0;
+        return STORE_ERR;
+    }
+    *out = a;
+    return STORE_OK;
+}
+
 const store_ops_t store_sqlite_ops = {
     .scheme = "sqlite",
     .open = sq_open,
@@ -1467,4 +1607,9 @@ const store_ops_t store_sqlite_ops = {
     .voucher_orders = sq_voucher_orders,
     .exec = sq_exec,
     .exec_orders = sq_exec_orders,
+    .shop_get = sq_shop_get,
+    .shop_list = sq_shop_list,
+    .shop_create = sq_shop_create,
+    .shop_update = sq_shop_update,
+    .shop_types = sq_shop_types,
 };

@@ -1014,11 +1014,11 @@ static void test_mysql_engine_and_version(void **state)
 {
     FX(f);
     MYSQL *m = admin(f->db);
-    assert_int_equal(sql_int(m, "SELECT version FROM schema_version WHERE id = 1"), 4);
+    assert_int_equal(sql_int(m, "SELECT version FROM schema_version WHERE id = 1"), 5);
     assert_int_equal(sql_int(m, "SELECT COUNT(*) FROM information_schema.tables WHERE "
                                 "table_schema = DATABASE() AND engine = 'InnoDB' AND "
                                 "table_collation LIKE 'utf8mb4%'"),
-                     7);
+                     9);
     mysql_close(m);
 }
 
@@ -1135,6 +1135,87 @@ static void test_mysql_reconnect(void **state)
     assert_int_equal(stock, 9);
 }
 
+/* The course's shop tables: the seeded shop 1 and ten types, a created shop read back
+ * member for member (a NULL avgPrice and area stay absent), pages by type and by name,
+ * an unknown id. */
+static void test_shops(void **state)
+{
+    FX(f);
+    store_shop_t *p = calloc(1, sizeof *p);
+    assert_non_null(p);
+    assert_int_equal(store_shop_get(f->s, 1, p), STORE_OK);
+    assert_string_equal(p->name, "103茶餐厅");
+    assert_int_equal(p->type_id, 1);
+    assert_int_equal(p->score, 37);
+    assert_true(p->x > 120.14 && p->x < 120.15 && p->y > 30.31 && p->y < 30.32);
+    assert_true(p->create_time > 0);
+    assert_int_equal(store_shop_get(f->s, 999, p), STORE_NOTFOUND);
+
+    store_shop_type_t *t;
+    size_t n;
+    assert_int_equal(store_shop_types(f->s, &t, &n), STORE_OK);
+    assert_int_equal(n, 10);
+    for (size_t i = 1; i < n; i++)
+        assert_true(t[i - 1].sort <= t[i].sort);
+    assert_string_equal(t[0].name, "美食");
+    free(t);
+
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", "新茶馆");
+    p->type_id = 2;
+    snprintf(p->address, sizeof p->address, "%s", "文一西路1号");
+    p->x = 120.5;
+    p->y = 30.25;
+    p->avg_price = -1;
+    p->sold = 3;
+    int64_t ids[3];
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(store_shop_create(f->s, p), STORE_OK);
+        ids[i] = p->id;
+        assert_true(i == 0 ? ids[0] > 1 : ids[i] > ids[i - 1]);
+    }
+    assert_int_equal(store_shop_get(f->s, ids[1], p), STORE_OK);
+    assert_string_equal(p->name, "新茶馆");
+    assert_int_equal(p->avg_price, -1);
+    assert_string_equal(p->area, "");
+    assert_true(p->x == 120.5 && p->y == 30.25);
+    assert_int_equal(p->sold, 3);
+
+    /* An update overwrites every member; the same values twice are still found. */
+    snprintf(p->name, sizeof p->name, "%s", "老茶馆");
+    p->avg_price = 66;
+    snprintf(p->area, sizeof p->area, "%s", "西湖");
+    assert_int_equal(store_shop_update(f->s, p), STORE_OK);
+    assert_int_equal(store_shop_update(f->s, p), STORE_OK);
+    memset(p, 0, sizeof *p);
+    assert_int_equal(store_shop_get(f->s, ids[1], p), STORE_OK);
+    assert_string_equal(p->name, "老茶馆");
+    assert_int_equal(p->avg_price, 66);
+    assert_string_equal(p->area, "西湖");
+    p->id = 99999;
+    assert_int_equal(store_shop_update(f->s, p), STORE_NOTFOUND);
+    snprintf(p->name, sizeof p->name, "%s", "新茶馆");
+    p->id = ids[1];
+    assert_int_equal(store_shop_update(f->s, p), STORE_OK);
+    free(p);
+
+    store_shop_t *list;
+    store_shop_query_t q = { .type_id = 2, .offset = 1, .limit = 5 };
+    assert_int_equal(store_shop_list(f->s, &q, &list, &n), STORE_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(list[0].id, ids[1]);
+    free(list);
+    store_shop_query_t by_name = { .name = "茶", .limit = 10 };
+    assert_int_equal(store_shop_list(f->s, &by_name, &list, &n), STORE_OK);
+    assert_int_equal(n, 4);   /* 103茶餐厅 and the three */
+    assert_int_equal(list[0].id, 1);
+    free(list);
+    store_shop_query_t none = { .type_id = 7, .limit = 5 };
+    assert_int_equal(store_shop_list(f->s, &none, &list, &n), STORE_OK);
+    assert_int_equal(n, 0);
+    assert_null(list);
+}
+
 #define CONTRACT(t) cmocka_unit_test_setup_teardown(t, setup, teardown)
 
 int main(void)
@@ -1154,6 +1235,7 @@ int main(void)
         CONTRACT(test_sync_order),
         CONTRACT(test_lab_calls),
         CONTRACT(test_exec_orders),
+        CONTRACT(test_shops),
     };
     const struct CMUnitTest sqlite_only[] = {
         cmocka_unit_test(test_sqlite_urls),
