@@ -46,11 +46,17 @@ void auth_store_login(struct http_req *r, const char *token, const auth_user_t *
 /* Revokes the token everywhere (revoke.h: local set, seckill:revoked, PUBLISH) and
  * deletes its hash; done(r, ok) after Redis has taken all of it. */
 void auth_logout(struct http_req *r, const char *token, void (*done)(struct http_req *r, int ok));
+/* auth_logout, and every signed token of user uid issued up to now is refused from now
+ * on, everywhere (revoke.h: a not-before second per user, checked in memory; nothing is
+ * looked up per request). Course-style opaque tokens carry no issue time: only the one
+ * presented is revoked. */
+void auth_logout_all(struct http_req *r, const char *token, int64_t uid,
+                     void (*done)(struct http_req *r, int ok));
 
 /* Sliding-TTL refresh for a token sent to a public path, without waiting: the same
  * coalesced EXPIRE as a login path (an unsigned token not cached is looked up in the
  * background first). Never calls back. */
-void auth_touch(struct worker *w, const char *token);
+void auth_touch(struct http_req *r, const char *token);
 
 /* Drops a token (16 bytes) from this worker's cache (a revocation arrived). */
 void auth_forget(struct worker *w, const uint8_t tok[16]);

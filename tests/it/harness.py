@@ -691,7 +691,10 @@ class Server:
 # Settings every test server gets unless the test names them (None = the server's own
 # default): every test client is 127.0.0.1, so the per-IP login limit would turn the
 # many logins of a sale into 429s. test_security.py tests it on.
-TEST_SETTINGS = {"rate_ip_login": 0}
+# Tools seed course-style random tokens straight into Redis (bench --seed-tokens without
+# a key file), which a signed-format server accepts only with --token-accept-opaque:
+# test_sec_tokens.py tests the default (off).
+TEST_SETTINGS = {"rate_ip_login": 0, "token_accept_opaque": 1}
 
 
 def server_argv(port, redis_url, db_url, admin_token, data_dir, threads=2, name=None,
