@@ -323,8 +323,10 @@ static int signed_check(worker_t *w, const uint8_t tok[16], int64_t uid, int64_t
     if (!revoke_live(w) || issued < revoke_epoch_s(w)) {
         return -1;
     }
-    uint64_t born = (uint64_t)issued * 1000u;   /* login set the TTL just after this */
-    uint64_t alive = born + ac->ttl_ms;
+    /* The login set the TTL just after born -- or up to a second before it, for a token
+     * minted as of the next second (auth_new_token): alive counts from that second. */
+    uint64_t born = (uint64_t)issued * 1000u;
+    uint64_t alive = born - 1000u + ac->ttl_ms;
     if (now < born + ac->refresh_ms) {
         /* Younger than a refresh interval (refresh_ms <= ttl_ms): alive whatever its entry
          * says, and no refresh due, so the cache (a likely cache miss) is not consulted. */
