@@ -1,5 +1,6 @@
 /* auth.c -- login tokens to users: signed tokens checked in memory, the course's
- * login:token:<t> hash looked up and cached per worker for everything else.
+ * login:token:<t> hash looked up and cached per worker for what they cannot decide, and,
+ * where accepted, for course-style tokens within the unknown-token budgets (auth.h).
  *
  * The cache is set-associative: 65536 slots in sets of 8, indexed by a seeded hash of
  * the token. A token lives in one set only, so lookups cost at most 8 compares, and the
