@@ -299,29 +299,33 @@ static int maybe_refresh(worker_t *w, aent_t *e, const uint8_t tok[16], uint64_t
     return 1;
 }
 
+/* 1 if a verified token is older than the absolute lifetime. now: wall ms. */
+static int too_old(const struct auth_cache *ac, int64_t issued, uint64_t now)
+{
+    return ac->max_age_ms != 0 && now >= (uint64_t)issued * 1000u + ac->max_age_ms;
+}
+
 /* 1 if a verified token (issued at `issued`, user uid) is dead whatever Redis says:
- * revoked, issued before its user logged out everywhere, or older than the absolute
- * lifetime. now: wall ms. */
+ * revoked, issued before its user logged out everywhere, or too old. now: wall ms. */
 static int signed_dead(worker_t *w, const uint8_t tok[16], int64_t uid, int64_t issued,
                        uint64_t now)
 {
-    struct auth_cache *ac = w->auth;
-    return revoke_has(w, tok) || issued < revoke_user_nbf_s(w, uid) ||
-           (ac->max_age_ms != 0 && now >= (uint64_t)issued * 1000u + ac->max_age_ms);
+    return revoke_state(w, tok, uid, issued) == REVOKE_DEAD || too_old(w->auth, issued, now);
 }
 
-/* Local verdict on a verified token: 1 accepted, 0 refused (signed_dead), -1 not
- * decidable here (past its known life, issued before the revocation set's epoch, or no
- * live subscription: ask Redis). Queues the TTL refresh when one is due. now: wall ms
+/* Local verdict on a verified token: 1 accepted, 0 refused (dead), -1 not decidable
+ * here (past its known life, issued before the revocation set's epoch, or no live
+ * subscription: ask Redis). Queues the TTL refresh when one is due. now: wall ms
  * (clock_now_wall_ms). */
 static int signed_check(worker_t *w, const uint8_t tok[16], int64_t uid, int64_t issued,
                         uint64_t now)
 {
     struct auth_cache *ac = w->auth;
-    if (signed_dead(w, tok, uid, issued, now)) {
+    int st = revoke_state(w, tok, uid, issued);
+    if (st == REVOKE_DEAD || too_old(ac, issued, now)) {
         return 0;
     }
-    if (!revoke_live(w) || issued < revoke_epoch_s(w)) {
+    if (st == REVOKE_ASK) {
         return -1;
     }
     /* The login set the TTL just after born -- or up to a second before it, for a token

@@ -221,6 +221,23 @@ int64_t revoke_user_nbf_s(const struct worker *w, int64_t uid)
     return e != NULL ? e->nbf_s : 0;
 }
 
+int revoke_state(const struct worker *w, const uint8_t tok[16], int64_t uid, int64_t issued_s)
+{
+    const struct revoke *rv = w->revoke;
+    if (rv == NULL) {
+        return REVOKE_ASK;
+    }
+    if (rv->used != 0) {
+        if (set_find(rv, tok) != NULL) {
+            return REVOKE_DEAD;
+        }
+        if (rv->nusers != 0 && issued_s < revoke_user_nbf_s(w, uid)) {
+            return REVOKE_DEAD;
+        }
+    }
+    return rv->state == S_LIVE && issued_s >= rv->epoch_s ? REVOKE_OK : REVOKE_ASK;
+}
+
 int64_t revoke_epoch_s(const struct worker *w)
 {
     return w->revoke != NULL ? w->revoke->epoch_s : 0;

@@ -75,6 +75,17 @@ int revoke_has(const struct worker *w, const uint8_t tok[16]);
 /* Adds a token to this worker's set until until_ms (wall clock). */
 void revoke_add(struct worker *w, const uint8_t tok[16], uint64_t until_ms);
 
+/* What the revocation state says of a verified token of user uid issued at issued_s: */
+enum {
+    REVOKE_OK = 0,      /* may be accepted in memory */
+    REVOKE_DEAD = 1,    /* revoked, or issued before its user logged out everywhere */
+    REVOKE_ASK = 2      /* not decidable here: no live subscription, or issued before the
+                           epoch -- ask Redis */
+};
+/* revoke_has, revoke_user_nbf_s, revoke_live and revoke_epoch_s in one call: the check
+ * every request with a signed token makes. */
+int revoke_state(const struct worker *w, const uint8_t tok[16], int64_t uid, int64_t issued_s);
+
 /* "Log out everywhere" for a user: its tokens issued before nbf_s (unix seconds) are
  * dead; the entry is kept until until_ms (wall clock). */
 void revoke_user_add(struct worker *w, int64_t uid, int64_t nbf_s, uint64_t until_ms);
