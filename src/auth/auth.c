@@ -621,6 +621,10 @@ int auth_new_token(struct worker *w, int64_t user_id, char out[33])
                 return 0;
             }
         }
+    } else if (ac != NULL && ac->signer != NULL && !ac->accept_opaque) {
+        log_warn("login of user %lld: an id above 2^32-1 gets a random token, which this "
+                 "signed-format server accepts only with --token-accept-opaque",
+                 (long long)user_id);
     }
     return rnd_hex(out, 16);
 }
