@@ -21,6 +21,7 @@
 
 #include "api/api.h"
 #include "core/app.h"
+#include "auth/admin.h"
 #include "auth/auth.h"
 #include "core/clock.h"
 #include "server/metrics.h"
@@ -57,6 +58,7 @@ static void r_user_code(http_req_t *r, int64_t id, const auth_user_t *u) { (void
 static void r_user_login(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_user_login(r); }
 static void r_user_me(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_user_me(r, u); }
 static void r_user_logout(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_user_logout(r); }
+static void r_user_logout_all(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_user_logout_all(r, u); }
 static void r_voucher(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_voucher_create(r, 0); }
 static void r_voucher_sk(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_voucher_create(r, 1); }
 static void r_voucher_list(http_req_t *r, int64_t id, const auth_user_t *u) { api_voucher_list(r, id); }
@@ -91,6 +93,7 @@ static const route_t routes[] = {
     LIT(HM_POST, "/user/login",                   0,                        r_user_login),
     LIT(HM_GET,  "/user/me",                      RF_LOGIN | RF_PROFILE,    r_user_me),
     LIT(HM_POST, "/user/logout",                  RF_LOGIN,                 r_user_logout),
+    LIT(HM_POST, "/user/logout/all",              RF_LOGIN,                 r_user_logout_all),
     LIT(HM_POST, "/voucher",                      0,                        r_voucher),
     LIT(HM_POST, "/voucher/seckill",              0,                        r_voucher_sk),
     ID(HM_GET,  "/voucher/list/", "",             0,                        r_voucher_list),
@@ -172,6 +175,9 @@ static const route_t *route_find(const http_req_t *r, int *path_known)
 
 /* -------------------------------------------------------------- admin token */
 
+static void envelope(http_req_t *r, int status, int success, const char *msg, const char *data,
+                     size_t dlen, const char *code);
+
 /* given == want, in a time that does not depend on where they differ (only want's
  * length shows). */
 static int secret_eq(const char *given, const char *want)
@@ -185,13 +191,34 @@ static int secret_eq(const char *given, const char *want)
     return diff == 0;
 }
 
-int api_admin_ok(const http_req_t *r)
+int api_admin_ok(http_req_t *r)
 {
     const char *given = r->admin_token, *want = r->w->app->admin_token;
     if (given == NULL || want[0] == '\0') {
+        return 0;   /* no header (or no admin token here): not a guess */
+    }
+    if (!admin_allowed(r)) {
+        return 0;   /* guessed wrong too often: not even compared (admin.h) */
+    }
+    if (!secret_eq(given, want)) {
+        admin_wrong(r);
         return 0;
     }
-    return secret_eq(given, want);
+    return 1;
+}
+
+int api_admin_required(http_req_t *r)
+{
+    r->retry_after_s = 0;
+    if (api_admin_ok(r)) {
+        return 1;
+    }
+    if (r->retry_after_s > 0) {
+        envelope(r, 429, 0, "请求过于频繁，请稍后再试", NULL, 0, "RATE_LIMITED");
+    } else {
+        api_error(r, 403, "admin token required", "FORBIDDEN");
+    }
+    return 0;
 }
 
 int api_metrics_ok(const http_req_t *r)
@@ -422,7 +449,7 @@ void api_dispatch(http_req_t *r)
     }
     if (!(rt->flags & RF_NO_TOUCH) && r->authorization != NULL &&
         auth_token_valid(r->authorization)) {
-        auth_touch(r->w, r->authorization);
+        auth_touch(r, r->authorization);
     }
     route_run(r, rt, NULL);
 }

@@ -45,6 +45,8 @@ void api_user_code(http_req_t *r);
 void api_user_login(http_req_t *r);
 void api_user_me(http_req_t *r, const struct auth_user *u);
 void api_user_logout(http_req_t *r);
+/* POST /user/logout/all: every token of the user (auth_logout_all). */
+void api_user_logout_all(http_req_t *r, const struct auth_user *u);
 void api_voucher_create(http_req_t *r, int seckill);
 void api_voucher_list(http_req_t *r, int64_t shop_id);
 void api_order_seckill(http_req_t *r, int64_t voucher_id, const struct auth_user *u);
@@ -74,8 +76,12 @@ void api_board_asset(http_req_t *r, board_asset_t a);
 void api_board_data(http_req_t *r);
 
 /* 1 if the request's x-admin-token equals the configured admin token (never when none
- * is configured); compared in constant time. */
-int api_admin_ok(const http_req_t *r);
+ * is configured); compared in constant time, and only while the client has not guessed
+ * wrong too often (auth/admin.h: then 0 with r->retry_after_s set). */
+int api_admin_ok(http_req_t *r);
+/* api_admin_ok, or replies itself and returns 0: 429 with Retry-After to a client that has
+ * guessed wrong too often, else 403. */
+int api_admin_required(http_req_t *r);
 /* 1 if r may read /metrics: no --metrics-token is configured, or r carries
  * "authorization: Bearer <token>" (compared in constant time). */
 int api_metrics_ok(const http_req_t *r);

@@ -512,8 +512,7 @@ static void on_streams(redisReply *rep, void *priv)
 
 void api_board_data(http_req_t *r)
 {
-    if (!api_admin_ok(r)) {
-        api_error(r, 403, "admin token required", "FORBIDDEN");
+    if (!api_admin_required(r)) {
         return;
     }
     board_req_t *b = xcalloc(1, sizeof *b);

@@ -1,4 +1,4 @@
-/* api_user.c -- POST /user/code, POST /user/login, GET /user/me, POST /user/logout.
+/* api_user.c -- POST /user/code, POST /user/login, GET /user/me, POST /user/logout(/all).
  *
  * The course's login (hmdp-spec 2.1): a 6-digit code for the phone (logincode.h: kept 2
  * minutes, delivered by the log or --code-command, its sending and guessing limited in
@@ -291,4 +291,9 @@ static void on_logout(http_req_t *r, int ok)
 void api_user_logout(http_req_t *r)
 {
     auth_logout(r, r->authorization, on_logout);
+}
+
+void api_user_logout_all(http_req_t *r, const auth_user_t *u)
+{
+    auth_logout_all(r, r->authorization, u->id, on_logout);
 }

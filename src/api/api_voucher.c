@@ -218,8 +218,7 @@ static void done_create(worker_t *w, void *arg)
 
 void api_voucher_create(http_req_t *r, int seckill)
 {
-    if (!api_admin_ok(r)) {
-        api_error(r, 403, "admin token required", "FORBIDDEN");
+    if (!api_admin_required(r)) {
         return;
     }
     json_error_t jerr;

@@ -1,5 +1,6 @@
 /* auth.c -- login tokens to users: signed tokens checked in memory, the course's
- * login:token:<t> hash looked up and cached per worker for everything else.
+ * login:token:<t> hash looked up and cached per worker for what they cannot decide, and,
+ * where accepted, for course-style tokens within the unknown-token budgets (auth.h).
  *
  * The cache is set-associative: 65536 slots in sets of 8, indexed by a seeded hash of
  * the token. A token lives in one set only, so lookups cost at most 8 compares, and the
@@ -31,13 +32,16 @@
 
 #include "core/app.h"
 #include "auth/auth.h"
+#include "auth/guard.h"
 #include "core/clock.h"
+#include "http/clientip.h"
 #include "http/http.h"
 #include "core/key.h"
 #include "core/log.h"
 #include "server/metrics.h"
 #include "redis/rds.h"
 #include "auth/revoke.h"
+#include "sale/ratelimit.h"
 #include "core/rnd.h"
 #include "core/sb.h"
 #include "auth/token.h"
@@ -48,6 +52,7 @@
 #define AUTH_WAYS 8u
 #define REFRESH_QUEUE_MAX 4096u
 #define REFRESH_FLUSH_US 1000
+#define BUDGET_ENTRIES 4096u    /* clients tracked per worker by the lookup budget */
 
 enum { E_FREE = 0, E_USER = 1, E_UNKNOWN = 2, E_SIGNED = 3 };
 
@@ -68,6 +73,10 @@ struct auth_cache {
     uint64_t ttl_ms;
     int ttl_s;                  /* cfg.token_ttl_s */
     const token_signer_t *signer; /* app->signer: NULL = opaque tokens only */
+    int accept_opaque;          /* look up tokens that do not verify (opaque format: always) */
+    uint64_t max_age_ms;        /* cfg.token_max_age_s; 0 = none */
+    guard_t *budget_ip;         /* unknown-token lookups per client (NULL = off) */
+    guard_t *budget_all;        /* ... and for the worker, key 0 (NULL = off) */
     struct event *flush_ev;     /* sends the refresh queue */
     uint8_t (*queue)[16];       /* tokens waiting for their EXPIRE */
     unsigned nqueue;
@@ -86,6 +95,8 @@ typedef struct lookup {
     worker_t *w;
     http_req_t *r;
     auth_cb cb;
+    int budgeted;               /* a token that does not verify: an unknown answer is charged */
+    uint64_t client;            /* its client's budget key */
     char token[33];
 } lookup_t;
 
@@ -288,24 +299,39 @@ static int maybe_refresh(worker_t *w, aent_t *e, const uint8_t tok[16], uint64_t
     return 1;
 }
 
-/* Local verdict on a signed token: 1 accepted (user id in *uid), 0 refused (revoked),
- * -1 not decidable here (not signed, past its known life, or no live subscription: ask
- * Redis). Queues the TTL refresh when one is due. now: wall ms (clock_now_wall_ms). */
-static int signed_check(worker_t *w, const uint8_t tok[16], uint64_t now, int64_t *uid)
+/* 1 if a verified token is older than the absolute lifetime. now: wall ms. */
+static int too_old(const struct auth_cache *ac, int64_t issued, uint64_t now)
+{
+    return ac->max_age_ms != 0 && now >= (uint64_t)issued * 1000u + ac->max_age_ms;
+}
+
+/* 1 if a verified token (issued at `issued`, user uid) is dead whatever Redis says:
+ * revoked, issued before its user logged out everywhere, or too old. now: wall ms. */
+static int signed_dead(worker_t *w, const uint8_t tok[16], int64_t uid, int64_t issued,
+                       uint64_t now)
+{
+    return revoke_state(w, tok, uid, issued) == REVOKE_DEAD || too_old(w->auth, issued, now);
+}
+
+/* Local verdict on a verified token: 1 accepted, 0 refused (dead), -1 not decidable
+ * here (past its known life, issued before the revocation set's epoch, or no live
+ * subscription: ask Redis). Queues the TTL refresh when one is due. now: wall ms
+ * (clock_now_wall_ms). */
+static int signed_check(worker_t *w, const uint8_t tok[16], int64_t uid, int64_t issued,
+                        uint64_t now)
 {
     struct auth_cache *ac = w->auth;
-    int64_t issued;
-    if (ac == NULL || ac->signer == NULL || !token_verify_bytes(ac->signer, tok, uid, &issued)) {
-        return -1;
-    }
-    if (revoke_has(w, tok)) {
+    int st = revoke_state(w, tok, uid, issued);
+    if (st == REVOKE_DEAD || too_old(ac, issued, now)) {
         return 0;
     }
-    if (!revoke_live(w)) {
+    if (st == REVOKE_ASK) {
         return -1;
     }
-    uint64_t born = (uint64_t)issued * 1000u;   /* login set the TTL just after this */
-    uint64_t alive = born + ac->ttl_ms;
+    /* The login set the TTL just after born -- or up to a second before it, for a token
+     * minted as of the next second (auth_new_token): alive counts from that second. */
+    uint64_t born = (uint64_t)issued * 1000u;
+    uint64_t alive = born - 1000u + ac->ttl_ms;
     if (now < born + ac->refresh_ms) {
         /* Younger than a refresh interval (refresh_ms <= ttl_ms): alive whatever its entry
          * says, and no refresh due, so the cache (a likely cache miss) is not consulted. */
@@ -386,10 +412,16 @@ static void on_hgetall(struct redisReply *rep, void *priv)
     } else if (revoke_has(w, tok)) {
         status = 1;   /* revoked while the lookup was out: the DEL is on its way */
     } else {
+        L->budgeted = 0;   /* found: costs no budget */
         status = 0;
         aent_t *e = cache_put(w, tok, E_USER, &u, now);
         /* This request uses the token: slide its TTL (when this worker has not lately). */
         maybe_refresh(w, e, tok, 0, revoke_now_ms());
+    }
+    if (L->budgeted && status == 1 && w->auth != NULL) {
+        uint64_t mono = clock_mono_ms();
+        guard_charge(w->auth->budget_ip, L->client, mono);
+        guard_charge(w->auth->budget_all, 0, mono);
     }
     free(L);
     if (cb != NULL) {
@@ -397,7 +429,30 @@ static void on_hgetall(struct redisReply *rep, void *priv)
     }
 }
 
-static void lookup_start(worker_t *w, http_req_t *r, auth_cb cb, const char *token)
+/* A token that does not verify may be looked up only within the unknown-token budgets
+ * (auth.h): 1 if it may, with its client's key in *client; 0 (counted) if not. */
+static int budget_allows(worker_t *w, const http_req_t *r, uint64_t *client)
+{
+    struct auth_cache *ac = w->auth;
+    *client = 0;
+    if (ac->budget_ip == NULL && ac->budget_all == NULL) {
+        return 1;
+    }
+    if (ac->budget_ip != NULL) {
+        char buf[64];
+        *client = ratelimit_key_ip(clientip_of(w->app->trusted, r->peer, r->forwarded_for,
+                                               buf, sizeof buf));
+    }
+    uint64_t mono = clock_mono_ms();
+    if (guard_ok(ac->budget_ip, *client, mono) && guard_ok(ac->budget_all, 0, mono)) {
+        return 1;
+    }
+    shard_inc(&w->m->token_lookups_refused);
+    return 0;
+}
+
+static void lookup_start(worker_t *w, http_req_t *r, auth_cb cb, const char *token, int budgeted,
+                         uint64_t client)
 {
     char key[128];
     int klen = key_login_token(key, sizeof(key), token);
@@ -411,6 +466,8 @@ static void lookup_start(worker_t *w, http_req_t *r, auth_cb cb, const char *tok
     L->w = w;
     L->r = r;
     L->cb = cb;
+    L->budgeted = budgeted;
+    L->client = client;
     memcpy(L->token, token, 33);
     const char *argv[2] = { "HGETALL", key };
     size_t lens[2] = { 7, (size_t)klen };
@@ -427,9 +484,13 @@ static void resolve(struct http_req *r, auth_cb cb, int profile)
     }
     worker_t *w = r->w;
     struct auth_cache *ac = w->auth;
-    if (!profile) {
-        int64_t uid;
-        int v = signed_check(w, tok, clock_now_wall_ms(), &uid);
+    int64_t uid, issued;
+    int verified = ac != NULL && ac->signer != NULL &&
+                   token_verify_bytes(ac->signer, tok, &uid, &issued);
+    if (verified) {
+        uint64_t now = clock_now_wall_ms();
+        int v = profile ? (signed_dead(w, tok, uid, issued, now) ? 0 : -1)
+                        : signed_check(w, tok, uid, issued, now);
         if (v >= 0) {
             shard_inc(&w->m->token_cache_hits);
             if (v == 0) {
@@ -443,10 +504,15 @@ static void resolve(struct http_req *r, auth_cb cb, int profile)
             cb(r, 0, &u);
             return;
         }
+    } else if (ac != NULL && !ac->accept_opaque) {
+        cb(r, 1, NULL);   /* signed format: what does not verify is no token (no Redis) */
+        return;
     }
+    int known = 0;   /* found in Redis before: its lookup costs no budget */
     if (ac != NULL) {
         aent_t *e = cache_find(ac, tok);
         uint64_t now = clock_mono_ms();
+        known = e != NULL && e->state == E_USER;
         if (e != NULL && (e->state == E_USER || e->state == E_UNKNOWN) &&
             now - e->fetched_at < ac->cache_ms) {
             shard_inc(&w->m->token_cache_hits);
@@ -461,7 +527,13 @@ static void resolve(struct http_req *r, auth_cb cb, int profile)
             return;
         }
     }
-    lookup_start(w, r, cb, token);
+    uint64_t client = 0;
+    int budgeted = !verified && !known;
+    if (budgeted && ac != NULL && !budget_allows(w, r, &client)) {
+        cb(r, 1, NULL);
+        return;
+    }
+    lookup_start(w, r, cb, token, budgeted, client);
 }
 
 void auth_resolve(struct http_req *r, auth_cb cb)
@@ -474,8 +546,9 @@ void auth_resolve_profile(struct http_req *r, auth_cb cb)
     resolve(r, cb, 1);
 }
 
-void auth_touch(struct worker *w, const char *token)
+void auth_touch(struct http_req *r, const char *token)
 {
+    worker_t *w = r->w;
     uint8_t tok[16];
     if (w->auth == NULL || !token_parse(token, tok)) {
         return;
@@ -487,10 +560,17 @@ void auth_touch(struct worker *w, const char *token)
     int64_t uid, issued;
     aent_t *e = cache_find(ac, tok);
     if (ac->signer != NULL && token_verify_bytes(ac->signer, tok, &uid, &issued)) {
-        /* Proven ours: refresh when due. An EXPIRE of a hash gone since is a no-op
-         * answered 0, which revokes the token here. */
-        maybe_refresh(w, e, tok, (uint64_t)issued * 1000u, revoke_now_ms());
+        /* Proven ours: refresh when due, unless it is dead (then its hash is left to
+         * expire). An EXPIRE of a hash gone since is a no-op answered 0, which revokes the
+         * token here. */
+        uint64_t now = revoke_now_ms();
+        if (!signed_dead(w, tok, uid, issued, now)) {
+            maybe_refresh(w, e, tok, (uint64_t)issued * 1000u, now);
+        }
         return;
+    }
+    if (ac->signer != NULL && !ac->accept_opaque) {
+        return;   /* no token */
     }
     uint64_t now = clock_mono_ms();
     if (e != NULL && e->state == E_USER) {
@@ -501,7 +581,10 @@ void auth_touch(struct worker *w, const char *token)
     if (e != NULL && e->state == E_UNKNOWN && now - e->fetched_at < ac->cache_ms) {
         return;   /* known to be unknown */
     }
-    lookup_start(w, NULL, NULL, token);
+    uint64_t client;
+    if (budget_allows(w, r, &client)) {
+        lookup_start(w, NULL, NULL, token, 1, client);
+    }
 }
 
 /* ------------------------------------------------------------ login, logout */
@@ -514,7 +597,16 @@ int auth_new_token(struct worker *w, int64_t user_id, char out[33])
         if (getrandom(raw, 16, 0) != 16) {
             return -1;
         }
-        int64_t now = clock_wall_s();
+        /* A login in the second of a "log out everywhere" or of an epoch (revoke.h): its
+         * token must not count as issued before it, so it is minted as of the next. */
+        int64_t now = clock_wall_s(), nbf = revoke_user_nbf_s(w, user_id),
+                epoch = revoke_epoch_s(w);
+        if (nbf > now) {
+            now = nbf;
+        }
+        if (epoch > now) {
+            now = epoch;
+        }
         /* Two logins of a user in one second, or a logout and a login, must not share a
          * token (1 in 1024 by chance): another nonce makes another token. */
         for (int i = 0; i < 8; i++) {
@@ -529,6 +621,10 @@ int auth_new_token(struct worker *w, int64_t user_id, char out[33])
                 return 0;
             }
         }
+    } else if (ac != NULL && ac->signer != NULL && !ac->accept_opaque) {
+        log_warn("login of user %lld: an id above 2^32-1 gets a random token, which this "
+                 "signed-format server accepts only with --token-accept-opaque",
+                 (long long)user_id);
     }
     return rnd_hex(out, 16);
 }
@@ -587,19 +683,37 @@ void auth_store_login(struct http_req *r, const char *token, const auth_user_t *
     rds_command(w->rds, on_op_reply, op, 3, exp, elen);
 }
 
+/* A revocation told to the other workers of this process: a token, or a user's
+ * not-before second (uid > 0). */
+typedef struct forget_msg {
+    uint8_t tok[16];
+    int64_t uid, nbf_s;
+    uint64_t until_ms;
+} forget_msg_t;
+
+static void revoke_here(worker_t *w, const forget_msg_t *m)
+{
+    if (m->uid > 0) {
+        revoke_user_add(w, m->uid, m->nbf_s, m->until_ms);
+    } else {
+        revoke_add(w, m->tok, m->until_ms);
+        auth_forget(w, m->tok);
+    }
+}
+
 /* Runs on another worker of this process: the logout is known here before its PUBLISH
  * comes back, and even while that worker's subscription is down. */
 static void on_forget(worker_t *w, void *arg)
 {
-    revoke_add(w, arg, revoke_now_ms() + (uint64_t)auth_ttl_s(w) * 1000u);
-    auth_forget(w, arg);
+    revoke_here(w, arg);
     free(arg);
 }
 
-/* Skipped while stopping: a worker that has left its loop would never run (and free) the
- * message. */
-static void forget_everywhere(worker_t *self, const uint8_t tok[16])
+/* In this worker at once, in the others of the process by a message. Skipped while
+ * stopping: a worker that has left its loop would never run (and free) the message. */
+static void revoke_everywhere(worker_t *self, const forget_msg_t *m)
 {
+    revoke_here(self, m);
     struct app *app = self->app;
     if (app == NULL || app->workers == NULL || atomic_load(&app->stopping)) {
         return;
@@ -609,13 +723,34 @@ static void forget_everywhere(worker_t *self, const uint8_t tok[16])
         if (other == NULL || other == self) {
             continue;
         }
-        uint8_t *copy = xmalloc(16);
-        memcpy(copy, tok, 16);
+        forget_msg_t *copy = xmalloc(sizeof(*copy));
+        *copy = *m;
         worker_post(other, on_forget, copy);
     }
 }
 
-void auth_logout(struct http_req *r, const char *token, void (*done)(struct http_req *r, int ok))
+/* Sends a revocation's durable record, then its news: ZADD, the prune, PUBLISH, counted
+ * in op->left by the caller. */
+static void revoke_send(worker_t *w, op_t *op, const char *member, size_t mlen, uint64_t until,
+                        uint64_t now)
+{
+    char su[24], sn[24];
+    int lu = snprintf(su, sizeof(su), "%llu", (unsigned long long)until);
+    int ln = snprintf(sn, sizeof(sn), "%llu", (unsigned long long)now);
+    const char *zadd[4] = { "ZADD", KEY_REVOKED, su, member };
+    size_t zaddl[4] = { 4, strlen(KEY_REVOKED), (size_t)lu, mlen };
+    const char *zrem[4] = { "ZREMRANGEBYSCORE", KEY_REVOKED, "-inf", sn };
+    size_t zreml[4] = { 16, strlen(KEY_REVOKED), 4, (size_t)ln };
+    const char *pub[3] = { "PUBLISH", CHANNEL_REVOKE, member };
+    size_t publ[3] = { 7, strlen(CHANNEL_REVOKE), mlen };
+    rds_command(w->rds, on_op_reply, op, 4, zadd, zaddl);
+    rds_command(w->rds, on_op_reply, op, 4, zrem, zreml);
+    rds_command(w->rds, on_op_reply, op, 3, pub, publ);
+}
+
+/* auth_logout, and with uid > 0 auth_logout_all too. */
+static void logout(struct http_req *r, const char *token, int64_t uid,
+                   void (*done)(struct http_req *r, int ok))
 {
     worker_t *w = r->w;
     char key[128];
@@ -625,38 +760,55 @@ void auth_logout(struct http_req *r, const char *token, void (*done)(struct http
         return;
     }
     op_t *op = xcalloc(1, sizeof(*op));
-    uint8_t tok[16];
-    token_bytes(token, tok);
     /* Kept until a cache anywhere could still think the token alive: its last EXPIRE
      * (at most now) plus the TTL. */
     uint64_t now = revoke_now_ms();
     uint64_t until = now + (uint64_t)auth_ttl_s(w) * 1000u;
-    revoke_add(w, tok, until);
-    auth_forget(w, tok);
-    forget_everywhere(w, tok);
+    forget_msg_t m;
+    memset(&m, 0, sizeof m);
+    token_bytes(token, m.tok);
+    m.until_ms = until;
+    revoke_everywhere(w, &m);
+    char tmember[REVOKE_MEMBER_MAX], umember[REVOKE_MEMBER_MAX];
+    int tlen = revoke_member(m.tok, 0, 0, tmember), ulen = 0;
+    if (uid > 0) {
+        /* Every token issued up to this second: a login later in this second is minted
+         * as of the next (auth_new_token). */
+        m.uid = uid;
+        m.nbf_s = (int64_t)(now / 1000u) + 1;
+        revoke_everywhere(w, &m);
+        ulen = revoke_member(NULL, uid, m.nbf_s, umember);
+    }
     op->w = w;
     op->r = r;
     op->done = done;
-    op->left = 4;
+    op->left = uid > 0 ? 7 : 4;
     op->ok = 1;
-    char su[24], sn[24];
-    int lu = snprintf(su, sizeof(su), "%llu", (unsigned long long)until);
-    int ln = snprintf(sn, sizeof(sn), "%llu", (unsigned long long)now);
-    /* The durable record first, then the news, then the hash: a worker that reloads the
-     * set or hears the news never finds the hash deleted but the token not revoked. */
-    const char *zadd[4] = { "ZADD", KEY_REVOKED, su, token };
-    size_t zaddl[4] = { 4, strlen(KEY_REVOKED), (size_t)lu, 32 };
-    const char *zrem[4] = { "ZREMRANGEBYSCORE", KEY_REVOKED, "-inf", sn };
-    size_t zreml[4] = { 16, strlen(KEY_REVOKED), 4, (size_t)ln };
-    const char *pub[3] = { "PUBLISH", CHANNEL_REVOKE, token };
-    size_t publ[3] = { 7, strlen(CHANNEL_REVOKE), 32 };
     const char *del[2] = { "DEL", key };
     size_t dell[2] = { 3, (size_t)klen };
-    /* op lives until the fourth reply, which cannot come before the fourth send. */
-    rds_command(w->rds, on_op_reply, op, 4, zadd, zaddl);
-    rds_command(w->rds, on_op_reply, op, 4, zrem, zreml);
-    rds_command(w->rds, on_op_reply, op, 3, pub, publ);
+    /* The durable record first, then the news, then the hash: a worker that reloads the
+     * set or hears the news never finds the hash deleted but the token not revoked. op
+     * lives until the last reply, which cannot come before the last send. */
+    revoke_send(w, op, tmember, (size_t)tlen, until, now);
+    if (uid > 0) {
+        revoke_send(w, op, umember, (size_t)ulen, until, now);
+    }
     rds_command(w->rds, on_op_reply, op, 2, del, dell);
+}
+
+void auth_logout(struct http_req *r, const char *token, void (*done)(struct http_req *r, int ok))
+{
+    logout(r, token, 0, done);
+}
+
+void auth_logout_all(struct http_req *r, const char *token, int64_t uid,
+                     void (*done)(struct http_req *r, int ok))
+{
+    if (uid <= 0) {
+        done(r, 0);
+        return;
+    }
+    logout(r, token, uid, done);
 }
 
 /* ------------------------------------------------------------------ lifetime */
@@ -685,6 +837,17 @@ int auth_cache_init(struct worker *w)
         ac->refresh_ms = ac->ttl_ms / 2;
     }
     ac->signer = w->app->signer;
+    ac->accept_opaque = cfg->token_accept_opaque || ac->signer == NULL;
+    ac->max_age_ms = cfg->token_max_age_s > 0 ? (uint64_t)cfg->token_max_age_s * 1000u : 0;
+    /* The instance's budgets, split over the workers like ratelimit.h's per-worker ones. */
+    double per_s, burst;
+    int threads = cfg->threads > 0 ? cfg->threads : 1;
+    ratelimit_per_worker(cfg->rate_ip_token_lookup.per_s, cfg->rate_ip_token_lookup.burst,
+                         threads, &per_s, &burst);
+    ac->budget_ip = guard_new(per_s, burst, BUDGET_ENTRIES);
+    ratelimit_per_worker(cfg->token_lookup_budget.per_s, cfg->token_lookup_budget.burst,
+                         threads, &per_s, &burst);
+    ac->budget_all = guard_new(per_s, burst, 8);
     w->auth = ac;
     return 0;
 }
@@ -701,6 +864,8 @@ void auth_cache_free(struct worker *w)
         free(ac->slots[i]);
     }
     event_free(ac->flush_ev);
+    guard_free(ac->budget_ip);
+    guard_free(ac->budget_all);
     free(ac->queue);
     free(ac->slots);
     free(ac);

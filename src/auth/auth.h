@@ -4,9 +4,15 @@
  * the sliding TTL, so a backend that shares Redis (the Java course project) keeps working.
  * With --token-format signed (the default) the token also proves itself (token.h): a
  * worker accepts it without Redis while it is younger than the TTL (or known alive from
- * its own EXPIRE), not revoked (revoke.h), and the worker's revocation subscription is
- * live. Anything else -- a random course-style token, a token past its signed age, a
- * worker without a live subscription -- is looked up (HGETALL, cached token_cache_ms).
+ * its own EXPIRE), not revoked (revoke.h: the token, its user's "log out everywhere", the
+ * set's epoch after a Redis data loss), younger than --token-max-age-s, and the worker's
+ * revocation subscription is live. A verified token past its signed age, issued before
+ * the epoch, or met by a worker without a live subscription is looked up (HGETALL, cached
+ * token_cache_ms). A token that does not verify is no token (401, no Redis) unless
+ * --token-accept-opaque (or --token-format opaque) accepts course-style random tokens:
+ * then it is looked up, and lookups that find nothing are budgeted per client and per
+ * worker (guard.h; --rate-ip-token-lookup, --token-lookup-budget): over budget such a
+ * token is refused without Redis, except one this worker has found before.
  * The sliding TTL is refreshed by at most one EXPIRE per token per worker per
  * token_refresh_s, queued and sent pipelined after the answer, never waited for. */
 #ifndef SECKILL_AUTH_H
@@ -46,11 +52,17 @@ void auth_store_login(struct http_req *r, const char *token, const auth_user_t *
 /* Revokes the token everywhere (revoke.h: local set, seckill:revoked, PUBLISH) and
  * deletes its hash; done(r, ok) after Redis has taken all of it. */
 void auth_logout(struct http_req *r, const char *token, void (*done)(struct http_req *r, int ok));
+/* auth_logout, and every signed token of user uid issued up to now is refused from now
+ * on, everywhere (revoke.h: a not-before second per user, checked in memory; nothing is
+ * looked up per request). Course-style opaque tokens carry no issue time: only the one
+ * presented is revoked. */
+void auth_logout_all(struct http_req *r, const char *token, int64_t uid,
+                     void (*done)(struct http_req *r, int ok));
 
 /* Sliding-TTL refresh for a token sent to a public path, without waiting: the same
  * coalesced EXPIRE as a login path (an unsigned token not cached is looked up in the
  * background first). Never calls back. */
-void auth_touch(struct worker *w, const char *token);
+void auth_touch(struct http_req *r, const char *token);
 
 /* Drops a token (16 bytes) from this worker's cache (a revocation arrived). */
 void auth_forget(struct worker *w, const uint8_t tok[16]);

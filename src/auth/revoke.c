@@ -48,8 +48,9 @@
 enum { S_DOWN, S_CONNECTING, S_RELOADING, S_LIVE };
 
 typedef struct rslot {
-    uint8_t tok[16];
+    uint8_t tok[16];            /* a token, or a user's key (user_key) */
     uint64_t until_ms;          /* 0 = empty */
+    int64_t nbf_s;              /* a user's key: its tokens issued before this are dead */
 } rslot_t;
 
 struct revoke {
@@ -67,6 +68,8 @@ struct revoke {
     int was_live;
     rslot_t *slots;
     size_t cap, used;           /* cap a power of two */
+    size_t nusers;              /* user entries among them (0: revoke_user_nbf_s is free) */
+    int64_t epoch_s;            /* the newest epoch of seckill:revoked seen (revoke.h) */
 };
 
 uint64_t revoke_now_ms(void)
@@ -85,23 +88,46 @@ static size_t slot_of(const uint8_t tok[16], size_t cap)
     return (size_t)(a >> 17) & (cap - 1);
 }
 
-static void set_insert(rslot_t *slots, size_t cap, size_t *used, const uint8_t tok[16],
-                       uint64_t until)
+/* Returns 1 if tok was new to the table. */
+static int set_insert(rslot_t *slots, size_t cap, size_t *used, const uint8_t tok[16],
+                      uint64_t until, int64_t nbf_s)
 {
     for (size_t i = slot_of(tok, cap);; i = (i + 1) & (cap - 1)) {
         if (slots[i].until_ms == 0) {
             memcpy(slots[i].tok, tok, 16);
             slots[i].until_ms = until;
+            slots[i].nbf_s = nbf_s;
             (*used)++;
-            return;
+            return 1;
         }
         if (memcmp(slots[i].tok, tok, 16) == 0) {
             if (until > slots[i].until_ms) {
                 slots[i].until_ms = until;
             }
-            return;
+            if (nbf_s > slots[i].nbf_s) {
+                slots[i].nbf_s = nbf_s;
+            }
+            return 0;
         }
     }
+}
+
+/* A user's entry in the set: a 16-byte key no token has (a signed token's would need
+ * its 7 MAC bytes to be these, a random one 16 given bytes). */
+static void user_key(int64_t uid, uint8_t key[16])
+{
+    static const uint8_t tag[8] = { 0xff, 'u', 's', 'e', 'r', 0x00, 0xff, 0x00 };
+    memcpy(key, tag, 8);
+    for (int i = 0; i < 8; i++) {
+        key[8 + i] = (uint8_t)((uint64_t)uid >> (56 - 8 * i));
+    }
+}
+
+static int is_user_key(const uint8_t key[16])
+{
+    uint8_t probe[16];
+    user_key(0, probe);
+    return memcmp(key, probe, 8) == 0;
 }
 
 /* Rebuilds the table without expired entries, doubling it if it is still half full. */
@@ -117,16 +143,41 @@ static void set_rebuild(struct revoke *rv)
         cap *= 2;
     }
     rslot_t *fresh = xcalloc(cap, sizeof(*fresh));
-    size_t used = 0;
+    size_t used = 0, nusers = 0;
     for (size_t i = 0; i < rv->cap; i++) {
         if (rv->slots[i].until_ms > now) {
-            set_insert(fresh, cap, &used, rv->slots[i].tok, rv->slots[i].until_ms);
+            set_insert(fresh, cap, &used, rv->slots[i].tok, rv->slots[i].until_ms,
+                       rv->slots[i].nbf_s);
+            nusers += is_user_key(rv->slots[i].tok);
         }
     }
     free(rv->slots);
     rv->slots = fresh;
     rv->cap = cap;
     rv->used = used;
+    rv->nusers = nusers;
+}
+
+static void set_add(struct revoke *rv, const uint8_t key[16], uint64_t until_ms, int64_t nbf_s)
+{
+    if (2 * (rv->used + 1) > rv->cap) {
+        set_rebuild(rv);
+    }
+    if (set_insert(rv->slots, rv->cap, &rv->used, key, until_ms, nbf_s) && nbf_s != 0) {
+        rv->nusers++;
+    }
+}
+
+static const rslot_t *set_find(const struct revoke *rv, const uint8_t tok[16])
+{
+    for (size_t i = slot_of(tok, rv->cap);; i = (i + 1) & (rv->cap - 1)) {
+        if (rv->slots[i].until_ms == 0) {
+            return NULL;
+        }
+        if (memcmp(rv->slots[i].tok, tok, 16) == 0) {
+            return rv->slots[i].until_ms > revoke_now_ms() ? &rv->slots[i] : NULL;
+        }
+    }
 }
 
 void revoke_add(struct worker *w, const uint8_t tok[16], uint64_t until_ms)
@@ -135,10 +186,7 @@ void revoke_add(struct worker *w, const uint8_t tok[16], uint64_t until_ms)
     if (rv == NULL || until_ms == 0) {
         return;
     }
-    if (2 * (rv->used + 1) > rv->cap) {
-        set_rebuild(rv);
-    }
-    set_insert(rv->slots, rv->cap, &rv->used, tok, until_ms);
+    set_add(rv, tok, until_ms, 0);
 }
 
 int revoke_has(const struct worker *w, const uint8_t tok[16])
@@ -147,14 +195,66 @@ int revoke_has(const struct worker *w, const uint8_t tok[16])
     if (rv == NULL || rv->used == 0) {
         return 0;
     }
-    for (size_t i = slot_of(tok, rv->cap);; i = (i + 1) & (rv->cap - 1)) {
-        if (rv->slots[i].until_ms == 0) {
-            return 0;
+    return set_find(rv, tok) != NULL;
+}
+
+void revoke_user_add(struct worker *w, int64_t uid, int64_t nbf_s, uint64_t until_ms)
+{
+    struct revoke *rv = w->revoke;
+    if (rv == NULL || until_ms == 0 || uid <= 0 || nbf_s <= 0) {
+        return;
+    }
+    uint8_t key[16];
+    user_key(uid, key);
+    set_add(rv, key, until_ms, nbf_s);
+}
+
+int64_t revoke_user_nbf_s(const struct worker *w, int64_t uid)
+{
+    const struct revoke *rv = w->revoke;
+    if (rv == NULL || rv->nusers == 0) {
+        return 0;   /* the common case: nobody logged out everywhere lately */
+    }
+    uint8_t key[16];
+    user_key(uid, key);
+    const rslot_t *e = set_find(rv, key);
+    return e != NULL ? e->nbf_s : 0;
+}
+
+int revoke_state(const struct worker *w, const uint8_t tok[16], int64_t uid, int64_t issued_s)
+{
+    const struct revoke *rv = w->revoke;
+    if (rv == NULL) {
+        return REVOKE_ASK;
+    }
+    if (rv->used != 0) {
+        if (set_find(rv, tok) != NULL) {
+            return REVOKE_DEAD;
         }
-        if (memcmp(rv->slots[i].tok, tok, 16) == 0) {
-            return rv->slots[i].until_ms > revoke_now_ms();
+        if (rv->nusers != 0 && issued_s < revoke_user_nbf_s(w, uid)) {
+            return REVOKE_DEAD;
         }
     }
+    return rv->state == S_LIVE && issued_s >= rv->epoch_s ? REVOKE_OK : REVOKE_ASK;
+}
+
+int64_t revoke_epoch_s(const struct worker *w)
+{
+    return w->revoke != NULL ? w->revoke->epoch_s : 0;
+}
+
+int revoke_member(const uint8_t tok[16], int64_t uid, int64_t nbf_s, char out[REVOKE_MEMBER_MAX])
+{
+    static const char hex[] = "0123456789abcdef";
+    if (tok != NULL) {
+        for (int k = 0; k < 16; k++) {
+            out[2 * k] = hex[tok[k] >> 4];
+            out[2 * k + 1] = hex[tok[k] & 15];
+        }
+        out[32] = '\0';
+        return 32;
+    }
+    return snprintf(out, REVOKE_MEMBER_MAX, "u:%lld:%lld", (long long)uid, (long long)nbf_s);
 }
 
 int revoke_live(const struct worker *w)
@@ -162,24 +262,96 @@ int revoke_live(const struct worker *w)
     return w->revoke != NULL && w->revoke->state == S_LIVE;
 }
 
-/* A revoked token as text: the 32 hex digits. Anything else is ignored. */
-static void take_token(struct revoke *rv, const char *z, size_t n, uint64_t until)
+/* Parses "<prefix><digits>[:<digits>]" (a user entry "u:ID:NBF", an epoch "epoch:S"):
+ * 1 and the numbers (b = 0 without the second), or 0. */
+static int parse_nums(const char *z, size_t n, const char *prefix, int64_t *a, int64_t *b)
 {
-    char tok[33];
-    if (n != 32) {
-        return;
+    size_t pl = strlen(prefix);
+    char buf[64];
+    if (n <= pl || n >= sizeof buf || memcmp(z, prefix, pl) != 0) {
+        return 0;
     }
-    memcpy(tok, z, 32);
-    tok[32] = '\0';
-    if (!token_shape_ok(tok)) {
-        return;
+    memcpy(buf, z + pl, n - pl);
+    buf[n - pl] = '\0';
+    char *end;
+    errno = 0;
+    long long x = strtoll(buf, &end, 10), y = 0;
+    if (end == buf || x <= 0 || errno != 0) {
+        return 0;
     }
-    uint8_t b[16];
-    token_bytes(tok, b);
-    revoke_add(rv->w, b, until);
-    if (rv->heard != NULL) {
-        rv->heard(rv->w, b);
+    if (*end == ':') {
+        char *p = end + 1;
+        y = strtoll(p, &end, 10);
+        if (end == p || y <= 0 || errno != 0) {
+            return 0;
+        }
     }
+    if (*end != '\0') {
+        return 0;
+    }
+    *a = x;
+    *b = y;
+    return 1;
+}
+
+/* One entry of seckill:revoked or message of seckill:revoke: a token's 32 hex digits, a
+ * user's "u:ID:NBF", or an epoch "epoch:S" (until does not apply to it). Anything else is
+ * ignored. Returns 1 if it was an epoch. */
+static int take_entry(struct revoke *rv, const char *z, size_t n, uint64_t until)
+{
+    int64_t a, b;
+    if (n == 32) {
+        char tok[33];
+        memcpy(tok, z, 32);
+        tok[32] = '\0';
+        uint8_t bytes[16];
+        if (!token_parse(tok, bytes)) {
+            return 0;
+        }
+        revoke_add(rv->w, bytes, until);
+        if (rv->heard != NULL) {
+            rv->heard(rv->w, bytes);
+        }
+    } else if (parse_nums(z, n, "u:", &a, &b) && b > 0) {
+        revoke_user_add(rv->w, a, b, until);
+    } else if (parse_nums(z, n, "epoch:", &a, &b) && b == 0) {
+        if (a > rv->epoch_s) {
+            rv->epoch_s = a;
+        }
+        return 1;
+    }
+    return 0;
+}
+
+static void on_ignored(struct redisReply *rep, void *priv)
+{
+    (void)rep;
+    (void)priv;
+}
+
+/* seckill:revoked has no epoch: Redis lost it (or is new). Every login hash is gone
+ * with it, so from now on a signed token issued before this second is not trusted by its
+ * signature: auth.c asks Redis, which no longer knows it. The epoch is kept (score +inf,
+ * never pruned) and announced; a worker that adds one at the same time adds its own, and
+ * every worker takes the newest it sees. */
+static void epoch_start(struct revoke *rv)
+{
+    /* The next second: a token issued in this one may be from before the loss (tokens
+     * carry whole seconds). auth_new_token mints as of the epoch in that case. */
+    int64_t next_s = (int64_t)(revoke_now_ms() / 1000u) + 1;
+    if (next_s > rv->epoch_s) {
+        rv->epoch_s = next_s;
+    }
+    char member[32];
+    int n = snprintf(member, sizeof member, "epoch:%lld", (long long)rv->epoch_s);
+    const char *zadd[4] = { "ZADD", KEY_REVOKED, "+inf", member };
+    size_t zaddl[4] = { 4, strlen(KEY_REVOKED), 4, (size_t)n };
+    const char *pub[3] = { "PUBLISH", CHANNEL_REVOKE, member };
+    size_t publ[3] = { 7, strlen(CHANNEL_REVOKE), (size_t)n };
+    rds_command(rv->w->rds, on_ignored, NULL, 4, zadd, zaddl);
+    rds_command(rv->w->rds, on_ignored, NULL, 3, pub, publ);
+    log_info("revoke: %s has no epoch (Redis lost its data, or is new): signed tokens issued "
+             "before now are checked in Redis", KEY_REVOKED);
 }
 
 /* ----------------------------------------------------------------- subscriber */
@@ -216,6 +388,7 @@ static void on_reload(struct redisReply *rep, void *priv)
     if (rep == NULL || rep->type != REDIS_REPLY_ARRAY) {
         return;   /* the tick asks again */
     }
+    int epochs = 0;
     for (size_t i = 0; i + 1 < rep->elements; i += 2) {
         const redisReply *m = rep->element[i], *s = rep->element[i + 1];
         if (m->type != REDIS_REPLY_STRING || s->type != REDIS_REPLY_STRING) {
@@ -227,8 +400,13 @@ static void on_reload(struct redisReply *rep, void *priv)
         num[n] = '\0';
         double until = strtod(num, NULL);
         if (until > 0) {
-            take_token(rv, m->str, m->len, (uint64_t)until);
+            /* an epoch's +inf, or any score past 2^62 ms, stands for "kept" */
+            uint64_t u = until < 4.6e18 ? (uint64_t)until : UINT64_C(4600000000000000000);
+            epochs += take_entry(rv, m->str, m->len, u);
         }
+    }
+    if (epochs == 0) {
+        epoch_start(rv);
     }
     set_state(rv, S_LIVE);
     if (rv->was_live) {
@@ -274,7 +452,7 @@ static void on_sub(redisAsyncContext *ac, void *reply, void *priv)
         reload_start(rv);
     } else if (kind->len == 7 && memcmp(kind->str, "message", 7) == 0 &&
                payload->type == REDIS_REPLY_STRING) {
-        take_token(rv, payload->str, payload->len, revoke_now_ms() + rv->ttl_ms);
+        take_entry(rv, payload->str, payload->len, revoke_now_ms() + rv->ttl_ms);
     }
 }
 

@@ -13,7 +13,8 @@
  *
  * The algorithm is fixed here (there is no algorithm field to confuse), the MAC is
  * compared in constant time (CRYPTO_memcmp), and a random course-style token verifies with
- * probability 2^-56, so "does not verify" simply means "look it up in Redis". The key is
+ * probability 2^-56, so "does not verify" means "not ours": no token, or, where opaque
+ * tokens are accepted, one to look up in Redis (auth.h). The key is
  * the bytes of a key file (trailing whitespace dropped, at least 16 bytes); every instance
  * of a cluster must share it.
  *

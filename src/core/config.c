@@ -80,6 +80,19 @@ static const setting_t settings[] = {
       "key of signed tokens, shared by every instance (default <data-dir>/token-key, created 0600)"),
     S("token-refresh-s", "SECKILL_TOKEN_REFRESH_S", T_INT, token_refresh_s, "60", 1, 60,
       "sliding expiry: at most one EXPIRE per token per worker per this many seconds"),
+    S("token-max-age-s", "SECKILL_TOKEN_MAX_AGE_S", T_INT, token_max_age_s, "86400", 0, 100000000,
+      "signed tokens are refused this long after their login however much they are used (0 = no limit)"),
+    S("token-accept-opaque", "SECKILL_TOKEN_ACCEPT_OPAQUE", T_BOOL, token_accept_opaque, "0", 0, 1,
+      "signed format: also accept a token that does not verify if Redis has its login:token:<t> hash "
+      "(course-style tokens of a backend sharing Redis); opaque format: always"),
+    S("rate-ip-token-lookup", "SECKILL_RATE_IP_TOKEN_LOOKUP", T_RATE, rate_ip_token_lookup, "5/s:20", 0, 0,
+      "Redis lookups of tokens that turn out unknown, per client IP (per instance, 1/threads per worker); "
+      "over it such tokens get 401 without Redis (0 = off)"),
+    S("token-lookup-budget", "SECKILL_TOKEN_LOOKUP_BUDGET", T_RATE, token_lookup_budget, "500/s:1000", 0, 0,
+      "Redis lookups of tokens that turn out unknown, all clients together (per instance, 1/threads per worker; 0 = off)"),
+    S("rate-ip-admin", "SECKILL_RATE_IP_ADMIN", T_RATE, rate_ip_admin, "5/m:5", 0, 0,
+      "wrong x-admin-token guesses per client IP (exact per instance); over it: 429 with Retry-After, "
+      "the token not even compared (0 = off)"),
     S("soldout-cache-ms", "SECKILL_SOLDOUT_CACHE_MS", T_INT, soldout_cache_ms, "500", 0, 60000,
       "how long a worker answers sold out / ended / not started from memory"),
     S("writer-batch", "SECKILL_WRITER_BATCH", T_INT, writer_batch, "512", 1, 100000,

@@ -53,6 +53,11 @@ typedef struct config {
     char token_format[16];      /* "signed" (default) or "opaque" (token.h) */
     char token_key_file[512];   /* "" = <data_dir>/token-key, created on first start */
     int token_refresh_s;        /* EXPIRE a used token at most this often per worker, default 60 */
+    int token_max_age_s;        /* absolute lifetime of a signed token, default 86400; 0 = none */
+    int token_accept_opaque;    /* signed format: look up tokens that do not verify (auth.h) */
+    config_rate_t rate_ip_token_lookup;  /* unknown-token lookups per client IP, default 5/s:20 */
+    config_rate_t token_lookup_budget;   /* unknown-token lookups, all clients, default 500/s:1000 */
+    config_rate_t rate_ip_admin;         /* wrong x-admin-token guesses per client IP, default 5/m:5 */
     int soldout_cache_ms;       /* how long a worker answers sold-out from memory, default 500 */
     int writer_batch;           /* orders per SQL transaction at most, default 512 */
     int writer_block_ms;        /* XREADGROUP BLOCK, default 1000 */

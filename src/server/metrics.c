@@ -129,6 +129,8 @@ void metrics_sum(struct app *app, metrics_totals_t *t)
         t->lat_sum_us += ld(&m->lat_sum_us);
         t->soldout_local += ld(&m->soldout_local);
         t->token_hits += ld(&m->token_cache_hits);
+        t->token_lookups_refused += ld(&m->token_lookups_refused);
+        t->admin_token_refused += ld(&m->admin_token_refused);
         t->redis_errors += ld(&m->redis_errors);
         t->redis_reconnects += ld(&m->redis_reconnects);
         t->redis_redirects += ld(&m->redis_redirects);
@@ -192,6 +194,11 @@ void metrics_render(struct app *app, struct sb *out)
         "Flash-sale requests answered from a worker's verdict cache.", soldout_local);
     one(out, "seckill_token_cache_hits_total", "counter",
         "Token lookups answered from a worker's cache.", token_hits);
+    one(out, "seckill_token_lookups_refused_total", "counter",
+        "Tokens refused without a Redis lookup: unknown-token budget spent.",
+        t.token_lookups_refused);
+    one(out, "seckill_admin_token_refused_total", "counter",
+        "Requests with a wrong x-admin-token.", t.admin_token_refused);
     one(out, "seckill_redis_errors_total", "counter",
         "Redis timeouts, disconnects and error replies.", redis_errors);
     one(out, "seckill_redis_reconnects_total", "counter", "Redis reconnections.",

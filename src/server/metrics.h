@@ -40,6 +40,8 @@ typedef struct metrics_shard {
     _Atomic uint64_t lat_sum_us;
     _Atomic uint64_t soldout_local;           /* answered from the local sold-out flag */
     _Atomic uint64_t token_cache_hits;
+    _Atomic uint64_t token_lookups_refused;   /* unknown-token lookups over budget (auth.h) */
+    _Atomic uint64_t admin_token_refused;     /* wrong x-admin-token (admin.h) */
     _Atomic uint64_t redis_errors;            /* timeouts, disconnects, error replies */
     _Atomic uint64_t redis_reconnects;
     _Atomic uint64_t redis_redirects;         /* Redis Cluster: MOVED/ASK/TRYAGAIN/CLUSTERDOWN followed */
@@ -109,6 +111,7 @@ typedef struct metrics_totals {
     uint64_t seckill[OUT__COUNT];
     uint64_t bucket[METRICS_LAT_BUCKETS];      /* per bucket, not cumulative */
     uint64_t requests, http_class[6], lat_sum_us, soldout_local, token_hits;
+    uint64_t token_lookups_refused, admin_token_refused;
     uint64_t redis_errors, redis_reconnects, redis_redirects, rate_limited, rl_by[METRICS_RL_KINDS];
     uint64_t persisted;                        /* orders_persisted */
     int64_t stream_pending, stream_lag;        /* cluster-wide, as the writer last saw */

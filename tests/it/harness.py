@@ -693,7 +693,11 @@ class Server:
 # turn the many logins of a sale into 429s. test_security.py and test_sec_login.py test
 # them on. /metrics is private by default; the tests read it on --listen
 # (test_sec_http.py tests the default).
-TEST_SETTINGS = {"rate_ip_login": 0, "rate_ip_code": 0, "metrics_public": 1}
+# Tools seed course-style random tokens straight into Redis (bench --seed-tokens without
+# a key file), which a signed-format server accepts only with --token-accept-opaque:
+# test_sec_tokens.py tests the default (off).
+TEST_SETTINGS = {"rate_ip_login": 0, "rate_ip_code": 0, "metrics_public": 1,
+                 "token_accept_opaque": 1}
 
 
 def server_argv(port, redis_url, db_url, admin_token, data_dir, threads=2, name=None,
