@@ -12,14 +12,25 @@ static int is(const char *path, size_t n, const char *lit)
     return n == l && memcmp(path, lit, l) == 0;
 }
 
+static int starts(const char *path, size_t n, const char *lit)
+{
+    size_t l = strlen(lit);
+    return n > l && memcmp(path, lit, l) == 0;
+}
+
 size_t bodylimit_for(int method, const char *path, size_t path_len, size_t max_body)
 {
     size_t lim = BODYLIMIT_NONE;
+    if (method == HM_PUT && is(path, path_len, "/shop"))
+        lim = max_body;
     if (method != HM_POST)
-        return lim;
+        return lim < max_body ? lim : max_body;
     if (is(path, path_len, "/user/login"))
         lim = BODYLIMIT_LOGIN;
-    else if (is(path, path_len, "/voucher") || is(path, path_len, "/voucher/seckill"))
+    else if (is(path, path_len, "/voucher") || is(path, path_len, "/voucher/seckill") ||
+             is(path, path_len, "/shop"))
         lim = max_body;
+    else if (starts(path, path_len, "/admin/api/sale/"))
+        lim = BODYLIMIT_SMALL;
     return lim < max_body ? lim : max_body;
 }

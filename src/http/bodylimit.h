@@ -3,7 +3,8 @@
  * Most routes read no body (every GET, the flash-sale order, /user/code, /user/logout):
  * for them a body over BODYLIMIT_NONE bytes is refused with 413 as soon as the head says
  * it comes (Content-Length) or its first chunk does, before a byte of it is buffered.
- * Login gets a small limit (a phone and a code), voucher creation --max-body-bytes. So a
+ * Login and the board's admin calls get a small limit (a phone and a code; an end time),
+ * voucher and shop creation --max-body-bytes. So a
  * client cannot park 64 KiB per connection on a route that never reads it.
  *
  * The table mirrors the router's routes (api.c) that read r->body; the path is the one
@@ -18,10 +19,10 @@
  * a few bytes of body, which RFC 9110 allows and proxies forward): that is framed, read
  * and dropped as before, so framing errors in it are still told as such (400). POST
  * /user/login's body at most: {"phone":"...","code":"..."} with room to spare. */
-enum { BODYLIMIT_NONE = 64, BODYLIMIT_LOGIN = 4096 };
+enum { BODYLIMIT_NONE = 64, BODYLIMIT_LOGIN = 4096, BODYLIMIT_SMALL = 4096 };
 
 /* The largest body method (HM_*) on path (path_len bytes, no query) may send:
- * BODYLIMIT_NONE for a route that reads none, max_body for voucher creation; never more
+ * BODYLIMIT_NONE for a route that reads none, max_body for voucher and shop writes; never more
  * than max_body. */
 size_t bodylimit_for(int method, const char *path, size_t path_len, size_t max_body);
 

@@ -178,7 +178,7 @@ def test_l2_logout_all_everywhere():
     instance (well within a second), and no other user's; a login right after works."""
     r = H.start_redis()
     kf = os.path.join(H.subdir("keys"), "k")
-    with open(kf, "w") as f:
+    with open(os.open(kf, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:   # a secret file
         f.write("one key for both instances\n")
     key = b"one key for both instances"
     settings = dict(DEFAULTS, token_key_file=kf, rate_phone_code=0)   # 5 logins, one phone

@@ -1,5 +1,6 @@
-/* test_bodylimit.c -- bodylimit.h: the routes that read a body get theirs (voucher
- * creation --max-body-bytes, login 4 KiB), every other route and method a tiny one. */
+/* test_bodylimit.c -- bodylimit.h: the routes that read a body get theirs (voucher and
+ * shop writes --max-body-bytes, login and the board's sale calls 4 KiB), every other route
+ * and method a tiny one. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -24,10 +25,14 @@ static void test_routes(void **state)
     assert_int_equal(lim(HM_POST, "/voucher/seckill", 65536), 65536);
     assert_int_equal(lim(HM_POST, "/user/login", 65536), BODYLIMIT_LOGIN);
     assert_int_equal(lim(HM_POST, "/user/login", 2048), 2048);      /* never above max */
+    assert_int_equal(lim(HM_POST, "/shop", 65536), 65536);
+    assert_int_equal(lim(HM_PUT, "/shop", 65536), 65536);
+    assert_int_equal(lim(HM_POST, "/admin/api/sale/7/extend", 65536), BODYLIMIT_SMALL);
     /* Routes that read no body, near misses and other methods: the tiny limit. */
     static const char *none[] = {"/voucher-order/seckill/1", "/user/code", "/user/logout",
                                  "/voucher/", "/voucher/seckillx", "/user/login/", "/",
-                                 "/admin/api/board", "/metrics"};
+                                 "/admin/api/board", "/admin/api/sale/", "/metrics",
+                                 "/shop/1"};
     for (size_t i = 0; i < sizeof none / sizeof none[0]; i++)
         assert_int_equal(lim(HM_POST, none[i], 65536), BODYLIMIT_NONE);
     assert_int_equal(lim(HM_GET, "/voucher", 65536), BODYLIMIT_NONE);
