@@ -18,7 +18,8 @@
 -- then userId, orderId of the first buyer; then the next buyer's, and so on.
 --
 -- Returns one code per buyer, in ARGV order: 0 admitted, 1 sold out, 2 already bought, 3
--- not started, 4 ended, 5 no such flash-sale voucher -- or, when the call asked for the
+-- not started, 4 ended, 5 no such flash-sale voucher, 6 paused (the hash's `paused` field,
+-- set by the admin's pause: src/api/api_sale.c) -- or, when the call asked for the
 -- check and the voucher's K is not the caller's, that K alone (an integer, not a list) and
 -- nothing decided: the caller sent buyers who may live in other buckets, and routes them
 -- again by it. A caller that knows the K asks no check, and its call reads no `buckets`
@@ -44,9 +45,9 @@ local n = (#ARGV - 2 - o) / 2
 local out = {}
 local v
 if o == 1 then
-  v = redis.call('HMGET', KEYS[1], 'stock', 'begin', 'end', 'ep', 'buckets')
+  v = redis.call('HMGET', KEYS[1], 'stock', 'begin', 'end', 'ep', 'buckets', 'paused')
 else
-  v = redis.call('HMGET', KEYS[1], 'stock', 'begin', 'end', 'ep')
+  v = redis.call('HMGET', KEYS[1], 'stock', 'begin', 'end', 'ep', 'paused')
 end
 local stock = tonumber(v[1])
 local code
@@ -56,7 +57,8 @@ if not stock then
 else
   if o == 1 and (v[5] or '1') ~= ARGV[3] then return tonumber(v[5]) or 1 end
   now = tonumber(redis.call('TIME')[1])
-  if now < tonumber(v[2]) then code = 3 elseif now >= tonumber(v[3]) then code = 4 end
+  if now < tonumber(v[2]) then code = 3 elseif now >= tonumber(v[3]) then code = 4
+  elseif v[5 + o] then code = 6 end
 end
 if code then
   for i = 1, n do out[i] = code end
