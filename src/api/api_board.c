@@ -107,7 +107,8 @@ typedef struct board_sale {
     int64_t transit;        /* units in transfers not yet applied (K > 1) */
     struct board_part *parts;   /* its K buckets' parts, for the per-bucket figures */
     int paused;             /* bucket 0's hash has `paused` (api_sale.c) */
-    sb_t totals;            /* its answer totals as a JSON object's members, once read */
+    int64_t totals[OUT__COUNT];   /* its answers by outcome, every instance's summed */
+    int seen[OUT__COUNT];         /* outcomes the totals hash has */
 } board_sale_t;
 
 /* One command's context: its sale and bucket (for a transfer log, and its units for a
@@ -151,7 +152,10 @@ static void put_review(sb_t *s, const board_sale_t *e)
     if (!titles_get(e->id, s))
         sb_puts(s, "null");
     sb_puts(s, e->paused ? ",\"paused\":true,\"totals\":{" : ",\"paused\":false,\"totals\":{");
-    sb_append(s, e->totals.buf != NULL ? e->totals.buf : "", e->totals.len);
+    for (int o = 0, n = 0; o < OUT__COUNT; o++)
+        if (e->seen[o])
+            sb_printf(s, "%s\"%s\":%lld", n++ ? "," : "", metrics_outcome_name((outcome_t)o),
+                      (long long)e->totals[o]);
     sb_puts(s, "}");
 }
 
@@ -221,7 +225,6 @@ static void board_finish(board_req_t *b)
     }
     for (size_t i = 0; i < b->nsales; i++) {
         sb_free(&b->sales[i].when);
-        sb_free(&b->sales[i].totals);
     }
     sb_free(&b->events);
     free(b->untitled);
@@ -370,7 +373,8 @@ static void on_xlog(redisReply *rep, void *priv)
     board_unref(b);
 }
 
-/* A sale's totals hash (outcome -> count): its members as JSON, numbers only. */
+/* A sale's totals hash (one field per outcome and process, sale_totals.h): summed by
+ * outcome. */
 static void on_totals(redisReply *rep, void *priv)
 {
     board_sale_t *e = priv;
@@ -378,11 +382,8 @@ static void on_totals(redisReply *rep, void *priv)
          i += 2) {
         const redisReply *k = rep->element[i];
         int64_t v;
-        if (!is_str(k) || reply_i64(rep->element[i + 1], &v) != 0)
-            continue;
-        sb_puts(&e->totals, e->totals.len > 0 ? "," : "");
-        sb_json_str(&e->totals, k->str, k->len);
-        sb_printf(&e->totals, ":%lld", (long long)v);
+        if (is_str(k) && reply_i64(rep->element[i + 1], &v) == 0 && v >= 0)
+            sale_totals_add(k->str, k->len, v, e->totals, e->seen);
     }
     board_unref(e->b);
 }

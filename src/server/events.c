@@ -35,13 +35,15 @@ static ev_t q_ring[EVENTS_QUEUE_MAX];
 static int q_head, q_len;
 static uint64_t q_dropped;    /* events lost to a full queue, told in the next one written */
 
-/* Worker 0's own: what the last tick saw, and whether a write is out. */
+/* Worker 0's own: what the last tick saw, and whether a write is out. Redis starts as
+ * up with no reconnection (the server started only once it answered), so a restart
+ * before the first tick is seen too; SQL's view is taken at the first tick. */
 static struct {
-    int seen;                 /* a tick has run: the fields below hold its view */
+    int seen;                 /* a tick has run: sql_up holds its view */
     int redis_up, sql_up;
     uint64_t reconnects;
     int inflight;
-} tick_st;
+} tick_st = { .redis_up = 1 };
 
 /* The script: per event (once-key or "", JSON) LPUSH it, unless its once-key exists.
  * Every key shares the list's hash tag {board}, so on a Redis Cluster they live on one
@@ -208,7 +210,7 @@ static void flush(worker_t *w)
 void events_tick(worker_t *w, const metrics_totals_t *t)
 {
     int redis_up = t->redis_up > 0, sql_up = t->sql_up != 0;
-    if (tick_st.seen) {
+    {
         if (tick_st.redis_up && !redis_up) {
             events_add(EV_REDIS_DOWN, 0, "Redis unreachable from %s", w->app->name);
         } else if (!tick_st.redis_up && redis_up) {
@@ -219,9 +221,9 @@ void events_tick(worker_t *w, const metrics_totals_t *t)
             events_add(EV_REDIS_UP, 0, "Redis reconnected from %s within a second",
                        w->app->name);
         }
-        if (tick_st.sql_up && !sql_up)
+        if (tick_st.seen && tick_st.sql_up && !sql_up)
             events_add(EV_SQL_DOWN, 0, "SQL unreachable from %s", w->app->name);
-        else if (!tick_st.sql_up && sql_up)
+        else if (tick_st.seen && !tick_st.sql_up && sql_up)
             events_add(EV_SQL_UP, 0, "SQL reachable again from %s", w->app->name);
     }
     tick_st.seen = 1;

@@ -9,6 +9,8 @@
 
 #include <hiredis/hiredis.h>
 
+#include "core/app.h"
+#include "core/clock.h"
 #include "core/log.h"
 #include "core/xmem.h"
 #include "redis/rds.h"
@@ -31,16 +33,18 @@ typedef struct table {
 
 static _Atomic(table_t *) tables[SALE_TOTALS_WORKERS_MAX];
 
-/* Worker 0's view of a sale: the counts already added to Redis, the ones on their way. */
+/* Worker 0's view of a sale: this tick's sums, and what Redis holds of them. */
 typedef struct agg {
     int64_t voucher_id;
     uint64_t sum[OUT__COUNT];         /* this tick's sum over the tables */
-    uint64_t flushed[OUT__COUNT];
-    uint64_t sending[OUT__COUNT];     /* > 0: an HINCRBY of that much is out */
+    uint64_t stored[OUT__COUNT];      /* the values Redis confirmed */
+    uint64_t sending[OUT__COUNT];     /* the values of the HSET that is out */
+    int inflight;
     unsigned told;                    /* events told: bit per outcome */
 } agg_t;
 
 static agg_t aggs[SALE_TOTALS_SLOTS];
+static uint64_t boot_ms;              /* this process's start: its fields' suffix */
 
 static unsigned home(int64_t voucher_id)
 {
@@ -91,18 +95,12 @@ static agg_t *agg_of(int64_t voucher_id)
     return NULL;
 }
 
-typedef struct sent {
-    agg_t *a;
-    int o;
-} sent_t;
-
-static void on_hincr(redisReply *rep, void *priv)
+static void on_hset(redisReply *rep, void *priv)
 {
-    sent_t *s = priv;
+    agg_t *a = priv;
     if (rep != NULL && rep->type == REDIS_REPLY_INTEGER)
-        s->a->flushed[s->o] += s->a->sending[s->o];
-    s->a->sending[s->o] = 0;
-    free(s);
+        memcpy(a->stored, a->sending, sizeof a->stored);
+    a->inflight = 0;       /* failed: the next tick sends the values again */
 }
 
 /* The first sold order, sold-out answer and ended answer of a sale seen here. */
@@ -122,8 +120,43 @@ static void tell(agg_t *a)
     }
 }
 
+/* One HSET of the sale's fields that moved: "<outcome>@<instance>.<boot ms>" = this
+ * process's count. A value, not an increment: sending it twice is harmless. */
+static void send(worker_t *w, agg_t *a)
+{
+    const char *argv[2 + 2 * OUT__COUNT];
+    size_t lens[2 + 2 * OUT__COUNT];
+    char key[64], field[OUT__COUNT][200], num[OUT__COUNT][24];
+    int argc = 2;
+    for (int o = 0; o < OUT__COUNT; o++) {
+        if (a->sum[o] == a->stored[o])
+            continue;
+        int fl = snprintf(field[o], sizeof field[o], "%s@%s.%llu",
+                          metrics_outcome_name((outcome_t)o), w->app->name,
+                          (unsigned long long)boot_ms);
+        if (fl < 0 || (size_t)fl >= sizeof field[o])
+            continue;
+        argv[argc] = field[o];
+        lens[argc++] = (size_t)fl;
+        argv[argc] = num[o];
+        lens[argc++] = (size_t)snprintf(num[o], sizeof num[o], "%llu",
+                                        (unsigned long long)a->sum[o]);
+    }
+    if (argc == 2)
+        return;
+    memcpy(a->sending, a->sum, sizeof a->sending);
+    argv[0] = "HSET";
+    lens[0] = 4;
+    argv[1] = key;
+    lens[1] = (size_t)snprintf(key, sizeof key, "%s%lld", KEY_BOARD_TOTALS, (long long)a->voucher_id);
+    a->inflight = 1;
+    rds_command(w->rds, on_hset, a, argc, argv, lens);
+}
+
 void sale_totals_tick(worker_t *w)
 {
+    if (boot_ms == 0)
+        boot_ms = clock_wall_ms();
     for (unsigned i = 0; i < SALE_TOTALS_SLOTS; i++)
         memset(aggs[i].sum, 0, sizeof aggs[i].sum);
     for (int k = 0; k < SALE_TOTALS_WORKERS_MAX; k++) {
@@ -141,19 +174,22 @@ void sale_totals_tick(worker_t *w)
         if (a->voucher_id == 0)
             continue;
         tell(a);
-        char key[64], num[24];
-        int kl = snprintf(key, sizeof key, "%s%lld", KEY_BOARD_TOTALS, (long long)a->voucher_id);
-        for (int o = 0; o < OUT__COUNT; o++) {
-            if (a->sending[o] > 0 || a->sum[o] <= a->flushed[o])
-                continue;
-            a->sending[o] = a->sum[o] - a->flushed[o];
-            const char *name = metrics_outcome_name((outcome_t)o);
-            int nl = snprintf(num, sizeof num, "%llu", (unsigned long long)a->sending[o]);
-            const char *argv[4] = { "HINCRBY", key, name, num };
-            size_t lens[4] = { 7, (size_t)kl, strlen(name), (size_t)nl };
-            sent_t *s = xmalloc(sizeof *s);
-            *s = (sent_t){ .a = a, .o = o };
-            rds_command(w->rds, on_hincr, s, 4, argv, lens);
+        if (!a->inflight)
+            send(w, a);
+    }
+}
+
+int sale_totals_add(const char *field, size_t len, int64_t value, int64_t *sums, int *seen)
+{
+    const char *at = memchr(field, '@', len);
+    size_t n = at != NULL ? (size_t)(at - field) : len;
+    for (int o = 0; o < OUT__COUNT; o++) {
+        const char *name = metrics_outcome_name((outcome_t)o);
+        if (strlen(name) == n && memcmp(name, field, n) == 0) {
+            sums[o] += value;
+            seen[o] = 1;
+            return 0;
         }
     }
+    return -1;
 }
