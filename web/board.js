@@ -350,15 +350,21 @@ const TOTALS = [
   ["rate_limited", "rate limited"], ["paused", "paused"], ["not_started", "not started"],
   ["ended", "ended"], ["errors", "errors"],
 ];
-const ERROR_OUTCOMES = ["unavailable", "bad_request", "unauthorized", "no_voucher", "other"];
+const ERROR_OUTCOMES = GROUPS.find((g) => g.key === "errors").of;
+
+/* A row under sale s's row, one cell across the table: { tr, td }. */
+function subRow(s, cls, dataKey) {
+  const tr = document.createElement("tr");
+  tr.className = cls;
+  tr.dataset[dataKey] = s.id;
+  const td = cell(tr, "", cls + "-cell");
+  td.colSpan = COLS;
+  return { tr, td };
+}
 
 /* The row under a sale: its answers by outcome since it was created, from every instance. */
 function totalsRow(s) {
-  const tr = document.createElement("tr");
-  tr.className = "totals";
-  tr.dataset.totalsOf = s.id;
-  const td = cell(tr, "", "tot-cell");
-  td.colSpan = COLS;
+  const { tr, td } = subRow(s, "totals", "totalsOf");
   const t = Object.assign({}, s.totals || {});
   t.errors = ERROR_OUTCOMES.reduce((a, k) => a + (t[k] || 0), 0);
   for (const [k, label] of TOTALS) {
@@ -503,11 +509,7 @@ function events(list) {
 /* A sale in K stock buckets: a second row with each bucket's stock left and sold, and the
  * units on their way between buckets (they count in the sale's stock above). */
 function bucketRow(s) {
-  const tr = document.createElement("tr");
-  tr.className = "buckets";
-  tr.dataset.bucketsOf = s.id;
-  const td = cell(tr, "", "bk-cell");
-  td.colSpan = COLS;
+  const { tr, td } = subRow(s, "buckets", "bucketsOf");
   const head = document.createElement("span");
   head.className = "bk-head";
   head.textContent = s.buckets + " stock buckets:";
