@@ -123,7 +123,7 @@ static void test_admission_mapping(void **state)
     assert_null(admission_msg(ADMIT_OK));
     assert_null(admission_code(ADMIT_OK));
     assert_int_equal(admission_outcome(ADMIT_OK), OUT_OK);
-    assert_null(admission_msg(6));
+    assert_null(admission_msg(ADMIT_PAUSED + 1));
     assert_null(admission_code(-3));
     assert_int_equal(admission_outcome(42), OUT_OTHER);
 }
