@@ -1,8 +1,9 @@
 /* api_sale.c -- the admin's sale controls: POST /admin/api/sale/{id}/{pause,resume,end,extend}.
  *
  * Each control is one SQL job then one Redis step on every stock bucket of the voucher:
- *   - end:    SQL end_time and the hash's `end` become now: admit.lua refuses 秒杀已经结束！
- *             from the next admission on (its window check reads the hash);
+ *   - end:    SQL end_time and the hash's `end` become now (a sale not started yet: its
+ *             begin, so it never opens): admit.lua refuses 秒杀已经结束！ from the next
+ *             admission on (its window check reads the hash);
  *   - extend: body {"endTime":"2026-01-31T12:00:00"}, later than now, than the sale's
  *             current end and than its begin: SQL and the hash's `end` take it, so an
  *             ended sale sells again;
@@ -81,7 +82,8 @@ static void run_ctl(store_t *st, void *arg)
             snprintf(c->err, sizeof c->err, "the sale has already ended");
             return;
         }
-        c->new_end = c->now > c->begin ? c->now : c->begin + 1;
+        /* a sale not started yet ends at its begin: it never opens */
+        c->new_end = c->now > c->begin ? c->now : c->begin;
     } else if (c->act == SALE_EXTEND) {
         if (c->new_end <= c->begin)
             snprintf(c->err, sizeof c->err, "endTime must be after beginTime");

@@ -3,7 +3,8 @@
 -- admissions that queue up behind a call in flight together, up to 64).
 --
 -- KEYS[1] seckill:voucher:{id}  hash stock, begin, end (epoch seconds), ep (Redis generation),
---                               buckets (K, of a voucher in stock buckets)
+--                               buckets (K, of a voucher in stock buckets), paused (present
+--                               while the admin has the sale paused)
 -- KEYS[2] seckill:order:{id}    hash userId -> orderId (one order per user; order lookups
 --                               read it for orders not yet in SQL: src/api/orders.h)
 -- KEYS[3] seckill:stream:{id}   the voucher's order stream (consumer group g1)

@@ -7,11 +7,15 @@ Redis with a TTL; a stopped one drops off), and report each sale's live stock an
 each bucket's own stock and buyers). Then
 tests/browser/board.mjs drives Debian's chromium through playwright-core (pinned in
 tests/browser/package.json, installed by `sh tools/deps.sh test`), through nginx at /api/admin/:
-wrong token refused, log in,
+wrong token refused, log in, the form's own checks at Create (stock 0, pay above worth, an
+end in the past or before the begin: refused without a request),
 create a sale in 3 stock buckets through the form (each bucket's share shown under its
-row), sell it out with `seckill bench`, and see admissions/s, the stock and every bucket's
-stock change on the page with no reload and no JavaScript error. Screenshots land in
-build/browser/ for a person to look at.
+row; its title, countdown and window with the year), sell it out with `seckill bench`
+while pausing and resuming it from the page (the stock stands still while paused), and see
+admissions/s, the stock and every bucket's stock change on the page with no reload and no
+JavaScript error; then end it (two clicks) and extend it from the page, and see its totals
+by outcome (the same after a reload) and its events. Screenshots land in build/browser/
+for a person to look at. test_board_ops.py checks the same through the API.
 """
 
 import json

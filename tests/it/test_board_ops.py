@@ -171,6 +171,11 @@ def test_controls_refuse_bad_requests():
     eq(_control(srv, vid, "end")[0], 200, "end")
     st, j = _control(srv, vid, "end")
     eq((st, j["errorMsg"]), (400, "the sale has already ended"), "end twice")
+    # a sale not started yet ends at its begin: it never opens
+    begin = int(time.time()) + 3600
+    later = H.create_seckill(srv, stock=5, begin=begin, end=begin + 3600)
+    st, j = _control(srv, later, "end")
+    eq((st, j["data"]["endTime"]), (200, H.fmt_time(begin)), "end of a sale not started")
     H.finish(srv)
 
 
@@ -245,3 +250,31 @@ def test_pause_resume_end_extend_under_bench():
     check(t.get("ended", 0) >= 2, "ended answers in the totals: %r", t)
     H.finish(s1)
     H.finish(s2)
+
+
+def test_pause_in_queue_mode_and_refused_in_sync_mode():
+    """Queue mode admits through the same script: a pause holds there too. Sync mode takes
+    stock in SQL: pause is refused with the reason, end and extend still work."""
+    r, srv = H.setup(settings={"mode": "queue"})
+    vid = H.create_seckill(srv, stock=5)
+    tok = H.login(srv, r, "13612345678")
+    eq(_control(srv, vid, "pause")[0], 200, "pause in queue mode")
+    st, j = H.seckill(srv, tok, vid)
+    eq((j.get("errorMsg"), j.get("code")), (MSG_PAUSED, "PAUSED"), "a buyer while paused")
+    eq(_control(srv, vid, "resume")[0], 200, "resume in queue mode")
+    H.wait_until(lambda: H.seckill(srv, tok, vid)[1].get("success"), 1.5, 0.05,
+                 "the buyer sells after the resume")
+    H.wait_until(lambda: H.Db(srv.db_url).order_count(vid) == 1, 10, 0.1, "the order in SQL")
+    H.finish(srv)
+    r, srv = H.setup(settings={"mode": "sync"})
+    vid = H.create_seckill(srv, stock=5)
+    st, j = _control(srv, vid, "pause")
+    eq((st, j["errorMsg"]), (400, "pause needs --mode stream or queue; this server runs "
+                                 "--mode sync"), "pause in sync mode")
+    tok = H.login(srv, r, "13612345679")
+    eq(_control(srv, vid, "end")[0], 200, "end in sync mode")
+    eq(H.seckill(srv, tok, vid)[1].get("errorMsg"), H.MSG_ENDED, "a buyer after the end (sync)")
+    new_end = int(time.time()) + 1800
+    eq(_control(srv, vid, "extend", {"endTime": H.fmt_time(new_end)})[0], 200, "extend (sync)")
+    check(H.seckill(srv, tok, vid)[1].get("success"), "a buyer after the extend (sync)")
+    H.finish(srv)
