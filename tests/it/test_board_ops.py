@@ -278,3 +278,19 @@ def test_pause_in_queue_mode_and_refused_in_sync_mode():
     eq(_control(srv, vid, "extend", {"endTime": H.fmt_time(new_end)})[0], 200, "extend (sync)")
     check(H.seckill(srv, tok, vid)[1].get("success"), "a buyer after the extend (sync)")
     H.finish(srv)
+
+
+def test_rebuild_is_an_event():
+    """Redis loses its data (FLUSHALL): the rebuild watch rebuilds the live sale from SQL,
+    and the event log (itself rebuilt from the instance's memory) says so."""
+    r, srv = H.setup(name="ops-rb")
+    vid = H.create_seckill(srv, stock=5)
+    r.cmd("FLUSHALL")
+    H.wait_until(lambda: H.voucher_present(r, vid), 20, 0.1, "the sale rebuilt")
+
+    def rebuilt():
+        ev = [e for e in _board(srv)["events"] if e["kind"] == "rebuild"]
+        return ev or None
+    ev = H.wait_until(rebuilt, 10, 0.2, "the rebuild in the event log")
+    eq((ev[0].get("voucher"), ev[0]["instance"]), (vid, "ops-rb"), "the rebuild event")
+    H.finish(srv)
