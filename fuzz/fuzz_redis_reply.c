@@ -168,7 +168,7 @@ void __wrap_http_reply(http_req_t *r, int status, const char *ctype, const char 
 static void on_admitted(http_req_t *r, int code, const admission_order_t *order)
 {
     int64_t order_id = order != NULL ? order->id : 0;
-    if (r != &req || ++callbacks > 1 || code < ADMIT_RETRY || code > ADMIT_NO_VOUCHER ||
+    if (r != &req || ++callbacks > 1 || code < ADMIT_RETRY || code > ADMIT_PAUSED ||
         (code == ADMIT_OK) != (order_id > 0)) {
         fprintf(stderr, "fuzz_redis_reply: admission callback (%d, %lld)\n", code,
                 (long long)order_id);

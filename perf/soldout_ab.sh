@@ -115,7 +115,7 @@ for var in "$@"; do
         sleep 0.1
     done
     v=$(curl -s -X POST "http://127.0.0.1:$p/voucher/seckill" -H "x-admin-token: $(cat "$d/admin-token")" -d \
-      '{"shopId":1,"title":"ab","payValue":100,"actualValue":200,"type":1,"stock":0,"beginTime":"2020-01-01T00:00:00","endTime":"2099-01-01T00:00:00"}' |
+      '{"shopId":1,"title":"ab","payValue":100,"actualValue":200,"type":1,"stock":0,"allowClosed":true,"beginTime":"2020-01-01T00:00:00","endTime":"2099-01-01T00:00:00"}' |
       sed -n 's/.*"data":\([0-9]*\).*/\1/p')
     mint "$b" "$d" "$TMP/tok$i.txt"
     # one warm-up pass: the sold-out verdict cached, the connections' buffers grown

@@ -1,11 +1,15 @@
 /* board.js -- the sale board: log in with the admin token, poll /admin/api/board once a
- * second, draw tiles, SVG charts and tables, create flash sales.
+ * second, draw tiles, SVG charts and tables, create flash sales, and run them (pause,
+ * resume, end, extend: POST /admin/api/sale/{id}/...).
  *
  * The server sends cumulative counters per instance (src/server/board.c); rates and latency
  * percentiles are the differences between two polls, summed over the live instances.
  * The token is kept in sessionStorage (this tab only) and sent as x-admin-token on every
  * data call. No libraries: plain DOM and SVG. URLs are relative to /admin/, so the board
- * works as well behind a proxy prefix (nginx's /api/admin/ in deploy/). */
+ * works as well behind a proxy prefix (nginx's /api/admin/ in deploy/).
+ *
+ * What outlives a reload comes from the server: each sale's totals by outcome (kept in
+ * Redis, summed over every instance) and the event log; the charts are this tab's own. */
 "use strict";
 
 const TOKEN_KEY = "seckill-admin-token";
@@ -16,7 +20,8 @@ const GROUPS = [
   { key: "ok", label: "admitted", color: "#1a7f37", of: ["ok"] },
   { key: "sold_out", label: "sold out", color: "#c62828", of: ["sold_out"] },
   { key: "duplicate", label: "duplicate", color: "#f59e0b", of: ["duplicate"] },
-  { key: "not_started", label: "not started / ended", color: "#6b7280", of: ["not_started", "ended"] },
+  { key: "not_started", label: "not started / ended / paused", color: "#6b7280",
+    of: ["not_started", "ended", "paused"] },
   { key: "rate_limited", label: "rate limited", color: "#7c3aed", of: ["rate_limited"] },
   { key: "errors", label: "errors", color: "#111827",
     of: ["unavailable", "bad_request", "unauthorized", "no_voucher", "other"] },
@@ -170,6 +175,7 @@ function update(d) {
   chart($("c-backlog"), hist.t, [{ name: "backlog (stream)", color: "#f59e0b", v: hist.backlog },
                                  { name: "admitted − persisted", color: "#7c3aed", v: hist.lag }], "");
   sales(d.sales, now);
+  events(d.events);
   instances(rows);
 }
 
@@ -272,38 +278,232 @@ function cell(tr, content, cls) {
   return td;
 }
 
+/* A sale's state at `nowS` (seconds) and the countdown that goes with it. */
+function saleState(s, nowS) {
+  if (s.begin != null && nowS < s.begin)
+    return { state: "not started", cls: "state-wait", count: "opens in " + fmtSpan(s.begin - nowS) };
+  if (s.end != null && nowS >= s.end)
+    return { state: "ended", cls: "state-end", count: "ended " + fmtSpan(nowS - s.end) + " ago" };
+  const count = s.end != null ? "ends in " + fmtSpan(s.end - nowS) : "";
+  if (s.paused) return { state: "paused", cls: "state-paused", count };
+  if (s.stock === 0) return { state: "sold out", cls: "state-out", count };
+  if (s.replicasShort)
+    return { state: "not sellable: replicas below the promise", cls: "state-short", count };
+  return { state: "on sale", cls: "state-on", count };
+}
+
+/* "2 d 3 h", "1 h 05 m", "4 m 09 s", "12 s". */
+function fmtSpan(sec) {
+  sec = Math.max(0, Math.floor(sec));
+  const d = Math.floor(sec / 86400), h = Math.floor((sec % 86400) / 3600);
+  const m = Math.floor((sec % 3600) / 60), s = sec % 60, p = (n) => String(n).padStart(2, "0");
+  if (d > 0) return d + " d " + h + " h";
+  if (h > 0) return h + " h " + p(m) + " m";
+  if (m > 0) return m + " m " + p(s) + " s";
+  return s + " s";
+}
+
 function sales(list, now) {
   const tb = $("sales").tBodies[0];
   tb.replaceChildren();
   list.sort((a, b) => b.id - a.id);
+  lastSales = new Map(list.map((s) => [s.id, s]));
   const nowS = now / 1000;
   for (const s of list) {
     const tr = document.createElement("tr");
     tr.dataset.id = s.id;
     const initial = (s.stock || 0) + (s.buyers || 0);
     const pct = initial > 0 ? (100 * s.buyers) / initial : 0;
-    let state = "on sale", cls = "state-on";
-    if (s.begin != null && nowS < s.begin) { state = "not started"; cls = "state-wait"; }
-    else if (s.end != null && nowS >= s.end) { state = "ended"; cls = "state-end"; }
-    else if (s.stock === 0) { state = "sold out"; cls = "state-out"; }
-    else if (s.replicasShort) { state = "not sellable: replicas below the promise"; cls = "state-short"; }
+    const st = saleState(s, nowS);
     cell(tr, "#" + s.id);
+    cell(tr, s.title == null ? "–" : s.title, "sale-title").title = s.title || "";
     cell(tr, s.stock == null ? "–" : s.stock.toLocaleString(), "n stock");
     cell(tr, (s.buyers || 0).toLocaleString() + " / " + initial.toLocaleString(), "n");
     const bar = document.createElement("div");
     bar.className = "bar";
     const fill = document.createElement("div");
     fill.style.width = pct.toFixed(1) + "%";
-    bar.appendChild(fill);
+    const label = document.createElement("span");
+    label.textContent = (s.buyers || 0).toLocaleString() + " sold · " + pct.toFixed(0) + "%";
+    bar.append(fill, label);
     cell(tr, bar, "bar-cell");
-    cell(tr, state, cls);
-    cell(tr, fmtWhen(s.begin) + " → " + fmtWhen(s.end));
+    const stc = cell(tr, st.state, "state " + st.cls);
+    const cd = document.createElement("span");
+    cd.className = "countdown";
+    cd.textContent = st.count;
+    stc.appendChild(cd);
+    cell(tr, fmtWhen(s.begin) + " → " + fmtWhen(s.end), "window");
+    cell(tr, controls(s, st, nowS), "ctl");
     tb.appendChild(tr);
     if (s.buckets > 1 && Array.isArray(s.perBucket)) tb.appendChild(bucketRow(s));
+    tb.appendChild(totalsRow(s));
   }
   if (!list.length) {
     const tr = document.createElement("tr");
-    cell(tr, "No flash sales yet: create one.").colSpan = 6;
+    cell(tr, "No flash sales yet: create one.").colSpan = COLS;
+    tb.appendChild(tr);
+  }
+}
+
+const COLS = 8;
+/* Outcome totals of a sale, in the order a review reads them (server names: metrics.c). */
+const TOTALS = [
+  ["ok", "sold"], ["sold_out", "sold out"], ["duplicate", "duplicates"],
+  ["rate_limited", "rate limited"], ["paused", "paused"], ["not_started", "not started"],
+  ["ended", "ended"], ["errors", "errors"],
+];
+const ERROR_OUTCOMES = GROUPS.find((g) => g.key === "errors").of;
+
+/* A row under sale s's row, one cell across the table: { tr, td }. */
+function subRow(s, cls, dataKey) {
+  const tr = document.createElement("tr");
+  tr.className = cls;
+  tr.dataset[dataKey] = s.id;
+  const td = cell(tr, "", cls + "-cell");
+  td.colSpan = COLS;
+  return { tr, td };
+}
+
+/* The row under a sale: its answers by outcome since it was created, from every instance. */
+function totalsRow(s) {
+  const { tr, td } = subRow(s, "totals", "totalsOf");
+  const t = Object.assign({}, s.totals || {});
+  t.errors = ERROR_OUTCOMES.reduce((a, k) => a + (t[k] || 0), 0);
+  for (const [k, label] of TOTALS) {
+    const span = document.createElement("span");
+    span.className = "tot";
+    span.dataset.outcome = k;
+    const b = document.createElement("b");
+    b.textContent = (t[k] || 0).toLocaleString();
+    span.append(b, " " + label);
+    td.appendChild(span);
+  }
+  return tr;
+}
+
+/* ------------------------------------------------------------ sale controls */
+
+let lastSales = new Map();         /* id -> the sale as last drawn */
+let confirmEnd = { id: 0, until: 0 };   /* End needs a second click within 4 s */
+
+function controls(s, st, nowS) {
+  const box = document.createElement("span");
+  const btn = (action, label, cls) => {
+    const b = document.createElement("button");
+    b.type = "button";
+    b.textContent = label;
+    b.dataset.action = action;
+    b.dataset.sale = s.id;
+    if (cls) b.className = cls;
+    box.appendChild(b);
+  };
+  const ended = s.end != null && nowS >= s.end;
+  if (!ended) {
+    btn(s.paused ? "resume" : "pause", s.paused ? "Resume" : "Pause");
+    const armed = confirmEnd.id === s.id && Date.now() < confirmEnd.until;
+    btn("end", armed ? "Confirm end" : "End", armed ? "warn" : "");
+  }
+  btn("extend", "Extend…");
+  return box;
+}
+
+function controlMsg(text, ok) {
+  const m = $("control-msg");
+  m.textContent = text;
+  m.className = ok ? "ok" : "error";
+}
+
+async function control(id, action, body) {
+  let r, j = null;
+  try {
+    r = await fetch("api/sale/" + id + "/" + action, {
+      method: "POST", body: body ? JSON.stringify(body) : "",
+      headers: { "content-type": "application/json", "x-admin-token": token },
+    });
+    j = await r.json();
+  } catch (e) {
+    controlMsg("No answer from the service.", false);
+    return false;
+  }
+  if (r.status === 403) { showLogin("Wrong admin token: the service refused it."); return false; }
+  if (j && j.success) {
+    const done = { pause: "paused", resume: "resumed", end: "ended", extend: "extended to " +
+                   (j.data && j.data.endTime ? j.data.endTime.replace("T", " ") : "?") };
+    controlMsg("Sale #" + id + " " + done[action] + ".", true);
+    poll();
+    return true;
+  }
+  controlMsg("Sale #" + id + ": " + ((j && j.errorMsg) || "HTTP " + r.status), false);
+  return false;
+}
+
+$("sales").tBodies[0].addEventListener("click", (ev) => {
+  const b = ev.target.closest("button[data-action]");
+  if (!b) return;
+  const id = Number(b.dataset.sale), action = b.dataset.action;
+  if (action === "end") {
+    if (confirmEnd.id === id && Date.now() < confirmEnd.until) {
+      confirmEnd = { id: 0, until: 0 };
+      control(id, "end");
+    } else {
+      confirmEnd = { id, until: Date.now() + 4000 };
+      b.textContent = "Confirm end";
+      b.className = "warn";
+    }
+  } else if (action === "extend") {
+    const s = lastSales.get(id), f = $("extend");
+    const base = Math.max(Date.now(), s && s.end != null ? s.end * 1000 : 0);
+    f.dataset.sale = id;
+    $("extend-what").textContent = "Sale #" + id + (s && s.title ? " " + s.title : "") + " ends at";
+    f.end.value = localIso(new Date(base + 3600 * 1000));
+    f.hidden = false;
+    f.end.focus();
+  } else {
+    control(id, action);
+  }
+});
+
+$("extend").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  const f = ev.target, id = Number(f.dataset.sale);
+  const v = f.end.value.length === 16 ? f.end.value + ":00" : f.end.value;
+  if (!v || new Date(v).getTime() <= Date.now()) {
+    controlMsg("The new end must be in the future.", false);
+    return;
+  }
+  if (await control(id, "extend", { endTime: v })) f.hidden = true;
+});
+$("extend-cancel").addEventListener("click", () => { $("extend").hidden = true; });
+
+/* ------------------------------------------------------------ events */
+
+const EVENT_LABEL = {
+  redis_down: "Redis down", redis_up: "Redis up", sql_down: "SQL down", sql_up: "SQL up",
+  redis_restart: "Redis restarted", rebuild: "rebuild", failover: "failover",
+  replicas_low: "replicas below the promise", sale_opened: "sale opened",
+  sale_sold_out: "sold out", sale_ended: "sale ended", sale_paused: "paused",
+  sale_resumed: "resumed", sale_extended: "extended",
+};
+const EVENT_BAD = new Set(["redis_down", "sql_down", "redis_restart", "failover", "replicas_low"]);
+const EVENT_GOOD = new Set(["redis_up", "sql_up", "sale_opened", "sale_resumed"]);
+
+function events(list) {
+  const tb = $("events").tBodies[0];
+  tb.replaceChildren();
+  for (const e of list || []) {
+    const tr = document.createElement("tr");
+    tr.dataset.kind = e.kind;
+    if (e.voucher != null) tr.dataset.sale = e.voucher;
+    tr.className = EVENT_BAD.has(e.kind) ? "ev-bad" : EVENT_GOOD.has(e.kind) ? "ev-good" : "";
+    cell(tr, fmtStamp(e.ts));
+    cell(tr, EVENT_LABEL[e.kind] || e.kind, "ev-kind");
+    cell(tr, e.text || "", "ev-text");
+    cell(tr, e.instance || "");
+    tb.appendChild(tr);
+  }
+  if (!tb.rows.length) {
+    const tr = document.createElement("tr");
+    cell(tr, "No events yet.").colSpan = 4;
     tb.appendChild(tr);
   }
 }
@@ -311,11 +511,7 @@ function sales(list, now) {
 /* A sale in K stock buckets: a second row with each bucket's stock left and sold, and the
  * units on their way between buckets (they count in the sale's stock above). */
 function bucketRow(s) {
-  const tr = document.createElement("tr");
-  tr.className = "buckets";
-  tr.dataset.bucketsOf = s.id;
-  const td = cell(tr, "", "bk-cell");
-  td.colSpan = 6;
+  const { tr, td } = subRow(s, "buckets", "bucketsOf");
   const head = document.createElement("span");
   head.className = "bk-head";
   head.textContent = s.buckets + " stock buckets:";
@@ -338,11 +534,15 @@ function bucketRow(s) {
   return tr;
 }
 
+/* "2026-12-06 20:14" (local time, with the year: a sale may be reviewed long after). */
 function fmtWhen(s) {
   if (s == null) return "?";
-  const d = new Date(s * 1000);
-  return d.toLocaleDateString(undefined, { month: "2-digit", day: "2-digit" }) + " " +
-         d.toLocaleTimeString(undefined, { hour: "2-digit", minute: "2-digit" });
+  return localIso(new Date(s * 1000)).slice(0, 16).replace("T", " ");
+}
+
+/* An event's time: "2026-12-06 20:14:05". */
+function fmtStamp(ms) {
+  return localIso(new Date(ms)).replace("T", " ");
 }
 
 function instances(rows) {
@@ -372,11 +572,19 @@ function localIso(d) {
   return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
 }
 
-function resetTimes() {
-  const f = $("create");
-  const now = new Date();
-  f.begin.value = localIso(now);
-  f.end.value = localIso(new Date(now.getTime() + 3600 * 1000));
+/* The form's checks, made when Create is pressed (the API makes them too: api_voucher.c).
+ * Empty times mean "now" and "an hour after the begin", taken at the press, so a board
+ * left open for hours still creates a sale that can sell. Returns the message or null. */
+function checkSale(b) {
+  const t = (v) => new Date(v).getTime();
+  if (!Number.isInteger(b.stock) || b.stock < 1) return "Stock must be a whole number of at least 1.";
+  if (b.payValue == null || b.actualValue == null || !(b.payValue >= 0) || !(b.actualValue >= 0))
+    return "Pay and Worth must be amounts in fen.";
+  if (b.payValue > b.actualValue) return "Pay must not be above Worth.";
+  if (isNaN(t(b.beginTime)) || isNaN(t(b.endTime))) return "Begins and Ends must be date-times.";
+  if (t(b.endTime) <= Date.now()) return "Ends must be in the future.";
+  if (t(b.endTime) <= t(b.beginTime)) return "Ends must be after Begins.";
+  return null;
 }
 
 $("create").addEventListener("submit", async (ev) => {
@@ -384,11 +592,21 @@ $("create").addEventListener("submit", async (ev) => {
   const f = ev.target, msg = $("create-msg");
   const num = (v) => (v.trim() === "" ? null : Number(v));
   const secs = (v) => (v.length === 16 ? v + ":00" : v);   /* datetime-local may omit seconds */
+  const pressed = new Date();
+  const begin = f.begin.value ? secs(f.begin.value) : localIso(pressed);
+  const end = f.end.value ? secs(f.end.value)
+    : localIso(new Date(new Date(begin).getTime() + 3600 * 1000));
   const body = {
     shopId: num(f.shopId.value), title: f.title.value, subTitle: "", rules: "",
     payValue: num(f.payValue.value), actualValue: num(f.actualValue.value), type: 1,
-    stock: num(f.stock.value), beginTime: secs(f.begin.value), endTime: secs(f.end.value),
+    stock: num(f.stock.value), beginTime: begin, endTime: end,
   };
+  const bad = checkSale(body);
+  if (bad) {
+    msg.className = "error";
+    msg.textContent = bad;
+    return;
+  }
   /* stock buckets (1-16): one hot voucher's stock over several Redis masters */
   if (f.buckets.value.trim() !== "" && f.buckets.value.trim() !== "1") body.stockBuckets = num(f.buckets.value);
   msg.className = "";
@@ -416,7 +634,6 @@ $("create").addEventListener("submit", async (ev) => {
   }
 });
 
-resetTimes();
 if (token) {
   poll().then((res) => { if (res === "ok") showBoard(); });
 } else {

@@ -82,6 +82,10 @@ static void r_blog_get(http_req_t *r, int64_t id, const auth_user_t *u) { (void)
 static void r_follows(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_blog_follows(r); }
 static void r_blog_todo(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_blog_unsupported(r); }
 static void r_board_data(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_board_data(r); }
+static void r_sale_pause(http_req_t *r, int64_t id, const auth_user_t *u) { api_sale_control(r, id, SALE_PAUSE); }
+static void r_sale_resume(http_req_t *r, int64_t id, const auth_user_t *u) { api_sale_control(r, id, SALE_RESUME); }
+static void r_sale_end(http_req_t *r, int64_t id, const auth_user_t *u) { api_sale_control(r, id, SALE_END); }
+static void r_sale_extend(http_req_t *r, int64_t id, const auth_user_t *u) { api_sale_control(r, id, SALE_EXTEND); }
 
 /* First match wins: literal routes come before the {id} route they would also match
  * ("/voucher-order/of/me" before "/voucher-order/{id}"). */
@@ -121,6 +125,10 @@ static const route_t routes[] = {
     LIT(HM_GET,  "/admin/board.js",               RF_NO_TOUCH,              r_board_js),
     LIT(HM_GET,  "/admin/board.css",              RF_NO_TOUCH,              r_board_css),
     LIT(HM_GET,  "/admin/api/board",              RF_NO_TOUCH,              r_board_data),
+    ID(HM_POST, "/admin/api/sale/", "/pause",     RF_NO_TOUCH,              r_sale_pause),
+    ID(HM_POST, "/admin/api/sale/", "/resume",    RF_NO_TOUCH,              r_sale_resume),
+    ID(HM_POST, "/admin/api/sale/", "/end",       RF_NO_TOUCH,              r_sale_end),
+    ID(HM_POST, "/admin/api/sale/", "/extend",    RF_NO_TOUCH,              r_sale_extend),
 };
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
 

@@ -75,6 +75,10 @@ typedef enum { BOARD_HTML, BOARD_JS, BOARD_CSS } board_asset_t;
 void api_board_asset(http_req_t *r, board_asset_t a);
 void api_board_data(http_req_t *r);
 
+/* The admin's sale controls (api_sale.c): POST /admin/api/sale/{id}/<action>. */
+typedef enum { SALE_PAUSE, SALE_RESUME, SALE_END, SALE_EXTEND } sale_action_t;
+void api_sale_control(http_req_t *r, int64_t voucher_id, sale_action_t act);
+
 /* 1 if the request's x-admin-token equals the configured admin token (never when none
  * is configured); compared in constant time, and only while the client has not guessed
  * wrong too often (auth/admin.h: then 0 with r->retry_after_s set). */

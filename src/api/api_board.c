@@ -9,7 +9,13 @@
  * published stock in Redis untouched: there each sale's stock and buyers are SQL's, read
  * on the job pool. The page polls it once a second and takes rates from the
  * differences. Snapshots come back from Redis as text: each is checked to be a JSON
- * object before it is passed on, so a bad entry cannot break the page. */
+ * object before it is passed on, so a bad entry cannot break the page.
+ *
+ * For running and reviewing a sale the reply also carries, per sale, its title (SQL, read
+ * once per process: titles.h), whether it is paused (the hash's `paused` field,
+ * api_sale.c) and its totals by outcome (seckill:{board}:totals:<id>, sale_totals.h), and
+ * the newest events (seckill:{board}:events, events.h): one HGETALL per sale and one
+ * LRANGE more per request, on the {board} slot's node. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,8 +24,13 @@
 #include <jansson.h>
 
 #include "api/api.h"
+#include "api/titles.h"
 #include "core/app.h"
 #include "server/board.h"
+#include "server/events.h"
+#include "server/jobs.h"
+#include "server/sale_totals.h"
+#include "store/store.h"
 #include "core/clock.h"
 #include "embedded.h"
 #include "core/key.h"
@@ -116,6 +127,9 @@ typedef struct board_sale {
     int64_t transit;        /* units in transfers not yet applied (K > 1) */
     int sql;                /* stock and buyers come from SQL (board_sql_sales), not Redis */
     struct board_part *parts;   /* its K buckets' parts, for the per-bucket figures */
+    int paused;             /* bucket 0's hash has `paused` (api_sale.c) */
+    int64_t totals[OUT__COUNT];   /* its answers by outcome, every instance's summed */
+    int seen[OUT__COUNT];         /* outcomes the totals hash has */
 } board_sale_t;
 
 /* One command's context: its sale and bucket (for a transfer log, and its units for a
@@ -152,6 +166,20 @@ static void put_buckets(sb_t *s, const board_sale_t *e)
     sb_puts(s, "]");
 }
 
+/* ,"title":..,"paused":..,"totals":{..} of a sale: what running and reviewing it needs. */
+static void put_review(sb_t *s, const board_sale_t *e)
+{
+    sb_puts(s, ",\"title\":");
+    if (!titles_get(e->id, s))
+        sb_puts(s, "null");
+    sb_puts(s, e->paused ? ",\"paused\":true,\"totals\":{" : ",\"paused\":false,\"totals\":{");
+    for (int o = 0, n = 0; o < OUT__COUNT; o++)
+        if (e->seen[o])
+            sb_printf(s, "%s\"%s\":%lld", n++ ? "," : "", metrics_outcome_name((outcome_t)o),
+                      (long long)e->totals[o]);
+    sb_puts(s, "}");
+}
+
 struct board_req {
     http_req_t *r;
     int pending;            /* replies still due, plus one while a step is sending */
@@ -161,7 +189,12 @@ struct board_req {
     board_sale_t *sales;
     size_t nsales;
     board_part_t *parts;    /* one per (sale, bucket) */
+    sb_t events;            /* the newest events, a JSON array, once read */
+    int64_t *untitled;      /* sales whose title this process does not know yet */
+    size_t nuntitled;
 };
+
+#define BOARD_EVENTS 50     /* the newest events a board request returns */
 
 static void board_finish(board_req_t *b)
 {
@@ -201,15 +234,23 @@ static void board_finish(board_req_t *b)
                                                 : ",\"replicasShort\":false");
             if (e->k > 1 && e->parts)
                 put_buckets(&s, e);
+            put_review(&s, e);
             sb_puts(&s, "}");
         }
-        sb_puts(&s, "]}");
+        sb_puts(&s, "],\"events\":");
+        if (b->events.len > 0)
+            sb_append(&s, b->events.buf, b->events.len);
+        else
+            sb_puts(&s, "[]");
+        sb_puts(&s, "}");
         api_ok(r, s.buf, s.len);
         sb_free(&s);
     }
     for (size_t i = 0; i < b->nsales; i++) {
         sb_free(&b->sales[i].when);
     }
+    sb_free(&b->events);
+    free(b->untitled);
     free(b->sales);
     free(b->parts);
     sb_free(&b->insts);
@@ -262,7 +303,7 @@ static void on_hmget(redisReply *rep, void *priv)
 {
     board_part_t *p = priv;
     board_sale_t *e = p->s;
-    size_t want = p->bucket == 0 ? 3 : 1;
+    size_t want = p->bucket == 0 ? 4 : 1;
     int64_t v;
     if (e->sql) {
         /* SQL's figures (sql_job); Redis gave the window */
@@ -274,11 +315,12 @@ static void on_hmget(redisReply *rep, void *priv)
     } else {
         e->stock_bad = 1;
     }
-    if (p->bucket == 0 && rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements == 3) {
+    if (p->bucket == 0 && rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements == 4) {
         sb_puts(&e->when, "\"begin\":");
         put_num(&e->when, rep->element[1]);
         sb_puts(&e->when, ",\"end\":");
         put_num(&e->when, rep->element[2]);
+        e->paused = is_str(rep->element[3]);
     }
     board_unref(e->b);
 }
@@ -423,12 +465,70 @@ static void board_sql_sales(board_req_t *b)
     }
 }
 
-/* Sends one sale's commands: per bucket HMGET and HLEN, and HGETALL of its log if K > 1;
- * in a mode that keeps the sale in SQL (board_sql_sales), the HMGET alone, for the window. */
+/* A sale's totals hash (one field per outcome and process, sale_totals.h): summed by
+ * outcome. */
+static void on_totals(redisReply *rep, void *priv)
+{
+    board_sale_t *e = priv;
+    for (size_t i = 0; rep != NULL && rep->type == REDIS_REPLY_ARRAY && i + 1 < rep->elements;
+         i += 2) {
+        const redisReply *k = rep->element[i];
+        int64_t v;
+        if (is_str(k) && reply_i64(rep->element[i + 1], &v) == 0 && v >= 0)
+            sale_totals_add(k->str, k->len, v, e->totals, e->seen);
+    }
+    board_unref(e->b);
+}
+
+static void on_events(redisReply *rep, void *priv)
+{
+    board_req_t *b = priv;
+    events_json(&b->events, rep);
+    board_unref(b);
+}
+
+static void run_titles(store_t *st, void *arg)
+{
+    board_req_t *b = arg;
+    titles_load(st, b->untitled, b->nuntitled);
+}
+
+static void done_titles(worker_t *w, void *arg)
+{
+    board_unref(arg);
+}
+
+/* Reads the titles this process does not know yet (one job), before the reply. */
+static void board_titles(board_req_t *b)
+{
+    sb_t probe = SB_INIT;
+    b->untitled = xcalloc(b->nsales ? b->nsales : 1, sizeof *b->untitled);
+    for (size_t i = 0; i < b->nsales; i++) {
+        probe.len = 0;
+        if (!titles_get(b->sales[i].id, &probe))
+            b->untitled[b->nuntitled++] = b->sales[i].id;
+    }
+    sb_free(&probe);
+    if (b->nuntitled == 0)
+        return;
+    b->pending++;
+    if (jobs_submit(b->r->w->app->jobs, b->r->w, run_titles, done_titles, b) != 0)
+        b->pending--;          /* busy: no titles this time, the next request asks again */
+}
+
+/* Sends one sale's commands: per bucket HMGET and HLEN, and HGETALL of its log if K > 1,
+ * and the HGETALL of its totals; in a mode that keeps the sale in SQL (board_sql_sales),
+ * the HMGET alone, for the window, and the totals. */
 static void board_send_sale(board_req_t *b, board_sale_t *s, board_part_t *parts)
 {
     rds_t *c = b->r->w->rds;
     s->parts = parts;
+    char tk[64];
+    const char *tg[2] = { "HGETALL", tk };
+    size_t tgl[2] = { 7, (size_t)snprintf(tk, sizeof tk, "%s%lld", KEY_BOARD_TOTALS,
+                                          (long long)s->id) };
+    b->pending++;
+    rds_command(c, on_totals, s, 2, tg, tgl);
     for (int bk = 0; bk < s->k; bk++) {
         board_part_t *p = &parts[bk];
         p->s = s;
@@ -444,14 +544,14 @@ static void board_send_sale(board_req_t *b, board_sale_t *s, board_part_t *parts
             s->stock_bad = s->buyers_bad = 1;
             continue;
         }
-        const char *hm[5] = { "HMGET", vk, "stock", "begin", "end" };
-        size_t hml[5] = { 5, (size_t)vl, 5, 5, 3 };
+        const char *hm[6] = { "HMGET", vk, "stock", "begin", "end", "paused" };
+        size_t hml[6] = { 5, (size_t)vl, 5, 5, 3, 6 };
         const char *hl[2] = { "HLEN", byk };
         size_t hll[2] = { 4, (size_t)bl };
         const char *hg[2] = { "HGETALL", lk };
         size_t hgl[2] = { 7, (size_t)ll };
         b->pending += s->sql ? 1 : s->k > 1 ? 3 : 2;
-        rds_command(c, on_hmget, p, bk == 0 ? 5 : 3, hm, hml);
+        rds_command(c, on_hmget, p, bk == 0 ? 6 : 3, hm, hml);
         if (s->sql) {
             continue;
         }
@@ -503,6 +603,7 @@ static void on_streams(redisReply *rep, void *priv)
     b->parts = xcalloc(nparts ? nparts : 1, sizeof *b->parts);
     /* this callback's own reference is still held while the commands go out */
     board_sql_sales(b);
+    board_titles(b);
     for (size_t i = 0, at = 0; i < b->nsales; i++) {
         board_send_sale(b, &b->sales[i], &b->parts[at]);
         at += (size_t)b->sales[i].k;
@@ -518,8 +619,14 @@ void api_board_data(http_req_t *r)
     board_req_t *b = xcalloc(1, sizeof *b);
     b->r = r;
     b->insts = (sb_t)SB_INIT;
-    b->pending = 3;                        /* two replies, and this function's own */
+    b->events = (sb_t)SB_INIT;
+    b->pending = 4;                        /* three replies, and this function's own */
     board_announce(r->w, 1, on_insts, b);
+    char n[16];
+    const char *lr[4] = { "LRANGE", KEY_BOARD_EVENTS, "0", n };
+    size_t lrl[4] = { 6, strlen(KEY_BOARD_EVENTS), 1,
+                      (size_t)snprintf(n, sizeof n, "%d", BOARD_EVENTS - 1) };
+    rds_command(r->w->rds, on_events, b, 4, lr, lrl);
     const char *sm[2] = { "SMEMBERS", KEY_STREAMS };
     size_t sml[2] = { 8, strlen(KEY_STREAMS) };
     rds_command(r->w->rds, on_streams, b, 2, sm, sml);

@@ -9,6 +9,7 @@
  * buyer hashes in Redis); this file checks the login and the per-user lookup limit and
  * writes the JSON. Admitted orders not yet in SQL come with "persisted":false. */
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,7 @@
 #include "api/orders.h"
 #include "sale/order_mode.h"
 #include "sale/ratelimit.h"
+#include "server/sale_totals.h"
 #include "core/sb.h"
 #include "server/worker.h"
 
@@ -32,9 +34,9 @@ static const char unavailable_body[] =
 static const char retry_body[] =
     "{\"success\":false,\"errorMsg\":\"系统繁忙，请重试\",\"code\":\"RETRY\"}";
 
-/* The refusals (sold out, duplicate, not started, ended, no such voucher) as bodies made
- * once: the sold-out answer is nearly every answer of a sale. */
-#define REFUSAL_MAX ADMIT_NO_VOUCHER
+/* The refusals (sold out, duplicate, not started, ended, no such voucher, paused) as
+ * bodies made once: the sold-out answer is nearly every answer of a sale. */
+#define REFUSAL_MAX ADMIT_PAUSED
 static struct refusal {
     char body[160];
     size_t len;                 /* 0: not made (no message for the code, or too long) */
@@ -60,7 +62,9 @@ static void refusals_make(void)
 
 static void on_admitted(http_req_t *r, int code, const admission_order_t *order)
 {
-    metrics_seckill_done(r->w->m, admission_outcome(code), clock_now_ns() - r->start_ns);
+    outcome_t o = admission_outcome(code);
+    metrics_seckill_done(r->w->m, o, clock_now_ns() - r->start_ns);
+    sale_totals_count(r->w, (int64_t)(intptr_t)r->ctx, o);   /* the sale: api_order_seckill */
     if (code > 0 && code <= REFUSAL_MAX) {
         pthread_once(&refusals_once, refusals_make);
         if (refusals[code].len > 0) {
@@ -96,9 +100,11 @@ void api_order_seckill(http_req_t *r, int64_t voucher_id, const auth_user_t *u)
     int ip_ok = ratelimit_allow_peer(r, RL_IP_SECKILL);
     if (!ip_ok || !ratelimit_allow(r, RL_USER_SECKILL, (uint64_t)u->id)) {
         metrics_seckill_done(r->w->m, OUT_RATE_LIMITED, clock_now_ns() - r->start_ns);
+        sale_totals_count(r->w, voucher_id, OUT_RATE_LIMITED);
         api_rate_limited(r, ip_ok ? RL_USER_SECKILL : RL_IP_SECKILL);
         return;
     }
+    r->ctx = (void *)(intptr_t)voucher_id;   /* for on_admitted's per-sale totals */
     order_mode_row(r->w->app->cfg.mode)->order(r, voucher_id, u->id, on_admitted);
 }
 

@@ -431,9 +431,12 @@ static int create_voucher(const bench_opts_t *o, const bench_load_t *P, int64_t 
     int64_t now = clock_wall_s();
     *begin = o->begin_in_s > 0 ? now + o->begin_in_s : now - 60;
     *end = (o->begin_in_s > 0 ? *begin : now) + o->window_s;
-    char b[32], e[32], body[512], req[2048], kb[32] = "";
+    char b[32], e[32], body[512], req[2048], kb[64] = "";
+    /* stock 0 (a rehearsal of the sold-out path) is a sale that cannot sell: asked for */
+    snprintf(kb, sizeof kb, "%s%s", stock == 0 ? ",\"allowClosed\":true" : "",
+             o->buckets > 1 ? ",\"stockBuckets\":" : "");
     if (o->buckets > 1)
-        snprintf(kb, sizeof kb, ",\"stockBuckets\":%d", o->buckets);
+        snprintf(kb + strlen(kb), sizeof kb - strlen(kb), "%d", o->buckets);
     local_time(*begin, b, sizeof b);
     local_time(*end, e, sizeof e);
     int bl = snprintf(body, sizeof body,

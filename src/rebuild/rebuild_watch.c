@@ -1,5 +1,6 @@
 /* rebuild_watch.c -- the thread that finds vouchers Redis lost and rebuilds them (see
  * rebuild_watch.h for when it looks; rebuild.h for what a rebuild does). */
+#include "server/events.h"
 #include "rebuild/rebuild_watch.h"
 
 #include <errno.h>
@@ -156,6 +157,9 @@ static void rebuild_one(rebuild_watch_t *w, int64_t vid, const char *why)
                  (long long)vid, why, (long long)res.stock, (long long)res.initial,
                  (long long)res.buyers, (long long)res.from_sql, (long long)res.from_stream,
                  (long long)res.epoch);
+        events_add(EV_REBUILD, vid, "sale %lld rebuilt in Redis from SQL (%s): stock %lld, "
+                   "%lld buyers", (long long)vid, why, (long long)res.stock,
+                   (long long)res.buyers);
         break;
     case REBUILD_PRESENT:
         break;

@@ -25,6 +25,7 @@
  * the writer and the rebuild watch reconnect by themselves.
  *
  * Stop: SHUTDOWN over the socket (falls back to SIGTERM), wait up to 10 s, then SIGKILL. */
+#include "server/events.h"
 #include "redis/redis_child.h"
 
 #include <errno.h>
@@ -428,6 +429,7 @@ int redis_child_watch(redis_child_t *c)
         return -1;
     }
     log_info("private redis-server restarted (pid %d) on unix:%s", (int)c->pid, c->sock);
+    events_add(EV_REDIS_RESTART, 0, "private redis-server restarted (pid %d)", (int)c->pid);
     return 1;
 }
 

@@ -22,7 +22,7 @@
  * Verdict cache: per worker, a small set-associative table voucher id -> (verdict, until,
  * and the voucher's K, which outlives the verdict: vcache_find).
  * Only verdicts that are the same for every user are kept (sold out, ended, not started,
- * no such voucher), for soldout_cache_ms. When an entry expires the next request asks
+ * no such voucher, paused), for soldout_cache_ms. When an entry expires the next request asks
  * Redis again, so at most one request per worker per interval learns a changed state
  * (stock put back, a voucher published later). Publishing a voucher on this worker
  * (publish.h) drops its entry at once.
@@ -137,6 +137,7 @@ const char *admission_msg(int code)
     case ADMIT_NOT_STARTED: return "秒杀尚未开始！";
     case ADMIT_ENDED: return "秒杀已经结束！";
     case ADMIT_NO_VOUCHER: return "优惠券不存在";
+    case ADMIT_PAUSED: return "秒杀已暂停";
     case ADMIT_UNAVAILABLE: return "服务器异常";
     case ADMIT_RETRY: return "系统繁忙，请重试";
     default: return NULL;
@@ -151,6 +152,7 @@ const char *admission_code(int code)
     case ADMIT_NOT_STARTED: return "NOT_STARTED";
     case ADMIT_ENDED: return "ENDED";
     case ADMIT_NO_VOUCHER: return "NO_VOUCHER";
+    case ADMIT_PAUSED: return "PAUSED";
     case ADMIT_UNAVAILABLE: return "UNAVAILABLE";
     case ADMIT_RETRY: return "RETRY";
     default: return NULL;
@@ -166,6 +168,7 @@ outcome_t admission_outcome(int code)
     case ADMIT_NOT_STARTED: return OUT_NOT_STARTED;
     case ADMIT_ENDED: return OUT_ENDED;
     case ADMIT_NO_VOUCHER: return OUT_NO_VOUCHER;
+    case ADMIT_PAUSED: return OUT_PAUSED;
     case ADMIT_UNAVAILABLE: return OUT_UNAVAILABLE;
     case ADMIT_RETRY: return OUT_UNAVAILABLE;
     default: return OUT_OTHER;
@@ -177,7 +180,7 @@ outcome_t admission_outcome(int code)
 static int cacheable(int code)
 {
     return code == ADMIT_SOLD_OUT || code == ADMIT_ENDED || code == ADMIT_NOT_STARTED ||
-           code == ADMIT_NO_VOUCHER;
+           code == ADMIT_NO_VOUCHER || code == ADMIT_PAUSED;
 }
 
 /* A cached answer for the voucher (an ADMIT_* code), or NULL. */
@@ -351,7 +354,7 @@ static void log_bad_reply(struct adm_cache *ac, const redisReply *rep, const cha
 static int reply_code(const redisReply *rep)
 {
     return rep != NULL && rep->type == REDIS_REPLY_INTEGER && rep->integer >= ADMIT_OK &&
-           rep->integer <= ADMIT_NO_VOUCHER ? (int)rep->integer : ADMIT_UNAVAILABLE;
+           rep->integer <= ADMIT_PAUSED ? (int)rep->integer : ADMIT_UNAVAILABLE;
 }
 
 /* A verdict the whole voucher shares: a bucket's sold out is not the voucher's (a refill

@@ -3,7 +3,8 @@
 -- admissions that queue up behind a call in flight together, up to 64).
 --
 -- KEYS[1] seckill:voucher:{id}  hash stock, begin, end (epoch seconds), ep (Redis generation),
---                               buckets (K, of a voucher in stock buckets)
+--                               buckets (K, of a voucher in stock buckets), paused (present
+--                               while the admin has the sale paused)
 -- KEYS[2] seckill:order:{id}    hash userId -> orderId (one order per user; order lookups
 --                               read it for orders not yet in SQL: src/api/orders.h)
 -- KEYS[3] seckill:stream:{id}   the voucher's order stream (consumer group g1)
@@ -18,7 +19,8 @@
 -- then userId, orderId of the first buyer; then the next buyer's, and so on.
 --
 -- Returns one code per buyer, in ARGV order: 0 admitted, 1 sold out, 2 already bought, 3
--- not started, 4 ended, 5 no such flash-sale voucher -- or, when the call asked for the
+-- not started, 4 ended, 5 no such flash-sale voucher, 6 paused (the hash's `paused` field,
+-- set by the admin's pause: src/api/api_sale.c) -- or, when the call asked for the
 -- check and the voucher's K is not the caller's, that K alone (an integer, not a list) and
 -- nothing decided: the caller sent buyers who may live in other buckets, and routes them
 -- again by it. A caller that knows the K asks no check, and its call reads no `buckets`
@@ -44,9 +46,9 @@ local n = (#ARGV - 2 - o) / 2
 local out = {}
 local v
 if o == 1 then
-  v = redis.call('HMGET', KEYS[1], 'stock', 'begin', 'end', 'ep', 'buckets')
+  v = redis.call('HMGET', KEYS[1], 'stock', 'begin', 'end', 'ep', 'buckets', 'paused')
 else
-  v = redis.call('HMGET', KEYS[1], 'stock', 'begin', 'end', 'ep')
+  v = redis.call('HMGET', KEYS[1], 'stock', 'begin', 'end', 'ep', 'paused')
 end
 local stock = tonumber(v[1])
 local code
@@ -56,7 +58,8 @@ if not stock then
 else
   if o == 1 and (v[5] or '1') ~= ARGV[3] then return tonumber(v[5]) or 1 end
   now = tonumber(redis.call('TIME')[1])
-  if now < tonumber(v[2]) then code = 3 elseif now >= tonumber(v[3]) then code = 4 end
+  if now < tonumber(v[2]) then code = 3 elseif now >= tonumber(v[3]) then code = 4
+  elseif v[5 + o] then code = 6 end
 end
 if code then
   for i = 1, n do out[i] = code end

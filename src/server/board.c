@@ -13,6 +13,8 @@
 
 #include "core/app.h"
 #include "server/board.h"
+#include "server/events.h"
+#include "server/sale_totals.h"
 #include "core/clock.h"
 #include "core/key.h"
 #include "server/metrics.h"
@@ -76,8 +78,13 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
+    worker_t *w = arg;
     /* Fire and forget: a lost announcement is renewed by the next one, well within the TTL. */
-    board_announce(arg, 0, NULL, NULL);
+    board_announce(w, 0, NULL, NULL);
+    metrics_totals_t t;
+    metrics_sum(w->app, &t);
+    events_tick(w, &t);
+    sale_totals_tick(w);
 }
 
 int board_init(worker_t *w)

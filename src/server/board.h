@@ -3,7 +3,9 @@
  * Worker 0 of every instance announces a snapshot of its counters (metrics_sum) once a
  * second through src/server/board.lua, with a TTL, so any instance can show every live
  * instance of the cluster. GET /admin/api/board (api_board.c) announces too and reads
- * the instances back in the same round trip, and each sale's stock beside it.
+ * the instances back in the same round trip, and each sale's stock beside it. The same
+ * tick writes the event log (events.h) and adds the per-sale answer totals to Redis
+ * (sale_totals.h).
  *
  * Ownership: board_init() hangs the timer off w->board; board_free() releases it after
  * the worker's loop has exited (server.c). */

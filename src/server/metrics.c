@@ -35,6 +35,7 @@ static const char *const outcome_name[OUT__COUNT] = {
     [OUT_UNAVAILABLE] = "unavailable",
     [OUT_OTHER] = "other",
     [OUT_RATE_LIMITED] = "rate_limited",
+    [OUT_PAUSED] = "paused",
 };
 
 /* rl_kind_t order (ratelimit.h). */

@@ -26,6 +26,7 @@ typedef enum {
     OUT_UNAVAILABLE,     /* Redis/SQL down or late: 503 */
     OUT_OTHER,           /* any other request (non-seckill endpoints) */
     OUT_RATE_LIMITED,    /* 429: a rate limit refused it (ratelimit.h) */
+    OUT_PAUSED,          /* 秒杀已暂停 (a paused sale: api_sale.c) */
     OUT__COUNT
 } outcome_t;
 

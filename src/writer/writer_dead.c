@@ -20,6 +20,12 @@
 
 #define DEAD_MAXLEN "100000"
 
+static int outside(const wstream_t *s, const store_order_t *o)
+{
+    return o->create_time < s->vbegin - WRITER_TIME_SLACK_S ||
+           o->create_time > s->vend + WRITER_TIME_SLACK_S;
+}
+
 /* Looks up, once per stream, the voucher of every stream with orders in the batch
  * (is it a flash-sale voucher in SQL, and its window), then turns orders of a missing
  * voucher, or outside its window, into dead letters. Returns 0, or -1 when SQL failed
@@ -37,13 +43,19 @@ int writer_dead_check(writer_t *wr)
             e->kind = E_DEAD;
             e->reason = "no such flash-sale voucher in SQL";
         } else {
-            for (size_t k = e->o0; k < e->o0 + e->no; k++)
-                if (wr->orders[k].create_time < s->vbegin - WRITER_TIME_SLACK_S ||
-                    wr->orders[k].create_time > s->vend + WRITER_TIME_SLACK_S) {
+            for (size_t k = e->o0; k < e->o0 + e->no; k++) {
+                if (!outside(s, &wr->orders[k]))
+                    continue;
+                /* the window may have moved since it was read (an admin's extend,
+                 * api_sale.c): read it again before calling the order dead */
+                if (writer_streams_voucher(wr, s) != 0)
+                    return -1;
+                if (outside(s, &wr->orders[k])) {
                     e->kind = E_DEAD;
                     e->reason = "time outside the voucher's sale window";
                     break;
                 }
+            }
         }
     }
     return 0;

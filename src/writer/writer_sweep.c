@@ -188,6 +188,10 @@ void writer_sweep_marks(writer_t *wr, int64_t now)
         }
         if (now < s->vend + DRAIN_MARGIN_S)
             continue;
+        /* ended by the end read before: read it again (an admin's extend moves it later,
+         * api_sale.c), once per stream that is about to be marked */
+        if (writer_streams_voucher(wr, s) != 0 || now < s->vend + DRAIN_MARGIN_S)
+            continue;
         if (drained_set(wr, s, 1) != 0)
             return;
         s->drained = 1;

@@ -1065,6 +1065,8 @@ def seckill_body(stock=100, begin=None, end=None, shop_id=1, title="100元代金
          "stock": stock,
          "beginTime": fmt_time(now - 3600 if begin is None else begin),
          "endTime": fmt_time(now + 3600 if end is None else end)}
+    if stock == 0 or (end is not None and end <= now):
+        b["allowClosed"] = True   # a sale that cannot sell is refused unless asked for
     b.update(kw)
     return b
 

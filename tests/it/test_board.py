@@ -7,15 +7,20 @@ Redis with a TTL; a stopped one drops off), and report each sale's live stock an
 each bucket's own stock and buyers). Then
 tests/browser/board.mjs drives Debian's chromium through playwright-core (pinned in
 tests/browser/package.json, installed by `sh tools/deps.sh test`), through nginx at /api/admin/:
-wrong token refused, log in,
+wrong token refused, log in, the form's own checks at Create (stock 0, pay above worth, an
+end in the past or before the begin: refused without a request),
 create a sale in 3 stock buckets through the form (each bucket's share shown under its
-row), sell it out with `seckill bench`, and see admissions/s, the stock and every bucket's
-stock change on the page with no reload and no JavaScript error. Screenshots land in
-build/browser/ for a person to look at.
+row; its title, countdown and window with the year), sell it out with `seckill bench`
+while pausing and resuming it from the page (the stock stands still while paused), and see
+admissions/s, the stock and every bucket's stock change on the page with no reload and no
+JavaScript error; then end it (two clicks) and extend it from the page, and see its totals
+by outcome (the same after a reload) and its events. Screenshots land in build/browser/
+for a person to look at. test_board_ops.py checks the same through the API.
 """
 
 import json
 import os
+import re
 import shutil
 import subprocess
 
@@ -146,7 +151,7 @@ def test_board_in_chromium():
     bench = [H.binary(), "bench", "--target", "http://127.0.0.1:%d" % s2.port,
              "--redis", redis.url, "--db", s1.db_url, "--admin-token", s1.admin_token,
              "--voucher", "{voucher}", "--stock", str(stock), "--seed-tokens",
-             "--users", "900", "--rate", "250", "--conns", "16", "--quiet"]
+             "--users", "900", "--rate", "60", "--conns", "16", "--quiet"]
     out_dir = os.path.join(H.ROOT, "build", "browser")
     # Through nginx under the course's /api prefix (deploy/nginx.conf.in), as a cluster's
     # operator would open it: the page's URLs are relative, so it works there too.
@@ -156,7 +161,7 @@ def test_board_in_chromium():
                STOCK=str(stock), BUCKETS="3", OUT_DIR=out_dir, CHROMIUM=chromium)
     env.update(H.san_env())
     p = subprocess.run([node, os.path.join(BROWSER_DIR, "board.mjs")], env=env,
-                       capture_output=True, text=True, timeout=180, cwd=BROWSER_DIR)
+                       capture_output=True, text=True, timeout=240, cwd=BROWSER_DIR)
     H.log("board.mjs:", p.stdout[-2000:], p.stderr[-3000:])
     check(p.returncode == 0, "board.mjs failed (exit %d):\n%s\n%s", p.returncode,
           p.stdout[-3000:], p.stderr[-3000:])
@@ -174,6 +179,31 @@ def test_board_in_chromium():
     eq([t.split(" left")[0] for t in found.get("bucket_texts_after", [])],
        ["#0 0", "#1 0", "#2 0"], "per-bucket stock on the page after the sale")
     eq(found["state_after"], "sold out", "state after the sale")
+    # running and reviewing the sale (test_board_ops.py checks the same through the API)
+    eq(found["page_validation"], ["Stock must be a whole number of at least 1.",
+                                  "Pay must not be above Worth.", "Ends must be in the future.",
+                                  "Ends must be after Begins."], "the form's own checks")
+    eq(found["page_validation_requests"], 0, "creates sent while the form refused")
+    eq(found["title"], "浏览器测试券", "the sale's title on the page")
+    check(re.match(r"^ends in (59 m \d\d s|1 h 00 m)$", found["countdown"]), "countdown %r",
+          found["countdown"])
+    check(re.match(r"^\d{4}-\d\d-\d\d \d\d:\d\d → \d{4}-\d\d-\d\d \d\d:\d\d$", found["window"]),
+          "window with the year: %r", found["window"])
+    eq(found["stock_paused"][0], found["stock_paused"][1], "stock while paused")
+    check(int(found["stock_paused"][0].replace(",", "")) > 0, "paused before the sale sold out: %r",
+          found["stock_paused"])
+    eq((found["state_ended"], found["state_extended"]), ("ended", "sold out"),
+       "state after End and after Extend")
+    check(found["control_msg"].startswith("Sale #%d extended to " % found["voucher"]),
+          "control message %r", found["control_msg"])
+    t = found["totals"]
+    check(t["ok"] == stock and t["paused"] > 0 and t["sold_out"] + t["duplicate"] > 0,
+          "totals on the page: %r", t)
+    eq(found["totals_after_reload"], t, "totals after a reload")
+    for k in ("sale_paused", "sale_resumed", "sale_ended", "sale_extended", "sale_sold_out"):
+        check(k in found["events"], "event %s on the page: %r", k, found["events"])
+    eq(found["events"].index("sale_extended") < found["events"].index("sale_paused"), True,
+       "events newest first")
     eq(found["bench_exit"], 0, "seckill bench exit status (its audit)")
     eq(found["navigations"], 1, "page loads (live updates without reloads)")
     check(found["phone_overflow"] <= 0, "horizontal overflow at phone width: %rpx",
