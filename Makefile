@@ -121,9 +121,9 @@ run: $(BUILD)/seckill
 VAR := var
 reset:
 	@if [ ! -e "$(VAR)" ]; then echo "nothing to reset: $(VAR) does not exist"; exit 0; fi; \
-	sock="$$(realpath "$(VAR)")/redis/redis.sock"; \
-	if grep -q " $$sock\$$" /proc/net/unix 2>/dev/null; then \
-	    echo "a seckill serve is running on $(VAR) ($$sock is bound): stop it first (Ctrl-C)" >&2; \
+	dir="$$(realpath "$(VAR)")"; \
+	if find /proc/[0-9]*/fd -maxdepth 1 -lname "$$dir" 2>/dev/null | grep -q .; then \
+	    echo "a seckill serve is running on $(VAR) (a process holds it open): stop it first (Ctrl-C)" >&2; \
 	    exit 1; \
 	fi; \
 	if [ "$(YES)" != 1 ]; then \
