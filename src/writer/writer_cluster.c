@@ -20,6 +20,7 @@
 #include "core/key.h"
 #include "core/log.h"
 #include "core/xmem.h"
+#include "server/events.h"
 #include "writer/writer_int.h"
 
 #define CLUSTER_CHECK_MS 1000
@@ -108,9 +109,15 @@ static void supervise(writer_t *sup)
     const rcluster_map_t *m = rcl_sync_map(sup->rcs);
     int ms[RCL_MAX_NODES];
     int n = rcluster_map_masters(m, ms);
+    int first = sup->nsubs == 0;   /* the start, not a change of masters */
     for (int i = 0; i < n; i++)
-        if (sub_index(sup, &m->nodes[ms[i]]) < 0)
+        if (sub_index(sup, &m->nodes[ms[i]]) < 0) {
             sub_start(sup, &m->nodes[ms[i]]);
+            if (!first)   /* a replica promoted (a failover), or a master added */
+                events_add(EV_FAILOVER, 0, "%s:%d is a master now (a failover or a new "
+                           "master): its order streams are read", m->nodes[ms[i]].host,
+                           m->nodes[ms[i]].port);
+        }
     for (size_t i = 0; i < sup->nsubs;) {
         int still = 0;
         for (int k = 0; k < n && !still; k++)

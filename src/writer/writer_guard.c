@@ -34,6 +34,7 @@
 #include "core/log.h"
 #include "redis/rcluster.h"
 #include "redis/rconn.h"
+#include "server/events.h"
 #include "writer/writer_int.h"
 
 #define GUARD_MAX_LAG_S 2   /* min-replicas-max-lag: a replica acks every second */
@@ -230,14 +231,20 @@ int writer_guard_run(writer_t *wr)
         return wr->guard_short;
     int is_short = good < wr->wait_replicas;
     if (is_short != wr->guard_short || !wr->guard_known) {
-        if (is_short)
+        if (is_short) {
             log_warn("writer: master %s:%d has %d of %d in-sync replicas: its vouchers are "
                      "not sellable (admissions refused before they take stock) and its "
                      "unreplicated orders wait, until a replica attaches", wr->addr.host,
                      wr->addr.port, good, wr->wait_replicas);
-        else if (wr->guard_known)
+            events_add(EV_REPLICAS_LOW, 0, "master %s:%d has %d of %d promised in-sync "
+                       "replicas: its vouchers are not sellable", wr->addr.host,
+                       wr->addr.port, good, wr->wait_replicas);
+        } else if (wr->guard_known) {
             log_info("writer: master %s:%d has %d in-sync replicas again: selling and "
                      "writing", wr->addr.host, wr->addr.port, good);
+            events_add(EV_REPLICAS_LOW, 0, "master %s:%d has %d in-sync replicas again: "
+                       "selling", wr->addr.host, wr->addr.port, good);
+        }
         wr->guard_short = is_short;
         wr->guard_known = 1;
     }

@@ -199,6 +199,17 @@ def test_failover_orphaned_master_refuses_then_resumes():
     short = {s["id"]: s.get("replicasShort") for s in board["data"]["sales"]}
     for v in vids:
         eq(short.get(v), v in orphaned, "voucher %d replicasShort on the board" % v)
+
+    # the board's event log tells it once (the promotion, and the replicas below the
+    # promise), not once per refused request
+    def kinds():
+        _, b = srv.http().api("GET", "/admin/api/board", admin=srv.admin_token,
+                              expect_status=200)
+        return [e.get("kind") for e in b["data"].get("events", [])]
+    H.wait_until(lambda: "replicas_low" in kinds() and "failover" in kinds(), 10,
+                 interval=0.2, what="the failover and the replicas below the promise in "
+                                    "the board's events")
+    eq(kinds().count("replicas_low"), 1, "replicas_low events while the master is short")
     for v in orphaned:
         st, out = H.audit(cluster, srv.db_url, voucher_id=v, wait_drain=0)
         row = [l for l in out.splitlines() if "stranded" in l]
