@@ -508,6 +508,10 @@ static int run_step(lab_t *L, int idx, row_t *r)
     snprintf(bj, sizeof bj, "%s/step%02d.bench.json", L->dir, idx + 1);
     snprintf(aj, sizeof aj, "%s/step%02d.audit.json", L->dir, idx + 1);
     snprintf(vout, sizeof vout, "%s/step%02d.voucher", L->dir, idx + 1);
+    /* The instances' signing key (their data dir's, made by the first one): the bench's
+     * seeded buyers get tokens they verify, since a signed-format server takes no other. */
+    char keyf[PATH_MAX + 16];
+    snprintf(keyf, sizeof keyf, "%s/token-key", L->dir);
     inst_t in[2];
     memset(in, 0, sizeof in);
     int rc = -1;
@@ -559,7 +563,8 @@ static int run_step(lab_t *L, int idx, row_t *r)
         bv[n++] = target[1];
     }
     char *rest[] = {"--redis", L->redis_url, "--db", L->db_url, "--voucher", voucher,
-                    "--stock", stock, "--seed-tokens", "--user-base", base, "--users", users,
+                    "--stock", stock, "--seed-tokens", "--token-key-file", keyf,
+                    "--user-base", base, "--users", users,
                     "--rate", rate, "--dup", dup, "--burst-share", "0.5", "--burst", "2",
                     "--conns", "32", "--record", rec, "--json", bj, "--no-audit", "--quiet",
                     "--seed", "1", NULL};

@@ -691,12 +691,13 @@ class Server:
 # Settings every test server gets unless the test names them (None = the server's own
 # default): every test client is 127.0.0.1, so the per-IP login and code limits would
 # turn the many logins of a sale into 429s. test_security.py and test_sec_login.py test
-# them on. /metrics is private by default; the tests read it on --listen
+# them on, and test_sec_login.py the instance's code budget (tests log in thousands of
+# buyers a minute). /metrics is private by default; the tests read it on --listen
 # (test_sec_http.py tests the default).
 # Tools seed course-style random tokens straight into Redis (bench --seed-tokens without
 # a key file), which a signed-format server accepts only with --token-accept-opaque:
 # test_sec_tokens.py tests the default (off).
-TEST_SETTINGS = {"rate_ip_login": 0, "rate_ip_code": 0, "metrics_public": 1,
+TEST_SETTINGS = {"rate_ip_login": 0, "rate_ip_code": 0, "code_budget": 0, "metrics_public": 1,
                  "token_accept_opaque": 1}
 
 

@@ -282,7 +282,7 @@ def test_cluster_node_behind_a_plain_address_refused():
                  what="the one-node cluster")
     d = H.subdir("seckill-data")
     db_url = H.db_url_for(os.path.join(d, "seckill.db"))
-    argv = H.server_argv(H.free_port(), r.url, db_url, "adm" + "0" * 29, d)
+    argv = H.server_argv(H.free_port(), r.url, db_url, "adm" + H.rand_hex(29), d)
     rc, out, err = H.run_tool(argv[1:], timeout=60)
     check(rc != 0 and "cluster mode" in err and "redis+cluster://" in err,
           "seckill serve on a cluster node behind redis://: exit %d\n%s", rc, err[-2000:])

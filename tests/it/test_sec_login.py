@@ -20,7 +20,8 @@ from harness import check, eq
 
 RATE_MSG = "请求过于频繁，请稍后再试"
 BUSY_MSG = "系统繁忙，请重试"
-PROXY = {"trusted_proxy": "127.0.0.1", "rate_ip_code": None}   # the default per-IP limit
+PROXY = {"trusted_proxy": "127.0.0.1", "rate_ip_code": None,   # the default per-IP limit
+         "code_budget": None}                             # and code budget
 
 
 def _metric(srv, name, labels):
