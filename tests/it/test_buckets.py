@@ -393,11 +393,17 @@ def test_buckets_bench_and_audit():
                                "--conns", 16, "--buckets", 4, "--json", js])
     check(rc == 0, "bench exit %d:\n%s\n%s", rc, out, err)
     j = json.load(open(js))
-    eq(j["outcomes"]["success"], 100, "bench success answers")
     eq(j["audit"], 0, "bench's audit status")
     check(j["drain"]["drained"], "not drained: %r", j["drain"])
     vid = j["voucher"]
     eq(r.cmd("HGET", H.k_voucher(vid), "buckets"), "4", "the bench's voucher's K")
-    eq(sum(int(r.cmd("HLEN", keys(vid, b, 4)["buyers"])) for b in range(4)), 100,
+    # Each buyer asks once: a bucketed sale may tell one 库存不足 while a last unit moves
+    # between buckets (docs/redis-cluster.md, "The bound on a false 库存不足"), so what is
+    # exact is the sum: every unit is sold (an answer and a buyer) or still in a bucket.
+    sold = j["outcomes"]["success"]
+    left = sum(bucket_stock(r, vid, 4))
+    eq(sold + left, 100, "success answers + stock left in the buckets")
+    check(sold >= 90, "sold only %d of 100 to 300 buyers", sold)
+    eq(sum(int(r.cmd("HLEN", keys(vid, b, 4)["buyers"])) for b in range(4)), sold,
        "buyers over the buckets")
     H.finish(srv)
