@@ -22,6 +22,7 @@
 #include "api/orders.h"
 #include "sale/order_mode.h"
 #include "sale/ratelimit.h"
+#include "room/room.h"
 #include "core/sb.h"
 #include "server/worker.h"
 
@@ -34,7 +35,7 @@ static const char retry_body[] =
 
 /* The refusals (sold out, duplicate, not started, ended, no such voucher) as bodies made
  * once: the sold-out answer is nearly every answer of a sale. */
-#define REFUSAL_MAX ADMIT_NO_VOUCHER
+#define REFUSAL_MAX ADMIT_QUEUE_REQUIRED
 static struct refusal {
     char body[160];
     size_t len;                 /* 0: not made (no message for the code, or too long) */
@@ -99,7 +100,8 @@ void api_order_seckill(http_req_t *r, int64_t voucher_id, const auth_user_t *u)
         api_rate_limited(r, ip_ok ? RL_USER_SECKILL : RL_IP_SECKILL);
         return;
     }
-    order_mode_row(r->w->app->cfg.mode)->order(r, voucher_id, u->id, on_admitted);
+    /* A voucher with a waiting room needs a valid pass, checked in memory (room.h). */
+    room_order(r, voucher_id, u->id, on_admitted, order_mode_row(r->w->app->cfg.mode)->order);
 }
 
 /* ------------------------------------------------------------ order lookups */
