@@ -21,5 +21,7 @@ size_t bodylimit_for(int method, const char *path, size_t path_len, size_t max_b
         lim = BODYLIMIT_LOGIN;
     else if (is(path, path_len, "/voucher") || is(path, path_len, "/voucher/seckill"))
         lim = max_body;
+    else if (path_len > 15 && memcmp(path, "/seckill/queue/", 15) == 0)
+        lim = BODYLIMIT_LOGIN;   /* a join: the bot gate's challenge and solution */
     return lim < max_body ? lim : max_body;
 }

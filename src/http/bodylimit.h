@@ -3,7 +3,8 @@
  * Most routes read no body (every GET, the flash-sale order, /user/code, /user/logout):
  * for them a body over BODYLIMIT_NONE bytes is refused with 413 as soon as the head says
  * it comes (Content-Length) or its first chunk does, before a byte of it is buffered.
- * Login gets a small limit (a phone and a code), voucher creation --max-body-bytes. So a
+ * Login and a waiting-room join get a small limit (a phone and a code; a challenge and
+ * its solution), voucher creation --max-body-bytes. So a
  * client cannot park 64 KiB per connection on a route that never reads it.
  *
  * The table mirrors the router's routes (api.c) that read r->body; the path is the one

@@ -44,6 +44,7 @@ struct room_worker {
 typedef struct call {
     http_req_t *r;
     room_cb cb;
+    int64_t user_id, voucher_id;
 } call_t;
 
 static int64_t int_at(const redisReply *rep, size_t i)
@@ -55,7 +56,8 @@ static int64_t int_at(const redisReply *rep, size_t i)
 static void on_script(struct redisReply *rep, void *priv)
 {
     call_t *c = priv;
-    room_state_t st = {.state = ROOM_UNAVAILABLE};
+    room_state_t st = {.state = ROOM_UNAVAILABLE, .user_id = c->user_id,
+                       .voucher_id = c->voucher_id};
     if (rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1) {
         st.state = (int)int_at(rep, 0);
         st.rank = int_at(rep, 1);
@@ -86,7 +88,7 @@ static void script(http_req_t *r, int64_t voucher_id, int64_t user_id, int join,
     int lv = key_voucher(kv, sizeof kv, voucher_id), lz = key_room(kz, sizeof kz, voucher_id),
         li = key_room_issued(ki, sizeof ki, voucher_id);
     if (lv < 0 || lz < 0 || li < 0) {
-        room_state_t st = {.state = ROOM_UNAVAILABLE};
+        room_state_t st = {.state = ROOM_UNAVAILABLE, .user_id = user_id, .voucher_id = voucher_id};
         cb(r, &st);
         return;
     }
@@ -98,6 +100,8 @@ static void script(http_req_t *r, int64_t voucher_id, int64_t user_id, int join,
     call_t *c = xmalloc(sizeof *c);
     c->r = r;
     c->cb = cb;
+    c->user_id = user_id;
+    c->voucher_id = voucher_id;
     rds_evalsha(r->w->rds, SCRIPT_ROOM, on_script, c, 3, join ? 6 : 5, argv, lens);
 }
 

@@ -33,6 +33,7 @@ enum {
 
 typedef struct room_state {
     int state;                  /* ROOM_* */
+    int64_t user_id, voucher_id;   /* whose answer it is (the call's) */
     int64_t rank;               /* 0-based place in the room */
     int64_t released;           /* passes released so far: floor((now - begin) * rate) */
     int64_t rate;               /* admitPerSecond */
