@@ -14,9 +14,13 @@
 #include <stdint.h>
 
 struct http_req;
+struct store_room;
 
-/* done(r, ok) runs once, after the last reply (ok: every command succeeded). */
+/* done(r, ok) runs once, after the last reply (ok: every command succeeded). room: the
+ * voucher's waiting room (NULL or admit_per_s 0: none), written with begin and end as the
+ * hash's room_r, room_ttl, room_gate. */
 void publish_voucher(struct http_req *r, int64_t voucher_id, int64_t stock, int64_t begin,
-                     int64_t end, int k, void (*done)(struct http_req *r, int ok));
+                     int64_t end, int k, const struct store_room *room,
+                     void (*done)(struct http_req *r, int ok));
 
 #endif
