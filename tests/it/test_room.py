@@ -233,8 +233,9 @@ def test_room_shuffle_fifo_and_rate_two_instances():
     for i, (u, p) in enumerate(sorted(passes.items())[:10]):
         st, j = buy(ha if i % 2 else hb, vid, toks[u], p)
         check(j["success"], "order of admitted user %d: %r", u, j)
-    # a poll right after another is refused from memory
-    u = everyone[-1]
+    # a poll right after another is refused from memory (a user who has not polled yet)
+    u = 7399999
+    toks.update(tokens_for(a, [u]))
     st, _ = poll(ha, vid, toks[u])
     st2, j = poll(ha, vid, toks[u])
     eq((st, st2, j["code"]), (200, 429, "RATE_LIMITED"), "two polls back to back")
