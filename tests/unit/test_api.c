@@ -111,6 +111,7 @@ static void test_admission_mapping(void **state)
         { ADMIT_NOT_STARTED, "秒杀尚未开始！", "NOT_STARTED", OUT_NOT_STARTED },
         { ADMIT_ENDED, "秒杀已经结束！", "ENDED", OUT_ENDED },
         { ADMIT_NO_VOUCHER, "优惠券不存在", "NO_VOUCHER", OUT_NO_VOUCHER },
+        { ADMIT_QUEUE_REQUIRED, "请先排队", "QUEUE_REQUIRED", OUT_BAD_REQUEST },
         { ADMIT_UNAVAILABLE, "服务器异常", "UNAVAILABLE", OUT_UNAVAILABLE },
         { ADMIT_RETRY, "系统繁忙，请重试", "RETRY", OUT_UNAVAILABLE },
     };
@@ -122,7 +123,7 @@ static void test_admission_mapping(void **state)
     assert_null(admission_msg(ADMIT_OK));
     assert_null(admission_code(ADMIT_OK));
     assert_int_equal(admission_outcome(ADMIT_OK), OUT_OK);
-    assert_null(admission_msg(6));
+    assert_null(admission_msg(7));
     assert_null(admission_code(-3));
     assert_int_equal(admission_outcome(42), OUT_OTHER);
 }
