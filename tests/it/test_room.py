@@ -306,3 +306,40 @@ def test_room_cluster_slot():
             sold += 1 if j["success"] else 0
     eq(sold, 3, "sold on the cluster")
     H.finish(srv)
+
+
+def solve(challenge, difficulty):
+    """The decimal s with SHA-256(challenge ":" s) starting with `difficulty` zero bits."""
+    s = 0
+    while True:
+        d = hashlib.sha256(("%s:%d" % (challenge, s)).encode()).digest()
+        if int.from_bytes(d, "big") >> (256 - difficulty) == 0:
+            return str(s)
+        s += 1
+
+
+def test_room_bot_gate_join():
+    r, srv = H.setup()
+    h = srv.http()
+    toks = tokens_for(srv, [7600001, 7600002])
+    t1, t2 = toks[7600001], toks[7600002]
+    plain = H.create_seckill(srv, stock=5, waitingRoom={"admitPerSecond": 100})
+    refused(*h.api("GET", "/seckill/challenge/%d" % plain, token=t1), "NO_CHALLENGE",
+            "challenge of a room without a bot gate")
+    st, j = join(h, plain, t1)
+    check(j["success"], "join without a bot gate: %r", j)
+    vid = H.create_seckill(srv, stock=5, waitingRoom={"admitPerSecond": 100, "botGate": True})
+    eq(r.cmd("HGET", H.k_voucher(vid), "room_gate"), "1", "room_gate")
+    refused(*join(h, vid, t1), "CHALLENGE_REQUIRED", "join without a solution")
+    refused(*join(h, vid, t1, {"challenge": 1, "solution": []}), "CHALLENGE_REQUIRED",
+            "join with a malformed solution")
+    st, j = h.api("GET", "/seckill/challenge/%d" % vid, token=t1)
+    check(j["success"] and isinstance(j["data"]["challenge"], str) and
+          isinstance(j["data"]["difficulty"], int), "challenge: %r", j)
+    c, d = j["data"]["challenge"], j["data"]["difficulty"]
+    st, j = join(h, vid, t1, {"challenge": c, "solution": solve(c, d)})
+    check(j["success"] and j["data"]["state"] == "admitted", "join with a solution: %r", j)
+    st, j = buy(h, vid, t1, j["data"]["pass"])
+    check(j["success"], "order after the gated join: %r", j)
+    refused(*buy(h, vid, t2), "QUEUE_REQUIRED", "order without a pass on the gated room")
+    H.finish(srv)
