@@ -86,14 +86,24 @@ static int challenge_ok(http_req_t *r, int64_t voucher_id, int64_t user_id)
     return 0;
 }
 
-static void on_join_info(http_req_t *r, int64_t voucher_id, const room_info_t *ri)
+/* The user id the handler left in r->ctx (room_info's callers), taken back; -1 after
+ * answering 503 when Redis could not say what the voucher has. */
+static int64_t info_user(http_req_t *r, const room_info_t *ri)
 {
     int64_t user_id = (int64_t)(intptr_t)r->ctx;
     r->ctx = NULL;
     if (!ri->known) {
         api_unavailable(r, "redis unavailable");
-        return;
+        return -1;
     }
+    return user_id;
+}
+
+static void on_join_info(http_req_t *r, int64_t voucher_id, const room_info_t *ri)
+{
+    int64_t user_id = info_user(r, ri);
+    if (user_id < 0)
+        return;
     if (!ri->has_room) {
         api_fail(r, "该优惠券无需排队", "NO_QUEUE");
         return;
@@ -133,12 +143,9 @@ void api_room_poll(http_req_t *r, int64_t voucher_id, const auth_user_t *u)
 
 static void on_challenge_info(http_req_t *r, int64_t voucher_id, const room_info_t *ri)
 {
-    int64_t user_id = (int64_t)(intptr_t)r->ctx;
-    r->ctx = NULL;
-    if (!ri->known) {
-        api_unavailable(r, "redis unavailable");
+    int64_t user_id = info_user(r, ri);
+    if (user_id < 0)
         return;
-    }
     if (!ri->has_room || !ri->bot_gate) {
         api_fail(r, "该优惠券无需验证", "NO_CHALLENGE");
         return;

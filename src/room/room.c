@@ -183,6 +183,20 @@ static const flag_t *flag_learn(struct room_worker *rw, int64_t voucher_id, cons
     return f;
 }
 
+/* What flag_learn reads: HMGET of the voucher hash (cb gets NULL if the key does not fit). */
+static void flags_read(http_req_t *r, int64_t voucher_id, rds_cb cb, void *priv)
+{
+    char kv[64];
+    int lv = key_voucher(kv, sizeof kv, voucher_id);
+    if (lv < 0) {
+        cb(NULL, priv);
+        return;
+    }
+    const char *argv[5] = {"HMGET", kv, "begin", "room_r", "room_gate"};
+    size_t lens[5] = {5, (size_t)lv, 5, 6, 9};
+    rds_command(r->w->rds, cb, priv, 5, argv, lens);
+}
+
 static void on_hmget(struct redisReply *rep, void *priv)
 {
     info_call_t *c = priv;
@@ -205,18 +219,9 @@ void room_info(http_req_t *r, int64_t voucher_id, room_info_cb cb)
         cb(r, voucher_id, &ri);
         return;
     }
-    char kv[64];
-    int lv = key_voucher(kv, sizeof kv, voucher_id);
-    if (lv < 0) {
-        room_info_t ri = {0};
-        cb(r, voucher_id, &ri);
-        return;
-    }
-    const char *argv[5] = {"HMGET", kv, "begin", "room_r", "room_gate"};
-    size_t lens[5] = {5, (size_t)lv, 5, 6, 9};
     info_call_t *c = xmalloc(sizeof *c);
     *c = (info_call_t){.r = r, .voucher_id = voucher_id, .cb = cb};
-    rds_command(r->w->rds, on_hmget, c, 5, argv, lens);
+    flags_read(r, voucher_id, on_hmget, c);
 }
 
 /* ------------------------------------------------------------ the order gate */
@@ -273,18 +278,10 @@ void room_order(http_req_t *r, int64_t voucher_id, int64_t user_id, admission_cb
         gate_decide(r, voucher_id, user_id, f->kind == F_ROOM, cb, next);
         return;
     }
-    char kv[64];
-    int lv = key_voucher(kv, sizeof kv, voucher_id);
-    if (lv < 0) {
-        next(r, voucher_id, user_id, cb);
-        return;
-    }
-    const char *argv[5] = {"HMGET", kv, "begin", "room_r", "room_gate"};
-    size_t lens[5] = {5, (size_t)lv, 5, 6, 9};
     gate_call_t *c = xmalloc(sizeof *c);
     *c = (gate_call_t){.r = r, .voucher_id = voucher_id, .user_id = user_id, .cb = cb,
                        .next = next};
-    rds_command(r->w->rds, on_gate_hmget, c, 5, argv, lens);
+    flags_read(r, voucher_id, on_gate_hmget, c);
 }
 
 /* ------------------------------------------------------------ lifetime */
