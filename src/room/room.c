@@ -15,6 +15,7 @@
 #include "core/sb.h"
 #include "core/xmem.h"
 #include "http/http_req.h"
+#include "rebuild/rebuild_watch.h"
 #include "redis/rds.h"
 #include "room/pass.h"
 #include "sale/ratelimit.h"
@@ -70,6 +71,10 @@ static void on_script(struct redisReply *rep, void *priv)
     http_req_t *r = c->r;
     room_cb cb = c->cb;
     free(c);
+    if (st.state == ROOM_NO_VOUCHER) {
+        /* Redis may have lost it (as admission.c does): if SQL knows it, it is rebuilt */
+        rebuild_watch_poke(r->w->app->rebuild, st.voucher_id);
+    }
     cb(r, &st);
 }
 
