@@ -5,7 +5,8 @@
     one without a room answers the queue's endpoints NO_QUEUE and sells as ever;
   - the pass: an order on a room voucher without a pass, with a garbage, foreign,
     other-voucher or expired pass (signed with the right key, made here from the token key
-    as pass.h lays it out) is refused QUEUE_REQUIRED; a pass from the poll and one made here
+    as pass.h lays it out) is refused QUEUE_REQUIRED, without a Redis command once the
+    worker knows the voucher (MONITOR); a pass from the poll and one made here
     are accepted; the room survives a FLUSHALL (rebuilt from SQL);
   - fairness, on two instances sharing one Redis: 400 users joining before beginTime stand
     in an order not correlated with their join order (Spearman |rho| < 0.3: under a uniform
@@ -74,6 +75,26 @@ def spearman(xs, ys):
     return 1 - 6.0 * d2 / (n * (n * n - 1))
 
 
+def redis_lines_during(r, fn, needle):
+    """The MONITOR lines naming `needle` while fn runs."""
+    mon = r.client(timeout=30)
+    mon.send("MONITOR")
+    eq(mon._read(), "OK", "MONITOR")
+    lines = []
+    try:
+        fn()
+        r.cmd("ECHO", "test-room-mark")
+        while True:
+            line = mon._read()
+            if "test-room-mark" in line:
+                break
+            if needle in line:
+                lines.append(line)
+    finally:
+        mon.close()
+    return lines
+
+
 def redis_ms(r):
     s, us = r.cmd("TIME")
     return int(s) * 1000 + int(us) // 1000
@@ -82,7 +103,7 @@ def redis_ms(r):
 # ---------------------------------------------------------------------------------------
 
 def test_room_option_and_pass():
-    r, srv = H.setup()
+    r, srv = H.setup(settings={"rate_user_seckill": "0"})
     h = srv.http()
     adm = srv.admin_token
     for room, why in (("x", "waitingRoom must be an object"),
@@ -131,6 +152,10 @@ def test_room_option_and_pass():
     refused(*buy(h, vid, toks[u1], good[:-1] + ("0" if good[-1] != "0" else "1")),
             "QUEUE_REQUIRED", "pass with a wrong MAC")
     eq(r.cmd("HLEN", H.k_buyers(vid)), 0, "buyers after the refusals")
+    # once a worker knows the voucher has a room, a refusal costs no Redis command
+    eq(redis_lines_during(r, lambda: [refused(*buy(h, vid, toks[u1], "garbage"),
+                                              "QUEUE_REQUIRED", "refusal") for _ in range(20)],
+                          "{%d}" % vid), [], "Redis commands of 20 refusals without a pass")
     # the pass of a join (admitted at once: the sale began an hour ago at 1000/s)
     st, j = join(h, vid, toks[u2])
     check(st == 200 and j["success"] and j["data"]["state"] == "admitted" and
