@@ -1,8 +1,9 @@
 /* api_order.c -- POST /voucher-order/seckill/{id} (the hot path), GET /voucher-order/{id},
  * GET /voucher-order/of/me.
  *
- * The flash sale is: logged-in user (router) -> the order mode's order (order_mode.h;
- * stream mode: admission_try) -> reply from a stack buffer. No SQL, no JSON library, no
+ * The flash sale is: logged-in user (router) -> the waiting room's gate (room.h: a voucher
+ * with a room needs a valid pass, checked in memory) -> the order mode's order
+ * (order_mode.h; stream mode: admission_try) -> reply from a stack buffer. No SQL, no JSON library, no
  * allocation here.
  *
  * Order lookups are orders.h's (SQL merged with the admitted orders still in the vouchers'
@@ -33,7 +34,7 @@ static const char unavailable_body[] =
 static const char retry_body[] =
     "{\"success\":false,\"errorMsg\":\"系统繁忙，请重试\",\"code\":\"RETRY\"}";
 
-/* The refusals (sold out, duplicate, not started, ended, no such voucher) as bodies made
+/* The refusals (sold out, duplicate, not started, ended, no such voucher, no pass) as bodies made
  * once: the sold-out answer is nearly every answer of a sale. */
 #define REFUSAL_MAX ADMIT_QUEUE_REQUIRED
 static struct refusal {

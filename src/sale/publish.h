@@ -3,11 +3,12 @@
  *
  * Each bucket gets its stream with consumer group g1 (XGROUP CREATE MKSTREAM; BUSYGROUP
  * is fine), its member in seckill:streams (the writers read the streams listed there),
- * its hash's begin, end and -- bucketed -- `buckets` = K, then its share of the stock,
+ * its hash's begin, end, -- bucketed -- `buckets` = K and -- with a waiting room, bucket 0
+ * -- room_r, room_ttl, room_gate (src/room/room.h), then its share of the stock,
  * HSETNX: a rebuild from SQL (rebuild.h) that got there first is kept. Stock is what
  * makes a bucket sellable, so it goes last; and buckets 1..K-1 are all answered before
  * bucket 0 -- the voucher's own keys, whose stock makes the voucher sellable -- is sent.
- * The worker's cached verdict for the voucher (admission.h) is dropped. */
+ * The worker's cached verdict for the voucher (admission.h) and its room flag are dropped. */
 #ifndef SECKILL_PUBLISH_H
 #define SECKILL_PUBLISH_H
 
