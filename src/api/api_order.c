@@ -3,8 +3,8 @@
  *
  * The flash sale is: logged-in user (router) -> the waiting room's gate (room.h: a voucher
  * with a room needs a valid pass, checked in memory) -> the order mode's order
- * (order_mode.h; stream mode: admission_try) -> reply from a stack buffer. No SQL, no JSON library, no
- * allocation here.
+ * (order_mode.h; stream mode: admission_try) -> reply from a stack buffer. No SQL, no JSON
+ * library, no allocation here.
  *
  * Order lookups are orders.h's (SQL merged with the admitted orders still in the vouchers'
  * buyer hashes in Redis); this file checks the login and the per-user lookup limit and

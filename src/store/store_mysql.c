@@ -180,9 +180,10 @@ static const char *const stmt_sql[ST__COUNT] = {
                       "WHERE sv.voucher_id = ? FOR UPDATE",
     [ST_BUCKETS_INSERT] = "INSERT INTO tb_seckill_buckets (voucher_id, buckets) VALUES (?, ?)",
     [ST_BUCKETS_GET] = "SELECT buckets FROM tb_seckill_buckets WHERE voucher_id = ?",
-    [ST_ROOM_INSERT] = "INSERT INTO tb_seckill_room (voucher_id, admit_per_s, pass_ttl_s, bot_gate) "
-                       "VALUES (?, ?, ?, ?)",
-    [ST_ROOM_GET] = "SELECT admit_per_s, pass_ttl_s, bot_gate FROM tb_seckill_room WHERE voucher_id = ?",
+    [ST_ROOM_INSERT] = "INSERT INTO tb_seckill_room (voucher_id, admit_per_s, pass_ttl_s, "
+                       "bot_gate) VALUES (?, ?, ?, ?)",
+    [ST_ROOM_GET] = "SELECT admit_per_s, pass_ttl_s, bot_gate FROM tb_seckill_room "
+                    "WHERE voucher_id = ?",
     [ST_EPOCH_BUMP] = "INSERT INTO tb_seckill_epoch (voucher_id, epoch) VALUES (?, 1) "
                       "ON DUPLICATE KEY UPDATE epoch = epoch + 1",
     [ST_SHOP_GET] = SHOP_COLS "WHERE id = ?",
@@ -2294,7 +2295,8 @@ static int my_shop_types(store_t *s, store_shop_type_t **out, size_t *n)
         .orders_of_user = my_orders_of_user, .voucher_counts = my_voucher_counts,       \
         .order_sync = my_order_sync, .voucher_orders = my_voucher_orders,               \
         .redis_epoch = my_redis_epoch, .exec = my_exec, .exec_orders = my_exec_orders,  \
-        .voucher_buckets = my_voucher_buckets, .voucher_room = my_voucher_room, .shop_get = my_shop_get,                 \
+        .voucher_buckets = my_voucher_buckets, .voucher_room = my_voucher_room,        \
+        .shop_get = my_shop_get,                                                        \
         .shop_list = my_shop_list, .shop_create = my_shop_create,                       \
         .shop_update = my_shop_update,                                                  \
         .shop_types = my_shop_types,                                                    \

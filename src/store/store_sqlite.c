@@ -103,9 +103,10 @@ static const char *const stmt_sql[ST__COUNT] = {
                           "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)",
     [ST_BUCKETS_INSERT] = "INSERT INTO tb_seckill_buckets (voucher_id, buckets) VALUES (?1, ?2)",
     [ST_BUCKETS_GET] = "SELECT buckets FROM tb_seckill_buckets WHERE voucher_id = ?1",
-    [ST_ROOM_INSERT] = "INSERT INTO tb_seckill_room (voucher_id, admit_per_s, pass_ttl_s, bot_gate) "
-                       "VALUES (?1, ?2, ?3, ?4)",
-    [ST_ROOM_GET] = "SELECT admit_per_s, pass_ttl_s, bot_gate FROM tb_seckill_room WHERE voucher_id = ?1",
+    [ST_ROOM_INSERT] = "INSERT INTO tb_seckill_room (voucher_id, admit_per_s, pass_ttl_s, "
+                       "bot_gate) VALUES (?1, ?2, ?3, ?4)",
+    [ST_ROOM_GET] = "SELECT admit_per_s, pass_ttl_s, bot_gate FROM tb_seckill_room "
+                    "WHERE voucher_id = ?1",
     [ST_SECKILL_INSERT] = "INSERT INTO tb_seckill_voucher (voucher_id, stock, begin_time, "
                           "end_time, create_time, update_time) VALUES (?1, ?2, ?3, ?4, ?5, ?5)",
     [ST_VOUCHER_GET] = VOUCHER_COLS "WHERE v.id = ?1",
