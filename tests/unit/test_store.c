@@ -344,20 +344,27 @@ static void test_schema_idempotent(void **state)
     assert_non_null(strstr(err, "newer"));
 }
 
-/* A voucher's stock bucket count survives in SQL (tb_seckill_buckets), written in the
- * create's transaction; no row reads as 1. */
-static void test_voucher_buckets(void **state)
+/* A flash-sale voucher of stock 60 to create, with the side settings left to the caller. */
+static store_voucher_t side_voucher(const char *title)
 {
-    FX(f);
     store_voucher_t v = {0};
     v.shop_id = 1;
-    v.title = "hot";
+    v.title = (char *)title;
     v.type = 1;
     v.status = 1;
     v.is_seckill = 1;
     v.stock = 60;
     v.begin_time = 1700000000;
     v.end_time = 1700086400;
+    return v;
+}
+
+/* A voucher's stock bucket count survives in SQL (tb_seckill_buckets), written in the
+ * create's transaction; no row reads as 1. */
+static void test_voucher_buckets(void **state)
+{
+    FX(f);
+    store_voucher_t v = side_voucher("hot");
     v.buckets = 6;
     assert_int_equal(store_voucher_create(f->s, &v), STORE_OK);
     int64_t plain = create_seckill(f->s, 1, 5);
@@ -376,15 +383,7 @@ static void test_voucher_buckets(void **state)
 static void test_voucher_room(void **state)
 {
     FX(f);
-    store_voucher_t v = {0};
-    v.shop_id = 1;
-    v.title = "queued";
-    v.type = 1;
-    v.status = 1;
-    v.is_seckill = 1;
-    v.stock = 60;
-    v.begin_time = 1700000000;
-    v.end_time = 1700086400;
+    store_voucher_t v = side_voucher("queued");
     v.room = (store_room_t){.admit_per_s = 1000, .pass_ttl_s = 90, .bot_gate = 1};
     assert_int_equal(store_voucher_create(f->s, &v), STORE_OK);
     int64_t plain = create_seckill(f->s, 1, 5);
