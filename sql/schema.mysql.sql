@@ -165,6 +165,17 @@ INSERT IGNORE INTO tb_shop (id, name, type_id, images, area, address, x, y, avg_
                             comments, score, open_hours) VALUES
     (1, '103茶餐厅', 1, '', '大关', '金华路锦昌文华苑29号', 120.149192, 30.316078, 80, 4215, 3035, 37, '10:00-22:00');
 
+-- Version 6: a flash-sale voucher's waiting room (docs/waiting-room.md), so a rebuild of
+-- Redis from SQL brings it back. A side table like tb_seckill_buckets. No row = no room.
+CREATE TABLE IF NOT EXISTS tb_seckill_room (
+    voucher_id  BIGINT UNSIGNED NOT NULL,
+    admit_per_s INT UNSIGNED    NOT NULL,
+    pass_ttl_s  INT UNSIGNED    NOT NULL DEFAULT 60,
+    bot_gate    TINYINT(1)      NOT NULL DEFAULT 0,
+    create_time DATETIME        NOT NULL DEFAULT CURRENT_TIMESTAMP,
+    PRIMARY KEY (voucher_id)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_general_ci;
+
 -- Last: the version this file brings the database to (MYSQL_SCHEMA_VERSION).
-INSERT INTO schema_version (id, version) VALUES (1, 5)
-    ON DUPLICATE KEY UPDATE version = GREATEST(version, 5);
+INSERT INTO schema_version (id, version) VALUES (1, 6)
+    ON DUPLICATE KEY UPDATE version = GREATEST(version, 6);

@@ -149,4 +149,15 @@ INSERT OR IGNORE INTO tb_shop (id, name, type_id, images, area, address, x, y, a
                                comments, score, open_hours) VALUES
     (1, '103茶餐厅', 1, '', '大关', '金华路锦昌文华苑29号', 120.149192, 30.316078, 80, 4215, 3035, 37, '10:00-22:00');
 
-PRAGMA user_version = 5;
+-- Version 6. Not the course's: a flash-sale voucher's waiting room (docs/waiting-room.md),
+-- so a rebuild of Redis from SQL brings it back. A side table like tb_seckill_buckets.
+-- No row = no waiting room.
+CREATE TABLE IF NOT EXISTS tb_seckill_room (
+    voucher_id  INTEGER PRIMARY KEY,
+    admit_per_s INTEGER NOT NULL,
+    pass_ttl_s  INTEGER NOT NULL DEFAULT 60,
+    bot_gate    INTEGER NOT NULL DEFAULT 0,
+    create_time TEXT    NOT NULL DEFAULT (datetime('now', 'localtime'))
+);
+
+PRAGMA user_version = 6;

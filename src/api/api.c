@@ -81,6 +81,9 @@ static void r_blog_feed(http_req_t *r, int64_t id, const auth_user_t *u) { (void
 static void r_blog_get(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_blog_get(r); }
 static void r_follows(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_blog_follows(r); }
 static void r_blog_todo(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_blog_unsupported(r); }
+static void r_room_join(http_req_t *r, int64_t id, const auth_user_t *u) { api_room_join(r, id, u); }
+static void r_room_poll(http_req_t *r, int64_t id, const auth_user_t *u) { api_room_poll(r, id, u); }
+static void r_room_challenge(http_req_t *r, int64_t id, const auth_user_t *u) { api_room_challenge(r, id, u); }
 static void r_board_data(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_board_data(r); }
 static void r_sale_pause(http_req_t *r, int64_t id, const auth_user_t *u) { api_sale_control(r, id, SALE_PAUSE); }
 static void r_sale_resume(http_req_t *r, int64_t id, const auth_user_t *u) { api_sale_control(r, id, SALE_RESUME); }
@@ -93,6 +96,10 @@ static const route_t routes[] = {
     ID(HM_POST, "/voucher-order/seckill/", "",    RF_LOGIN | RF_SECKILL,    r_order_seckill),
     LIT(HM_GET,  "/voucher-order/of/me",          RF_LOGIN,                 r_order_of_me),
     ID(HM_GET,  "/voucher-order/", "",            RF_LOGIN,                 r_order_get),
+    /* the waiting room (api_room.c) */
+    ID(HM_POST, "/seckill/queue/", "",            RF_LOGIN,                 r_room_join),
+    ID(HM_GET,  "/seckill/queue/", "",            RF_LOGIN,                 r_room_poll),
+    ID(HM_GET,  "/seckill/challenge/", "",        RF_LOGIN,                 r_room_challenge),
     LIT(HM_POST, "/user/code",                    0,                        r_user_code),
     LIT(HM_POST, "/user/login",                   0,                        r_user_login),
     LIT(HM_GET,  "/user/me",                      RF_LOGIN | RF_PROFILE,    r_user_me),

@@ -1,9 +1,10 @@
 /* api_order.c -- POST /voucher-order/seckill/{id} (the hot path), GET /voucher-order/{id},
  * GET /voucher-order/of/me.
  *
- * The flash sale is: logged-in user (router) -> the order mode's order (order_mode.h;
- * stream mode: admission_try) -> reply from a stack buffer. No SQL, no JSON library, no
- * allocation here.
+ * The flash sale is: logged-in user (router) -> the waiting room's gate (room.h: a voucher
+ * with a room needs a valid pass, checked in memory) -> the order mode's order
+ * (order_mode.h; stream mode: admission_try) -> reply from a stack buffer. No SQL, no JSON
+ * library, no allocation here.
  *
  * Order lookups are orders.h's (SQL merged with the admitted orders still in the vouchers'
  * buyer hashes in Redis); this file checks the login and the per-user lookup limit and
@@ -24,6 +25,7 @@
 #include "sale/order_mode.h"
 #include "sale/ratelimit.h"
 #include "server/sale_totals.h"
+#include "room/room.h"
 #include "core/sb.h"
 #include "server/worker.h"
 
@@ -34,9 +36,9 @@ static const char unavailable_body[] =
 static const char retry_body[] =
     "{\"success\":false,\"errorMsg\":\"系统繁忙，请重试\",\"code\":\"RETRY\"}";
 
-/* The refusals (sold out, duplicate, not started, ended, no such voucher, paused) as
- * bodies made once: the sold-out answer is nearly every answer of a sale. */
-#define REFUSAL_MAX ADMIT_PAUSED
+/* The refusals (sold out, duplicate, not started, ended, no such voucher, paused, no
+ * pass) as bodies made once: the sold-out answer is nearly every answer of a sale. */
+#define REFUSAL_MAX ADMIT_QUEUE_REQUIRED
 static struct refusal {
     char body[160];
     size_t len;                 /* 0: not made (no message for the code, or too long) */
@@ -105,7 +107,8 @@ void api_order_seckill(http_req_t *r, int64_t voucher_id, const auth_user_t *u)
         return;
     }
     r->ctx = (void *)(intptr_t)voucher_id;   /* for on_admitted's per-sale totals */
-    order_mode_row(r->w->app->cfg.mode)->order(r, voucher_id, u->id, on_admitted);
+    /* A voucher with a waiting room needs a valid pass, checked in memory (room.h). */
+    room_order(r, voucher_id, u->id, on_admitted, order_mode_row(r->w->app->cfg.mode)->order);
 }
 
 /* ------------------------------------------------------------ order lookups */

@@ -162,6 +162,34 @@ static int sale_checks(http_req_t *r, json_t *obj, const store_voucher_t *v)
     return 0;
 }
 
+/* "waitingRoom": {"admitPerSecond": R, "passTtlS": P, "botGate": bool} (room.h), optional.
+ * Returns 0 (room->admit_per_s 0 when absent), or -1 after replying 400. */
+static int room_member(http_req_t *r, json_t *root, store_room_t *room)
+{
+    json_t *o = json_object_get(root, "waitingRoom");
+    memset(room, 0, sizeof *room);
+    if (o == NULL || json_is_null(o))
+        return 0;
+    if (!json_is_object(o)) {
+        api_error(r, 400, "waitingRoom must be an object", "BAD_REQUEST");
+        return -1;
+    }
+    int64_t ttl = 60;
+    int p;
+    if (int_member(r, o, "admitPerSecond", 1, 1, 1000000, "an integer from 1 to 1000000",
+                   &room->admit_per_s, &p) ||
+        int_member(r, o, "passTtlS", 0, 5, 3600, "an integer from 5 to 3600", &ttl, &p))
+        return -1;
+    room->pass_ttl_s = (int)ttl;
+    json_t *g = json_object_get(o, "botGate");
+    if (g != NULL && !json_is_null(g) && !json_is_boolean(g)) {
+        api_error(r, 400, "botGate must be true or false", "BAD_REQUEST");
+        return -1;
+    }
+    room->bot_gate = g != NULL && json_is_true(g);
+    return 0;
+}
+
 /* ------------------------------------------------------------ create */
 
 typedef struct create_ctx {
@@ -244,7 +272,7 @@ static void done_create(worker_t *w, void *arg)
     }
     r->ctx = c;
     publish_voucher(r, c->v.id, c->v.stock, c->v.begin_time, c->v.end_time, (int)c->buckets,
-                    on_published);
+                    &c->v.room, on_published);
 }
 
 void api_voucher_create(http_req_t *r, int seckill)
@@ -290,6 +318,14 @@ void api_voucher_create(http_req_t *r, int seckill)
                  time_member(r, root, "endTime", &v->end_time) ||
                  int_member(r, root, "stockBuckets", 0, 1, BUCKETS_MAX, "an integer from 1 to 16",
                             &c->buckets, &p);
+        if (!failed)
+            failed = room_member(r, root, &v->room);
+        if (!failed && v->room.admit_per_s > 0 && c->buckets > 1) {
+            /* a room counts one voucher's stock (room.lua reads bucket 0's hash) */
+            api_error(r, 400, "waitingRoom cannot be combined with stockBuckets above 1",
+                      "BAD_REQUEST");
+            failed = 1;
+        }
         if (!failed && sale_checks(r, root, v) != 0)
             failed = 1;
         order_mode_t mode = r->w->app->cfg.mode;

@@ -185,6 +185,18 @@ static void mac_of(const token_signer_t *s, const uint8_t body[BODY_BYTES], uint
      * hash), and the keyed states it was copied from stay in the signer anyway. */
 }
 
+/* Any message: the keyed states' copies, through SHA256_Update/Final. */
+void token_mac(const token_signer_t *s, const void *msg, size_t n, uint8_t out[32])
+{
+    uint8_t inner[32];
+    SHA256_CTX c = s->inner;
+    SHA256_Update(&c, msg, n);
+    SHA256_Final(inner, &c);
+    c = s->outer;
+    SHA256_Update(&c, inner, sizeof inner);
+    SHA256_Final(out, &c);
+}
+
 /* ----------------------------------------------------------------- tokens */
 
 /* Lowercase hex digit -> its value + 1; anything else (a NUL too) -> 0. */

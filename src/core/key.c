@@ -74,6 +74,16 @@ int key_dead(char *buf, size_t len, int64_t voucher_id)
     return KEY_NUM(buf, len, "seckill:dead:{", voucher_id, "}");
 }
 
+int key_room(char *buf, size_t len, int64_t voucher_id)
+{
+    return KEY_NUM(buf, len, "seckill:room:{", voucher_id, "}");
+}
+
+int key_room_issued(char *buf, size_t len, int64_t voucher_id)
+{
+    return KEY_NUM(buf, len, "seckill:room:issued:{", voucher_id, "}");
+}
+
 int key_stream(char *buf, size_t len, int64_t voucher_id)
 {
     return KEY_NUM(buf, len, "seckill:stream:{", voucher_id, "}");

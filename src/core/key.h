@@ -11,6 +11,10 @@
  *   seckill:rebuild:{42}  lock of a rebuild from SQL (rebuild.h): owner token, PX
  *   seckill:rebuild:buyers:{42}  buyers a rebuild prepares, renamed into place at the end
  *   seckill:dead:{42}     stream of entries the writer could not turn into orders
+ *   seckill:room:{42}     zset, the voucher's waiting room: userId -> place (room.lua)
+ *   seckill:room:issued:{42}  hash userId -> ms of the user's first admission (its pass)
+ *                         (the room's settings are fields room_r, room_ttl, room_gate and
+ *                         its FIFO counter room_seq of the voucher hash)
  * A voucher sold from K > 1 stock buckets (buckets.h) keeps bucket 0 under {42} (the keys
  * above, plus field buckets = K in the voucher hash) and bucket b >= 1 under its own tag
  * {42.b<b>.<salt>} (key_btag: the salt places the tag's slot a b/K turn of the slot
@@ -74,6 +78,8 @@ int key_voucher(char *buf, size_t len, int64_t voucher_id);
 int key_buyers(char *buf, size_t len, int64_t voucher_id);
 int key_stream(char *buf, size_t len, int64_t voucher_id);
 int key_dead(char *buf, size_t len, int64_t voucher_id);
+int key_room(char *buf, size_t len, int64_t voucher_id);
+int key_room_issued(char *buf, size_t len, int64_t voucher_id);
 int key_rebuild_lock(char *buf, size_t len, int64_t voucher_id);
 int key_rebuild_buyers(char *buf, size_t len, int64_t voucher_id);
 /* A bucket's hash tag (without braces): "<id>" for bucket 0, else "<id>.b<b>.<salt>"

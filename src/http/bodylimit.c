@@ -32,5 +32,7 @@ size_t bodylimit_for(int method, const char *path, size_t path_len, size_t max_b
         lim = max_body;
     else if (starts(path, path_len, "/admin/api/sale/"))
         lim = BODYLIMIT_SMALL;
+    else if (path_len > 15 && memcmp(path, "/seckill/queue/", 15) == 0)
+        lim = BODYLIMIT_LOGIN;   /* a join: the bot gate's challenge and solution */
     return lim < max_body ? lim : max_body;
 }

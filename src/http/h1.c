@@ -233,7 +233,13 @@ static int apply_field(h1_head_t *h, const char *name, size_t nn, const char *v,
         }
         break;
     case 14:
-        if (name_is(name, nn, "content-length")) {
+        if (name_is(name, nn, "x-seckill-pass")) {
+            if (h->has_pass)
+                return 400;
+            h->has_pass = 1;
+            h->pass.p = v;
+            h->pass.n = vn;
+        } else if (name_is(name, nn, "content-length")) {
             /* 1*DIGIT, once. A list ("5, 5") or a repeat is refused even when the values
              * agree: a proxy may have picked a different one. */
             if ((*seen & SEEN_CL) || vn == 0)

@@ -30,6 +30,8 @@ typedef struct http_req {
     const char *peer;           /* TCP peer's address as text, e.g. "127.0.0.1" */
     const char *forwarded_for;  /* raw "x-forwarded-for" value, NULL if absent: trust it
                                  * only through clientip.h */
+    const char *pass;           /* "x-seckill-pass" header value, NULL if absent or empty */
+    size_t pass_len;
     int listener;               /* HTTP_LISTENER_*: which socket the request came in on */
     void *ctx;                  /* free for the handler's use */
     int retry_after_s;          /* set by the handler before http_reply: > 0 adds

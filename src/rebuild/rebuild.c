@@ -245,15 +245,21 @@ static int publish_bucket(redisContext *c, redisContext *g, const rebuild_opts_t
         return REBUILD_ERR;
     }
     freeReplyObject(r);
-    char a_stock[24], a_begin[24], a_end[24], a_ep[24], a_seeded[24], a_k[16];
+    char a_stock[24], a_begin[24], a_end[24], a_ep[24], a_seeded[24], a_k[16], a_rr[24],
+         a_rt[16], a_rg[4];
     snprintf(a_stock, sizeof a_stock, "%lld", (long long)stock);
     snprintf(a_begin, sizeof a_begin, "%lld", (long long)res->begin);
     snprintf(a_end, sizeof a_end, "%lld", (long long)res->end);
     snprintf(a_ep, sizeof a_ep, "%lld", (long long)res->epoch);
     snprintf(a_seeded, sizeof a_seeded, "%lld", (long long)(seeded > 0 ? seeded : 0));
     snprintf(a_k, sizeof a_k, "%d", k);
+    /* the room lives in bucket 0's hash (a room voucher has no other buckets) */
+    snprintf(a_rr, sizeof a_rr, "%lld", (long long)(b == 0 ? res->room_r : 0));
+    snprintf(a_rt, sizeof a_rt, "%d", res->room_ttl);
+    snprintf(a_rg, sizeof a_rg, "%d", res->room_gate ? 1 : 0);
     const char *argv[] = {"EVAL", script_rebuild_lua, "5", kv, kb, ks, kl, kt, token,
-                          a_stock, a_begin, a_end, a_ep, a_seeded, KEY_GROUP, a_k};
+                          a_stock, a_begin, a_end, a_ep, a_seeded, KEY_GROUP, a_k,
+                          a_rr, a_rt, a_rg};
     r = rconn_cmd(bc, why, sizeof why, (int)(sizeof argv / sizeof argv[0]), argv, NULL);
     int64_t out = -2;
     if (!r || rconn_int(r, &out) != 0) {
@@ -435,6 +441,15 @@ int rebuild_voucher(redisContext *c, redisContext *g, store_t *st, int64_t vid,
         res->sql_failed = 1;
         return REBUILD_ERR;
     }
+    store_room_t room;
+    if (store_voucher_room(st, vid, &room) != STORE_OK) {
+        snprintf(err, errlen, "SQL waiting room: %s", store_errmsg(st));
+        res->sql_failed = 1;
+        return REBUILD_ERR;
+    }
+    res->room_r = room.admit_per_s;
+    res->room_ttl = room.pass_ttl_s;
+    res->room_gate = room.bot_gate;
     if (!o->rt)
         res->buckets = 1;   /* no way to the other buckets' nodes: bucket 0 alone */
     if (res->buckets > 1) {
@@ -565,6 +580,9 @@ int rebuild_voucher(redisContext *c, redisContext *g, store_t *st, int64_t vid,
     plan(o, "  HSET %s begin %lld end %lld ep %lld seeded %lld stock %lld", kv,
          (long long)res->begin, (long long)res->end, (long long)res->epoch,
          (long long)res->seeded, (long long)res->stock);
+    if (res->room_r > 0)
+        plan(o, "  HSET %s room_r %lld room_ttl %d room_gate %d (its waiting room, SQL)", kv,
+             (long long)res->room_r, res->room_ttl, res->room_gate);
     if (o->dry_run) {
         rc = REBUILD_DONE;
         goto out;

@@ -79,6 +79,8 @@ typedef struct rebuild_result {
     int64_t begin, end;     /* the window, epoch seconds */
     int buckets;            /* stock buckets K from SQL (store_voucher_buckets): each is
                                rebuilt with its share of the stock and its home buyers */
+    int64_t room_r;         /* its waiting room from SQL (store_voucher_room), 0: none; */
+    int room_ttl, room_gate;   /* written to the hash as room_r, room_ttl, room_gate */
     int sql_failed;         /* REBUILD_ERR: SQL failed (else Redis did) */
 } rebuild_result_t;
 

@@ -18,6 +18,7 @@ static struct {
     [SCRIPT_ADMIT] = { "admit", script_admit_lua },
     [SCRIPT_LOGIN_CODE] = { "login_code", script_login_code_lua },
     [SCRIPT_BOARD] = { "board", script_board_lua },
+    [SCRIPT_ROOM] = { "room", script_room_lua },
 };
 
 static pthread_mutex_t sha_mu = PTHREAD_MUTEX_INITIALIZER;

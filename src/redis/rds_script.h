@@ -17,6 +17,7 @@ typedef enum {
     SCRIPT_ADMIT = 0,   /* src/sale/admit.lua: flash-sale admissions of one voucher */
     SCRIPT_LOGIN_CODE,  /* src/auth/login_code.lua: login codes and their wrong guesses */
     SCRIPT_BOARD,       /* src/server/board.lua: instance announcement, the sale board's data */
+    SCRIPT_ROOM,        /* src/room/room.lua: a waiting room's join and poll */
     SCRIPT_COUNT
 } script_id_t;
 

@@ -138,6 +138,7 @@ const char *admission_msg(int code)
     case ADMIT_ENDED: return "秒杀已经结束！";
     case ADMIT_NO_VOUCHER: return "优惠券不存在";
     case ADMIT_PAUSED: return "秒杀已暂停";
+    case ADMIT_QUEUE_REQUIRED: return "请先排队";
     case ADMIT_UNAVAILABLE: return "服务器异常";
     case ADMIT_RETRY: return "系统繁忙，请重试";
     default: return NULL;
@@ -153,6 +154,7 @@ const char *admission_code(int code)
     case ADMIT_ENDED: return "ENDED";
     case ADMIT_NO_VOUCHER: return "NO_VOUCHER";
     case ADMIT_PAUSED: return "PAUSED";
+    case ADMIT_QUEUE_REQUIRED: return "QUEUE_REQUIRED";
     case ADMIT_UNAVAILABLE: return "UNAVAILABLE";
     case ADMIT_RETRY: return "RETRY";
     default: return NULL;
@@ -169,6 +171,7 @@ outcome_t admission_outcome(int code)
     case ADMIT_ENDED: return OUT_ENDED;
     case ADMIT_NO_VOUCHER: return OUT_NO_VOUCHER;
     case ADMIT_PAUSED: return OUT_PAUSED;
+    case ADMIT_QUEUE_REQUIRED: return OUT_BAD_REQUEST;
     case ADMIT_UNAVAILABLE: return OUT_UNAVAILABLE;
     case ADMIT_RETRY: return OUT_UNAVAILABLE;
     default: return OUT_OTHER;

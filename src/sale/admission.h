@@ -21,6 +21,8 @@ enum {
     ADMIT_OK = 0, ADMIT_SOLD_OUT = 1, ADMIT_DUPLICATE = 2, ADMIT_NOT_STARTED = 3,
     ADMIT_ENDED = 4, ADMIT_NO_VOUCHER = 5,
     ADMIT_PAUSED = 6,        /* the sale is paused (the hash's `paused` field: api_sale.c) */
+    ADMIT_QUEUE_REQUIRED = 7, /* not admit.lua's: a voucher with a waiting room and no valid
+                              * pass (src/room/room.h), refused before Redis */
     ADMIT_UNAVAILABLE = -1,  /* Redis down, late or answered an error */
     ADMIT_RETRY = -2         /* admitted, but not confirmed on --redis-wait-replicas replicas
                               * in time: the order may be lost in a failover, so the buyer

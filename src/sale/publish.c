@@ -19,7 +19,9 @@
 #include "redis/rds.h"
 #include "sale/admission.h"
 #include "sale/buckets.h"
+#include "room/room.h"
 #include "server/worker.h"
+#include "store/store.h"
 
 #define BUCKET_CMDS 4
 
@@ -27,6 +29,7 @@ typedef struct pub {
     http_req_t *r;
     void (*done)(http_req_t *r, int ok);
     int64_t voucher_id, stock, begin, end;
+    store_room_t room;          /* admit_per_s 0: none */
     int k;
     int left;                   /* replies still to come in this phase */
     int ok;
@@ -87,7 +90,7 @@ static void on_hset(struct redisReply *rep, void *priv)
 static void send_bucket(pub_t *p, int b)
 {
     worker_t *w = p->r->w;
-    char kv[64], kb[64], ks[64], mem[48], sk[8], sst[24], sbe[24], sen[24];
+    char kv[64], kb[64], ks[64], mem[48], sk[8], sst[24], sbe[24], sen[24], rr[24], rt[16];
     int lv, lb, ls;
     int lm = key_bmember(mem, sizeof mem, NULL, 0, p->voucher_id, b, p->k);
     if (buckets_keys(p->voucher_id, b, key_bsalt(p->voucher_id, b, p->k), kv, kb, ks, &lv, &lb,
@@ -104,26 +107,45 @@ static void send_bucket(pub_t *p, int b)
     size_t xgl[6] = { 6, 6, (size_t)ls, strlen(KEY_GROUP), 1, 8 };
     const char *sa[3] = { "SADD", KEY_STREAMS, mem };
     size_t sal[3] = { 4, strlen(KEY_STREAMS), (size_t)lm };
-    /* K = 1 writes no `buckets` field: exactly an unbucketed voucher's hash */
-    const char *hs[8] = { "HSET", kv, "begin", sbe, "end", sen, "buckets", sk };
-    size_t hsl[8] = { 4, (size_t)lv, 5, (size_t)l2, 3, (size_t)l3, 7, (size_t)lk };
+    /* K = 1 writes no `buckets` field: exactly an unbucketed voucher's hash; a voucher
+     * without a room no room_* fields */
+    const char *hs[14] = { "HSET", kv, "begin", sbe, "end", sen };
+    size_t hsl[14] = { 4, (size_t)lv, 5, (size_t)l2, 3, (size_t)l3 };
+    int nh = 6;
+    if (p->k > 1) {
+        hs[nh] = "buckets"; hsl[nh++] = 7;
+        hs[nh] = sk; hsl[nh++] = (size_t)lk;
+    }
+    if (b == 0 && p->room.admit_per_s > 0) {
+        hs[nh] = "room_r"; hsl[nh++] = 6;
+        hs[nh] = rr; hsl[nh++] = (size_t)snprintf(rr, sizeof rr, "%lld",
+                                                   (long long)p->room.admit_per_s);
+        hs[nh] = "room_ttl"; hsl[nh++] = 8;
+        hs[nh] = rt; hsl[nh++] = (size_t)snprintf(rt, sizeof rt, "%d", p->room.pass_ttl_s);
+        hs[nh] = "room_gate"; hsl[nh++] = 9;
+        hs[nh] = p->room.bot_gate ? "1" : "0"; hsl[nh++] = 1;
+    }
     const char *hn[4] = { "HSETNX", kv, "stock", sst };
     size_t hnl[4] = { 6, (size_t)lv, 5, (size_t)l1 };
     rds_command(w->rds, on_xgroup, p, 6, xg, xgl);
     rds_command(w->rds, on_sadd, p, 3, sa, sal);
-    rds_command(w->rds, on_hset, p, p->k > 1 ? 8 : 6, hs, hsl);
+    rds_command(w->rds, on_hset, p, nh, hs, hsl);
     rds_command(w->rds, on_hset, p, 4, hn, hnl);
 }
 
 void publish_voucher(http_req_t *r, int64_t voucher_id, int64_t stock, int64_t begin,
-                     int64_t end, int k, void (*done)(http_req_t *r, int ok))
+                     int64_t end, int k, const store_room_t *room,
+                     void (*done)(http_req_t *r, int ok))
 {
     admission_forget(r->w, voucher_id);
+    room_forget(r->w, voucher_id);
     pub_t *p = xmalloc(sizeof *p);
     k = k < 1 ? 1 : k > BUCKETS_MAX ? BUCKETS_MAX : k;
     *p = (pub_t){ .r = r, .done = done, .voucher_id = voucher_id, .stock = stock,
                   .begin = begin, .end = end, .k = k, .ok = 1, .zero_sent = k == 1,
                   .left = BUCKET_CMDS * (k > 1 ? k - 1 : 1) };
+    if (room != NULL)
+        p->room = *room;
     /* Every command is answered (a failed step counts as an answer), so p lives until the
      * last reply of the phase that ends it -- which may come before send_bucket returns
      * (Redis down): the loop reads k, not p. */

@@ -46,6 +46,7 @@
 #include "redis/rconn.h"
 #include "redis/rds.h"
 #include "rebuild/rebuild_watch.h"
+#include "room/room.h"
 #include "redis/redis_child.h"
 #include "auth/revoke.h"
 #include "core/rnd.h"
@@ -261,6 +262,7 @@ static void free_worker(worker_t *w)
     w->rds = NULL;
     revoke_free(w);
     admission_cache_free(w);
+    room_worker_free(w);
     auth_cache_free(w);
     ratelimit_worker_free(w);
     http_worker_free(w);
@@ -293,7 +295,8 @@ static worker_t *make_worker(app_t *app, int id, const url_redis_t *addr, char *
         return NULL;
     }
     memset(w->m, 0, sizeof *w->m);
-    if (auth_cache_init(w) < 0 || admission_cache_init(w) < 0 || ratelimit_worker_init(w) < 0) {
+    if (auth_cache_init(w) < 0 || admission_cache_init(w) < 0 || ratelimit_worker_init(w) < 0 ||
+        room_worker_init(w) < 0) {
         snprintf(err, errlen, "out of memory");
         free_worker(w);
         return NULL;

@@ -29,6 +29,7 @@ struct revoke;
 struct metrics_shard;
 struct rl_worker;
 struct board;
+struct room_worker;
 
 typedef struct worker {
     int id;                          /* 0..N-1, read-only */
@@ -41,6 +42,7 @@ typedef struct worker {
     struct rl_worker *rl;            /* private to ratelimit.c: this worker's buckets */
     struct revoke *revoke;           /* private to revoke.c: logged-out tokens */
     struct metrics_shard *m;         /* this thread's counters (metrics.h) */
+    struct room_worker *room;        /* private to room.c: room flags, poll limits, pass key */
     struct board *board;             /* worker 0 only: announcement timer (board.h) */
     /* Set by server.c; rds_node.c calls it on this thread whenever a Redis connection of this
      * worker (one per node on a cluster) finishes its handshake. */

@@ -285,6 +285,16 @@ int store_voucher_buckets(store_t *s, int64_t voucher_id, int *buckets)
     return s->ops->voucher_buckets(s, voucher_id, buckets);
 }
 
+int store_voucher_room(store_t *s, int64_t voucher_id, store_room_t *room)
+{
+    STORE_ENTER(s);
+    if (!room)
+        return store__fail(s, "store_voucher_room: bad arguments");
+    memset(room, 0, sizeof *room);
+    NEED_OP(s, voucher_room);
+    return s->ops->voucher_room(s, voucher_id, room);
+}
+
 int store_shop_get(store_t *s, int64_t id, store_shop_t *out)
 {
     STORE_ENTER(s);

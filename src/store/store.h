@@ -29,6 +29,13 @@ typedef struct store_user {
     char icon[256];
 } store_user_t;
 
+/* A flash-sale voucher's waiting room (src/room/room.h): admit_per_s 0 = none. */
+typedef struct store_room {
+    int64_t admit_per_s;
+    int pass_ttl_s;
+    int bot_gate;
+} store_room_t;
+
 typedef struct store_voucher {
     int64_t id;                 /* out on create */
     int64_t shop_id;
@@ -41,6 +48,8 @@ typedef struct store_voucher {
     int64_t begin_time, end_time; /* flash sale only, epoch seconds */
     int buckets;                /* flash sale only, on create: stock buckets K (0 or 1: none);
                                    K > 1 is kept in tb_seckill_buckets (store_voucher_buckets) */
+    store_room_t room;          /* flash sale only, on create: its waiting room (admit_per_s 0:
+                                   none), kept in tb_seckill_room (store_voucher_room) */
 } store_voucher_t;
 
 typedef struct store_order {
@@ -170,6 +179,10 @@ int store_redis_epoch(store_t *s, int64_t voucher_id, int bump, int64_t *epoch);
  * table: the course's tables keep their columns); 1 when it has none, whether or not the
  * voucher exists. For the rebuild of Redis from SQL (rebuild.h). */
 int store_voucher_buckets(store_t *s, int64_t voucher_id, int *buckets);
+
+/* A flash-sale voucher's waiting room as created (tb_seckill_room, a side table);
+ * admit_per_s 0 when it has none, whether or not the voucher exists. For the rebuild. */
+int store_voucher_room(store_t *s, int64_t voucher_id, store_room_t *room);
 
 /* Read-only queries for the invariant checker and the rebuild. A backend that does not
  * implement one leaves its ops member NULL: the call then fails with "not supported by this

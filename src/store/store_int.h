@@ -57,6 +57,7 @@ typedef struct store_ops {
                        store_order_t **out, size_t *n);
     int (*redis_epoch)(store_t *s, int64_t voucher_id, int bump, int64_t *epoch);
     int (*voucher_buckets)(store_t *s, int64_t voucher_id, int *buckets);
+    int (*voucher_room)(store_t *s, int64_t voucher_id, store_room_t *room);
     int (*shop_get)(store_t *s, int64_t id, store_shop_t *out);
     /* q != NULL, q->limit >= 0, q->offset >= 0; out and n set to no rows */
     int (*shop_list)(store_t *s, const store_shop_query_t *q, store_shop_t **out, size_t *n);

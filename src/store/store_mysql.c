@@ -77,7 +77,7 @@
 #include "core/url.h"
 
 /* Must equal the version the last statement of sql/schema.mysql.sql writes. */
-#define MYSQL_SCHEMA_VERSION 5
+#define MYSQL_SCHEMA_VERSION 6
 
 /* Multi-row inserts: statements of 2^k rows, k = 0 .. INS_LEVELS-1. */
 #define INS_LEVELS 10
@@ -115,6 +115,8 @@ enum {
     ST_EPOCH_BUMP,
     ST_BUCKETS_INSERT,
     ST_BUCKETS_GET,
+    ST_ROOM_INSERT,
+    ST_ROOM_GET,
     ST_SHOP_GET,
     ST_SHOP_LIST,
     ST_SHOP_INSERT,
@@ -178,6 +180,10 @@ static const char *const stmt_sql[ST__COUNT] = {
                       "WHERE sv.voucher_id = ? FOR UPDATE",
     [ST_BUCKETS_INSERT] = "INSERT INTO tb_seckill_buckets (voucher_id, buckets) VALUES (?, ?)",
     [ST_BUCKETS_GET] = "SELECT buckets FROM tb_seckill_buckets WHERE voucher_id = ?",
+    [ST_ROOM_INSERT] = "INSERT INTO tb_seckill_room (voucher_id, admit_per_s, pass_ttl_s, "
+                       "bot_gate) VALUES (?, ?, ?, ?)",
+    [ST_ROOM_GET] = "SELECT admit_per_s, pass_ttl_s, bot_gate FROM tb_seckill_room "
+                    "WHERE voucher_id = ?",
     [ST_EPOCH_BUMP] = "INSERT INTO tb_seckill_epoch (voucher_id, epoch) VALUES (?, 1) "
                       "ON DUPLICATE KEY UPDATE epoch = epoch + 1",
     [ST_SHOP_GET] = SHOP_COLS "WHERE id = ?",
@@ -1151,6 +1157,18 @@ static int do_voucher_create(my_t *m, store_voucher_t *v)
             if (run(m, st, par, "stock buckets insert") != STORE_OK)
                 goto fail;
         }
+        if (v->room.admit_per_s > 0) {
+            int64_t ttl = v->room.pass_ttl_s, gate = v->room.bot_gate;
+            st = stmt(m, ST_ROOM_INSERT);
+            if (!st)
+                goto fail;
+            b_i64(&par[0], &id);
+            b_i64(&par[1], &v->room.admit_per_s);
+            b_i64(&par[2], &ttl);
+            b_i64(&par[3], &gate);
+            if (run(m, st, par, "waiting room insert") != STORE_OK)
+                goto fail;
+        }
     }
     if (tx_commit(m, "voucher create: COMMIT") != STORE_OK)
         goto fail;
@@ -1791,6 +1809,31 @@ static int my_voucher_buckets(store_t *s, int64_t voucher_id, int *buckets)
     RETRYING(m, 2, do_voucher_buckets(m, voucher_id, buckets));
 }
 
+static int do_voucher_room(my_t *m, int64_t voucher_id, store_room_t *room)
+{
+    MYSQL_BIND par[1], res[3];
+    ri64_t r, ttl, gate;
+    b_i64(&par[0], &voucher_id);
+    r_i64(&res[0], &r);
+    r_i64(&res[1], &ttl);
+    r_i64(&res[2], &gate);
+    int f = one_row(m, stmt(m, ST_ROOM_GET), par, res, "waiting room");
+    if (f == STORE_ERR)
+        return STORE_ERR;
+    if (f == STORE_OK && !r.null && r.v > 0) {
+        room->admit_per_s = r.v;
+        room->pass_ttl_s = ttl.null ? 0 : (int)ttl.v;
+        room->bot_gate = !gate.null && gate.v != 0;
+    }
+    return STORE_OK;
+}
+
+static int my_voucher_room(store_t *s, int64_t voucher_id, store_room_t *room)
+{
+    my_t *m = (my_t *)s;
+    RETRYING(m, 2, do_voucher_room(m, voucher_id, room));
+}
+
 static int my_voucher_counts(store_t *s, int64_t voucher_id, int64_t *orders, int64_t *stock)
 {
     my_t *m = (my_t *)s;
@@ -2252,7 +2295,8 @@ static int my_shop_types(store_t *s, store_shop_type_t **out, size_t *n)
         .orders_of_user = my_orders_of_user, .voucher_counts = my_voucher_counts,       \
         .order_sync = my_order_sync, .voucher_orders = my_voucher_orders,               \
         .redis_epoch = my_redis_epoch, .exec = my_exec, .exec_orders = my_exec_orders,  \
-        .voucher_buckets = my_voucher_buckets, .shop_get = my_shop_get,                 \
+        .voucher_buckets = my_voucher_buckets, .voucher_room = my_voucher_room,        \
+        .shop_get = my_shop_get,                                                        \
         .shop_list = my_shop_list, .shop_create = my_shop_create,                       \
         .shop_update = my_shop_update,                                                  \
         .shop_types = my_shop_types,                                                    \

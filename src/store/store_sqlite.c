@@ -37,7 +37,7 @@
 #include "core/url.h"
 
 /* Must equal the PRAGMA user_version that sql/schema.sqlite.sql sets. */
-#define SQLITE_SCHEMA_VERSION 5
+#define SQLITE_SCHEMA_VERSION 6
 
 /* How many VM instructions between deadline checks. */
 #define PROGRESS_OPS 1000
@@ -56,6 +56,8 @@ enum {
     ST_SECKILL_INSERT,
     ST_BUCKETS_INSERT,
     ST_BUCKETS_GET,
+    ST_ROOM_INSERT,
+    ST_ROOM_GET,
     ST_VOUCHER_GET,
     ST_VOUCHER_LIST,
     ST_SECKILL_IDS,
@@ -101,6 +103,10 @@ static const char *const stmt_sql[ST__COUNT] = {
                           "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)",
     [ST_BUCKETS_INSERT] = "INSERT INTO tb_seckill_buckets (voucher_id, buckets) VALUES (?1, ?2)",
     [ST_BUCKETS_GET] = "SELECT buckets FROM tb_seckill_buckets WHERE voucher_id = ?1",
+    [ST_ROOM_INSERT] = "INSERT INTO tb_seckill_room (voucher_id, admit_per_s, pass_ttl_s, "
+                       "bot_gate) VALUES (?1, ?2, ?3, ?4)",
+    [ST_ROOM_GET] = "SELECT admit_per_s, pass_ttl_s, bot_gate FROM tb_seckill_room "
+                    "WHERE voucher_id = ?1",
     [ST_SECKILL_INSERT] = "INSERT INTO tb_seckill_voucher (voucher_id, stock, begin_time, "
                           "end_time, create_time, update_time) VALUES (?1, ?2, ?3, ?4, ?5, ?5)",
     [ST_VOUCHER_GET] = VOUCHER_COLS "WHERE v.id = ?1",
@@ -723,6 +729,11 @@ static int sq_voucher_create(store_t *s, store_voucher_t *v)
         if (v->buckets > 1 && run(q, stmt(q, ST_BUCKETS_INSERT), "stock buckets insert",
                                   ARGS(A_INT(id), A_INT(v->buckets))) != STORE_OK)
             goto fail;
+        if (v->room.admit_per_s > 0 &&
+            run(q, stmt(q, ST_ROOM_INSERT), "waiting room insert",
+                ARGS(A_INT(id), A_INT(v->room.admit_per_s), A_INT(v->room.pass_ttl_s),
+                     A_INT(v->room.bot_gate))) != STORE_OK)
+            goto fail;
     }
     if (exec_stmt(q, ST_COMMIT, "voucher create: COMMIT") != STORE_OK)
         goto fail;
@@ -1236,6 +1247,23 @@ static int sq_voucher_buckets(store_t *s, int64_t voucher_id, int *buckets)
     return STORE_OK;
 }
 
+static int sq_voucher_room(store_t *s, int64_t voucher_id, store_room_t *room)
+{
+    sq_t *q = (sq_t *)s;
+    call_begin(q);
+    int64_t v[3] = {0, 0, 0};
+    int rc = one_row(q, stmt(q, ST_ROOM_GET), "waiting room", read_ints, v,
+                     ARGS(A_INT(voucher_id)));
+    if (rc == STORE_ERR)
+        return STORE_ERR;
+    if (rc == STORE_OK && v[0] > 0) {
+        room->admit_per_s = v[0];
+        room->pass_ttl_s = (int)v[1];
+        room->bot_gate = v[2] != 0;
+    }
+    return STORE_OK;
+}
+
 static int sq_voucher_counts(store_t *s, int64_t voucher_id, int64_t *orders, int64_t *stock)
 {
     sq_t *q = (sq_t *)s;
@@ -1603,6 +1631,7 @@ const store_ops_t store_sqlite_ops = {
     .voucher_counts = sq_voucher_counts,
     .redis_epoch = sq_redis_epoch,
     .voucher_buckets = sq_voucher_buckets,
+    .voucher_room = sq_voucher_room,
     .order_sync = sq_order_sync,
     .voucher_orders = sq_voucher_orders,
     .exec = sq_exec,

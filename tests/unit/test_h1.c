@@ -104,6 +104,7 @@ static void test_head_refused(void **state)
         {"GET / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501},
         {"GET / HTTP/1.1\r\nHost: x\r\nAuthorization: a\r\nauthorization: b\r\n\r\n", 400},
         {"GET / HTTP/1.1\r\nHost: x\r\nx-admin-token: a\r\nX-Admin-Token: b\r\n\r\n", 400},
+        {"GET / HTTP/1.1\r\nHost: x\r\nx-seckill-pass: a\r\nX-Seckill-Pass: b\r\n\r\n", 400},
         {"GET / HTTP/1.1\r\nHost: x\r\n: v\r\n\r\n", 400},                      /* empty name */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -312,10 +313,10 @@ static void test_field_names_exact(void **state)
     (void)state;
     static const char *names[] = {
         "host", "expect", "upgrade", "connection", "authorization", "x-admin-token",
-        "content-length", "x-forwarded-for", "transfer-encoding",
+        "content-length", "x-forwarded-for", "transfer-encoding", "x-seckill-pass",
     };
     static const char *values[] = {
-        "y", "100-continue", "h2c", "close", "tok", "adm", "5", "1.2.3.4", "chunked",
+        "y", "100-continue", "h2c", "close", "tok", "adm", "5", "1.2.3.4", "chunked", "p",
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         size_t nn = strlen(names[i]);
@@ -352,7 +353,8 @@ static void test_field_names_exact(void **state)
                 case 5: seen = h.has_admin; break;
                 case 6: seen = h.has_length; break;
                 case 7: seen = h.has_xff; break;
-                default: seen = h.chunked; break;
+                case 8: seen = h.chunked; break;
+                default: seen = h.has_pass && h.pass.n == 1 && h.pass.p[0] == 'p'; break;
                 }
                 if (i != 0)
                     assert_int_equal(st, 0);

@@ -344,20 +344,27 @@ static void test_schema_idempotent(void **state)
     assert_non_null(strstr(err, "newer"));
 }
 
-/* A voucher's stock bucket count survives in SQL (tb_seckill_buckets), written in the
- * create's transaction; no row reads as 1. */
-static void test_voucher_buckets(void **state)
+/* A flash-sale voucher of stock 60 to create, with the side settings left to the caller. */
+static store_voucher_t side_voucher(const char *title)
 {
-    FX(f);
     store_voucher_t v = {0};
     v.shop_id = 1;
-    v.title = "hot";
+    v.title = (char *)title;
     v.type = 1;
     v.status = 1;
     v.is_seckill = 1;
     v.stock = 60;
     v.begin_time = 1700000000;
     v.end_time = 1700086400;
+    return v;
+}
+
+/* A voucher's stock bucket count survives in SQL (tb_seckill_buckets), written in the
+ * create's transaction; no row reads as 1. */
+static void test_voucher_buckets(void **state)
+{
+    FX(f);
+    store_voucher_t v = side_voucher("hot");
     v.buckets = 6;
     assert_int_equal(store_voucher_create(f->s, &v), STORE_OK);
     int64_t plain = create_seckill(f->s, 1, 5);
@@ -369,6 +376,27 @@ static void test_voucher_buckets(void **state)
     assert_int_equal(store_voucher_buckets(f->s, 999999, &k), STORE_OK);
     assert_int_equal(k, 1);
     assert_int_equal(store_voucher_buckets(f->s, v.id, NULL), STORE_ERR);
+}
+
+/* A voucher's waiting room survives in SQL (tb_seckill_room), written in the create's
+ * transaction; no row reads as none. */
+static void test_voucher_room(void **state)
+{
+    FX(f);
+    store_voucher_t v = side_voucher("queued");
+    v.room = (store_room_t){.admit_per_s = 1000, .pass_ttl_s = 90, .bot_gate = 1};
+    assert_int_equal(store_voucher_create(f->s, &v), STORE_OK);
+    int64_t plain = create_seckill(f->s, 1, 5);
+    store_room_t room;
+    assert_int_equal(store_voucher_room(f->s, v.id, &room), STORE_OK);
+    assert_int_equal(room.admit_per_s, 1000);
+    assert_int_equal(room.pass_ttl_s, 90);
+    assert_int_equal(room.bot_gate, 1);
+    assert_int_equal(store_voucher_room(f->s, plain, &room), STORE_OK);
+    assert_int_equal(room.admit_per_s, 0);
+    assert_int_equal(store_voucher_room(f->s, 999999, &room), STORE_OK);
+    assert_int_equal(room.admit_per_s, 0);
+    assert_int_equal(store_voucher_room(f->s, v.id, NULL), STORE_ERR);
 }
 
 static void test_users(void **state)
@@ -1014,11 +1042,11 @@ static void test_mysql_engine_and_version(void **state)
 {
     FX(f);
     MYSQL *m = admin(f->db);
-    assert_int_equal(sql_int(m, "SELECT version FROM schema_version WHERE id = 1"), 5);
+    assert_int_equal(sql_int(m, "SELECT version FROM schema_version WHERE id = 1"), 6);
     assert_int_equal(sql_int(m, "SELECT COUNT(*) FROM information_schema.tables WHERE "
                                 "table_schema = DATABASE() AND engine = 'InnoDB' AND "
                                 "table_collation LIKE 'utf8mb4%'"),
-                     9);
+                     10);
     mysql_close(m);
 }
 
@@ -1224,6 +1252,7 @@ int main(void)
         CONTRACT(test_schema_idempotent),
         CONTRACT(test_users),
         CONTRACT(test_voucher_buckets),
+        CONTRACT(test_voucher_room),
         CONTRACT(test_vouchers),
         CONTRACT(test_orders_idempotent),
         CONTRACT(test_orders_runs),

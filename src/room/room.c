@@ -1,0 +1,330 @@
+/* room.c -- waiting rooms: join and poll through room.lua, the order gate, the per-worker
+ * knowledge of which vouchers have a room (room.h). */
+#include "room/room.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include <hiredis/hiredis.h>
+
+#include "core/app.h"
+#include "core/clock.h"
+#include "core/key.h"
+#include "core/sb.h"
+#include "core/xmem.h"
+#include "http/http_req.h"
+#include "rebuild/rebuild_watch.h"
+#include "redis/rds.h"
+#include "room/pass.h"
+#include "sale/ratelimit.h"
+#include "sale/vcache.h"
+#include "server/worker.h"
+
+#define FLAG_SLOTS 1024u
+#define POLL_LIMIT_ENTRIES 8192
+#define WAIT_POLL_MAX_MS 30000
+
+enum { F_NONE = 1, F_ROOM = 2 };
+
+typedef struct flag {
+    int kind;                   /* F_NONE (no room, or unknown voucher until expiry), F_ROOM */
+    int bot_gate;
+} flag_t;
+
+struct room_worker {
+    vcache_t *flags;            /* voucher -> flag_t */
+    rl_table_t *polls;          /* user -> poll bucket */
+    pass_key_t *key;
+    uint64_t unknown_ms;        /* how long an unknown voucher counts as roomless */
+};
+
+/* ------------------------------------------------------------ join and poll */
+
+typedef struct call {
+    http_req_t *r;
+    room_cb cb;
+    int64_t user_id, voucher_id;
+} call_t;
+
+static int64_t int_at(const redisReply *rep, size_t i)
+{
+    return i < rep->elements && rep->element[i]->type == REDIS_REPLY_INTEGER
+           ? (int64_t)rep->element[i]->integer : 0;
+}
+
+static void on_script(struct redisReply *rep, void *priv)
+{
+    call_t *c = priv;
+    room_state_t st = {.state = ROOM_UNAVAILABLE, .user_id = c->user_id,
+                       .voucher_id = c->voucher_id};
+    if (rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1) {
+        st.state = (int)int_at(rep, 0);
+        st.rank = int_at(rep, 1);
+        st.released = int_at(rep, 2);
+        st.rate = int_at(rep, 3);
+        st.begin_s = int_at(rep, 4);
+        st.now_ms = int_at(rep, 5);
+        st.expires_ms = int_at(rep, 6);
+    }
+    http_req_t *r = c->r;
+    room_cb cb = c->cb;
+    free(c);
+    if (st.state == ROOM_NO_VOUCHER) {
+        /* Redis may have lost it (as admission.c does): if SQL knows it, it is rebuilt */
+        rebuild_watch_poke(r->w->app->rebuild, st.voucher_id);
+    }
+    cb(r, &st);
+}
+
+/* A uniform double in [0, 1) as text: a join's place before the sale begins. */
+static void random_score(char out[32])
+{
+    uint64_t x = 0;
+    if (getrandom(&x, sizeof x, 0) != (ssize_t)sizeof x)
+        x = clock_read_ns() * UINT64_C(0x9e3779b97f4a7c15);   /* still spread, if not secret */
+    snprintf(out, 32, "%.17g", (double)(x >> 11) / 9007199254740992.0);
+}
+
+static void script(http_req_t *r, int64_t voucher_id, int64_t user_id, int join, room_cb cb)
+{
+    char kv[64], kz[64], ki[64], uid[SB_DEC_MAX], score[32];
+    int lv = key_voucher(kv, sizeof kv, voucher_id), lz = key_room(kz, sizeof kz, voucher_id),
+        li = key_room_issued(ki, sizeof ki, voucher_id);
+    if (lv < 0 || lz < 0 || li < 0) {
+        room_state_t st = {.state = ROOM_UNAVAILABLE, .user_id = user_id, .voucher_id = voucher_id};
+        cb(r, &st);
+        return;
+    }
+    random_score(score);
+    const char *op = join ? "join" : "poll";
+    const char *argv[6] = {kv, kz, ki, op, uid, score};
+    size_t lens[6] = {(size_t)lv, (size_t)lz, (size_t)li, 4, (size_t)sb_dec(uid, user_id),
+                      strlen(score)};
+    call_t *c = xmalloc(sizeof *c);
+    c->r = r;
+    c->cb = cb;
+    c->user_id = user_id;
+    c->voucher_id = voucher_id;
+    rds_evalsha(r->w->rds, SCRIPT_ROOM, on_script, c, 3, join ? 6 : 5, argv, lens);
+}
+
+void room_join(http_req_t *r, int64_t voucher_id, int64_t user_id, room_cb cb)
+{
+    script(r, voucher_id, user_id, 1, cb);
+}
+
+void room_poll(http_req_t *r, int64_t voucher_id, int64_t user_id, room_cb cb)
+{
+    script(r, voucher_id, user_id, 0, cb);
+}
+
+int room_poll_allowed(http_req_t *r, int64_t user_id)
+{
+    struct room_worker *rw = r->w->room;
+    return rw == NULL || rw->polls == NULL ||
+           ratelimit_table_take(rw->polls, (uint64_t)user_id, clock_now_ms());
+}
+
+int64_t room_position(const room_state_t *st)
+{
+    if (st->state != ROOM_WAITING)
+        return 0;
+    return st->rank - st->released + 1;
+}
+
+int64_t room_wait_s(const room_state_t *st)
+{
+    if (st->state != ROOM_WAITING || st->rate <= 0)
+        return 0;
+    int64_t ms = room_position(st) * 1000 / st->rate;
+    int64_t to_begin = st->begin_s * 1000 - st->now_ms;
+    if (to_begin > 0)
+        ms += to_begin;
+    return (ms + 999) / 1000;
+}
+
+int64_t room_poll_after_ms(const room_state_t *st)
+{
+    int64_t ms = ROOM_POLL_MIN_MS;
+    if (st->state == ROOM_WAITING) {
+        ms = room_wait_s(st) * 1000 / 2;
+    } else if (st->state == ROOM_SOLD_OUT || st->state == ROOM_NOT_QUEUED) {
+        ms = WAIT_POLL_MAX_MS;
+    }
+    return ms < ROOM_POLL_MIN_MS ? ROOM_POLL_MIN_MS : ms > WAIT_POLL_MAX_MS ? WAIT_POLL_MAX_MS : ms;
+}
+
+int room_pass(worker_t *w, int64_t user_id, int64_t voucher_id, int64_t expires_ms, char *out,
+              size_t n)
+{
+    struct room_worker *rw = w->room;
+    return rw == NULL || rw->key == NULL ? -1
+           : pass_sign(rw->key, user_id, voucher_id, expires_ms, out, n);
+}
+
+/* ------------------------------------------------------------ what a worker knows */
+
+typedef struct info_call {
+    http_req_t *r;
+    int64_t voucher_id;
+    room_info_cb cb;
+} info_call_t;
+
+/* Keeps what the voucher hash said: a room or none for good (fixed at creation), an
+ * unknown voucher as roomless for unknown_ms. */
+static const flag_t *flag_learn(struct room_worker *rw, int64_t voucher_id, const redisReply *rep)
+{
+    if (rw == NULL || rep == NULL || rep->type != REDIS_REPLY_ARRAY || rep->elements != 3)
+        return NULL;
+    int exists = rep->element[0]->type == REDIS_REPLY_STRING;
+    int room = rep->element[1]->type == REDIS_REPLY_STRING && atoll(rep->element[1]->str) > 0;
+    int gate = rep->element[2]->type == REDIS_REPLY_STRING && atoi(rep->element[2]->str) > 0;
+    uint64_t until = exists ? UINT64_MAX : clock_now_ms() + rw->unknown_ms;
+    flag_t *f = vcache_put(rw->flags, voucher_id, until);
+    f->kind = room ? F_ROOM : F_NONE;
+    f->bot_gate = gate;
+    return f;
+}
+
+/* What flag_learn reads: HMGET of the voucher hash (cb gets NULL if the key does not fit). */
+static void flags_read(http_req_t *r, int64_t voucher_id, rds_cb cb, void *priv)
+{
+    char kv[64];
+    int lv = key_voucher(kv, sizeof kv, voucher_id);
+    if (lv < 0) {
+        cb(NULL, priv);
+        return;
+    }
+    const char *argv[5] = {"HMGET", kv, "begin", "room_r", "room_gate"};
+    size_t lens[5] = {5, (size_t)lv, 5, 6, 9};
+    rds_command(r->w->rds, cb, priv, 5, argv, lens);
+}
+
+static void on_hmget(struct redisReply *rep, void *priv)
+{
+    info_call_t *c = priv;
+    const flag_t *f = flag_learn(c->r->w->room, c->voucher_id, rep);
+    room_info_t ri = {.known = f != NULL, .has_room = f != NULL && f->kind == F_ROOM,
+                      .bot_gate = f != NULL && f->bot_gate};
+    http_req_t *r = c->r;
+    int64_t vid = c->voucher_id;
+    room_info_cb cb = c->cb;
+    free(c);
+    cb(r, vid, &ri);
+}
+
+void room_info(http_req_t *r, int64_t voucher_id, room_info_cb cb)
+{
+    struct room_worker *rw = r->w->room;
+    const flag_t *f = rw != NULL ? vcache_get(rw->flags, voucher_id, clock_now_ms()) : NULL;
+    if (f != NULL) {
+        room_info_t ri = {.known = 1, .has_room = f->kind == F_ROOM, .bot_gate = f->bot_gate};
+        cb(r, voucher_id, &ri);
+        return;
+    }
+    info_call_t *c = xmalloc(sizeof *c);
+    *c = (info_call_t){.r = r, .voucher_id = voucher_id, .cb = cb};
+    flags_read(r, voucher_id, on_hmget, c);
+}
+
+/* ------------------------------------------------------------ the order gate */
+
+typedef struct gate_call {
+    http_req_t *r;
+    int64_t voucher_id, user_id;
+    admission_cb cb;
+    room_order_fn next;
+} gate_call_t;
+
+/* 1 when an order on a voucher with a room may go on: r's pass is this user's for it. */
+static int pass_ok(http_req_t *r, int64_t voucher_id, int64_t user_id)
+{
+    struct room_worker *rw = r->w->room;
+    return r->pass != NULL && rw != NULL &&
+           pass_verify(rw->key, r->pass, r->pass_len, user_id, voucher_id,
+                       (int64_t)clock_now_wall_ms(), NULL);
+}
+
+static void gate_decide(http_req_t *r, int64_t voucher_id, int64_t user_id, int has_room,
+                        admission_cb cb, room_order_fn next)
+{
+    if (has_room && !pass_ok(r, voucher_id, user_id)) {
+        cb(r, ADMIT_QUEUE_REQUIRED, NULL);
+        return;
+    }
+    next(r, voucher_id, user_id, cb);
+}
+
+static void on_gate_hmget(struct redisReply *rep, void *priv)
+{
+    gate_call_t *c = priv;
+    gate_call_t g = *c;
+    free(c);
+    const flag_t *f = flag_learn(g.r->w->room, g.voucher_id, rep);
+    if (f == NULL) {
+        g.cb(g.r, ADMIT_UNAVAILABLE, NULL);
+        return;
+    }
+    gate_decide(g.r, g.voucher_id, g.user_id, f->kind == F_ROOM, g.cb, g.next);
+}
+
+void room_order(http_req_t *r, int64_t voucher_id, int64_t user_id, admission_cb cb,
+                room_order_fn next)
+{
+    struct room_worker *rw = r->w->room;
+    if (rw == NULL) {
+        next(r, voucher_id, user_id, cb);
+        return;
+    }
+    const flag_t *f = vcache_get(rw->flags, voucher_id, clock_now_ms());
+    if (f != NULL) {
+        gate_decide(r, voucher_id, user_id, f->kind == F_ROOM, cb, next);
+        return;
+    }
+    gate_call_t *c = xmalloc(sizeof *c);
+    *c = (gate_call_t){.r = r, .voucher_id = voucher_id, .user_id = user_id, .cb = cb,
+                       .next = next};
+    flags_read(r, voucher_id, on_gate_hmget, c);
+}
+
+/* ------------------------------------------------------------ lifetime */
+
+void room_forget(worker_t *w, int64_t voucher_id)
+{
+    if (w->room != NULL)
+        vcache_drop(w->room->flags, voucher_id);
+}
+
+int room_worker_init(worker_t *w)
+{
+    struct room_worker *rw = xcalloc(1, sizeof *rw);
+    uint64_t seed = 0;
+    if (getrandom(&seed, sizeof seed, 0) != (ssize_t)sizeof seed)
+        seed = clock_read_ns();
+    rw->flags = vcache_new(FLAG_SLOTS, sizeof(flag_t));
+    rw->polls = ratelimit_table_new(2000.0 / ROOM_POLL_MIN_MS, 1, POLL_LIMIT_ENTRIES, seed,
+                                    RL_FULL_EVICTS);
+    rw->key = pass_key_new(w->app->signer);
+    int ms = w->app->cfg.soldout_cache_ms;
+    rw->unknown_ms = ms > 0 ? (uint64_t)ms : 0;
+    w->room = rw;
+    if (rw->polls == NULL || rw->key == NULL) {
+        room_worker_free(w);
+        return -1;
+    }
+    return 0;
+}
+
+void room_worker_free(worker_t *w)
+{
+    struct room_worker *rw = w->room;
+    if (rw == NULL)
+        return;
+    w->room = NULL;
+    vcache_free(rw->flags);
+    ratelimit_table_free(rw->polls);
+    pass_key_free(rw->key);
+    free(rw);
+}

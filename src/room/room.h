@@ -1,0 +1,87 @@
+/* room.h -- a voucher's waiting room (issue #28; docs/waiting-room.md): join, poll, and the
+ * order gate that asks a room voucher's buyers for a pass.
+ *
+ * Join and poll are one room.lua call each (EVALSHA: one Redis command). The gate is on the
+ * hot path and costs no Redis once a worker knows the voucher: each worker keeps, per
+ * voucher, whether it has a room (and its bot gate), learned once from the voucher hash
+ * (HMGET begin room_r room_gate) and kept -- a voucher's room is fixed at creation. A
+ * voucher Redis does not know is asked again after soldout_cache_ms. On a room voucher an
+ * order needs x-seckill-pass verifying in memory (pass.h) for that user and voucher, else
+ * it is refused with ADMIT_QUEUE_REQUIRED; a voucher without a room pays one cache lookup.
+ *
+ * Polls are limited per user and worker to one per ROOM_POLL_MIN_MS / 2, in memory.
+ * Ownership: server.c makes and frees the per-worker state (room_worker_init/free). */
+#ifndef SECKILL_ROOM_H
+#define SECKILL_ROOM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sale/admission.h"
+
+struct http_req;
+struct worker;
+
+#define ROOM_POLL_MIN_MS 1000   /* the least pollAfterMs; polls closer than half are 429 */
+
+/* A join's or poll's answer (room.lua's): states, then refusals. */
+enum {
+    ROOM_WAITING = 0, ROOM_ADMITTED = 1, ROOM_SOLD_OUT = 2, ROOM_NOT_QUEUED = 3,
+    ROOM_NO_VOUCHER = 10, ROOM_NO_QUEUE = 11, ROOM_ENDED = 12, ROOM_JOIN_SOLD_OUT = 13,
+    ROOM_UNAVAILABLE = -1
+};
+
+typedef struct room_state {
+    int state;                  /* ROOM_* */
+    int64_t user_id, voucher_id;   /* whose answer it is (the call's) */
+    int64_t rank;               /* 0-based place in the room */
+    int64_t released;           /* passes released so far: floor((now - begin) * rate) */
+    int64_t rate;               /* admitPerSecond */
+    int64_t begin_s;            /* the sale's begin, epoch s */
+    int64_t now_ms;             /* Redis's clock */
+    int64_t expires_ms;         /* ROOM_ADMITTED: the pass's expiry */
+} room_state_t;
+
+/* What a worker knows of a voucher's room. */
+typedef struct room_info {
+    int known;                  /* 0: Redis could not say (down) */
+    int has_room;
+    int bot_gate;
+} room_info_t;
+
+typedef void (*room_cb)(struct http_req *r, const room_state_t *st);
+typedef void (*room_info_cb)(struct http_req *r, int64_t voucher_id, const room_info_t *ri);
+typedef void (*room_order_fn)(struct http_req *r, int64_t voucher_id, int64_t user_id,
+                              admission_cb cb);
+
+/* cb runs once, on the worker's thread, maybe before these return. */
+void room_join(struct http_req *r, int64_t voucher_id, int64_t user_id, room_cb cb);
+void room_poll(struct http_req *r, int64_t voucher_id, int64_t user_id, room_cb cb);
+/* The voucher's room as this worker knows it (from memory, or one HMGET). */
+void room_info(struct http_req *r, int64_t voucher_id, room_info_cb cb);
+
+/* 1 if the user may poll now (the per-worker poll limit), 0 if not. */
+int room_poll_allowed(struct http_req *r, int64_t user_id);
+
+/* The answer's figures: the place (0 unless waiting), the estimated wait in seconds
+ * (rounded up) and when to poll next. */
+int64_t room_position(const room_state_t *st);
+int64_t room_wait_s(const room_state_t *st);
+int64_t room_poll_after_ms(const room_state_t *st);
+
+/* The pass of an admitted user (pass.h) into out (PASS_MAX bytes): length or -1. */
+int room_pass(struct worker *w, int64_t user_id, int64_t voucher_id, int64_t expires_ms,
+              char *out, size_t n);
+
+/* The order gate: on a voucher with a room, refuses (cb with ADMIT_QUEUE_REQUIRED) unless
+ * r carries a valid pass; else calls next(r, voucher_id, user_id, cb). */
+void room_order(struct http_req *r, int64_t voucher_id, int64_t user_id, admission_cb cb,
+                room_order_fn next);
+
+/* Drops what this worker knows of the voucher (publish.h: it was just published). */
+void room_forget(struct worker *w, int64_t voucher_id);
+
+int room_worker_init(struct worker *w);
+void room_worker_free(struct worker *w);
+
+#endif
