@@ -114,6 +114,20 @@ static const cmd_arg_t bench_opt_rows[] = {
      "wait for answers after the last send [10]"},
     {"seed", CMD_ARG_I64, F(seed), 0, 9e18, "N", "random seed of the schedule [time]"},
     {"quiet", CMD_ARG_SET, SET(progress, 0), 0, 0, NULL, "no live progress line"},
+    {"waiting-room", CMD_ARG_SET, SET(room, 1), 0, 0, NULL,
+     "sell through the voucher's waiting room: join, poll, buy with the pass (docs/bench.md)"},
+    {"room-rate", CMD_ARG_INT, F(room_rate), 1, 1000000, "R",
+     "the new voucher's waitingRoom.admitPerSecond [1000]"},
+    {"room-pass-ttl", CMD_ARG_INT, F(room_pass_ttl_s), 5, 3600, "S", "its passTtlS [60]"},
+    {"room-bot-gate", CMD_ARG_SET, SET(room_bot_gate, 1), 0, 0, NULL,
+     "its botGate: every join solves a proof-of-work challenge first"},
+    {"room-early", CMD_ARG_DBL, F(room_early), 0, 1, "F",
+     "share of buyers joining before beginTime (needs --begin-in) [0.5]"},
+    {"room-slow", CMD_ARG_DBL, F(room_slow), 0, 1, "F", "share of buyers in the slow class [0.5]"},
+    {"room-slow-ms", CMD_ARG_INT, F(room_slow_ms), 0, 60000, "MS",
+     "the slow class's extra delay per request [200]"},
+    {"room-late", CMD_ARG_INT, F(room_late_s), 0, 86400, "S",
+     "the other buyers join over S seconds after beginTime [10]"},
 };
 static const cmd_args_t bench_opts_spec = {
     bench_opt_rows, sizeof bench_opt_rows / sizeof bench_opt_rows[0], 22};
@@ -202,6 +216,12 @@ int bench_parse_args(int argc, char **argv, bench_opts_t *o, char *err, size_t e
     o->drain_timeout_s = 60;
     o->timeout_s = 10;
     o->progress = 1;
+    o->room_rate = 1000;
+    o->room_pass_ttl_s = 60;
+    o->room_early = 0.5;
+    o->room_slow = 0.5;
+    o->room_slow_ms = 200;
+    o->room_late_s = 10;
     o->seed = clock_mono_ns() ^ ((uint64_t)getpid() << 32);   /* unless --seed */
     int rc = cmd_args_parse(&bench_opts_spec, argc, argv, o, err, errlen);
     if (rc != 0)
@@ -432,15 +452,20 @@ static int create_voucher(const bench_opts_t *o, const bench_load_t *P, int64_t 
     *begin = o->begin_in_s > 0 ? now + o->begin_in_s : now - 60;
     *end = (o->begin_in_s > 0 ? *begin : now) + o->window_s;
     char b[32], e[32], body[512], req[2048], kb[32] = "";
+    char wr[160] = "";
     if (o->buckets > 1)
         snprintf(kb, sizeof kb, ",\"stockBuckets\":%d", o->buckets);
+    if (o->room)
+        snprintf(wr, sizeof wr, ",\"waitingRoom\":{\"admitPerSecond\":%d,\"passTtlS\":%d,"
+                 "\"botGate\":%s}", o->room_rate, o->room_pass_ttl_s,
+                 o->room_bot_gate ? "true" : "false");
     local_time(*begin, b, sizeof b);
     local_time(*end, e, sizeof e);
     int bl = snprintf(body, sizeof body,
                       "{\"shopId\":1,\"title\":\"seckill bench\",\"subTitle\":\"rehearsal\","
                       "\"rules\":\"one per user\",\"payValue\":100,\"actualValue\":1000,\"type\":1,"
-                      "\"stock\":%lld,\"beginTime\":\"%s\",\"endTime\":\"%s\"%s}",
-                      (long long)stock, b, e, kb);
+                      "\"stock\":%lld,\"beginTime\":\"%s\",\"endTime\":\"%s\"%s%s}",
+                      (long long)stock, b, e, kb, wr);
     int n = snprintf(req, sizeof req,
                      "POST /voucher/seckill HTTP/1.1\r\nHost: %s\r\nx-admin-token: %s\r\n"
                      "Content-Type: application/json\r\nContent-Length: %d\r\n"
@@ -1027,6 +1052,13 @@ int bench_main(int argc, char **argv)
         if (o.progress)
             fprintf(stderr, "seckill bench: voucher %lld, stock %lld, sale %s\n", (long long)vid,
                     (long long)stock, o.begin_in_s ? "opens shortly" : "open");
+    }
+
+    if (o.room) {
+        /* the waiting room's own run, report and audit (bench_room.c) */
+        int st = bench_room_run(&o, &L, &users, vid, stock, created ? begin : 0, created);
+        bench_users_free(&users);
+        return st;
     }
 
     /* CPU accounting */
