@@ -35,6 +35,7 @@
 #define RANDOM_BYTES 12
 #define RATE_SLOTS 64             /* vouchers whose join rate one instance follows */
 #define ROUTE_SLOTS 64            /* threads with a blocking connection (pow_verify) */
+#define GATE_SLOTS 64             /* gated sale windows one instance keeps */
 #define DERIVE_LABEL "seckill pow v1"
 
 typedef struct pow_rate {
@@ -50,6 +51,11 @@ typedef struct pow_route {
     rcl_sync_route_t r;
 } pow_route_t;
 
+typedef struct pow_window {
+    int64_t voucher;              /* 0: free */
+    int64_t begin_s, end_s;
+} pow_window_t;
+
 struct pow {
     EVP_MAC *mac;
     EVP_MAC_CTX *keyed;           /* read-only after pow_init: duplicated per use */
@@ -59,6 +65,7 @@ struct pow {
     pthread_mutex_t mu;           /* rates and routes */
     pow_rate_t rates[RATE_SLOTS];
     pow_route_t routes[ROUTE_SLOTS];
+    pow_window_t gates[GATE_SLOTS];
 };
 
 /* ----------------------------------------------------------------- set-up */
@@ -69,7 +76,8 @@ int pow_init(app_t *app, const uint8_t *key, size_t len, const pow_conf_t *conf,
     uint8_t raw[32], derived[32];
     size_t dlen = 0;
     if (conf->min_bits < POW_MIN_BITS || conf->max_bits > POW_MAX_BITS ||
-        conf->min_bits > conf->max_bits || !(conf->rate > 0)) {
+        conf->min_bits > conf->max_bits || !(conf->rate > 0) || conf->code_gate < 0 ||
+        conf->code_gate > POW_CODE_GATE_ALWAYS) {
         snprintf(err, errlen, "pow: difficulty %d..%d bits or rate %g out of range",
                  conf->min_bits, conf->max_bits, conf->rate);
         return -1;
@@ -257,6 +265,56 @@ static void rate_count(struct pow *p, int64_t voucher_id)
     pthread_mutex_lock(&p->mu);
     rate_at(rate_slot(p, voucher_id), clock_mono_ms(), 1);
     pthread_mutex_unlock(&p->mu);
+}
+
+/* ----------------------------------------------------------------- the /user/code gate */
+
+int pow_code_gate_mode(const char *name)
+{
+    static const char *const names[] = {"off", "sale", "always"};
+    for (int i = 0; i < 3; i++)
+        if (strcmp(name, names[i]) == 0)
+            return i;
+    return -1;
+}
+
+void pow_gate_sale(app_t *app, int64_t voucher_id, int64_t begin_s, int64_t end_s)
+{
+    struct pow *p = app->pow;
+    if (p == NULL || voucher_id <= 0 || end_s <= begin_s)
+        return;
+    int64_t now = (int64_t)(clock_now_wall_ms() / 1000);
+    pthread_mutex_lock(&p->mu);
+    pow_window_t *slot = NULL;
+    for (int i = 0; i < GATE_SLOTS; i++) {
+        pow_window_t *g = &p->gates[i];
+        if (g->voucher == voucher_id) {
+            slot = g;
+            break;
+        }
+        if (slot == NULL && (g->voucher == 0 || g->end_s <= now))
+            slot = g;
+    }
+    if (slot)
+        *slot = (pow_window_t){voucher_id, begin_s, end_s};
+    pthread_mutex_unlock(&p->mu);
+}
+
+int pow_code_gate_on(const app_t *app, int64_t now_s)
+{
+    struct pow *p = app->pow;
+    if (p == NULL || p->conf.code_gate == POW_CODE_GATE_OFF)
+        return 0;
+    if (p->conf.code_gate == POW_CODE_GATE_ALWAYS)
+        return 1;
+    int on = 0;
+    pthread_mutex_lock(&p->mu);
+    for (int i = 0; i < GATE_SLOTS && !on; i++) {
+        const pow_window_t *g = &p->gates[i];
+        on = g->voucher != 0 && g->begin_s <= now_s && now_s < g->end_s;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return on;
 }
 
 /* ----------------------------------------------------------------- challenges */

@@ -44,12 +44,19 @@
 struct rds;
 struct redisReply;
 
+/* --code-gate: when POST /user/code needs a solved challenge of the login scope. */
+enum { POW_CODE_GATE_OFF = 0, POW_CODE_GATE_SALE, POW_CODE_GATE_ALWAYS };
+
 typedef struct pow_conf {
     int min_bits;                 /* difficulty at a quiet join rate [16] */
-    int max_bits;                 /* the cap [24] */
+    int max_bits;                 /* the cap [20] */
     double rate;                  /* right solutions per second per voucher and instance
                                      before the difficulty rises [50] */
+    int code_gate;                /* POW_CODE_GATE_* [off] */
 } pow_conf_t;
+
+/* "off", "sale", "always" -> POW_CODE_GATE_*, or -1. */
+int pow_code_gate_mode(const char *name);
 
 /* Makes app->pow from the token key (key, len), or from 32 random bytes when key is NULL
  * (opaque tokens: then only this instance can check its challenges). 0, or -1 with err.
@@ -88,6 +95,15 @@ void pow_use_async(struct rds *rds, const char *replay_key, int64_t ttl_ms, pow_
                    void *priv);
 /* The reply of SET key 1 NX PX ttl as pow_verify's code: 0, -2 or -3. */
 int pow_use_result(const struct redisReply *r);
+
+/* The /user/code gate (docs/bot-gate.md). pow_gate_sale tells this instance that voucher_id
+ * has a bot gate and sells from begin_s to end_s (unix seconds): the room's code calls
+ * it wherever it learns of such a voucher (created here, loaded, rebuilt). Up to 64
+ * windows are kept; ended ones make room. pow_code_gate_on: 1 when /user/code needs a
+ * solved login-scope challenge at now_s: --code-gate always, or sale while a kept window
+ * is open. */
+void pow_gate_sale(app_t *app, int64_t voucher_id, int64_t begin_s, int64_t end_s);
+int pow_code_gate_on(const app_t *app, int64_t now_s);
 
 /* The difficulty a challenge for voucher_id gets now (min..max by its join rate). */
 int pow_difficulty(const app_t *app, int64_t voucher_id);

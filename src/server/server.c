@@ -153,7 +153,8 @@ static int cluster_prepare(app_t *app, const url_redis_t *a, const char *shown, 
 static int token_key_setup(app_t *app, char *err, size_t errlen)
 {
     const config_t *cfg = &app->cfg;
-    pow_conf_t pc = {cfg->pow_min_bits, cfg->pow_max_bits, cfg->pow_rate};
+    pow_conf_t pc = {cfg->pow_min_bits, cfg->pow_max_bits, cfg->pow_rate,
+                     pow_code_gate_mode(cfg->code_gate)};
     if (strcmp(cfg->token_format, "signed") != 0) {
         log_info("token format opaque: every token is looked up in Redis");
         /* the bot gate's key is then this process's own (pow.h) */
