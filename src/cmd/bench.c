@@ -355,17 +355,9 @@ static int listener_pid(int port)
     return found;
 }
 
-/* One blocking HTTP request (Connection: close) for set-up calls. */
-typedef struct simple_resp {
-    int status;
-    char body[4096];
-    size_t blen;
-    int done;
-} simple_resp_t;
-
-static int sr_body(http_parser *p, const char *at, size_t n)
+int bench_resp_on_body(http_parser *p, const char *at, size_t n)
 {
-    simple_resp_t *r = p->data;
+    bench_resp_t *r = p->data;
     size_t room = sizeof r->body - 1 - r->blen;
     if (n > room)
         n = room;
@@ -375,13 +367,16 @@ static int sr_body(http_parser *p, const char *at, size_t n)
     return 0;
 }
 
-static int sr_complete(http_parser *p)
+int bench_resp_on_complete(http_parser *p)
 {
-    simple_resp_t *r = p->data;
+    bench_resp_t *r = p->data;
     r->status = (int)p->status_code;
     r->done = 1;
     return 0;
 }
+
+/* One blocking HTTP request (Connection: close) for set-up calls. */
+typedef bench_resp_t simple_resp_t;
 
 static int http_simple(const bench_load_t *P, const char *req, size_t len, simple_resp_t *r,
                        char *err, size_t errlen)
@@ -415,8 +410,8 @@ static int http_simple(const bench_load_t *P, const char *req, size_t len, simpl
     hp.data = r;
     http_parser_settings s;
     memset(&s, 0, sizeof s);
-    s.on_body = sr_body;
-    s.on_message_complete = sr_complete;
+    s.on_body = bench_resp_on_body;
+    s.on_message_complete = bench_resp_on_complete;
     char buf[4096];
     while (!r->done) {
         ssize_t n = recv(fd, buf, sizeof buf, 0);

@@ -177,6 +177,21 @@ int bench_users_prepare(const bench_opts_t *o, const bench_load_t *proto, bench_
                         char *err, size_t errlen);
 void bench_users_free(bench_users_t *u);
 
+/* ==== an answer collected by http-parser (bench.c) ==== */
+
+struct http_parser;
+
+/* An answer's status and the first 4 KiB of its body; p->data points at it. The two
+ * callbacks go into http_parser_settings' on_body and on_message_complete. */
+typedef struct bench_resp {
+    int status;
+    char body[4096];
+    size_t blen;
+    int done;
+} bench_resp_t;
+int bench_resp_on_body(struct http_parser *p, const char *at, size_t n);
+int bench_resp_on_complete(struct http_parser *p);
+
 /* ==== the waiting room's run (bench_room.c) ==== */
 
 /* Runs --waiting-room for voucher vid (sale opening at begin_s, unix seconds; 0 = open),

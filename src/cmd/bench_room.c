@@ -169,9 +169,7 @@ typedef struct conn {
     int busy;
     uint64_t sent_ms;
     http_parser hp;
-    int status, complete;
-    char body[2048];
-    size_t blen;
+    bench_resp_t resp;
 } conn_t;
 
 typedef struct room_run room_run_t;
@@ -259,29 +257,9 @@ static void finish(room_thread_t *t, uint32_t i, int end)
     atomic_fetch_add(&t->R->done, 1);
 }
 
-static int on_body(http_parser *p, const char *at, size_t n)
-{
-    conn_t *c = p->data;
-    size_t room = sizeof c->body - 1 - c->blen;
-    if (n > room)
-        n = room;
-    memcpy(c->body + c->blen, at, n);
-    c->blen += n;
-    c->body[c->blen] = '\0';
-    return 0;
-}
-
-static int on_complete(http_parser *p)
-{
-    conn_t *c = p->data;
-    c->status = (int)p->status_code;
-    c->complete = 1;
-    return 0;
-}
-
 static const http_parser_settings parser_settings = {
-    .on_body = on_body,
-    .on_message_complete = on_complete,
+    .on_body = bench_resp_on_body,
+    .on_message_complete = bench_resp_on_complete,
 };
 
 static int conn_open(room_thread_t *t, conn_t *c)
@@ -407,9 +385,9 @@ static void on_answer(room_thread_t *t, conn_t *c)
 {
     uint32_t i = c->buyer;
     buyer_t *b = &t->R->b[i];
-    const char *body = c->body;
+    const char *body = c->resp.body;
     int ok = strstr(body, "\"success\":true") != NULL;
-    if (c->status == 429) {
+    if (c->resp.status == 429) {
         t->rl429++;
         again(t, i, b->poll_ms ? b->poll_ms : 1000);
         return;
@@ -461,7 +439,7 @@ static void on_answer(room_thread_t *t, conn_t *c)
         return;
     case ST_BUY: {
         int64_t oid = 0;
-        bench_outcome_t out = bench_load_classify(c->status, body, c->blen, &oid);
+        bench_outcome_t out = bench_load_classify(c->resp.status, body, c->resp.blen, &oid);
         if (out == BO_SUCCESS) {
             push_succ(t, i, oid);
             finish(t, i, END_BOUGHT);
@@ -496,12 +474,12 @@ static int send_next(room_thread_t *t, conn_t *c, uint32_t i)
     t->req[t->R->b[i].stage]++;
     c->buyer = i;
     c->busy = 1;
-    c->complete = 0;
-    c->blen = 0;
-    c->body[0] = '\0';
+    c->resp.status = c->resp.done = 0;
+    c->resp.blen = 0;
+    c->resp.body[0] = '\0';
     c->sent_ms = clock_mono_ms();
     http_parser_init(&c->hp, HTTP_RESPONSE);
-    c->hp.data = c;
+    c->hp.data = &c->resp;
     return 0;
 }
 
@@ -551,7 +529,7 @@ static void *thread_main(void *arg)
                 ssize_t r = recv(c->fd, buf, sizeof buf, MSG_DONTWAIT);
                 if (r > 0) {
                     http_parser_execute(&c->hp, &parser_settings, buf, (size_t)r);
-                    if (c->complete) {
+                    if (c->resp.done) {
                         c->busy = 0;
                         if (!http_should_keep_alive(&c->hp))
                             conn_drop(c);
