@@ -111,7 +111,7 @@ void api_user_code(http_req_t *r)
         api_fail(r, MSG_CHALLENGE, "CHALLENGE_REQUIRED");
         return;
     }
-    pow_use_async(r->w->rds, key, ttl_ms, on_code_pow, r);
+    pow_use_async(app, r->w->rds, POW_LOGIN_SCOPE, key, ttl_ms, on_code_pow, r);
 }
 
 void api_user_code_challenge(http_req_t *r)

@@ -260,8 +260,11 @@ int pow_difficulty(const app_t *app, int64_t voucher_id)
     return bits_for(&p->conf, rate);
 }
 
-static void rate_count(struct pow *p, int64_t voucher_id)
+void pow_used(const app_t *app, int64_t voucher_id)
 {
+    struct pow *p = app->pow;
+    if (p == NULL)
+        return;
     pthread_mutex_lock(&p->mu);
     rate_at(rate_slot(p, voucher_id), clock_mono_ms(), 1);
     pthread_mutex_unlock(&p->mu);
@@ -408,7 +411,6 @@ int pow_check(const app_t *app, int64_t user_id, int64_t voucher_id, const char 
         return -1;
     snprintf(replay_key, POW_REPLAY_KEY_MAX, "seckill:pow:{%" PRId64 "}:%s", voucher_id, mac);
     *ttl_ms = left_ms;
-    rate_count(p, voucher_id);
     return 0;
 }
 
@@ -441,6 +443,8 @@ static void use_cmd(use_cmd_t *c, const char *key, int64_t ttl_ms)
 }
 
 typedef struct use_wait {
+    const app_t *app;
+    int64_t voucher_id;
     pow_use_cb cb;
     void *priv;
 } use_wait_t;
@@ -449,17 +453,19 @@ static void on_use(struct redisReply *r, void *priv)
 {
     use_wait_t w = *(use_wait_t *)priv;
     free(priv);
-    w.cb(pow_use_result(r), w.priv);
+    int rc = pow_use_result(r);
+    if (rc == 0)
+        pow_used(w.app, w.voucher_id);
+    w.cb(rc, w.priv);
 }
 
-void pow_use_async(struct rds *rds, const char *replay_key, int64_t ttl_ms, pow_use_cb cb,
-                   void *priv)
+void pow_use_async(const app_t *app, struct rds *rds, int64_t voucher_id, const char *replay_key,
+                   int64_t ttl_ms, pow_use_cb cb, void *priv)
 {
     use_cmd_t c;
     use_cmd(&c, replay_key, ttl_ms);
     use_wait_t *w = xcalloc(1, sizeof *w);
-    w->cb = cb;
-    w->priv = priv;
+    *w = (use_wait_t){app, voucher_id, cb, priv};
     rds_command(rds, on_use, w, 6, c.argv, c.len);
 }
 
@@ -507,6 +513,8 @@ int pow_verify(app_t *app, int64_t user_id, int64_t voucher_id, const char *chal
     use_cmd(&cmd, key, ttl_ms);
     redisReply *r = c ? redisCommandArgv(c, 6, cmd.argv, cmd.len) : NULL;
     int rc = pow_use_result(r);
+    if (rc == 0)
+        pow_used(app, voucher_id);
     if (r)
         freeReplyObject(r);
     if (r == NULL || (c && c->err)) {

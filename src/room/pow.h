@@ -17,8 +17,8 @@
  * goes into Redis as seckill:pow:{<voucher>}:<mac> (SET NX PX until the expiry), in the
  * voucher's slot on a Redis Cluster. A wrong one costs no Redis.
  *
- * Difficulty: per voucher and per instance, an exponentially weighted rate of the right
- * solutions (time constant POW_RATE_TAU_MS); D = min bits while that rate is at most
+ * Difficulty: per voucher and per instance, an exponentially weighted rate of first uses
+ * of right solutions (time constant POW_RATE_TAU_MS); D = min bits while that rate is at most
  * --pow-rate per second, then one bit more each time the rate doubles, up to max bits.
  * One SHA-256 per try: 2^D tries on average (D = 16: 65,536).
  *
@@ -83,16 +83,20 @@ int pow_verify(app_t *app, int64_t user_id, int64_t voucher_id, const char *chal
 
 /* The part of pow_verify without Redis: 0 when the solution is right for (user, voucher)
  * at wall time now_ms (then replay_key, POW_REPLAY_KEY_MAX bytes, holds the key to SET NX
- * and *ttl_ms how long it must live), -1 otherwise. Counts a right solution in the
- * voucher's join rate. */
+ * and *ttl_ms how long it must live), -1 otherwise. */
 int pow_check(const app_t *app, int64_t user_id, int64_t voucher_id, const char *challenge,
               const char *solution, uint64_t now_ms, char *replay_key, int64_t *ttl_ms);
 
 /* Uses up a checked solution on a worker's Redis client (rds.h): cb(rc, priv) runs once,
- * on that worker's thread, with rc 0 (first use), -2 (replayed) or -3 (Redis unavailable). */
+ * on that worker's thread, with rc 0 (first use), -2 (replayed) or -3 (Redis unavailable).
+ * A first use counts in voucher_id's join rate (pow_used). */
 typedef void (*pow_use_cb)(int rc, void *priv);
-void pow_use_async(struct rds *rds, const char *replay_key, int64_t ttl_ms, pow_use_cb cb,
-                   void *priv);
+void pow_use_async(const app_t *app, struct rds *rds, int64_t voucher_id, const char *replay_key,
+                   int64_t ttl_ms, pow_use_cb cb, void *priv);
+
+/* Counts one first use of a right solution in voucher_id's join rate (pow_verify and
+ * pow_use_async do it): a replayed solution never raises the difficulty. */
+void pow_used(const app_t *app, int64_t voucher_id);
 /* The reply of SET key 1 NX PX ttl as pow_verify's code: 0, -2 or -3. */
 int pow_use_result(const struct redisReply *r);
 

@@ -156,6 +156,14 @@ def test_code_gate_difficulty_rises_with_rate():
         st, j = ask_code(h, H.phone_for(100 + i, "139"), "v1.0.0.9.8.aa.bb", "1")
         check(refused(st, j), "garbage: %r", j)
     eq(code_challenge(h)[1], 8, "difficulty after wrong answers only")
+    ch, d = code_challenge(h)
+    sol = solve(ch, d)
+    st, j = ask_code(h, H.phone_for(99, "139"), ch, sol)
+    check(st == 200 and j["success"], "first use: %r %r", st, j)
+    for i in range(20):
+        st, j = ask_code(h, H.phone_for(200 + i, "139"), ch, sol)
+        check(refused(st, j), "replay %d: %r", i, j)
+    eq(code_challenge(h)[1], 8, "difficulty after one use and 20 replays")
     seen = []
     for i in range(30):
         ch, d = code_challenge(h)

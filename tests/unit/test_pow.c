@@ -260,6 +260,9 @@ static void test_difficulty_rises_with_rate(void **state)
         assert_true(d >= last);   /* within a second or so the rate only grows */
         last = d;
         assert_int_equal(check(app, i + 1, 77, ch, sol), 0);
+        /* a check alone is not a use: only the first use of a solution counts */
+        assert_int_equal(pow_difficulty(app, 77), d);
+        pow_used(app, 77);
     }
     rose = pow_difficulty(app, 77);
     /* 40 solutions at once: an EWMA of ~8/s = 2^3 * the threshold -> min + 4, capped 12 */
@@ -289,6 +292,15 @@ static void test_replay_in_redis(void **state)
     issue_solved(app, 31, 4242, ch, sol);
     assert_int_equal(pow_verify(app, 31, 4242, ch, sol), 0);
     assert_int_equal(pow_verify(app, 31, 4242, ch, sol), -2);   /* replay */
+    /* replays do not raise the difficulty (--pow-rate 1 here: 20 first uses would) */
+    app_t *low = mk_app(KEY, 8, 12, 1);
+    char ch1[POW_CHALLENGE_MAX], sol1[24];
+    issue_solved(low, 31, 4243, ch1, sol1);
+    assert_int_equal(pow_verify(low, 31, 4243, ch1, sol1), 0);
+    for (int i = 0; i < 20; i++)
+        assert_int_equal(pow_verify(low, 31, 4243, ch1, sol1), -2);
+    assert_int_equal(pow_difficulty(low, 4243), 8);
+    rm_app(low);
     /* a different solution of the same challenge is the same challenge used again */
     char sol2[24];
     assert_true(pow_solve(ch, 8, (uint64_t)atoll(sol) + 1, UINT64_C(1) << 30, sol2, sizeof sol2) > 0);
