@@ -471,3 +471,15 @@ def test_bench_room_driver_reference_room():
     check(abs(e["fastPassShare"] - e["fastBuyerShare"]) < 0.15,
           "fast class: %.3f of early buyers but %.3f of their passes", e["fastBuyerShare"],
           e["fastPassShare"])
+
+
+def test_gate_flags_checked():
+    """A bad --code-gate or --pow-min-bits above --pow-max-bits stops the start with a reason."""
+    cases = ((["--code-gate", "maybe"], "code-gate"),
+             (["--pow-min-bits", "21", "--pow-max-bits", "20"], "pow-min-bits"),
+             (["--pow-max-bits", "33"], "pow-max-bits"))
+    for i, (args, why) in enumerate(cases):
+        rc, out, err = H.run_tool(["serve", "--data-dir", H.subdir("d%d" % i)] + args,
+                                  timeout=30)
+        eq(rc, 2, "exit status of serve %s" % " ".join(args))
+        check(why in err, "serve %s: %r", " ".join(args), err[-300:])
