@@ -317,8 +317,9 @@ class RefRoom:
     """The contract's room, in memory: joins before beginTime are shuffled at beginTime,
     later ones are served in order; the k-th pass is issued at beginTime + k / R."""
 
-    def __init__(self, rate, ttl_s, stock):
-        self.rate, self.ttl_s, self.stock = rate, ttl_s, stock
+    def __init__(self, rate, ttl_s, stock, gate_bits=0):
+        self.rate, self.ttl_s, self.stock, self.gate_bits = rate, ttl_s, stock, gate_bits
+        self.used = set()                          # challenges used (the replay set)
         self.lock = threading.Lock()
         self.begin = None
         self.early, self.queue, self.shuffled = [], [], False
@@ -353,7 +354,18 @@ class RefRoom:
         return {"state": "waiting", "position": pos, "waitS": pos / self.rate,
                 "pollAfterMs": 100}
 
-    def join(self, user, now):
+    def challenge(self, user):
+        return {"challenge": "v1.%s.77.%d" % (user[-6:], len(self.used)),
+                "difficulty": self.gate_bits}
+
+    def join(self, user, now, body):
+        if self.gate_bits:
+            ch, sol = body.get("challenge", ""), body.get("solution", "")
+            digest = hashlib.sha256(("%s:%s" % (ch, sol)).encode()).digest()
+            if not ch.startswith("v1.%s." % user[-6:]) or ch in self.used or \
+                    zero_bits(digest) < self.gate_bits:
+                return None
+            self.used.add(ch)
         if user not in self.joined:
             self.joined.add(user)
             (self.queue if self.shuffled or now >= (self.begin or 0) and self.begin
@@ -399,10 +411,14 @@ def ref_server(room):
                     room.rate = b["waitingRoom"]["admitPerSecond"]
                     room.stock = b["stock"]
                 return self.reply({"success": True, "data": 77})
-            self.body()
+            body = self.body()
             with room.lock:
                 if re.match(r"^/seckill/queue/77$", self.path):
-                    return self.reply({"success": True, "data": room.join(user, now)})
+                    st = room.join(user, now, body)
+                    if st is None:
+                        return self.reply({"success": False, "errorMsg": GATE_MSG,
+                                           "code": "CHALLENGE_REQUIRED"})
+                    return self.reply({"success": True, "data": st})
                 if self.path == "/voucher-order/seckill/77":
                     return self.reply(room.buy(user, self.headers.get("x-seckill-pass")))
             self.reply({"success": False, "errorMsg": "Not Found"}, 404)
@@ -412,6 +428,8 @@ def ref_server(room):
             with room.lock:
                 if self.path == "/seckill/queue/77":
                     return self.reply({"success": True, "data": room.state(user, now)})
+                if self.path == "/seckill/challenge/77" and room.gate_bits:
+                    return self.reply({"success": True, "data": room.challenge(user)})
             self.reply({"success": False, "errorMsg": "Not Found"}, 404)
 
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -419,9 +437,9 @@ def ref_server(room):
     return srv
 
 
-def run_ref_bench(stock, early, users=300):
+def run_ref_bench(stock, early, users=300, gate_bits=0):
     """bench --waiting-room against a fresh reference room: (its JSON, the room)."""
-    room = RefRoom(rate=100, ttl_s=60, stock=stock)
+    room = RefRoom(rate=100, ttl_s=60, stock=stock, gate_bits=gate_bits)
     srv = ref_server(room)
     try:
         toks = os.path.join(H.tmpdir(), "tokens.txt")
@@ -434,8 +452,8 @@ def run_ref_bench(stock, early, users=300):
              "--admin-token", "x" * 20, "--tokens", toks, "--stock", str(stock),
              "--begin-in", "3", "--waiting-room", "--room-rate", "100", "--room-early",
              str(early), "--room-late", "2", "--room-slow-ms", "50", "--conns", "16",
-             "--threads", "2", "--no-audit", "--quiet", "--json", out, "--seed", "11"],
-            timeout=120)
+             "--threads", "2", "--no-audit", "--quiet", "--json", out, "--seed", "11"] +
+            (["--room-bot-gate"] if gate_bits else []), timeout=120)
         H.log(stdout)
         check(rc == 0, "bench --waiting-room: rc %d %s %s", rc, stdout[-1500:], stderr[-800:])
         with open(out) as f:
@@ -471,6 +489,14 @@ def test_bench_room_driver_reference_room():
     check(abs(e["fastPassShare"] - e["fastBuyerShare"]) < 0.15,
           "fast class: %.3f of early buyers but %.3f of their passes", e["fastBuyerShare"],
           e["fastPassShare"])
+
+    # with the bot gate: every join fetches a challenge and solves it (12 bits) first
+    j, room = run_ref_bench(stock=50, early=0.5, users=100, gate_bits=12)
+    eq(j["requests"]["challenge"], 100, "challenges fetched")
+    eq(j["joined"], 100, "joined after solving")
+    eq(len(room.used), 100, "solutions the room took")
+    eq(j["bought"], 50, "bought")
+    check(j["solveHashes"] >= 100 * 1024, "hashes solved: %d", j["solveHashes"])
 
 
 def test_gate_flags_checked():
