@@ -55,6 +55,7 @@ typedef struct route {
 
 /* Adapters to the uniform (r, id, user) signature. */
 static void r_user_code(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_user_code(r); }
+static void r_user_code_chal(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_user_code_challenge(r); }
 static void r_user_login(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_user_login(r); }
 static void r_user_me(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_user_me(r, u); }
 static void r_user_logout(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_user_logout(r); }
@@ -101,6 +102,7 @@ static const route_t routes[] = {
     ID(HM_GET,  "/seckill/queue/", "",            RF_LOGIN,                 r_room_poll),
     ID(HM_GET,  "/seckill/challenge/", "",        RF_LOGIN,                 r_room_challenge),
     LIT(HM_POST, "/user/code",                    0,                        r_user_code),
+    LIT(HM_GET,  "/user/code/challenge",          0,                        r_user_code_chal),
     LIT(HM_POST, "/user/login",                   0,                        r_user_login),
     LIT(HM_GET,  "/user/me",                      RF_LOGIN | RF_PROFILE,    r_user_me),
     LIT(HM_POST, "/user/logout",                  RF_LOGIN,                 r_user_logout),

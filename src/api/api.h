@@ -42,6 +42,8 @@ int api_parse_id(const char *z, size_t n, int64_t *out);
 
 /* Handlers; path parameters already parsed by the router. */
 void api_user_code(http_req_t *r);
+/* GET /user/code/challenge: a proof-of-work challenge for --code-gate (room/pow.h). */
+void api_user_code_challenge(http_req_t *r);
 void api_user_login(http_req_t *r);
 void api_user_me(http_req_t *r, const struct auth_user *u);
 void api_user_logout(http_req_t *r);

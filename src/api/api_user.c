@@ -1,10 +1,13 @@
-/* api_user.c -- POST /user/code, POST /user/login, GET /user/me, POST /user/logout(/all).
+/* api_user.c -- POST /user/code, GET /user/code/challenge, POST /user/login, GET /user/me,
+ * POST /user/logout(/all).
  *
  * The course's login (hmdp-spec 2.1): a 6-digit code for the phone (logincode.h: kept 2
  * minutes, delivered by the log or --code-command, its sending and guessing limited in
  * Redis beside it, dead after its one use); login checks it, finds or creates the user
  * in SQL (a job), and stores a fresh 32-hex token from auth (signed, auth.h). This file
- * only validates input, applies the per-client limits and shapes replies. */
+ * only validates input, applies the per-client limits and shapes replies. With --code-gate
+ * (docs/bot-gate.md) /user/code first wants a solved proof-of-work challenge of the login
+ * scope (room/pow.h) in its query: challenge=...&solution=... */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +21,9 @@
 #include "core/log.h"
 #include "auth/logincode.h"
 #include "sale/ratelimit.h"
+#include "core/clock.h"
 #include "core/rnd.h"
+#include "room/pow.h"
 #include "core/sb.h"
 #include "store/store.h"
 #include "server/worker.h"
@@ -27,6 +32,7 @@
 #define MSG_BAD_PHONE "手机号格式错误！"
 #define MSG_BAD_CODE "验证码错误"
 #define MSG_BUSY "系统繁忙，请重试"
+#define MSG_CHALLENGE "请先完成验证"
 #define MAX_CODE_LEN 64   /* longer submitted codes cannot match a 6-digit one */
 
 /* --------------------------------------------------------------- /user/code */
@@ -48,6 +54,34 @@ static void on_code_issued(void *priv, int status)
     }
 }
 
+/* The code itself, once the gate (if any) is passed; phone in r->ctx (freed here). */
+static void issue_code(http_req_t *r)
+{
+    char *phone = r->ctx;
+    r->ctx = NULL;
+    /* the instance's budget of codes, all phones together: a circuit breaker for cost */
+    if (!ratelimit_allow(r, RL_CODE_BUDGET, 1))
+        api_unavailable(r, MSG_BUSY);
+    else
+        logincode_issue(r->w, phone, ratelimit_peer_key(r), on_code_issued, r);
+    free(phone);
+}
+
+static void on_code_pow(int rc, void *priv)
+{
+    http_req_t *r = priv;
+    if (rc == 0) {
+        issue_code(r);
+        return;
+    }
+    free(r->ctx);
+    r->ctx = NULL;
+    if (rc == -2)
+        api_fail(r, MSG_CHALLENGE, "CHALLENGE_REQUIRED");   /* replayed */
+    else
+        api_unavailable(r, "redis unavailable");
+}
+
 void api_user_code(http_req_t *r)
 {
     char phone[32];
@@ -60,12 +94,37 @@ void api_user_code(http_req_t *r)
         api_fail(r, MSG_BAD_PHONE, "INVALID_PHONE");
         return;
     }
-    /* the instance's budget of codes, all phones together: a circuit breaker for cost */
-    if (!ratelimit_allow(r, RL_CODE_BUDGET, 1)) {
+    r->ctx = xstrdup(phone);
+    app_t *app = r->w->app;
+    if (!pow_code_gate_on(app, (int64_t)(clock_now_wall_ms() / 1000))) {
+        issue_code(r);
+        return;
+    }
+    /* the bot gate: a wrong or missing solution costs no Redis, a right one one SET NX */
+    char ch[POW_CHALLENGE_MAX], sol[POW_SOLUTION_MAX + 2], key[POW_REPLAY_KEY_MAX];
+    int64_t ttl_ms = 0;
+    if (http_query_get(r->query, "challenge", ch, sizeof ch) <= 0 ||
+        http_query_get(r->query, "solution", sol, sizeof sol) <= 0 ||
+        pow_check(app, 0, POW_LOGIN_SCOPE, ch, sol, clock_now_wall_ms(), key, &ttl_ms) < 0) {
+        free(r->ctx);
+        r->ctx = NULL;
+        api_fail(r, MSG_CHALLENGE, "CHALLENGE_REQUIRED");
+        return;
+    }
+    pow_use_async(app, r->w->rds, POW_LOGIN_SCOPE, key, ttl_ms, on_code_pow, r);
+}
+
+void api_user_code_challenge(http_req_t *r)
+{
+    char ch[POW_CHALLENGE_MAX], data[POW_CHALLENGE_MAX + 64];
+    int d = 0;
+    if (pow_challenge(r->w->app, 0, POW_LOGIN_SCOPE, ch, sizeof ch, &d) < 0) {
         api_unavailable(r, MSG_BUSY);
         return;
     }
-    logincode_issue(r->w, phone, ratelimit_peer_key(r), on_code_issued, r);
+    /* the challenge is [v0-9a-f.] only: no JSON escaping needed */
+    int n = snprintf(data, sizeof data, "{\"challenge\":\"%s\",\"difficulty\":%d}", ch, d);
+    api_ok(r, data, (size_t)n);
 }
 
 /* --------------------------------------------------------------- /user/login */

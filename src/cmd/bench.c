@@ -114,6 +114,20 @@ static const cmd_arg_t bench_opt_rows[] = {
      "wait for answers after the last send [10]"},
     {"seed", CMD_ARG_I64, F(seed), 0, 9e18, "N", "random seed of the schedule [time]"},
     {"quiet", CMD_ARG_SET, SET(progress, 0), 0, 0, NULL, "no live progress line"},
+    {"waiting-room", CMD_ARG_SET, SET(room, 1), 0, 0, NULL,
+     "sell through the voucher's waiting room: join, poll, buy with the pass (docs/bench.md)"},
+    {"room-rate", CMD_ARG_INT, F(room_rate), 1, 1000000, "R",
+     "the new voucher's waitingRoom.admitPerSecond [1000]"},
+    {"room-pass-ttl", CMD_ARG_INT, F(room_pass_ttl_s), 5, 3600, "S", "its passTtlS [60]"},
+    {"room-bot-gate", CMD_ARG_SET, SET(room_bot_gate, 1), 0, 0, NULL,
+     "its botGate: every join solves a proof-of-work challenge first"},
+    {"room-early", CMD_ARG_DBL, F(room_early), 0, 1, "F",
+     "share of buyers joining before beginTime (needs --begin-in) [0.5]"},
+    {"room-slow", CMD_ARG_DBL, F(room_slow), 0, 1, "F", "share of buyers in the slow class [0.5]"},
+    {"room-slow-ms", CMD_ARG_INT, F(room_slow_ms), 0, 60000, "MS",
+     "the slow class's extra delay per request [200]"},
+    {"room-late", CMD_ARG_INT, F(room_late_s), 0, 86400, "S",
+     "the other buyers join over S seconds after beginTime [10]"},
 };
 static const cmd_args_t bench_opts_spec = {
     bench_opt_rows, sizeof bench_opt_rows / sizeof bench_opt_rows[0], 22};
@@ -202,6 +216,12 @@ int bench_parse_args(int argc, char **argv, bench_opts_t *o, char *err, size_t e
     o->drain_timeout_s = 60;
     o->timeout_s = 10;
     o->progress = 1;
+    o->room_rate = 1000;
+    o->room_pass_ttl_s = 60;
+    o->room_early = 0.5;
+    o->room_slow = 0.5;
+    o->room_slow_ms = 200;
+    o->room_late_s = 10;
     o->seed = clock_mono_ns() ^ ((uint64_t)getpid() << 32);   /* unless --seed */
     int rc = cmd_args_parse(&bench_opts_spec, argc, argv, o, err, errlen);
     if (rc != 0)
@@ -335,17 +355,9 @@ static int listener_pid(int port)
     return found;
 }
 
-/* One blocking HTTP request (Connection: close) for set-up calls. */
-typedef struct simple_resp {
-    int status;
-    char body[4096];
-    size_t blen;
-    int done;
-} simple_resp_t;
-
-static int sr_body(http_parser *p, const char *at, size_t n)
+int bench_resp_on_body(http_parser *p, const char *at, size_t n)
 {
-    simple_resp_t *r = p->data;
+    bench_resp_t *r = p->data;
     size_t room = sizeof r->body - 1 - r->blen;
     if (n > room)
         n = room;
@@ -355,13 +367,16 @@ static int sr_body(http_parser *p, const char *at, size_t n)
     return 0;
 }
 
-static int sr_complete(http_parser *p)
+int bench_resp_on_complete(http_parser *p)
 {
-    simple_resp_t *r = p->data;
+    bench_resp_t *r = p->data;
     r->status = (int)p->status_code;
     r->done = 1;
     return 0;
 }
+
+/* One blocking HTTP request (Connection: close) for set-up calls. */
+typedef bench_resp_t simple_resp_t;
 
 static int http_simple(const bench_load_t *P, const char *req, size_t len, simple_resp_t *r,
                        char *err, size_t errlen)
@@ -395,8 +410,8 @@ static int http_simple(const bench_load_t *P, const char *req, size_t len, simpl
     hp.data = r;
     http_parser_settings s;
     memset(&s, 0, sizeof s);
-    s.on_body = sr_body;
-    s.on_message_complete = sr_complete;
+    s.on_body = bench_resp_on_body;
+    s.on_message_complete = bench_resp_on_complete;
     char buf[4096];
     while (!r->done) {
         ssize_t n = recv(fd, buf, sizeof buf, 0);
@@ -437,13 +452,18 @@ static int create_voucher(const bench_opts_t *o, const bench_load_t *P, int64_t 
              o->buckets > 1 ? ",\"stockBuckets\":" : "");
     if (o->buckets > 1)
         snprintf(kb + strlen(kb), sizeof kb - strlen(kb), "%d", o->buckets);
+    char wr[160] = "";
+    if (o->room)
+        snprintf(wr, sizeof wr, ",\"waitingRoom\":{\"admitPerSecond\":%d,\"passTtlS\":%d,"
+                 "\"botGate\":%s}", o->room_rate, o->room_pass_ttl_s,
+                 o->room_bot_gate ? "true" : "false");
     local_time(*begin, b, sizeof b);
     local_time(*end, e, sizeof e);
     int bl = snprintf(body, sizeof body,
                       "{\"shopId\":1,\"title\":\"seckill bench\",\"subTitle\":\"rehearsal\","
                       "\"rules\":\"one per user\",\"payValue\":100,\"actualValue\":1000,\"type\":1,"
-                      "\"stock\":%lld,\"beginTime\":\"%s\",\"endTime\":\"%s\"%s}",
-                      (long long)stock, b, e, kb);
+                      "\"stock\":%lld,\"beginTime\":\"%s\",\"endTime\":\"%s\"%s%s}",
+                      (long long)stock, b, e, kb, wr);
     int n = snprintf(req, sizeof req,
                      "POST /voucher/seckill HTTP/1.1\r\nHost: %s\r\nx-admin-token: %s\r\n"
                      "Content-Type: application/json\r\nContent-Length: %d\r\n"
@@ -1030,6 +1050,13 @@ int bench_main(int argc, char **argv)
         if (o.progress)
             fprintf(stderr, "seckill bench: voucher %lld, stock %lld, sale %s\n", (long long)vid,
                     (long long)stock, o.begin_in_s ? "opens shortly" : "open");
+    }
+
+    if (o.room) {
+        /* the waiting room's own run, report and audit (bench_room.c) */
+        int st = bench_room_run(&o, &L, &users, vid, stock, created ? begin : 0, created);
+        bench_users_free(&users);
+        return st;
     }
 
     /* CPU accounting */

@@ -75,6 +75,15 @@ typedef struct bench_opts {
     int timeout_s;              /* --timeout S: wait for answers after the last send [10] */
     uint64_t seed;              /* --seed N: the schedule's random seed [time] */
     int progress;               /* --quiet turns the live line off */
+    /* --waiting-room (bench_room.c, bench_room.h) */
+    int room;                   /* --waiting-room: join, poll, buy with the pass */
+    int room_rate;              /* --room-rate R: the new voucher's admitPerSecond [1000] */
+    int room_pass_ttl_s;        /* --room-pass-ttl S: its passTtlS [60] */
+    int room_bot_gate;          /* --room-bot-gate: its botGate (the bench solves challenges) */
+    double room_early;          /* --room-early F: buyers who join before beginTime [0.5] */
+    double room_slow;           /* --room-slow F: buyers of the slow class [0.5] */
+    int room_slow_ms;           /* --room-slow-ms MS: the slow class's delay per request [200] */
+    int room_late_s;            /* --room-late S: the others join over S s after beginTime [10] */
 } bench_opts_t;
 
 /* Fills o from argv (argv[0] = "bench"). Returns 0, 1 for --help, or -1 with a reason in
@@ -167,6 +176,29 @@ typedef struct bench_users {
 int bench_users_prepare(const bench_opts_t *o, const bench_load_t *proto, bench_users_t *u,
                         char *err, size_t errlen);
 void bench_users_free(bench_users_t *u);
+
+/* ==== an answer collected by http-parser (bench.c) ==== */
+
+struct http_parser;
+
+/* An answer's status and the first 4 KiB of its body; p->data points at it. The two
+ * callbacks go into http_parser_settings' on_body and on_message_complete. */
+typedef struct bench_resp {
+    int status;
+    char body[4096];
+    size_t blen;
+    int done;
+} bench_resp_t;
+int bench_resp_on_body(struct http_parser *p, const char *at, size_t n);
+int bench_resp_on_complete(struct http_parser *p);
+
+/* ==== the waiting room's run (bench_room.c) ==== */
+
+/* Runs --waiting-room for voucher vid (sale opening at begin_s, unix seconds; 0 = open),
+ * prints the report, writes --json, drains and audits. 0 clean, 1 the audit found a
+ * violation, 2 could not run. */
+int bench_room_run(const bench_opts_t *o, const bench_load_t *P, const bench_users_t *u,
+                   int64_t vid, int64_t stock, int64_t begin_s, int created);
 
 /* ==== the HTML report (bench_html.c) ==== */
 

@@ -21,6 +21,7 @@ struct clientip_set;
 struct token_signer;
 struct connlimit;
 struct rebuild_watch;
+struct pow;
 
 typedef struct app {
     config_t cfg;                   /* read-only after start */
@@ -46,6 +47,7 @@ typedef struct app {
     struct clientip_set *trusted;   /* --trusted-proxy, parsed (clientip.h); NULL = none */
     struct token_signer *signer;      /* signed tokens' key (token.h); NULL = opaque tokens only */
     struct rebuild_watch *rebuild;  /* republishes vouchers Redis lost (rebuild_watch.h) */
+    struct pow *pow;                /* the bot gate's key and join rates (room/pow.h) */
 
     atomic_int sql_up;              /* last SQL call (writer or jobs) succeeded: 1/0 */
     atomic_int stopping;            /* set once on SIGINT/SIGTERM */

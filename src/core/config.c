@@ -85,6 +85,16 @@ static const setting_t settings[] = {
     S("token-accept-opaque", "SECKILL_TOKEN_ACCEPT_OPAQUE", T_BOOL, token_accept_opaque, "0", 0, 1,
       "signed format: also accept a token that does not verify if Redis has its login:token:<t> hash "
       "(course-style tokens of a backend sharing Redis); opaque format: always"),
+    S("pow-min-bits", "SECKILL_POW_MIN_BITS", T_INT, pow_min_bits, "16", 8, 32,
+      "bot gate (docs/bot-gate.md): proof-of-work difficulty in bits at a quiet join rate"),
+    S("pow-max-bits", "SECKILL_POW_MAX_BITS", T_INT, pow_max_bits, "20", 8, 32,
+      "bot gate: the difficulty's cap in bits"),
+    S("pow-rate", "SECKILL_POW_RATE", T_INT, pow_rate, "50", 1, 1000000,
+      "bot gate: right solutions per second per voucher and instance before the difficulty "
+      "rises (one bit per doubling)"),
+    S("code-gate", "SECKILL_CODE_GATE", T_STR, code_gate, "off", 0, 0,
+      "POST /user/code needs a solved proof-of-work challenge: off, sale (while a voucher with "
+      "botGate is on sale) or always"),
     S("rate-ip-token-lookup", "SECKILL_RATE_IP_TOKEN_LOOKUP", T_RATE, rate_ip_token_lookup, "5/s:20", 0, 0,
       "Redis lookups of tokens that turn out unknown, per client IP (per instance, 1/threads per worker); "
       "over it such tokens get 401 without Redis (0 = off)"),
@@ -469,6 +479,16 @@ int config_load(config_t *cfg, int argc, char **argv, char *err, size_t errlen)
             return -1;
     }
 
+    if (strcmp(cfg->code_gate, "off") != 0 && strcmp(cfg->code_gate, "sale") != 0 &&
+        strcmp(cfg->code_gate, "always") != 0) {
+        snprintf(err, errlen, "code-gate: \"%s\" is not off, sale or always", cfg->code_gate);
+        return -1;
+    }
+    if (cfg->pow_min_bits > cfg->pow_max_bits) {
+        snprintf(err, errlen, "pow-min-bits %d is above pow-max-bits %d", cfg->pow_min_bits,
+                 cfg->pow_max_bits);
+        return -1;
+    }
     if (strcmp(cfg->token_format, "signed") != 0 && strcmp(cfg->token_format, "opaque") != 0) {
         snprintf(err, errlen, "token-format: \"%s\" is not signed or opaque", cfg->token_format);
         return -1;

@@ -55,6 +55,10 @@ typedef struct config {
     int token_refresh_s;        /* EXPIRE a used token at most this often per worker, default 60 */
     int token_max_age_s;        /* absolute lifetime of a signed token, default 86400; 0 = none */
     int token_accept_opaque;    /* signed format: look up tokens that do not verify (auth.h) */
+    int pow_min_bits;           /* bot gate (pow.h): difficulty at a quiet join rate, default 16 */
+    int pow_max_bits;           /* its cap, default 20 */
+    int pow_rate;               /* right solutions/s per voucher and instance before it rises, 50 */
+    char code_gate[16];         /* POST /user/code needs a solved challenge: off, sale, always */
     config_rate_t rate_ip_token_lookup;  /* unknown-token lookups per client IP, default 5/s:20 */
     config_rate_t token_lookup_budget;   /* unknown-token lookups, all clients, default 500/s:1000 */
     config_rate_t rate_ip_admin;         /* wrong x-admin-token guesses per client IP, default 5/m:5 */

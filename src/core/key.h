@@ -45,6 +45,9 @@
  *                         the current 24 hours (d, d0); --rate-phone-code, --code-day-cap
  *   login:token:<token>   hash id, nickName, icon; sliding TTL
  *   seckill:revoked       zset of logged-out tokens, score = when the entry can go (revoke.h)
+ * Bot gate (room/pow.h, which builds the name):
+ *   seckill:pow:{<id>}:<mac>  string, a used proof-of-work challenge, PX until its expiry;
+ *                         in the voucher's slot ({0}: the login codes' scope)
  * Shop cache (the course's names; src/cache/cacheaside.h, src/api/api_shop.c):
  *   cache:shop:<id>       string, the shop's JSON, or "" for "no such shop"; 30 / 2 minutes
  *                         plus jitter

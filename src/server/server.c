@@ -43,6 +43,7 @@
 #include "sale/ordq.h"
 #include "sale/ratelimit.h"
 #include "redis/rcl_sync.h"
+#include "room/pow.h"
 #include "redis/rconn.h"
 #include "redis/rds.h"
 #include "rebuild/rebuild_watch.h"
@@ -153,9 +154,12 @@ static int cluster_prepare(app_t *app, const url_redis_t *a, const char *shown, 
 static int token_key_setup(app_t *app, char *err, size_t errlen)
 {
     const config_t *cfg = &app->cfg;
+    pow_conf_t pc = {cfg->pow_min_bits, cfg->pow_max_bits, cfg->pow_rate,
+                     pow_code_gate_mode(cfg->code_gate)};
     if (strcmp(cfg->token_format, "signed") != 0) {
         log_info("token format opaque: every token is looked up in Redis");
-        return 0;
+        /* the bot gate's key is then this process's own (pow.h) */
+        return pow_init(app, NULL, 0, &pc, err, errlen);
     }
     uint8_t key[TOKEN_KEY_MAX];
     size_t len = 0;
@@ -172,7 +176,10 @@ static int token_key_setup(app_t *app, char *err, size_t errlen)
     if (rc < 0)
         return -1;
     app->signer = token_signer_new(key, len);
+    rc = pow_init(app, key, len, &pc, err, errlen);
     memset(key, 0, sizeof key);
+    if (rc < 0)
+        return -1;
     if (!app->signer) {
         snprintf(err, errlen, "cannot set up the token key (OpenSSL)");
         return -1;
@@ -636,6 +643,7 @@ out:
     free(app->trusted);
     free(app->metrics);
     token_signer_free(app->signer);
+    pow_free(app);
     connlimit_free(app->connlimit);
     if (rc == 0)
         log_info("stopped cleanly");
