@@ -8,11 +8,15 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <stdlib.h>
+
 #include <jansson.h>
 
 #include "api/api.h"
 #include "auth/auth.h"
+#include "core/clock.h"
 #include "core/sb.h"
+#include "core/xmem.h"
 #include "room/pass.h"
 #include "room/pow.h"
 #include "room/room.h"
@@ -63,8 +67,34 @@ static void reply_state(http_req_t *r, const room_state_t *st)
 
 /* ------------------------------------------------------------ join */
 
-/* The join's solved challenge: 0 ok, else the request is answered. */
-static int challenge_ok(http_req_t *r, int64_t voucher_id, int64_t user_id)
+/* A gated join between its solution's check and its use (on_solution_used). */
+typedef struct join_ctx {
+    http_req_t *r;
+    int64_t voucher_id, user_id;
+} join_ctx_t;
+
+static void on_solution_used(int rc, void *priv)
+{
+    join_ctx_t *j = priv;
+    http_req_t *r = j->r;
+    int64_t voucher_id = j->voucher_id, user_id = j->user_id;
+    free(j);
+    if (rc == -3) {
+        api_unavailable(r, "redis unavailable");
+        return;
+    }
+    if (rc != 0) {   /* replayed: someone used this solution already */
+        api_fail(r, "请先完成验证", "CHALLENGE_REQUIRED");
+        return;
+    }
+    room_join(r, voucher_id, user_id, reply_state);
+}
+
+/* A join of a voucher with a bot gate: the solved challenge is checked in memory (a wrong
+ * one costs no Redis), then used up with one SET NX on this worker's own Redis client
+ * (pow_use_async), so the worker's loop never waits on Redis; the join goes on in
+ * on_solution_used. */
+static void join_gated(http_req_t *r, int64_t voucher_id, int64_t user_id)
 {
     json_error_t jerr;
     json_t *root = json_loadb(r->body ? r->body : "", r->body_len, 0, &jerr);
@@ -73,17 +103,21 @@ static int challenge_ok(http_req_t *r, int64_t voucher_id, int64_t user_id)
         ch = json_string_value(json_object_get(root, "challenge"));
         so = json_string_value(json_object_get(root, "solution"));
     }
-    int rc = ch != NULL && so != NULL ? pow_verify(r->w->app, user_id, voucher_id, ch, so) : -1;
+    char key[POW_REPLAY_KEY_MAX];
+    int64_t ttl_ms = 0;
+    int ok = ch != NULL && so != NULL &&
+             pow_check(r->w->app, user_id, voucher_id, ch, so, clock_now_wall_ms(), key,
+                       &ttl_ms) == 0;
     json_decref(root);
-    if (rc == -3) {
-        api_unavailable(r, "redis unavailable");
-        return -1;
-    }
-    if (rc != 0) {
+    if (!ok) {
         api_fail(r, "请先完成验证", "CHALLENGE_REQUIRED");
-        return -1;
+        return;
     }
-    return 0;
+    join_ctx_t *j = xmalloc(sizeof *j);
+    j->r = r;
+    j->voucher_id = voucher_id;
+    j->user_id = user_id;
+    pow_use_async(r->w->app, r->w->rds, voucher_id, key, ttl_ms, on_solution_used, j);
 }
 
 /* The user id the handler left in r->ctx (room_info's callers), taken back; -1 after
@@ -108,9 +142,10 @@ static void on_join_info(http_req_t *r, int64_t voucher_id, const room_info_t *r
         api_fail(r, "该优惠券无需排队", "NO_QUEUE");
         return;
     }
-    if (ri->bot_gate && challenge_ok(r, voucher_id, user_id) != 0)
-        return;
-    room_join(r, voucher_id, user_id, reply_state);
+    if (ri->bot_gate)
+        join_gated(r, voucher_id, user_id);
+    else
+        room_join(r, voucher_id, user_id, reply_state);
 }
 
 void api_room_join(http_req_t *r, int64_t voucher_id, const auth_user_t *u)

@@ -16,6 +16,7 @@
 #include <jansson.h>
 
 #include "sale/onsale.h"
+#include "room/pow.h"
 #include "sale/publish.h"
 #include "api/api.h"
 #include "sale/buckets.h"
@@ -270,6 +271,8 @@ static void done_create(worker_t *w, void *arg)
         reply_id(r, id);
         return;
     }
+    if (c->v.room.bot_gate)   /* --code-gate sale, here at once (elsewhere: rebuild_watch) */
+        pow_gate_sale(w->app, c->v.id, c->v.begin_time, c->v.end_time);
     r->ctx = c;
     publish_voucher(r, c->v.id, c->v.stock, c->v.begin_time, c->v.end_time, (int)c->buckets,
                     &c->v.room, on_published);

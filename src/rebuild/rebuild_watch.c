@@ -22,6 +22,7 @@
 #include "core/log.h"
 #include "server/metrics.h"
 #include "rebuild/rebuild.h"
+#include "room/pow.h"
 #include "sale/onsale.h"
 #include "store/store.h"
 #include "core/xmem.h"
@@ -198,13 +199,15 @@ static int refresh_list(rebuild_watch_t *w)
         store_voucher_t v;
         memset(&v, 0, sizeof v);
         int rc = store_voucher_get(w->st, ids[i], &v);
-        int64_t end = v.end_time;
+        int64_t begin = v.begin_time, end = v.end_time;
         int on_sale = onsale_voucher(v.is_seckill, v.type, v.status);
         store_voucher_clear(&v);
         if (rc == STORE_OK && !on_sale)
             continue;
         int nb = 1;
-        if (rc == STORE_OK && store_voucher_buckets(w->st, ids[i], &nb) != STORE_OK)
+        store_room_t room = {0};
+        if (rc == STORE_OK && (store_voucher_buckets(w->st, ids[i], &nb) != STORE_OK ||
+                               store_voucher_room(w->st, ids[i], &room) != STORE_OK))
             rc = STORE_ERR;
         if (rc == STORE_ERR) {
             drop_sql(w, store_errmsg(w->st));
@@ -213,6 +216,8 @@ static int refresh_list(rebuild_watch_t *w)
         }
         if (rc != STORE_OK)
             continue;
+        if (room.bot_gate)   /* --code-gate sale: this instance learns the gated window */
+            pow_gate_sale(w->app, ids[i], begin, end);
         w->known = xrealloc(w->known, (w->nknown + 1) * sizeof *w->known);
         w->known[w->nknown].id = ids[i];
         w->known[w->nknown].end = end;

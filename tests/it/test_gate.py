@@ -11,11 +11,9 @@ small Python server in this file that follows the contract (shuffle at beginTime
 come first served after it, passes at R per second). It stands in for the room's endpoints
 only; Redis and SQL take no part in that test.
 
-Written against the waiting room's contract (#28) and skipped at run time while
-GET /seckill/challenge/1 answers 404 (the room's endpoints are another branch): the join's
-challenge verified and its replay refused, the join's difficulty rising with the join
-rate, the /user/code gate during a gated sale, and `seckill bench --waiting-room` end to
-end. A skipped test logs "SKIPPED:" and passes.
+With the waiting room: the join's challenge verified and its replay refused, the join's
+difficulty rising with the join rate, the /user/code gate during a gated sale, and
+`seckill bench --waiting-room` end to end.
 """
 
 import hashlib
@@ -197,13 +195,11 @@ def test_js_solver_accepted():
 
 
 # ---------------------------------------------------------------------------------------
-# the waiting room's bot gate: written against the contract, skipped until it is merged
+# the waiting room's bot gate
 
 def room_present(srv, h):
     st, _, _ = h.request("GET", "/seckill/challenge/1")
-    if st == 404:
-        H.log("SKIPPED: GET /seckill/challenge/1 answers 404 (the waiting room is not here)")
-        return False
+    check(st != 404, "GET /seckill/challenge/1 answers 404: no waiting room")
     return True
 
 
