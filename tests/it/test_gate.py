@@ -1,15 +1,10 @@
 """test_gate.py -- the bot gate (docs/bot-gate.md, room/pow.h) over HTTP.
 
-Runs now: the /user/code gate (--code-gate always/sale/off): a code needs a solved
+The /user/code gate (--code-gate always/sale/off): a code needs a solved
 login-scope challenge, a refusal costs no Redis, a solution is used once (replay refused),
 a tampered, wrong or foreign challenge is refused, the difficulty rises with the rate of
 right solutions, and the pages' solver (web/pow.js, under node) produces solutions the
 server accepts.
-
-`seckill bench --waiting-room`'s driver and figures run now against a reference room: a
-small Python server in this file that follows the contract (shuffle at beginTime, first
-come first served after it, passes at R per second). It stands in for the room's endpoints
-only; Redis and SQL take no part in that test.
 
 With the waiting room: the join's challenge verified and its replay refused, the join's
 difficulty rising with the join rate, the /user/code gate during a gated sale, and
@@ -17,15 +12,10 @@ difficulty rising with the join rate, the /user/code gate during a gated sale, a
 """
 
 import hashlib
-import http.server
 import json
 import os
-import random
-import re
 import shutil
 import subprocess
-import threading
-import time
 
 import harness as H
 from harness import check, eq
@@ -223,8 +213,7 @@ def join(h, tok, vid, ch=None, sol=None):
 def test_room_join_challenge_and_replay():
     r, srv = H.setup(settings=FAST)
     h = srv.http()
-    if not room_present(srv, h):
-        return
+    room_present(srv, h)
     vid = gated_voucher(srv, h)
     a, b = H.login(srv, r, H.phone_for(1), h), H.login(srv, r, H.phone_for(2), h)
     st, j = join(h, a, vid)
@@ -249,8 +238,7 @@ def test_room_join_challenge_and_replay():
 def test_room_difficulty_rises_with_join_rate():
     r, srv = H.setup(settings={"pow_min_bits": 8, "pow_max_bits": 12, "pow_rate": 1})
     h = srv.http()
-    if not room_present(srv, h):
-        return
+    room_present(srv, h)
     vid = gated_voucher(srv, h, stock=1000)
     toks = H.login_many(srv, r, 30)
     first = room_challenge(h, toks[0], vid)[1]
@@ -267,8 +255,7 @@ def test_room_difficulty_rises_with_join_rate():
 def test_code_gate_during_gated_sale():
     r, srv = H.setup(settings=dict(FAST, code_gate="sale"))
     h = srv.http()
-    if not room_present(srv, h):
-        return
+    room_present(srv, h)
     tok = H.login(srv, r, H.phone_for(1), h)   # before any gated sale: no challenge
     check(len(tok) == 32, "login before the sale")
     gated_voucher(srv, h)
@@ -281,218 +268,40 @@ def test_code_gate_during_gated_sale():
 
 
 def test_bench_waiting_room():
-    """A small sale through the room with `seckill bench --waiting-room`: the stock sold
-    exactly, the audit clean, early joiners shuffled, late ones first come first served."""
+    """A sale through the room with `seckill bench --waiting-room`: every buyer joins, polls
+    and buys with its pass; exactly the stock sold, the audit clean; the early joiners'
+    admission order uncorrelated with their join order (shuffled at beginTime), the late
+    ones' nearly identical (first come, first served); passes at about R; the slow class
+    (+50 ms a request) as likely to get a pass as the fast one."""
     r, srv = H.setup(settings=FAST)
     h = srv.http()
-    if not room_present(srv, h):
-        return
+    room_present(srv, h)
     out = os.path.join(H.tmpdir(), "room.json")
     key = os.path.join(srv.data_dir, "token-key")
     rc, stdout, stderr = H.run_tool(["bench", "--target", "http://127.0.0.1:%d" % srv.port,
                       "--redis", r.url, "--db", srv.db_url, "--admin-token", srv.admin_token,
                       "--seed-tokens", "--token-key-file", key,
-                      "--users", "400", "--stock", "100", "--begin-in", "4",
-                      "--waiting-room", "--room-rate", "50", "--room-early", "0.5",
+                      "--users", "300", "--stock", "250", "--begin-in", "4",
+                      "--waiting-room", "--room-rate", "100", "--room-early", "0.5",
                       "--room-late", "2", "--room-slow-ms", "50", "--conns", "16",
                       "--quiet", "--json", out, "--seed", "7"], timeout=240)
     check(rc == 0, "bench --waiting-room: %s %s", stdout[-1500:], stderr[-500:])
     j = json.load(open(out))["waitingRoom"]
     H.log(json.dumps(j))
-    eq(j["bought"], 100, "orders bought with a pass")
+    eq(j["bought"], 250, "orders bought with a pass")
     eq(j["audit"], 0, "audit")
     eq(j["passesRefused"], 0, "passes refused")
-    check(abs(j["spearmanEarly"]) < 0.35, "early joiners not shuffled: %r", j["spearmanEarly"])
-    H.finish(srv)
-
-
-# ---------------------------------------------------------------------------------------
-# bench --waiting-room's driver against a reference room (runs now)
-
-class RefRoom:
-    """The contract's room, in memory: joins before beginTime are shuffled at beginTime,
-    later ones are served in order; the k-th pass is issued at beginTime + k / R."""
-
-    def __init__(self, rate, ttl_s, stock, gate_bits=0):
-        self.rate, self.ttl_s, self.stock, self.gate_bits = rate, ttl_s, stock, gate_bits
-        self.used = set()                          # challenges used (the replay set)
-        self.lock = threading.Lock()
-        self.begin = None
-        self.early, self.queue, self.shuffled = [], [], False
-        self.joined, self.passes = set(), {}      # user -> (pass, issued_ms)
-        self.sold, self.orders = 0, 0
-
-    def _advance(self, now):
-        if self.begin is None or now < self.begin:
-            return
-        if not self.shuffled:
-            random.Random(5).shuffle(self.early)
-            self.queue = self.early + self.queue
-            self.shuffled = True
-        due = int((now - self.begin) * self.rate) + 1
-        while len(self.passes) < min(due, len(self.passes) + len(self.queue)) and \
-                len(self.passes) < self.stock:
-            user = self.queue.pop(0)
-            issued = int(self.begin * 1000 + len(self.passes) * 1000 / self.rate)
-            self.passes[user] = ("p" + hashlib.sha256(user.encode()).hexdigest()[:20], issued)
-
-    def state(self, user, now):
-        self._advance(now)
-        if user in self.passes:
-            p, issued = self.passes[user]
-            return {"state": "admitted", "position": 0, "waitS": 0, "pollAfterMs": 0,
-                    "pass": p, "passExpiresAt": issued + self.ttl_s * 1000}
-        if len(self.passes) >= self.stock:
-            return {"state": "soldOut", "position": 0, "waitS": 0, "pollAfterMs": 0}
-        if user not in self.joined:
-            return {"state": "notQueued", "position": 0, "waitS": 0, "pollAfterMs": 0}
-        pos = self.queue.index(user) + 1 if user in self.queue else len(self.early)
-        return {"state": "waiting", "position": pos, "waitS": pos / self.rate,
-                "pollAfterMs": 100}
-
-    def challenge(self, user):
-        return {"challenge": "v1.%s.77.%d" % (user[-6:], len(self.used)),
-                "difficulty": self.gate_bits}
-
-    def join(self, user, now, body):
-        if self.gate_bits:
-            ch, sol = body.get("challenge", ""), body.get("solution", "")
-            digest = hashlib.sha256(("%s:%s" % (ch, sol)).encode()).digest()
-            if not ch.startswith("v1.%s." % user[-6:]) or ch in self.used or \
-                    zero_bits(digest) < self.gate_bits:
-                return None
-            self.used.add(ch)
-        if user not in self.joined:
-            self.joined.add(user)
-            (self.queue if self.shuffled or now >= (self.begin or 0) and self.begin
-             else self.early).append(user)
-        return self.state(user, now)
-
-    def buy(self, user, given):
-        p = self.passes.get(user)
-        if not p or p[0] != given:
-            return {"success": False, "errorMsg": "请先排队", "code": "QUEUE_REQUIRED"}
-        if self.sold >= self.stock:
-            return {"success": False, "errorMsg": "库存不足", "code": "SOLD_OUT"}
-        self.sold += 1
-        return {"success": True, "data": 1000 + self.sold}
-
-
-def ref_server(room):
-    class Handler(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *a):
-            pass
-
-        def reply(self, obj, status=200):
-            body = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json;charset=UTF-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def body(self):
-            n = int(self.headers.get("Content-Length") or 0)
-            return json.loads(self.rfile.read(n) or b"{}")
-
-        def do_POST(self):
-            user, now = self.headers.get("authorization", ""), time.time()
-            if self.path == "/voucher/seckill":
-                b = self.body()
-                with room.lock:
-                    room.begin = time.mktime(time.strptime(b["beginTime"],
-                                                           "%Y-%m-%dT%H:%M:%S"))
-                    room.rate = b["waitingRoom"]["admitPerSecond"]
-                    room.stock = b["stock"]
-                return self.reply({"success": True, "data": 77})
-            body = self.body()
-            with room.lock:
-                if re.match(r"^/seckill/queue/77$", self.path):
-                    st = room.join(user, now, body)
-                    if st is None:
-                        return self.reply({"success": False, "errorMsg": GATE_MSG,
-                                           "code": "CHALLENGE_REQUIRED"})
-                    return self.reply({"success": True, "data": st})
-                if self.path == "/voucher-order/seckill/77":
-                    return self.reply(room.buy(user, self.headers.get("x-seckill-pass")))
-            self.reply({"success": False, "errorMsg": "Not Found"}, 404)
-
-        def do_GET(self):
-            user, now = self.headers.get("authorization", ""), time.time()
-            with room.lock:
-                if self.path == "/seckill/queue/77":
-                    return self.reply({"success": True, "data": room.state(user, now)})
-                if self.path == "/seckill/challenge/77" and room.gate_bits:
-                    return self.reply({"success": True, "data": room.challenge(user)})
-            self.reply({"success": False, "errorMsg": "Not Found"}, 404)
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    return srv
-
-
-def run_ref_bench(stock, early, users=300, gate_bits=0):
-    """bench --waiting-room against a fresh reference room: (its JSON, the room)."""
-    room = RefRoom(rate=100, ttl_s=60, stock=stock, gate_bits=gate_bits)
-    srv = ref_server(room)
-    try:
-        toks = os.path.join(H.tmpdir(), "tokens.txt")
-        with open(toks, "w") as f:
-            for i in range(users):
-                f.write("%032x\n" % (i + 1))
-        out = os.path.join(H.tmpdir(), "room.json")
-        rc, stdout, stderr = H.run_tool(
-            ["bench", "--target", "http://127.0.0.1:%d" % srv.server_address[1],
-             "--admin-token", "x" * 20, "--tokens", toks, "--stock", str(stock),
-             "--begin-in", "3", "--waiting-room", "--room-rate", "100", "--room-early",
-             str(early), "--room-late", "2", "--room-slow-ms", "50", "--conns", "16",
-             "--threads", "2", "--no-audit", "--quiet", "--json", out, "--seed", "11"] +
-            (["--room-bot-gate"] if gate_bits else []), timeout=120)
-        H.log(stdout)
-        check(rc == 0, "bench --waiting-room: rc %d %s %s", rc, stdout[-1500:], stderr[-800:])
-        with open(out) as f:
-            return json.load(f)["waitingRoom"], room
-    finally:
-        srv.shutdown()
-
-
-def test_bench_room_driver_reference_room():
-    """bench --waiting-room against the reference room: every buyer joins, polls and buys;
-    the figures are the room's: early joiners' order ~uncorrelated with admission, late
-    ones' ~1, passes at R, exactly the stock sold; and with more early buyers than stock,
-    the slow class (+50 ms a request) wins its share of passes."""
-    j, room = run_ref_bench(stock=250, early=0.5)
-    eq(j["buyers"], 300, "buyers")
-    eq(j["joined"], 300, "joined")
-    eq(j["bought"], 250, "bought: exactly the stock")
-    eq(room.sold, 250, "the room's sales")
-    eq(j["soldOut"], 50, "told sold out")
-    eq(j["passesRefused"], 0, "passes refused")
-    check(abs(j["spearmanEarly"]) < 0.3, "early joiners' rank correlation %r (n %d)",
+    check(abs(j["spearmanEarly"]) < 0.35, "early joiners' rank correlation %r (n %d)",
           j["spearmanEarly"], j["earlyAdmitted"])
-    check(j["spearmanLate"] > 0.9, "late joiners' rank correlation %r (n %d)",
+    check(j["spearmanLate"] > 0.8, "late joiners' rank correlation %r (n %d)",
           j["spearmanLate"], j["lateAdmitted"])
-    check(abs(j["rateShareOfR"] - 1) < 0.05, "admission rate %r against R 100",
+    check(abs(j["rateShareOfR"] - 1) < 0.25, "admission rate %r against R 100",
           j["admissionRate"])
-
-    j, room = run_ref_bench(stock=100, early=1.0)
-    eq(j["bought"], 100, "bought: exactly the stock")
-    eq(j["earlyAdmitted"], 100, "early joiners admitted")
     e = j["early"]
-    eq(e["fastBuyers"] + e["slowBuyers"], 300, "early buyers")
-    check(abs(e["fastPassShare"] - e["fastBuyerShare"]) < 0.15,
+    check(abs(e["fastPassShare"] - e["fastBuyerShare"]) < 0.2,
           "fast class: %.3f of early buyers but %.3f of their passes", e["fastBuyerShare"],
           e["fastPassShare"])
-
-    # with the bot gate: every join fetches a challenge and solves it (12 bits) first
-    j, room = run_ref_bench(stock=50, early=0.5, users=100, gate_bits=12)
-    eq(j["requests"]["challenge"], 100, "challenges fetched")
-    eq(j["joined"], 100, "joined after solving")
-    eq(len(room.used), 100, "solutions the room took")
-    eq(j["bought"], 50, "bought")
-    check(j["solveHashes"] >= 100 * 1024, "hashes solved: %d", j["solveHashes"])
+    H.finish(srv)
 
 
 def test_gate_flags_checked():
