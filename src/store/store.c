@@ -275,6 +275,16 @@ int store_redis_epoch(store_t *s, int64_t voucher_id, int bump, int64_t *epoch)
     return s->ops->redis_epoch(s, voucher_id, bump, epoch);
 }
 
+int store_order_cancel(store_t *s, int64_t order_id, int64_t now, int *was)
+{
+    STORE_ENTER(s);
+    if (!was || order_id <= 0)
+        return store__fail(s, "store_order_cancel: bad arguments");
+    *was = 0;
+    NEED_OP(s, order_cancel);
+    return s->ops->order_cancel(s, order_id, now, was);
+}
+
 int store_voucher_buckets(store_t *s, int64_t voucher_id, int *buckets)
 {
     STORE_ENTER(s);

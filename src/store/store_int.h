@@ -57,6 +57,7 @@ typedef struct store_ops {
                        store_order_t **out, size_t *n);
     int (*redis_epoch)(store_t *s, int64_t voucher_id, int bump, int64_t *epoch);
     int (*voucher_buckets)(store_t *s, int64_t voucher_id, int *buckets);
+    int (*order_cancel)(store_t *s, int64_t order_id, int64_t now, int *was);
 } store_ops_t;
 
 extern const store_ops_t store_sqlite_ops;

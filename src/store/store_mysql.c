@@ -152,7 +152,8 @@ static const char *const stmt_sql[ST__COUNT] = {
     [ST_ORDERS_OF_USER] = ORDER_COLS "WHERE user_id = ? ORDER BY create_time DESC, id DESC "
                                      "LIMIT ?",
     /* one statement, so the count and the stock are from one moment (READ COMMITTED) */
-    [ST_COUNTS] = "SELECT (SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ?), "
+    [ST_COUNTS] = "SELECT (SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ? "
+                  "AND status IN (1, 2, 3)), "
                   "(SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?)",
     [ST_SYNC_VOUCHER] = "SELECT stock, begin_time, end_time FROM tb_seckill_voucher "
                         "WHERE voucher_id = ?",
@@ -1959,6 +1960,38 @@ static int my_exec_orders(store_t *s, const char *sql, const store_arg_t *args, 
     RETRYING(m, 1, do_exec_orders(m, sql, args, nargs, out, n));
 }
 
+/* ---------------------------------------------------------------- the order lifecycle */
+
+/* store_order_cancel: one multi-table UPDATE moves the status (a CAS on 1) and gives the
+ * voucher its unit back, atomically under autocommit (it changes 2 rows or none); on none,
+ * the order's status says why. Both statements may run twice: the CAS is the guard. */
+static int do_order_cancel(my_t *m, int64_t order_id, int64_t now, int *was)
+{
+    static const char cas_sql[] =
+        "UPDATE tb_voucher_order o JOIN tb_seckill_voucher v ON v.voucher_id = o.voucher_id "
+        "SET o.status = 4, o.update_time = ?, v.stock = v.stock + 1, v.update_time = ? "
+        "WHERE o.id = ? AND o.status = 1";
+    static const char status_sql[] = "SELECT status FROM tb_voucher_order WHERE id = ?";
+    const store_arg_t args[3] = {{now, 1}, {now, 1}, {order_id, 0}};
+    int64_t n = 0;
+    if (do_exec(m, cas_sql, args, 3, &n) != STORE_OK)
+        return STORE_ERR;
+    if (n > 0) {
+        *was = 1;
+        return STORE_OK;
+    }
+    if (do_exec(m, status_sql, &args[2], 1, &n) != STORE_OK)
+        return STORE_ERR;
+    *was = (int)n;
+    return n > 0 ? STORE_OK : STORE_NOTFOUND;
+}
+
+static int my_order_cancel(store_t *s, int64_t order_id, int64_t now, int *was)
+{
+    my_t *m = (my_t *)s;
+    RETRYING(m, 1, do_order_cancel(m, order_id, now, was));
+}
+
 #define MYSQL_OPS(name)                                                                 \
     {                                                                                   \
         .scheme = name, .open = my_open, .close = my_close, .ping = my_ping,            \
@@ -1969,7 +2002,7 @@ static int my_exec_orders(store_t *s, const char *sql, const store_arg_t *args, 
         .orders_of_user = my_orders_of_user, .voucher_counts = my_voucher_counts,       \
         .order_sync = my_order_sync, .voucher_orders = my_voucher_orders,               \
         .redis_epoch = my_redis_epoch, .exec = my_exec, .exec_orders = my_exec_orders,  \
-        .voucher_buckets = my_voucher_buckets,                                          \
+        .voucher_buckets = my_voucher_buckets, .order_cancel = my_order_cancel,         \
     }
 
 const store_ops_t store_mysql_ops = MYSQL_OPS("mysql");

@@ -109,7 +109,8 @@ static const char *const stmt_sql[ST__COUNT] = {
     [ST_ORDERS_OF_USER] = "SELECT id, user_id, voucher_id, status, create_time "
                           "FROM tb_voucher_order WHERE user_id = ?1 "
                           "ORDER BY create_time DESC, id DESC LIMIT ?2",
-    [ST_COUNT_ORDERS] = "SELECT count(*) FROM tb_voucher_order WHERE voucher_id = ?1",
+    [ST_COUNT_ORDERS] = "SELECT count(*) FROM tb_voucher_order WHERE voucher_id = ?1 "
+                       "AND status IN (1, 2, 3)",
     [ST_STOCK_GET] = "SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?1",
     [ST_EPOCH_GET] = "SELECT coalesce((SELECT epoch FROM tb_seckill_epoch WHERE voucher_id = "
                      "?1), 0) FROM tb_seckill_voucher WHERE voucher_id = ?1",
@@ -1345,6 +1346,62 @@ fail:
     return STORE_ERR;
 }
 
+/* ---------------------------------------------------------------- the order lifecycle */
+
+static sqlite3_stmt *exec_prepare(sq_t *q, const char *sql, const store_arg_t *args, int nargs,
+                                  const char *what);
+
+/* store_order_cancel: the status CAS and the stock's unit in one IMMEDIATE transaction.
+ * Prepared per call: a cancel is no hot path. */
+static int sq_order_cancel(store_t *s, int64_t order_id, int64_t now, int *was)
+{
+    static const char cas_sql[] =
+        "UPDATE tb_voucher_order SET status = 4, update_time = ?2 WHERE id = ?1 AND status = 1";
+    static const char give_sql[] =
+        "UPDATE tb_seckill_voucher SET stock = stock + 1, update_time = ?2 WHERE voucher_id = "
+        "(SELECT voucher_id FROM tb_voucher_order WHERE id = ?1)";
+    static const char status_sql[] = "SELECT status FROM tb_voucher_order WHERE id = ?1";
+    sq_t *q = (sq_t *)s;
+    call_begin(q);
+    const store_arg_t args[2] = {{order_id, 0}, {now, 1}};
+    if (exec_stmt(q, ST_BEGIN_IMMEDIATE, "cancel: BEGIN IMMEDIATE") != STORE_OK)
+        return STORE_ERR;
+    int rc = STORE_ERR;
+    sqlite3_stmt *st = exec_prepare(q, cas_sql, args, 2, "cancel: prepare");
+    if (!st || sqlite3_step(st) != SQLITE_DONE)
+        goto fail;
+    int changed = sqlite3_changes(q->db) > 0;
+    sqlite3_finalize(st);
+    st = exec_prepare(q, changed ? give_sql : status_sql, args, changed ? 2 : 1,
+                      "cancel: prepare");
+    if (!st)
+        goto fail;
+    int step = sqlite3_step(st);
+    if (step != SQLITE_DONE && step != SQLITE_ROW)
+        goto fail;
+    if (changed) {
+        *was = 1;
+        rc = STORE_OK;
+    } else if (step == SQLITE_ROW) {
+        *was = sqlite3_column_int(st, 0);
+        rc = STORE_OK;
+    } else {
+        rc = STORE_NOTFOUND;
+    }
+    sqlite3_finalize(st);
+    st = NULL;
+    if (exec_stmt(q, ST_COMMIT, "cancel: COMMIT") != STORE_OK)
+        goto fail;
+    return rc;
+fail:
+    if (st) {
+        sq_fail(q, "cancel");
+        sqlite3_finalize(st);
+    }
+    rollback(q);
+    return STORE_ERR;
+}
+
 /* ==== reads for `seckill audit` ====
  * Read-only; prepared per call (the audit pages through a voucher a few times, it is not
  * a hot path), so the connection struct needs no new statement slot. */
@@ -1464,6 +1521,7 @@ const store_ops_t store_sqlite_ops = {
     .redis_epoch = sq_redis_epoch,
     .voucher_buckets = sq_voucher_buckets,
     .order_sync = sq_order_sync,
+    .order_cancel = sq_order_cancel,
     .voucher_orders = sq_voucher_orders,
     .exec = sq_exec,
     .exec_orders = sq_exec_orders,

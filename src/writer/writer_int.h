@@ -7,6 +7,7 @@
  *   writer_sweep.c     the drained set: marking ended streams, its checks and the sweep
  *   writer_dead.c      dead letters: entries that can never be orders, moved aside
  *   writer_cluster.c   Redis Cluster: the supervisor and its sub-writers, one per master
+ *   writer_life.c      lifecycle events (a cancelled order's status and unit) into SQL
  *
  * Everything here runs on the writer's own thread (a supervisor's on its own), one writer_t
  * each: no locks but mu/cv (writer_stop's wake-up) and the atomics. */
@@ -25,6 +26,7 @@
 #include "core/url.h"
 #include "redis/rarena.h"
 #include "redis/rcl_sync.h"
+#include "sale/sentry.h"
 #include "server/metrics.h"
 #include "store/store.h"
 #include "writer/writer.h"
@@ -39,9 +41,10 @@
 #define WRITER_MIN_TIME 946684800LL
 #define WRITER_TIME_SLACK_S 3600
 
-/* What a batch entry is: orders to write, deleted from the stream while pending, or a dead
- * letter. */
-enum { E_ORDER, E_DELETED, E_DEAD };
+/* What a batch entry is: orders to write, deleted from the stream while pending, a dead
+ * letter, a lifecycle event (sentry.h) to apply after the batch's orders, or one that
+ * waits (not acked: it comes back to a later batch, writer_life.c). */
+enum { E_ORDER, E_DELETED, E_DEAD, E_EVENT, E_WAIT };
 
 typedef struct wstream {
     int64_t vid;
@@ -68,6 +71,7 @@ typedef struct wentry {
                                       * entry of admit.lua holds every order of one call) */
     const char *reason;              /* E_DEAD */
     const redisReply *fields;        /* E_DEAD: the original fields (borrowed) */
+    sentry_ev_t ev;                  /* E_EVENT */
 } wentry_t;
 
 struct writer {
@@ -196,6 +200,17 @@ int writer_sweep_group_state(const redisReply *r, int64_t *pending, int64_t *lag
                              int *lag_known);
 /* One sweep over the next drained streams: 0, or -1 when the connection was lost. */
 int writer_sweep_run(writer_t *wr);
+
+/* ---- writer_life.c */
+
+/* An entry's fields, if they are a lifecycle event (sentry_event): 1 with e made E_EVENT
+ * (or E_DEAD when malformed), 0 when they are not one (an order entry). */
+int writer_life_parse(writer_t *wr, wentry_t *e, const redisReply *fields);
+/* Applies the batch's E_EVENT entries to SQL, after its orders are committed (an order's
+ * event follows its insert in the stream). An event whose order SQL lacks or that SQL
+ * could not take becomes E_WAIT (not acked); one whose order never came, E_DEAD. Returns
+ * how many became E_DEAD. */
+size_t writer_life_apply(writer_t *wr);
 
 /* ---- writer_dead.c */
 

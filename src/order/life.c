@@ -1,0 +1,222 @@
+/* life.c -- cancelling an order (life.h): the lookup that proves ownership, then the
+ * decision -- life.lua on the buyer's stock bucket (stream mode), or one SQL transaction
+ * (sync mode).
+ *
+ * The script goes as EVAL with its text, not a preloaded SHA: a cancel is rare next to a
+ * grab, and the scripts every connection loads (rds_script.h) stay the hot path's. */
+#include "order/life.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <hiredis/hiredis.h>
+
+#include "api/orders.h"
+#include "core/app.h"
+#include "core/clock.h"
+#include "core/key.h"
+#include "core/log.h"
+#include "core/sb.h"
+#include "core/xmem.h"
+#include "embedded.h"
+#include "redis/rds.h"
+#include "sale/buckets.h"
+#include "server/jobs.h"
+#include "server/worker.h"
+#include "store/store.h"
+
+typedef struct cancel {
+    worker_t *w;
+    life_done_fn done;
+    void *ctx;
+    int64_t user_id, order_id, voucher_id;
+    int bucket, nbuckets;
+    int rc;     /* the SQL job's STORE_* */
+    int was;    /* ... and the status it found */
+} cancel_t;
+
+static void finish(cancel_t *c, life_rc_t rc)
+{
+    life_done_fn done = c->done;
+    void *ctx = c->ctx;
+    free(c);
+    done(ctx, rc);
+}
+
+/* A status that is not 1, as the answer a cancel gets. */
+static life_rc_t settled(int status)
+{
+    switch (status) {
+    case 2:
+    case 3:
+        return LIFE_PAID;
+    case 5:
+    case 6:
+        return LIFE_REFUNDED;
+    default:
+        return LIFE_ALREADY;
+    }
+}
+
+/* ---------------------------------------------------------------- sync mode: SQL alone */
+
+static void run_sql_cancel(store_t *st, void *arg)
+{
+    cancel_t *c = arg;
+    c->rc = st ? store_order_cancel(st, c->order_id, clock_wall_s(), &c->was) : STORE_ERR;
+}
+
+static void done_sql_cancel(worker_t *w, void *arg)
+{
+    cancel_t *c = arg;
+    (void)w;
+    if (c->rc == STORE_ERR)
+        finish(c, LIFE_DB_DOWN);
+    else if (c->rc == STORE_NOTFOUND)
+        finish(c, LIFE_NOTFOUND);
+    else
+        finish(c, c->was == 1 ? LIFE_DONE : settled(c->was));
+}
+
+/* ---------------------------------------------------------------- stream mode: life.lua */
+
+/* The bucket's stream may be in the drained set (its sale ended, every order written):
+ * the event just queued there must be read, so it leaves the set. Without a reply to
+ * wait for -- the writers' sweep takes out a drained stream that shows lag anyway
+ * (writer_sweep.c), this only saves that wait. */
+static void undrain(cancel_t *c)
+{
+    char member[48];
+    int n = key_bmember(member, sizeof member, NULL, 0, c->voucher_id, c->bucket, c->nbuckets);
+    if (n < 0)
+        return;
+    const char *argv[3] = {"SREM", KEY_DRAINED, member};
+    size_t lens[3] = {4, strlen(KEY_DRAINED), (size_t)n};
+    rds_command(c->w->rds, NULL, NULL, 3, argv, lens);
+}
+
+static void on_script(redisReply *rep, void *priv)
+{
+    cancel_t *c = priv;
+    if (rep == NULL || rep->type != REDIS_REPLY_INTEGER) {
+        if (rep != NULL)
+            log_error("life: cancel of order %lld: %s", (long long)c->order_id,
+                      rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
+        finish(c, LIFE_REDIS_DOWN);
+        return;
+    }
+    switch (rep->integer) {
+    case 0:
+        undrain(c);
+        finish(c, LIFE_DONE);
+        return;
+    case 1:
+        finish(c, LIFE_ALREADY);
+        return;
+    case 2:
+        finish(c, LIFE_PAID);
+        return;
+    case 3:
+        finish(c, LIFE_NOTFOUND);
+        return;
+    default:   /* 5: the voucher's keys are not in this Redis (lost, not yet rebuilt) */
+        log_warn("life: cancel of order %lld: voucher %lld has no stock in Redis",
+                 (long long)c->order_id, (long long)c->voucher_id);
+        finish(c, LIFE_REDIS_DOWN);
+        return;
+    }
+}
+
+/* The voucher's bucket count known: life.lua on the buyer's home bucket (buckets.h). */
+static void run_script(cancel_t *c)
+{
+    char tag[48], kv[64], kb[64], kst[64], kdue[64], ks[64], oid[SB_DEC_MAX], uid[SB_DEC_MAX];
+    c->bucket = buckets_home(c->user_id, c->nbuckets);
+    unsigned salt = c->bucket > 0 ? key_bsalt(c->voucher_id, c->bucket, c->nbuckets) : 0;
+    if (key_btag_salt(tag, sizeof tag, c->voucher_id, c->bucket, salt) < 0 ||
+        key_voucher_t(kv, sizeof kv, tag) < 0 || key_buyers_t(kb, sizeof kb, tag) < 0 ||
+        key_ostate_t(kst, sizeof kst, tag) < 0 || key_due_t(kdue, sizeof kdue, tag) < 0 ||
+        key_stream_t(ks, sizeof ks, tag) < 0) {
+        finish(c, LIFE_NOTFOUND);
+        return;
+    }
+    int lo = sb_dec(oid, c->order_id), lu = sb_dec(uid, c->user_id);
+    const char *argv[11] = {"EVAL", script_life_lua, "5", kv, kb, kst, kdue, ks, "cancel", oid, uid};
+    size_t lens[11] = {4, strlen(script_life_lua), 1, strlen(kv), strlen(kb), strlen(kst),
+                       strlen(kdue), strlen(ks), 6, (size_t)lo, (size_t)lu};
+    rds_command(c->w->rds, on_script, c, 11, argv, lens);
+}
+
+static void on_buckets(redisReply *rep, void *priv)
+{
+    cancel_t *c = priv;
+    if (rep == NULL || (rep->type != REDIS_REPLY_STRING && rep->type != REDIS_REPLY_NIL)) {
+        finish(c, LIFE_REDIS_DOWN);
+        return;
+    }
+    int64_t k = 1;
+    if (rep->type == REDIS_REPLY_STRING && (sb_parse_pos(rep->str, rep->len, &k) != 0 ||
+                                            k > BUCKETS_MAX))
+        k = 1;
+    c->nbuckets = (int)k;
+    run_script(c);
+}
+
+/* The order is this user's (found by orders.h). */
+static void on_found(void *ctx, orders_rc_t rc, const orders_rec_t *recs, size_t n)
+{
+    cancel_t *c = ctx;
+    switch (rc) {
+    case ORDERS_OK:
+        break;
+    case ORDERS_NOTFOUND:
+        finish(c, LIFE_NOTFOUND);
+        return;
+    case ORDERS_REDIS_DOWN:
+        finish(c, LIFE_REDIS_DOWN);
+        return;
+    case ORDERS_BUSY:
+        finish(c, LIFE_BUSY);
+        return;
+    default:
+        finish(c, LIFE_DB_DOWN);
+        return;
+    }
+    if (n != 1 || recs[0].user_id != c->user_id) {
+        finish(c, LIFE_NOTFOUND);
+        return;
+    }
+    if (recs[0].persisted && recs[0].status != 1) {
+        finish(c, settled(recs[0].status));
+        return;
+    }
+    c->voucher_id = recs[0].voucher_id;
+    if (c->w->app->cfg.mode == MODE_SYNC) {
+        if (jobs_submit(c->w->app->jobs, c->w, run_sql_cancel, done_sql_cancel, c) != 0)
+            finish(c, LIFE_BUSY);
+        return;
+    }
+    char kv[64];
+    if (key_voucher(kv, sizeof kv, c->voucher_id) < 0) {
+        finish(c, LIFE_NOTFOUND);
+        return;
+    }
+    const char *argv[3] = {"HGET", kv, "buckets"};
+    size_t lens[3] = {4, strlen(kv), 7};
+    rds_command(c->w->rds, on_buckets, c, 3, argv, lens);
+}
+
+void life_cancel(worker_t *w, int64_t user_id, int64_t order_id, life_done_fn done, void *ctx)
+{
+    if (w->app->cfg.mode != MODE_STREAM && w->app->cfg.mode != MODE_SYNC) {
+        done(ctx, LIFE_UNSUPPORTED);
+        return;
+    }
+    cancel_t *c = xcalloc(1, sizeof *c);
+    c->w = w;
+    c->done = done;
+    c->ctx = ctx;
+    c->user_id = user_id;
+    c->order_id = order_id;
+    orders_get(w, user_id, order_id, on_found, c);
+}
