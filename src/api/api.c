@@ -64,6 +64,7 @@ static void r_order_seckill(http_req_t *r, int64_t id, const auth_user_t *u) { a
 static void r_order_of_me(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_order_of_me(r, u); }
 static void r_order_get(http_req_t *r, int64_t id, const auth_user_t *u) { api_order_get(r, id, u); }
 static void r_order_cancel(http_req_t *r, int64_t id, const auth_user_t *u) { api_pay_cancel(r, id, u); }
+static void r_pay_notify(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_pay_notify(r); }
 static void r_health(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_ops_health(r); }
 static void r_metrics(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_ops_metrics(r); }
 static void r_board_html(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_board_asset(r, BOARD_HTML); }
@@ -78,6 +79,7 @@ static const route_t routes[] = {
     LIT(HM_GET,  "/voucher-order/of/me",          RF_LOGIN,                 r_order_of_me),
     ID(HM_POST, "/voucher-order/", "/cancel",     RF_LOGIN,                 r_order_cancel),
     ID(HM_GET,  "/voucher-order/", "",            RF_LOGIN,                 r_order_get),
+    LIT(HM_POST, "/pay/notify",                   RF_NO_TOUCH,              r_pay_notify),
     LIT(HM_POST, "/user/code",                    0,                        r_user_code),
     LIT(HM_POST, "/user/login",                   0,                        r_user_login),
     LIT(HM_GET,  "/user/me",                      RF_LOGIN | RF_PROFILE,    r_user_me),

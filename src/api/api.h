@@ -5,7 +5,8 @@
  *   api_voucher.c  POST /voucher, POST /voucher/seckill, GET /voucher/list/{shopId}
  *   api_order.c    POST /voucher-order/seckill/{id}, GET /voucher-order/{id}, /of/me
  *   api_ops.c      /health, /metrics
- *   api_pay.c      POST /voucher-order/{id}/cancel (the order lifecycle, src/order/)
+ *   api_pay.c      POST /voucher-order/{id}/cancel, POST /pay/notify (the order lifecycle,
+ *                  src/order/)
  *
  * Handlers validate input, call core modules (auth, admission, jobs+store) and shape the
  * course's Result envelope: {"success":bool,"errorMsg":..,"data":..,"total":..}, absent
@@ -49,8 +50,9 @@ void api_voucher_list(http_req_t *r, int64_t shop_id);
 void api_order_seckill(http_req_t *r, int64_t voucher_id, const struct auth_user *u);
 void api_order_get(http_req_t *r, int64_t order_id, const struct auth_user *u);
 void api_order_of_me(http_req_t *r, const struct auth_user *u);
-/* The order lifecycle (api_pay.c): POST /voucher-order/{id}/cancel. */
+/* The order lifecycle (api_pay.c): POST /voucher-order/{id}/cancel, POST /pay/notify. */
 void api_pay_cancel(http_req_t *r, int64_t order_id, const struct auth_user *u);
+void api_pay_notify(http_req_t *r);
 void api_ops_health(http_req_t *r);
 void api_ops_metrics(http_req_t *r);
 

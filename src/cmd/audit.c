@@ -192,7 +192,7 @@ typedef struct vdata {
     int64_t seeded, epoch;            /* set by a rebuild from SQL (rebuild.h), else 0 */
     int64_t returned;                 /* units cancelled orders gave back (life.lua): the
                                        * buyers less these hold stock */
-    int64_t sql_cancelled;            /* SQL orders of status 4 */
+    int64_t sql_cancelled;            /* SQL orders of status 4, 5 or 6 (cancelled; then refunded) */
 
     /* step 4 */
     pairs_t buyers;                   /* (user id, order id), sorted by user */
@@ -350,7 +350,7 @@ static int read_orders(store_t *st, vdata_t *d, orders_page_t *page, char *err, 
         for (size_t i = 0; i < n; i++) {
             pairs_push(&d->sql_by_id, o[i].id, o[i].user_id);
             pairs_push(&d->sql_by_user, o[i].user_id, o[i].id);
-            d->sql_cancelled += o[i].status == 4;
+            d->sql_cancelled += o[i].status >= 4 && o[i].status <= 6;
             if (o[i].create_time < d->sql_begin || o[i].create_time >= d->sql_end) {
                 if (d->sql_outside++ == 0)
                     d->sql_outside_example = o[i].id;
@@ -648,7 +648,7 @@ static void check_voucher(const audit_opts_t *o, vdata_t *d, int drained_wanted,
      * event, one in SQL (status 4 with stock + 1 in one transaction). */
     add(rp, "I1", "cancel-returned",
         d->returned == d->sql_cancelled ? C_OK : drained ? C_FAIL : C_INFO,
-        "units returned by cancels: Redis %lld %s SQL cancelled orders %lld%s",
+        "units returned by cancels: Redis %lld %s SQL cancelled or refunded orders %lld%s",
         LL(d->returned), d->returned == d->sql_cancelled ? "=" : "!=", LL(d->sql_cancelled),
         d->returned == d->sql_cancelled || drained ? "" : " (events still in the stream)");
     /* After a rebuild from SQL, `seeded` buyers came from SQL, not from this stream. */

@@ -93,7 +93,7 @@ typedef struct conn {
     http_req_t req;            /* the one request being received or handled */
 
     /* the request being received */
-    sb_t url, auth, admin, xff, body;
+    sb_t url, auth, admin, xff, paysig, body;
     int phase;                 /* P_*: head, Content-Length body, chunked body */
     uint64_t body_left;        /* P_BODY_LENGTH: bytes still to come */
     h1_chunked_t chunked;      /* P_BODY_CHUNKED */
@@ -112,7 +112,7 @@ typedef struct conn {
     uint64_t linger_ms;
     size_t linger_bytes;
 
-    unsigned has_auth : 1, has_admin : 1, has_xff : 1;
+    unsigned has_auth : 1, has_admin : 1, has_xff : 1, has_paysig : 1;
     unsigned need_more : 1;    /* c->in holds an incomplete head: append before parsing */
     unsigned in_msg : 1;       /* a request has started and is not complete */
     unsigned in_flight : 1;    /* handler called, http_reply not yet */
@@ -425,6 +425,7 @@ static void end_request(conn_t *c)
     cbuf_done(c, &c->auth);
     cbuf_done(c, &c->admin);
     cbuf_done(c, &c->xff);
+    cbuf_done(c, &c->paysig);
     cbuf_done(c, &c->body);
 }
 
@@ -545,8 +546,10 @@ static int begin_request(conn_t *c, const h1_head_t *h)
     if ((st = cbuf_append(c, &c->url, h->target.p, h->target.n)) != 0 ||
         (st = cbuf_append(c, &c->auth, h->auth.p, h->auth.n)) != 0 ||
         (st = cbuf_append(c, &c->admin, h->admin.p, h->admin.n)) != 0 ||
-        (st = cbuf_append(c, &c->xff, h->xff.p, h->xff.n)) != 0)
+        (st = cbuf_append(c, &c->xff, h->xff.p, h->xff.n)) != 0 ||
+        (st = cbuf_append(c, &c->paysig, h->paysig.p, h->paysig.n)) != 0)
         return st;
+    c->has_paysig = h->has_paysig;
     c->has_auth = h->has_auth;
     c->has_admin = h->has_admin;
     c->has_xff = h->has_xff;
@@ -633,6 +636,7 @@ static void dispatch(conn_t *c)
     r->authorization = c->has_auth ? (c->auth.len ? c->auth.buf : "") : NULL;
     r->admin_token = c->has_admin ? (c->admin.len ? c->admin.buf : "") : NULL;
     r->forwarded_for = c->has_xff && c->xff.len ? c->xff.buf : NULL;
+    r->pay_signature = c->has_paysig ? (c->paysig.len ? c->paysig.buf : "") : NULL;
     r->body = c->body.len ? c->body.buf : "";
     r->body_len = c->body.len;
     r->peer = c->peer;
@@ -1009,6 +1013,7 @@ static void conn_free(conn_t *c)
     cbuf_free(c, &c->auth);
     cbuf_free(c, &c->admin);
     cbuf_free(c, &c->xff);
+    cbuf_free(c, &c->paysig);
     cbuf_free(c, &c->body);
     cbuf_free(c, &c->in);
     sb_free(&c->out);

@@ -18,6 +18,7 @@
 #include "core/log.h"
 #include "core/sb.h"
 #include "core/xmem.h"
+#include "core/runcmd.h"
 #include "embedded.h"
 #include "redis/rds.h"
 #include "sale/buckets.h"
@@ -33,6 +34,10 @@ typedef struct cancel {
     int bucket, nbuckets;
     int rc;     /* the SQL job's STORE_* */
     int was;    /* ... and the status it found */
+    /* pay */
+    int pay;
+    char pid[LIFE_PAYMENT_ID_MAX + 1];
+    int64_t amount, pay_value;
 } cancel_t;
 
 static void finish(cancel_t *c, life_rc_t rc)
@@ -43,19 +48,11 @@ static void finish(cancel_t *c, life_rc_t rc)
     done(ctx, rc);
 }
 
-/* A status that is not 1, as the answer a cancel gets. */
+/* A status that is not 1, as the answer a cancel gets: paid or used is refused; 4, 5, 6
+ * were cancelled (5 and 6: then a late payment was refunded), so cancelled already. */
 static life_rc_t settled(int status)
 {
-    switch (status) {
-    case 2:
-    case 3:
-        return LIFE_PAID;
-    case 5:
-    case 6:
-        return LIFE_REFUNDED;
-    default:
-        return LIFE_ALREADY;
-    }
+    return status == 2 || status == 3 ? LIFE_PAID : LIFE_ALREADY;
 }
 
 /* ---------------------------------------------------------------- sync mode: SQL alone */
@@ -95,6 +92,72 @@ static void undrain(cancel_t *c)
     rds_command(c->w->rds, NULL, NULL, 3, argv, lens);
 }
 
+/* ---------------------------------------------------------------- pay */
+
+static void on_refund_sent(void *priv, int ok, const char *why)
+{
+    char *what = priv;
+    if (ok)
+        log_info("life: refund sent: %s", what);
+    else
+        log_error("life: refund NOT sent (%s): %s -- send it by hand", why, what);
+    free(what);
+}
+
+/* A refund decided now: --refund-command, or the log. */
+static void refund(cancel_t *c)
+{
+    char what[160];
+    snprintf(what, sizeof what, "order %lld payment %s amount %lld", (long long)c->order_id,
+             c->pid, (long long)c->amount);
+    const config_t *cfg = &c->w->app->cfg;
+    if (!cfg->refund_command[0]) {
+        log_warn("life: refund due (no --refund-command: send it by hand): %s", what);
+        return;
+    }
+    char e1[64], e2[96], e3[64];
+    snprintf(e1, sizeof e1, "SECKILL_ORDER_ID=%lld", (long long)c->order_id);
+    snprintf(e2, sizeof e2, "SECKILL_PAYMENT_ID=%s", c->pid);
+    snprintf(e3, sizeof e3, "SECKILL_AMOUNT=%lld", (long long)c->amount);
+    const char *env[4] = {e1, e2, e3, NULL};
+    char *priv = xstrdup(what);
+    if (runcmd_start(c->w, cfg->refund_command, env, cfg->refund_command_timeout_ms,
+                     on_refund_sent, priv) != 0) {
+        log_error("life: refund NOT sent (--refund-command could not start): %s -- send it "
+                  "by hand", what);
+        free(priv);
+    }
+}
+
+static void pay_decided(cancel_t *c, long long code)
+{
+    switch (code) {
+    case 0:
+        undrain(c);
+        finish(c, LIFE_DONE);
+        return;
+    case 10:
+        finish(c, LIFE_ALREADY);
+        return;
+    case 2:
+        undrain(c);
+        refund(c);
+        finish(c, LIFE_REFUNDED);
+        return;
+    case 12:
+        finish(c, LIFE_REFUNDED);
+        return;
+    case 3:
+        finish(c, LIFE_NOTFOUND);
+        return;
+    default:
+        log_warn("life: payment %s of order %lld: voucher %lld has no stock in Redis", c->pid,
+                 (long long)c->order_id, (long long)c->voucher_id);
+        finish(c, LIFE_REDIS_DOWN);
+        return;
+    }
+}
+
 static void on_script(redisReply *rep, void *priv)
 {
     cancel_t *c = priv;
@@ -103,6 +166,10 @@ static void on_script(redisReply *rep, void *priv)
             log_error("life: cancel of order %lld: %s", (long long)c->order_id,
                       rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
         finish(c, LIFE_REDIS_DOWN);
+        return;
+    }
+    if (c->pay) {
+        pay_decided(c, rep->integer);
         return;
     }
     switch (rep->integer) {
@@ -141,10 +208,13 @@ static void run_script(cancel_t *c)
         return;
     }
     int lo = sb_dec(oid, c->order_id), lu = sb_dec(uid, c->user_id);
-    const char *argv[11] = {"EVAL", script_life_lua, "5", kv, kb, kst, kdue, ks, "cancel", oid, uid};
-    size_t lens[11] = {4, strlen(script_life_lua), 1, strlen(kv), strlen(kb), strlen(kst),
-                       strlen(kdue), strlen(ks), 6, (size_t)lo, (size_t)lu};
-    rds_command(c->w->rds, on_script, c, 11, argv, lens);
+    const char *op = c->pay ? "pay" : "cancel";
+    const char *argv[12] = {"EVAL", script_life_lua, "5", kv, kb, kst, kdue, ks, op, oid, uid,
+                            c->pid};
+    size_t lens[12] = {4, strlen(script_life_lua), 1, strlen(kv), strlen(kb), strlen(kst),
+                       strlen(kdue), strlen(ks), strlen(op), (size_t)lo, (size_t)lu,
+                       strlen(c->pid)};
+    rds_command(c->w->rds, on_script, c, c->pay ? 12 : 11, argv, lens);
 }
 
 static void on_buckets(redisReply *rep, void *priv)
@@ -160,6 +230,64 @@ static void on_buckets(redisReply *rep, void *priv)
         k = 1;
     c->nbuckets = (int)k;
     run_script(c);
+}
+
+static void ask_buckets(cancel_t *c);
+
+static void run_pay_read(store_t *st, void *arg)
+{
+    cancel_t *c = arg;
+    store_order_t o;
+    c->rc = st ? store_order_get(st, c->order_id, &o) : STORE_ERR;
+    if (c->rc != STORE_OK)
+        return;
+    c->user_id = o.user_id;
+    c->voucher_id = o.voucher_id;
+    c->was = o.status;
+    store_voucher_t v;
+    c->rc = store_voucher_get(st, o.voucher_id, &v);
+    if (c->rc == STORE_OK) {
+        c->pay_value = v.pay_value;
+        store_voucher_clear(&v);
+    }
+}
+
+static void done_pay_read(worker_t *w, void *arg)
+{
+    cancel_t *c = arg;
+    (void)w;
+    if (c->rc == STORE_NOTFOUND) {
+        finish(c, LIFE_NOT_YET);   /* admitted and not written yet, or no such order */
+        return;
+    }
+    if (c->rc != STORE_OK) {
+        finish(c, LIFE_DB_DOWN);
+        return;
+    }
+    if (c->amount != c->pay_value) {
+        finish(c, LIFE_BAD_AMOUNT);
+        return;
+    }
+    ask_buckets(c);
+}
+
+void life_pay(worker_t *w, int64_t order_id, const char *payment_id, int64_t amount,
+              life_done_fn done, void *ctx)
+{
+    if (w->app->cfg.mode != MODE_STREAM) {
+        done(ctx, LIFE_UNSUPPORTED);
+        return;
+    }
+    cancel_t *c = xcalloc(1, sizeof *c);
+    c->w = w;
+    c->done = done;
+    c->ctx = ctx;
+    c->order_id = order_id;
+    c->pay = 1;
+    c->amount = amount;
+    snprintf(c->pid, sizeof c->pid, "%s", payment_id);
+    if (jobs_submit(w->app->jobs, w, run_pay_read, done_pay_read, c) != 0)
+        finish(c, LIFE_BUSY);
 }
 
 /* The order is this user's (found by orders.h). */
@@ -196,6 +324,12 @@ static void on_found(void *ctx, orders_rc_t rc, const orders_rec_t *recs, size_t
             finish(c, LIFE_BUSY);
         return;
     }
+    ask_buckets(c);
+}
+
+/* The voucher's bucket count (its hash's `buckets`), then the script. */
+static void ask_buckets(cancel_t *c)
+{
     char kv[64];
     if (key_voucher(kv, sizeof kv, c->voucher_id) < 0) {
         finish(c, LIFE_NOTFOUND);

@@ -142,7 +142,7 @@ int sentry_event(const redisReply *f, sentry_ev_t *ev, const char **reason)
             v = f->element[i + 1];
     if (v == NULL)
         return 0;
-    if (!is_str(v) || v->len < 2 || (v->str[0] != 'c' && v->str[0] != 't') || v->str[1] != ' ') {
+    if (!is_str(v) || v->len < 2 || !strchr("ctpr", v->str[0]) || v->str[1] != ' ') {
         *reason = "bad event kind";
         return -1;
     }

@@ -18,10 +18,11 @@
  * and an entry with one bad order is moved to the dead letters whole; an entry without
  * an os field is bad too.
  *
- * An order's later lifecycle events (src/order/life.lua: cancelled, timed out) travel in
- * the same stream, behind the order's own entry, as an entry with field ev instead of os:
+ * An order's later lifecycle events (src/order/life.lua) travel in the same stream, behind
+ * the order's own entry, as an entry with field ev instead of os:
  *
- *     ev  "<kind> <orderId> <userId> <ts> <ep>"   kind c (cancelled) or t (timed out)
+ *     ev  "<kind> <orderId> <userId> <ts> <ep>"   kind c cancelled, t timed out, p paid,
+ *                                                  r a payment refunded (after c or t)
  *
  * sentry_event tells such an entry apart and reads it. A reader that knows only os finds
  * no os field in it and moves it to the dead letters: never mistakes it for an order.
@@ -69,7 +70,8 @@ int sentry_next(sentry_it_t *it, sentry_t *out, const char **reason);
 
 /* A lifecycle event (the ev field). */
 typedef struct sentry_ev {
-    char kind;            /* 'c' cancelled by the buyer, 't' payment timed out */
+    char kind;            /* 'c' cancelled by the buyer, 't' payment timed out, 'p' paid,
+                             'r' a payment refunded (the order was cancelled first) */
     int64_t order_id;
     int64_t user_id;
     int64_t ts;           /* Redis's clock when it was decided */

@@ -48,6 +48,7 @@
 #include "redis/redis_child.h"
 #include "auth/revoke.h"
 #include "core/rnd.h"
+#include "order/paykey.h"
 #include "store/store.h"
 #include "sale/sync_order.h"
 #include "auth/token.h"
@@ -454,6 +455,8 @@ int server_run(const config_t *cfg)
     } else {
         log_warn("no --admin-token configured: voucher creation is refused");
     }
+    if (paykey_init(cfg, embedded, err, sizeof err) < 0)
+        goto out;
     if (cfg->name[0]) {
         snprintf(app->name, sizeof app->name, "%s", cfg->name);
     } else if (embedded) {

@@ -57,7 +57,11 @@ typedef struct store_ops {
                        store_order_t **out, size_t *n);
     int (*redis_epoch)(store_t *s, int64_t voucher_id, int bump, int64_t *epoch);
     int (*voucher_buckets)(store_t *s, int64_t voucher_id, int *buckets);
-    int (*order_cancel)(store_t *s, int64_t order_id, int64_t now, int *was);
+    /* the lifecycle's status CAS: from -> to with column col (update_time, pay_time,
+     * refund_time) = now, and with give_unit the voucher's stock + 1, in one transaction;
+     * *was the status found (from: moved by this call) */
+    int (*order_move)(store_t *s, int64_t order_id, int from, int to, const char *col,
+                      int64_t now, int give_unit, int *was);
 } store_ops_t;
 
 extern const store_ops_t store_sqlite_ops;

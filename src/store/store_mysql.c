@@ -1962,22 +1962,30 @@ static int my_exec_orders(store_t *s, const char *sql, const store_arg_t *args, 
 
 /* ---------------------------------------------------------------- the order lifecycle */
 
-/* store_order_cancel: one multi-table UPDATE moves the status (a CAS on 1) and gives the
- * voucher its unit back, atomically under autocommit (it changes 2 rows or none); on none,
- * the order's status says why. Both statements may run twice: the CAS is the guard. */
-static int do_order_cancel(my_t *m, int64_t order_id, int64_t now, int *was)
+/* The lifecycle's status CAS (store_int.h order_move): with give_unit one multi-table
+ * UPDATE moves the status and gives the voucher its unit back, atomically under
+ * autocommit (it changes 2 rows or none); on none, the order's status says why. Both
+ * statements may run twice: the CAS is the guard. col is store.c's, never client input. */
+static int do_order_move(my_t *m, int64_t order_id, int from, int to, const char *col,
+                         int64_t now, int give_unit, int *was)
 {
-    static const char cas_sql[] =
-        "UPDATE tb_voucher_order o JOIN tb_seckill_voucher v ON v.voucher_id = o.voucher_id "
-        "SET o.status = 4, o.update_time = ?, v.stock = v.stock + 1, v.update_time = ? "
-        "WHERE o.id = ? AND o.status = 1";
     static const char status_sql[] = "SELECT status FROM tb_voucher_order WHERE id = ?";
+    char cas_sql[320];
+    if (give_unit)
+        snprintf(cas_sql, sizeof cas_sql,
+                 "UPDATE tb_voucher_order o JOIN tb_seckill_voucher v ON v.voucher_id = "
+                 "o.voucher_id SET o.status = %d, o.%s = ?, v.stock = v.stock + 1, "
+                 "v.update_time = ? WHERE o.id = ? AND o.status = %d", to, col, from);
+    else
+        snprintf(cas_sql, sizeof cas_sql,
+                 "UPDATE tb_voucher_order SET status = %d, %s = ?, update_time = ? "
+                 "WHERE id = ? AND status = %d", to, col, from);
     const store_arg_t args[3] = {{now, 1}, {now, 1}, {order_id, 0}};
     int64_t n = 0;
     if (do_exec(m, cas_sql, args, 3, &n) != STORE_OK)
         return STORE_ERR;
     if (n > 0) {
-        *was = 1;
+        *was = from;
         return STORE_OK;
     }
     if (do_exec(m, status_sql, &args[2], 1, &n) != STORE_OK)
@@ -1986,10 +1994,11 @@ static int do_order_cancel(my_t *m, int64_t order_id, int64_t now, int *was)
     return n > 0 ? STORE_OK : STORE_NOTFOUND;
 }
 
-static int my_order_cancel(store_t *s, int64_t order_id, int64_t now, int *was)
+static int my_order_move(store_t *s, int64_t order_id, int from, int to, const char *col,
+                         int64_t now, int give_unit, int *was)
 {
     my_t *m = (my_t *)s;
-    RETRYING(m, 1, do_order_cancel(m, order_id, now, was));
+    RETRYING(m, 1, do_order_move(m, order_id, from, to, col, now, give_unit, was));
 }
 
 #define MYSQL_OPS(name)                                                                 \
@@ -2002,7 +2011,7 @@ static int my_order_cancel(store_t *s, int64_t order_id, int64_t now, int *was)
         .orders_of_user = my_orders_of_user, .voucher_counts = my_voucher_counts,       \
         .order_sync = my_order_sync, .voucher_orders = my_voucher_orders,               \
         .redis_epoch = my_redis_epoch, .exec = my_exec, .exec_orders = my_exec_orders,  \
-        .voucher_buckets = my_voucher_buckets, .order_cancel = my_order_cancel,         \
+        .voucher_buckets = my_voucher_buckets, .order_move = my_order_move,             \
     }
 
 const store_ops_t store_mysql_ops = MYSQL_OPS("mysql");

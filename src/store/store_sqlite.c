@@ -1351,51 +1351,64 @@ fail:
 static sqlite3_stmt *exec_prepare(sq_t *q, const char *sql, const store_arg_t *args, int nargs,
                                   const char *what);
 
-/* store_order_cancel: the status CAS and the stock's unit in one IMMEDIATE transaction.
- * Prepared per call: a cancel is no hot path. */
-static int sq_order_cancel(store_t *s, int64_t order_id, int64_t now, int *was)
+/* The lifecycle's status CAS (store_int.h order_move) and, with give_unit, the voucher's
+ * unit back, in one IMMEDIATE transaction. Prepared per call: no hot path. col is one of
+ * store.c's column names, never client input. */
+static int sq_order_move(store_t *s, int64_t order_id, int from, int to, const char *col,
+                         int64_t now, int give_unit, int *was)
 {
-    static const char cas_sql[] =
-        "UPDATE tb_voucher_order SET status = 4, update_time = ?2 WHERE id = ?1 AND status = 1";
     static const char give_sql[] =
         "UPDATE tb_seckill_voucher SET stock = stock + 1, update_time = ?2 WHERE voucher_id = "
         "(SELECT voucher_id FROM tb_voucher_order WHERE id = ?1)";
     static const char status_sql[] = "SELECT status FROM tb_voucher_order WHERE id = ?1";
+    char cas_sql[256];
+    snprintf(cas_sql, sizeof cas_sql,
+             "UPDATE tb_voucher_order SET status = %d, %s = ?2, update_time = ?2 WHERE id = ?1 "
+             "AND status = %d", to, col, from);
     sq_t *q = (sq_t *)s;
     call_begin(q);
     const store_arg_t args[2] = {{order_id, 0}, {now, 1}};
-    if (exec_stmt(q, ST_BEGIN_IMMEDIATE, "cancel: BEGIN IMMEDIATE") != STORE_OK)
+    if (exec_stmt(q, ST_BEGIN_IMMEDIATE, "order status: BEGIN IMMEDIATE") != STORE_OK)
         return STORE_ERR;
     int rc = STORE_ERR;
-    sqlite3_stmt *st = exec_prepare(q, cas_sql, args, 2, "cancel: prepare");
+    sqlite3_stmt *st = exec_prepare(q, cas_sql, args, 2, "order status: prepare");
     if (!st || sqlite3_step(st) != SQLITE_DONE)
         goto fail;
     int changed = sqlite3_changes(q->db) > 0;
     sqlite3_finalize(st);
-    st = exec_prepare(q, changed ? give_sql : status_sql, args, changed ? 2 : 1,
-                      "cancel: prepare");
-    if (!st)
-        goto fail;
-    int step = sqlite3_step(st);
-    if (step != SQLITE_DONE && step != SQLITE_ROW)
-        goto fail;
+    st = NULL;
+    if (changed && give_unit) {
+        st = exec_prepare(q, give_sql, args, 2, "order status: prepare");
+        if (!st || sqlite3_step(st) != SQLITE_DONE)
+            goto fail;
+        sqlite3_finalize(st);
+        st = NULL;
+    }
     if (changed) {
-        *was = 1;
-        rc = STORE_OK;
-    } else if (step == SQLITE_ROW) {
-        *was = sqlite3_column_int(st, 0);
+        *was = from;
         rc = STORE_OK;
     } else {
-        rc = STORE_NOTFOUND;
+        st = exec_prepare(q, status_sql, args, 1, "order status: prepare");
+        if (!st)
+            goto fail;
+        int step = sqlite3_step(st);
+        if (step == SQLITE_ROW) {
+            *was = sqlite3_column_int(st, 0);
+            rc = STORE_OK;
+        } else if (step == SQLITE_DONE) {
+            rc = STORE_NOTFOUND;
+        } else {
+            goto fail;
+        }
+        sqlite3_finalize(st);
+        st = NULL;
     }
-    sqlite3_finalize(st);
-    st = NULL;
-    if (exec_stmt(q, ST_COMMIT, "cancel: COMMIT") != STORE_OK)
+    if (exec_stmt(q, ST_COMMIT, "order status: COMMIT") != STORE_OK)
         goto fail;
     return rc;
 fail:
     if (st) {
-        sq_fail(q, "cancel");
+        sq_fail(q, "order status");
         sqlite3_finalize(st);
     }
     rollback(q);
@@ -1521,7 +1534,7 @@ const store_ops_t store_sqlite_ops = {
     .redis_epoch = sq_redis_epoch,
     .voucher_buckets = sq_voucher_buckets,
     .order_sync = sq_order_sync,
-    .order_cancel = sq_order_cancel,
+    .order_move = sq_order_move,
     .voucher_orders = sq_voucher_orders,
     .exec = sq_exec,
     .exec_orders = sq_exec_orders,

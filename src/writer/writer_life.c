@@ -1,6 +1,8 @@
-/* writer_life.c -- lifecycle events in the order streams (writer_int.h): a cancelled or
- * timed-out order (src/order/life.lua) becomes status 4 in SQL with its unit back in the
- * voucher's SQL stock (store_order_cancel, a CAS on status 1: a replay changes nothing).
+/* writer_life.c -- lifecycle events in the order streams (writer_int.h), each a CAS on the
+ * order's status (a replay changes nothing): a cancelled or timed-out order
+ * (src/order/life.lua) becomes status 4 with its unit back in the voucher's SQL stock
+ * (store_order_cancel); a paid one 2 with pay_time (store_order_pay); a cancelled one
+ * whose payment was refunded 6 with refund_time (store_order_refund).
  *
  * An event follows its order's own entry in the same stream, and a batch writes its
  * orders before its events, so within one writer the insert always comes first. With
@@ -66,20 +68,38 @@ size_t writer_life_apply(writer_t *wr)
         if (!wr->st)
             wr->st = store_open(wr->app->db_url, wr->sql_timeout_ms, err, sizeof err);
         int was = 0;
-        int rc = wr->st ? store_order_cancel(wr->st, e->ev.order_id, e->ev.ts, &was) : STORE_ERR;
+        int rc = STORE_ERR, want = 1;
+        if (wr->st) {
+            switch (e->ev.kind) {
+            case 'p':
+                rc = store_order_pay(wr->st, e->ev.order_id, e->ev.ts, &was);
+                want = 2;
+                break;
+            case 'r':
+                rc = store_order_refund(wr->st, e->ev.order_id, e->ev.ts, &was);
+                want = 6;
+                break;
+            default:
+                rc = store_order_cancel(wr->st, e->ev.order_id, e->ev.ts, &was);
+                want = 4;
+                break;
+            }
+        }
         if (rc == STORE_NOTFOUND) {
             dead += (size_t)not_yet(wr, e);
         } else if (rc != STORE_OK) {
             /* left pending: the claim pass brings it back */
-            log_warn("writer: %s entry %s: cancel of order %lld not applied (%s); it stays "
-                     "pending", wr->streams[e->si].key, e->id, (long long)e->ev.order_id,
+            log_warn("writer: %s entry %s: event %c of order %lld not applied (%s); it stays "
+                     "pending", wr->streams[e->si].key, e->id, e->ev.kind, (long long)e->ev.order_id,
                      wr->st ? store_errmsg(wr->st) : err);
             e->kind = E_WAIT;
             metric_inc(&wr->m->sql_errors);
-        } else if (was != 1 && was != 4) {
-            /* Redis decided the order was unpaid; SQL says otherwise: SQL is the record */
-            log_error("writer: %s entry %s: cancel of order %lld found status %d in SQL; "
-                      "left as it is", wr->streams[e->si].key, e->id,
+        } else if (e->ev.kind == 'r' && was == 1) {
+            e->kind = E_WAIT;   /* its cancel is still on its way (another writer's batch) */
+        } else if (was != (e->ev.kind == 'r' ? 4 : 1) && was != want) {
+            /* Redis decided from its state; SQL says otherwise: SQL is the record */
+            log_error("writer: %s entry %s: event %c of order %lld found status %d in SQL; "
+                      "left as it is", wr->streams[e->si].key, e->id, e->ev.kind,
                       (long long)e->ev.order_id, was);
         }
     }

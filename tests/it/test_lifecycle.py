@@ -1,10 +1,14 @@
 """test_lifecycle.py -- an order's lifecycle after the grab (docs/lifecycle.md):
-POST /voucher-order/{id}/cancel. An unpaid order becomes status 4 and its unit goes back
+POST /voucher-order/{id}/cancel and POST /pay/notify. An unpaid order becomes status 4 and its unit goes back
 on sale -- in Redis at once (src/order/life.lua), in SQL by the order writer applying the
 stream's event -- exactly once, whoever asks how often; someone else's order, a paid one,
 and an order not yet written to SQL; stream mode (also with stock buckets) and sync mode;
 `seckill audit` clean afterwards."""
 
+import hashlib
+import hmac
+import json
+import os
 import sqlite3
 import subprocess
 
@@ -237,4 +241,113 @@ def test_cancel_sync_mode():
     st, j = H.seckill(srv, b, vid, h)
     check(j["success"], "b buys the returned unit: %r", j)
     eq(db.stock(vid), 0, "SQL stock after b's order")
+    H.finish(srv)
+
+
+# ---------------------------------------------------------------- pay
+
+PAY_KEY = "k3y-0f-the-payment-provider-under-test"
+
+
+def _pay_settings(extra=None):
+    path = os.path.join(H.tmpdir(), "pay-key-%d" % os.getpid())
+    with open(path, "w") as f:
+        f.write(PAY_KEY + "\n")
+    os.chmod(path, 0o600)
+    d = dict(FAST)
+    d["pay-key-file"] = path
+    d.update(extra or {})
+    return d
+
+
+def _notify(h, oid, pid, amount, key=PAY_KEY, body=None):
+    raw = body if body is not None else json.dumps(
+        {"orderId": oid, "paymentId": pid, "amount": amount}).encode()
+    sig = hmac.new(key.encode(), raw, hashlib.sha256).hexdigest()
+    return h.api("POST", "/pay/notify", body=raw, headers={"x-pay-signature": sig})
+
+
+def _order_row(db, oid):
+    return db.query("SELECT status, pay_time IS NOT NULL, refund_time IS NOT NULL "
+                    "FROM tb_voucher_order WHERE id=?", oid)[0]
+
+
+def test_pay_notify():
+    r, srv = H.setup(settings=_pay_settings())
+    h = srv.http()
+    a = H.login(srv, r, "13612345651", h)
+    vid = H.create_seckill(srv, stock=3, http=h)   # payValue 8000 (harness)
+    oa = H.seckill(srv, a, vid, h)[1]["data"]
+    H.wait_drained(srv, r, vid, 30)
+    db = srv.db()
+    # refused, nothing changes: a wrong key, no signature, a wrong amount, bad input
+    st, j = _notify(h, oa, "P1", 8000, key="not-the-key-of-the-provider")
+    check(st == 401 and j["code"] == "BAD_SIGNATURE", "a wrong key: %r %r", st, j)
+    st, j = h.api("POST", "/pay/notify", body={"orderId": oa, "paymentId": "P1",
+                                               "amount": 8000})
+    check(st == 401, "no signature: %r %r", st, j)
+    st, j = _notify(h, oa, "P1", 7999)
+    check(st == 200 and not j["success"] and j["errorMsg"] == "支付金额不符",
+          "a wrong amount: %r %r", st, j)
+    st, j = _notify(h, oa, "P1;rm -rf /", 8000)
+    check(st == 400, "a bad paymentId: %r %r", st, j)
+    st, j = _notify(h, 0, "P1", 8000, body=b"[1,2]")
+    check(st == 400, "not an object: %r %r", st, j)
+    eq(_order_row(db, oa), (1, 0, 0), "the order after the refused notices")
+    # taken once; the same notice again answers the same
+    st, j = _notify(h, oa, "P1", 8000)
+    check(st == 200 and j["success"] and j["data"] == "PAID", "the payment: %r %r", st, j)
+    st, j = _notify(h, oa, "P1", 8000)
+    check(st == 200 and j["success"] and j["data"] == "PAID", "the same again: %r %r", st, j)
+    H.wait_until(lambda: _order_row(db, oa) == (2, 1, 0), 30, what="status 2 with pay_time")
+    st, j = _cancel(h, a, oa)
+    check(not j["success"] and j["errorMsg"] == "订单已支付，无法取消", "cancel after pay: %r", j)
+    eq(db.stock(vid), 2, "SQL stock of a paid order's voucher")
+    _audit(r, srv, vid, 3)
+    H.finish(srv)
+
+
+def test_pay_after_cancel_is_refunded():
+    out = os.path.join(H.tmpdir(), "refunds-%d" % os.getpid())
+    cmd = 'echo "$SECKILL_ORDER_ID $SECKILL_PAYMENT_ID $SECKILL_AMOUNT" >> %s' % out
+    r, srv = H.setup(settings=_pay_settings({"refund-command": cmd}))
+    h = srv.http()
+    a = H.login(srv, r, "13612345661", h)
+    b = H.login(srv, r, "13612345662", h)
+    vid = H.create_seckill(srv, stock=2, http=h)
+    oa = H.seckill(srv, a, vid, h)[1]["data"]
+    ob = H.seckill(srv, b, vid, h)[1]["data"]
+    H.wait_drained(srv, r, vid, 30)
+    db = srv.db()
+    st, j = _cancel(h, a, oa)
+    check(j["success"], "a cancels: %r", j)
+    st, j = _notify(h, oa, "LATE1", 8000)
+    check(st == 200 and j["success"] and j["data"] == "REFUNDED", "a late payment: %r %r", st, j)
+    st, j = _notify(h, oa, "LATE1", 8000)
+    check(j["success"] and j["data"] == "REFUNDED", "the same late payment again: %r", j)
+    # b pays; then a second payment of b's paid order is refunded too, the order stays paid
+    st, j = _notify(h, ob, "B1", 8000)
+    check(j["data"] == "PAID", "b pays: %r", j)
+    st, j = _notify(h, ob, "B2", 8000)
+    check(j["data"] == "REFUNDED", "b pays twice: %r", j)
+
+    def lines():
+        return open(out).read().split("\n")[:-1] if os.path.exists(out) else []
+    H.wait_until(lambda: len(lines()) >= 2, 10, what="two refunds sent")
+    eq(sorted(lines()), sorted(["%d LATE1 8000" % oa, "%d B2 8000" % ob]),
+       "refunds sent: one per refunded payment")
+    H.wait_until(lambda: _order_row(db, oa) == (6, 0, 1) and _order_row(db, ob)[0] == 2, 30,
+                 what="a's order refunded (6, refund_time), b's paid")
+    eq(db.stock(vid), 1, "SQL stock: a's unit came back with the cancel, once")
+    st, j = _cancel(h, a, oa)
+    check(j["success"], "cancel of a refunded order (cancelled before): %r", j)
+    _audit(r, srv, vid, 2)
+    H.finish(srv)
+
+
+def test_pay_notify_without_key():
+    r, srv = H.setup(settings=FAST)
+    h = srv.http()
+    st, j = _notify(h, 1, "P1", 8000)
+    check(st == 503 and j["code"] == "PAY_DISABLED", "no pay key configured: %r %r", st, j)
     H.finish(srv)
