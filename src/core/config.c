@@ -148,6 +148,9 @@ static const setting_t settings[] = {
       "SECKILL_PAYMENT_ID and SECKILL_AMOUNT in its environment; unset = logged only"),
     S("refund-command-timeout-ms", "SECKILL_REFUND_COMMAND_TIMEOUT_MS", T_INT, refund_command_timeout_ms, "5000", 100, 60000,
       "--refund-command is killed (and the refund logged as not sent) after this long"),
+    S("pay-timeout-s", "SECKILL_PAY_TIMEOUT_S", T_INT, pay_timeout_s, "900", 0, 604800,
+      "an order still unpaid this long after its creation is cancelled and its unit sold again "
+      "(0 = never; stream mode)"),
     S("metrics-token", "SECKILL_METRICS_TOKEN", T_STR, metrics_token, "", 0, 0,
       "if set, /metrics requires the header \"authorization: Bearer <token>\""),
     S("trusted-proxy", "SECKILL_TRUSTED_PROXY", T_STR, trusted_proxy, "", 0, 0,

@@ -6,7 +6,8 @@
 -- KEYS[3] seckill:ostate:{tag}   hash orderId -> "<state> <ts> <userId>" (the state
 --                                machine's memory: an order without a field is unpaid,
 --                                status 1), and "<orderId>/<paymentId>" -> a payment's answer
--- KEYS[4] seckill:due:{tag}      zset orderId by payment deadline (the timeout sweeper's)
+-- KEYS[4] seckill:due:{tag}      zset "<orderId>:<userId>" by payment deadline (written by
+--                                the order writer, swept by it: src/writer/writer_life.c)
 -- KEYS[5] seckill:stream:{tag}   the bucket's order stream: the event goes behind the
 --                                order's own entry, so the writer applies it after the insert
 -- ARGV[1] op: 'cancel' (the buyer), 'expire' (the payment deadline passed) or 'pay' (a
@@ -34,6 +35,9 @@ if #KEYS ~= 5 or (op ~= 'pay' and #ARGV ~= 3) or (op == 'pay' and #ARGV ~= 4) or
                            'stream, ARGV op orderId userId [paymentId])')
 end
 local oid, uid = ARGV[2], ARGV[3]
+local due = oid .. ':' .. uid
+-- the sweeper's entry is done with whatever the answer (a decided order, a bogus entry)
+if op == 'expire' then redis.call('ZREM', KEYS[4], due) end
 local function event(kind, ts, ep)
   redis.call('XADD', KEYS[5], '*', 'ev',
              kind .. ' ' .. oid .. ' ' .. uid .. ' ' .. ts .. ' ' .. (ep or '0'))
@@ -68,7 +72,7 @@ if not v[1] then return 5 end
 local held = redis.call('HGET', KEYS[2], uid)
 if held ~= oid then return 3 end
 local ts = redis.call('TIME')[1]
-redis.call('ZREM', KEYS[4], oid)
+redis.call('ZREM', KEYS[4], due)
 if op == 'pay' then
   redis.call('HSET', KEYS[3], oid, 'p ' .. ts .. ' ' .. uid, fp, 0)
   event('p', ts, v[2])

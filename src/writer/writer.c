@@ -68,6 +68,7 @@
 #include "writer/writer_int.h"
 
 #define CLAIM_EVERY_MS 2000
+#define DUE_EVERY_MS 500        /* payment deadlines swept (writer_life_sweep) */
 #define INFO_EVERY_MS 1000
 #define REDIS_BACKOFF_MIN_MS 100
 #define REDIS_BACKOFF_MAX_MS 2000
@@ -582,7 +583,7 @@ static int handle_batch(writer_t *wr)
     if (!wr->rc)
         return -1;
     /* Only now, after the commit: acks (and dead letters), pipelined. */
-    size_t replies = append_acks(wr);
+    size_t replies = writer_life_due(wr) + append_acks(wr);
     for (size_t i = 0; i < wr->nents; i++)
         if (wr->ents[i].kind == E_DEAD) {
             writer_dead_append(wr, &wr->ents[i]);
@@ -1039,6 +1040,11 @@ void *writer_main(void *arg)
         if (wr->drains && now >= wr->sweep_at) {
             wr->sweep_at = now + (uint64_t)wr->sweep_ms;
             if (writer_sweep_run(wr) != 0)
+                continue;
+        }
+        if (now >= wr->due_at) {
+            wr->due_at = now + DUE_EVERY_MS;
+            if (writer_life_sweep(wr) != 0)
                 continue;
         }
         if (stopping(wr))

@@ -107,6 +107,7 @@ struct writer {
     int drains;                      /* stream mode: drained streams are skipped (orders.h) */
     int sweep_ms;                    /* --writer-drain-sweep-ms */
     uint64_t sweep_at;
+    uint64_t due_at;                 /* writer_life_sweep: the next pass */
     size_t sweep_next;               /* writer_sweep_run's round-robin position in streams */
     long long reg_card;              /* single Redis: members of seckill:streams at the last
                                       * full read (-1: none since the connection opened) */
@@ -211,6 +212,13 @@ int writer_life_parse(writer_t *wr, wentry_t *e, const redisReply *fields);
  * could not take becomes E_WAIT (not acked); one whose order never came, E_DEAD. Returns
  * how many became E_DEAD. */
 size_t writer_life_apply(writer_t *wr);
+/* --pay-timeout-s: appends one ZADD of the payment deadlines per stream of the batch's
+ * committed orders (after writer_life_apply, before the acks); returns how many replies
+ * to read. */
+size_t writer_life_due(writer_t *wr);
+/* Cancels the orders whose payment deadline passed (the due index of every stream this
+ * writer knows whose sale may still have some): 0, or -1 when the connection was lost. */
+int writer_life_sweep(writer_t *wr);
 
 /* ---- writer_dead.c */
 

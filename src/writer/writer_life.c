@@ -11,15 +11,30 @@
  * yet, and the event waits -- it is not acked, and the claim pass hands it out again once
  * idle (--writer-claim-idle-ms). An event whose order SQL still lacks EVENT_WAIT_S after
  * it was queued (the order went to the dead letters or was fenced by a rebuild) goes to
- * the dead letters too. */
+ * the dead letters too.
+ *
+ * Payment deadlines (--pay-timeout-s): after a batch commits, its orders go into their
+ * bucket's due index, seckill:due:{tag}, member "<orderId>:<userId>", score createTime +
+ * timeout (createTime is the admission's second by Redis's clock) -- the grab itself pays
+ * nothing for it. Every DUE_EVERY_MS the writer takes each stream's due members up to now
+ * and runs life.lua's expire on each: an order still unpaid is cancelled there exactly as
+ * its buyer would (state t, unit back, event t, applied by this same file), one paid or
+ * cancelled meanwhile is only taken out of the index. With several instances every writer
+ * sweeps; the script decides each order once. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
+#include "core/key.h"
 #include "core/log.h"
+#include "core/xmem.h"
+#include "embedded.h"
 #include "writer/writer_int.h"
 
 #define EVENT_WAIT_S 3600
+#define SWEEP_BATCH "64"          /* due orders taken per stream and pass */
+#define SWEEP_AFTER_S 86400       /* a sale this long past end + timeout is not swept */
 
 int writer_life_parse(writer_t *wr, wentry_t *e, const redisReply *fields)
 {
@@ -104,4 +119,129 @@ size_t writer_life_apply(writer_t *wr)
         }
     }
     return dead;
+}
+
+/* ---------------------------------------------------------------- payment deadlines */
+
+static int timeouts_on(const writer_t *wr)
+{
+    return wr->app->cfg.pay_timeout_s > 0 && wr->app->cfg.mode == MODE_STREAM;
+}
+
+size_t writer_life_due(writer_t *wr)
+{
+    if (!timeouts_on(wr))
+        return 0;
+    enum { SCORE = 24, MEMBER = 48 };   /* bytes per order's score and member */
+    size_t cmds = 0, off = 0;   /* handle_batch packed the E_ORDER entries' orders in order */
+    char key[96];
+    for (size_t i = 0; i < wr->nents;) {
+        size_t si = wr->ents[i].si, count = 0;
+        for (; i < wr->nents && wr->ents[i].si == si; i++)
+            if (wr->ents[i].kind == E_ORDER)
+                count += wr->ents[i].no;
+        if (count == 0 || key_due_t(key, sizeof key, wr->streams[si].tag) < 0) {
+            off += count;
+            continue;
+        }
+        /* the arguments point into text: it lives until the command is appended */
+        char *text = xmalloc(count * (SCORE + MEMBER));
+        size_t n = 0;
+        writer_args(wr, &n, "ZADD");
+        writer_args(wr, &n, key);
+        for (size_t k = 0; k < count; k++) {
+            const store_order_t *o = &wr->orders[off + k];
+            char *sc = text + k * (SCORE + MEMBER), *mb = sc + SCORE;
+            snprintf(sc, SCORE, "%lld", (long long)(o->create_time + wr->app->cfg.pay_timeout_s));
+            snprintf(mb, MEMBER, "%lld:%lld", (long long)o->id, (long long)o->user_id);
+            writer_args(wr, &n, sc);
+            writer_args(wr, &n, mb);
+        }
+        writer_append(wr, n);
+        free(text);
+        off += count;
+        cmds++;
+    }
+    return cmds;
+}
+
+/* One pass over stream s's due index: 0, or -1 when the connection was lost. */
+static int sweep_stream(writer_t *wr, const wstream_t *s, const char *now)
+{
+    char kv[96], kb[96], kst[96], kdue[96];
+    if (key_voucher_t(kv, sizeof kv, s->tag) < 0 || key_buyers_t(kb, sizeof kb, s->tag) < 0 ||
+        key_ostate_t(kst, sizeof kst, s->tag) < 0 || key_due_t(kdue, sizeof kdue, s->tag) < 0)
+        return 0;
+    size_t n = 0;
+    writer_args(wr, &n, "ZRANGEBYSCORE");
+    writer_args(wr, &n, kdue);
+    writer_args(wr, &n, "-inf");
+    writer_args(wr, &n, now);
+    writer_args(wr, &n, "LIMIT");
+    writer_args(wr, &n, "0");
+    writer_args(wr, &n, SWEEP_BATCH);
+    redisReply *r = writer_cmd(wr, n);
+    if (r == NULL)
+        return writer_redis_fail(wr, "ZRANGEBYSCORE", NULL);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements == 0)
+        return 0;
+    size_t sent = 0;
+    for (size_t i = 0; i < r->elements; i++) {
+        const redisReply *m = r->element[i];
+        char oid[24], uid[24];
+        const char *colon = is_str(m) ? memchr(m->str, ':', m->len) : NULL;
+        size_t lo = colon ? (size_t)(colon - m->str) : 0, lu = colon ? m->len - lo - 1 : 0;
+        if (!colon || lo == 0 || lo >= sizeof oid || lu == 0 || lu >= sizeof uid)
+            continue;
+        memcpy(oid, m->str, lo);
+        oid[lo] = '\0';
+        memcpy(uid, colon + 1, lu);
+        uid[lu] = '\0';
+        n = 0;
+        writer_args(wr, &n, "EVAL");
+        writer_args(wr, &n, script_life_lua);
+        writer_args(wr, &n, "5");
+        writer_args(wr, &n, kv);
+        writer_args(wr, &n, kb);
+        writer_args(wr, &n, kst);
+        writer_args(wr, &n, kdue);
+        writer_args(wr, &n, s->key);
+        writer_args(wr, &n, "expire");
+        writer_args(wr, &n, oid);
+        writer_args(wr, &n, uid);
+        writer_append(wr, n);   /* r (in the arena) stays valid: the arena is not reset */
+        sent++;
+    }
+    size_t expired = 0;
+    for (size_t i = 0; i < sent; i++) {
+        void *rv = NULL;
+        if (redisGetReply(wr->rc, &rv) != REDIS_OK)
+            return writer_redis_fail(wr, "EVAL life.lua expire", NULL);
+        redisReply *x = rv;
+        if (x->type == REDIS_REPLY_INTEGER && x->integer == 0)
+            expired++;
+        else if (x->type == REDIS_REPLY_ERROR)
+            log_error("writer: %s: payment timeout: %s", s->key, x->str);
+    }
+    if (expired > 0)
+        log_info("writer: %s: %zu unpaid orders timed out and cancelled", s->key, expired);
+    return 0;
+}
+
+int writer_life_sweep(writer_t *wr)
+{
+    if (!timeouts_on(wr))
+        return 0;
+    int64_t now = (int64_t)time(NULL);
+    char nows[32];
+    snprintf(nows, sizeof nows, "%lld", (long long)now);
+    for (size_t si = 0; si < wr->nstreams && !stopping(wr); si++) {
+        const wstream_t *s = &wr->streams[si];
+        /* every deadline is at most the sale's end + the timeout */
+        if (s->vknown && now > s->vend + wr->app->cfg.pay_timeout_s + SWEEP_AFTER_S)
+            continue;
+        if (sweep_stream(wr, s, nows) != 0)
+            return -1;
+    }
+    return 0;
 }

@@ -11,6 +11,7 @@ import json
 import os
 import sqlite3
 import subprocess
+import time
 
 import harness as H
 from harness import check, eq
@@ -350,4 +351,48 @@ def test_pay_notify_without_key():
     h = srv.http()
     st, j = _notify(h, 1, "P1", 8000)
     check(st == 503 and j["code"] == "PAY_DISABLED", "no pay key configured: %r %r", st, j)
+    H.finish(srv)
+
+
+# ---------------------------------------------------------------- payment deadlines
+
+def test_unpaid_order_times_out():
+    """--pay-timeout-s 2: a's order, unpaid, is cancelled about 2 s after its creation
+    (within 2 s of the deadline), its unit sold again; b's, paid in time, stays paid; a's
+    payment after the deadline is refunded. With two instances (two writers sweeping the
+    same due index) each order is timed out once."""
+    out = os.path.join(H.tmpdir(), "refunds-t-%d" % os.getpid())
+    cmd = 'echo "$SECKILL_ORDER_ID $SECKILL_PAYMENT_ID" >> %s' % out
+    settings = _pay_settings({"pay-timeout-s": "2", "refund-command": cmd})
+    r, srv = H.setup(settings=settings)
+    srv2 = H.start_server(r, name="second", settings=settings, db_url=srv.db_url)
+    h = srv.http()
+    a = H.login(srv, r, "13612345671", h)
+    b = H.login(srv, r, "13612345672", h)
+    c = H.login(srv, r, "13612345673", h)
+    vid = H.create_seckill(srv, stock=2, http=h)
+    db = srv.db()
+    t0 = time.time()
+    oa = H.seckill(srv, a, vid, h)[1]["data"]
+    ob = H.seckill(srv, b, vid, h)[1]["data"]
+    H.wait_until(lambda: db.order_count(vid) == 2, 10, what="both orders in SQL")
+    st, j = _notify(h, ob, "PB", 8000)
+    check(j["data"] == "PAID", "b pays in time: %r", j)
+    db = srv.db()
+    H.wait_until(lambda: _status(db, oa) == 4, 10, what="a's unpaid order timed out")
+    late = time.time() - t0
+    check(late < 2 + 2 + 1, "timed out %.1f s after the grab (deadline 2 s)", late)
+    eq(r.cmd("HGET", H.k_voucher(vid), "stock"), "1", "Redis stock: a's unit is back")
+    eq(r.cmd("HGET", H.k_voucher(vid), "returned"), "1", "returned once (two sweepers)")
+    H.wait_until(lambda: _status(db, ob) == 2, 10, what="b's order paid")
+    st, j = _notify(h, oa, "PA-LATE", 8000)
+    check(j["data"] == "REFUNDED", "a pays after the deadline: %r", j)
+    oc = _grab_until(srv, h, c, vid, "c buys the unit that came back")
+    H.wait_until(lambda: os.path.exists(out) and open(out).read() == "%d PA-LATE\n" % oa, 10,
+                 what="the late payment refunded")
+    H.wait_until(lambda: _status(db, oa) == 6 and db.stock(vid) == 0, 10,
+                 what="a's order refunded in SQL, c's unit taken")
+    eq(_status(db, oc), 1, "c's order")
+    H.finish(srv2)
+    _audit(r, srv, vid, 2)
     H.finish(srv)
