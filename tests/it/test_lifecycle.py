@@ -132,7 +132,14 @@ def test_cancel_returns_the_unit_once():
     _wait_sql(db, oa, 4, 1, vid, "the cancel in SQL")
 
     st, j = h.api("GET", "/voucher-order/%d" % oa, token=a)
-    check(j["success"] and j["data"]["status"] == 4, "a's order after the cancel: %r", j)
+    check(j["success"] and j["data"]["status"] == 4 and "payDeadline" not in j["data"],
+          "a's order after the cancel: %r", j)
+    st, j = h.api("GET", "/voucher-order/%d" % ob, token=b)
+    d = j["data"]
+    fmt = "%Y-%m-%dT%H:%M:%S"
+    created = time.mktime(time.strptime(d["createTime"][:19], fmt))
+    deadline = time.mktime(time.strptime(d["payDeadline"][:19], fmt))
+    eq(deadline - created, 900, "b's unpaid order: payDeadline - createTime (--pay-timeout-s)")
 
     # the unit is on sale again: c buys it, then nobody else can
     oc = _grab_until(srv, h, c, vid, "c buys the returned unit")
