@@ -14,6 +14,29 @@
 #include "sale/ratelimit.h"
 #include "server/worker.h"
 
+/* The answers cancel and pay share. */
+static void common_reply(http_req_t *r, life_rc_t rc, const char *unsupported)
+{
+    switch (rc) {
+    case LIFE_NOTFOUND:
+    case LIFE_NOT_YET:
+        api_fail(r, "订单不存在", "NOT_FOUND");
+        return;
+    case LIFE_UNSUPPORTED:
+        api_fail(r, unsupported, "UNSUPPORTED");
+        return;
+    case LIFE_REDIS_DOWN:
+        api_unavailable(r, "redis unavailable");
+        return;
+    case LIFE_BUSY:
+        api_unavailable(r, "server busy");
+        return;
+    default:
+        api_unavailable(r, "database unavailable");
+        return;
+    }
+}
+
 static void on_cancel(void *ctx, life_rc_t rc)
 {
     http_req_t *r = ctx;
@@ -26,20 +49,8 @@ static void on_cancel(void *ctx, life_rc_t rc)
     case LIFE_PAID:
         api_fail(r, "订单已支付，无法取消", "PAID");
         return;
-    case LIFE_NOTFOUND:
-        api_fail(r, "订单不存在", "NOT_FOUND");
-        return;
-    case LIFE_UNSUPPORTED:
-        api_fail(r, "当前下单模式不支持取消订单", "UNSUPPORTED");
-        return;
-    case LIFE_REDIS_DOWN:
-        api_unavailable(r, "redis unavailable");
-        return;
-    case LIFE_BUSY:
-        api_unavailable(r, "server busy");
-        return;
     default:
-        api_unavailable(r, "database unavailable");
+        common_reply(r, rc, "当前下单模式不支持取消订单");
         return;
     }
 }
@@ -75,21 +86,8 @@ static void on_pay(void *ctx, life_rc_t rc)
     case LIFE_BAD_AMOUNT:
         api_fail(r, "支付金额不符", "BAD_AMOUNT");
         return;
-    case LIFE_NOT_YET:
-    case LIFE_NOTFOUND:
-        api_fail(r, "订单不存在", "NOT_FOUND");
-        return;
-    case LIFE_UNSUPPORTED:
-        api_fail(r, "当前下单模式不支持支付通知", "UNSUPPORTED");
-        return;
-    case LIFE_REDIS_DOWN:
-        api_unavailable(r, "redis unavailable");
-        return;
-    case LIFE_BUSY:
-        api_unavailable(r, "server busy");
-        return;
     default:
-        api_unavailable(r, "database unavailable");
+        common_reply(r, rc, "当前下单模式不支持支付通知");
         return;
     }
 }

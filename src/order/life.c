@@ -40,6 +40,16 @@ typedef struct cancel {
     int64_t amount, pay_value;
 } cancel_t;
 
+static cancel_t *op_new(worker_t *w, int64_t order_id, life_done_fn done, void *ctx)
+{
+    cancel_t *c = xcalloc(1, sizeof *c);
+    c->w = w;
+    c->done = done;
+    c->ctx = ctx;
+    c->order_id = order_id;
+    return c;
+}
+
 static void finish(cancel_t *c, life_rc_t rc)
 {
     life_done_fn done = c->done;
@@ -129,69 +139,49 @@ static void refund(cancel_t *c)
     }
 }
 
-static void pay_decided(cancel_t *c, long long code)
-{
-    switch (code) {
-    case 0:
-        undrain(c);
-        finish(c, LIFE_DONE);
-        return;
-    case 10:
-        finish(c, LIFE_ALREADY);
-        return;
-    case 2:
-        undrain(c);
-        refund(c);
-        finish(c, LIFE_REFUNDED);
-        return;
-    case 12:
-        finish(c, LIFE_REFUNDED);
-        return;
-    case 3:
-        finish(c, LIFE_NOTFOUND);
-        return;
-    default:
-        log_warn("life: payment %s of order %lld: voucher %lld has no stock in Redis", c->pid,
-                 (long long)c->order_id, (long long)c->voucher_id);
-        finish(c, LIFE_REDIS_DOWN);
-        return;
-    }
-}
-
+/* life.lua's answer (its header lists them) as the caller's, with what follows a decision
+ * made now: the stream leaves the drained set, a refund goes out. */
 static void on_script(redisReply *rep, void *priv)
 {
     cancel_t *c = priv;
     if (rep == NULL || rep->type != REDIS_REPLY_INTEGER) {
         if (rep != NULL)
-            log_error("life: cancel of order %lld: %s", (long long)c->order_id,
+            log_error("life: %s of order %lld: %s", c->pay ? "payment" : "cancel",
+                      (long long)c->order_id,
                       rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
         finish(c, LIFE_REDIS_DOWN);
         return;
     }
-    if (c->pay) {
-        pay_decided(c, rep->integer);
-        return;
-    }
-    switch (rep->integer) {
+    long long code = rep->integer;
+    life_rc_t rc;
+    switch (code) {
     case 0:
-        undrain(c);
-        finish(c, LIFE_DONE);
-        return;
+        rc = LIFE_DONE;
+        break;
     case 1:
-        finish(c, LIFE_ALREADY);
-        return;
+    case 10:
+        rc = LIFE_ALREADY;
+        break;
     case 2:
-        finish(c, LIFE_PAID);
-        return;
+        rc = c->pay ? LIFE_REFUNDED : LIFE_PAID;
+        break;
+    case 12:
+        rc = LIFE_REFUNDED;
+        break;
     case 3:
-        finish(c, LIFE_NOTFOUND);
-        return;
+        rc = LIFE_NOTFOUND;
+        break;
     default:   /* 5: the voucher's keys are not in this Redis (lost, not yet rebuilt) */
-        log_warn("life: cancel of order %lld: voucher %lld has no stock in Redis",
-                 (long long)c->order_id, (long long)c->voucher_id);
-        finish(c, LIFE_REDIS_DOWN);
-        return;
+        log_warn("life: order %lld: voucher %lld has no stock in Redis", (long long)c->order_id,
+                 (long long)c->voucher_id);
+        rc = LIFE_REDIS_DOWN;
+        break;
     }
+    if (code == 0 || (c->pay && code == 2))
+        undrain(c);   /* an event was queued */
+    if (c->pay && code == 2)
+        refund(c);
+    finish(c, rc);
 }
 
 /* The voucher's bucket count known: life.lua on the buyer's home bucket (buckets.h). */
@@ -278,11 +268,7 @@ void life_pay(worker_t *w, int64_t order_id, const char *payment_id, int64_t amo
         done(ctx, LIFE_UNSUPPORTED);
         return;
     }
-    cancel_t *c = xcalloc(1, sizeof *c);
-    c->w = w;
-    c->done = done;
-    c->ctx = ctx;
-    c->order_id = order_id;
+    cancel_t *c = op_new(w, order_id, done, ctx);
     c->pay = 1;
     c->amount = amount;
     snprintf(c->pid, sizeof c->pid, "%s", payment_id);
@@ -346,11 +332,7 @@ void life_cancel(worker_t *w, int64_t user_id, int64_t order_id, life_done_fn do
         done(ctx, LIFE_UNSUPPORTED);
         return;
     }
-    cancel_t *c = xcalloc(1, sizeof *c);
-    c->w = w;
-    c->done = done;
-    c->ctx = ctx;
+    cancel_t *c = op_new(w, order_id, done, ctx);
     c->user_id = user_id;
-    c->order_id = order_id;
     orders_get(w, user_id, order_id, on_found, c);
 }
