@@ -6,7 +6,8 @@
 -- KEYS[3] seckill:stream:{id}          the order stream (consumer group ARGV[7])
 -- KEYS[4] seckill:rebuild:{id}         the rebuild lock, holding its owner's token
 -- KEYS[5] seckill:rebuild:buyers:{id}  the buyers the rebuild prepared (may not exist)
--- ARGV: token, stock, begin, end, ep, seeded, group[, buckets]
+-- ARGV: token, stock, begin, end, ep, seeded, group, buckets[, returned]
+-- (returned: the buyers whose orders were cancelled, holding no unit: src/order/life.lua)
 -- (buckets: K of a voucher in stock buckets, written as the hash's `buckets` field; the
 -- keys are then one bucket's, under its own tag: docs/redis-cluster.md)
 --
@@ -35,6 +36,6 @@ if ARGV[8] and tonumber(ARGV[8]) > 1 then
   redis.call('HSET', KEYS[1], 'buckets', ARGV[8])
 end
 redis.call('HSET', KEYS[1], 'begin', ARGV[3], 'end', ARGV[4], 'ep', ARGV[5],
-           'seeded', ARGV[6], 'stock', ARGV[2])
+           'seeded', ARGV[6], 'returned', ARGV[9] or '0', 'stock', ARGV[2])
 redis.call('DEL', KEYS[4])
 return 1

@@ -403,3 +403,29 @@ def test_unpaid_order_times_out():
     H.finish(srv2)
     _audit(r, srv, vid, 2)
     H.finish(srv)
+
+
+def test_rebuild_after_cancel():
+    """Redis lost everything after a cancel the writer applied: the rebuild from SQL gives
+    the voucher its stock without the cancelled order's unit counted as sold, keeps the
+    cancelled buyer (no second order) and its `returned`, and the audit is clean."""
+    r, srv = H.setup(settings=FAST)
+    h = srv.http()
+    toks = [H.login(srv, r, "136123456%02d" % (80 + i), h) for i in range(3)]
+    vid = H.create_seckill(srv, stock=5, http=h)
+    oids = [H.seckill(srv, t, vid, h)[1]["data"] for t in toks]
+    st, j = _cancel(h, toks[0], oids[0])
+    check(j["success"], "cancel: %r", j)
+    db = srv.db()
+    _wait_sql(db, oids[0], 4, 3, vid, "the cancel in SQL")
+    H.wait_drained(srv, r, vid, 30)
+    srv.stop()
+    r.cmd("FLUSHALL")
+    p = subprocess.run([H.binary(), "redis", "rebuild", "--redis", r.url, "--db", srv.db_url],
+                       capture_output=True, env=H.san_env(), timeout=60)
+    out = p.stdout.decode() + p.stderr.decode()
+    eq(p.returncode, 0, "rebuild exit: " + out)
+    eq(r.cmd("HGET", H.k_voucher(vid), "stock"), "3", "Redis stock after the rebuild")
+    eq(r.cmd("HGET", H.k_voucher(vid), "returned"), "1", "returned after the rebuild")
+    eq(r.cmd("HLEN", H.k_buyers(vid)), 3, "buyers after the rebuild (the cancelled one too)")
+    _audit(r, srv, vid, 5)
