@@ -429,3 +429,28 @@ def test_rebuild_after_cancel():
     eq(r.cmd("HGET", H.k_voucher(vid), "returned"), "1", "returned after the rebuild")
     eq(r.cmd("HLEN", H.k_buyers(vid)), 3, "buyers after the rebuild (the cancelled one too)")
     _audit(r, srv, vid, 5)
+
+
+@H.timeout(180)
+def test_embedded_default_makes_a_pay_key():
+    """The embedded default without --pay-key-file makes <data-dir>/pay-key (0600) once and
+    keeps it across a restart; a notice signed with it is checked (an unknown order is
+    not found, a wrong key is refused)."""
+    import test_embedded as E
+    d = H.subdir("embedded-pay")
+    srv, red, child = E._start_embedded(d)
+    path = os.path.join(d, "pay-key")
+    check(os.path.exists(path), "no %s", path)
+    eq(os.stat(path).st_mode & 0o777, 0o600, "mode of pay-key")
+    key = open(path).read().strip()
+    check(len(key) >= 32, "pay-key %r", key)
+    h = srv.http()
+    st, j = _notify(h, 123456789, "P1", 8000, key=key)
+    check(st == 200 and not j["success"] and j["code"] == "NOT_FOUND", "signed with it: %r %r",
+          st, j)
+    st, j = _notify(h, 123456789, "P1", 8000)
+    eq(st, 401, "signed with another key")
+    E._stop_embedded(srv, red, child)
+    srv, red, child = E._start_embedded(d)
+    eq(open(path).read().strip(), key, "pay-key after a restart")
+    E._stop_embedded(srv, red, child)
