@@ -108,6 +108,7 @@ struct writer {
     int sweep_ms;                    /* --writer-drain-sweep-ms */
     uint64_t sweep_at;
     uint64_t due_at;                 /* writer_life_sweep: the next pass */
+    uint64_t scan_at;                /* ... and its SQL scan's */
     size_t sweep_next;               /* writer_sweep_run's round-robin position in streams */
     long long reg_card;              /* single Redis: members of seckill:streams at the last
                                       * full read (-1: none since the connection opened) */

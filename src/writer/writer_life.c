@@ -26,10 +26,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "core/key.h"
 #include "core/log.h"
 #include "core/xmem.h"
 #include "embedded.h"
+#include "sale/buckets.h"
 #include "writer/writer_int.h"
 
 #define EVENT_WAIT_S 3600
@@ -165,16 +167,68 @@ size_t writer_life_due(writer_t *wr)
     return cmds;
 }
 
+/* A bucket's keys for life.lua (its header). */
+typedef struct lkeys {
+    char kv[96], kb[96], kst[96], kdue[96], ks[96];
+} lkeys_t;
+
+static int lkeys_fill(lkeys_t *k, const char *tag)
+{
+    return key_voucher_t(k->kv, sizeof k->kv, tag) < 0 || key_buyers_t(k->kb, sizeof k->kb, tag) < 0 ||
+                   key_ostate_t(k->kst, sizeof k->kst, tag) < 0 ||
+                   key_due_t(k->kdue, sizeof k->kdue, tag) < 0 ||
+                   key_stream_t(k->ks, sizeof k->ks, tag) < 0
+               ? -1
+               : 0;
+}
+
+/* Appends EVAL life.lua expire of order oid of user uid (decimal strings). */
+static void append_expire(writer_t *wr, const lkeys_t *k, const char *oid, const char *uid)
+{
+    size_t n = 0;
+    writer_args(wr, &n, "EVAL");
+    writer_args(wr, &n, script_life_lua);
+    writer_args(wr, &n, "5");
+    writer_args(wr, &n, k->kv);
+    writer_args(wr, &n, k->kb);
+    writer_args(wr, &n, k->kst);
+    writer_args(wr, &n, k->kdue);
+    writer_args(wr, &n, k->ks);
+    writer_args(wr, &n, "expire");
+    writer_args(wr, &n, oid);
+    writer_args(wr, &n, uid);
+    writer_append(wr, n);
+}
+
+/* Reads the answers of sent appended expires: how many cancelled an order (0), or -1 when
+ * the connection was lost. */
+static long expire_answers(writer_t *wr, size_t sent, const char *where)
+{
+    long expired = 0;
+    for (size_t i = 0; i < sent; i++) {
+        void *rv = NULL;
+        if (redisGetReply(wr->rc, &rv) != REDIS_OK)
+            return writer_redis_fail(wr, "EVAL life.lua expire", NULL);
+        redisReply *x = rv;
+        if (x->type == REDIS_REPLY_INTEGER && x->integer == 0)
+            expired++;
+        else if (x->type == REDIS_REPLY_ERROR)
+            log_error("writer: %s: payment timeout: %s", where, x->str);
+    }
+    if (expired > 0)
+        log_info("writer: %s: %ld unpaid orders timed out and cancelled", where, expired);
+    return expired;
+}
+
 /* One pass over stream s's due index: 0, or -1 when the connection was lost. */
 static int sweep_stream(writer_t *wr, const wstream_t *s, const char *now)
 {
-    char kv[96], kb[96], kst[96], kdue[96];
-    if (key_voucher_t(kv, sizeof kv, s->tag) < 0 || key_buyers_t(kb, sizeof kb, s->tag) < 0 ||
-        key_ostate_t(kst, sizeof kst, s->tag) < 0 || key_due_t(kdue, sizeof kdue, s->tag) < 0)
+    lkeys_t k;
+    if (lkeys_fill(&k, s->tag) != 0)
         return 0;
     size_t n = 0;
     writer_args(wr, &n, "ZRANGEBYSCORE");
-    writer_args(wr, &n, kdue);
+    writer_args(wr, &n, k.kdue);
     writer_args(wr, &n, "-inf");
     writer_args(wr, &n, now);
     writer_args(wr, &n, "LIMIT");
@@ -197,35 +251,50 @@ static int sweep_stream(writer_t *wr, const wstream_t *s, const char *now)
         oid[lo] = '\0';
         memcpy(uid, colon + 1, lu);
         uid[lu] = '\0';
-        n = 0;
-        writer_args(wr, &n, "EVAL");
-        writer_args(wr, &n, script_life_lua);
-        writer_args(wr, &n, "5");
-        writer_args(wr, &n, kv);
-        writer_args(wr, &n, kb);
-        writer_args(wr, &n, kst);
-        writer_args(wr, &n, kdue);
-        writer_args(wr, &n, s->key);
-        writer_args(wr, &n, "expire");
-        writer_args(wr, &n, oid);
-        writer_args(wr, &n, uid);
-        writer_append(wr, n);   /* r (in the arena) stays valid: the arena is not reset */
+        append_expire(wr, &k, oid, uid);   /* r (in the arena) stays valid: no reset */
         sent++;
     }
-    size_t expired = 0;
-    for (size_t i = 0; i < sent; i++) {
-        void *rv = NULL;
-        if (redisGetReply(wr->rc, &rv) != REDIS_OK)
-            return writer_redis_fail(wr, "EVAL life.lua expire", NULL);
-        redisReply *x = rv;
-        if (x->type == REDIS_REPLY_INTEGER && x->integer == 0)
-            expired++;
-        else if (x->type == REDIS_REPLY_ERROR)
-            log_error("writer: %s: payment timeout: %s", s->key, x->str);
+    return expire_answers(wr, sent, s->key) < 0 ? -1 : 0;
+}
+
+/* The backstop: orders SQL has unpaid past their deadline (the due index lost them: a
+ * Redis failover, a rebuild), up to SCAN_MAX a pass, each run through life.lua expire on
+ * its buyer's bucket. One Redis only: on a cluster a sub-writer's connection reaches its
+ * own node's slots alone (docs/lifecycle.md). 0, or -1 when the connection was lost. */
+#define SCAN_MAX "256"
+static int scan_sql(writer_t *wr)
+{
+    char err[512] = "";
+    if (!wr->st && !(wr->st = store_open(wr->app->db_url, wr->sql_timeout_ms, err, sizeof err)))
+        return 0;   /* SQL down: the next pass */
+    const store_arg_t before = {(int64_t)time(NULL) - wr->app->cfg.pay_timeout_s - 1, 1};
+    store_order_t *o = NULL;
+    size_t n = 0;
+    if (store_exec_orders(wr->st,
+                          "SELECT id, user_id, voucher_id, status, create_time FROM "
+                          "tb_voucher_order WHERE status = 1 AND create_time < ? ORDER BY id "
+                          "LIMIT " SCAN_MAX,
+                          &before, 1, &o, &n) != STORE_OK) {
+        log_warn("writer: payment timeout scan: %s", store_errmsg(wr->st));
+        return 0;
     }
-    if (expired > 0)
-        log_info("writer: %s: %zu unpaid orders timed out and cancelled", s->key, expired);
-    return 0;
+    size_t sent = 0;
+    for (size_t i = 0; i < n; i++) {
+        int k = 1;
+        char tag[48], oid[24], uid[24];
+        lkeys_t keys;
+        if (store_voucher_buckets(wr->st, o[i].voucher_id, &k) != STORE_OK)
+            break;
+        int b = buckets_home(o[i].user_id, k);
+        if (key_btag(tag, sizeof tag, o[i].voucher_id, b, k) < 0 || lkeys_fill(&keys, tag) != 0)
+            continue;
+        snprintf(oid, sizeof oid, "%lld", (long long)o[i].id);
+        snprintf(uid, sizeof uid, "%lld", (long long)o[i].user_id);
+        append_expire(wr, &keys, oid, uid);
+        sent++;
+    }
+    free(o);
+    return expire_answers(wr, sent, "SQL scan") < 0 ? -1 : 0;
 }
 
 int writer_life_sweep(writer_t *wr)
@@ -235,6 +304,14 @@ int writer_life_sweep(writer_t *wr)
     int64_t now = (int64_t)time(NULL);
     char nows[32];
     snprintf(nows, sizeof nows, "%lld", (long long)now);
+    uint64_t mono = clock_mono_ms();
+    if (!wr->node_mode && !wr->cluster && mono >= wr->scan_at) {
+        /* every quarter of the timeout, 1 s to 60 s */
+        int every = wr->app->cfg.pay_timeout_s * 250;
+        wr->scan_at = mono + (uint64_t)(every < 1000 ? 1000 : every > 60000 ? 60000 : every);
+        if (scan_sql(wr) != 0)
+            return -1;
+    }
     for (size_t si = 0; si < wr->nstreams && !stopping(wr); si++) {
         const wstream_t *s = &wr->streams[si];
         /* every deadline is at most the sale's end + the timeout */

@@ -454,3 +454,22 @@ def test_embedded_default_makes_a_pay_key():
     srv, red, child = E._start_embedded(d)
     eq(open(path).read().strip(), key, "pay-key after a restart")
     E._stop_embedded(srv, red, child)
+
+
+def test_timeout_backstop_scans_sql():
+    """The due index lost (DEL of seckill:due:{id}, as after a failover): the writer's SQL
+    scan still finds the unpaid order past its deadline and times it out, once."""
+    r, srv = H.setup(settings=_pay_settings({"pay-timeout-s": "2"}))
+    h = srv.http()
+    a = H.login(srv, r, "13612345691", h)
+    vid = H.create_seckill(srv, stock=2, http=h)
+    oa = H.seckill(srv, a, vid, h)[1]["data"]
+    H.wait_drained(srv, r, vid, 30)
+    eq(r.cmd("DEL", "seckill:due:{%d}" % vid), 1, "the due index existed")
+    db = srv.db()
+    H.wait_until(lambda: _status(db, oa) == 4, 15, what="the lost order timed out by the scan")
+    eq(r.cmd("HGET", H.k_voucher(vid), "stock"), "2", "Redis stock")
+    eq(r.cmd("HGET", H.k_voucher(vid), "returned"), "1", "returned once")
+    H.wait_drained(srv, r, vid, 30)
+    _audit(r, srv, vid, 2)
+    H.finish(srv)
