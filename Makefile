@@ -61,7 +61,7 @@ LIBOBJS := $(filter-out $(BUILD)/obj/main.o,$(OBJS))
 EMBED := src/sale/admit.lua src/auth/login_code.lua sql/schema.sqlite.sql sql/schema.mysql.sql \
          src/server/board.lua web/board.html web/board.js web/board.css \
          src/sale/transfer.lua \
-         src/rebuild/rebuild.lua src/lab/lab_mq.lua src/room/room.lua
+         src/rebuild/rebuild.lua src/lab/lab_mq.lua src/room/room.lua src/order/life.lua
 
 UNIT_SRCS := $(sort $(wildcard tests/unit/test_*.c))
 UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRCS))
@@ -92,7 +92,7 @@ $(BUILD)/gen/embedded.c: $(EMBED) tools/embed.sh Makefile | $(BUILD)/gen
 	  web_board_html=web/board.html web_board_js=web/board.js web_board_css=web/board.css \
 	  script_transfer_lua=src/sale/transfer.lua \
 	  script_rebuild_lua=src/rebuild/rebuild.lua \
-	  script_lab_mq_lua=src/lab/lab_mq.lua script_room_lua=src/room/room.lua
+	  script_lab_mq_lua=src/lab/lab_mq.lua script_room_lua=src/room/room.lua script_life_lua=src/order/life.lua
 $(BUILD)/gen/embedded.h: Makefile | $(BUILD)/gen
 	printf '%s\n' '/* Generated: built-in scripts and schemas (tools/embed.sh). */' \
 	  'extern const char script_admit_lua[];' 'extern const char script_login_code_lua[];' \
@@ -101,7 +101,8 @@ $(BUILD)/gen/embedded.h: Makefile | $(BUILD)/gen
 	  'extern const char web_board_html[];' 'extern const char web_board_js[];' \
 	  'extern const char script_transfer_lua[];' \
 	  'extern const char web_board_css[];' 'extern const char script_rebuild_lua[];' \
-	  'extern const char script_lab_mq_lua[];' 'extern const char script_room_lua[];' > $@
+	  'extern const char script_lab_mq_lua[];' 'extern const char script_room_lua[];' \
+	  'extern const char script_life_lua[];' > $@
 $(BUILD)/obj/embedded.o: $(BUILD)/gen/embedded.c $(BUILD)/gen/embedded.h | $(BUILD)/obj
 	$(CC) $(CFLAGS) -c -o $@ $<
 

@@ -66,6 +66,8 @@ static void r_voucher_list(http_req_t *r, int64_t id, const auth_user_t *u) { ap
 static void r_order_seckill(http_req_t *r, int64_t id, const auth_user_t *u) { api_order_seckill(r, id, u); }
 static void r_order_of_me(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_order_of_me(r, u); }
 static void r_order_get(http_req_t *r, int64_t id, const auth_user_t *u) { api_order_get(r, id, u); }
+static void r_order_cancel(http_req_t *r, int64_t id, const auth_user_t *u) { api_pay_cancel(r, id, u); }
+static void r_pay_notify(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_pay_notify(r); }
 static void r_health(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_ops_health(r); }
 static void r_metrics(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_ops_metrics(r); }
 static void r_board_html(http_req_t *r, int64_t id, const auth_user_t *u) { (void)id; api_board_asset(r, BOARD_HTML); }
@@ -96,11 +98,13 @@ static void r_sale_extend(http_req_t *r, int64_t id, const auth_user_t *u) { api
 static const route_t routes[] = {
     ID(HM_POST, "/voucher-order/seckill/", "",    RF_LOGIN | RF_SECKILL,    r_order_seckill),
     LIT(HM_GET,  "/voucher-order/of/me",          RF_LOGIN,                 r_order_of_me),
+    ID(HM_POST, "/voucher-order/", "/cancel",     RF_LOGIN,                 r_order_cancel),
     ID(HM_GET,  "/voucher-order/", "",            RF_LOGIN,                 r_order_get),
     /* the waiting room (api_room.c) */
     ID(HM_POST, "/seckill/queue/", "",            RF_LOGIN,                 r_room_join),
     ID(HM_GET,  "/seckill/queue/", "",            RF_LOGIN,                 r_room_poll),
     ID(HM_GET,  "/seckill/challenge/", "",        RF_LOGIN,                 r_room_challenge),
+    LIT(HM_POST, "/pay/notify",                   RF_NO_TOUCH,              r_pay_notify),
     LIT(HM_POST, "/user/code",                    0,                        r_user_code),
     LIT(HM_GET,  "/user/code/challenge",          0,                        r_user_code_chal),
     LIT(HM_POST, "/user/login",                   0,                        r_user_login),

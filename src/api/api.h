@@ -7,6 +7,8 @@
  *   api_ops.c      /health, /metrics
  *   api_shop.c     GET /shop/{id}, /shop/of/type, /shop/of/name, /shop-type/list; POST, PUT /shop
  *   api_blog.c     the blog and follow calls of the course's pages, answered empty
+ *   api_pay.c      POST /voucher-order/{id}/cancel, POST /pay/notify (the order lifecycle,
+ *                  src/order/)
  *
  * Handlers validate input, call core modules (auth, admission, jobs+store) and shape the
  * course's Result envelope: {"success":bool,"errorMsg":..,"data":..,"total":..}, absent
@@ -68,6 +70,9 @@ void api_blog_feed(http_req_t *r);         /* an empty ScrollResult */
 void api_blog_get(http_req_t *r);          /* 笔记不存在！ */
 void api_blog_follows(http_req_t *r);      /* false */
 void api_blog_unsupported(http_req_t *r);  /* 功能未完成 */
+/* The order lifecycle (api_pay.c): POST /voucher-order/{id}/cancel, POST /pay/notify. */
+void api_pay_cancel(http_req_t *r, int64_t order_id, const struct auth_user *u);
+void api_pay_notify(http_req_t *r);
 void api_ops_health(http_req_t *r);
 void api_ops_metrics(http_req_t *r);
 

@@ -113,11 +113,17 @@ void api_order_seckill(http_req_t *r, int64_t voucher_id, const auth_user_t *u)
 
 /* ------------------------------------------------------------ order lookups */
 
-static void order_json(sb_t *s, const orders_rec_t *o)
+/* timeout_s: --pay-timeout-s; an unpaid order shows when it is cancelled unless paid
+ * (docs/lifecycle.md) */
+static void order_json(sb_t *s, const orders_rec_t *o, int timeout_s)
 {
     sb_printf(s, "{\"id\":%lld,\"userId\":%lld,\"voucherId\":%lld,\"status\":%d,\"createTime\":",
               (long long)o->id, (long long)o->user_id, (long long)o->voucher_id, o->status);
     sb_json_datetime(s, o->create_time);
+    if (o->status == 1 && timeout_s > 0) {
+        sb_puts(s, ",\"payDeadline\":");
+        sb_json_datetime(s, o->create_time + timeout_s);
+    }
     sb_puts(s, o->persisted ? ",\"persisted\":true}" : ",\"persisted\":false}");
 }
 
@@ -143,13 +149,13 @@ static void lookup_reply(http_req_t *r, int by_id, orders_rc_t rc, const orders_
     }
     sb_t s = SB_INIT;
     if (by_id) {
-        order_json(&s, &recs[0]);
+        order_json(&s, &recs[0], r->w->app->cfg.pay_timeout_s);
     } else {
         sb_puts(&s, "[");
         for (size_t i = 0; i < n; i++) {
             if (i > 0)
                 sb_puts(&s, ",");
-            order_json(&s, &recs[i]);
+            order_json(&s, &recs[i], r->w->app->cfg.pay_timeout_s);
         }
         sb_puts(&s, "]");
     }

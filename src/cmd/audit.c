@@ -193,6 +193,9 @@ typedef struct vdata {
     int r_exists, r_has_window;
     int64_t r_stock, r_begin, r_end, admitted, xlen, dead;
     int64_t seeded, epoch;            /* set by a rebuild from SQL (rebuild.h), else 0 */
+    int64_t returned;                 /* units cancelled orders gave back (life.lua): the
+                                       * buyers less these hold stock */
+    int64_t sql_cancelled;            /* SQL orders of status 4, 5 or 6 (cancelled; then refunded) */
 
     /* step 4 */
     pairs_t buyers;                   /* (user id, order id), sorted by user */
@@ -345,6 +348,7 @@ static int read_orders(store_t *st, vdata_t *d, orders_page_t *page, char *err, 
         for (size_t i = 0; i < n; i++) {
             pairs_push(&d->sql_by_id, o[i].id, o[i].user_id);
             pairs_push(&d->sql_by_user, o[i].user_id, o[i].id);
+            d->sql_cancelled += o[i].status >= 4 && o[i].status <= 6;
             if (o[i].create_time < d->sql_begin || o[i].create_time >= d->sql_end) {
                 if (d->sql_outside++ == 0)
                     d->sql_outside_example = o[i].id;
@@ -395,7 +399,7 @@ static int read_redis_snapshot(redisContext *c, vdata_t *d, char *err, size_t er
     char why[256];
     redisAppendCommand(c, "MULTI");
     redisAppendCommand(c, "EXISTS %s", d->kv);
-    redisAppendCommand(c, "HMGET %s stock begin end seeded ep", d->kv);
+    redisAppendCommand(c, "HMGET %s stock begin end seeded ep returned", d->kv);
     redisAppendCommand(c, "HLEN %s", d->kb);
     redisAppendCommand(c, "XLEN %s", d->ks);
     redisAppendCommand(c, "XLEN %s", d->kd);
@@ -435,12 +439,14 @@ static int read_redis_snapshot(redisContext *c, vdata_t *d, char *err, size_t er
     d->r_has_window = 0;
     d->seeded = 0;
     d->epoch = 0;
-    if (h->type == REDIS_REPLY_ARRAY && h->elements == 5) {
+    d->returned = 0;
+    if (h->type == REDIS_REPLY_ARRAY && h->elements == 6) {
         rconn_int(h->element[0], &d->r_stock);
         d->r_has_window = rconn_int(h->element[1], &d->r_begin) == 0 &&
                           rconn_int(h->element[2], &d->r_end) == 0;
         rconn_int(h->element[3], &d->seeded);
         rconn_int(h->element[4], &d->epoch);
+        rconn_int(h->element[5], &d->returned);
     }
     rconn_int(r->element[2], &d->admitted);
     rconn_int(r->element[3], &d->xlen);
@@ -743,26 +749,28 @@ static void check_voucher(const audit_opts_t *o, const audit_mode_t *m, vdata_t 
     snprintf(sqlonly, sizeof sqlonly, "%.60s mode takes each order in SQL alone", m->name);
 
     /* ---- I1 ---- */
+    /* A cancelled order gave its unit back: the stock equations count the buyers holding
+     * one (live), as SQL counts orders of status 1, 2 or 3 (store_voucher_counts). */
+    int64_t live = d->admitted - d->returned;
     if (known && m->sql)
         add(rp, "I1", "no-oversell", d->sql_count <= S ? C_OK : C_FAIL,
             "SQL orders %lld, initial stock %lld", LL(d->sql_count), LL(S));
     else if (known)
-        add(rp, "I1", "no-oversell", d->sql_count <= S && d->admitted <= S ? C_OK : C_FAIL,
-            "SQL orders %lld, admitted %lld, initial stock %lld", LL(d->sql_count),
-            LL(d->admitted), LL(S));
+        add(rp, "I1", "no-oversell", d->sql_count <= S && live <= S ? C_OK : C_FAIL,
+            "SQL live orders %lld, admitted %lld less %lld cancelled, initial stock %lld",
+            LL(d->sql_count), LL(d->admitted), LL(d->returned), LL(S));
     else
         add(rp, "I1", "no-oversell", C_SKIP,
             "initial stock not given (--stock): only stock-nonneg and stock-agree apply; "
-            "derived initial %lld", LL(d->r_stock + d->admitted));
+            "derived initial %lld", LL(d->r_stock + live));
     add(rp, "I1", "stock-nonneg", d->r_stock >= 0 && d->sql_stock >= 0 ? C_OK : C_FAIL,
         "Redis stock %lld, SQL stock %lld", LL(d->r_stock), LL(d->sql_stock));
     if (known && m->sql) {
         add(rp, "I1", "redis-stock", C_SKIP, "%s", sqlonly);
     } else if (known) {
-        add(rp, "I1", "redis-stock", d->r_stock == S - d->admitted ? C_OK : C_FAIL,
-            "Redis stock %lld %s initial %lld - admitted %lld = %lld", LL(d->r_stock),
-            d->r_stock == S - d->admitted ? "=" : "!=", LL(S), LL(d->admitted),
-            LL(S - d->admitted));
+        add(rp, "I1", "redis-stock", d->r_stock == S - live ? C_OK : C_FAIL,
+            "Redis stock %lld %s initial %lld - live admitted %lld = %lld", LL(d->r_stock),
+            d->r_stock == S - live ? "=" : "!=", LL(S), LL(live), LL(S - live));
     }
     if (known) {
         add(rp, "I1", "sql-stock", d->sql_stock == S - d->sql_count ? C_OK : C_FAIL,
@@ -773,11 +781,18 @@ static void check_voucher(const audit_opts_t *o, const audit_mode_t *m, vdata_t 
         add(rp, "I1", "redis-stock", C_SKIP, "needs --stock");
         add(rp, "I1", "sql-stock", C_SKIP, "needs --stock");
     }
-    int64_t ir = d->r_stock + d->admitted, is = d->sql_stock + d->sql_count;
+    int64_t ir = d->r_stock + live, is = d->sql_stock + d->sql_count;
     add(rp, "I1", "stock-agree", ir == is ? C_OK : C_FAIL,
         "Redis stock + admitted = %lld %s SQL stock + persisted = %lld%s", LL(ir),
         ir == is ? "=" : "!=", LL(is), ir == is ? "" : " (stock drift or an order outside "
                                                         "the pipeline)");
+    /* Each cancel gave one unit back in Redis (returned) and, once the writer applied its
+     * event, one in SQL (status 4 with stock + 1 in one transaction). */
+    add(rp, "I1", "cancel-returned",
+        d->returned == d->sql_cancelled ? C_OK : drained ? C_FAIL : C_INFO,
+        "units returned by cancels: Redis %lld %s SQL cancelled or refunded orders %lld%s",
+        LL(d->returned), d->returned == d->sql_cancelled ? "=" : "!=", LL(d->sql_cancelled),
+        d->returned == d->sql_cancelled || drained ? "" : " (events still in the stream)");
     /* After a rebuild from SQL, `seeded` buyers came from SQL, not from this stream. */
     int64_t via_stream = d->admitted - d->seeded;
     if (m->sql) {   /* Redis holds the published voucher, and the buyers a rebuild seeded */
@@ -1205,6 +1220,7 @@ static int read_bucket_rest(rcl_sync_route_t *rt, vdata_t *d, char *err, size_t 
         d->lag += t->lag;
         d->r_stock += t->r_stock;
         d->admitted += t->admitted;
+        d->returned += t->returned;
         d->xlen += t->xlen;
         d->st_orders += t->st_orders;
         d->dead += t->dead;

@@ -181,6 +181,17 @@ static const setting_t settings[] = {
       "--code-command is killed and the code refused after this long"),
     S("code-command-max", "SECKILL_CODE_COMMAND_MAX", T_INT, code_command_max, "16", 1, 4096,
       "--code-command processes running at once, all workers; one more request gets 503 and starts none"),
+    S("pay-key-file", "SECKILL_PAY_KEY_FILE", T_STR, pay_key_file, "", 0, 0,
+      "file whose first line is the key of POST /pay/notify's x-pay-signature (HMAC-SHA256); "
+      "default <data-dir>/pay-key, created 0600, on the embedded default; else notices are refused"),
+    S("refund-command", "SECKILL_REFUND_COMMAND", T_STR, refund_command, "", 0, 0,
+      "sends a refund (a payment for a cancelled order): run by sh -c with SECKILL_ORDER_ID, "
+      "SECKILL_PAYMENT_ID and SECKILL_AMOUNT in its environment; unset = logged only"),
+    S("refund-command-timeout-ms", "SECKILL_REFUND_COMMAND_TIMEOUT_MS", T_INT, refund_command_timeout_ms, "5000", 100, 60000,
+      "--refund-command is killed (and the refund logged as not sent) after this long"),
+    S("pay-timeout-s", "SECKILL_PAY_TIMEOUT_S", T_INT, pay_timeout_s, "900", 0, 604800,
+      "an order still unpaid this long after its creation is cancelled and its unit sold again "
+      "(0 = never; stream mode)"),
     S("metrics-token", "SECKILL_METRICS_TOKEN", T_STR, metrics_token, "", 0, 0,
       "if set, /metrics requires the header \"authorization: Bearer <token>\""),
     S("trusted-proxy", "SECKILL_TRUSTED_PROXY", T_STR, trusted_proxy, "", 0, 0,
@@ -574,6 +585,10 @@ int config_read_secrets(config_t *cfg, char *err, size_t errlen)
                              cfg->admin_token, sizeof cfg->admin_token, err, errlen) < 0)
             return -1;
     }
+    if (cfg->pay_key_file[0] &&
+        read_secret_file("pay-key-file", cfg->pay_key_file, SECRET_KEY, cfg->pay_key,
+                         sizeof cfg->pay_key, err, errlen) < 0)
+        return -1;
     if (password_into("redis-password-file", cfg->redis_password_file, cfg->redis_url,
                       sizeof cfg->redis_url, err, errlen) < 0)
         return -1;

@@ -109,6 +109,12 @@ typedef struct config {
     char code_command[1024];          /* delivers login codes: sh -c CMD, env SECKILL_PHONE/CODE */
     int code_command_timeout_ms;      /* its deadline, default 5000 */
     int code_command_max;             /* of them running at once, default 16 */
+    char pay_key_file[512];           /* file holding the payment notices' HMAC key */
+    char pay_key[256];                /* ... read from it ("" = none: src/order/paykey.h) */
+    char refund_command[1024];        /* sends a refund: sh -c CMD, env SECKILL_ORDER_ID/... */
+    int refund_command_timeout_ms;    /* its deadline, default 5000 */
+    int pay_timeout_s;                /* an unpaid order is cancelled this long after its
+                                       * creation (0 = never) */
     char metrics_token[128];          /* required as "authorization: Bearer T" on /metrics */
     char trusted_proxy[1024];         /* addresses whose X-Forwarded-For is believed */
 } config_t;

@@ -191,6 +191,16 @@ int key_dead_t(char *buf, size_t len, const char *tag)
     return KEY_STR(buf, len, "seckill:dead:{", tag, "}");
 }
 
+int key_ostate_t(char *buf, size_t len, const char *tag)
+{
+    return KEY_STR(buf, len, "seckill:ostate:{", tag, "}");
+}
+
+int key_due_t(char *buf, size_t len, const char *tag)
+{
+    return KEY_STR(buf, len, "seckill:due:{", tag, "}");
+}
+
 int key_xfer_log(char *buf, size_t len, const char *tag)
 {
     return KEY_STR(buf, len, "seckill:xfer:{", tag, "}");

@@ -103,6 +103,12 @@ int key_dead_t(char *buf, size_t len, const char *tag);
 int key_rebuild_lock_t(char *buf, size_t len, const char *tag);
 int key_rebuild_buyers_t(char *buf, size_t len, const char *tag);
 int key_xfer_log(char *buf, size_t len, const char *tag);
+/* The order lifecycle's, per bucket (src/order/life.lua, docs/lifecycle.md):
+ *   seckill:ostate:{tag}  hash orderId -> "<state> <ts> <userId>" of orders that left
+ *                         status 1 (c cancelled, t timed out)
+ *   seckill:due:{tag}     zset orderId by payment deadline */
+int key_ostate_t(char *buf, size_t len, const char *tag);
+int key_due_t(char *buf, size_t len, const char *tag);
 int key_xfer_applied(char *buf, size_t len, const char *tag);
 /* Parses a member "<id>.<b>.<K>" of seckill:streams (stock bucket b >= 1 of a voucher with
  * K buckets) of n bytes at z: 0 with *voucher_id, *bucket, *nbuckets set, or -1 if it is

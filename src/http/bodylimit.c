@@ -30,7 +30,7 @@ size_t bodylimit_for(int method, const char *path, size_t path_len, size_t max_b
     else if (is(path, path_len, "/voucher") || is(path, path_len, "/voucher/seckill") ||
              is(path, path_len, "/shop"))
         lim = max_body;
-    else if (starts(path, path_len, "/admin/api/sale/"))
+    else if (starts(path, path_len, "/admin/api/sale/") || is(path, path_len, "/pay/notify"))
         lim = BODYLIMIT_SMALL;
     else if (path_len > 15 && memcmp(path, "/seckill/queue/", 15) == 0)
         lim = BODYLIMIT_LOGIN;   /* a join: the bot gate's challenge and solution */

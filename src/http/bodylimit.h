@@ -3,10 +3,10 @@
  * Most routes read no body (every GET, the flash-sale order, /user/code, /user/logout):
  * for them a body over BODYLIMIT_NONE bytes is refused with 413 as soon as the head says
  * it comes (Content-Length) or its first chunk does, before a byte of it is buffered.
- * Login, the board's sale calls and a waiting-room join get a small limit (a phone and a
- * code; an end time; a challenge and its solution), voucher and shop writes
- * --max-body-bytes. So a
- * client cannot park 64 KiB per connection on a route that never reads it.
+ * Login, the board's sale calls, a payment notice and a waiting-room join get a small
+ * limit (a phone and a code; an end time; an order, a payment id and an amount; a
+ * challenge and its solution), voucher and shop writes --max-body-bytes. So a client
+ * cannot park 64 KiB per connection on a route that never reads it.
  *
  * The table mirrors the router's routes (api.c) that read r->body; the path is the one
  * the router sees (after http.c removes "/api"). Keep the two in step when a route that

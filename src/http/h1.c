@@ -265,6 +265,12 @@ static int apply_field(h1_head_t *h, const char *name, size_t nn, const char *v,
             h->has_xff = 1;
             h->xff.p = v;
             h->xff.n = vn;
+        } else if (name_is(name, nn, "x-pay-signature")) {
+            if (h->has_paysig)
+                return 400;
+            h->has_paysig = 1;
+            h->paysig.p = v;
+            h->paysig.n = vn;
         }
         break;
     case 17:

@@ -38,9 +38,10 @@ typedef struct h1_head {
     unsigned conn_close : 1, conn_keep_alive : 1, conn_upgrade : 1; /* Connection options */
     unsigned has_upgrade : 1; /* an Upgrade field */
     unsigned expect_continue : 1;
-    unsigned has_auth : 1, has_admin : 1, has_xff : 1, has_pass : 1;
+    unsigned has_auth : 1, has_admin : 1, has_xff : 1, has_pass : 1, has_paysig : 1;
     h1_str_t auth, admin;     /* authorization, x-admin-token: values without OWS */
     h1_str_t pass;            /* x-seckill-pass: a waiting-room pass (src/room/pass.h) */
+    h1_str_t paysig;          /* x-pay-signature (POST /pay/notify, src/order/paykey.h) */
     h1_str_t xff;             /* x-forwarded-for (one field line; believed only from a
                                * --trusted-proxy, clientip.h) */
 } h1_head_t;

@@ -108,7 +108,7 @@ typedef struct conn {
     http_req_t req;            /* the one request being received or handled */
 
     /* the request being received */
-    sb_t url, auth, admin, xff, pass, body;
+    sb_t url, auth, admin, xff, pass, paysig, body;
     const char *path, *query;  /* split from url (split_url) */
     size_t path_len;
     int phase;                 /* P_*: head, Content-Length body, chunked body */
@@ -132,7 +132,7 @@ typedef struct conn {
     uint64_t linger_ms;
     size_t linger_bytes;
 
-    unsigned has_auth : 1, has_admin : 1, has_xff : 1, has_pass : 1;
+    unsigned has_auth : 1, has_admin : 1, has_xff : 1, has_pass : 1, has_paysig : 1;
     unsigned need_more : 1;    /* c->in holds an incomplete head: append before parsing */
     unsigned in_msg : 1;       /* a request has started and is not complete */
     unsigned in_flight : 1;    /* handler called, http_reply not yet */
@@ -457,6 +457,7 @@ static void end_request(conn_t *c)
     cbuf_done(c, &c->admin);
     cbuf_done(c, &c->xff);
     cbuf_done(c, &c->pass);
+    cbuf_done(c, &c->paysig);
     cbuf_done(c, &c->body);
 }
 
@@ -633,12 +634,14 @@ static int begin_request(conn_t *c, const h1_head_t *h)
         (st = cbuf_append(c, &c->auth, h->auth.p, h->auth.n)) != 0 ||
         (st = cbuf_append(c, &c->admin, h->admin.p, h->admin.n)) != 0 ||
         (st = cbuf_append(c, &c->xff, h->xff.p, h->xff.n)) != 0 ||
-        (st = cbuf_append(c, &c->pass, h->pass.p, h->pass.n)) != 0)
+        (st = cbuf_append(c, &c->pass, h->pass.p, h->pass.n)) != 0 ||
+        (st = cbuf_append(c, &c->paysig, h->paysig.p, h->paysig.n)) != 0)
         return st;
     c->has_auth = h->has_auth;
     c->has_admin = h->has_admin;
     c->has_xff = h->has_xff;
     c->has_pass = h->has_pass;
+    c->has_paysig = h->has_paysig;
     c->method = method_of(h->method);
     split_url(c);
     /* The route's own body limit (bodylimit.h), so nothing is buffered that it would not
@@ -701,6 +704,7 @@ static void dispatch(conn_t *c)
     r->forwarded_for = c->has_xff && c->xff.len ? c->xff.buf : NULL;
     r->pass = c->has_pass && c->pass.len ? c->pass.buf : NULL;
     r->pass_len = r->pass ? c->pass.len : 0;
+    r->pay_signature = c->has_paysig ? (c->paysig.len ? c->paysig.buf : "") : NULL;
     r->body = c->body.len ? c->body.buf : "";
     r->body_len = c->body.len;
     r->peer = c->peer;
@@ -1088,6 +1092,7 @@ static void conn_free(conn_t *c)
     cbuf_free(c, &c->admin);
     cbuf_free(c, &c->xff);
     cbuf_free(c, &c->pass);
+    cbuf_free(c, &c->paysig);
     cbuf_free(c, &c->body);
     cbuf_free(c, &c->in);
     sb_free(&c->out);

@@ -24,6 +24,7 @@ typedef struct http_req {
     const char *query;          /* raw query string after '?', NUL-terminated, "" if none */
     const char *authorization;  /* "authorization" header value, NULL if absent */
     const char *admin_token;    /* "x-admin-token" header value, NULL if absent */
+    const char *pay_signature;  /* "x-pay-signature" header value, NULL if absent */
     const char *body;           /* NUL-terminated (a NUL is added after the body) */
     size_t body_len;
     uint64_t start_ns;          /* clock_now_ns() of the wake-up that completed it */

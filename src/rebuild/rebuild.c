@@ -75,9 +75,11 @@ int rebuild_present(redisContext *c, int64_t voucher_id, char *err, size_t errle
 }
 
 /* Every order of the voucher in SQL, as (user, order), sorted by user. */
-static int read_sql_orders(store_t *st, int64_t vid, pairs_t *out, char *err, size_t errlen)
+static int read_sql_orders(store_t *st, int64_t vid, pairs_t *out, int64_t *cancelled,
+                           char *err, size_t errlen)
 {
     int64_t after = 0;
+    *cancelled = 0;
     for (;;) {
         store_order_t *page = NULL;
         size_t n = 0;
@@ -85,8 +87,12 @@ static int read_sql_orders(store_t *st, int64_t vid, pairs_t *out, char *err, si
             snprintf(err, errlen, "SQL orders: %s", store_errmsg(st));
             return -1;
         }
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; i < n; i++) {
             pairs_push(out, page[i].user_id, page[i].id);
+            /* a cancelled order (4; 5, 6 after its late payment's refund) gave its unit
+             * back: its buyer stays, holding no stock (docs/lifecycle.md) */
+            *cancelled += page[i].status >= 4 && page[i].status <= 6;
+        }
         if (n)
             after = page[n - 1].id;
         free(page);
@@ -209,8 +215,8 @@ static void home_split(const pairs_t *in, int b, int k, pairs_t *out)
  * A REBUILD_* code. */
 static int publish_bucket(redisContext *c, redisContext *g, const rebuild_opts_t *o,
                           int64_t vid, int b, const rebuild_result_t *res, const pairs_t *a,
-                          const pairs_t *b2, int64_t stock, int64_t seeded, const char *token,
-                          char *err, size_t errlen)
+                          const pairs_t *b2, int64_t stock, int64_t seeded, int64_t returned,
+                          const char *token, char *err, size_t errlen)
 {
     char tag[48], kv[80], kb[80], ks[80], kl[80], kt[96], mem[48], why[256];
     int k = res->buckets;
@@ -245,8 +251,9 @@ static int publish_bucket(redisContext *c, redisContext *g, const rebuild_opts_t
         return REBUILD_ERR;
     }
     freeReplyObject(r);
-    char a_stock[24], a_begin[24], a_end[24], a_ep[24], a_seeded[24], a_k[16], a_rr[24],
-         a_rt[16], a_rg[4];
+    char a_stock[24], a_begin[24], a_end[24], a_ep[24], a_seeded[24], a_k[16], a_ret[24],
+         a_rr[24], a_rt[16], a_rg[4];
+    snprintf(a_ret, sizeof a_ret, "%lld", (long long)(returned > 0 ? returned : 0));
     snprintf(a_stock, sizeof a_stock, "%lld", (long long)stock);
     snprintf(a_begin, sizeof a_begin, "%lld", (long long)res->begin);
     snprintf(a_end, sizeof a_end, "%lld", (long long)res->end);
@@ -258,7 +265,7 @@ static int publish_bucket(redisContext *c, redisContext *g, const rebuild_opts_t
     snprintf(a_rt, sizeof a_rt, "%d", res->room_ttl);
     snprintf(a_rg, sizeof a_rg, "%d", res->room_gate ? 1 : 0);
     const char *argv[] = {"EVAL", script_rebuild_lua, "5", kv, kb, ks, kl, kt, token,
-                          a_stock, a_begin, a_end, a_ep, a_seeded, KEY_GROUP, a_k,
+                          a_stock, a_begin, a_end, a_ep, a_seeded, KEY_GROUP, a_k, a_ret,
                           a_rr, a_rt, a_rg};
     r = rconn_cmd(bc, why, sizeof why, (int)(sizeof argv / sizeof argv[0]), argv, NULL);
     int64_t out = -2;
@@ -356,7 +363,8 @@ static int rebuild_partial(redisContext *c, redisContext *g, store_t *st, int64_
     res->begin = v.begin_time;
     res->end = v.end_time;
     res->initial = stock + count;
-    if (read_sql_orders(st, vid, &sql, err, errlen) != 0) {
+    int64_t cancelled = 0;   /* not counted here yet: docs/lifecycle.md, "What is next" */
+    if (read_sql_orders(st, vid, &sql, &cancelled, err, errlen) != 0) {
         res->sql_failed = 1;
         goto out;
     }
@@ -394,7 +402,7 @@ static int rebuild_partial(redisContext *c, redisContext *g, store_t *st, int64_
         pairs_t ba = {0};
         home_split(&sql, b, k, &ba);
         rc = publish_bucket(c, g, o, vid, b, res, &ba, &none, buckets_share(res->stock, i--, nlost),
-                            (int64_t)ba.n, token, err, errlen);
+                            (int64_t)ba.n, 0, token, err, errlen);
         if (b == 0)
             locked = 0;   /* bucket 0's script released it */
         pairs_free(&ba);
@@ -542,7 +550,8 @@ int rebuild_voucher(redisContext *c, redisContext *g, store_t *st, int64_t vid,
         goto out;
     }
     res->initial = stock + count;
-    if (read_sql_orders(st, vid, &sql, err, errlen) != 0) {
+    int64_t cancelled = 0;
+    if (read_sql_orders(st, vid, &sql, &cancelled, err, errlen) != 0) {
         res->sql_failed = 1;
         goto out;
     }
@@ -555,7 +564,10 @@ int rebuild_voucher(redisContext *c, redisContext *g, store_t *st, int64_t vid,
     res->from_sql = (int64_t)sql.n;
     res->from_stream = (int64_t)fresh.n;
     res->buyers = res->from_sql + res->from_stream;
-    res->stock = res->initial - res->buyers;
+    /* a cancelled order's buyer stays in the buyers hash (one order per user) but holds no
+     * unit: it counts in the voucher hash's `returned` (life.lua) */
+    res->returned = cancelled;
+    res->stock = res->initial - (res->buyers - cancelled);
     if (res->stock < 0) {
         log_error("rebuild: voucher %lld: %lld buyers for an initial stock of %lld: "
                   "publishing stock 0", (long long)vid, (long long)res->buyers,
@@ -597,7 +609,8 @@ int rebuild_voucher(redisContext *c, redisContext *g, store_t *st, int64_t vid,
         int64_t share = buckets_share(res->stock, bk, res->buckets);
         /* the surviving stream is bucket 0's: elsewhere every buyer is seeded */
         int64_t seeded = bk == 0 ? res->seeded - (int64_t)(sql.n - ba.n) : (int64_t)ba.n;
-        rc = publish_bucket(c, g, o, vid, bk, res, &ba, &bb, share, seeded, token, err, errlen);
+        rc = publish_bucket(c, g, o, vid, bk, res, &ba, &bb, share, seeded,
+                            bk == 0 ? res->returned : 0, token, err, errlen);
         pairs_free(&ba);
         pairs_free(&bb);
     }

@@ -76,6 +76,8 @@ typedef struct rebuild_result {
     int64_t from_sql;       /* of which: users with an SQL order */
     int64_t from_stream;    /* of which: stream entries not yet in SQL */
     int64_t seeded;         /* buyers that are not entries of the stream */
+    int64_t returned;       /* of the buyers: cancelled orders' (no unit; bucket 0's
+                               `returned`, docs/lifecycle.md) */
     int64_t begin, end;     /* the window, epoch seconds */
     int buckets;            /* stock buckets K from SQL (store_voucher_buckets): each is
                                rebuilt with its share of the stock and its home buyers */

@@ -6,7 +6,9 @@
 -- KEYS[3] seckill:stream:{id}          the order stream (consumer group ARGV[7])
 -- KEYS[4] seckill:rebuild:{id}         the rebuild lock, holding its owner's token
 -- KEYS[5] seckill:rebuild:buyers:{id}  the buyers the rebuild prepared (may not exist)
--- ARGV: token, stock, begin, end, ep, seeded, group[, buckets[, room_r, room_ttl, room_gate]]
+-- ARGV: token, stock, begin, end, ep, seeded, group, buckets, returned[, room_r, room_ttl,
+-- room_gate]
+-- (returned: the buyers whose orders were cancelled, holding no unit: src/order/life.lua)
 -- (buckets: K of a voucher in stock buckets, written as the hash's `buckets` field; the
 -- keys are then one bucket's, under its own tag: docs/redis-cluster.md; room_r > 0: the
 -- voucher's waiting room, src/room/room.lua, written as the hash's room_* fields)
@@ -35,10 +37,10 @@ end
 if ARGV[8] and tonumber(ARGV[8]) > 1 then
   redis.call('HSET', KEYS[1], 'buckets', ARGV[8])
 end
-if ARGV[9] and tonumber(ARGV[9]) > 0 then
-  redis.call('HSET', KEYS[1], 'room_r', ARGV[9], 'room_ttl', ARGV[10], 'room_gate', ARGV[11])
+if ARGV[10] and tonumber(ARGV[10]) > 0 then
+  redis.call('HSET', KEYS[1], 'room_r', ARGV[10], 'room_ttl', ARGV[11], 'room_gate', ARGV[12])
 end
 redis.call('HSET', KEYS[1], 'begin', ARGV[3], 'end', ARGV[4], 'ep', ARGV[5],
-           'seeded', ARGV[6], 'stock', ARGV[2])
+           'seeded', ARGV[6], 'returned', ARGV[9] or '0', 'stock', ARGV[2])
 redis.call('DEL', KEYS[4])
 return 1

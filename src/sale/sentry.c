@@ -131,6 +131,31 @@ int sentry_open(const redisReply *f, sentry_it_t *it, size_t *bound, const char 
     return 0;
 }
 
+int sentry_event(const redisReply *f, sentry_ev_t *ev, const char **reason)
+{
+    memset(ev, 0, sizeof *ev);
+    if (f == NULL || f->type != REDIS_REPLY_ARRAY || f->elements % 2 != 0)
+        return 0;
+    const redisReply *v = NULL;
+    for (size_t i = 0; i + 1 < f->elements; i += 2)
+        if (is_str(f->element[i]) && str_eq(f->element[i], "ev"))
+            v = f->element[i + 1];
+    if (v == NULL)
+        return 0;
+    if (!is_str(v) || v->len < 2 || !strchr("ctpr", v->str[0]) || v->str[1] != ' ') {
+        *reason = "bad event kind";
+        return -1;
+    }
+    const char *p = v->str + 2, *end = v->str + v->len;
+    if (next_num(&p, end, 0, &ev->order_id) != 0 || next_num(&p, end, 0, &ev->user_id) != 0 ||
+        next_num(&p, end, 0, &ev->ts) != 0 || next_num(&p, end, 1, &ev->ep) != 0 || p != end) {
+        *reason = "bad event";
+        return -1;
+    }
+    ev->kind = v->str[0];
+    return 1;
+}
+
 int sentry_next(sentry_it_t *it, sentry_t *out, const char **reason)
 {
     if (it->p == it->end)
@@ -183,6 +208,11 @@ int sentry_scan(redisContext *c, const char *key, sentry_scan_fn fn, void *ctx, 
             const char *id = e->element[0]->str;
             if (i + 1 == n)
                 snprintf(start, sizeof start, "(%s", id);
+            /* an order's lifecycle event holds no order: not the readers' of orders */
+            sentry_ev_t ev;
+            const char *ereason;
+            if (sentry_event(e->element[1], &ev, &ereason) == 1)
+                continue;
             /* every order checked before fn sees any: an entry is one unit */
             sentry_it_t it;
             size_t bound, no = 0;

@@ -18,6 +18,15 @@
  * and an entry with one bad order is moved to the dead letters whole; an entry without
  * an os field is bad too.
  *
+ * An order's later lifecycle events (src/order/life.lua) travel in the same stream, behind
+ * the order's own entry, as an entry with field ev instead of os:
+ *
+ *     ev  "<kind> <orderId> <userId> <ts> <ep>"   kind c cancelled, t timed out, p paid,
+ *                                                  r a payment refunded (after c or t)
+ *
+ * sentry_event tells such an entry apart and reads it. A reader that knows only os finds
+ * no os field in it and moves it to the dead letters: never mistakes it for an order.
+ *
  * sentry_open / sentry_next read one entry of any reply (XREADGROUP, XAUTOCLAIM, XRANGE):
  * pure functions, any thread. sentry_scan reads a whole stream (XRANGE in pages) with them,
  * for the readers that want every entry (a rebuild, the audit). */
@@ -59,13 +68,28 @@ int sentry_open(const struct redisReply *fields, sentry_it_t *it, size_t *bound,
  * once it says -1, drop every order taken from it. */
 int sentry_next(sentry_it_t *it, sentry_t *out, const char **reason);
 
+/* A lifecycle event (the ev field). */
+typedef struct sentry_ev {
+    char kind;            /* 'c' cancelled by the buyer, 't' payment timed out, 'p' paid,
+                             'r' a payment refunded (the order was cancelled first) */
+    int64_t order_id;
+    int64_t user_id;
+    int64_t ts;           /* Redis's clock when it was decided */
+    int64_t ep;           /* the voucher's Redis generation then */
+} sentry_ev_t;
+
+/* An entry's field/value array: 1 with *ev when it is an event entry, 0 when it has no ev
+ * field (an order entry, or a bad one: sentry_open says), -1 with *reason when its ev is
+ * malformed. Pure. */
+int sentry_event(const struct redisReply *fields, sentry_ev_t *ev, const char **reason);
+
 /* What sentry_scan hands over per entry: its id ("<ms>-<seq>") and either its orders
  * (n >= 1, all of them checked; reason NULL) or, for a bad entry, orders NULL, n 0 and
  * reason. Returns 0 to go on. The orders are valid until it returns. */
 typedef int (*sentry_scan_fn)(void *ctx, const char *id, const sentry_t *orders, size_t n,
                               const char *reason);
 
-/* Every entry of stream key, oldest first: XRANGE in pages of 10,000 entries on c (its
+/* Every order entry of stream key (event entries are skipped), oldest first: XRANGE in pages of 10,000 entries on c (its
  * socket timeout is each page's deadline), each entry to fn. 0; -1 with err set when
  * Redis failed ("XRANGE <key>: ...") or fn did not return 0 (err untouched then). */
 int sentry_scan(struct redisContext *c, const char *key, sentry_scan_fn fn, void *ctx,

@@ -52,6 +52,7 @@
 #include "auth/revoke.h"
 #include "core/rnd.h"
 #include "core/secret.h"
+#include "order/paykey.h"
 #include "store/store.h"
 #include "sale/sync_order.h"
 #include "auth/token.h"
@@ -517,6 +518,8 @@ int server_run(const config_t *cfg)
     } else {
         log_warn("no --admin-token configured: voucher creation is refused");
     }
+    if (paykey_init(cfg, embedded, err, sizeof err) < 0)
+        goto out;
     if (cfg->name[0]) {
         snprintf(app->name, sizeof app->name, "%s", cfg->name);
     } else if (embedded) {

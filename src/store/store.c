@@ -275,6 +275,32 @@ int store_redis_epoch(store_t *s, int64_t voucher_id, int bump, int64_t *epoch)
     return s->ops->redis_epoch(s, voucher_id, bump, epoch);
 }
 
+static int order_move(store_t *s, int64_t order_id, int from, int to, const char *col,
+                      int64_t now, int give_unit, int *was)
+{
+    STORE_ENTER(s);
+    if (!was || order_id <= 0)
+        return store__fail(s, "order status change: bad arguments");
+    *was = 0;
+    NEED_OP(s, order_move);
+    return s->ops->order_move(s, order_id, from, to, col, now, give_unit, was);
+}
+
+int store_order_cancel(store_t *s, int64_t order_id, int64_t now, int *was)
+{
+    return order_move(s, order_id, 1, 4, "update_time", now, 1, was);
+}
+
+int store_order_pay(store_t *s, int64_t order_id, int64_t now, int *was)
+{
+    return order_move(s, order_id, 1, 2, "pay_time", now, 0, was);
+}
+
+int store_order_refund(store_t *s, int64_t order_id, int64_t now, int *was)
+{
+    return order_move(s, order_id, 4, 6, "refund_time", now, 0, was);
+}
+
 int store_voucher_buckets(store_t *s, int64_t voucher_id, int *buckets)
 {
     STORE_ENTER(s);

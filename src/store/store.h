@@ -153,7 +153,20 @@ int store_order_get(store_t *s, int64_t id, store_order_t *out);
 /* A user's orders, newest first, at most max. *out malloc'ed (free()). */
 int store_orders_of_user(store_t *s, int64_t user_id, size_t max, store_order_t **out, size_t *n);
 
-/* For audit and tests: count of orders of a voucher and its SQL stock, from one moment.
+/* The order lifecycle (docs/lifecycle.md): an unpaid order (status 1) becomes cancelled
+ * (4) and its voucher's SQL stock gets the unit back, in one transaction -- a CAS on the
+ * status, so applying the same cancel twice returns one unit. *was receives the status
+ * the order had (1: cancelled by this call; anything else: nothing changed). now (epoch
+ * seconds) is the row's update_time. STORE_NOTFOUND: no such order. */
+int store_order_cancel(store_t *s, int64_t order_id, int64_t now, int *was);
+/* The same CAS for a payment taken: 1 -> 2 with pay_time = now. */
+int store_order_pay(store_t *s, int64_t order_id, int64_t now, int *was);
+/* ... and for a payment refunded because the order was cancelled first: 4 -> 6 with
+ * refund_time = now (the unit went back with the cancel). */
+int store_order_refund(store_t *s, int64_t order_id, int64_t now, int *was);
+
+/* For audit and tests: count of live orders (status 1, 2 or 3: a cancelled or refunded
+ * order gave its unit back) of a voucher and its SQL stock, from one moment.
  * STORE_NOTFOUND (the count still set) if the voucher is not a flash-sale voucher. */
 int store_voucher_counts(store_t *s, int64_t voucher_id, int64_t *orders, int64_t *stock);
 

@@ -64,6 +64,11 @@ typedef struct store_ops {
     int (*shop_create)(store_t *s, store_shop_t *shop);
     int (*shop_update)(store_t *s, const store_shop_t *shop);
     int (*shop_types)(store_t *s, store_shop_type_t **out, size_t *n);
+    /* the lifecycle's status CAS: from -> to with column col (update_time, pay_time,
+     * refund_time) = now, and with give_unit the voucher's stock + 1, in one transaction;
+     * *was the status found (from: moved by this call) */
+    int (*order_move)(store_t *s, int64_t order_id, int from, int to, const char *col,
+                      int64_t now, int give_unit, int *was);
 } store_ops_t;
 
 extern const store_ops_t store_sqlite_ops;

@@ -163,7 +163,8 @@ static const char *const stmt_sql[ST__COUNT] = {
     [ST_ORDERS_OF_USER] = ORDER_COLS "WHERE user_id = ? ORDER BY create_time DESC, id DESC "
                                      "LIMIT ?",
     /* one statement, so the count and the stock are from one moment (READ COMMITTED) */
-    [ST_COUNTS] = "SELECT (SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ?), "
+    [ST_COUNTS] = "SELECT (SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ? "
+                  "AND status IN (1, 2, 3)), "
                   "(SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?)",
     [ST_SYNC_VOUCHER] = "SELECT stock, begin_time, end_time FROM tb_seckill_voucher "
                         "WHERE voucher_id = ?",
@@ -2285,6 +2286,47 @@ static int my_shop_types(store_t *s, store_shop_type_t **out, size_t *n)
     RETRYING(m, 1, do_shop_types(m, out, n));
 }
 
+/* ---------------------------------------------------------------- the order lifecycle */
+
+/* The lifecycle's status CAS (store_int.h order_move): with give_unit one multi-table
+ * UPDATE moves the status and gives the voucher its unit back, atomically under
+ * autocommit (it changes 2 rows or none); on none, the order's status says why. Both
+ * statements may run twice: the CAS is the guard. col is store.c's, never client input. */
+static int do_order_move(my_t *m, int64_t order_id, int from, int to, const char *col,
+                         int64_t now, int give_unit, int *was)
+{
+    static const char status_sql[] = "SELECT status FROM tb_voucher_order WHERE id = ?";
+    char cas_sql[320];
+    if (give_unit)
+        snprintf(cas_sql, sizeof cas_sql,
+                 "UPDATE tb_voucher_order o JOIN tb_seckill_voucher v ON v.voucher_id = "
+                 "o.voucher_id SET o.status = %d, o.%s = ?, v.stock = v.stock + 1, "
+                 "v.update_time = ? WHERE o.id = ? AND o.status = %d", to, col, from);
+    else
+        snprintf(cas_sql, sizeof cas_sql,
+                 "UPDATE tb_voucher_order SET status = %d, %s = ?, update_time = ? "
+                 "WHERE id = ? AND status = %d", to, col, from);
+    const store_arg_t args[3] = {{now, 1}, {now, 1}, {order_id, 0}};
+    int64_t n = 0;
+    if (do_exec(m, cas_sql, args, 3, &n) != STORE_OK)
+        return STORE_ERR;
+    if (n > 0) {
+        *was = from;
+        return STORE_OK;
+    }
+    if (do_exec(m, status_sql, &args[2], 1, &n) != STORE_OK)
+        return STORE_ERR;
+    *was = (int)n;
+    return n > 0 ? STORE_OK : STORE_NOTFOUND;
+}
+
+static int my_order_move(store_t *s, int64_t order_id, int from, int to, const char *col,
+                         int64_t now, int give_unit, int *was)
+{
+    my_t *m = (my_t *)s;
+    RETRYING(m, 1, do_order_move(m, order_id, from, to, col, now, give_unit, was));
+}
+
 #define MYSQL_OPS(name)                                                                 \
     {                                                                                   \
         .scheme = name, .open = my_open, .close = my_close, .ping = my_ping,            \
@@ -2300,6 +2342,7 @@ static int my_shop_types(store_t *s, store_shop_type_t **out, size_t *n)
         .shop_list = my_shop_list, .shop_create = my_shop_create,                       \
         .shop_update = my_shop_update,                                                  \
         .shop_types = my_shop_types,                                                    \
+        .order_move = my_order_move,                                                    \
     }
 
 const store_ops_t store_mysql_ops = MYSQL_OPS("mysql");

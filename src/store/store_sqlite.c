@@ -124,7 +124,8 @@ static const char *const stmt_sql[ST__COUNT] = {
     [ST_ORDERS_OF_USER] = "SELECT id, user_id, voucher_id, status, create_time "
                           "FROM tb_voucher_order WHERE user_id = ?1 "
                           "ORDER BY create_time DESC, id DESC LIMIT ?2",
-    [ST_COUNT_ORDERS] = "SELECT count(*) FROM tb_voucher_order WHERE voucher_id = ?1",
+    [ST_COUNT_ORDERS] = "SELECT count(*) FROM tb_voucher_order WHERE voucher_id = ?1 "
+                       "AND status IN (1, 2, 3)",
     [ST_STOCK_GET] = "SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?1",
     [ST_EPOCH_GET] = "SELECT coalesce((SELECT epoch FROM tb_seckill_epoch WHERE voucher_id = "
                      "?1), 0) FROM tb_seckill_voucher WHERE voucher_id = ?1",
@@ -1393,6 +1394,75 @@ fail:
     return STORE_ERR;
 }
 
+/* ---------------------------------------------------------------- the order lifecycle */
+
+static sqlite3_stmt *exec_prepare(sq_t *q, const char *sql, const store_arg_t *args, int nargs,
+                                  const char *what);
+
+/* The lifecycle's status CAS (store_int.h order_move) and, with give_unit, the voucher's
+ * unit back, in one IMMEDIATE transaction. Prepared per call: no hot path. col is one of
+ * store.c's column names, never client input. */
+static int sq_order_move(store_t *s, int64_t order_id, int from, int to, const char *col,
+                         int64_t now, int give_unit, int *was)
+{
+    static const char give_sql[] =
+        "UPDATE tb_seckill_voucher SET stock = stock + 1, update_time = ?2 WHERE voucher_id = "
+        "(SELECT voucher_id FROM tb_voucher_order WHERE id = ?1)";
+    static const char status_sql[] = "SELECT status FROM tb_voucher_order WHERE id = ?1";
+    char cas_sql[256];
+    snprintf(cas_sql, sizeof cas_sql,
+             "UPDATE tb_voucher_order SET status = %d, %s = ?2, update_time = ?2 WHERE id = ?1 "
+             "AND status = %d", to, col, from);
+    sq_t *q = (sq_t *)s;
+    call_begin(q);
+    const store_arg_t args[2] = {{order_id, 0}, {now, 1}};
+    if (exec_stmt(q, ST_BEGIN_IMMEDIATE, "order status: BEGIN IMMEDIATE") != STORE_OK)
+        return STORE_ERR;
+    int rc = STORE_ERR;
+    sqlite3_stmt *st = exec_prepare(q, cas_sql, args, 2, "order status: prepare");
+    if (!st || sqlite3_step(st) != SQLITE_DONE)
+        goto fail;
+    int changed = sqlite3_changes(q->db) > 0;
+    sqlite3_finalize(st);
+    st = NULL;
+    if (changed && give_unit) {
+        st = exec_prepare(q, give_sql, args, 2, "order status: prepare");
+        if (!st || sqlite3_step(st) != SQLITE_DONE)
+            goto fail;
+        sqlite3_finalize(st);
+        st = NULL;
+    }
+    if (changed) {
+        *was = from;
+        rc = STORE_OK;
+    } else {
+        st = exec_prepare(q, status_sql, args, 1, "order status: prepare");
+        if (!st)
+            goto fail;
+        int step = sqlite3_step(st);
+        if (step == SQLITE_ROW) {
+            *was = sqlite3_column_int(st, 0);
+            rc = STORE_OK;
+        } else if (step == SQLITE_DONE) {
+            rc = STORE_NOTFOUND;
+        } else {
+            goto fail;
+        }
+        sqlite3_finalize(st);
+        st = NULL;
+    }
+    if (exec_stmt(q, ST_COMMIT, "order status: COMMIT") != STORE_OK)
+        goto fail;
+    return rc;
+fail:
+    if (st) {
+        sq_fail(q, "order status");
+        sqlite3_finalize(st);
+    }
+    rollback(q);
+    return STORE_ERR;
+}
+
 /* ==== reads for `seckill audit` ====
  * Read-only; prepared per call (the audit pages through a voucher a few times, it is not
  * a hot path), so the connection struct needs no new statement slot. */
@@ -1633,6 +1703,7 @@ const store_ops_t store_sqlite_ops = {
     .voucher_buckets = sq_voucher_buckets,
     .voucher_room = sq_voucher_room,
     .order_sync = sq_order_sync,
+    .order_move = sq_order_move,
     .voucher_orders = sq_voucher_orders,
     .exec = sq_exec,
     .exec_orders = sq_exec_orders,

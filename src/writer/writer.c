@@ -68,6 +68,7 @@
 #include "writer/writer_int.h"
 
 #define CLAIM_EVERY_MS 2000
+#define DUE_EVERY_MS 500        /* payment deadlines swept (writer_life_sweep) */
 #define INFO_EVERY_MS 1000
 #define REDIS_BACKOFF_MIN_MS 100
 #define REDIS_BACKOFF_MAX_MS 2000
@@ -298,6 +299,8 @@ static int parse_entry(writer_t *wr, size_t si, const redisReply *er)
     e->fields = f;
     if (f->type != REDIS_REPLY_ARRAY || f->elements % 2 != 0)
         e->fields = NULL;   /* nothing to copy into the dead letter */
+    if (writer_life_parse(wr, e, f))
+        return 0;
     /* The entry's format: sentry.h. An entry is one unit: all its orders are written, or
      * (one of them bad) it goes to the dead letters whole. */
     sentry_it_t it;
@@ -443,7 +446,8 @@ static int sql_write(writer_t *wr, size_t n, size_t *inserted, size_t *conflicts
 /* ---------------------------------------------------------------- one batch */
 
 /* Appends one XACK key g1 ids... per run of entries of the same stream (a batch holds
- * each stream's entries together), leaving out E_DEAD ones (acked inside their MULTI).
+ * each stream's entries together), leaving out E_DEAD ones (acked inside their MULTI)
+ * and E_WAIT ones (left pending: they come back).
  * Returns how many commands were appended. */
 static size_t append_acks(writer_t *wr)
 {
@@ -454,7 +458,7 @@ static size_t append_acks(writer_t *wr)
         writer_args(wr, &n, wr->streams[si].key);
         writer_args(wr, &n, KEY_GROUP);
         for (; i < wr->nents && wr->ents[i].si == si; i++)
-            if (wr->ents[i].kind != E_DEAD) {
+            if (wr->ents[i].kind != E_DEAD && wr->ents[i].kind != E_WAIT) {
                 writer_args(wr, &n, wr->ents[i].id);
                 ids++;
             }
@@ -550,6 +554,8 @@ static int handle_batch(writer_t *wr)
             if (n != e->o0)
                 memmove(&wr->orders[n], &wr->orders[e->o0], e->no * sizeof *wr->orders);
             n += e->no;
+        } else if (e->kind == E_EVENT) {
+            continue;   /* applied once the orders are in (writer_life_apply) */
         } else if (e->kind == E_DEAD) {
             ndead++;
             log_error("writer: %s entry %s cannot be an order (%s): moved to "
@@ -574,10 +580,11 @@ static int handle_batch(writer_t *wr)
         metric_inc(&wr->m->writer_batches);
         metric_add(&wr->m->writer_batch_orders, n);
     }
+    ndead += writer_life_apply(wr);
     if (!wr->rc)
         return -1;
     /* Only now, after the commit: acks (and dead letters), pipelined. */
-    size_t replies = append_acks(wr);
+    size_t replies = writer_life_due(wr) + append_acks(wr);
     for (size_t i = 0; i < wr->nents; i++)
         if (wr->ents[i].kind == E_DEAD) {
             writer_dead_append(wr, &wr->ents[i]);
@@ -1059,6 +1066,11 @@ void *writer_main(void *arg)
         if (wr->drains && now >= wr->sweep_at) {
             wr->sweep_at = now + (uint64_t)wr->sweep_ms;
             if (writer_sweep_run(wr) != 0)
+                continue;
+        }
+        if (now >= wr->due_at) {
+            wr->due_at = now + DUE_EVERY_MS;
+            if (writer_life_sweep(wr) != 0)
                 continue;
         }
         if (stopping(wr))

@@ -7,6 +7,7 @@
  *   writer_sweep.c     the drained set: marking ended streams, its checks and the sweep
  *   writer_dead.c      dead letters: entries that can never be orders, moved aside
  *   writer_cluster.c   Redis Cluster: the supervisor and its sub-writers, one per master
+ *   writer_life.c      lifecycle events (a cancelled order's status and unit) into SQL
  *
  * Everything here runs on the writer's own thread (a supervisor's on its own), one writer_t
  * each: no locks but mu/cv (writer_stop's wake-up) and the atomics. */
@@ -25,6 +26,7 @@
 #include "core/url.h"
 #include "redis/rarena.h"
 #include "redis/rcl_sync.h"
+#include "sale/sentry.h"
 #include "server/metrics.h"
 #include "store/store.h"
 #include "writer/writer.h"
@@ -41,9 +43,10 @@
 #define WRITER_MIN_TIME 946684800LL
 #define WRITER_TIME_SLACK_S 3600
 
-/* What a batch entry is: orders to write, deleted from the stream while pending, or a dead
- * letter. */
-enum { E_ORDER, E_DELETED, E_DEAD };
+/* What a batch entry is: orders to write, deleted from the stream while pending, a dead
+ * letter, a lifecycle event (sentry.h) to apply after the batch's orders, or one that
+ * waits (not acked: it comes back to a later batch, writer_life.c). */
+enum { E_ORDER, E_DELETED, E_DEAD, E_EVENT, E_WAIT };
 
 typedef struct wstream {
     int64_t vid;
@@ -72,6 +75,7 @@ typedef struct wentry {
                                       * entry of admit.lua holds every order of one call) */
     const char *reason;              /* E_DEAD */
     const redisReply *fields;        /* E_DEAD: the original fields (borrowed) */
+    sentry_ev_t ev;                  /* E_EVENT */
 } wentry_t;
 
 struct writer {
@@ -107,6 +111,8 @@ struct writer {
     int drains;                      /* stream mode: drained streams are skipped (orders.h) */
     int sweep_ms;                    /* --writer-drain-sweep-ms */
     uint64_t sweep_at;
+    uint64_t due_at;                 /* writer_life_sweep: the next pass */
+    uint64_t scan_at;                /* ... and its SQL scan's */
     size_t sweep_next;               /* writer_sweep_run's round-robin position in streams */
     long long reg_card;              /* single Redis: members of seckill:streams at the last
                                       * full read (-1: none since the connection opened) */
@@ -210,6 +216,24 @@ int writer_sweep_group_state(const redisReply *r, int64_t *pending, int64_t *lag
                              int *lag_known);
 /* One sweep over the next drained streams: 0, or -1 when the connection was lost. */
 int writer_sweep_run(writer_t *wr);
+
+/* ---- writer_life.c */
+
+/* An entry's fields, if they are a lifecycle event (sentry_event): 1 with e made E_EVENT
+ * (or E_DEAD when malformed), 0 when they are not one (an order entry). */
+int writer_life_parse(writer_t *wr, wentry_t *e, const redisReply *fields);
+/* Applies the batch's E_EVENT entries to SQL, after its orders are committed (an order's
+ * event follows its insert in the stream). An event whose order SQL lacks or that SQL
+ * could not take becomes E_WAIT (not acked); one whose order never came, E_DEAD. Returns
+ * how many became E_DEAD. */
+size_t writer_life_apply(writer_t *wr);
+/* --pay-timeout-s: appends one ZADD of the payment deadlines per stream of the batch's
+ * committed orders (after writer_life_apply, before the acks); returns how many replies
+ * to read. */
+size_t writer_life_due(writer_t *wr);
+/* Cancels the orders whose payment deadline passed (the due index of every stream this
+ * writer knows whose sale may still have some): 0, or -1 when the connection was lost. */
+int writer_life_sweep(writer_t *wr);
 
 /* ---- writer_dead.c */
 

@@ -28,6 +28,7 @@ static void test_routes(void **state)
     assert_int_equal(lim(HM_POST, "/shop", 65536), 65536);
     assert_int_equal(lim(HM_PUT, "/shop", 65536), 65536);
     assert_int_equal(lim(HM_POST, "/admin/api/sale/7/extend", 65536), BODYLIMIT_SMALL);
+    assert_int_equal(lim(HM_POST, "/pay/notify", 65536), BODYLIMIT_SMALL);
     /* Routes that read no body, near misses and other methods: the tiny limit. */
     static const char *none[] = {"/voucher-order/seckill/1", "/user/code", "/user/logout",
                                  "/voucher/", "/voucher/seckillx", "/user/login/", "/",

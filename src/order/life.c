@@ -1,0 +1,338 @@
+/* life.c -- cancelling an order (life.h): the lookup that proves ownership, then the
+ * decision -- life.lua on the buyer's stock bucket (stream mode), or one SQL transaction
+ * (sync mode).
+ *
+ * The script goes as EVAL with its text, not a preloaded SHA: a cancel is rare next to a
+ * grab, and the scripts every connection loads (rds_script.h) stay the hot path's. */
+#include "order/life.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <hiredis/hiredis.h>
+
+#include "api/orders.h"
+#include "core/app.h"
+#include "core/clock.h"
+#include "core/key.h"
+#include "core/log.h"
+#include "core/sb.h"
+#include "core/xmem.h"
+#include "core/runcmd.h"
+#include "embedded.h"
+#include "redis/rds.h"
+#include "sale/buckets.h"
+#include "server/jobs.h"
+#include "server/worker.h"
+#include "store/store.h"
+
+typedef struct cancel {
+    worker_t *w;
+    life_done_fn done;
+    void *ctx;
+    int64_t user_id, order_id, voucher_id;
+    int bucket, nbuckets;
+    int rc;     /* the SQL job's STORE_* */
+    int was;    /* ... and the status it found */
+    /* pay */
+    int pay;
+    char pid[LIFE_PAYMENT_ID_MAX + 1];
+    int64_t amount, pay_value;
+} cancel_t;
+
+static cancel_t *op_new(worker_t *w, int64_t order_id, life_done_fn done, void *ctx)
+{
+    cancel_t *c = xcalloc(1, sizeof *c);
+    c->w = w;
+    c->done = done;
+    c->ctx = ctx;
+    c->order_id = order_id;
+    return c;
+}
+
+static void finish(cancel_t *c, life_rc_t rc)
+{
+    life_done_fn done = c->done;
+    void *ctx = c->ctx;
+    free(c);
+    done(ctx, rc);
+}
+
+/* A status that is not 1, as the answer a cancel gets: paid or used is refused; 4, 5, 6
+ * were cancelled (5 and 6: then a late payment was refunded), so cancelled already. */
+static life_rc_t settled(int status)
+{
+    return status == 2 || status == 3 ? LIFE_PAID : LIFE_ALREADY;
+}
+
+/* ---------------------------------------------------------------- sync mode: SQL alone */
+
+static void run_sql_cancel(store_t *st, void *arg)
+{
+    cancel_t *c = arg;
+    c->rc = st ? store_order_cancel(st, c->order_id, clock_wall_s(), &c->was) : STORE_ERR;
+}
+
+static void done_sql_cancel(worker_t *w, void *arg)
+{
+    cancel_t *c = arg;
+    (void)w;
+    if (c->rc == STORE_ERR)
+        finish(c, LIFE_DB_DOWN);
+    else if (c->rc == STORE_NOTFOUND)
+        finish(c, LIFE_NOTFOUND);
+    else
+        finish(c, c->was == 1 ? LIFE_DONE : settled(c->was));
+}
+
+/* ---------------------------------------------------------------- stream mode: life.lua */
+
+/* The bucket's stream may be in the drained set (its sale ended, every order written):
+ * the event just queued there must be read, so it leaves the set. Without a reply to
+ * wait for -- the writers' sweep takes out a drained stream that shows lag anyway
+ * (writer_sweep.c), this only saves that wait. */
+static void undrain(cancel_t *c)
+{
+    char member[48];
+    int n = key_bmember(member, sizeof member, NULL, 0, c->voucher_id, c->bucket, c->nbuckets);
+    if (n < 0)
+        return;
+    const char *argv[3] = {"SREM", KEY_DRAINED, member};
+    size_t lens[3] = {4, strlen(KEY_DRAINED), (size_t)n};
+    rds_command(c->w->rds, NULL, NULL, 3, argv, lens);
+}
+
+/* ---------------------------------------------------------------- pay */
+
+static void on_refund_sent(void *priv, int ok, const char *why)
+{
+    char *what = priv;
+    if (ok)
+        log_info("life: refund sent: %s", what);
+    else
+        log_error("life: refund NOT sent (%s): %s -- send it by hand", why, what);
+    free(what);
+}
+
+/* A refund decided now: --refund-command, or the log. */
+static void refund(cancel_t *c)
+{
+    char what[160];
+    snprintf(what, sizeof what, "order %lld payment %s amount %lld", (long long)c->order_id,
+             c->pid, (long long)c->amount);
+    const config_t *cfg = &c->w->app->cfg;
+    if (!cfg->refund_command[0]) {
+        log_warn("life: refund due (no --refund-command: send it by hand): %s", what);
+        return;
+    }
+    char e1[64], e2[96], e3[64];
+    snprintf(e1, sizeof e1, "SECKILL_ORDER_ID=%lld", (long long)c->order_id);
+    snprintf(e2, sizeof e2, "SECKILL_PAYMENT_ID=%s", c->pid);
+    snprintf(e3, sizeof e3, "SECKILL_AMOUNT=%lld", (long long)c->amount);
+    const char *env[4] = {e1, e2, e3, NULL};
+    char *priv = xstrdup(what);
+    if (runcmd_start(c->w, cfg->refund_command, env, cfg->refund_command_timeout_ms,
+                     on_refund_sent, priv) != 0) {
+        log_error("life: refund NOT sent (--refund-command could not start): %s -- send it "
+                  "by hand", what);
+        free(priv);
+    }
+}
+
+/* life.lua's answer (its header lists them) as the caller's, with what follows a decision
+ * made now: the stream leaves the drained set, a refund goes out. */
+static void on_script(redisReply *rep, void *priv)
+{
+    cancel_t *c = priv;
+    if (rep == NULL || rep->type != REDIS_REPLY_INTEGER) {
+        if (rep != NULL)
+            log_error("life: %s of order %lld: %s", c->pay ? "payment" : "cancel",
+                      (long long)c->order_id,
+                      rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
+        finish(c, LIFE_REDIS_DOWN);
+        return;
+    }
+    long long code = rep->integer;
+    life_rc_t rc;
+    switch (code) {
+    case 0:
+        rc = LIFE_DONE;
+        break;
+    case 1:
+    case 10:
+        rc = LIFE_ALREADY;
+        break;
+    case 2:
+        rc = c->pay ? LIFE_REFUNDED : LIFE_PAID;
+        break;
+    case 12:
+        rc = LIFE_REFUNDED;
+        break;
+    case 3:
+        rc = LIFE_NOTFOUND;
+        break;
+    default:   /* 5: the voucher's keys are not in this Redis (lost, not yet rebuilt) */
+        log_warn("life: order %lld: voucher %lld has no stock in Redis", (long long)c->order_id,
+                 (long long)c->voucher_id);
+        rc = LIFE_REDIS_DOWN;
+        break;
+    }
+    if (code == 0 || (c->pay && code == 2))
+        undrain(c);   /* an event was queued */
+    if (c->pay && code == 2)
+        refund(c);
+    finish(c, rc);
+}
+
+/* The voucher's bucket count known: life.lua on the buyer's home bucket (buckets.h). */
+static void run_script(cancel_t *c)
+{
+    char tag[48], kv[64], kb[64], kst[64], kdue[64], ks[64], oid[SB_DEC_MAX], uid[SB_DEC_MAX];
+    c->bucket = buckets_home(c->user_id, c->nbuckets);
+    unsigned salt = c->bucket > 0 ? key_bsalt(c->voucher_id, c->bucket, c->nbuckets) : 0;
+    if (key_btag_salt(tag, sizeof tag, c->voucher_id, c->bucket, salt) < 0 ||
+        key_voucher_t(kv, sizeof kv, tag) < 0 || key_buyers_t(kb, sizeof kb, tag) < 0 ||
+        key_ostate_t(kst, sizeof kst, tag) < 0 || key_due_t(kdue, sizeof kdue, tag) < 0 ||
+        key_stream_t(ks, sizeof ks, tag) < 0) {
+        finish(c, LIFE_NOTFOUND);
+        return;
+    }
+    int lo = sb_dec(oid, c->order_id), lu = sb_dec(uid, c->user_id);
+    const char *op = c->pay ? "pay" : "cancel";
+    const char *argv[12] = {"EVAL", script_life_lua, "5", kv, kb, kst, kdue, ks, op, oid, uid,
+                            c->pid};
+    size_t lens[12] = {4, strlen(script_life_lua), 1, strlen(kv), strlen(kb), strlen(kst),
+                       strlen(kdue), strlen(ks), strlen(op), (size_t)lo, (size_t)lu,
+                       strlen(c->pid)};
+    rds_command(c->w->rds, on_script, c, c->pay ? 12 : 11, argv, lens);
+}
+
+static void on_buckets(redisReply *rep, void *priv)
+{
+    cancel_t *c = priv;
+    if (rep == NULL || (rep->type != REDIS_REPLY_STRING && rep->type != REDIS_REPLY_NIL)) {
+        finish(c, LIFE_REDIS_DOWN);
+        return;
+    }
+    int64_t k = 1;
+    if (rep->type == REDIS_REPLY_STRING && (sb_parse_pos(rep->str, rep->len, &k) != 0 ||
+                                            k > BUCKETS_MAX))
+        k = 1;
+    c->nbuckets = (int)k;
+    run_script(c);
+}
+
+static void ask_buckets(cancel_t *c);
+
+static void run_pay_read(store_t *st, void *arg)
+{
+    cancel_t *c = arg;
+    store_order_t o;
+    c->rc = st ? store_order_get(st, c->order_id, &o) : STORE_ERR;
+    if (c->rc != STORE_OK)
+        return;
+    c->user_id = o.user_id;
+    c->voucher_id = o.voucher_id;
+    c->was = o.status;
+    store_voucher_t v;
+    c->rc = store_voucher_get(st, o.voucher_id, &v);
+    if (c->rc == STORE_OK) {
+        c->pay_value = v.pay_value;
+        store_voucher_clear(&v);
+    }
+}
+
+static void done_pay_read(worker_t *w, void *arg)
+{
+    cancel_t *c = arg;
+    (void)w;
+    if (c->rc == STORE_NOTFOUND) {
+        finish(c, LIFE_NOT_YET);   /* admitted and not written yet, or no such order */
+        return;
+    }
+    if (c->rc != STORE_OK) {
+        finish(c, LIFE_DB_DOWN);
+        return;
+    }
+    if (c->amount != c->pay_value) {
+        finish(c, LIFE_BAD_AMOUNT);
+        return;
+    }
+    ask_buckets(c);
+}
+
+void life_pay(worker_t *w, int64_t order_id, const char *payment_id, int64_t amount,
+              life_done_fn done, void *ctx)
+{
+    if (w->app->cfg.mode != MODE_STREAM) {
+        done(ctx, LIFE_UNSUPPORTED);
+        return;
+    }
+    cancel_t *c = op_new(w, order_id, done, ctx);
+    c->pay = 1;
+    c->amount = amount;
+    snprintf(c->pid, sizeof c->pid, "%s", payment_id);
+    if (jobs_submit(w->app->jobs, w, run_pay_read, done_pay_read, c) != 0)
+        finish(c, LIFE_BUSY);
+}
+
+/* The order is this user's (found by orders.h). */
+static void on_found(void *ctx, orders_rc_t rc, const orders_rec_t *recs, size_t n)
+{
+    cancel_t *c = ctx;
+    switch (rc) {
+    case ORDERS_OK:
+        break;
+    case ORDERS_NOTFOUND:
+        finish(c, LIFE_NOTFOUND);
+        return;
+    case ORDERS_REDIS_DOWN:
+        finish(c, LIFE_REDIS_DOWN);
+        return;
+    case ORDERS_BUSY:
+        finish(c, LIFE_BUSY);
+        return;
+    default:
+        finish(c, LIFE_DB_DOWN);
+        return;
+    }
+    if (n != 1 || recs[0].user_id != c->user_id) {
+        finish(c, LIFE_NOTFOUND);
+        return;
+    }
+    if (recs[0].persisted && recs[0].status != 1) {
+        finish(c, settled(recs[0].status));
+        return;
+    }
+    c->voucher_id = recs[0].voucher_id;
+    if (c->w->app->cfg.mode == MODE_SYNC) {
+        if (jobs_submit(c->w->app->jobs, c->w, run_sql_cancel, done_sql_cancel, c) != 0)
+            finish(c, LIFE_BUSY);
+        return;
+    }
+    ask_buckets(c);
+}
+
+/* The voucher's bucket count (its hash's `buckets`), then the script. */
+static void ask_buckets(cancel_t *c)
+{
+    char kv[64];
+    if (key_voucher(kv, sizeof kv, c->voucher_id) < 0) {
+        finish(c, LIFE_NOTFOUND);
+        return;
+    }
+    const char *argv[3] = {"HGET", kv, "buckets"};
+    size_t lens[3] = {4, strlen(kv), 7};
+    rds_command(c->w->rds, on_buckets, c, 3, argv, lens);
+}
+
+void life_cancel(worker_t *w, int64_t user_id, int64_t order_id, life_done_fn done, void *ctx)
+{
+    if (w->app->cfg.mode != MODE_STREAM && w->app->cfg.mode != MODE_SYNC) {
+        done(ctx, LIFE_UNSUPPORTED);
+        return;
+    }
+    cancel_t *c = op_new(w, order_id, done, ctx);
+    c->user_id = user_id;
+    orders_get(w, user_id, order_id, on_found, c);
+}
