@@ -252,7 +252,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         want_cb = 1;
         break;
     case 4:
-        publish_voucher(&req, 42, 100, 1700000000, 1800000000, 1, on_published);
+        publish_voucher(&req, 42, 100, 1700000000, 1800000000, 1, NULL, on_published);
         want_cb = 1;
         break;
     case 5: {
