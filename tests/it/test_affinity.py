@@ -237,7 +237,12 @@ def test_more_workers_than_cpus_are_not_steered():
     n = len(_allowed()) + 1
     r, srv = H.setup(threads=n)
     whole = _whole(srv.proc.pid)
-    eq(_worker_cpus(srv.proc.pid), {"w%d" % i: whole for i in range(n)},
+    # /health answers once one worker serves: the others may name their threads a moment later
+    def named():
+        c = _worker_cpus(srv.proc.pid)
+        return c if len(c) == n else None
+    cpus = H.wait_until(named, 10, 0.01, "%d named worker threads" % n)
+    eq(cpus, {"w%d" % i: whole for i in range(n)},
        "the CPUs of %d workers on %d CPUs" % (n, n - 1))
     check("%d workers on %d CPUs: connections are not steered by CPU" % (n, n - 1)
           in srv.stderr_text(), "the log says the connections are not steered")
