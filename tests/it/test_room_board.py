@@ -1,0 +1,86 @@
+"""test_room_board.py -- the sale board's waiting-room figures (api_board.c, web/board.js).
+
+  - a sale with a room carries "room": {admitPerSecond, passTtlS, released, queued, waiting,
+    waitS, issued, used, expired}; a sale without one "room": null;
+  - a room that has not begun: everyone waiting, the wait of the last in line is its
+    position / R plus the time to begin;
+  - a running room: passes issued = users admitted, used = orders made with a pass,
+    expired 0 while the passes live and exactly issued - used once they are past their
+    expiry (Redis's clock);
+  - the board reads two commands per room sale (ZCARD, HLEN) and none for a sale without a
+    room (INFO commandstats across one board request).
+"""
+
+import time
+
+import harness as H
+from harness import check, eq
+
+from test_room import buy, join, redis_ms, tokens_for
+
+
+def board_sales(srv):
+    st, j = srv.http().api("GET", "/admin/api/board", admin=srv.admin_token)
+    check(st == 200 and j["success"], "board: %r %r", st, j)
+    return {s["id"]: s for s in j["data"]["sales"]}
+
+
+def calls(r, name):
+    for line in r.cmd("INFO", "commandstats").splitlines():
+        if line.startswith("cmdstat_%s:" % name):
+            return int(line.split("calls=")[1].split(",")[0])
+    return 0
+
+
+def test_room_board_figures():
+    r, srv = H.setup(settings={"rate_user_seckill": "0"})
+    uids = list(range(7600001, 7600011))
+    toks = tokens_for(srv, uids)
+    h = srv.http()
+    plain = H.create_seckill(srv, stock=5)
+    # not begun: R = 2/s, begins in 60 s
+    later = H.create_seckill(srv, stock=5, begin=time.time() + 60,
+                             waitingRoom={"admitPerSecond": 2})
+    for u in uids[:4]:
+        st, j = join(h, later, toks[u])
+        check(j["success"] and j["data"]["state"] == "waiting", "early join: %r", j)
+    # running: R = 1000/s from now, passes live 5 s
+    begin = int(redis_ms(r) // 1000)
+    vid = H.create_seckill(srv, stock=3, begin=begin,
+                           waitingRoom={"admitPerSecond": 1000, "passTtlS": 5})
+    passes = {}
+    for u in uids[4:]:
+        st, j = join(h, vid, toks[u])
+        check(j["success"] and j["data"]["state"] == "admitted", "join: %r", j)
+        passes[u] = (j["data"]["pass"], j["data"]["passExpiresAt"])
+    for u in uids[4:6]:
+        st, j = buy(h, vid, toks[u], passes[u][0])
+        check(j["success"], "order with a pass: %r", j)
+    H.wait_until(lambda: board_sales(srv)[vid]["buyers"] == 2, 10, what="buyers on the board")
+
+    before_z, before_h = calls(r, "zcard"), calls(r, "hlen")
+    sales = board_sales(srv)
+    # ZCARD: one per room sale; HLEN: the buyers of each of the 3 sales and the room's passes
+    # of the 2 room sales
+    eq(calls(r, "zcard") - before_z, 2, "ZCARD per board request")
+    eq(calls(r, "hlen") - before_h, 3 + 2, "HLEN per board request")
+    check("room" not in sales[plain], "a sale without a room: %r", sales[plain])
+
+    w = sales[later]["room"]
+    eq((w["admitPerSecond"], w["passTtlS"], w["released"], w["queued"], w["waiting"]),
+       (2, 60, 0, 4, 4), "room not begun")
+    eq((w["issued"], w["used"], w["expired"]), (0, 0, 0), "room not begun: passes")
+    check(60 <= w["waitS"] <= 63, "wait of the last in line (4 / 2 s + ~60 s): %r", w)
+
+    g = sales[vid]["room"]
+    eq((g["queued"], g["waiting"], g["issued"], g["used"]), (6, 0, 6, 2), "running room")
+    if redis_ms(r) < begin * 1000 + 5000:     # the passes' release is under a lifetime ago
+        eq(g["expired"], 0, "expired while the passes live")
+    check(g["released"] >= 6, "released: %r", g)
+
+    last = max(e for _, e in passes.values())
+    H.wait_until(lambda: redis_ms(r) > last and redis_ms(r) > (begin + 6) * 1000, 15,
+                 what="passes past their expiry")
+    g = board_sales(srv)[vid]["room"]
+    eq((g["issued"], g["used"], g["expired"]), (6, 2, 4), "passes after their expiry")
+    H.finish(srv)
