@@ -132,8 +132,9 @@ typedef struct board_sale {
     int seen[OUT__COUNT];         /* outcomes the totals hash has */
     int64_t begin;          /* bucket 0's begin (epoch s), for the room's release count */
     int64_t room_r, room_ttl;   /* its waiting room (room_r > 0): passes/s, pass lifetime s */
-    int64_t room_queued, room_issued;   /* ZCARD of the room, HLEN of its issued passes */
-    int room_queued_ok, room_issued_ok;
+    int64_t room_gen[4];    /* room.lua's pass counts: room_g, room_gc, room_gp, room_go */
+    int64_t room_queued;    /* ZCARD of the room */
+    int room_queued_ok;
 } board_sale_t;
 
 /* One command's context: its sale and bucket (for a transfer log, and its units for a
@@ -202,31 +203,33 @@ static void put_known(sb_t *s, const char *name, int ok, int64_t v)
  * without one. queued is the room's ZCARD (everyone holding a place, admitted or not);
  * released the places the rate has let through so far, floor((now - begin) * R); waiting
  * the rest, and waitS the wait of the last in line (waiting / R, plus the time to begin).
- * issued is the HLEN of the room's passes; used the sale's buyers (every order on a room
- * voucher carried a valid pass: the order gate, room.h). expired counts the passes whose
- * release was at least a pass lifetime ago that no order used: min(issued, released a
- * lifetime ago) - used, at least 0. It is exact once no pass is live (a lifetime after the
- * last was issued); during the sale it is an estimate (a pass is taken as issued at its
- * release, and every use is subtracted from the older passes). A figure Redis did not
- * answer for is left out. */
+ * issued counts the passes issued (room.lua counts each first issue by generation of the
+ * pass lifetime); used is the sale's buyers (every order on a room voucher carried a valid
+ * pass: the order gate, room.h). expired is the passes of generations older than the one
+ * before now's (all past their expiry) less every use, at least 0: a lower bound while
+ * passes are being issued (uses of newer passes are subtracted too), exact from two
+ * lifetimes after the last pass was issued. A figure Redis did not answer for is left out. */
 static void put_room(sb_t *s, const board_sale_t *e, int64_t now_ms)
 {
     if (e->room_r <= 0)
         return;
     int64_t ttl_ms = (e->room_ttl > 0 ? e->room_ttl : 60) * 1000, begin_ms = e->begin * 1000;
     int64_t released = released_by(e->room_r, now_ms - begin_ms);
-    int64_t old = released_by(e->room_r, now_ms - ttl_ms - begin_ms);
     int64_t waiting = e->room_queued > released ? e->room_queued - released : 0;
     int64_t wait_ms = waiting * 1000 / e->room_r + (begin_ms > now_ms ? begin_ms - now_ms : 0);
-    int64_t expired = (e->room_issued < old ? e->room_issued : old) - e->buyers;
-    sb_printf(s, ",\"room\":{\"admitPerSecond\":%lld,\"passTtlS\":%lld,\"released\":%lld",
-              (long long)e->room_r, (long long)(ttl_ms / 1000), (long long)released);
+    /* the counts as of now's generation: room_g's may be one or more behind */
+    const int64_t *gn = e->room_gen;
+    int64_t ahead = now_ms / ttl_ms - gn[0];
+    int64_t old = gn[3] + (ahead >= 1 ? gn[2] : 0) + (ahead >= 2 ? gn[1] : 0);
+    int64_t expired = old - e->buyers;
+    sb_printf(s, ",\"room\":{\"admitPerSecond\":%lld,\"passTtlS\":%lld,\"released\":%lld,"
+              "\"issued\":%lld", (long long)e->room_r, (long long)(ttl_ms / 1000),
+              (long long)released, (long long)(gn[1] + gn[2] + gn[3]));
     put_known(s, "queued", e->room_queued_ok, e->room_queued);
     put_known(s, "waiting", e->room_queued_ok, waiting);
     put_known(s, "waitS", e->room_queued_ok, (wait_ms + 999) / 1000);
-    put_known(s, "issued", e->room_issued_ok, e->room_issued);
     put_known(s, "used", !e->buyers_bad, e->buyers);
-    put_known(s, "expired", !e->buyers_bad && e->room_issued_ok, expired > 0 ? expired : 0);
+    put_known(s, "expired", !e->buyers_bad, expired > 0 ? expired : 0);
     sb_puts(s, "}");
 }
 
@@ -355,38 +358,29 @@ static void on_room_zcard(redisReply *rep, void *priv)
     board_unref(e->b);
 }
 
-static void on_room_hlen(redisReply *rep, void *priv)
-{
-    board_sale_t *e = priv;
-    e->room_issued_ok = rep != NULL && rep->type == REDIS_REPLY_INTEGER;
-    e->room_issued = e->room_issued_ok ? (int64_t)rep->integer : 0;
-    board_unref(e->b);
-}
-
-/* A sale with a waiting room: ZCARD of the room and HLEN of its issued passes, two
- * commands in the voucher's slot (nothing per order or per buyer). */
+/* A sale with a waiting room: ZCARD of the room, one command in the voucher's slot
+ * (nothing per order or per buyer; its pass counts came with the voucher's HMGET). */
 static void board_send_room(board_sale_t *e)
 {
-    char kz[64], ki[64];
-    int lz = key_room(kz, sizeof kz, e->id), li = key_room_issued(ki, sizeof ki, e->id);
-    if (lz < 0 || li < 0)
+    char kz[64];
+    int lz = key_room(kz, sizeof kz, e->id);
+    if (lz < 0)
         return;
-    const char *zc[2] = { "ZCARD", kz }, *hl[2] = { "HLEN", ki };
-    size_t zcl[2] = { 5, (size_t)lz }, hll[2] = { 4, (size_t)li };
-    e->b->pending += 2;
+    const char *zc[2] = { "ZCARD", kz };
+    size_t zcl[2] = { 5, (size_t)lz };
+    e->b->pending++;
     rds_command(e->b->r->w->rds, on_room_zcard, e, 2, zc, zcl);
-    rds_command(e->b->r->w->rds, on_room_hlen, e, 2, hl, hll);
 }
 
-/* A bucket's HMGET: stock (and for bucket 0 begin, end, paused and the room's settings,
- * which send the room's two reads). A bucket Redis does not answer for (its node is
+/* A bucket's HMGET: stock (and for bucket 0 begin, end, paused and the room's settings
+ * and pass counts, which send the room's ZCARD). A bucket Redis does not answer for (its node is
  * down), or that has no stock, makes the voucher's stock null: a partial sum would look
  * like a real figure. The rest of the board is still worth showing. */
 static void on_hmget(redisReply *rep, void *priv)
 {
     board_part_t *p = priv;
     board_sale_t *e = p->s;
-    size_t want = p->bucket == 0 ? 6 : 1;
+    size_t want = p->bucket == 0 ? 10 : 1;
     int64_t v;
     if (e->sql) {
         /* SQL's figures (sql_job); Redis gave the window */
@@ -398,7 +392,7 @@ static void on_hmget(redisReply *rep, void *priv)
     } else {
         e->stock_bad = 1;
     }
-    if (p->bucket == 0 && rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements == 6) {
+    if (p->bucket == 0 && rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements == 10) {
         sb_puts(&e->when, "\"begin\":");
         put_num(&e->when, rep->element[1]);
         sb_puts(&e->when, ",\"end\":");
@@ -408,6 +402,9 @@ static void on_hmget(redisReply *rep, void *priv)
             reply_i64(rep->element[1], &e->begin) == 0) {
             if (reply_i64(rep->element[5], &e->room_ttl) != 0)
                 e->room_ttl = 0;
+            for (int i = 0; i < 4; i++)
+                if (reply_i64(rep->element[6 + i], &e->room_gen[i]) != 0)
+                    e->room_gen[i] = 0;
             board_send_room(e);
         } else {
             e->room_r = 0;
@@ -635,15 +632,15 @@ static void board_send_sale(board_req_t *b, board_sale_t *s, board_part_t *parts
             s->stock_bad = s->buyers_bad = 1;
             continue;
         }
-        const char *hm[8] = { "HMGET", vk, "stock", "begin", "end", "paused", "room_r",
-                              "room_ttl" };
-        size_t hml[8] = { 5, (size_t)vl, 5, 5, 3, 6, 6, 8 };
+        const char *hm[12] = { "HMGET", vk, "stock", "begin", "end", "paused", "room_r",
+                               "room_ttl", "room_g", "room_gc", "room_gp", "room_go" };
+        size_t hml[12] = { 5, (size_t)vl, 5, 5, 3, 6, 6, 8, 6, 7, 7, 7 };
         const char *hl[2] = { "HLEN", byk };
         size_t hll[2] = { 4, (size_t)bl };
         const char *hg[2] = { "HGETALL", lk };
         size_t hgl[2] = { 7, (size_t)ll };
         b->pending += s->sql ? 1 : s->k > 1 ? 3 : 2;
-        rds_command(c, on_hmget, p, bk == 0 ? 8 : 3, hm, hml);
+        rds_command(c, on_hmget, p, bk == 0 ? 12 : 3, hm, hml);
         if (s->sql) {
             continue;
         }
