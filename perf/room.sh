@@ -6,9 +6,9 @@
 #             polls (INFO commandstats; sent by the client vs. in all, room.lua's inside)
 #   order     wrk grab (perf/grab.lua, a new user per request) on a voucher without a room
 #             and on one with a room, every request with a valid pass (perf/room_client.py
-#             signs them as the room does), one after the other: the throughput ratio and
-#             Redis commands per order of each; then the room voucher without passes: every
-#             answer QUEUE_REQUIRED, Redis commands per refusal
+#             signs them as the room does), DURATION/2 s each in the order A B B A: the
+#             throughput ratio and Redis commands per order; then the room voucher without
+#             passes: every answer QUEUE_REQUIRED, Redis commands per refusal
 #   pollers   a sale (seckill bench --rate, open loop) alone, then the same sale while
 #             `seckill bench --waiting-room` keeps ROOM_POLLERS buyers in a room of R =
 #             ROOM_R/s on another voucher, each polling as pollAfterMs says: the sale's p99
@@ -16,20 +16,20 @@
 #   memory    perf/room_memory.py: 1,000,000 queued buyers' zset in a fresh redis-server
 #
 # Results: stdout and RES (build/perf/results.txt under run.sh; alone build/perf/room.txt).
-# Env: DURATION (s per wrk run, 10), CONNS (64), USERS (tokens, 600000), BIN, ROOM_POLLERS
+# Env: DURATION (s per wrk pair, 10), CONNS (64), ROOM_USERS (tokens per wrk run, 300000), BIN, ROOM_POLLERS
 # (200000), ROOM_R (1000), ROOM_SALE_RATE (req/s, 10000), ROOM_SALE_USERS (100000),
 # ROOM_MEMBERS (1000000).
 set -eu
 cd "$(dirname "$0")/.."
 DURATION=${DURATION:-10}
 CONNS=${CONNS:-64}
-USERS=${USERS:-600000}
 BIN=${BIN:-build/seckill}
 ROOM_POLLERS=${ROOM_POLLERS:-200000}
 ROOM_R=${ROOM_R:-1000}
 ROOM_SALE_RATE=${ROOM_SALE_RATE:-10000}
 ROOM_SALE_USERS=${ROOM_SALE_USERS:-100000}
 ROOM_MEMBERS=${ROOM_MEMBERS:-1000000}
+ROOM_USERS=${ROOM_USERS:-300000}
 OUT=build/perf
 mkdir -p "$OUT"
 RES=${RES:-$OUT/room.txt}
@@ -68,7 +68,7 @@ done
 say "# waiting room (perf/room.sh), $(date -u +%Y-%m-%dT%H:%M:%SZ); load average $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # ---- poll: Redis commands per poll ---------------------------------------------------------
-"$BIN" tokens --users "$USERS" --key-file "$D/token-key" --redis "unix:$SOCK" > "$TMP/tokens.txt"
+"$BIN" tokens --users 2000 --key-file "$D/token-key" --redis "unix:$SOCK" > "$TMP/tokens.txt"
 PV=$(mk 1000000 ",\"waitingRoom\":{\"admitPerSecond\":1}")
 set -- $(python3 perf/room_client.py polls "$HP" "$TMP/tokens.txt" "$PV" 2000 "$SOCK")
 POLL_SENT=$(per "$2" "$1"); POLL_ALL=$(per "$4" "$1")
@@ -91,7 +91,7 @@ settle() {
 # commandstats as "name calls" lines; the busiest names of a difference of two
 cstat() { $R info commandstats | tr -d '\r' | awk -F'[=,:]' '/^cmdstat_/ {sub(/^cmdstat_/, "", $1); print $1, $3}'; }
 ctop() { awk 'NR == FNR {a[$1] = $2; next} {d = $2 - a[$1]; if (d > 0) print d, $1}' "$1" "$2" |
-         sort -rn | head -4 | awk '{printf "%s%s %s", NR > 1 ? ", " : "", $2, $1}'; }
+         sort -rn | head -4 | awk '{printf "%s%s %s", (NR > 1 ? ", " : ""), $2, $1}'; }
 grab() {  # $1 voucher, $2 tokens file, $3 label, $4 seconds: sets RPS_$3, CMDS_$3, P99_$3
     settle
     c0=$(cmds); cstat > "$TMP/c0"
@@ -103,22 +103,31 @@ grab() {  # $1 voucher, $2 tokens file, $3 label, $4 seconds: sets RPS_$3, CMDS_
     eval "RPS_$3=$rps; CMDS_$3=$(per $((c1 - c0)) "$n"); P99_$3=$p99"
     say "room wrk      $3: $rps req/s, p99 $p99, Redis commands per request $(per $((c1 - c0)) "$n") ($n requests; most: $(ctop "$TMP/c0" "$TMP/c1")) $(grep -E 'Non-2xx|Socket errors' "$TMP/wrk.txt" | tr '\n' ' ' || true)"
 }
-# fresh tokens for a run: a token used past --token-refresh-s after its login costs an
-# EXPIRE (its sliding expiry), which is the login's cost, not the sale's
-tokens() { "$BIN" tokens --users "$USERS" --key-file "$D/token-key" --redis "unix:$SOCK" > "$1"; }
+# fresh tokens of new users for a run ($2: the run's number): a token used past
+# --token-refresh-s after its login costs an EXPIRE (its sliding expiry), the login's cost,
+# and a user who bought already is answered from memory
+tokens() { "$BIN" tokens --users "$ROOM_USERS" --user-base $(($2 * ROOM_USERS)) --key-file "$D/token-key" --redis "unix:$SOCK" > "$1"; }
+# ABBA: without a room, with a pass, with a pass, without: a drift of the shared host over
+# the four runs weighs on both sides alike
 PLAIN=$(mk 100000000 "")
-tokens "$TMP/tokens1.txt"
-grab "$PLAIN" "$TMP/tokens1.txt" plain "$DURATION"
-tokens "$TMP/tokens2.txt"
 ROOMV=$(mk 100000000 ",\"waitingRoom\":{\"admitPerSecond\":1000,\"passTtlS\":3600}")
-python3 perf/room_client.py passes "$TMP/tokens2.txt" "$D/token-key" "$ROOMV" "$TMP/passes.txt"
-grab "$ROOMV" "$TMP/passes.txt" pass "$DURATION"
+HALF=$(((DURATION + 1) / 2))
+step_no=0
+for step in plain1 pass1 pass2 plain2; do
+    step_no=$((step_no + 1))
+    tokens "$TMP/tokens-$step.txt" "$step_no"
+    case $step in
+    plain*) grab "$PLAIN" "$TMP/tokens-$step.txt" "$step" "$HALF" ;;
+    pass*)  python3 perf/room_client.py passes "$TMP/tokens-$step.txt" "$D/token-key" "$ROOMV" "$TMP/passes.txt"
+            grab "$ROOMV" "$TMP/passes.txt" "$step" "$HALF" ;;
+    esac
+done
 SOLD=$($R hlen "seckill:order:{$ROOMV}")
 say "              with a pass: $SOLD orders admitted on the room voucher (every one carried its pass)"
-ORDER_RATIO=$(ratio "$RPS_pass" "$RPS_plain")
-tokens "$TMP/tokens3.txt"
-grab "$ROOMV" "$TMP/tokens3.txt" nopass 3
-say "room order    grab with a pass / grab without a room = $ORDER_RATIO (req/s), Redis commands per order $CMDS_pass vs $CMDS_plain   [target ~1]"
+ORDER_RATIO=$(python3 -c "import sys; a, b, c, d = map(float, sys.argv[1:]); print('%.2f' % ((b + c) / (a + d)))" "$RPS_plain1" "$RPS_pass1" "$RPS_pass2" "$RPS_plain2")
+tokens "$TMP/tokens-nopass.txt" 5
+grab "$ROOMV" "$TMP/tokens-nopass.txt" nopass 3
+say "room order    grab with a pass / grab without a room = $ORDER_RATIO (req/s, both runs of each), Redis commands per order $CMDS_pass1, $CMDS_pass2 vs $CMDS_plain1, $CMDS_plain2   [target ~1]"
 say "room refusal  without a pass (QUEUE_REQUIRED): Redis commands per request $CMDS_nopass   [target 0]"
 
 # ---- pollers: the sale's p99 with and without ROOM_POLLERS buyers polling a room -----------
@@ -132,7 +141,7 @@ sale() {  # $1 label: the sale bench's p99 (us) in P99SALE_$1
 sale alone
 # The pollers: everyone joins in the BEGIN_IN s before the room's begin (in a random order),
 # then polls as told until admitted (R/s) and buys; the bench ends after ROOM_SPAN s.
-BEGIN_IN=15; ROOM_SPAN=50
+BEGIN_IN=15; ROOM_SPAN=120   # the bench is stopped once the sale is over
 "$BIN" bench --target "$URL" --data-dir "$D" --seed-tokens --conns 256 --quiet --no-audit \
     --waiting-room --room-rate "$ROOM_R" --users "$ROOM_POLLERS" --stock 100000000 \
     --begin-in "$BEGIN_IN" --room-early 1 --room-slow 0 --duration "$ROOM_SPAN" \
@@ -151,6 +160,7 @@ b0=$(cpu_ticks "$BPID"); s0=$(cpu_ticks "$SPID")
 e0=$($R info commandstats | tr -d '\r' | awk -F'[=,:]' '$1 == "cmdstat_evalsha" {print $3}'); t0=$(date +%s.%N)
 sale pollers
 e1=$($R info commandstats | tr -d '\r' | awk -F'[=,:]' '$1 == "cmdstat_evalsha" {print $3}'); t1=$(date +%s.%N)
+kill -0 "$BPID" 2>/dev/null || { cat "$OUT/bench-room-pollers.txt"; echo "room: the pollers' bench ended before the sale"; exit 1; }
 b1=$(cpu_ticks "$BPID"); s1=$(cpu_ticks "$SPID")
 CPU=$(python3 -c "import sys; b, s, t0, t1, hz = map(float, sys.argv[1:]); print('the pollers bench %.0f %%, the service %.0f %% of a core' % (100 * b / hz / (t1 - t0), 100 * s / hz / (t1 - t0)))" $((b1 - b0)) $((s1 - s0)) "$t0" "$t1" "$(getconf CLK_TCK)")
 Q=$($R zcard "$K")

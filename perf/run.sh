@@ -20,6 +20,10 @@
 #                 consumer group rewound, timed from the first to the last row written
 #   4. ratios     grab / redis-benchmark -P16, sold out / nginx static, and a final
 #                 `seckill audit` of everything the run sold
+#   5. room       the waiting room's targets (perf/room.sh, on a service of its own; `sh
+#                 perf/room.sh` runs this part alone): Redis commands per poll, an order
+#                 with a pass vs. one without a room, a refusal without a pass, the sale's
+#                 p99 with 200,000 pollers vs. without, 1,000,000 queued buyers' memory
 # CPU time per request of the server and of redis-server comes from /proc/PID/stat over
 # each run. Results: stdout and build/perf/results.txt (docs/performance.md reads them); each
 # sale's timeline per 100 ms (latency, backlog, every thread's CPU and run-queue wait) in
@@ -464,4 +468,8 @@ print("  where from: wrk = wrk -t2 -c%s -d%ss -s perf/grab.lua, a new signed tok
       "  nginx control: perf/nginx_sale.py right after each sale, the same bench (its lines above)" % (sys.argv[27], sys.argv[28]))
 PY
 kill "$SPID"; wait "$SPID" 2>/dev/null || true
+
+# ---- 5. the waiting room (perf/room.sh, which runs alone too): its own service ------------
+say ""
+RES="$RES" RES_APPEND=1 DURATION="$DURATION" CONNS="$CONNS" BIN="$BIN" sh perf/room.sh
 echo "results: $RES"

@@ -11,7 +11,9 @@
     room (INFO commandstats across one board request);
   - the page (tests/browser/board_room.mjs, chromium under the board's CSP) shows a room
     line right under the room's sale, none under a sale without a room, and a measured
-    passes-issued rate above zero while buyers join; screenshot build/browser/board-room.png.
+    passes-issued rate above zero while buyers join; screenshot build/browser/board-room.png;
+  - on a Redis Cluster, a bot-gated room's replay key and its room keys live on the node of
+    the voucher's slot.
 """
 
 import json
@@ -24,7 +26,7 @@ import harness as H
 from harness import check, eq
 
 from test_board import BROWSER_DIR, _browser_tools
-from test_room import buy, join, redis_ms, tokens_for
+from test_room import buy, join, redis_ms, solve, tokens_for
 
 
 def board_sales(srv):
@@ -133,4 +135,35 @@ def test_room_board_in_chromium():
           "room line: %r", parts)
     for k in ("queued", "issued", "used", "expired", "waiting"):
         check(parts[k].split(" ")[0].replace(",", "").isdigit(), "%s: %r", k, parts)
+    H.finish(srv)
+
+
+@H.timeout(200)
+def test_room_bot_gate_cluster_slot():
+    """On a Redis Cluster a bot-gated room's keys and its solved challenge's replay key
+    (seckill:pow:{id}:<mac>) live on the node of the voucher's slot: the join's SET NX
+    reaches it (the join succeeds, a replay is refused) and the key is found there."""
+    cluster = H.start_redis_cluster(replicas=0)
+    srv = H.start_server(cluster.url, name="inst-1", threads=2)
+    vid = H.create_seckill(srv, stock=3, waitingRoom={"admitPerSecond": 1000, "botGate": True})
+    node = cluster.node_for(H.k_voucher(vid))
+    uid = 7800001
+    tok = tokens_for(srv, [uid])[uid]
+    h = srv.http()
+    st, j = h.api("GET", "/seckill/challenge/%d" % vid, token=tok)
+    check(j["success"], "challenge: %r", j)
+    c, d = j["data"]["challenge"], j["data"]["difficulty"]
+    body = {"challenge": c, "solution": solve(c, d)}
+    st, j = join(h, vid, tok, body)
+    check(j["success"] and j["data"]["state"] == "admitted", "gated join on the cluster: %r", j)
+    pass_ = j["data"]["pass"]
+    st, j = join(h, vid, tok, body)
+    check(not j["success"] and j.get("code") == "CHALLENGE_REQUIRED", "replay: %r", j)
+    replay = "seckill:pow:{%d}:%s" % (vid, c.rsplit(".", 1)[1])
+    eq(cluster.node_for(replay).port, node.port, "node of the replay key")
+    eq(node.cmd("EXISTS", replay), 1, "the replay key on the voucher's node")
+    for k in ("seckill:room:{%d}" % vid, "seckill:room:issued:{%d}" % vid):
+        eq(node.cmd("EXISTS", k), 1, "%s on the voucher's node" % k)
+    st, j = buy(h, vid, tok, pass_)
+    check(j["success"], "order with the pass on the cluster: %r", j)
     H.finish(srv)
