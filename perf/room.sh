@@ -80,13 +80,7 @@ say "room poll     $1 polls: Redis commands sent per poll $POLL_SENT (EVALSHA $(
 # must not fall into one run and not the other).
 settle() {
     "$BIN" audit --data-dir "$D" --wait-drain 120 > /dev/null 2>&1 || true
-    $R bgrewriteaof > /dev/null
-    i=0
-    until $R info persistence | tr -d '\r' | grep -qx 'aof_rewrite_in_progress:0' &&
-          $R info persistence | tr -d '\r' | grep -qx 'aof_rewrite_scheduled:0'; do
-        i=$((i + 1)); [ $i -ge 1200 ] && break
-        sleep 0.1
-    done
+    aof_rewrite
 }
 # commandstats as "name calls" lines; the busiest names of a difference of two
 cstat() { $R info commandstats | tr -d '\r' | awk -F'[=,:]' '/^cmdstat_/ {sub(/^cmdstat_/, "", $1); print $1, $3}'; }

@@ -282,13 +282,7 @@ for rate in $SALE_RATES; do
     # redis-server (~40-140 ms here at 0.2-0.6 GB) and a child that takes a core for
     # seconds. A sale that meets one anyway shows it in its "redis stalls" line.
     f0=$(date +%s.%N)
-    $R bgrewriteaof > /dev/null
-    i=0
-    until $R info persistence | tr -d '\r' | grep -qx 'aof_rewrite_in_progress:0' &&
-          $R info persistence | tr -d '\r' | grep -qx 'aof_rewrite_scheduled:0'; do
-        i=$((i + 1)); [ $i -ge 1200 ] && break
-        sleep 0.1
-    done
+    aof_rewrite
     say "redis         before sale-$rate: AOF rewritten in $(python3 -c "import sys; print('%.1f' % (float(sys.argv[2]) - float(sys.argv[1])))" "$f0" "$(date +%s.%N)") s (fork $($R info stats | tr -d '\r' | awk -F: '$1 == "latest_fork_usec" {print $2}') us, base now $($R info persistence | tr -d '\r' | awk -F: '$1 == "aof_base_size" {printf "%.0f", $2 / 1048576}') MB)"
     set -- $(host_busy 2)
     say "host          before sale-$rate: $1% of the $(nproc) cores busy (steal $2%) with the service idle: the neighbours' share (above ~5%, the sale's p99 measures them too)"
