@@ -1,6 +1,7 @@
 -- grab.lua: wrk script for POST /voucher-order/seckill/<id>, a distinct user per request.
 -- Tokens come from `seckill tokens` (signed with the service's key, hashes in Redis), one
--- "<token> <user id>" line each, in the file named by TOKENS. Env: VOUCHER (id), TOKENS,
+-- "<token> <user id>" line each, in the file named by TOKENS; a third field, if the lines
+-- have one (perf/room_client.py passes), is sent as the x-seckill-pass header. Env: VOUCHER (id), TOKENS,
 -- WRK_THREADS. Each wrk thread takes its own residue class of the list, so no two
 -- requests share a user until the list is used up. The requests are formatted once, in
 -- init: request() only hands the next one out, so wrk's own CPU per request (it shares
@@ -20,14 +21,21 @@ end
 function init(args)
    local tid = tonumber(wrk.thread:get("tid")) or 0
    -- wrk.format once, around a marker; each request is then two concatenations
+   local first = io.lines(os.getenv("TOKENS"))() or ""
+   local with_pass = first:match("^%S+ %S+ %S+") ~= nil
    local tmpl = wrk.format("POST", "/voucher-order/seckill/" .. voucher,
-                           { authorization = "@@TOKEN@@" })
+                           { authorization = "@@TOKEN@@",
+                             ["x-seckill-pass"] = with_pass and "@@PASS@@" or nil })
    local pre, post = tmpl:match("^(.-)@@TOKEN@@(.*)$")
    local i = 0
    for line in io.lines(os.getenv("TOKENS")) do
       if i % nthreads == tid then
          nreqs = nreqs + 1
          reqs[nreqs] = pre .. line:sub(1, 32) .. post
+         if with_pass then   -- the headers' order is wrk's: the pass may come before the token
+            local pass = line:match("^%S+ %S+ (%S+)")
+            reqs[nreqs] = reqs[nreqs]:gsub("@@PASS@@", function() return pass end, 1)
+         end
       end
       i = i + 1
    end

@@ -66,3 +66,14 @@ thread_ticks() {
     cat /proc/"$1"/task/*/stat 2>/dev/null |
         awk -v re="$2" '{ n = $2; gsub(/[()]/, "", n); if (n ~ re) t += $14 + $15 } END { print t + 0 }'
 }
+# Rewrites the AOF of the redis-server that $R (the caller's redis-cli command) talks to,
+# and waits until the rewrite is over (at most 2 minutes).
+aof_rewrite() {
+    $R bgrewriteaof > /dev/null
+    i=0
+    until $R info persistence | tr -d '\r' | grep -qx 'aof_rewrite_in_progress:0' &&
+          $R info persistence | tr -d '\r' | grep -qx 'aof_rewrite_scheduled:0'; do
+        i=$((i + 1)); [ $i -ge 1200 ] && break
+        sleep 0.1
+    done
+}

@@ -20,6 +20,10 @@
 #                 consumer group rewound, timed from the first to the last row written
 #   4. ratios     grab / redis-benchmark -P16, sold out / nginx static, and a final
 #                 `seckill audit` of everything the run sold
+#   5. room       the waiting room's targets (perf/room.sh, on a service of its own; `sh
+#                 perf/room.sh` runs this part alone): Redis commands per poll, an order
+#                 with a pass vs. one without a room, a refusal without a pass, the sale's
+#                 p99 with 200,000 pollers vs. without, 1,000,000 queued buyers' memory
 # CPU time per request of the server and of redis-server comes from /proc/PID/stat over
 # each run. Results: stdout and build/perf/results.txt (docs/performance.md reads them); each
 # sale's timeline per 100 ms (latency, backlog, every thread's CPU and run-queue wait) in
@@ -278,13 +282,7 @@ for rate in $SALE_RATES; do
     # redis-server (~40-140 ms here at 0.2-0.6 GB) and a child that takes a core for
     # seconds. A sale that meets one anyway shows it in its "redis stalls" line.
     f0=$(date +%s.%N)
-    $R bgrewriteaof > /dev/null
-    i=0
-    until $R info persistence | tr -d '\r' | grep -qx 'aof_rewrite_in_progress:0' &&
-          $R info persistence | tr -d '\r' | grep -qx 'aof_rewrite_scheduled:0'; do
-        i=$((i + 1)); [ $i -ge 1200 ] && break
-        sleep 0.1
-    done
+    aof_rewrite
     say "redis         before sale-$rate: AOF rewritten in $(python3 -c "import sys; print('%.1f' % (float(sys.argv[2]) - float(sys.argv[1])))" "$f0" "$(date +%s.%N)") s (fork $($R info stats | tr -d '\r' | awk -F: '$1 == "latest_fork_usec" {print $2}') us, base now $($R info persistence | tr -d '\r' | awk -F: '$1 == "aof_base_size" {printf "%.0f", $2 / 1048576}') MB)"
     set -- $(host_busy 2)
     say "host          before sale-$rate: $1% of the $(nproc) cores busy (steal $2%) with the service idle: the neighbours' share (above ~5%, the sale's p99 measures them too)"
@@ -464,4 +462,8 @@ print("  where from: wrk = wrk -t2 -c%s -d%ss -s perf/grab.lua, a new signed tok
       "  nginx control: perf/nginx_sale.py right after each sale, the same bench (its lines above)" % (sys.argv[27], sys.argv[28]))
 PY
 kill "$SPID"; wait "$SPID" 2>/dev/null || true
+
+# ---- 5. the waiting room (perf/room.sh, which runs alone too): its own service ------------
+say ""
+RES="$RES" RES_APPEND=1 DURATION="$DURATION" CONNS="$CONNS" BIN="$BIN" sh perf/room.sh
 echo "results: $RES"

@@ -336,6 +336,7 @@ function sales(list, now) {
     cell(tr, controls(s, st, nowS), "ctl");
     tb.appendChild(tr);
     if (s.buckets > 1 && Array.isArray(s.perBucket)) tb.appendChild(bucketRow(s));
+    if (s.room) tb.appendChild(roomRow(s, now));
     tb.appendChild(totalsRow(s));
   }
   if (!list.length) {
@@ -530,6 +531,38 @@ function bucketRow(s) {
     t.className = "bk bk-transit";
     t.textContent = s.inTransit.toLocaleString() + " in transit";
     td.appendChild(t);
+  }
+  return tr;
+}
+
+/* A sale with a waiting room: a row with its queue (docs/waiting-room.md). The passes
+ * issued per second are measured here, from two board answers' issued counts. */
+let prevRooms = new Map();         /* sale id -> { t, issued } of the previous answer */
+function roomRow(s, now) {
+  const { tr, td } = subRow(s, "room", "roomOf");
+  const r = s.room, p = prevRooms.get(s.id);
+  let measured = null;
+  if (p && r.issued != null && now > p.t && r.issued >= p.issued)
+    measured = ((r.issued - p.issued) * 1000) / (now - p.t);
+  if (r.issued != null) prevRooms.set(s.id, { t: now, issued: r.issued });
+  const fig = (v) => (v == null ? "–" : v.toLocaleString());
+  const parts = [
+    ["head", "waiting room:"],
+    ["queued", fig(r.queued) + " queued"],
+    ["waiting", fig(r.waiting) + " waiting"],
+    ["rate", fig(r.admitPerSecond) + "/s admitted · " +
+      (measured == null ? "–" : fmtRate(measured)) + "/s passes issued"],
+    ["issued", fig(r.issued) + " passes issued"],
+    ["used", fig(r.used) + " used"],
+    ["expired", fig(r.expired) + " expired"],
+    ["wait", "wait " + (r.waitS == null ? "–" : fmtSpan(r.waitS))],
+  ];
+  for (const [k, t] of parts) {
+    const span = document.createElement("span");
+    span.className = k === "head" ? "rm-head" : "rm";
+    span.dataset.room = k;
+    span.textContent = t;
+    td.appendChild(span);
   }
   return tr;
 }

@@ -130,6 +130,11 @@ typedef struct board_sale {
     int paused;             /* bucket 0's hash has `paused` (api_sale.c) */
     int64_t totals[OUT__COUNT];   /* its answers by outcome, every instance's summed */
     int seen[OUT__COUNT];         /* outcomes the totals hash has */
+    int64_t begin;          /* bucket 0's begin (epoch s), for the room's release count */
+    int64_t room_r, room_ttl;   /* its waiting room (room_r > 0): passes/s, pass lifetime s */
+    int64_t room_gen[4];    /* room.lua's pass counts: room_g, room_gc, room_gp, room_go */
+    int64_t room_queued;    /* ZCARD of the room */
+    int room_queued_ok;
 } board_sale_t;
 
 /* One command's context: its sale and bucket (for a transfer log, and its units for a
@@ -177,6 +182,54 @@ static void put_review(sb_t *s, const board_sale_t *e)
         if (e->seen[o])
             sb_printf(s, "%s\"%s\":%lld", n++ ? "," : "", metrics_outcome_name((outcome_t)o),
                       (long long)e->totals[o]);
+    sb_puts(s, "}");
+}
+
+/* The places a room of `rate` per second has released `ms` after its begin (room.lua's
+ * floor(ms * rate / 1000), without overflow); 0 before it. */
+static int64_t released_by(int64_t rate, int64_t ms)
+{
+    return ms > 0 ? ms / 1000 * rate + ms % 1000 * rate / 1000 : 0;
+}
+
+/* ,"name":v, or nothing when the figure is unknown (the API sends no nulls). */
+static void put_known(sb_t *s, const char *name, int ok, int64_t v)
+{
+    if (ok)
+        sb_printf(s, ",\"%s\":%lld", name, (long long)v);
+}
+
+/* ,"room":{..} of a sale with a waiting room (docs/waiting-room.md); nothing for a sale
+ * without one. queued is the room's ZCARD (everyone holding a place, admitted or not);
+ * released the places the rate has let through so far, floor((now - begin) * R); waiting
+ * the rest, and waitS the wait of the last in line (waiting / R, plus the time to begin).
+ * issued counts the passes issued (room.lua counts each first issue by generation of the
+ * pass lifetime); used is the sale's buyers (every order on a room voucher carried a valid
+ * pass: the order gate, room.h). expired is the passes of generations older than the one
+ * before now's (all past their expiry) less every use, at least 0: a lower bound while
+ * passes are being issued (uses of newer passes are subtracted too), exact from two
+ * lifetimes after the last pass was issued. A figure Redis did not answer for is left out. */
+static void put_room(sb_t *s, const board_sale_t *e, int64_t now_ms)
+{
+    if (e->room_r <= 0)
+        return;
+    int64_t ttl_ms = (e->room_ttl > 0 ? e->room_ttl : 60) * 1000, begin_ms = e->begin * 1000;
+    int64_t released = released_by(e->room_r, now_ms - begin_ms);
+    int64_t waiting = e->room_queued > released ? e->room_queued - released : 0;
+    int64_t wait_ms = waiting * 1000 / e->room_r + (begin_ms > now_ms ? begin_ms - now_ms : 0);
+    /* the counts as of now's generation: room_g's may be one or more behind */
+    const int64_t *gn = e->room_gen;
+    int64_t ahead = now_ms / ttl_ms - gn[0];
+    int64_t old = gn[3] + (ahead >= 1 ? gn[2] : 0) + (ahead >= 2 ? gn[1] : 0);
+    int64_t expired = old - e->buyers;
+    sb_printf(s, ",\"room\":{\"admitPerSecond\":%lld,\"passTtlS\":%lld,\"released\":%lld,"
+              "\"issued\":%lld", (long long)e->room_r, (long long)(ttl_ms / 1000),
+              (long long)released, (long long)(gn[1] + gn[2] + gn[3]));
+    put_known(s, "queued", e->room_queued_ok, e->room_queued);
+    put_known(s, "waiting", e->room_queued_ok, waiting);
+    put_known(s, "waitS", e->room_queued_ok, (wait_ms + 999) / 1000);
+    put_known(s, "used", !e->buyers_bad, e->buyers);
+    put_known(s, "expired", !e->buyers_bad, expired > 0 ? expired : 0);
     sb_puts(s, "}");
 }
 
@@ -234,6 +287,7 @@ static void board_finish(board_req_t *b)
                                                 : ",\"replicasShort\":false");
             if (e->k > 1 && e->parts)
                 put_buckets(&s, e);
+            put_room(&s, e, (int64_t)clock_wall_ms());
             put_review(&s, e);
             sb_puts(&s, "}");
         }
@@ -296,14 +350,37 @@ static void on_insts(redisReply *rep, void *priv)
     board_unref(b);
 }
 
-/* A bucket's HMGET: stock (and for bucket 0 begin, end). A bucket Redis does not answer
- * for (its node is down), or that has no stock, makes the voucher's stock null: a partial
- * sum would look like a real figure. The rest of the board is still worth showing. */
+static void on_room_zcard(redisReply *rep, void *priv)
+{
+    board_sale_t *e = priv;
+    e->room_queued_ok = rep != NULL && rep->type == REDIS_REPLY_INTEGER;
+    e->room_queued = e->room_queued_ok ? (int64_t)rep->integer : 0;
+    board_unref(e->b);
+}
+
+/* A sale with a waiting room: ZCARD of the room, one command in the voucher's slot
+ * (nothing per order or per buyer; its pass counts came with the voucher's HMGET). */
+static void board_send_room(board_sale_t *e)
+{
+    char kz[64];
+    int lz = key_room(kz, sizeof kz, e->id);
+    if (lz < 0)
+        return;
+    const char *zc[2] = { "ZCARD", kz };
+    size_t zcl[2] = { 5, (size_t)lz };
+    e->b->pending++;
+    rds_command(e->b->r->w->rds, on_room_zcard, e, 2, zc, zcl);
+}
+
+/* A bucket's HMGET: stock (and for bucket 0 begin, end, paused and the room's settings
+ * and pass counts, which send the room's ZCARD). A bucket Redis does not answer for (its node is
+ * down), or that has no stock, makes the voucher's stock null: a partial sum would look
+ * like a real figure. The rest of the board is still worth showing. */
 static void on_hmget(redisReply *rep, void *priv)
 {
     board_part_t *p = priv;
     board_sale_t *e = p->s;
-    size_t want = p->bucket == 0 ? 4 : 1;
+    size_t want = p->bucket == 0 ? 10 : 1;
     int64_t v;
     if (e->sql) {
         /* SQL's figures (sql_job); Redis gave the window */
@@ -315,12 +392,23 @@ static void on_hmget(redisReply *rep, void *priv)
     } else {
         e->stock_bad = 1;
     }
-    if (p->bucket == 0 && rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements == 4) {
+    if (p->bucket == 0 && rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements == 10) {
         sb_puts(&e->when, "\"begin\":");
         put_num(&e->when, rep->element[1]);
         sb_puts(&e->when, ",\"end\":");
         put_num(&e->when, rep->element[2]);
         e->paused = is_str(rep->element[3]);
+        if (reply_i64(rep->element[4], &e->room_r) == 0 && e->room_r > 0 &&
+            reply_i64(rep->element[1], &e->begin) == 0) {
+            if (reply_i64(rep->element[5], &e->room_ttl) != 0)
+                e->room_ttl = 0;
+            for (int i = 0; i < 4; i++)
+                if (reply_i64(rep->element[6 + i], &e->room_gen[i]) != 0)
+                    e->room_gen[i] = 0;
+            board_send_room(e);
+        } else {
+            e->room_r = 0;
+        }
     }
     board_unref(e->b);
 }
@@ -544,14 +632,15 @@ static void board_send_sale(board_req_t *b, board_sale_t *s, board_part_t *parts
             s->stock_bad = s->buyers_bad = 1;
             continue;
         }
-        const char *hm[6] = { "HMGET", vk, "stock", "begin", "end", "paused" };
-        size_t hml[6] = { 5, (size_t)vl, 5, 5, 3, 6 };
+        const char *hm[12] = { "HMGET", vk, "stock", "begin", "end", "paused", "room_r",
+                               "room_ttl", "room_g", "room_gc", "room_gp", "room_go" };
+        size_t hml[12] = { 5, (size_t)vl, 5, 5, 3, 6, 6, 8, 6, 7, 7, 7 };
         const char *hl[2] = { "HLEN", byk };
         size_t hll[2] = { 4, (size_t)bl };
         const char *hg[2] = { "HGETALL", lk };
         size_t hgl[2] = { 7, (size_t)ll };
         b->pending += s->sql ? 1 : s->k > 1 ? 3 : 2;
-        rds_command(c, on_hmget, p, bk == 0 ? 6 : 3, hm, hml);
+        rds_command(c, on_hmget, p, bk == 0 ? 12 : 3, hm, hml);
         if (s->sql) {
             continue;
         }

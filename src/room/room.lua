@@ -19,6 +19,13 @@
 -- released = floor((now - begin) * room_r), the same on every instance, so no coordinator
 -- is needed: the member of rank k (0-based) is admitted once k < released.
 --
+-- Passes are counted for the sale board (api_board.c) when first issued, by the pass
+-- lifetime's generation of Redis's clock g = floor(now_ms / ttl_ms), in four fields of
+-- the voucher hash: room_g (the newest generation counted), room_gc (passes issued in it),
+-- room_gp (in the one before), room_go (in all older ones). A pass of a generation older
+-- than the one before now's has expired. Only a first issue writes them (one HMGET and
+-- one HSET inside this call): a poll stays one command.
+--
 -- Returns {state, rank, released, room_r, begin, now_ms, expires_ms}: state 0 waiting,
 -- 1 admitted, 2 sold out or ended (no more passes), 3 not queued (never joined, or the pass
 -- expired: joining again queues at the back); or {code} alone: 10 no such voucher, 11 no
@@ -61,6 +68,18 @@ if rank >= released then return {0, rank, released, r, begin, now_ms, 0} end
 local issued = now_ms
 if redis.call('HSETNX', KEYS[3], uid, now_ms) == 0 then
   issued = tonumber(redis.call('HGET', KEYS[3], uid))
+else
+  local c = redis.call('HMGET', KEYS[1], 'room_g', 'room_gc', 'room_gp', 'room_go')
+  local g = math.floor(now_ms / ttl)
+  local cg = tonumber(c[1]) or g
+  local gc, gp, go = tonumber(c[2]) or 0, tonumber(c[3]) or 0, tonumber(c[4]) or 0
+  if g == cg + 1 then
+    go, gp, gc = go + gp, gc, 0
+  elseif g > cg + 1 then
+    go, gp, gc = go + gp + gc, 0, 0
+  end
+  if g < cg then g = cg end   -- a clock step back: counted in the newest generation
+  redis.call('HSET', KEYS[1], 'room_g', g, 'room_gc', gc + 1, 'room_gp', gp, 'room_go', go)
 end
 if issued + ttl <= now_ms then return {3, rank, released, r, begin, now_ms, 0} end
 return {1, rank, released, r, begin, now_ms, issued + ttl}

@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""perf/room_client.py -- the waiting room's helpers for perf/room.sh.
+
+    room_client.py passes TOKENS KEY_FILE VOUCHER OUT
+        each "<token> <user id>" line of TOKENS (seckill tokens) as "<token> <user id> <pass>"
+        in OUT: a pass for that user and voucher, valid an hour, signed as pass.h lays it
+        out with the key derived from the token key in KEY_FILE (what the room issues);
+        perf/grab.lua sends the third field as x-seckill-pass
+    room_client.py polls PORT TOKENS VOUCHER N REDIS_SOCKET
+        N users of TOKENS join the voucher's room, then each polls it once: prints
+        "<polls> <commands sent> <EVALSHA calls> <commands in all>" over the polls alone
+        (INFO commandstats of the service's Redis; the script's inner commands are counted
+        apart, as MONITOR would show them); the commands by name go to stderr
+"""
+import hashlib
+import hmac
+import http.client
+import json
+import subprocess
+import sys
+import time
+
+PASS_LABEL = b"seckill waiting-room pass v1"
+# what room.lua runs inside its one EVALSHA (not sent by a client)
+INNER = {"hmget", "time", "zscore", "zrank", "hsetnx", "hget", "hset", "hincrby", "zadd",
+         "hdel", "zrem"}
+
+
+def passes(tokens, key_file, voucher, out):
+    with open(key_file, "rb") as f:
+        pk = hmac.new(f.read().rstrip(b" \t\r\n"), PASS_LABEL, hashlib.sha256).digest()
+    exp = int(time.time() * 1000) + 3600 * 1000
+    with open(tokens) as src, open(out, "w") as dst:
+        for line in src:
+            tok, uid = line.split()[:2]
+            body = "%s.%s.%d" % (uid, voucher, exp)
+            mac = hmac.new(pk, body.encode(), hashlib.sha256).digest()[:16].hex()
+            dst.write("%s %s %s.%s\n" % (tok, uid, body, mac))
+
+
+def stats(sock):
+    out = subprocess.run(["redis-cli", "-s", sock, "info", "commandstats"], check=True,
+                         capture_output=True, text=True).stdout
+    calls = {}
+    for ln in out.splitlines():
+        if ln.startswith("cmdstat_"):
+            name = ln.split(":")[0][len("cmdstat_"):]
+            calls[name] = int(ln.split("calls=")[1].split(",")[0])
+    return calls
+
+
+def polls(port, tokens, voucher, n, sock):
+    toks = [ln.split()[0] for _, ln in zip(range(n), open(tokens))]
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+
+    def call(method, tok):
+        c.request(method, "/seckill/queue/%s" % voucher, body="{}" if method == "POST" else None,
+                  headers={"authorization": tok, "content-type": "application/json"})
+        j = json.loads(c.getresponse().read())
+        if not j.get("success"):
+            sys.exit("room_client: %s /seckill/queue/%s: %r" % (method, voucher, j))
+    for t in toks:
+        call("POST", t)
+    s0 = stats(sock)
+    for t in toks:
+        call("GET", t)
+    s1 = stats(sock)
+    d = {k: v - s0.get(k, 0) for k, v in s1.items() if k not in ("info", "config")}
+    sent = sum(v for k, v in d.items() if k not in INNER)
+    print("room_client: commands over the polls: %s" % " ".join(
+        "%s=%d" % kv for kv in sorted(d.items()) if kv[1]), file=sys.stderr)
+    print(len(toks), sent, d.get("evalsha", 0), sum(d.values()))
+
+
+if __name__ == "__main__":
+    a = sys.argv[1:]
+    if a[:1] == ["passes"] and len(a) == 5:
+        passes(*a[1:])
+    elif a[:1] == ["polls"] and len(a) == 6:
+        polls(int(a[1]), a[2], a[3], int(a[4]), a[5])
+    else:
+        sys.exit(__doc__)
