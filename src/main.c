@@ -19,7 +19,7 @@
 #include "sale/order_mode.h"
 #include "server/server.h"
 
-#define SECKILL_VERSION "0.2.0"
+#define SECKILL_VERSION "0.3.0"
 
 static void usage(FILE *f)
 {
