@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""perf/timeout_wave.py -- the payment timeout's sweep rate: N unpaid orders whose
+deadlines pass together (docs/lifecycle.md, "Payment timeout").
+
+    python3 perf/timeout_wave.py [--orders N] [--bound S] [--min-rate R] [BINARY]
+
+Starts `seckill serve` on its embedded default (private redis-server + SQLite, a temp data
+dir) with --pay-timeout-s 3600, sells N units to N buyers with `seckill bench` (every order
+in SQL when it returns), stops the server and starts it again with --pay-timeout-s 1: every
+order is then past its deadline at once. Prints how long the order writer took, from the
+start of the process, until Redis had timed out all N (the voucher's `returned` = N: the
+sweep's rate, the figure the target is about), and until SQL had all N at status 4 (the
+writer applying the `t` events). Exit status 1 when the sweep's rate is below --min-rate
+(10,000 orders/s) or the wave did not finish within --bound seconds, 2 when it could not
+run.
+"""
+import argparse
+import json
+import os
+import shutil
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+class Server:
+    def __init__(self, binary, d, log, timeout_s):
+        self.port = free_port()
+        self.url = "http://127.0.0.1:%d" % self.port
+        self.started = time.time()
+        self.p = subprocess.Popen([binary, "serve", "--data-dir", d, "--listen",
+                                   "127.0.0.1:%d" % self.port, "--log-level", "warn",
+                                   "--pay-timeout-s", str(timeout_s)],
+                                  stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 30
+        while True:
+            if self.p.poll() is not None:
+                sys.exit("timeout_wave: serve exited (%d)" % self.p.returncode)
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=1) as r:
+                    if b'"success":true' in r.read():
+                        break
+            except OSError:
+                pass
+            if time.time() > deadline:
+                sys.exit("timeout_wave: serve not healthy")
+            time.sleep(0.05)
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.terminate()
+            try:
+                self.p.wait(30)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+
+
+def redis(d, *args):
+    r = subprocess.run(["redis-cli", "-s", os.path.join(d, "redis", "redis.sock")] +
+                       [str(a) for a in args], capture_output=True, text=True, timeout=10)
+    return r.stdout.strip()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--orders", type=int, default=100000)
+    ap.add_argument("--bound", type=float, default=60,
+                    help="seconds the wave may take from the restart (Redis and SQL)")
+    ap.add_argument("--min-rate", type=float, default=10000)
+    ap.add_argument("binary", nargs="?", default="build/seckill")
+    a = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="skwave.")
+    d = os.path.join(tmp, "data")
+    log = open(os.path.join(tmp, "serve.log"), "w")
+    srv = None
+    try:
+        srv = Server(a.binary, d, log, 3600)
+        js = os.path.join(tmp, "bench.json")
+        r = subprocess.run([a.binary, "bench", "--target", srv.url, "--data-dir", d,
+                            "--seed-tokens", "--users", str(a.orders), "--stock",
+                            str(a.orders), "--dup", "0", "--burst-share", "0", "--quiet",
+                            "--json", js], capture_output=True, text=True, timeout=600)
+        if r.returncode != 0:
+            print(r.stdout[-2000:], r.stderr[-2000:])
+            sys.exit("timeout_wave: bench failed (%d)" % r.returncode)
+        with open(js) as f:
+            b = json.load(f)
+        vid, n = b["voucher"], b["outcomes"]["success"]
+        print("timeout_wave: %d orders of voucher %d sold and in SQL" % (n, vid), flush=True)
+        srv.stop()
+        time.sleep(1.1)   # the restart's --pay-timeout-s 1 has every order past it
+        srv = Server(a.binary, d, log, 1)
+        t0 = srv.started
+        vkey = "seckill:voucher:{%d}" % vid
+        db = sqlite3.connect(os.path.join(d, "seckill.db"), timeout=30)
+        q = "select count(*) from tb_voucher_order where voucher_id=? and status=4"
+        t_redis = t_sql = None
+        first = None
+        while time.time() - t0 < a.bound and (t_redis is None or t_sql is None):
+            if t_redis is None:
+                ret = int(redis(d, "HGET", vkey, "returned") or 0)
+                if ret and first is None:
+                    first = time.time() - t0
+                if ret >= n:
+                    t_redis = time.time() - t0
+            if t_redis is not None and t_sql is None and db.execute(q, (vid,)).fetchone()[0] >= n:
+                t_sql = time.time() - t0
+            time.sleep(0.02)
+        db.close()
+        if t_redis is None or t_sql is None:
+            print("timeout_wave: not done within %.0f s (Redis %s, SQL %s)" % (
+                a.bound, t_redis, t_sql))
+            return 1
+        rate = n / t_redis
+        print("timeout_wave: %d orders timed out in Redis %.2f s after the start "
+              "(first at %.2f s): %.0f orders/s; in SQL (status 4) after %.2f s: %.0f "
+              "orders/s" % (n, t_redis, first, rate, t_sql, n / t_sql))
+        if rate < a.min_rate:
+            print("timeout_wave: below %.0f orders/s" % a.min_rate)
+            return 1
+        return 0
+    finally:
+        if srv:
+            srv.stop()
+        log.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
