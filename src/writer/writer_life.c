@@ -156,6 +156,8 @@ static int lkeys_fill(lkeys_t *k, const char *tag)
                : 0;
 }
 
+#define CALL_CURSOR 9             /* the cursor's place in an expire call's arguments */
+
 /* An expire call being built: its orders' decimal ids (argv points into dec until the
  * call is appended). */
 typedef struct expire_call {
@@ -178,7 +180,7 @@ static void call_begin(writer_t *wr, expire_call_t *c, const lkeys_t *k)
     writer_args(wr, &c->n, k->ks);
     writer_args(wr, &c->n, k->kcur);
     writer_args(wr, &c->n, "expire");
-    writer_args(wr, &c->n, "");   /* the cursor: call_end sets it */
+    writer_args(wr, &c->n, "");   /* the cursor (argument CALL_CURSOR): call_end sets it */
 }
 
 static void call_add(writer_t *wr, expire_call_t *c, int64_t oid, int64_t uid)
@@ -196,8 +198,8 @@ static void call_add(writer_t *wr, expire_call_t *c, int64_t oid, int64_t uid)
 /* Appends the call, moving the cursor to cursor ("" keeps it). */
 static void call_end(writer_t *wr, expire_call_t *c, const char *cursor)
 {
-    wr->argv[9] = cursor;
-    wr->argvlen[9] = strlen(cursor);
+    wr->argv[CALL_CURSOR] = cursor;
+    wr->argvlen[CALL_CURSOR] = strlen(cursor);
     /* the pairs last: dec may have moved while they were added */
     for (size_t i = 0; i < 2 * c->orders; i++)
         writer_args(wr, &c->n, c->dec[i]);
@@ -322,21 +324,22 @@ static int sweep_stream(writer_t *wr, wstream_t *s, const char *end, uint64_t un
             return -1;
         if (cur[0])
             strcpy(s->paysweep, cur);   /* ours, or a sweeper's ahead of us */
-        if (r->elements < SWEEP_PAGE || clock_mono_ms() >= until || stopping(wr))
+        if (!last || r->elements < SWEEP_PAGE || clock_mono_ms() >= until || stopping(wr))
             return 0;
     }
 }
 
 /* The backstop: unpaid orders SQL has that were created before now - timeout - 1, read by
  * primary key after wr->scan_id (order ids begin with their creation second, orderid.h),
- * SCAN_MAX a pass, each run through life.lua expire on its buyer's bucket; a pass that
+ * SCAN_MAX a page, each run through life.lua expire on its buyer's bucket; a page that
  * reaches the bound moves the cursor to it, so a row is read once per process life. One
  * Redis only: on a cluster a sub-writer's connection reaches its own node's slots alone
- * (docs/lifecycle.md). 0, or -1 when the connection was lost. */
+ * (docs/lifecycle.md). 0 (*full: the page was full), or -1 when the connection was lost. */
 #define SCAN_MAX 256
-static int scan_sql(writer_t *wr)
+static int scan_page(writer_t *wr, int *full)
 {
     char err[512] = "";
+    *full = 0;
     if (!wr->st && !(wr->st = store_open(wr->app->db_url, wr->sql_timeout_ms, err, sizeof err)))
         return 0;   /* SQL down: the next pass */
     int64_t before = (int64_t)time(NULL) - wr->app->cfg.pay_timeout_s - 1 - ORDERID_EPOCH;
@@ -369,13 +372,28 @@ static int scan_sql(writer_t *wr)
         call_end(wr, &c, "");
         sent++;
     }
-    if (i == n)
-        wr->scan_id = n == SCAN_MAX ? o[n - 1].id : (before << 32) - 1;
-    else if (i > 0)
+    if (i == n) {
+        *full = n == SCAN_MAX;
+        wr->scan_id = *full ? o[n - 1].id : (before << 32) - 1;
+    } else if (i > 0) {
         wr->scan_id = o[i - 1].id;
+    }
     free(o);
     free(c.dec);
     return expire_answers(wr, sent, "SQL scan", NULL) < 0 ? -1 : 0;
+}
+
+/* The backstop's pass: pages while they come full, for at most SWEEP_BUDGET_MS. */
+static int scan_sql(writer_t *wr)
+{
+    uint64_t until = clock_mono_ms() + SWEEP_BUDGET_MS;
+    int full = 1;
+    while (full && !stopping(wr))
+        if (scan_page(wr, &full) != 0)
+            return -1;
+        else if (clock_mono_ms() >= until)
+            break;
+    return 0;
 }
 
 int writer_life_sweep(writer_t *wr)
