@@ -36,12 +36,12 @@ def free_port():
 
 
 class Server:
-    def __init__(self, binary, d, log, timeout_s):
+    def __init__(self, binary, d, log, timeout_s, level="warn"):
         self.port = free_port()
         self.url = "http://127.0.0.1:%d" % self.port
         self.started = time.time()
         self.p = subprocess.Popen([binary, "serve", "--data-dir", d, "--listen",
-                                   "127.0.0.1:%d" % self.port, "--log-level", "warn",
+                                   "127.0.0.1:%d" % self.port, "--log-level", level,
                                    "--pay-timeout-s", str(timeout_s)],
                                   stdout=log, stderr=subprocess.STDOUT)
         deadline = time.time() + 30
@@ -80,6 +80,8 @@ def main():
     ap.add_argument("--bound", type=float, default=60,
                     help="seconds the wave may take from the restart (Redis and SQL)")
     ap.add_argument("--min-rate", type=float, default=10000)
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the temp dir (its serve.log: the restart's at level info)")
     ap.add_argument("binary", nargs="?", default="build/seckill")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="skwave.")
@@ -102,7 +104,7 @@ def main():
         print("timeout_wave: %d orders of voucher %d sold and in SQL" % (n, vid), flush=True)
         srv.stop()
         time.sleep(1.1)   # the restart's --pay-timeout-s 1 has every order past it
-        srv = Server(a.binary, d, log, 1)
+        srv = Server(a.binary, d, log, 1, "info" if a.keep else "warn")
         t0 = srv.started
         vkey = "seckill:voucher:{%d}" % vid
         db = sqlite3.connect(os.path.join(d, "seckill.db"), timeout=30)
@@ -136,7 +138,10 @@ def main():
         if srv:
             srv.stop()
         log.close()
-        shutil.rmtree(tmp, ignore_errors=True)
+        if a.keep:
+            print("timeout_wave: kept %s" % tmp)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -48,8 +48,10 @@ local function event(kind, oid, uid, ts, ep)
              kind .. ' ' .. oid .. ' ' .. uid .. ' ' .. ts .. ' ' .. (ep or '0'))
 end
 
--- cancel or expire (kind c or t) of order oid of user uid
-local function stop(kind, oid, uid)
+-- cancel or expire (kind c or t) of order oid of user uid; v: the voucher's stock and ep
+-- (HMGET), ts: the decision's second. 0 decided now (the caller gives the unit back), else
+-- the answer as above.
+local function stop(kind, oid, uid, v, ts)
   local st = redis.call('HGET', KEYS[3], oid)
   if st then
     local _, _, owner = string.match(st, '^(%a) (%d+) (%d+)$')
@@ -57,17 +59,21 @@ local function stop(kind, oid, uid)
     if string.sub(st, 1, 1) == 'p' then return 2 end
     return 1
   end
-  local v = redis.call('HMGET', KEYS[1], 'stock', 'ep')
   if not v[1] then return 5 end
   -- an order still unpaid: its buyer hash names it (an order a rebuild from SQL brought
   -- back has its buyer there too)
   if redis.call('HGET', KEYS[2], uid) ~= oid then return 3 end
-  local ts = redis.call('TIME')[1]
   redis.call('HSET', KEYS[3], oid, kind .. ' ' .. ts .. ' ' .. uid)
-  redis.call('HINCRBY', KEYS[1], 'stock', 1)
-  redis.call('HINCRBY', KEYS[1], 'returned', 1)
   event(kind, oid, uid, ts, v[2])
   return 0
+end
+
+-- n units back in the bucket's stock
+local function give_back(n)
+  if n > 0 then
+    redis.call('HINCRBY', KEYS[1], 'stock', n)
+    redis.call('HINCRBY', KEYS[1], 'returned', n)
+  end
 end
 
 -- "<ms>-<seq>" as two numbers, for the cursor's comparison
@@ -76,11 +82,14 @@ local function idpair(id)
   return tonumber(ms or -1), tonumber(seq or -1)
 end
 
+local v = redis.call('HMGET', KEYS[1], 'stock', 'ep')
+local ts = redis.call('TIME')[1]
 if op == 'expire' then
   local n = 0
   for i = 3, #ARGV, 2 do
-    if stop('t', ARGV[i], ARGV[i + 1]) == 0 then n = n + 1 end
+    if stop('t', ARGV[i], ARGV[i + 1], v, ts) == 0 then n = n + 1 end
   end
+  give_back(n)
   local cur = redis.call('GET', KEYS[5])
   if ARGV[2] ~= '' then
     local am, as = idpair(ARGV[2])
@@ -94,7 +103,11 @@ if op == 'expire' then
 end
 
 local oid, uid = ARGV[2], ARGV[3]
-if op == 'cancel' then return stop('c', oid, uid) end
+if op == 'cancel' then
+  local rc = stop('c', oid, uid, v, ts)
+  if rc == 0 then give_back(1) end
+  return rc
+end
 
 -- pay
 local fp = oid .. '/' .. ARGV[4]
@@ -106,17 +119,14 @@ if st then
   if owner ~= uid then return 3 end
   -- a payment for an order that cannot take it: refunded
   if kind == 'c' or kind == 't' then
-    local ts = redis.call('TIME')[1]
     redis.call('HSET', KEYS[3], oid, 'r ' .. ts .. ' ' .. uid)
-    event('r', oid, uid, ts, redis.call('HGET', KEYS[1], 'ep'))
+    event('r', oid, uid, ts, v[2])
   end
   redis.call('HSET', KEYS[3], fp, 2)
   return 2
 end
-local v = redis.call('HMGET', KEYS[1], 'stock', 'ep')
 if not v[1] then return 5 end
 if redis.call('HGET', KEYS[2], uid) ~= oid then return 3 end
-local ts = redis.call('TIME')[1]
 redis.call('HSET', KEYS[3], oid, 'p ' .. ts .. ' ' .. uid, fp, 0)
 event('p', oid, uid, ts, v[2])
 return 0

@@ -46,7 +46,8 @@
 #define EVENT_WAIT_S 3600
 #define SWEEP_PAGE 200            /* stream entries read per XRANGE */
 #define SWEEP_CALL_ORDERS 256     /* orders per expire call (its time inside Redis) */
-#define SWEEP_BUDGET_MS 250       /* a pass gives the batches the writer back after this */
+#define SWEEP_BUDGET_MS 250       /* a pass gives the batches the writer back after this
+                                   * (the SQL scan and the streams, each) */
 #define SWEEP_AFTER_S 86400       /* a sale this long past end + timeout is not swept */
 
 int writer_life_parse(writer_t *wr, wentry_t *e, const redisReply *fields)
@@ -255,7 +256,8 @@ static int cursor_load(writer_t *wr, wstream_t *s, const lkeys_t *k)
 }
 
 /* Sweeps stream s up to entry id end ("<ms>"): a page at a time while pages come full and
- * the pass's time lasts (until). 0, or -1 when the connection was lost. */
+ * the pass's time lasts (until). 0, 1 when the time ran out with more due, or -1 when the
+ * connection was lost. */
 static int sweep_stream(writer_t *wr, wstream_t *s, const char *end, uint64_t until,
                         expire_call_t *c)
 {
@@ -324,8 +326,10 @@ static int sweep_stream(writer_t *wr, wstream_t *s, const char *end, uint64_t un
             return -1;
         if (cur[0])
             strcpy(s->paysweep, cur);   /* ours, or a sweeper's ahead of us */
-        if (!last || r->elements < SWEEP_PAGE || clock_mono_ms() >= until || stopping(wr))
+        if (!last || r->elements < SWEEP_PAGE || stopping(wr))
             return 0;
+        if (clock_mono_ms() >= until)
+            return 1;
     }
 }
 
@@ -356,19 +360,37 @@ static int scan_page(writer_t *wr, int *full)
         log_warn("writer: payment timeout scan: %s", store_errmsg(wr->st));
         return 0;
     }
+    /* one call per run of orders on the same bucket */
     expire_call_t c = {0};
     size_t sent = 0, i = 0;
+    char tag[48], open_tag[48] = "";
+    lkeys_t keys;
+    int64_t last_vid = 0;
+    int k = 1;
     for (; i < n; i++) {
-        int k = 1;
-        char tag[48];
-        lkeys_t keys;
-        if (store_voucher_buckets(wr->st, o[i].voucher_id, &k) != STORE_OK)
-            break;   /* SQL failed: this order and the rest next pass */
+        if (o[i].voucher_id != last_vid) {
+            k = 1;
+            if (store_voucher_buckets(wr->st, o[i].voucher_id, &k) != STORE_OK)
+                break;   /* SQL failed: this order and the rest next pass */
+            last_vid = o[i].voucher_id;
+        }
         int b = buckets_home(o[i].user_id, k);
-        if (key_btag(tag, sizeof tag, o[i].voucher_id, b, k) < 0 || lkeys_fill(&keys, tag) != 0)
+        if (key_btag(tag, sizeof tag, o[i].voucher_id, b, k) < 0)
             continue;
-        call_begin(wr, &c, &keys);
+        if (strcmp(tag, open_tag) != 0) {
+            if (open_tag[0]) {
+                call_end(wr, &c, "");
+                sent++;
+            }
+            open_tag[0] = '\0';
+            if (lkeys_fill(&keys, tag) != 0)
+                continue;
+            strcpy(open_tag, tag);
+            call_begin(wr, &c, &keys);
+        }
         call_add(wr, &c, o[i].id, o[i].user_id);
+    }
+    if (open_tag[0]) {
         call_end(wr, &c, "");
         sent++;
     }
@@ -383,16 +405,16 @@ static int scan_page(writer_t *wr, int *full)
     return expire_answers(wr, sent, "SQL scan", NULL) < 0 ? -1 : 0;
 }
 
-/* The backstop's pass: pages while they come full, for at most SWEEP_BUDGET_MS. */
-static int scan_sql(writer_t *wr)
+/* The backstop's pass: pages while they come full, until until. 0, 1 when the time ran
+ * out with more to read, or -1 when the connection was lost. */
+static int scan_sql(writer_t *wr, uint64_t until)
 {
-    uint64_t until = clock_mono_ms() + SWEEP_BUDGET_MS;
     int full = 1;
     while (full && !stopping(wr))
         if (scan_page(wr, &full) != 0)
             return -1;
-        else if (clock_mono_ms() >= until)
-            break;
+        else if (full && clock_mono_ms() >= until)
+            return 1;
     return 0;
 }
 
@@ -402,26 +424,39 @@ int writer_life_sweep(writer_t *wr)
         return 0;
     int64_t now = (int64_t)time(NULL);
     uint64_t mono = clock_mono_ms();
+    int more = 0, rc = 0;
     if (!wr->node_mode && !wr->cluster && mono >= wr->scan_at) {
-        /* every quarter of the timeout, 1 s to 60 s */
+        /* every quarter of the timeout, 1 s to 60 s; at once again while pages come full */
         int every = wr->app->cfg.pay_timeout_s * 250;
         wr->scan_at = mono + (uint64_t)(every < 1000 ? 1000 : every > 60000 ? 60000 : every);
-        if (scan_sql(wr) != 0)
+        rc = scan_sql(wr, mono + SWEEP_BUDGET_MS);
+        if (rc < 0)
             return -1;
+        if (rc > 0)
+            wr->scan_at = 0;
+        more = rc;
+        mono = clock_mono_ms();
     }
     /* an entry of millisecond <= end is past its deadline */
     char end[32];
     snprintf(end, sizeof end, "%lld",
              (long long)((int64_t)clock_wall_ms() - (int64_t)wr->app->cfg.pay_timeout_s * 1000));
     expire_call_t c = {0};
-    int rc = 0;
-    for (size_t si = 0; si < wr->nstreams && !stopping(wr) && rc == 0; si++) {
+    rc = 0;
+    for (size_t si = 0; si < wr->nstreams && !stopping(wr) && rc >= 0; si++) {
         wstream_t *s = &wr->streams[si];
         /* every deadline is at most the sale's end + the timeout */
         if (s->vknown && now > s->vend + wr->app->cfg.pay_timeout_s + SWEEP_AFTER_S)
             continue;
         rc = sweep_stream(wr, s, end, mono + SWEEP_BUDGET_MS, &c);
+        more |= rc > 0;
     }
     free(c.dec);
-    return rc;
+    if (rc < 0)
+        return -1;
+    /* more due than one pass's time: the next pass after the writer's next batch (a wave of
+     * deadlines shares the writer with the orders and the events it makes, half and half) */
+    if (more)
+        wr->due_at = 0;
+    return 0;
 }
