@@ -10,13 +10,15 @@ in SQL when it returns), stops the server and starts it again with --pay-timeout
 order is then past its deadline at once. Prints how long the order writer took, from the
 start of the process, until Redis had timed out all N (the voucher's `returned` = N: the
 sweep's rate, the figure the target is about), and until SQL had all N at status 4 (the
-writer applying the `t` events). Exit status 1 when the sweep's rate is below --min-rate
+writer applying the `t` events); and how many the stream sweep decided and how many the
+SQL backstop did (the restarted server's info log). Exit status 1 when the sweep's rate is below --min-rate
 (10,000 orders/s) or the wave did not finish within --bound seconds, 2 when it could not
 run.
 """
 import argparse
 import json
 import os
+import re
 import shutil
 import socket
 import sqlite3
@@ -104,7 +106,9 @@ def main():
         print("timeout_wave: %d orders of voucher %d sold and in SQL" % (n, vid), flush=True)
         srv.stop()
         time.sleep(1.1)   # the restart's --pay-timeout-s 1 has every order past it
-        srv = Server(a.binary, d, log, 1, "info" if a.keep else "warn")
+        log.flush()
+        log_at = log.tell()
+        srv = Server(a.binary, d, log, 1, "info")
         t0 = srv.started
         vkey = "seckill:voucher:{%d}" % vid
         db = sqlite3.connect(os.path.join(d, "seckill.db"), timeout=30)
@@ -130,6 +134,17 @@ def main():
         print("timeout_wave: %d orders timed out in Redis %.2f s after the start "
               "(first at %.2f s): %.0f orders/s; in SQL (status 4) after %.2f s: %.0f "
               "orders/s" % (n, t_redis, first, rate, t_sql, n / t_sql))
+        # who decided them: the stream sweep or the SQL backstop (the writer's info lines)
+        by = {"stream": 0, "SQL scan": 0}
+        log.flush()
+        with open(os.path.join(tmp, "serve.log")) as f:
+            f.seek(log_at)
+            for ln in f:
+                m = re.search(r"writer: (.*): (\d+) unpaid orders timed out", ln)
+                if m:
+                    by["SQL scan" if m.group(1) == "SQL scan" else "stream"] += int(m.group(2))
+        print("timeout_wave: decided by the stream sweep %d, by the SQL backstop %d" % (
+            by["stream"], by["SQL scan"]))
         if rate < a.min_rate:
             print("timeout_wave: below %.0f orders/s" % a.min_rate)
             return 1

@@ -424,25 +424,13 @@ int writer_life_sweep(writer_t *wr)
         return 0;
     int64_t now = (int64_t)time(NULL);
     uint64_t mono = clock_mono_ms();
-    int more = 0, rc = 0;
-    if (!wr->node_mode && !wr->cluster && mono >= wr->scan_at) {
-        /* every quarter of the timeout, 1 s to 60 s; at once again while pages come full */
-        int every = wr->app->cfg.pay_timeout_s * 250;
-        wr->scan_at = mono + (uint64_t)(every < 1000 ? 1000 : every > 60000 ? 60000 : every);
-        rc = scan_sql(wr, mono + SWEEP_BUDGET_MS);
-        if (rc < 0)
-            return -1;
-        if (rc > 0)
-            wr->scan_at = 0;
-        more = rc;
-        mono = clock_mono_ms();
-    }
-    /* an entry of millisecond <= end is past its deadline */
+    /* the streams first: they hold every order Redis knows; an entry of millisecond <= end
+     * is past its deadline */
     char end[32];
     snprintf(end, sizeof end, "%lld",
              (long long)((int64_t)clock_wall_ms() - (int64_t)wr->app->cfg.pay_timeout_s * 1000));
     expire_call_t c = {0};
-    rc = 0;
+    int more = 0, rc = 0;
     for (size_t si = 0; si < wr->nstreams && !stopping(wr) && rc >= 0; si++) {
         wstream_t *s = &wr->streams[si];
         /* every deadline is at most the sale's end + the timeout */
@@ -454,6 +442,18 @@ int writer_life_sweep(writer_t *wr)
     free(c.dec);
     if (rc < 0)
         return -1;
+    mono = clock_mono_ms();
+    if (!wr->node_mode && !wr->cluster && mono >= wr->scan_at) {
+        /* every quarter of the timeout, 1 s to 60 s; at once again while pages come full */
+        int every = wr->app->cfg.pay_timeout_s * 250;
+        wr->scan_at = mono + (uint64_t)(every < 1000 ? 1000 : every > 60000 ? 60000 : every);
+        rc = scan_sql(wr, mono + SWEEP_BUDGET_MS);
+        if (rc < 0)
+            return -1;
+        if (rc > 0)
+            wr->scan_at = 0;
+        more |= rc;
+    }
     /* more due than one pass's time: the next pass after the writer's next batch (a wave of
      * deadlines shares the writer with the orders and the events it makes, half and half) */
     if (more)
