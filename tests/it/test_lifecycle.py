@@ -542,3 +542,34 @@ def test_timeout_sweep_resumes_after_a_restart():
     H.wait_drained(srv, r, vid, 30)
     _audit(r, srv, vid, 3)
     H.finish(srv)
+
+
+def test_timeout_in_stock_buckets_on_a_cluster_node():
+    """A (one-node) Redis Cluster, a voucher in 4 stock buckets: the node's sub-writer
+    sweeps each bucket's stream; every unpaid order is timed out once, its unit back in its
+    home bucket, and each swept bucket keeps its own cursor."""
+    r = H.start_redis(extra=["--cluster-enabled", "yes", "--cluster-config-file",
+                             os.path.join(H.subdir("cl"), "nodes.conf")])
+    r.cmd("CLUSTER", "ADDSLOTSRANGE", "0", "16383")
+    H.wait_until(lambda: "cluster_state:ok" in r.cmd("CLUSTER", "INFO"), 20,
+                 what="the one-node cluster")
+    srv = H.start_server("redis+cluster://127.0.0.1:%d" % r.port,
+                         settings=_pay_settings({"pay-timeout-s": "2"}))
+    h = srv.http()
+    vid = H.create_seckill(srv, stock=8, http=h, stockBuckets=4)
+    toks = [H.login(srv, r, "136123458%02d" % i, h) for i in range(4)]
+    uids = H.user_ids(r, toks)
+    oids = [H.seckill(srv, t, vid, h)[1]["data"] for t in toks]
+    check(all(isinstance(o, int) for o in oids), "grabs: %r", oids)
+    db = srv.db()
+    H.wait_until(lambda: all(_status(db, o) == 4 for o in oids), 20,
+                 what="the 4 unpaid orders timed out")
+    homes = sorted(set(H.bucket_home(u, 4) for u in uids))
+    keys = [H.bucket_keys(vid, b, 4) for b in range(4)]
+    eq(sum(int(r.cmd("HGET", k["voucher"], "returned") or 0) for k in keys), 4,
+       "units returned over the buckets")
+    for b in homes:
+        cur = "seckill:paysweep:{%s}" % H.bucket_tag(vid, b, 4)
+        check(r.cmd("GET", cur) is not None, "bucket %d's cursor %s", b, cur)
+    H.wait_until(lambda: db.stock(vid) == 8, 20, what="SQL stock back to 8")
+    H.finish(srv)
