@@ -20,13 +20,14 @@ import json
 import os
 import re
 import shutil
-import socket
 import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from grab_ab import Server  # noqa: E402  (the same embedded-default server)
 
 
 def die(msg):
@@ -34,45 +35,13 @@ def die(msg):
     sys.exit(2)
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-class Server:
-    def __init__(self, binary, d, log, timeout_s, level="warn"):
-        self.port = free_port()
-        self.url = "http://127.0.0.1:%d" % self.port
-        self.started = time.time()
-        self.p = subprocess.Popen([binary, "serve", "--data-dir", d, "--listen",
-                                   "127.0.0.1:%d" % self.port, "--log-level", level,
-                                   "--pay-timeout-s", str(timeout_s)],
-                                  stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 30
-        while True:
-            if self.p.poll() is not None:
-                die("serve exited (%d)" % self.p.returncode)
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=1) as r:
-                    if b'"success":true' in r.read():
-                        break
-            except OSError:
-                pass
-            if time.time() > deadline:
-                die("serve not healthy")
-            time.sleep(0.05)
-
-    def stop(self):
-        if self.p.poll() is None:
-            self.p.terminate()
-            try:
-                self.p.wait(30)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
+def serve(binary, tmp, timeout_s, level):
+    """grab_ab's server (its data dir tmp/d0, its log tmp/serve0.log, rewritten)."""
+    try:
+        return Server("%s,--pay-timeout-s=%d,--log-level=%s" % (binary, timeout_s, level), tmp,
+                      0)
+    except SystemExit as e:
+        die(str(e.code))
 
 
 def redis(d, *args):
@@ -90,15 +59,14 @@ def main():
                     help="seconds to wait for SQL to have them all (reported, not judged)")
     ap.add_argument("--min-rate", type=float, default=10000)
     ap.add_argument("--keep", action="store_true",
-                    help="keep the temp dir (its serve.log: the restart's at level info)")
+                    help="keep the temp dir (serve0.log: the restart's, at level info)")
     ap.add_argument("binary", nargs="?", default="build/seckill")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="skwave.")
-    d = os.path.join(tmp, "data")
-    log = open(os.path.join(tmp, "serve.log"), "w")
+    d = os.path.join(tmp, "d0")
     srv = None
     try:
-        srv = Server(a.binary, d, log, 3600)
+        srv = serve(a.binary, tmp, 3600, "warn")
         js = os.path.join(tmp, "bench.json")
         r = subprocess.run([a.binary, "bench", "--target", srv.url, "--data-dir", d,
                             "--seed-tokens", "--users", str(a.orders), "--stock",
@@ -113,10 +81,9 @@ def main():
         print("timeout_wave: %d orders of voucher %d sold and in SQL" % (n, vid), flush=True)
         srv.stop()
         time.sleep(1.1)   # the restart's --pay-timeout-s 1 has every order past it
-        log.flush()
-        log_at = log.tell()
-        srv = Server(a.binary, d, log, 1, "info")
-        t0 = srv.started
+        srv = None
+        t0 = time.time()
+        srv = serve(a.binary, tmp, 1, "info")
         vkey = "seckill:voucher:{%d}" % vid
         db = sqlite3.connect(os.path.join(d, "seckill.db"), timeout=30)
         q = "select count(*) from tb_voucher_order where voucher_id=? and status=4"
@@ -153,9 +120,8 @@ def main():
                 in_sql, n, el, in_sql / el))
         # who decided them: the stream sweep or the SQL backstop (the writer's info lines)
         by = {"stream": 0, "SQL scan": 0}
-        log.flush()
-        with open(os.path.join(tmp, "serve.log")) as f:
-            f.seek(log_at)
+        srv.log.flush()
+        with open(os.path.join(tmp, "serve0.log")) as f:
             for ln in f:
                 m = re.search(r"writer: (.*): (\d+) unpaid orders timed out", ln)
                 if m:
@@ -169,7 +135,6 @@ def main():
     finally:
         if srv:
             srv.stop()
-        log.close()
         if a.keep:
             print("timeout_wave: kept %s" % tmp)
         else:
