@@ -196,9 +196,9 @@ int key_ostate_t(char *buf, size_t len, const char *tag)
     return KEY_STR(buf, len, "seckill:ostate:{", tag, "}");
 }
 
-int key_due_t(char *buf, size_t len, const char *tag)
+int key_paysweep_t(char *buf, size_t len, const char *tag)
 {
-    return KEY_STR(buf, len, "seckill:due:{", tag, "}");
+    return KEY_STR(buf, len, "seckill:paysweep:{", tag, "}");
 }
 
 int key_xfer_log(char *buf, size_t len, const char *tag)

@@ -105,10 +105,11 @@ int key_rebuild_buyers_t(char *buf, size_t len, const char *tag);
 int key_xfer_log(char *buf, size_t len, const char *tag);
 /* The order lifecycle's, per bucket (src/order/life.lua, docs/lifecycle.md):
  *   seckill:ostate:{tag}  hash orderId -> "<state> <ts> <userId>" of orders that left
- *                         status 1 (c cancelled, t timed out)
- *   seckill:due:{tag}     zset orderId by payment deadline */
+ *                         status 1 (c cancelled, t timed out, p paid, r refunded)
+ *   seckill:paysweep:{tag} string: the last entry of the bucket's stream whose orders the
+ *                         payment-deadline sweep has passed (the stream is the due index) */
 int key_ostate_t(char *buf, size_t len, const char *tag);
-int key_due_t(char *buf, size_t len, const char *tag);
+int key_paysweep_t(char *buf, size_t len, const char *tag);
 int key_xfer_applied(char *buf, size_t len, const char *tag);
 /* Parses a member "<id>.<b>.<K>" of seckill:streams (stock bucket b >= 1 of a voucher with
  * K buckets) of n bytes at z: 0 with *voucher_id, *bucket, *nbuckets set, or -1 if it is

@@ -187,24 +187,21 @@ static void on_script(redisReply *rep, void *priv)
 /* The voucher's bucket count known: life.lua on the buyer's home bucket (buckets.h). */
 static void run_script(cancel_t *c)
 {
-    char tag[48], kv[64], kb[64], kst[64], kdue[64], ks[64], oid[SB_DEC_MAX], uid[SB_DEC_MAX];
+    char tag[48], kv[64], kb[64], kst[64], ks[64], oid[SB_DEC_MAX], uid[SB_DEC_MAX];
     c->bucket = buckets_home(c->user_id, c->nbuckets);
     unsigned salt = c->bucket > 0 ? key_bsalt(c->voucher_id, c->bucket, c->nbuckets) : 0;
     if (key_btag_salt(tag, sizeof tag, c->voucher_id, c->bucket, salt) < 0 ||
         key_voucher_t(kv, sizeof kv, tag) < 0 || key_buyers_t(kb, sizeof kb, tag) < 0 ||
-        key_ostate_t(kst, sizeof kst, tag) < 0 || key_due_t(kdue, sizeof kdue, tag) < 0 ||
-        key_stream_t(ks, sizeof ks, tag) < 0) {
+        key_ostate_t(kst, sizeof kst, tag) < 0 || key_stream_t(ks, sizeof ks, tag) < 0) {
         finish(c, LIFE_NOTFOUND);
         return;
     }
     int lo = sb_dec(oid, c->order_id), lu = sb_dec(uid, c->user_id);
     const char *op = c->pay ? "pay" : "cancel";
-    const char *argv[12] = {"EVAL", script_life_lua, "5", kv, kb, kst, kdue, ks, op, oid, uid,
-                            c->pid};
-    size_t lens[12] = {4, strlen(script_life_lua), 1, strlen(kv), strlen(kb), strlen(kst),
-                       strlen(kdue), strlen(ks), strlen(op), (size_t)lo, (size_t)lu,
-                       strlen(c->pid)};
-    rds_command(c->w->rds, on_script, c, c->pay ? 12 : 11, argv, lens);
+    const char *argv[11] = {"EVAL", script_life_lua, "4", kv, kb, kst, ks, op, oid, uid, c->pid};
+    size_t lens[11] = {4, strlen(script_life_lua), 1, strlen(kv), strlen(kb), strlen(kst),
+                       strlen(ks), strlen(op), (size_t)lo, (size_t)lu, strlen(c->pid)};
+    rds_command(c->w->rds, on_script, c, c->pay ? 11 : 10, argv, lens);
 }
 
 static void on_buckets(redisReply *rep, void *priv)

@@ -584,7 +584,7 @@ static int handle_batch(writer_t *wr)
     if (!wr->rc)
         return -1;
     /* Only now, after the commit: acks (and dead letters), pipelined. */
-    size_t replies = writer_life_due(wr) + append_acks(wr);
+    size_t replies = append_acks(wr);
     for (size_t i = 0; i < wr->nents; i++)
         if (wr->ents[i].kind == E_DEAD) {
             writer_dead_append(wr, &wr->ents[i]);

@@ -7,7 +7,8 @@
  *   writer_sweep.c     the drained set: marking ended streams, its checks and the sweep
  *   writer_dead.c      dead letters: entries that can never be orders, moved aside
  *   writer_cluster.c   Redis Cluster: the supervisor and its sub-writers, one per master
- *   writer_life.c      lifecycle events (a cancelled order's status and unit) into SQL
+ *   writer_life.c      lifecycle events (a cancelled order's status and unit) into SQL;
+ *                      payment deadlines
  *
  * Everything here runs on the writer's own thread (a supervisor's on its own), one writer_t
  * each: no locks but mu/cv (writer_stop's wake-up) and the atomics. */
@@ -65,6 +66,8 @@ typedef struct wstream {
     int drained;                     /* in the drained set (added, or seen there) */
     int drained_known;               /* the drained set was read since the stream was added */
     uint64_t vlook_at;               /* drain check: no SQL look-up of the voucher before */
+    char paysweep[ENTRY_ID_MAX];     /* payment deadlines: the last entry swept ("": none) */
+    int paysweep_known;              /* ... read from seckill:paysweep:{tag} */
 } wstream_t;
 
 typedef struct wentry {
@@ -113,6 +116,7 @@ struct writer {
     uint64_t sweep_at;
     uint64_t due_at;                 /* writer_life_sweep: the next pass */
     uint64_t scan_at;                /* ... and its SQL scan's */
+    int64_t scan_id;                 /* ... which reads SQL's orders after this id */
     size_t sweep_next;               /* writer_sweep_run's round-robin position in streams */
     long long reg_card;              /* single Redis: members of seckill:streams at the last
                                       * full read (-1: none since the connection opened) */
@@ -227,12 +231,9 @@ int writer_life_parse(writer_t *wr, wentry_t *e, const redisReply *fields);
  * could not take becomes E_WAIT (not acked); one whose order never came, E_DEAD. Returns
  * how many became E_DEAD. */
 size_t writer_life_apply(writer_t *wr);
-/* --pay-timeout-s: appends one ZADD of the payment deadlines per stream of the batch's
- * committed orders (after writer_life_apply, before the acks); returns how many replies
- * to read. */
-size_t writer_life_due(writer_t *wr);
-/* Cancels the orders whose payment deadline passed (the due index of every stream this
- * writer knows whose sale may still have some): 0, or -1 when the connection was lost. */
+/* --pay-timeout-s: cancels the orders whose payment deadline passed (the entries of every
+ * stream this writer reads whose sale may still have some, from the sweep's cursor up to
+ * now - timeout): 0, or -1 when the connection was lost. */
 int writer_life_sweep(writer_t *wr);
 
 /* ---- writer_dead.c */

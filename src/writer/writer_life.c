@@ -13,14 +13,22 @@
  * it was queued (the order went to the dead letters or was fenced by a rebuild) goes to
  * the dead letters too.
  *
- * Payment deadlines (--pay-timeout-s): after a batch commits, its orders go into their
- * bucket's due index, seckill:due:{tag}, member "<orderId>:<userId>", score createTime +
- * timeout (createTime is the admission's second by Redis's clock) -- the grab itself pays
- * nothing for it. Every DUE_EVERY_MS the writer takes each stream's due members up to now
- * and runs life.lua's expire on each: an order still unpaid is cancelled there exactly as
- * its buyer would (state t, unit back, event t, applied by this same file), one paid or
- * cancelled meanwhile is only taken out of the index. With several instances every writer
- * sweeps; the script decides each order once. */
+ * Payment deadlines (--pay-timeout-s): the stream is the due index. Its entries are in
+ * admission order (an entry's id is its admission's millisecond by Redis's clock) and it
+ * is never trimmed, so the orders past their deadline are the entries from the sweep's
+ * cursor up to now - timeout. Every DUE_EVERY_MS the writer reads them (XRANGE, a page at
+ * a time) for each stream it reads and runs life.lua's expire on their orders: one still
+ * unpaid is cancelled there exactly as its buyer would cancel it (state t, unit back,
+ * event t, applied by this same file); one paid or cancelled meanwhile is left as it is.
+ * The cursor, seckill:paysweep:{tag}, moves in the same script call, after that call's
+ * orders were decided: a crash repeats a page at most (the script decides each order
+ * once), a restart goes on where the last sweep stopped. Nothing is written per order at
+ * admission or by the batch: an order costs one script call at its deadline.
+ *
+ * The backstop, for orders whose Redis state was lost (a failover, a rebuild): SQL's
+ * unpaid orders created before now - timeout, read by primary key from a cursor kept in
+ * memory (order ids begin with their creation second, orderid.h), so each row is read
+ * once per process life. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,10 +40,14 @@
 #include "core/xmem.h"
 #include "embedded.h"
 #include "sale/buckets.h"
+#include "sale/orderid.h"
 #include "writer/writer_int.h"
 
 #define EVENT_WAIT_S 3600
-#define SWEEP_BATCH "64"          /* due orders taken per stream and pass */
+#define SWEEP_PAGE 200            /* stream entries read per XRANGE */
+#define SWEEP_CALL_ORDERS 256     /* orders per expire call (its time inside Redis) */
+#define SWEEP_BUDGET_MS 250       /* a pass gives the batches the writer back after this
+                                   * (the SQL scan and the streams, each) */
 #define SWEEP_AFTER_S 86400       /* a sale this long past end + timeout is not swept */
 
 int writer_life_parse(writer_t *wr, wentry_t *e, const redisReply *fields)
@@ -130,79 +142,74 @@ static int timeouts_on(const writer_t *wr)
     return wr->app->cfg.pay_timeout_s > 0 && wr->app->cfg.mode == MODE_STREAM;
 }
 
-size_t writer_life_due(writer_t *wr)
-{
-    if (!timeouts_on(wr))
-        return 0;
-    enum { SCORE = 24, MEMBER = 48 };   /* bytes per order's score and member */
-    size_t cmds = 0, off = 0;   /* handle_batch packed the E_ORDER entries' orders in order */
-    char key[96];
-    for (size_t i = 0; i < wr->nents;) {
-        size_t si = wr->ents[i].si, count = 0;
-        for (; i < wr->nents && wr->ents[i].si == si; i++)
-            if (wr->ents[i].kind == E_ORDER)
-                count += wr->ents[i].no;
-        if (count == 0 || key_due_t(key, sizeof key, wr->streams[si].tag) < 0) {
-            off += count;
-            continue;
-        }
-        /* the arguments point into text: it lives until the command is appended */
-        char *text = xmalloc(count * (SCORE + MEMBER));
-        size_t n = 0;
-        writer_args(wr, &n, "ZADD");
-        writer_args(wr, &n, key);
-        for (size_t k = 0; k < count; k++) {
-            const store_order_t *o = &wr->orders[off + k];
-            char *sc = text + k * (SCORE + MEMBER), *mb = sc + SCORE;
-            snprintf(sc, SCORE, "%lld", (long long)(o->create_time + wr->app->cfg.pay_timeout_s));
-            snprintf(mb, MEMBER, "%lld:%lld", (long long)o->id, (long long)o->user_id);
-            writer_args(wr, &n, sc);
-            writer_args(wr, &n, mb);
-        }
-        writer_append(wr, n);
-        free(text);
-        off += count;
-        cmds++;
-    }
-    return cmds;
-}
-
 /* A bucket's keys for life.lua (its header). */
 typedef struct lkeys {
-    char kv[96], kb[96], kst[96], kdue[96], ks[96];
+    char kv[96], kb[96], kst[96], ks[96], kcur[96];
 } lkeys_t;
 
 static int lkeys_fill(lkeys_t *k, const char *tag)
 {
     return key_voucher_t(k->kv, sizeof k->kv, tag) < 0 || key_buyers_t(k->kb, sizeof k->kb, tag) < 0 ||
                    key_ostate_t(k->kst, sizeof k->kst, tag) < 0 ||
-                   key_due_t(k->kdue, sizeof k->kdue, tag) < 0 ||
-                   key_stream_t(k->ks, sizeof k->ks, tag) < 0
+                   key_stream_t(k->ks, sizeof k->ks, tag) < 0 ||
+                   key_paysweep_t(k->kcur, sizeof k->kcur, tag) < 0
                ? -1
                : 0;
 }
 
-/* Appends EVAL life.lua expire of order oid of user uid (decimal strings). */
-static void append_expire(writer_t *wr, const lkeys_t *k, const char *oid, const char *uid)
+#define CALL_CURSOR 9             /* the cursor's place in an expire call's arguments */
+
+/* An expire call being built: its orders' decimal ids (argv points into dec until the
+ * call is appended). */
+typedef struct expire_call {
+    size_t n;                        /* arguments so far */
+    size_t orders;
+    char (*dec)[24];                 /* 2 per order */
+    size_t capdec;
+} expire_call_t;
+
+static void call_begin(writer_t *wr, expire_call_t *c, const lkeys_t *k)
 {
-    size_t n = 0;
-    writer_args(wr, &n, "EVAL");
-    writer_args(wr, &n, script_life_lua);
-    writer_args(wr, &n, "5");
-    writer_args(wr, &n, k->kv);
-    writer_args(wr, &n, k->kb);
-    writer_args(wr, &n, k->kst);
-    writer_args(wr, &n, k->kdue);
-    writer_args(wr, &n, k->ks);
-    writer_args(wr, &n, "expire");
-    writer_args(wr, &n, oid);
-    writer_args(wr, &n, uid);
-    writer_append(wr, n);
+    c->n = 0;
+    c->orders = 0;
+    writer_args(wr, &c->n, "EVAL");
+    writer_args(wr, &c->n, script_life_lua);
+    writer_args(wr, &c->n, "5");
+    writer_args(wr, &c->n, k->kv);
+    writer_args(wr, &c->n, k->kb);
+    writer_args(wr, &c->n, k->kst);
+    writer_args(wr, &c->n, k->ks);
+    writer_args(wr, &c->n, k->kcur);
+    writer_args(wr, &c->n, "expire");
+    writer_args(wr, &c->n, "");   /* the cursor (argument CALL_CURSOR): call_end sets it */
 }
 
-/* Reads the answers of sent appended expires: how many cancelled an order (0), or -1 when
- * the connection was lost. */
-static long expire_answers(writer_t *wr, size_t sent, const char *where)
+static void call_add(writer_t *wr, expire_call_t *c, int64_t oid, int64_t uid)
+{
+    if (2 * (c->orders + 1) > c->capdec) {
+        c->capdec = c->capdec ? 2 * c->capdec : 2 * (SWEEP_CALL_ORDERS + 64);
+        c->dec = xrealloc(c->dec, c->capdec * sizeof *c->dec);
+    }
+    char *o = c->dec[2 * c->orders], *u = c->dec[2 * c->orders + 1];
+    snprintf(o, sizeof *c->dec, "%lld", (long long)oid);
+    snprintf(u, sizeof *c->dec, "%lld", (long long)uid);
+    c->orders++;
+}
+
+/* Appends the call, moving the cursor to cursor ("" keeps it). */
+static void call_end(writer_t *wr, expire_call_t *c, const char *cursor)
+{
+    wr->argv[CALL_CURSOR] = cursor;
+    wr->argvlen[CALL_CURSOR] = strlen(cursor);
+    /* the pairs last: dec may have moved while they were added */
+    for (size_t i = 0; i < 2 * c->orders; i++)
+        writer_args(wr, &c->n, c->dec[i]);
+    writer_append(wr, c->n);
+}
+
+/* Reads the answers of sent expire calls: how many orders they timed out, with *cursor
+ * (if not NULL) the latest cursor Redis answered; -1 when the connection was lost. */
+static long expire_answers(writer_t *wr, size_t sent, const char *where, char *cursor)
 {
     long expired = 0;
     for (size_t i = 0; i < sent; i++) {
@@ -210,91 +217,205 @@ static long expire_answers(writer_t *wr, size_t sent, const char *where)
         if (redisGetReply(wr->rc, &rv) != REDIS_OK)
             return writer_redis_fail(wr, "EVAL life.lua expire", NULL);
         redisReply *x = rv;
-        if (x->type == REDIS_REPLY_INTEGER && x->integer == 0)
-            expired++;
-        else if (x->type == REDIS_REPLY_ERROR)
+        if (x->type == REDIS_REPLY_ARRAY && x->elements == 2 &&
+            x->element[0]->type == REDIS_REPLY_INTEGER) {
+            expired += (long)x->element[0]->integer;
+            const redisReply *c = x->element[1];
+            if (cursor && is_str(c) && c->len > 0 && c->len < ENTRY_ID_MAX) {
+                memcpy(cursor, c->str, c->len);
+                cursor[c->len] = '\0';
+            }
+        } else if (x->type == REDIS_REPLY_ERROR) {
             log_error("writer: %s: payment timeout: %s", where, x->str);
+        }
     }
     if (expired > 0)
         log_info("writer: %s: %ld unpaid orders timed out and cancelled", where, expired);
     return expired;
 }
 
-/* One pass over stream s's due index: 0, or -1 when the connection was lost. */
-static int sweep_stream(writer_t *wr, const wstream_t *s, const char *now)
+/* The sweep's cursor of s, from Redis the first time: 0, or -1 when the connection was
+ * lost. "" = from the stream's start. */
+static int cursor_load(writer_t *wr, wstream_t *s, const lkeys_t *k)
+{
+    if (s->paysweep_known)
+        return 0;
+    size_t n = 0;
+    writer_args(wr, &n, "GET");
+    writer_args(wr, &n, k->kcur);
+    redisReply *r = writer_cmd(wr, n);
+    if (r == NULL || r->type == REDIS_REPLY_ERROR)
+        return writer_redis_fail(wr, "GET paysweep", r);
+    s->paysweep[0] = '\0';
+    if (is_str(r) && r->len < ENTRY_ID_MAX) {
+        memcpy(s->paysweep, r->str, r->len);
+        s->paysweep[r->len] = '\0';
+    }
+    s->paysweep_known = 1;
+    return 0;
+}
+
+/* Sweeps stream s up to entry id end ("<ms>"): a page at a time while pages come full and
+ * the pass's time lasts (until). 0, 1 when the time ran out with more due, or -1 when the
+ * connection was lost. */
+static int sweep_stream(writer_t *wr, wstream_t *s, const char *end, uint64_t until,
+                        expire_call_t *c)
 {
     lkeys_t k;
     if (lkeys_fill(&k, s->tag) != 0)
         return 0;
-    size_t n = 0;
-    writer_args(wr, &n, "ZRANGEBYSCORE");
-    writer_args(wr, &n, k.kdue);
-    writer_args(wr, &n, "-inf");
-    writer_args(wr, &n, now);
-    writer_args(wr, &n, "LIMIT");
-    writer_args(wr, &n, "0");
-    writer_args(wr, &n, SWEEP_BATCH);
-    redisReply *r = writer_cmd(wr, n);
-    if (r == NULL)
-        return writer_redis_fail(wr, "ZRANGEBYSCORE", NULL);
-    if (r->type != REDIS_REPLY_ARRAY || r->elements == 0)
-        return 0;
-    size_t sent = 0;
-    for (size_t i = 0; i < r->elements; i++) {
-        const redisReply *m = r->element[i];
-        char oid[24], uid[24];
-        const char *colon = is_str(m) ? memchr(m->str, ':', m->len) : NULL;
-        size_t lo = colon ? (size_t)(colon - m->str) : 0, lu = colon ? m->len - lo - 1 : 0;
-        if (!colon || lo == 0 || lo >= sizeof oid || lu == 0 || lu >= sizeof uid)
-            continue;
-        memcpy(oid, m->str, lo);
-        oid[lo] = '\0';
-        memcpy(uid, colon + 1, lu);
-        uid[lu] = '\0';
-        append_expire(wr, &k, oid, uid);   /* r (in the arena) stays valid: no reset */
-        sent++;
+    if (cursor_load(wr, s, &k) != 0)
+        return -1;
+    for (;;) {
+        char start[ENTRY_ID_MAX + 1], count[8];
+        if (s->paysweep[0])
+            snprintf(start, sizeof start, "(%s", s->paysweep);
+        else
+            strcpy(start, "-");
+        snprintf(count, sizeof count, "%d", SWEEP_PAGE);
+        rarena_reset(wr->arena);   /* the previous page's replies are done with */
+        size_t n = 0;
+        writer_args(wr, &n, "XRANGE");
+        writer_args(wr, &n, k.ks);
+        writer_args(wr, &n, start);
+        writer_args(wr, &n, end);
+        writer_args(wr, &n, "COUNT");
+        writer_args(wr, &n, count);
+        redisReply *r = writer_cmd(wr, n);
+        if (r == NULL || r->type == REDIS_REPLY_ERROR)
+            return writer_redis_fail(wr, "XRANGE", r);
+        if (r->type != REDIS_REPLY_ARRAY || r->elements == 0)
+            return 0;
+        size_t sent = 0;
+        const char *last = NULL, *ended = NULL;   /* the page's last entry, the last call's */
+        call_begin(wr, c, &k);
+        for (size_t i = 0; i < r->elements; i++) {
+            const redisReply *e = r->element[i];
+            if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 || !is_str(e->element[0]) ||
+                e->element[0]->len >= ENTRY_ID_MAX)
+                continue;
+            last = e->element[0]->str;
+            sentry_ev_t ev;
+            sentry_it_t it;
+            size_t bound;
+            const char *why;
+            sentry_t o;
+            /* events, and entries that are no orders (the dead letters' business), skipped */
+            if (sentry_event(e->element[1], &ev, &why) != 0 ||
+                sentry_open(e->element[1], &it, &bound, &why) != 0)
+                continue;
+            size_t before = c->orders;
+            int rc;
+            while ((rc = sentry_next(&it, &o, &why)) == 1)
+                call_add(wr, c, o.order_id, o.user_id);
+            if (rc < 0)
+                c->orders = before;   /* a bad entry is one unit: none of it */
+            if (c->orders >= SWEEP_CALL_ORDERS) {
+                call_end(wr, c, last);
+                ended = last;
+                sent++;
+                call_begin(wr, c, &k);
+            }
+        }
+        if (last && last != ended) {
+            call_end(wr, c, last);   /* also a page of events alone: the cursor moves on */
+            sent++;
+        }
+        char cur[ENTRY_ID_MAX] = "";
+        if (expire_answers(wr, sent, s->key, cur) < 0)
+            return -1;
+        if (cur[0])
+            strcpy(s->paysweep, cur);   /* ours, or a sweeper's ahead of us */
+        if (!last || r->elements < SWEEP_PAGE || stopping(wr))
+            return 0;
+        if (clock_mono_ms() >= until)
+            return 1;
     }
-    return expire_answers(wr, sent, s->key) < 0 ? -1 : 0;
 }
 
-/* The backstop: orders SQL has unpaid past their deadline (the due index lost them: a
- * Redis failover, a rebuild), up to SCAN_MAX a pass, each run through life.lua expire on
- * its buyer's bucket. One Redis only: on a cluster a sub-writer's connection reaches its
- * own node's slots alone (docs/lifecycle.md). 0, or -1 when the connection was lost. */
-#define SCAN_MAX "256"
-static int scan_sql(writer_t *wr)
+/* The backstop: unpaid orders SQL has that were created before now - timeout - 1, read by
+ * primary key after wr->scan_id (order ids begin with their creation second, orderid.h),
+ * SCAN_MAX a page, each run through life.lua expire on its buyer's bucket; a page that
+ * reaches the bound moves the cursor to it, so a row is read once per process life. One
+ * Redis only: on a cluster a sub-writer's connection reaches its own node's slots alone
+ * (docs/lifecycle.md). 0 (*full: the page was full), or -1 when the connection was lost. */
+#define SCAN_MAX 256
+static int scan_page(writer_t *wr, int *full)
 {
     char err[512] = "";
+    *full = 0;
     if (!wr->st && !(wr->st = store_open(wr->app->db_url, wr->sql_timeout_ms, err, sizeof err)))
         return 0;   /* SQL down: the next pass */
-    const store_arg_t before = {(int64_t)time(NULL) - wr->app->cfg.pay_timeout_s - 1, 1};
+    int64_t before = (int64_t)time(NULL) - wr->app->cfg.pay_timeout_s - 1 - ORDERID_EPOCH;
+    if (before <= 0)
+        return 0;
+    const store_arg_t args[2] = {{wr->scan_id, 0}, {before << 32, 0}};
     store_order_t *o = NULL;
     size_t n = 0;
     if (store_exec_orders(wr->st,
                           "SELECT id, user_id, voucher_id, status, create_time FROM "
-                          "tb_voucher_order WHERE status = 1 AND create_time < ? ORDER BY id "
-                          "LIMIT " SCAN_MAX,
-                          &before, 1, &o, &n) != STORE_OK) {
+                          "tb_voucher_order WHERE id > ? AND id < ? AND status = 1 ORDER BY id "
+                          "LIMIT 256",
+                          args, 2, &o, &n) != STORE_OK) {
         log_warn("writer: payment timeout scan: %s", store_errmsg(wr->st));
         return 0;
     }
-    size_t sent = 0;
-    for (size_t i = 0; i < n; i++) {
-        int k = 1;
-        char tag[48], oid[24], uid[24];
-        lkeys_t keys;
-        if (store_voucher_buckets(wr->st, o[i].voucher_id, &k) != STORE_OK)
-            break;
+    /* one call per run of orders on the same bucket */
+    expire_call_t c = {0};
+    size_t sent = 0, i = 0;
+    char tag[48], open_tag[48] = "";
+    lkeys_t keys;
+    int64_t last_vid = 0;
+    int k = 1;
+    for (; i < n; i++) {
+        if (o[i].voucher_id != last_vid) {
+            k = 1;
+            if (store_voucher_buckets(wr->st, o[i].voucher_id, &k) != STORE_OK)
+                break;   /* SQL failed: this order and the rest next pass */
+            last_vid = o[i].voucher_id;
+        }
         int b = buckets_home(o[i].user_id, k);
-        if (key_btag(tag, sizeof tag, o[i].voucher_id, b, k) < 0 || lkeys_fill(&keys, tag) != 0)
+        if (key_btag(tag, sizeof tag, o[i].voucher_id, b, k) < 0)
             continue;
-        snprintf(oid, sizeof oid, "%lld", (long long)o[i].id);
-        snprintf(uid, sizeof uid, "%lld", (long long)o[i].user_id);
-        append_expire(wr, &keys, oid, uid);
+        if (strcmp(tag, open_tag) != 0) {
+            if (open_tag[0]) {
+                call_end(wr, &c, "");
+                sent++;
+            }
+            open_tag[0] = '\0';
+            if (lkeys_fill(&keys, tag) != 0)
+                continue;
+            strcpy(open_tag, tag);
+            call_begin(wr, &c, &keys);
+        }
+        call_add(wr, &c, o[i].id, o[i].user_id);
+    }
+    if (open_tag[0]) {
+        call_end(wr, &c, "");
         sent++;
     }
+    if (i == n) {
+        *full = n == SCAN_MAX;
+        wr->scan_id = *full ? o[n - 1].id : (before << 32) - 1;
+    } else if (i > 0) {
+        wr->scan_id = o[i - 1].id;
+    }
     free(o);
-    return expire_answers(wr, sent, "SQL scan") < 0 ? -1 : 0;
+    free(c.dec);
+    return expire_answers(wr, sent, "SQL scan", NULL) < 0 ? -1 : 0;
+}
+
+/* The backstop's pass: pages while they come full, until until. 0, 1 when the time ran
+ * out with more to read, or -1 when the connection was lost. */
+static int scan_sql(writer_t *wr, uint64_t until)
+{
+    int full = 1;
+    while (full && !stopping(wr))
+        if (scan_page(wr, &full) != 0)
+            return -1;
+        else if (full && clock_mono_ms() >= until)
+            return 1;
+    return 0;
 }
 
 int writer_life_sweep(writer_t *wr)
@@ -302,23 +423,40 @@ int writer_life_sweep(writer_t *wr)
     if (!timeouts_on(wr))
         return 0;
     int64_t now = (int64_t)time(NULL);
-    char nows[32];
-    snprintf(nows, sizeof nows, "%lld", (long long)now);
     uint64_t mono = clock_mono_ms();
-    if (!wr->node_mode && !wr->cluster && mono >= wr->scan_at) {
-        /* every quarter of the timeout, 1 s to 60 s */
-        int every = wr->app->cfg.pay_timeout_s * 250;
-        wr->scan_at = mono + (uint64_t)(every < 1000 ? 1000 : every > 60000 ? 60000 : every);
-        if (scan_sql(wr) != 0)
-            return -1;
-    }
-    for (size_t si = 0; si < wr->nstreams && !stopping(wr); si++) {
-        const wstream_t *s = &wr->streams[si];
+    /* the streams first: they hold every order Redis knows; an entry of millisecond <= end
+     * is past its deadline */
+    char end[32];
+    snprintf(end, sizeof end, "%lld",
+             (long long)((int64_t)clock_wall_ms() - (int64_t)wr->app->cfg.pay_timeout_s * 1000));
+    expire_call_t c = {0};
+    int more = 0, rc = 0;
+    for (size_t si = 0; si < wr->nstreams && !stopping(wr) && rc >= 0; si++) {
+        wstream_t *s = &wr->streams[si];
         /* every deadline is at most the sale's end + the timeout */
         if (s->vknown && now > s->vend + wr->app->cfg.pay_timeout_s + SWEEP_AFTER_S)
             continue;
-        if (sweep_stream(wr, s, nows) != 0)
-            return -1;
+        rc = sweep_stream(wr, s, end, mono + SWEEP_BUDGET_MS, &c);
+        more |= rc > 0;
     }
+    free(c.dec);
+    if (rc < 0)
+        return -1;
+    mono = clock_mono_ms();
+    if (!wr->node_mode && !wr->cluster && mono >= wr->scan_at) {
+        /* every quarter of the timeout, 1 s to 60 s; at once again while pages come full */
+        int every = wr->app->cfg.pay_timeout_s * 250;
+        wr->scan_at = mono + (uint64_t)(every < 1000 ? 1000 : every > 60000 ? 60000 : every);
+        rc = scan_sql(wr, mono + SWEEP_BUDGET_MS);
+        if (rc < 0)
+            return -1;
+        if (rc > 0)
+            wr->scan_at = 0;
+        more |= rc;
+    }
+    /* more due than one pass's time: the next pass after the writer's next batch (a wave of
+     * deadlines shares the writer with the orders and the events it makes, half and half) */
+    if (more)
+        wr->due_at = 0;
     return 0;
 }

@@ -367,7 +367,7 @@ def test_unpaid_order_times_out():
     """--pay-timeout-s 2: a's order, unpaid, is cancelled about 2 s after its creation
     (within 2 s of the deadline), its unit sold again; b's, paid in time, stays paid; a's
     payment after the deadline is refunded. With two instances (two writers sweeping the
-    same due index) each order is timed out once."""
+    same stream) each order is timed out once."""
     out = os.path.join(H.tmpdir(), "refunds-t-%d" % os.getpid())
     cmd = 'echo "$SECKILL_ORDER_ID $SECKILL_PAYMENT_ID" >> %s' % out
     settings = _pay_settings({"pay-timeout-s": "2", "refund-command": cmd})
@@ -457,19 +457,121 @@ def test_embedded_default_makes_a_pay_key():
 
 
 def test_timeout_backstop_scans_sql():
-    """The due index lost (DEL of seckill:due:{id}, as after a failover): the writer's SQL
-    scan still finds the unpaid order past its deadline and times it out, once."""
-    r, srv = H.setup(settings=_pay_settings({"pay-timeout-s": "2"}))
+    """The stream sweep cannot reach the order (its cursor past it, as after a failover to
+    a replica whose cursor was ahead): the writer's SQL scan still finds the unpaid order
+    past its deadline and times it out, once."""
+    settings = _pay_settings({"pay-timeout-s": "2"})
+    r, srv = H.setup(settings=settings)
     h = srv.http()
     a = H.login(srv, r, "13612345691", h)
     vid = H.create_seckill(srv, stock=2, http=h)
     oa = H.seckill(srv, a, vid, h)[1]["data"]
     H.wait_drained(srv, r, vid, 30)
-    eq(r.cmd("DEL", "seckill:due:{%d}" % vid), 1, "the due index existed")
+    srv.stop()
+    eq(r.cmd("HGET", H.k_voucher(vid), "returned"), None, "nothing timed out yet")
+    r.cmd("SET", "seckill:paysweep:{%d}" % vid, "99999999999999-0")
+    srv = H.restart_server(srv, settings=settings)
     db = srv.db()
     H.wait_until(lambda: _status(db, oa) == 4, 15, what="the lost order timed out by the scan")
-    eq(r.cmd("HGET", H.k_voucher(vid), "stock"), "2", "Redis stock")
-    eq(r.cmd("HGET", H.k_voucher(vid), "returned"), "1", "returned once")
+    _settled(r, srv, vid, 2, 2, 1)
+
+
+def _settled(r, srv, vid, initial, stock, returned):
+    """Redis's stock and returned units as expected, the stream drained, the audit clean,
+    and the server stopped."""
+    eq(r.cmd("HGET", H.k_voucher(vid), "stock"), str(stock), "Redis stock")
+    eq(r.cmd("HGET", H.k_voucher(vid), "returned"), str(returned), "units returned (once each)")
     H.wait_drained(srv, r, vid, 30)
-    _audit(r, srv, vid, 2)
+    _audit(r, srv, vid, initial)
+    H.finish(srv)
+
+
+def test_timeout_costs_no_command_per_order():
+    """--pay-timeout-s on: writing orders costs the writer no Redis command for their
+    deadlines (no ZADD, no script per order) -- the stream is the due index; before any
+    deadline the sweep decides nothing."""
+    r, srv = H.setup(settings=_pay_settings({"pay-timeout-s": "900"}))
+    h = srv.http()
+    toks = [H.login(srv, r, "136123457%02d" % i, h) for i in range(12)]
+    vid = H.create_seckill(srv, stock=20, http=h)
+    r.cmd("CONFIG", "RESETSTAT")
+    oids = [H.seckill(srv, t, vid, h)[1]["data"] for t in toks]
+    db = srv.db()
+    H.wait_until(lambda: db.order_count(vid) == len(oids), 30, what="the orders in SQL")
+    H.wait_drained(srv, r, vid, 30)
+    stats = H.commandstats(r)
+    H.log("commandstats: %r" % stats)
+    eq(stats.get("zadd", 0), 0, "ZADDs while %d orders were written" % len(oids))
+    check(stats.get("eval", 0) < len(oids), "a script per order: %r", stats)
+    eq(r.cmd("EXISTS", "seckill:ostate:{%d}" % vid), 0, "no decision before any deadline")
+    H.finish(srv)
+
+
+def _sid(entry_id):
+    """A stream entry id as a comparable pair."""
+    ms, seq = (entry_id or "0-0").split("-")
+    return int(ms), int(seq)
+
+
+def test_timeout_sweep_resumes_after_a_restart():
+    """The sweep's cursor (seckill:paysweep:{id}) is in Redis: b's order timed out before
+    the stop; a's deadline passes while no instance runs and it is timed out after the
+    start, b's unit is not given back twice, and the cursor stands at a's entry."""
+    settings = _pay_settings({"pay-timeout-s": "3"})
+    r, srv = H.setup(settings=settings)
+    h = srv.http()
+    a = H.login(srv, r, "13612345781", h)
+    b = H.login(srv, r, "13612345782", h)
+    vid = H.create_seckill(srv, stock=3, http=h)
+    db = srv.db()
+    ob = H.seckill(srv, b, vid, h)[1]["data"]
+    H.wait_until(lambda: _status(db, ob) == 4, 15, what="b's unpaid order timed out")
+    eb = r.cmd("XRANGE", H.k_stream(vid), "-", "+")[0][0]
+    check(_sid(r.cmd("GET", "seckill:paysweep:{%d}" % vid)) >= _sid(eb),
+          "the cursor at or past b's entry %s", eb)
+    oa = H.seckill(srv, a, vid, h)[1]["data"]
+    t_a = time.time()
+    H.wait_until(lambda: _status(db, oa) == 1, 10, what="a's order in SQL")
+    srv.stop()
+    H.wait_until(lambda: time.time() > t_a + 4, 10, interval=0.2,
+                 what="a's deadline passed while no instance runs")
+    eq(r.cmd("HGET", H.k_voucher(vid), "returned"), "1", "only b's unit back so far")
+    srv = H.restart_server(srv, settings=settings)
+    db = srv.db()
+    H.wait_until(lambda: _status(db, oa) == 4, 15, what="a's order timed out after the start")
+    ea = [e[0] for e in r.cmd("XRANGE", H.k_stream(vid), "-", "+")
+          if e[1][0] == "os"][-1]
+    check(_sid(r.cmd("GET", "seckill:paysweep:{%d}" % vid)) >= _sid(ea),
+          "the cursor at or past a's entry %s", ea)
+    _settled(r, srv, vid, 3, 3, 2)
+
+
+def test_timeout_in_stock_buckets_on_a_cluster_node():
+    """A (one-node) Redis Cluster, a voucher in 4 stock buckets: the node's sub-writer
+    sweeps each bucket's stream; every unpaid order is timed out once, its unit back in its
+    home bucket, and each swept bucket keeps its own cursor."""
+    r = H.start_redis(extra=["--cluster-enabled", "yes", "--cluster-config-file",
+                             os.path.join(H.subdir("cl"), "nodes.conf")])
+    r.cmd("CLUSTER", "ADDSLOTSRANGE", "0", "16383")
+    H.wait_until(lambda: "cluster_state:ok" in r.cmd("CLUSTER", "INFO"), 20,
+                 what="the one-node cluster")
+    srv = H.start_server("redis+cluster://127.0.0.1:%d" % r.port,
+                         settings=_pay_settings({"pay-timeout-s": "2"}))
+    h = srv.http()
+    vid = H.create_seckill(srv, stock=8, http=h, stockBuckets=4)
+    toks = [H.login(srv, r, "136123458%02d" % i, h) for i in range(4)]
+    uids = H.user_ids(r, toks)
+    oids = [H.seckill(srv, t, vid, h)[1]["data"] for t in toks]
+    check(all(isinstance(o, int) for o in oids), "grabs: %r", oids)
+    db = srv.db()
+    H.wait_until(lambda: all(_status(db, o) == 4 for o in oids), 20,
+                 what="the 4 unpaid orders timed out")
+    homes = sorted(set(H.bucket_home(u, 4) for u in uids))
+    keys = [H.bucket_keys(vid, b, 4) for b in range(4)]
+    eq(sum(int(r.cmd("HGET", k["voucher"], "returned") or 0) for k in keys), 4,
+       "units returned over the buckets")
+    for b in homes:
+        cur = "seckill:paysweep:{%s}" % H.bucket_tag(vid, b, 4)
+        check(r.cmd("GET", cur) is not None, "bucket %d's cursor %s", b, cur)
+    H.wait_until(lambda: db.stock(vid) == 8, 20, what="SQL stock back to 8")
     H.finish(srv)
