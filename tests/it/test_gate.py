@@ -293,7 +293,11 @@ def test_bench_waiting_room():
     eq(j["passesRefused"], 0, "passes refused")
     check(abs(j["spearmanEarly"]) < 0.35, "early joiners' rank correlation %r (n %d)",
           j["spearmanEarly"], j["earlyAdmitted"])
-    check(j["spearmanLate"] > 0.8, "late joiners' rank correlation %r (n %d)",
+    # A pass is issued at the buyer's first poll after its place is released, so the
+    # bench's issue order follows its poll schedule as well as the queue (test_room.py
+    # checks the queue's own first come, first served exactly): well above the early
+    # joiners' ~0, not 1.
+    check(j["spearmanLate"] > 0.5, "late joiners' rank correlation %r (n %d)",
           j["spearmanLate"], j["lateAdmitted"])
     check(abs(j["rateShareOfR"] - 1) < 0.25, "admission rate %r against R 100",
           j["admissionRate"])
