@@ -1322,6 +1322,25 @@ def mysql_connect(url, **over):
     return pymysql().connect(**kw)
 
 
+def sql_write(srv, sql, *args):
+    """One write of a test's own on srv's database (Db only reads); ? placeholders."""
+    url = getattr(srv, "db_url", None) or "sqlite:" + srv.db_path
+    if url.startswith(("mysql:", "mariadb:")):
+        c = mysql_connect(url)
+        try:
+            c.cursor().execute(sql.replace("?", "%s"), args)
+            c.commit()
+        finally:
+            c.close()
+        return
+    c = sqlite3.connect(url[len("sqlite:"):] if url.startswith("sqlite:") else url, timeout=30)
+    try:
+        c.execute(sql, args)
+        c.commit()
+    finally:
+        c.close()
+
+
 class Db:
     """Read helpers on a server's database. url: sqlite:PATH, a bare SQLite path, or
     mysql://... SQL is written once with `?` placeholders and SQL both engines accept."""

@@ -9,7 +9,6 @@ import hashlib
 import hmac
 import json
 import os
-import sqlite3
 import subprocess
 import time
 
@@ -18,25 +17,6 @@ from harness import check, eq
 
 # the grabs and cancels of one user in a test come faster than the default limits
 FAST = {"rate-user-seckill": "1000/s:1000", "rate-user-lookup": "1000/s:1000"}
-
-
-def _sql_write(srv, sql, *args):
-    """One write of the test's own (the harness's Db reads only)."""
-    url = srv.db_url
-    if url.startswith(("mysql:", "mariadb:")):
-        c = H.mysql_connect(url)
-        try:
-            c.cursor().execute(sql.replace("?", "%s"), args)
-            c.commit()
-        finally:
-            c.close()
-        return
-    c = sqlite3.connect(url[len("sqlite:"):] if url.startswith("sqlite:") else url, timeout=10)
-    try:
-        c.execute(sql, args)
-        c.commit()
-    finally:
-        c.close()
 
 
 class _RowLock:
@@ -166,7 +146,7 @@ def test_cancel_paid_order_refused():
     oa = H.seckill(srv, a, vid, h)[1]["data"]
     H.wait_drained(srv, r, vid, 30)
     db = srv.db()
-    _sql_write(srv, "UPDATE tb_voucher_order SET status=2 WHERE id=?", oa)
+    H.sql_write(srv, "UPDATE tb_voucher_order SET status=2 WHERE id=?", oa)
     st, j = _cancel(h, a, oa)
     check(st == 200 and not j["success"] and j.get("errorMsg") == "订单已支付，无法取消",
           "cancel of a paid order: %r %r", st, j)

@@ -11,7 +11,6 @@ sale. Stream mode keeps its Redis checks (test_bench_audit.py).
 import json
 import os
 import re
-import sqlite3
 import subprocess
 
 import harness as H
@@ -23,25 +22,6 @@ DB_BACKENDS = ("sqlite", "mysql")
 
 def db_url(srv):
     return getattr(srv, "db_url", None) or "sqlite:" + srv.db_path
-
-
-def _sql_write(srv, sql, *args):
-    """One write on the server's database (the harness's Db only reads)."""
-    url = db_url(srv)
-    if url.startswith(("mysql:", "mariadb:")):
-        c = H.mysql_connect(url)
-        try:
-            c.cursor().execute(sql.replace("?", "%s"), args)
-            c.commit()
-        finally:
-            c.close()
-        return
-    c = sqlite3.connect(url[len("sqlite:"):], timeout=30)
-    try:
-        c.execute(sql, args)
-        c.commit()
-    finally:
-        c.close()
 
 
 def _board(srv):
@@ -111,12 +91,12 @@ def test_sync_bench_audit_and_board():
     check("sql-admitted" in out, "no sql-admitted failure:\n%s", out)
 
     # An oversold sync sale (one SQL order too many, stock left as it was) fails.
-    _sql_write(srv, "UPDATE tb_seckill_voucher SET stock = stock + 1 WHERE voucher_id = ?", vid)
+    H.sql_write(srv, "UPDATE tb_seckill_voucher SET stock = stock + 1 WHERE voucher_id = ?", vid)
     rc, out, err = H.run_tool(["audit", "--redis", r.url, "--db", db_url(srv), "--voucher", vid,
                                "--stock", 20])
     eq(rc, 1, "audit of a broken sync sale: exit status\n%s%s" % (out, err))
     check("FAIL" in out and "sql-stock" in out, "no sql-stock failure:\n%s", out)
-    _sql_write(srv, "UPDATE tb_seckill_voucher SET stock = stock - 1 WHERE voucher_id = ?", vid)
+    H.sql_write(srv, "UPDATE tb_seckill_voucher SET stock = stock - 1 WHERE voucher_id = ?", vid)
 
     H.finish(srv)
 
