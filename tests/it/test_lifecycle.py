@@ -481,7 +481,10 @@ def test_timeout_costs_no_command_per_order():
     H.wait_drained(srv, r, vid, 30)
     stats = H.commandstats(r)
     H.log("commandstats: %r" % stats)
-    eq(stats.get("zadd", 0), 0, "ZADDs while %d orders were written" % len(oids))
+    # a worker may add the revocation epoch once (src/auth/revoke.h): at most that ZADD
+    check(stats.get("zadd", 0) <= 1, "ZADDs while %d orders were written: %r", len(oids),
+          stats)
+    eq(r.cmd("EXISTS", "seckill:due:{%d}" % vid), 0, "a due-time set of the orders")
     check(stats.get("eval", 0) < len(oids), "a script per order: %r", stats)
     eq(r.cmd("EXISTS", "seckill:ostate:{%d}" % vid), 0, "no decision before any deadline")
     H.finish(srv)
