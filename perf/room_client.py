@@ -11,11 +11,20 @@
         "<polls> <commands sent> <EVALSHA calls> <commands in all>" over the polls alone
         (INFO commandstats of the service's Redis; the script's inner commands are counted
         apart, as MONITOR would show them); the commands by name go to stderr
+    room_client.py snap REDIS_SOCKET PID
+        one JSON line of counters for `cost`: the time, PID's CPU seconds (/proc), Redis's
+        CPU seconds (INFO cpu), ZRANK calls (room.lua runs one per poll or join of a queued
+        buyer; nothing else does) and EVALSHA calls and microseconds (INFO commandstats)
+    room_client.py cost A0 A1 [B0 B1]
+        between two snaps: polls per second, Redis's and PID's CPU in % of a core, Redis's
+        EVALSHA us per second; with a second pair (a run with pollers, the first without):
+        what the second run cost more per poll (Redis CPU us, EVALSHA us, PID's CPU us)
 """
 import hashlib
 import hmac
 import http.client
 import json
+import os
 import subprocess
 import sys
 import time
@@ -49,6 +58,42 @@ def stats(sock):
     return calls
 
 
+def snap(sock, pid):
+    info = subprocess.run(["redis-cli", "-s", sock, "info", "all"], check=True,
+                          capture_output=True, text=True).stdout
+    f = dict(ln.split(":", 1) for ln in info.splitlines() if ":" in ln)
+
+    def cmd(name, field):
+        v = f.get("cmdstat_" + name, "")
+        return float(v.split(field + "=")[1].split(",")[0]) if field + "=" in v else 0.0
+    with open("/proc/%s/stat" % pid) as st:
+        ticks = st.read().rsplit(")", 1)[1].split()
+    hz = os.sysconf("SC_CLK_TCK")
+    print(json.dumps({"t": time.time(), "cpu": (int(ticks[11]) + int(ticks[12])) / hz,
+                      "rcpu": float(f["used_cpu_user"]) + float(f["used_cpu_sys"]),
+                      "zrank": cmd("zrank", "calls"), "evalsha": cmd("evalsha", "calls"),
+                      "evalsha_us": cmd("evalsha", "usec")}))
+
+
+def rates(f0, f1):
+    a, b = (json.load(open(f)) for f in (f0, f1))
+    dt = max(1e-3, b["t"] - a["t"])
+    return {k: (b[k] - a[k]) / dt for k in a if k != "t"}
+
+
+def cost(files):
+    a = rates(*files[:2])
+    if len(files) == 2:
+        print("%.0f polls/s, Redis %.0f %% of a core (EVALSHA %.0f us/s), the service %.0f %%"
+              % (a["zrank"], 100 * a["rcpu"], a["evalsha_us"], 100 * a["cpu"]))
+        return
+    b = rates(*files[2:])
+    n = max(1.0, b["zrank"] - a["zrank"])
+    print("Redis CPU %.1f us (EVALSHA %.1f us), the service %.1f us"
+          % (1e6 * (b["rcpu"] - a["rcpu"]) / n, (b["evalsha_us"] - a["evalsha_us"]) / n,
+             1e6 * (b["cpu"] - a["cpu"]) / n))
+
+
 def polls(port, tokens, voucher, n, sock):
     toks = [ln.split()[0] for _, ln in zip(range(n), open(tokens))]
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
@@ -78,5 +123,9 @@ if __name__ == "__main__":
         passes(*a[1:])
     elif a[:1] == ["polls"] and len(a) == 6:
         polls(int(a[1]), a[2], a[3], int(a[4]), a[5])
+    elif a[:1] == ["snap"] and len(a) == 3:
+        snap(a[1], a[2])
+    elif a[:1] == ["cost"] and len(a) in (3, 5):
+        cost(a[1:])
     else:
         sys.exit(__doc__)
