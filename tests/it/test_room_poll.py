@@ -15,17 +15,9 @@ import time
 
 import harness as H
 from harness import check, eq
+from test_room import tokens_for
 
-ME_PATH = "/voucher-order/of/me"
 TTL_S = 600
-
-
-def tokens_for(srv, uids):
-    """Signed tokens for these user ids, once the workers accept signed tokens locally."""
-    key = H.token_key(srv.data_dir)
-    H.wait_until(lambda: all(srv.http().request("GET", ME_PATH, token=H.mint_token(key, 999999))[0]
-                             == 200 for _ in range(8)), 10, what="signed tokens accepted")
-    return {u: H.mint_token(key, u) for u in uids}
 
 
 def queue(h, method, vid, tok):
