@@ -158,10 +158,15 @@ int64_t room_poll_after_ms(const room_state_t *st)
          * rejoins after an expired pass (the wait only shrinks). So a near place polls
          * when it is due, a far one at 7/8 of its wait to catch such moves: a buyer polls
          * about log8(wait / ROOM_POLL_NEAR_MS) + 2 times, and a room's polls per second stay
-         * a small multiple of its rate however many wait. */
+         * a small multiple of its rate however many wait. Before begin a near place polls
+         * ROOM_POLL_MIN_MS early: its place may have grown by then, and the poll that
+         * corrects it must still come before it is due -- else the early joiners (whose
+         * places grew the most) would see their passes late, in their join order. */
         ms = wait_ms(st);
         if (ms > ROOM_POLL_NEAR_MS)
             ms -= ms / 8;
+        else if (st->now_ms < st->begin_s * 1000)
+            ms -= ROOM_POLL_MIN_MS;
     } else if (st->state == ROOM_SOLD_OUT || st->state == ROOM_NOT_QUEUED) {
         ms = POLL_IDLE_MS;
     }
