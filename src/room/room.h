@@ -67,8 +67,9 @@ int room_poll_allowed(struct http_req *r, int64_t user_id);
 
 /* The answer's figures: the place (0 unless waiting), the estimated wait in seconds
  * (rounded up: until the rate releases the place) and when to poll next: waiting, the
- * wait itself up to ROOM_POLL_NEAR_MS, else 7/8 of it, between ROOM_POLL_MIN_MS and
- * ROOM_POLL_WAIT_MAX_MS; admitted ROOM_POLL_MIN_MS; sold out or not queued 30 s. */
+ * wait itself up to ROOM_POLL_NEAR_MS (before begin ROOM_POLL_MIN_MS less), else 7/8 of
+ * it, between ROOM_POLL_MIN_MS and ROOM_POLL_WAIT_MAX_MS; admitted ROOM_POLL_MIN_MS; sold
+ * out or not queued 30 s. */
 int64_t room_position(const room_state_t *st);
 int64_t room_wait_s(const room_state_t *st);
 int64_t room_poll_after_ms(const room_state_t *st);
