@@ -18,7 +18,8 @@
 # Results: stdout and RES (build/perf/results.txt under run.sh; alone build/perf/room.txt).
 # Env: DURATION (s per wrk pair, 10), CONNS (64), ROOM_USERS (tokens per wrk run, 300000), BIN, ROOM_POLLERS
 # (200000), ROOM_R (1000), ROOM_SALE_RATE (req/s, 10000), ROOM_SALE_USERS (100000),
-# ROOM_MEMBERS (1000000).
+# ROOM_MEMBERS (1000000), ROOM_ROUNDS (the pollers' A/B rounds, 3), ROOM_STEPS (the steps to
+# run, "poll order pollers memory").
 set -eu
 cd "$(dirname "$0")/.."
 DURATION=${DURATION:-10}
@@ -30,6 +31,8 @@ ROOM_SALE_RATE=${ROOM_SALE_RATE:-10000}
 ROOM_SALE_USERS=${ROOM_SALE_USERS:-100000}
 ROOM_MEMBERS=${ROOM_MEMBERS:-1000000}
 ROOM_USERS=${ROOM_USERS:-300000}
+ROOM_ROUNDS=${ROOM_ROUNDS:-3}
+ROOM_STEPS=${ROOM_STEPS:-poll order pollers memory}
 OUT=build/perf
 mkdir -p "$OUT"
 RES=${RES:-$OUT/room.txt}
@@ -38,6 +41,7 @@ TMP=$(mktemp -d /tmp/skroom.XXXXXX)
 . perf/lib.sh
 [ -x "$BIN" ] || make -s
 say() { echo "$*" | tee -a "$RES"; }
+on() { case " $ROOM_STEPS " in *" $1 "*) return 0 ;; esac; return 1; }
 jget() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); v=d
 for k in sys.argv[2].split('.'): v=v[k]
 print(v)" "$1" "$2"; }
@@ -68,13 +72,16 @@ done
 say "# waiting room (perf/room.sh), $(date -u +%Y-%m-%dT%H:%M:%SZ); load average $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # ---- poll: Redis commands per poll ---------------------------------------------------------
+if on poll; then
 "$BIN" tokens --users 2000 --key-file "$D/token-key" --redis "unix:$SOCK" > "$TMP/tokens.txt"
 PV=$(mk 1000000 ",\"waitingRoom\":{\"admitPerSecond\":1}")
 set -- $(python3 perf/room_client.py polls "$HP" "$TMP/tokens.txt" "$PV" 2000 "$SOCK")
 POLL_SENT=$(per "$2" "$1"); POLL_ALL=$(per "$4" "$1")
-say "room poll     $1 polls: Redis commands sent per poll $POLL_SENT (EVALSHA $(per "$3" "$1")), $POLL_ALL in all with room.lua's inner ones   [target <= 1]"
+say "room poll     $1 polls: Redis commands sent per poll $POLL_SENT (EVALSHA $(per "$3" "$1")), $POLL_ALL in all with room.lua's inner ones; EVALSHA $(python3 -c "import sys; print('%.1f' % (float(sys.argv[1]) / float(sys.argv[2])))" "$5" "$1") us per poll in Redis (a room of 2,000)   [target <= 1]"
+fi
 
 # ---- order: with a pass vs. without a room; refusal without a pass -------------------------
+if on order; then
 # Each grab starts alike: the order writer idle (earlier orders drained: its commands are
 # not the run's) and the AOF just rewritten (the token hashes grew it: Redis's own rewrite
 # must not fall into one run and not the other).
@@ -123,51 +130,68 @@ tokens "$TMP/tokens-nopass.txt" 5
 grab "$ROOMV" "$TMP/tokens-nopass.txt" nopass 3
 say "room order    grab with a pass / grab without a room = $ORDER_RATIO (req/s, both runs of each), Redis commands per order $CMDS_pass1, $CMDS_pass2 vs $CMDS_plain1, $CMDS_plain2   [target ~1]"
 say "room refusal  without a pass (QUEUE_REQUIRED): Redis commands per request $CMDS_nopass   [target 0]"
+fi
 
 # ---- pollers: the sale's p99 with and without ROOM_POLLERS buyers polling a room -----------
-sale() {  # $1 label: the sale bench's p99 (us) in P99SALE_$1
+if on pollers; then
+# ROOM_ROUNDS rounds, each a same-run A/B: the sale alone (A), then the same sale while
+# ROOM_POLLERS buyers poll a new room (B). The verdict is the median of the rounds' ratios;
+# each line also says what the pollers cost while the sale ran: their polls per second
+# (ZRANK calls: room.lua runs one per poll of a queued buyer, nothing else does), Redis's CPU
+# (INFO cpu) and the service's, each in % of a core, and their differences B - A per poll.
+sale() {  # $1 label: the sale bench's p99 (us) in P99SALE_$1; counters before/after in $TMP/snap-$1.{0,1}
+    python3 perf/room_client.py snap "$SOCK" "$SPID" > "$TMP/snap-$1.0"
     "$BIN" bench --target "$URL" --data-dir "$D" --seed-tokens --conns 256 --quiet \
         --users "$ROOM_SALE_USERS" --stock $((ROOM_SALE_USERS / 10)) --rate "$ROOM_SALE_RATE" \
         --dup 0 --burst-share 0 --no-audit --json "$TMP/sale-$1.json" > "$OUT/bench-room-sale-$1.txt" 2>&1 || [ $? -lt 2 ]
+    python3 perf/room_client.py snap "$SOCK" "$SPID" > "$TMP/snap-$1.1"
     eval "P99SALE_$1=$(jget "$TMP/sale-$1.json" latency_us.p99)"
-    say "room sale     $1: $ROOM_SALE_USERS buyers, stock $((ROOM_SALE_USERS / 10)), $ROOM_SALE_RATE req/s open loop: p50 $(jget "$TMP/sale-$1.json" latency_us.p50) us, p99 $(jget "$TMP/sale-$1.json" latency_us.p99) us"
+    say "room sale     $1: $ROOM_SALE_USERS buyers, stock $((ROOM_SALE_USERS / 10)), $ROOM_SALE_RATE req/s open loop: p50 $(jget "$TMP/sale-$1.json" latency_us.p50) us, p99 $(jget "$TMP/sale-$1.json" latency_us.p99) us; $(python3 perf/room_client.py cost "$TMP/snap-$1.0" "$TMP/snap-$1.1")"
 }
-sale alone
 # The pollers: everyone joins in the BEGIN_IN s before the room's begin (in a random order),
 # then polls as told until admitted (R/s) and buys; the bench ends after ROOM_SPAN s.
 BEGIN_IN=15; ROOM_SPAN=120   # the bench is stopped once the sale is over
-"$BIN" bench --target "$URL" --data-dir "$D" --seed-tokens --conns 256 --quiet --no-audit \
-    --waiting-room --room-rate "$ROOM_R" --users "$ROOM_POLLERS" --stock 100000000 \
-    --begin-in "$BEGIN_IN" --room-early 1 --room-slow 0 --duration "$ROOM_SPAN" \
-    --json "$TMP/pollers.json" > "$OUT/bench-room-pollers.txt" 2>&1 &
-BPID=$!; pids="$pids $BPID"
-# the sale starts once every poller is in the room and the room has begun
-i=0
-until K=$($R --scan --pattern 'seckill:room:{*}' | grep -v "{$PV}" | head -1) && [ -n "$K" ] &&
-      [ "$($R zcard "$K")" -ge "$ROOM_POLLERS" ] &&
-      [ "$($R time | head -1)" -ge "$($R hget "$(echo "$K" | sed 's/^seckill:room:/seckill:voucher:/')" begin)" ]; do
-    kill -0 "$BPID" 2>/dev/null || { cat "$OUT/bench-room-pollers.txt"; echo "room: the pollers' bench ended early"; exit 1; }
-    i=$((i + 1)); [ $i -lt 1200 ] || { echo "room: the pollers did not all join"; exit 1; }
-    sleep 0.1
+: > "$TMP/ratios"
+round=0
+while [ $round -lt "$ROOM_ROUNDS" ]; do
+    round=$((round + 1))
+    sale "alone$round"
+    $R --scan --pattern 'seckill:room:{*}' > "$TMP/rooms-before"
+    "$BIN" bench --target "$URL" --data-dir "$D" --seed-tokens --conns 256 --quiet --no-audit \
+        --waiting-room --room-rate "$ROOM_R" --users "$ROOM_POLLERS" --stock 100000000 \
+        --begin-in "$BEGIN_IN" --room-early 1 --room-slow 0 --duration "$ROOM_SPAN" \
+        --json "$TMP/pollers.json" > "$OUT/bench-room-pollers.txt" 2>&1 &
+    BPID=$!; pids="$pids $BPID"
+    # the sale starts once every poller is in the room and the room has begun
+    i=0
+    until K=$($R --scan --pattern 'seckill:room:{*}' | grep -vxF -f "$TMP/rooms-before" | head -1) && [ -n "$K" ] &&
+          [ "$($R zcard "$K")" -ge "$ROOM_POLLERS" ] &&
+          [ "$($R time | head -1)" -ge "$($R hget "$(echo "$K" | sed 's/^seckill:room:/seckill:voucher:/')" begin)" ]; do
+        kill -0 "$BPID" 2>/dev/null || { cat "$OUT/bench-room-pollers.txt"; echo "room: the pollers' bench ended early"; exit 1; }
+        i=$((i + 1)); [ $i -lt 1200 ] || { echo "room: the pollers did not all join"; exit 1; }
+        sleep 0.1
+    done
+    b0=$(cpu_ticks "$BPID"); t0=$(date +%s.%N)
+    sale "pollers$round"
+    t1=$(date +%s.%N)
+    # (a room small enough to admit everyone before the sale ends lets the bench end first:
+    # its CPU then counts as nothing, and the line says so)
+    PNOTE=""
+    if kill -0 "$BPID" 2>/dev/null; then b1=$(cpu_ticks "$BPID"); else b1=$b0; PNOTE=" (the pollers' bench ended during the sale: every poller was admitted)"; fi
+    Q=$($R zcard "$K")
+    kill "$BPID" 2>/dev/null || true; wait "$BPID" 2>/dev/null || true
+    eval "a=\$P99SALE_alone$round b=\$P99SALE_pollers$round"
+    echo "$(ratio "$b" "$a") $a $b" >> "$TMP/ratios"
+    say "              round $round: p99 with / alone = $(ratio "$b" "$a") ($b us / $a us); per poll B - A: $(python3 perf/room_client.py cost "$TMP/snap-alone$round.0" "$TMP/snap-alone$round.1" "$TMP/snap-pollers$round.0" "$TMP/snap-pollers$round.1"); $Q in the room of R = $ROOM_R/s; the pollers bench $(python3 -c "import sys; b, t0, t1, hz = map(float, sys.argv[1:]); print('%.0f' % (100 * b / hz / (t1 - t0)))" $((b1 - b0)) "$t0" "$t1" "$(getconf CLK_TCK)") % of a core$PNOTE"
 done
-b0=$(cpu_ticks "$BPID"); s0=$(cpu_ticks "$SPID")
-e0=$($R info commandstats | tr -d '\r' | awk -F'[=,:]' '$1 == "cmdstat_evalsha" {print $3}'); t0=$(date +%s.%N)
-sale pollers
-e1=$($R info commandstats | tr -d '\r' | awk -F'[=,:]' '$1 == "cmdstat_evalsha" {print $3}'); t1=$(date +%s.%N)
-# (a room small enough to admit everyone before the sale ends lets the bench end first:
-# its CPU then counts as nothing, and the line says so)
-PNOTE=""
-if kill -0 "$BPID" 2>/dev/null; then b1=$(cpu_ticks "$BPID"); else b1=$b0; PNOTE=" (the pollers' bench ended during the sale: every poller was admitted)"; fi
-s1=$(cpu_ticks "$SPID")
-CPU=$(python3 -c "import sys; b, s, t0, t1, hz = map(float, sys.argv[1:]); print('the pollers bench %.0f %%, the service %.0f %% of a core' % (100 * b / hz / (t1 - t0), 100 * s / hz / (t1 - t0)))" $((b1 - b0)) $((s1 - s0)) "$t0" "$t1" "$(getconf CLK_TCK)")
-Q=$($R zcard "$K")
-kill "$BPID" 2>/dev/null || true; wait "$BPID" 2>/dev/null || true
-POLLER_RATIO=$(ratio "$P99SALE_pollers" "$P99SALE_alone")
-say "              during it: $(python3 -c "import sys; e, t = map(float, sys.argv[1:]); print('%.0f' % (e / t))" $((e1 - e0)) "$(python3 -c "import sys; print(float(sys.argv[2]) - float(sys.argv[1]))" "$t0" "$t1")") EVALSHA/s (the pollers' joins and polls, and the sale's grabs), $Q in the room of R = $ROOM_R/s; CPU: $CPU$PNOTE"
-say "room pollers  sale p99 with $ROOM_POLLERS pollers / alone = $POLLER_RATIO ($P99SALE_pollers us / $P99SALE_alone us)   [target <= 1.5]"
+set -- $(sort -n "$TMP/ratios" | awk '{r[NR] = $1} END {print r[int((NR + 1) / 2)], NR}')
+say "room pollers  sale p99 with $ROOM_POLLERS pollers / alone = $1, the median of $2 rounds ($(awk '{printf "%s%s", (NR > 1 ? ", " : ""), $1}' "$TMP/ratios"))   [target <= 1.5]"
+fi
 
 # ---- memory -------------------------------------------------------------------------------
+if on memory; then
 python3 perf/room_memory.py --members "$ROOM_MEMBERS" --passes 0 > "$TMP/mem.txt"
 say "room memory   $(head -1 "$TMP/mem.txt"); $(grep used_memory: "$TMP/mem.txt" | tr -d '\r')"
+fi
 kill "$SPID"; wait "$SPID" 2>/dev/null || true
 echo "results: $RES"

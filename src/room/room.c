@@ -24,7 +24,7 @@
 
 #define FLAG_SLOTS 1024u
 #define POLL_LIMIT_ENTRIES 8192
-#define WAIT_POLL_MAX_MS 30000
+#define POLL_IDLE_MS 30000         /* sold out or not queued: nothing to wait for */
 
 enum { F_NONE = 1, F_ROOM = 2 };
 
@@ -134,26 +134,44 @@ int64_t room_position(const room_state_t *st)
     return st->rank - st->released + 1;
 }
 
+/* ms until the rate releases the place: released = floor((t - begin) * rate / 1000)
+ * passes rank once t >= begin + ceil((rank + 1) * 1000 / rate). */
+static int64_t wait_ms(const room_state_t *st)
+{
+    if (st->state != ROOM_WAITING || st->rate <= 0 || st->rank < 0)
+        return 0;
+    int64_t at = st->begin_s * 1000 + ((st->rank + 1) * 1000 + st->rate - 1) / st->rate;
+    return at > st->now_ms ? at - st->now_ms : 0;
+}
+
 int64_t room_wait_s(const room_state_t *st)
 {
-    if (st->state != ROOM_WAITING || st->rate <= 0)
-        return 0;
-    int64_t ms = room_position(st) * 1000 / st->rate;
-    int64_t to_begin = st->begin_s * 1000 - st->now_ms;
-    if (to_begin > 0)
-        ms += to_begin;
-    return (ms + 999) / 1000;
+    return (wait_ms(st) + 999) / 1000;
 }
 
 int64_t room_poll_after_ms(const room_state_t *st)
 {
     int64_t ms = ROOM_POLL_MIN_MS;
     if (st->state == ROOM_WAITING) {
-        ms = room_wait_s(st) * 1000 / 2;
+        /* Before begin later joiners may still draw places ahead (the wait only grows);
+         * after it nobody new comes ahead and a place only moves up when someone ahead
+         * rejoins after an expired pass (the wait only shrinks). So a near place polls
+         * when it is due, a far one at 7/8 of its wait to catch such moves: a buyer polls
+         * about log8(wait / ROOM_POLL_NEAR_MS) + 2 times, and a room's polls per second stay
+         * a small multiple of its rate however many wait. Before begin a near place polls
+         * ROOM_POLL_MIN_MS early: its place may have grown by then, and the poll that
+         * corrects it must still come before it is due -- else the early joiners (whose
+         * places grew the most) would see their passes late, in their join order. */
+        ms = wait_ms(st);
+        if (ms > ROOM_POLL_NEAR_MS)
+            ms -= ms / 8;
+        else if (st->now_ms < st->begin_s * 1000)
+            ms -= ROOM_POLL_MIN_MS;
     } else if (st->state == ROOM_SOLD_OUT || st->state == ROOM_NOT_QUEUED) {
-        ms = WAIT_POLL_MAX_MS;
+        ms = POLL_IDLE_MS;
     }
-    return ms < ROOM_POLL_MIN_MS ? ROOM_POLL_MIN_MS : ms > WAIT_POLL_MAX_MS ? WAIT_POLL_MAX_MS : ms;
+    return ms < ROOM_POLL_MIN_MS ? ROOM_POLL_MIN_MS
+           : ms > ROOM_POLL_WAIT_MAX_MS ? ROOM_POLL_WAIT_MAX_MS : ms;
 }
 
 int room_pass(worker_t *w, int64_t user_id, int64_t voucher_id, int64_t expires_ms, char *out,

@@ -39,10 +39,10 @@ local begin, fin, ttl = tonumber(v[2]), tonumber(v[3]), (tonumber(v[5]) or 60) *
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local uid = ARGV[2]
-local score = redis.call('ZSCORE', KEYS[2], uid)
 if ARGV[1] == 'join' then
   if now_ms >= fin * 1000 then return {12} end
   if stock <= 0 then return {13} end
+  local score = redis.call('ZSCORE', KEYS[2], uid)
   local issued = tonumber(redis.call('HGET', KEYS[3], uid))
   if issued and issued + ttl <= now_ms then
     -- the pass expired unused: the place is gone, a new one is at the back
@@ -62,8 +62,9 @@ end
 local released = 0
 if now_ms >= begin * 1000 then released = math.floor((now_ms - begin * 1000) * r / 1000) end
 if stock <= 0 or now_ms >= fin * 1000 then return {2, 0, released, r, begin, now_ms, 0} end
-if not score then return {3, 0, released, r, begin, now_ms, 0} end
+-- a poll learns whether the user has a place from ZRANK alone (nil: none)
 local rank = redis.call('ZRANK', KEYS[2], uid)
+if not rank then return {3, 0, released, r, begin, now_ms, 0} end
 if rank >= released then return {0, rank, released, r, begin, now_ms, 0} end
 local issued = now_ms
 if redis.call('HSETNX', KEYS[3], uid, now_ms) == 0 then
