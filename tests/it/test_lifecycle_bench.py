@@ -1,0 +1,124 @@
+"""test_lifecycle_bench.py -- the order lifecycle on the sale board (issue #27; docs/lifecycle.md,
+"On the sale board"): GET /admin/api/board's per-sale "life" figures.
+
+  - paid, cancelled (by the buyer), expired (timed out), unpaid (the rest of the buyers) and
+    returned (units given back), summed over a sale's stock buckets;
+  - dueNextMinute: the unpaid orders whose payment deadline passes within the next minute;
+  - the page shows them in an "orders:" line under the sale (chromium, board_life.mjs);
+  - the cost: one EVAL (life.lua's read-only board op) per sale and bucket per board
+    request.
+"""
+
+import json
+import os
+import subprocess
+
+import harness as H
+from harness import check, eq
+
+from test_board import BROWSER_DIR, _browser_tools
+from test_lifecycle import _cancel, _notify, _pay_settings, _status
+from test_room_board import board_sales, calls
+
+
+def _life(srv, vid):
+    s = board_sales(srv)[vid]
+    check("life" in s, "a stream-mode sale carries life: %r", s)
+    return s["life"]
+
+
+def test_board_life_figures_and_due():
+    """--pay-timeout-s 45: every unpaid order's deadline is within the next minute."""
+    r, srv = H.setup(settings=_pay_settings({"pay-timeout-s": "45"}))
+    h = srv.http()
+    users = [H.login(srv, r, "136123457%02d" % i, h) for i in range(4)]
+    vid = H.create_seckill(srv, stock=5, http=h)
+    bucketed = H.create_seckill(srv, stock=8, http=h, stockBuckets=4)
+    oids = [H.seckill(srv, t, vid, h)[1]["data"] for t in users]
+    for t in users[:3]:
+        check(H.seckill(srv, t, bucketed, h)[1]["success"], "grab in the bucketed sale")
+    db = srv.db()
+    H.wait_drained(srv, r, vid, 30)
+    H.wait_until(lambda: db.order_count(bucketed) == 3, 30, what="the bucketed orders in SQL")
+    st, j = _notify(h, oids[0], "P0", 8000)
+    check(j["data"] == "PAID", "pay: %r", j)
+    st, j = _cancel(h, users[1], oids[1])
+    check(j["success"], "cancel: %r", j)
+    before = calls(r, "eval")
+    life = _life(srv, vid)
+    eq(calls(r, "eval") - before, 1 + 4, "EVALs per board request (1 + 4 buckets)")
+    eq((life["paid"], life["cancelled"], life["expired"], life["returned"], life["unpaid"]),
+       (1, 1, 0, 1, 2), "life of the sale: %r" % life)
+    eq((life["dueNextMinute"], life["dueCapped"]), (2, False), "due within a minute: %r" % life)
+    bl = _life(srv, bucketed)
+    eq((bl["paid"], bl["unpaid"], bl["dueNextMinute"]), (0, 3, 3),
+       "bucketed sale, summed over its buckets: %r" % bl)
+    H.finish(srv)
+
+
+def test_board_life_expired():
+    """--pay-timeout-s 2: an unpaid order times out; the board counts it expired and
+    returned, and nothing is due any more."""
+    r, srv = H.setup(settings=_pay_settings({"pay-timeout-s": "2"}))
+    h = srv.http()
+    a = H.login(srv, r, "13612345801", h)
+    b = H.login(srv, r, "13612345802", h)
+    vid = H.create_seckill(srv, stock=3, http=h)
+    oa = H.seckill(srv, a, vid, h)[1]["data"]
+    ob = H.seckill(srv, b, vid, h)[1]["data"]
+    db = srv.db()
+    H.wait_until(lambda: db.order_count(vid) == 2, 10, what="both orders in SQL")
+    st, j = _notify(h, ob, "PB", 8000)
+    check(j["data"] == "PAID", "b pays in time: %r", j)
+    H.wait_until(lambda: _status(db, oa) == 4, 15, what="a's order timed out")
+    life = _life(srv, vid)
+    eq((life["paid"], life["cancelled"], life["expired"], life["returned"], life["unpaid"],
+        life["dueNextMinute"]), (1, 0, 1, 1, 0, 0), "after the timeout: %r" % life)
+    H.finish(srv)
+
+
+def test_board_life_without_timeout():
+    """--pay-timeout-s 0: the figures without dueNextMinute."""
+    r, srv = H.setup(settings=_pay_settings({"pay-timeout-s": "0"}))
+    h = srv.http()
+    t = H.login(srv, r, "13612345811", h)
+    vid = H.create_seckill(srv, stock=2, http=h)
+    oid = H.seckill(srv, t, vid, h)[1]["data"]
+    H.wait_drained(srv, r, vid, 30)
+    st, j = _notify(h, oid, "P1", 8000)
+    check(j["data"] == "PAID", "pay: %r", j)
+    life = _life(srv, vid)
+    check("dueNextMinute" not in life, "no timeout, no due figure: %r", life)
+    eq((life["paid"], life["unpaid"]), (1, 0), "paid: %r" % life)
+    H.finish(srv)
+
+
+def test_board_life_in_chromium():
+    """The page's "orders:" line under its sale, under the board's CSP:
+    tests/browser/board_life.mjs; screenshot build/browser/board-life.png."""
+    node, chromium = _browser_tools()
+    r, srv = H.setup(settings=_pay_settings({"pay-timeout-s": "50"}))
+    h = srv.http()
+    users = [H.login(srv, r, "136123458%02d" % i, h) for i in range(3)]
+    vid = H.create_seckill(srv, stock=5, http=h)
+    oids = [H.seckill(srv, t, vid, h)[1]["data"] for t in users]
+    H.wait_drained(srv, r, vid, 30)
+    check(_notify(h, oids[0], "P0", 8000)[1]["data"] == "PAID", "pay")
+    check(_cancel(h, users[1], oids[1])[1]["success"], "cancel")
+    env = dict(os.environ, BOARD_URL="http://127.0.0.1:%d" % srv.port,
+               ADMIN_TOKEN=srv.admin_token, SALE=str(vid),
+               OUT_DIR=os.path.join(H.ROOT, "build", "browser"), CHROMIUM=chromium)
+    p = subprocess.run([node, os.path.join(BROWSER_DIR, "board_life.mjs")], env=env,
+                       capture_output=True, text=True, timeout=120, cwd=BROWSER_DIR)
+    H.log("board_life.mjs:", p.stdout[-2000:], p.stderr[-3000:])
+    check(p.returncode == 0, "board_life.mjs failed (exit %d):\n%s\n%s", p.returncode,
+          p.stdout[-3000:], p.stderr[-3000:])
+    found = json.loads(p.stdout.strip().splitlines()[-1])
+    eq(found["errors"], [], "JavaScript errors")
+    eq(found["row_before"], str(vid), "the line right under its sale")
+    eq(found["sold"], "2 / 5", "sold / initial: the cancelled order's unit is not sold")
+    eq(found["parts"], {"head": "orders:", "paid": "1 paid", "unpaid": "1 unpaid",
+                        "cancelled": "1 cancelled", "expired": "0 expired",
+                        "returned": "1 returned", "due": "1 due back in 1 min"},
+       "the orders line")
+    H.finish(srv)
