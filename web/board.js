@@ -560,14 +560,19 @@ function roomRow(s, now) {
     ["expired", fig(r.expired) + " expired"],
     ["wait", "wait " + (r.waitS == null ? "–" : fmtSpan(r.waitS))],
   ];
+  putParts(td, parts, "room");
+  return tr;
+}
+
+/* A sub-row's figures: one span per [key, text], data-<dataKey>=key (the head in bold). */
+function putParts(td, parts, dataKey) {
   for (const [k, t] of parts) {
     const span = document.createElement("span");
     span.className = k === "head" ? "rm-head" : "rm";
-    span.dataset.room = k;
+    span.dataset[dataKey] = k;
     span.textContent = t;
     td.appendChild(span);
   }
-  return tr;
 }
 
 /* A sale in stream mode: its orders by lifecycle state (docs/lifecycle.md) -- paid,
@@ -588,13 +593,7 @@ function lifeRow(s) {
   ];
   if (l.dueNextMinute != null)
     parts.push(["due", (l.dueCapped ? "≥ " : "") + fig(l.dueNextMinute) + " due back in 1 min"]);
-  for (const [k, t] of parts) {
-    const span = document.createElement("span");
-    span.className = k === "head" ? "rm-head" : "rm";
-    span.dataset.life = k;
-    span.textContent = t;
-    td.appendChild(span);
-  }
+  putParts(td, parts, "life");
   return tr;
 }
 

@@ -5,6 +5,9 @@
     returned (units given back), summed over a sale's stock buckets;
   - dueNextMinute: the unpaid orders whose payment deadline passes within the next minute;
   - the page shows them in an "orders:" line under the sale (chromium, board_life.mjs);
+  - seckill bench --pay-share P --cancel-share C --pay-timeout S rehearses pays, cancels and
+    timeouts after the sale, checks them against Redis and SQL (and the server's timeout
+    against S), and its --html report charts them over time (chromium, report.mjs);
   - the cost: one EVAL (life.lua's read-only board op) per sale and bucket per board
     request.
 """
@@ -12,10 +15,12 @@
 import json
 import os
 import subprocess
+import time
 
 import harness as H
 from harness import check, eq
 
+from test_bench_html import _open_in_chromium
 from test_board import BROWSER_DIR, _browser_tools
 from test_lifecycle import _cancel, _notify, _pay_settings, _status
 from test_room_board import board_sales, calls
@@ -121,4 +126,76 @@ def test_board_life_in_chromium():
                         "cancelled": "1 cancelled", "expired": "0 expired",
                         "returned": "1 returned", "due": "1 due back in 1 min"},
        "the orders line")
+    H.finish(srv)
+
+
+# ---------------------------------------------------------------- the rehearsal (seckill bench)
+
+def _bench(r, srv, key_file, timeout_s, *extra):
+    js = os.path.join(H.tmpdir(), "bench-life-%d-%d.json" % (os.getpid(), time.time_ns()))
+    cmd = [H.binary(), "bench", "--target", "http://127.0.0.1:%d" % srv.port,
+           "--redis", r.url, "--db", srv.db_url, "--admin-token", srv.admin_token,
+           "--seed-tokens", "--users", "300", "--stock", "200", "--dup", "0",
+           "--burst-share", "0", "--quiet", "--pay-key-file", key_file,
+           "--pay-timeout", str(timeout_s), "--json", js] + list(extra)
+    p = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, env=H.san_env(), timeout=180)
+    out = p.stdout.decode("utf-8", "replace")
+    H.log(out)
+    j = json.load(open(js)) if os.path.exists(js) else None
+    return p.returncode, out, j
+
+
+def test_bench_rehearses_pay_cancel_timeout():
+    """seckill bench --pay-share 0.3 --cancel-share 0.2 --pay-timeout 3 against a server with
+    --pay-timeout-s 3: every order gets its fate, Redis and SQL agree, the audit is clean."""
+    settings = _pay_settings({"pay-timeout-s": "3"})
+    r, srv = H.setup(settings=settings)
+    page = os.path.join(H.tmpdir(), "life-report-%d.html" % os.getpid())
+    rc, out, j = _bench(r, srv, settings["pay-key-file"], 3, "--pay-share", "0.3",
+                        "--cancel-share", "0.2", "--html", page)
+    eq(rc, 0, "bench exit status:\n%s" % out[:3000])
+    life = j["lifecycle"]
+    n = j["outcomes"]["success"]
+    eq(n, 200, "orders sold")
+    eq(life["to_pay"] + life["to_cancel"] + life["to_expire"], n, "a fate per order")
+    check(40 <= life["to_pay"] <= 80 and 20 <= life["to_cancel"] <= 60,
+          "shares 0.3 / 0.2 of 200: %r", life)
+    eq((life["paid"], life["cancelled"], life["refused"]),
+       (life["to_pay"], life["to_cancel"], 0), "answers: %r" % life)
+    eq((life["redis"]["paid"], life["redis"]["timedout"], life["redis"]["returned"]),
+       (life["to_pay"], life["to_expire"], life["to_cancel"] + life["to_expire"]),
+       "Redis's counters: %r" % life)
+    check(life["ok"] and life["timeout_ok"] and life["expired_after_s"] >= 3, "%r", life)
+    eq(j["audit"], 0, "the audit")
+    db = srv.db()
+    vid = j["voucher"]
+    H.wait_until(lambda: db.scalar("SELECT count(*) FROM tb_voucher_order WHERE voucher_id=? "
+                                   "AND status=4", vid) == life["to_cancel"] + life["to_expire"],
+                 30, what="SQL: the cancelled and timed-out orders at status 4")
+    eq(db.scalar("SELECT count(*) FROM tb_voucher_order WHERE voucher_id=? AND status=2", vid),
+       life["to_pay"], "SQL: the paid orders at status 2")
+    # the HTML report: paid, cancelled and expired over time (chromium, report.mjs)
+    found = _open_in_chromium(page, "bench-lifecycle.png")
+    eq(found["errors"], [], "JavaScript errors")
+    eq(found["drawn"], found["plots"], "every chart drawn")
+    ch = [c for c in found["charts"] if c["labels"] == ["seconds", "paid", "cancelled",
+                                                        "expired"]]
+    eq(len(ch), 1, "the lifecycle chart: %r" % [c["labels"] for c in found["charts"]])
+    eq(ch[0]["rows"][-1][1:], [life["to_pay"], life["to_cancel"], life["to_expire"]],
+       "the chart's last point")
+    check(ch[0]["rows"][0][3] < life["to_expire"], "expired rise over time: %r", ch[0]["rows"])
+    H.finish(srv)
+
+
+def test_bench_finds_a_different_timeout():
+    """The server's --pay-timeout-s is 60, bench says 1: the orders left unpaid have not
+    timed out when bench's bound passes -- bench says so and exits 1."""
+    settings = _pay_settings({"pay-timeout-s": "60"})
+    r, srv = H.setup(settings=settings)
+    rc, out, j = _bench(r, srv, settings["pay-key-file"], 1, "--pay-share", "0.5",
+                        "--no-audit")
+    eq(rc, 1, "bench exit status:\n%s" % out)
+    check("NOT all timed out" in out, "the report says why:\n%s", out)
+    check(not j["lifecycle"]["ok"] and not j["lifecycle"]["timeout_ok"], "%r", j["lifecycle"])
     H.finish(srv)
