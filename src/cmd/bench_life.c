@@ -20,6 +20,7 @@
 #include "core/secret.h"
 #include "core/xmem.h"
 #include "embedded.h"
+#include "redis/rcl_sync.h"
 #include "redis/rconn.h"
 
 #define LIFE_PAY_VALUE 100      /* bench's vouchers' payValue (bench.c's create_voucher) */
@@ -111,8 +112,9 @@ static int cancel(const bench_load_t *L, const char *token, int64_t oid, char *o
 }
 
 /* Redis's counters (life.lua op board) summed over the voucher's k buckets: {paid,
- * timedout, returned}. 0, or -1 with err. */
-static int counters(redisContext *c, int64_t vid, int k, int64_t out[3], char *err,
+ * timedout, returned}, each bucket asked on the node owning its slot (one Redis, or a
+ * cluster's). 0, or -1 with err. */
+static int counters(rcl_sync_route_t *rt, int64_t vid, int k, int64_t out[3], char *err,
                     size_t errlen)
 {
     memset(out, 0, 3 * sizeof *out);
@@ -129,6 +131,9 @@ static int counters(redisContext *c, int64_t vid, int k, int64_t out[3], char *e
         size_t al[11];
         for (int i = 0; i < 11; i++)
             al[i] = strlen(av[i]);
+        redisContext *c = rcl_sync_route_key(rt, kv, err, errlen);
+        if (c == NULL)
+            return -1;
         redisReply *r = redisCommandArgv(c, 11, av, al);
         int64_t v[3];
         int ok = r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 5;
@@ -171,13 +176,14 @@ int bench_life_run(const bench_opts_t *o, const bench_load_t *L, const bench_use
     char key[256] = "";
     if (o->pay_share > 0 && read_key(o, key, sizeof key, err, errlen) < 0)
         return -1;
-    redisContext *c = rconn_open_url(o->redis_url, 5000, err, errlen);
-    if (c == NULL)
+    rcl_sync_route_t rt;
+    if (rcl_sync_route_open(o->redis_url, 5000, &rt, err, errlen) < 0)
         return -1;
+    rcl_sync_route_t *c = &rt;
     int k = o->buckets > 1 ? o->buckets : 1;
     int64_t base[3];
     if (counters(c, vid, k, base, err, errlen) < 0) {
-        redisFree(c);
+        rcl_sync_route_close(c);
         return -1;
     }
     /* a payment is checked against the order in SQL (src/order/life.c): the writer first */
@@ -186,7 +192,7 @@ int bench_life_run(const bench_opts_t *o, const bench_load_t *L, const bench_use
         memset(&dr, 0, sizeof dr);
         if (audit_wait_drain(o->redis_url, o->db_url, vid, o->drain_timeout_s * 1000, &dr, err,
                              errlen) < 0) {
-            redisFree(c);
+            rcl_sync_route_close(c);
             return -1;
         }
     }
@@ -227,7 +233,7 @@ int bench_life_run(const bench_opts_t *o, const bench_load_t *L, const bench_use
     int64_t now3[3] = {0, 0, 0}, done_ms = -1;
     for (;;) {
         if (counters(c, vid, k, now3, err, errlen) < 0) {
-            redisFree(c);
+            rcl_sync_route_close(c);
             return -1;
         }
         int64_t now = (int64_t)clock_wall_ms();
@@ -242,7 +248,7 @@ int bench_life_run(const bench_opts_t *o, const bench_load_t *L, const bench_use
         struct timespec ts = {0, 100 * 1000000L};
         nanosleep(&ts, NULL);   /* Redis's counters are polled: nothing to wait on */
     }
-    redisFree(c);
+    rcl_sync_route_close(c);
     r->r_paid = now3[0] - base[0];
     r->r_timedout = now3[1] - base[1];
     r->r_returned = now3[2] - base[2];

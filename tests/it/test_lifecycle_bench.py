@@ -98,6 +98,33 @@ def test_board_life_without_timeout():
     H.finish(srv)
 
 
+@H.timeout(200)
+def test_board_life_on_redis_cluster():
+    """Three masters, a voucher in 3 stock buckets: each bucket's EVAL goes to its own
+    master (the key's slot), and the board sums them."""
+    cluster = H.start_redis_cluster(masters=3, replicas=0)
+    srv = H.start_server(cluster.url, name="life-c1",
+                         settings=_pay_settings({"pay-timeout-s": "40"}))
+    h = srv.http()
+    tokens = H.login_many(srv, cluster, 6)
+    vid = H.create_seckill(srv, stock=12, stockBuckets=3, http=h)
+    oids = []
+    for t in tokens:
+        st, j = H.seckill(srv, t, vid, h)
+        check(j.get("success"), "buy: %r", j)
+        oids.append(j["data"])
+    db = srv.db()
+    H.wait_until(lambda: db.order_count(vid) == 6, 30, what="the orders in SQL")
+    check(_notify(h, oids[0], "P0", 8000)[1]["data"] == "PAID", "pay")
+    check(_cancel(h, tokens[1], oids[1])[1]["success"], "cancel")
+    before = sum(calls(n, "eval") for n in cluster.nodes)
+    life = _life(srv, vid)
+    eq(sum(calls(n, "eval") for n in cluster.nodes) - before, 3, "one EVAL per bucket")
+    eq((life["paid"], life["cancelled"], life["unpaid"], life["dueNextMinute"]), (1, 1, 4, 4),
+       "summed over the masters: %r" % life)
+    H.finish(srv)
+
+
 def test_board_life_in_chromium():
     """The page's "orders:" line under its sale, under the board's CSP:
     tests/browser/board_life.mjs; screenshot build/browser/board-life.png."""
@@ -199,3 +226,21 @@ def test_bench_finds_a_different_timeout():
     check("NOT all timed out" in out, "the report says why:\n%s", out)
     check(not j["lifecycle"]["ok"] and not j["lifecycle"]["timeout_ok"], "%r", j["lifecycle"])
     H.finish(srv)
+
+
+@H.timeout(240)
+def test_bench_rehearsal_on_redis_cluster():
+    """Three masters, the sale in 3 stock buckets (one per master): bench reads each
+    bucket's counters on its own master; the rehearsal and the audit come out clean."""
+    cluster = H.start_redis_cluster(masters=3, replicas=0)
+    settings = _pay_settings({"pay-timeout-s": "3"})
+    srv = H.start_server(cluster.url, name="life-b1", settings=settings)
+    rc, out, j = _bench(cluster, srv, settings["pay-key-file"], 3, "--pay-share", "0.3",
+                        "--cancel-share", "0.2", "--buckets", "3")
+    eq(rc, 0, "bench exit status:\n%s" % out[:3000])
+    life = j["lifecycle"]
+    check(life["ok"] and life["to_pay"] > 0 and life["to_cancel"] > 0 and life["to_expire"] > 0,
+          "%r", life)
+    eq(j["audit"], 0, "the audit")
+    H.finish(srv)
+
