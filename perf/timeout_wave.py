@@ -14,12 +14,25 @@ backstop did (the restarted server's info log), and how long until SQL had all N
 status 4 (the writer applying the `t` events, one transaction each; reported, waited for at
 most --sql-bound seconds). Exit status 1 when the sweep's rate is below --min-rate (10,000
 orders/s) or Redis was not done within --bound seconds, 2 when it could not run.
+
+The sale beside the wave: before the wave, on the same server restarted with the timeout
+still 3600 s, a sale of --sale-users buyers for a tenth as many units, open loop at
+--sale-rate requests/s (`seckill bench --rate`, latency from each request's due time):
+its p99 is the baseline. Then the server restarts with --pay-timeout-s 1 and the same sale
+(a new voucher) starts at once, while the sweep decides the N orders: its p99 over the
+baseline's is the ratio judged (exit status 1 above --max-ratio, 1.5, or when the sale's
+load began after SQL had every order at status 4: the wave is the sweep in Redis and the
+writer applying its events, about 40 s for 100,000 orders). The wave sale's own
+orders are also past the 1 s timeout a second after their admission: a small wave of
+their own, swept beside the big one. The lines say when the wave sale's load ran against
+the wave's Redis and SQL phases.
 """
 import argparse
 import json
 import os
 import re
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -50,6 +63,43 @@ def redis(d, *args):
     return r.stdout.strip()
 
 
+class Sale:
+    """One sale of a.sale_users buyers, a tenth as many units, open loop at a.sale_rate
+    (a new voucher), run by `seckill bench` in the background; wait() gives its figures."""
+
+    def __init__(self, a, srv, d, tmp, label):
+        self.label, self.js = label, os.path.join(tmp, "sale-%s.json" % label)
+        self.out = open(os.path.join(tmp, "sale-%s.txt" % label), "w")
+        self.t_load = time.time()
+        self.p = subprocess.Popen(
+            [a.binary, "bench", "--target", srv.url, "--data-dir", d, "--seed-tokens",
+             "--conns", "256", "--quiet", "--users", str(a.sale_users), "--stock",
+             str(max(1, a.sale_users // 10)), "--rate", str(a.sale_rate), "--dup", "0",
+             "--burst-share", "0", "--no-audit", "--json", self.js],
+            stdout=self.out, stderr=subprocess.STDOUT)
+
+    def wait(self):
+        rc = self.p.wait(timeout=600)
+        self.t_end = time.time()
+        self.out.close()
+        if rc >= 2 or not os.path.exists(self.js):
+            with open(self.out.name) as f:
+                print(f.read()[-2000:])
+            die("the %s sale's bench failed (%d)" % (self.label, rc))
+        with open(self.js) as f:
+            j = json.load(f)
+        # the load itself (its tokens are seeded first): its last `seconds` before the end
+        self.t_load = max(self.t_load, self.t_end - float(j.get("seconds", 0)))
+        r = {"p50": j["latency_us"]["p50"], "p99": j["latency_us"]["p99"]}
+        print("timeout_wave: sale %s: %d req/s open loop: p50 %d us, p99 %d us" % (
+            self.label, j.get("rate", 0) or 0, r["p50"], r["p99"]), flush=True)
+        return r
+
+
+def sale(a, srv, d, tmp, label):
+    return Sale(a, srv, d, tmp, label).wait()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--orders", type=int, default=100000)
@@ -58,10 +108,16 @@ def main():
     ap.add_argument("--sql-bound", type=float, default=120,
                     help="seconds to wait for SQL to have them all (reported, not judged)")
     ap.add_argument("--min-rate", type=float, default=10000)
+    ap.add_argument("--sale-users", type=int, default=50000)
+    ap.add_argument("--sale-rate", type=int, default=5000)
+    ap.add_argument("--max-ratio", type=float, default=1.5,
+                    help="the wave sale's p99 over the baseline's, at most")
     ap.add_argument("--keep", action="store_true",
                     help="keep the temp dir (serve0.log: the restart's, at level info)")
     ap.add_argument("binary", nargs="?", default="build/seckill")
     a = ap.parse_args()
+    # perf/run.sh bounds the run with timeout(1): its SIGTERM stops the server too (finally)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(2))
     tmp = tempfile.mkdtemp(prefix="skwave.")
     d = os.path.join(tmp, "d0")
     srv = None
@@ -80,10 +136,15 @@ def main():
         vid, n = b["voucher"], b["outcomes"]["success"]
         print("timeout_wave: %d orders of voucher %d sold and in SQL" % (n, vid), flush=True)
         srv.stop()
-        time.sleep(1.1)   # the restart's --pay-timeout-s 1 has every order past it
         srv = None
+        srv = serve(a.binary, tmp, 3600, "warn")
+        base = sale(a, srv, d, tmp, "alone")
+        srv.stop()
+        srv = None
+        time.sleep(1.1)   # the restart's --pay-timeout-s 1 has every order past it
         t0 = time.time()
         srv = serve(a.binary, tmp, 1, "info")
+        during = Sale(a, srv, d, tmp, "wave")
         vkey = "seckill:voucher:{%d}" % vid
         db = sqlite3.connect(os.path.join(d, "seckill.db"), timeout=30)
         q = "select count(*) from tb_voucher_order where voucher_id=? and status=4"
@@ -98,6 +159,7 @@ def main():
                 t_redis = time.time() - t0
             time.sleep(0.02)
         if t_redis is None:
+            during.wait()
             print("timeout_wave: Redis not done within %.0f s (%d of %d timed out)" % (
                 a.bound, ret, n))
             return 1
@@ -108,6 +170,7 @@ def main():
             else:
                 time.sleep(0.2)
         db.close()
+        wave = during.wait()
         rate = n / t_redis
         print("timeout_wave: %d orders timed out in Redis %.2f s after the start "
               "(first at %.2f s): %.0f orders/s" % (n, t_redis, first, rate))
@@ -128,10 +191,24 @@ def main():
                     by["SQL scan" if m.group(1) == "SQL scan" else "stream"] += int(m.group(2))
         print("timeout_wave: decided by the stream sweep %d, by the SQL backstop %d" % (
             by["stream"], by["SQL scan"]))
+        ratio = wave["p99"] / base["p99"] if base["p99"] else float("inf")
+        print("timeout_wave: the wave sale's load ran %.2f-%.2f s after the start (Redis "
+              "done at %.2f s, SQL at %s)" % (during.t_load - t0, during.t_end - t0, t_redis,
+                                             "%.2f s" % t_sql if t_sql else "-"))
+        print("timeout_wave: sale p99 during the wave / alone = %.2f (%d us / %d us)   "
+              "[target <= %.1f]" % (ratio, wave["p99"], base["p99"], a.max_ratio))
+        bad = 0
+        if t_sql is None or during.t_load - t0 >= t_sql:
+            # the wave: from the restart until SQL has every t event (the writer's busiest)
+            print("timeout_wave: the wave sale's load began after the wave: ratio not judged")
+            bad = 1
         if rate < a.min_rate:
             print("timeout_wave: below %.0f orders/s" % a.min_rate)
-            return 1
-        return 0
+            bad = 1
+        if ratio > a.max_ratio:
+            print("timeout_wave: the sale's p99 during the wave above %.1fx" % a.max_ratio)
+            bad = 1
+        return bad
     finally:
         if srv:
             srv.stop()

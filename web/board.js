@@ -312,19 +312,21 @@ function sales(list, now) {
   for (const s of list) {
     const tr = document.createElement("tr");
     tr.dataset.id = s.id;
-    const initial = (s.stock || 0) + (s.buyers || 0);
-    const pct = initial > 0 ? (100 * s.buyers) / initial : 0;
+    // units sold: the buyers less the orders cancelled or timed out (their units came back)
+    const sold = Math.max(0, (s.buyers || 0) - ((s.life && s.life.returned) || 0));
+    const initial = (s.stock || 0) + sold;
+    const pct = initial > 0 ? (100 * sold) / initial : 0;
     const st = saleState(s, nowS);
     cell(tr, "#" + s.id);
     cell(tr, s.title == null ? "–" : s.title, "sale-title").title = s.title || "";
     cell(tr, s.stock == null ? "–" : s.stock.toLocaleString(), "n stock");
-    cell(tr, (s.buyers || 0).toLocaleString() + " / " + initial.toLocaleString(), "n");
+    cell(tr, sold.toLocaleString() + " / " + initial.toLocaleString(), "n");
     const bar = document.createElement("div");
     bar.className = "bar";
     const fill = document.createElement("div");
     fill.style.width = pct.toFixed(1) + "%";
     const label = document.createElement("span");
-    label.textContent = (s.buyers || 0).toLocaleString() + " sold · " + pct.toFixed(0) + "%";
+    label.textContent = sold.toLocaleString() + " sold · " + pct.toFixed(0) + "%";
     bar.append(fill, label);
     cell(tr, bar, "bar-cell");
     const stc = cell(tr, st.state, "state " + st.cls);
@@ -337,6 +339,7 @@ function sales(list, now) {
     tb.appendChild(tr);
     if (s.buckets > 1 && Array.isArray(s.perBucket)) tb.appendChild(bucketRow(s));
     if (s.room) tb.appendChild(roomRow(s, now));
+    if (s.life) tb.appendChild(lifeRow(s));
     tb.appendChild(totalsRow(s));
   }
   if (!list.length) {
@@ -557,13 +560,40 @@ function roomRow(s, now) {
     ["expired", fig(r.expired) + " expired"],
     ["wait", "wait " + (r.waitS == null ? "–" : fmtSpan(r.waitS))],
   ];
+  putParts(td, parts, "room");
+  return tr;
+}
+
+/* A sub-row's figures: one span per [key, text], data-<dataKey>=key (the head in bold). */
+function putParts(td, parts, dataKey) {
   for (const [k, t] of parts) {
     const span = document.createElement("span");
     span.className = k === "head" ? "rm-head" : "rm";
-    span.dataset.room = k;
+    span.dataset[dataKey] = k;
     span.textContent = t;
     td.appendChild(span);
   }
+}
+
+/* A sale in stream mode: its orders by lifecycle state (docs/lifecycle.md) -- paid,
+ * unpaid, cancelled by the buyer, expired (payment timeout), the units they returned, and
+ * the returns due within the next minute (when the payment timeout is on; "≥ N" when the
+ * server stopped counting). */
+function lifeRow(s) {
+  const { tr, td } = subRow(s, "life", "lifeOf");
+  const l = s.life;
+  const fig = (v) => (v == null ? "–" : v.toLocaleString());
+  const parts = [
+    ["head", "orders:"],
+    ["paid", fig(l.paid) + " paid"],
+    ["unpaid", fig(l.unpaid) + " unpaid"],
+    ["cancelled", fig(l.cancelled) + " cancelled"],
+    ["expired", fig(l.expired) + " expired"],
+    ["returned", fig(l.returned) + " returned"],
+  ];
+  if (l.dueNextMinute != null)
+    parts.push(["due", (l.dueCapped ? "≥ " : "") + fig(l.dueNextMinute) + " due back in 1 min"]);
+  putParts(td, parts, "life");
   return tr;
 }
 

@@ -15,7 +15,8 @@
  * once per process: titles.h), whether it is paused (the hash's `paused` field,
  * api_sale.c) and its totals by outcome (seckill:{board}:totals:<id>, sale_totals.h), and
  * the newest events (seckill:{board}:events, events.h): one HGETALL per sale and one
- * LRANGE more per request, on the {board} slot's node. */
+ * LRANGE more per request, on the {board} slot's node. In stream mode, per sale and
+ * bucket, one EVAL of life.lua's read-only board op: the order lifecycle's figures. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,6 +136,9 @@ typedef struct board_sale {
     int64_t room_gen[4];    /* room.lua's pass counts: room_g, room_gc, room_gp, room_go */
     int64_t room_queued;    /* ZCARD of the room */
     int room_queued_ok;
+    int64_t life[5];        /* life.lua board, summed over the buckets: paid, timedout,
+                               returned, due, capped */
+    int life_sent, life_bad;    /* stream mode asked every bucket; one did not answer */
 } board_sale_t;
 
 /* One command's context: its sale and bucket (for a transfer log, and its units for a
@@ -233,6 +237,32 @@ static void put_room(sb_t *s, const board_sale_t *e, int64_t now_ms)
     sb_puts(s, "}");
 }
 
+/* ,"life":{..} of a sale in stream mode (docs/lifecycle.md): its orders by lifecycle
+ * state, summed over its buckets -- paid, cancelled by the buyer, expired (timed out),
+ * unpaid (the buyers less the three), returned (units cancels and timeouts gave back) --
+ * and dueNextMinute, the unpaid orders whose payment deadline passes within the next
+ * minute (or has passed and the sweep has not reached them yet), with dueCapped when the
+ * look stopped at BOARD_DUE_CAP orders a bucket (a lower bound then). No figure is sent
+ * when a bucket did not answer; dueNextMinute only when --pay-timeout-s is on. */
+static void put_life(sb_t *s, const board_sale_t *e, int timeout_on)
+{
+    if (!e->life_sent || e->life_bad)
+        return;
+    const int64_t *l = e->life;
+    int64_t cancelled = l[2] - l[1];
+    sb_printf(s, ",\"life\":{\"paid\":%lld,\"cancelled\":%lld,\"expired\":%lld,"
+              "\"returned\":%lld", (long long)l[0], (long long)(cancelled > 0 ? cancelled : 0),
+              (long long)l[1], (long long)l[2]);
+    if (!e->buyers_bad) {
+        int64_t unpaid = e->buyers - l[0] - l[2];
+        sb_printf(s, ",\"unpaid\":%lld", (long long)(unpaid > 0 ? unpaid : 0));
+    }
+    if (timeout_on)
+        sb_printf(s, ",\"dueNextMinute\":%lld,\"dueCapped\":%s", (long long)l[3],
+                  l[4] ? "true" : "false");
+    sb_puts(s, "}");
+}
+
 struct board_req {
     http_req_t *r;
     int pending;            /* replies still due, plus one while a step is sending */
@@ -288,6 +318,7 @@ static void board_finish(board_req_t *b)
             if (e->k > 1 && e->parts)
                 put_buckets(&s, e);
             put_room(&s, e, (int64_t)clock_wall_ms());
+            put_life(&s, e, app->cfg.pay_timeout_s > 0);
             put_review(&s, e);
             sb_puts(&s, "}");
         }
@@ -442,6 +473,52 @@ static void on_applied(redisReply *rep, void *priv)
     }
     free(p);
     board_unref(e->b);
+}
+
+/* A bucket's life.lua board answer: {paid, timedout, returned, due, capped}. */
+static void on_life(redisReply *rep, void *priv)
+{
+    board_part_t *p = priv;
+    board_sale_t *e = p->s;
+    int64_t v[5];
+    int ok = rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements == 5;
+    for (size_t i = 0; ok && i < 5; i++)
+        ok = reply_i64(rep->element[i], &v[i]) == 0;
+    if (ok) {
+        for (int i = 0; i < 5; i++)
+            e->life[i] += v[i];
+    } else {
+        e->life_bad = 1;
+    }
+    board_unref(e->b);
+}
+
+#define BOARD_DUE_CAP "1000"    /* orders a bucket's dueNextMinute looks at, at most */
+
+/* Asks life.lua (op board) for one bucket's lifecycle figures: its counters, and the
+ * unpaid orders admitted up to (now + 60 s - timeout) past the sweep's cursor. One EVAL
+ * per bucket; inside Redis a read of at most BOARD_DUE_CAP orders' states. */
+static void board_send_life(board_req_t *b, board_part_t *p, const char *tag)
+{
+    char kv[64], kb[64], kst[64], ks[64], kc[64], bound[32] = "";
+    if (key_voucher_t(kv, sizeof kv, tag) < 0 || key_buyers_t(kb, sizeof kb, tag) < 0 ||
+        key_ostate_t(kst, sizeof kst, tag) < 0 || key_stream_t(ks, sizeof ks, tag) < 0 ||
+        key_paysweep_t(kc, sizeof kc, tag) < 0) {
+        p->s->life_bad = 1;
+        return;
+    }
+    int64_t t = b->r->w->app->cfg.pay_timeout_s;
+    if (t > 0)
+        snprintf(bound, sizeof bound, "%lld",
+                 (long long)((int64_t)clock_wall_ms() + 60000 - t * 1000));
+    const char *av[11] = { "EVAL", script_life_lua, "5", kv, kb, kst, ks, kc, "board", bound,
+                           BOARD_DUE_CAP };
+    size_t al[11];
+    for (int i = 0; i < 11; i++)
+        al[i] = strlen(av[i]);
+    p->s->life_sent = 1;
+    b->pending++;
+    rds_command(b->r->w->rds, on_life, p, 11, av, al);
 }
 
 /* Bucket `bucket`'s hash tag (keys.h): "<id>" for bucket 0. Length, or -1. */
@@ -645,6 +722,8 @@ static void board_send_sale(board_req_t *b, board_sale_t *s, board_part_t *parts
             continue;
         }
         rds_command(c, on_hlen, p, 2, hl, hll);
+        if (b->r->w->app->cfg.mode == MODE_STREAM)
+            board_send_life(b, p, tag);
         if (s->k > 1) {
             rds_command(c, on_xlog, p, 2, hg, hgl);
         }

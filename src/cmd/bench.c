@@ -128,6 +128,14 @@ static const cmd_arg_t bench_opt_rows[] = {
      "the slow class's extra delay per request [200]"},
     {"room-late", CMD_ARG_INT, F(room_late_s), 0, 86400, "S",
      "the other buyers join over S seconds after beginTime [10]"},
+    {"pay-share", CMD_ARG_DBL, F(pay_share), 0, 1, "P",
+     "after the sale, pay this share of the orders (POST /pay/notify; bench_life.h) [0]"},
+    {"cancel-share", CMD_ARG_DBL, F(cancel_share), 0, 1, "C",
+     "after the sale, its buyers cancel this share of the orders [0]"},
+    {"pay-timeout", CMD_ARG_INT, F(pay_timeout_s), 1, 86400, "S",
+     "the server's --pay-timeout-s: the rest time out, checked against S"},
+    {"pay-key-file", CMD_ARG_STR, F(pay_key_file), 0, 0, "F",
+     "the key payment notices are signed with [<data-dir>/pay-key]"},
 };
 static const cmd_args_t bench_opts_spec = {
     bench_opt_rows, sizeof bench_opt_rows / sizeof bench_opt_rows[0], 22};
@@ -237,6 +245,19 @@ int bench_parse_args(int argc, char **argv, bench_opts_t *o, char *err, size_t e
     }
     if (o->tokens_file[0])
         o->login = LOGIN_FILE;
+    if (o->pay_share + o->cancel_share > 1) {
+        snprintf(err, errlen, "--pay-share + --cancel-share: at most 1");
+        return -1;
+    }
+    if ((o->pay_share > 0 || o->cancel_share > 0) && o->pay_timeout_s == 0) {
+        snprintf(err, errlen, "--pay-share/--cancel-share need --pay-timeout S (the server's "
+                 "--pay-timeout-s: the orders left unpaid time out)");
+        return -1;
+    }
+    if (o->pay_timeout_s > 0 && o->voucher > 0 && o->pay_share > 0) {
+        snprintf(err, errlen, "--pay-share pays bench's own voucher's payValue: without --voucher");
+        return -1;
+    }
     if (o->users > 4000000000LL) {
         snprintf(err, errlen, "--users: at most 4000000000");
         return -1;
@@ -378,8 +399,8 @@ int bench_resp_on_complete(http_parser *p)
 /* One blocking HTTP request (Connection: close) for set-up calls. */
 typedef bench_resp_t simple_resp_t;
 
-static int http_simple(const bench_load_t *P, const char *req, size_t len, simple_resp_t *r,
-                       char *err, size_t errlen)
+int bench_http_simple(const bench_load_t *P, const char *req, size_t len, simple_resp_t *r,
+                      char *err, size_t errlen)
 {
     memset(r, 0, sizeof *r);
     int fd = socket(P->addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -470,7 +491,7 @@ static int create_voucher(const bench_opts_t *o, const bench_load_t *P, int64_t 
                      "Connection: close\r\n\r\n%s",
                      P->hosthdr, o->admin_token, bl, body);
     simple_resp_t r;
-    if (http_simple(P, req, (size_t)n, &r, err, errlen) < 0)
+    if (bench_http_simple(P, req, (size_t)n, &r, err, errlen) < 0)
         return -1;
     const char *d = strstr(r.body, "\"data\":");
     if (r.status != 200 || !strstr(r.body, "\"success\":true") || !d) {
@@ -495,7 +516,7 @@ static void announce_target(const bench_opts_t *o, const bench_load_t *P)
                      "Connection: close\r\n\r\n", P->hosthdr, o->admin_token);
     simple_resp_t r;
     if (n > 0 && (size_t)n < sizeof req)
-        (void)http_simple(P, req, (size_t)n, &r, err, sizeof err);
+        (void)bench_http_simple(P, req, (size_t)n, &r, err, sizeof err);
 }
 
 /* ==== progress and report ==== */
@@ -854,7 +875,8 @@ static void print_report(FILE *f, const bench_opts_t *o, const bench_load_t *L, 
                 (unsigned long long)L->unanswered);
 }
 
-static void json_results(FILE *f, const bench_opts_t *o, const bench_load_t *L, int64_t vid,
+static void json_results(FILE *f, const bench_life_t *life, const bench_opts_t *o,
+                         const bench_load_t *L, int64_t vid,
                          int64_t stock, const char *login, const results_t *r,
                          const audit_drain_t *dr, int have_drain, int audit_status)
 {
@@ -928,6 +950,8 @@ static void json_results(FILE *f, const bench_opts_t *o, const bench_load_t *L, 
                    "\"lag\":%lld}",
                 dr->drained ? "true" : "false", dr->seconds, (long long)dr->persisted_end,
                 (long long)dr->pending, (long long)dr->lag);
+    if (life != NULL)
+        bench_life_json(f, life);
     fprintf(f, ",\"audit\":%d}\n", audit_status);
 }
 
@@ -1113,6 +1137,7 @@ int bench_main(int argc, char **argv)
     /* ten samples a second: the timeline's threads, and the charts of --html */
     L.progress_ms = SLOT_US / 1000;
     bench_procs_sample(&procs, 0);
+    int64_t first_ms = (int64_t)clock_wall_ms();    /* the lifecycle's deadlines start here */
     int load_rc = bench_load_run(&L, on_progress, &prog, err, sizeof err);
     bench_cpuprobe_stop(probe);
     if (load_rc < 0) {
@@ -1208,6 +1233,23 @@ int bench_main(int argc, char **argv)
         status = 2;
     }
 
+    /* the lifecycle rehearsal: pays, cancels, the timeouts (bench_life.h) */
+    bench_life_t life;
+    memset(&life, 0, sizeof life);
+    if (o.pay_timeout_s > 0) {
+        if (!o.redis_url[0]) {
+            fprintf(stderr, "seckill bench: --pay-timeout needs Redis (--redis or --data-dir)\n");
+            status = 2;
+        } else if (bench_life_run(&o, &L, &users, vid, first_ms, &life, hout, err,
+                                  sizeof err) < 0) {
+            fprintf(stderr, "seckill bench: lifecycle: %s\n", err);
+            status = 2;
+        } else if (!life.ok && status < 1) {
+            status = 1;
+        }
+        fflush(hout);
+    }
+
     /* drain and audit */
     audit_drain_t dr;
     memset(&dr, 0, sizeof dr);
@@ -1266,7 +1308,7 @@ int bench_main(int argc, char **argv)
             fprintf(stderr, "seckill bench: %s: %s\n", o.json, strerror(errno));
             status = 2;
         } else {
-            json_results(jf, &o, &L, vid, stock, login, &r, &dr, have_drain, audit_status);
+            json_results(jf, o.pay_timeout_s > 0 ? &life : NULL, &o, &L, vid, stock, login, &r, &dr, have_drain, audit_status);
             if (jf != stdout)
                 fclose(jf);
         }
@@ -1278,7 +1320,7 @@ int bench_main(int argc, char **argv)
     if (o.html[0]) {
         bench_html_t page = {o.target, vid, stock, &series, L.recs_truncated ? NULL : L.recs,
                              L.recs_truncated ? 0 : L.nrecs, r.h, report_text, audit_text,
-                             audit_status};
+                             audit_status, o.pay_timeout_s > 0 ? &life : NULL};
         if (bench_html_write(o.html, &page, err, sizeof err) < 0) {
             fprintf(stderr, "seckill bench: %s\n", err);
             status = 2;
@@ -1289,6 +1331,7 @@ int bench_main(int argc, char **argv)
     free(report_text);
     free(audit_text);
     bench_html_series_free(&series);
+    bench_life_free(&life);
     bench_procs_free(&procs);
     bench_cpuprobe_free(probe);
     free(r.slow);

@@ -7,6 +7,7 @@
  *                  responses parsed with http-parser, closed or open loop
  *   bench_users.c  user preparation: API login, direct token seeding, a tokens file
  *   bench_hist.c   latency histogram; bench_redis.c blocking Redis helpers
+ *   bench_life.c   the lifecycle rehearsal after the sale: pays, cancels, timeouts
  *   bench_timeline.c  the answers cut into 100 ms slots and the sale's two phases
  *   bench_outcome.h   a request's outcome, shared with the timeline
  *
@@ -18,6 +19,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/socket.h>
 
 #include "cmd/bench_outcome.h"
@@ -84,6 +86,11 @@ typedef struct bench_opts {
     double room_slow;           /* --room-slow F: buyers of the slow class [0.5] */
     int room_slow_ms;           /* --room-slow-ms MS: the slow class's delay per request [200] */
     int room_late_s;            /* --room-late S: the others join over S s after beginTime [10] */
+    /* the lifecycle rehearsal after the sale (bench_life.c, bench_life.h) */
+    double pay_share;           /* --pay-share P: orders paid [0] */
+    double cancel_share;        /* --cancel-share C: orders cancelled by their buyers [0] */
+    int pay_timeout_s;          /* --pay-timeout S: the server's --pay-timeout-s; 0 = no rehearsal */
+    char pay_key_file[512];     /* --pay-key-file F [<data-dir>/pay-key] */
 } bench_opts_t;
 
 /* Fills o from argv (argv[0] = "bench"). Returns 0, 1 for --help, or -1 with a reason in
@@ -192,6 +199,11 @@ typedef struct bench_resp {
 int bench_resp_on_body(struct http_parser *p, const char *at, size_t n);
 int bench_resp_on_complete(struct http_parser *p);
 
+/* One blocking HTTP request req (len bytes, Connection: close) to L's target, for set-up
+ * and follow-up calls (10 s deadline). 0 with r filled, or -1 with err. */
+int bench_http_simple(const bench_load_t *L, const char *req, size_t len, bench_resp_t *r,
+                      char *err, size_t errlen);
+
 /* ==== the waiting room's run (bench_room.c) ==== */
 
 /* Runs --waiting-room for voucher vid (sale opening at begin_s, unix seconds; 0 = open),
@@ -199,6 +211,42 @@ int bench_resp_on_complete(struct http_parser *p);
  * violation, 2 could not run. */
 int bench_room_run(const bench_opts_t *o, const bench_load_t *P, const bench_users_t *u,
                    int64_t vid, int64_t stock, int64_t begin_s, int created);
+
+/* ==== the lifecycle rehearsal (bench_life.c) ==== */
+
+/* `seckill bench --pay-share P --cancel-share C --pay-timeout S`: the order
+ * lifecycle rehearsed after the sale (docs/bench.md, "The lifecycle rehearsal").
+ *
+ * Every order the sale admitted is given one fate, drawn from its order id: a share P is
+ * paid (POST /pay/notify, signed with the pay key: --pay-key-file, or <data-dir>/pay-key),
+ * a share C is cancelled by its buyer (POST /voucher-order/{id}/cancel with the buyer's
+ * token), and the rest are left unpaid until the server's payment timeout cancels them.
+ * Then bench waits for Redis to have timed them out (life.lua's counters, summed over the
+ * voucher's stock buckets) and checks the server's timeout against S by when that
+ * happened; the audit that follows checks SQL against Redis (its lifecycle checks). */
+typedef struct bench_life {
+    int64_t to_pay, to_cancel, to_expire;   /* the fates drawn */
+    int64_t paid, cancelled;                /* the server's answers: taken / cancelled */
+    int64_t refused;                        /* pays or cancels refused (e.g. too late) */
+    int64_t r_paid, r_timedout, r_returned; /* Redis's counters once settled */
+    double expired_after_s;                 /* from the sale's first admission until Redis
+                                               had every unpaid order timed out; -1 never */
+    int timeout_ok;                         /* the timeouts came when S says */
+    int ok;                                 /* Redis agrees with every fate */
+    /* paid, cancelled, expired over time: counts at each 100 ms of the rehearsal */
+    double *t;
+    int64_t (*n)[3];
+    size_t ns, cap;
+} bench_life_t;
+
+/* Runs the rehearsal for voucher vid after the load L (its success answers, the users'
+ * tokens u); first_ms is the wall-clock ms of the sale's first request. Writes its lines
+ * to f. 0 when it ran (r->ok says whether Redis agrees), -1 with err when it could not. */
+int bench_life_run(const bench_opts_t *o, const bench_load_t *L, const bench_users_t *u,
+                   int64_t vid, int64_t first_ms, bench_life_t *r, FILE *f, char *err,
+                   size_t errlen);
+void bench_life_json(FILE *f, const bench_life_t *r);
+void bench_life_free(bench_life_t *r);
 
 /* ==== the HTML report (bench_html.c) ==== */
 
@@ -228,6 +276,7 @@ typedef struct bench_html {
     const struct bench_hist *lat;         /* latency in microseconds, all answers */
     const char *report_text, *audit_text;
     int audit_status;                     /* 0 clean, 1 violation, 2 could not run, -1 skipped */
+    const bench_life_t *life;             /* the lifecycle rehearsal, or NULL */
 } bench_html_t;
 
 /* Writes the page to path. Returns 0, or -1 with a reason in err. */

@@ -2,7 +2,8 @@
  *
  * Charts: answers per second by outcome over the sale (from the cumulative samples taken
  * while it ran, bench.c), the latency percentile curve p50 .. p99.99 on log scales (from
- * the run's histogram), and stock left over time. Stock left is the initial stock minus
+ * the run's histogram), stock left over time, and with the lifecycle rehearsal (bench_life.c)
+ * the orders paid, cancelled and expired over its time. Stock left is the initial stock minus
  * the successes answered so far: what buyers were told; the audit underneath checks that
  * Redis and SQL agree with those answers. Then the audit's verdict and both texts.
  *
@@ -151,6 +152,28 @@ static void stock_chart(FILE *f, const bench_series_t *sr, int64_t stock, const 
     free(csv);
 }
 
+/* The lifecycle rehearsal (bench_life.c): orders paid, cancelled and timed out, cumulative,
+ * from its start (the pays and cancels, then Redis's timeouts as bench polled them). */
+static void life_chart(FILE *f, const bench_life_t *l)
+{
+    char *csv, line[256];
+    size_t len;
+    FILE *c = csv_open(&csv, &len);
+    fputs("seconds,paid,cancelled,expired\n", c);
+    for (size_t i = 0; i < l->ns; i++)
+        fprintf(c, "%.3f,%lld,%lld,%lld\n", l->t[i], (long long)l->n[i][0],
+                (long long)l->n[i][1], (long long)l->n[i][2]);
+    fclose(c);
+    snprintf(line, sizeof line, "Lifecycle: %lld paid, %lld cancelled, %lld expired (of %lld "
+             "left unpaid); Redis %s.", (long long)l->paid, (long long)l->cancelled,
+             (long long)l->r_timedout, (long long)l->to_expire,
+             l->ok ? "agrees with every fate" : "does NOT agree (see the report)");
+    html_report_text(f, line);
+    html_report_csv_chart(f, "Orders paid, cancelled and expired, from the end of the sale",
+                          "orders", csv);
+    free(csv);
+}
+
 /* x = 1/(1-p): p50 at 2, p99 at 100, p99.99 at 10,000 -- the tail gets the room. */
 static void latency_chart(FILE *f, const bench_hist_t *h)
 {
@@ -203,6 +226,8 @@ int bench_html_write(const char *path, const bench_html_t *h, char *err, size_t 
     if (h->stock >= 0)
         stock_chart(f, sr, h->stock, &x);
     bench_html_series_free(&fine);
+    if (h->life != NULL && h->life->ns > 0)
+        life_chart(f, h->life);
     html_report_text(f, "Report, as printed:");
     html_report_pre(f, h->report_text != NULL ? h->report_text : "");
     if (h->audit_text != NULL && *h->audit_text) {

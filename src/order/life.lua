@@ -1,21 +1,26 @@
 -- life.lua: an admitted order's lifecycle decisions, atomic inside Redis, on the slot of
 -- the buyer's stock bucket (the keys the order was admitted under; docs/lifecycle.md).
 --
--- KEYS[1] seckill:voucher:{tag}  hash stock, ep, returned (units cancelled orders gave back)
+-- KEYS[1] seckill:voucher:{tag}  hash stock, ep, returned (units cancelled orders gave back),
+--                                paid and timedout (orders paid / timed out, for the board)
 -- KEYS[2] seckill:order:{tag}    hash userId -> orderId (admit.lua's buyers)
 -- KEYS[3] seckill:ostate:{tag}   hash orderId -> "<state> <ts> <userId>" (the state
 --                                machine's memory: an order without a field is unpaid,
 --                                status 1), and "<orderId>/<paymentId>" -> a payment's answer
 -- KEYS[4] seckill:stream:{tag}   the bucket's order stream: the event goes behind the
 --                                order's own entry, so the writer applies it after the insert
--- KEYS[5] expire only: seckill:paysweep:{tag}, the id of the last stream entry whose orders
---         the payment-deadline sweep has expired (src/writer/writer_life.c)
+-- KEYS[5] expire and board only: seckill:paysweep:{tag}, the id of the last stream entry
+--         whose orders the payment-deadline sweep has expired (src/writer/writer_life.c)
 -- ARGV[1] op: 'cancel' (the buyer), 'pay' (a payment notice, signature and amount checked
---         by the caller) or 'expire' (payment deadlines passed)
+--         by the caller), 'expire' (payment deadlines passed) or 'board' (read only: the
+--         sale board's figures, src/api/api_board.c)
 -- cancel: ARGV[2] orderId ARGV[3] userId (the order's, as the caller found it)
 -- pay:    the same and ARGV[4] the provider's paymentId
 -- expire: ARGV[2] the stream entry id the sweep reached ('' for none: the cursor stays),
 --         then orderId userId pairs, any number (the orders of that page's entries)
+-- board:  ARGV[2] the end of the next minute's deadlines, as a stream id bound: the
+--         admissions up to (now + 60 s - timeout) in ms, '' when no timeout runs; ARGV[3]
+--         at most that many orders looked at (the figure is then a lower bound)
 --
 -- State values: c cancelled by the buyer, t timed out, p paid, r cancelled or timed out and
 -- then paid (the payment refunded). A payment's own answer is kept under field
@@ -31,9 +36,39 @@
 -- expire decides each pair as a cancel would (an order paid, cancelled or timed out before
 -- is left as it is) and returns {orders timed out now, the cursor after it} -- the cursor
 -- only moves forward, so a sweeper behind another one learns where that one is.
+-- board returns {paid, timedout, returned, due, capped}: the hash's counters, and the
+-- orders past the sweep's cursor admitted up to the bound that are still unpaid (the
+-- returns due by then; capped 1 when the look stopped at ARGV[3] orders).
 --
 -- The event entry: field ev = "<c|t|p|r> <orderId> <userId> <ts> <ep>" (src/sale/sentry.h).
 local op = ARGV[1]
+if op == 'board' and #KEYS == 5 and #ARGV == 3 then
+  local c = redis.call('HMGET', KEYS[1], 'paid', 'timedout', 'returned')
+  local due, capped, cap = 0, 0, tonumber(ARGV[3]) or 0
+  if ARGV[2] ~= '' then
+    local from = redis.call('GET', KEYS[5])
+    from = from and ('(' .. from) or '-'
+    local seen = 0
+    for _, e in ipairs(redis.call('XRANGE', KEYS[4], from, ARGV[2], 'COUNT', cap)) do
+      local f = e[2]
+      for i = 1, #f - 1, 2 do
+        if f[i] == 'os' then
+          local n = 0
+          for oid in string.gmatch(f[i + 1], '%d+') do
+            n = n + 1
+            -- ts ep, then orderId userId pairs: the orders are the odd ones from the third
+            if n >= 3 and n % 2 == 1 then
+              seen = seen + 1
+              if redis.call('HEXISTS', KEYS[3], oid) == 0 then due = due + 1 end
+            end
+          end
+        end
+      end
+      if seen >= cap then capped = 1; break end
+    end
+  end
+  return {tonumber(c[1] or 0), tonumber(c[2] or 0), tonumber(c[3] or 0), due, capped}
+end
 if (op == 'expire' and (#KEYS ~= 5 or #ARGV % 2 ~= 0)) or
    (op == 'cancel' and (#KEYS ~= 4 or #ARGV ~= 3)) or
    (op == 'pay' and (#KEYS ~= 4 or #ARGV ~= 4)) or
@@ -90,6 +125,7 @@ if op == 'expire' then
     if stop('t', ARGV[i], ARGV[i + 1], v, ts) == 0 then n = n + 1 end
   end
   give_back(n)
+  if n > 0 then redis.call('HINCRBY', KEYS[1], 'timedout', n) end
   local cur = redis.call('GET', KEYS[5])
   if ARGV[2] ~= '' then
     local am, as = idpair(ARGV[2])
@@ -128,5 +164,6 @@ end
 if not v[1] then return 5 end
 if redis.call('HGET', KEYS[2], uid) ~= oid then return 3 end
 redis.call('HSET', KEYS[3], oid, 'p ' .. ts .. ' ' .. uid, fp, 0)
+redis.call('HINCRBY', KEYS[1], 'paid', 1)
 event('p', oid, uid, ts, v[2])
 return 0

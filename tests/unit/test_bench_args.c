@@ -150,6 +150,21 @@ static void test_errors(void **state)
     }
     assert_int_equal(parse(&o, err, "--seed-tokens", "--tokens", "f", NULL), -1);
     assert_non_null(strstr(err, "exclude"));
+    /* the lifecycle rehearsal (bench_life.c) */
+    assert_int_equal(parse(&o, err, "--pay-share", "0.3", "--cancel-share", "0.2",
+                           "--pay-timeout", "5", "--pay-key-file", "k", NULL), 0);
+    assert_true(o.pay_share == 0.3 && o.cancel_share == 0.2 && o.pay_timeout_s == 5);
+    assert_string_equal(o.pay_key_file, "k");
+    assert_int_equal(parse(&o, err, "--pay-share", "0.7", "--cancel-share", "0.4",
+                           "--pay-timeout", "5", NULL), -1);
+    assert_non_null(strstr(err, "at most 1"));
+    assert_int_equal(parse(&o, err, "--cancel-share", "0.4", NULL), -1);
+    assert_non_null(strstr(err, "need --pay-timeout"));
+    assert_int_equal(parse(&o, err, "--pay-share", "0.4", "--pay-timeout", "5", "--voucher",
+                           "7", NULL), -1);
+    assert_non_null(strstr(err, "without --voucher"));
+    assert_int_equal(parse(&o, err, "--pay-share", "1.5", NULL), -1);
+    assert_int_equal(parse(&o, err, "--pay-timeout", "0", NULL), -1);
 }
 
 static void test_classify(void **state)
