@@ -11,9 +11,10 @@ order is then past its deadline at once. Prints how long the order writer took, 
 start of the process, until Redis had timed out all N (the voucher's `returned` = N: the
 sweep's rate, the figure judged), how many the stream sweep decided and how many the SQL
 backstop did (the restarted server's info log), and how long until SQL had all N at
-status 4 (the writer applying the `t` events, one transaction each; reported, waited for at
-most --sql-bound seconds). Exit status 1 when the sweep's rate is below --min-rate (10,000
-orders/s) or Redis was not done within --bound seconds, 2 when it could not run.
+status 4 (the writer applying the `t` events, one transaction per writer batch; reported,
+waited for at most --sql-bound seconds). Exit status 1 when the sweep's rate is below
+--min-rate (10,000 orders/s) or Redis was not done within --bound seconds, 2 when it could
+not run.
 """
 import argparse
 import json
