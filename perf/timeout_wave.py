@@ -11,9 +11,10 @@ order is then past its deadline at once. Prints how long the order writer took, 
 start of the process, until Redis had timed out all N (the voucher's `returned` = N: the
 sweep's rate, the figure judged), how many the stream sweep decided and how many the SQL
 backstop did (the restarted server's info log), and how long until SQL had all N at
-status 4 (the writer applying the `t` events, one transaction each; reported, waited for at
-most --sql-bound seconds). Exit status 1 when the sweep's rate is below --min-rate (10,000
-orders/s) or Redis was not done within --bound seconds, 2 when it could not run.
+status 4 (the writer applying the `t` events, one transaction per writer batch; reported,
+waited for at most --sql-bound seconds). Exit status 1 when the sweep's rate is below
+--min-rate (10,000 orders/s) or Redis was not done within --bound seconds, 2 when it could
+not run.
 
 The sale beside the wave: before the wave, on the same server restarted with the timeout
 still 3600 s, a sale of --sale-users buyers for a tenth as many units, open loop at
@@ -22,7 +23,7 @@ its p99 is the baseline. Then the server restarts with --pay-timeout-s 1 and the
 (a new voucher) starts at once, while the sweep decides the N orders: its p99 over the
 baseline's is the ratio judged (exit status 1 above --max-ratio, 1.5, or when the sale's
 load began after SQL had every order at status 4: the wave is the sweep in Redis and the
-writer applying its events, about 40 s for 100,000 orders). The wave sale's own
+writer applying its events). The wave sale's own
 orders are also past the 1 s timeout a second after their admission: a small wave of
 their own, swept beside the big one. The lines say when the wave sale's load ran against
 the wave's Redis and SQL phases.

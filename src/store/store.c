@@ -275,30 +275,72 @@ int store_redis_epoch(store_t *s, int64_t voucher_id, int bump, int64_t *epoch)
     return s->ops->redis_epoch(s, voucher_id, bump, epoch);
 }
 
-static int order_move(store_t *s, int64_t order_id, int from, int to, const char *col,
-                      int64_t now, int give_unit, int *was)
+int store__move_spec(char kind, store_move_spec_t *spec)
+{
+    switch (kind) {
+    case 'c':
+        *spec = (store_move_spec_t){1, 4, 1, "update_time"};
+        return 0;
+    case 'p':
+        *spec = (store_move_spec_t){1, 2, 0, "pay_time"};
+        return 0;
+    case 'r':
+        *spec = (store_move_spec_t){4, 6, 0, "refund_time"};
+        return 0;
+    default:
+        return -1;
+    }
+}
+
+int store_orders_move(store_t *s, store_move_t *moves, size_t n)
 {
     STORE_ENTER(s);
-    if (!was || order_id <= 0)
+    if (!moves || n == 0)
         return store__fail(s, "order status change: bad arguments");
+    store_move_spec_t spec;
+    for (size_t i = 0; i < n; i++) {
+        moves[i].rc = STORE_ERR;
+        moves[i].was = 0;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (moves[i].order_id <= 0 || store__move_spec(moves[i].kind, &spec) != 0)
+            return store__fail(s, "order status change: bad arguments");
+    NEED_OP(s, orders_move);
+    int rc = s->ops->orders_move(s, moves, n);
+    if (rc != STORE_OK)
+        for (size_t i = 0; i < n; i++)
+            moves[i].rc = STORE_ERR;
+    return rc;
+}
+
+static int order_move(store_t *s, int64_t order_id, char kind, int64_t now, int *was)
+{
+    store_move_t m = {.order_id = order_id, .now = now, .kind = kind};
+    if (!was) {
+        STORE_ENTER(s);
+        return store__fail(s, "order status change: bad arguments");
+    }
     *was = 0;
-    NEED_OP(s, order_move);
-    return s->ops->order_move(s, order_id, from, to, col, now, give_unit, was);
+    int rc = store_orders_move(s, &m, 1);
+    if (rc != STORE_OK)
+        return rc;
+    *was = m.was;
+    return m.rc;
 }
 
 int store_order_cancel(store_t *s, int64_t order_id, int64_t now, int *was)
 {
-    return order_move(s, order_id, 1, 4, "update_time", now, 1, was);
+    return order_move(s, order_id, 'c', now, was);
 }
 
 int store_order_pay(store_t *s, int64_t order_id, int64_t now, int *was)
 {
-    return order_move(s, order_id, 1, 2, "pay_time", now, 0, was);
+    return order_move(s, order_id, 'p', now, was);
 }
 
 int store_order_refund(store_t *s, int64_t order_id, int64_t now, int *was)
 {
-    return order_move(s, order_id, 4, 6, "refund_time", now, 0, was);
+    return order_move(s, order_id, 'r', now, was);
 }
 
 int store_voucher_buckets(store_t *s, int64_t voucher_id, int *buckets)

@@ -164,6 +164,18 @@ int store_order_pay(store_t *s, int64_t order_id, int64_t now, int *was);
 /* ... and for a payment refunded because the order was cancelled first: 4 -> 6 with
  * refund_time = now (the unit went back with the cancel). */
 int store_order_refund(store_t *s, int64_t order_id, int64_t now, int *was);
+/* The same CAS moves of a batch, in one transaction (the order writer's events): kind
+ * 'c' a cancel (store_order_cancel), 'p' a payment, 'r' a refund; applied in array order.
+ * STORE_OK: committed, each move's rc (STORE_OK or STORE_NOTFOUND) and was set;
+ * STORE_ERR: nothing applied (every move's rc STORE_ERR). */
+typedef struct store_move {
+    int64_t order_id;
+    int64_t now;
+    char kind;
+    int rc;     /* out */
+    int was;    /* out */
+} store_move_t;
+int store_orders_move(store_t *s, store_move_t *moves, size_t n);
 
 /* For audit and tests: count of live orders (status 1, 2 or 3: a cancelled or refunded
  * order gave its unit back) of a voucher and its SQL stock, from one moment.

@@ -64,14 +64,22 @@ typedef struct store_ops {
     int (*shop_create)(store_t *s, store_shop_t *shop);
     int (*shop_update)(store_t *s, const store_shop_t *shop);
     int (*shop_types)(store_t *s, store_shop_type_t **out, size_t *n);
-    /* the lifecycle's status CAS: from -> to with column col (update_time, pay_time,
-     * refund_time) = now, and with give_unit the voucher's stock + 1, in one transaction;
-     * *was the status found (from: moved by this call) */
-    int (*order_move)(store_t *s, int64_t order_id, int from, int to, const char *col,
-                      int64_t now, int give_unit, int *was);
+    /* the lifecycle's status CAS of each move (store__move_spec: from -> to with column
+     * col = now, with give_unit the voucher's stock + 1), all in one transaction, in
+     * order; each move's rc and was set on STORE_OK (was: the status found, from: moved
+     * by this call); n >= 1, kinds checked by store.c */
+    int (*orders_move)(store_t *s, store_move_t *moves, size_t n);
 } store_ops_t;
 
 extern const store_ops_t store_sqlite_ops;
+
+/* A move's CAS (store_orders_move's kinds): 0, or -1 for an unknown kind. col is one of
+ * the row's time columns, never client input. */
+typedef struct store_move_spec {
+    int from, to, give_unit;
+    const char *col;
+} store_move_spec_t;
+int store__move_spec(char kind, store_move_spec_t *spec);
 
 /* Sets s->err (printf-style) and returns STORE_ERR, for `return store__fail(s, ...)`. */
 int store__fail(store_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -2288,43 +2288,63 @@ static int my_shop_types(store_t *s, store_shop_type_t **out, size_t *n)
 
 /* ---------------------------------------------------------------- the order lifecycle */
 
-/* The lifecycle's status CAS (store_int.h order_move): with give_unit one multi-table
- * UPDATE moves the status and gives the voucher its unit back, atomically under
- * autocommit (it changes 2 rows or none); on none, the order's status says why. Both
- * statements may run twice: the CAS is the guard. col is store.c's, never client input. */
-static int do_order_move(my_t *m, int64_t order_id, int from, int to, const char *col,
-                         int64_t now, int give_unit, int *was)
+/* One move's CAS (store_int.h orders_move): with give_unit one multi-table UPDATE moves
+ * the status and gives the voucher its unit back (it changes 2 rows or none); on none,
+ * the order's status says why. col is store.c's, never client input. */
+static int do_move_one(my_t *m, store_move_t *mv)
 {
     static const char status_sql[] = "SELECT status FROM tb_voucher_order WHERE id = ?";
+    store_move_spec_t sp;
+    if (store__move_spec(mv->kind, &sp) != 0)
+        return STORE_ERR;
     char cas_sql[320];
-    if (give_unit)
+    if (sp.give_unit)
         snprintf(cas_sql, sizeof cas_sql,
                  "UPDATE tb_voucher_order o JOIN tb_seckill_voucher v ON v.voucher_id = "
                  "o.voucher_id SET o.status = %d, o.%s = ?, v.stock = v.stock + 1, "
-                 "v.update_time = ? WHERE o.id = ? AND o.status = %d", to, col, from);
+                 "v.update_time = ? WHERE o.id = ? AND o.status = %d", sp.to, sp.col, sp.from);
     else
         snprintf(cas_sql, sizeof cas_sql,
                  "UPDATE tb_voucher_order SET status = %d, %s = ?, update_time = ? "
-                 "WHERE id = ? AND status = %d", to, col, from);
-    const store_arg_t args[3] = {{now, 1}, {now, 1}, {order_id, 0}};
+                 "WHERE id = ? AND status = %d", sp.to, sp.col, sp.from);
+    const store_arg_t args[3] = {{mv->now, 1}, {mv->now, 1}, {mv->order_id, 0}};
     int64_t n = 0;
     if (do_exec(m, cas_sql, args, 3, &n) != STORE_OK)
         return STORE_ERR;
     if (n > 0) {
-        *was = from;
+        mv->was = sp.from;
         return STORE_OK;
     }
     if (do_exec(m, status_sql, &args[2], 1, &n) != STORE_OK)
         return STORE_ERR;
-    *was = (int)n;
+    mv->was = (int)n;
     return n > 0 ? STORE_OK : STORE_NOTFOUND;
 }
 
-static int my_order_move(store_t *s, int64_t order_id, int from, int to, const char *col,
-                         int64_t now, int give_unit, int *was)
+/* Every move in one transaction (one move alone under autocommit). The whole may run
+ * twice (a retry after a lost connection): the CAS is the guard. */
+static int do_orders_move(my_t *m, store_move_t *moves, size_t n)
+{
+    if (n > 1 && tx_begin(m, "order status: BEGIN") != STORE_OK)
+        return STORE_ERR;
+    for (size_t i = 0; i < n; i++) {
+        moves[i].rc = do_move_one(m, &moves[i]);
+        if (moves[i].rc == STORE_ERR)
+            goto fail;
+    }
+    if (n > 1 && tx_commit(m, "order status: COMMIT") != STORE_OK)
+        goto fail;
+    return STORE_OK;
+fail:
+    if (n > 1)
+        tx_rollback(m);
+    return STORE_ERR;
+}
+
+static int my_orders_move(store_t *s, store_move_t *moves, size_t n)
 {
     my_t *m = (my_t *)s;
-    RETRYING(m, 1, do_order_move(m, order_id, from, to, col, now, give_unit, was));
+    RETRYING(m, 1, do_orders_move(m, moves, n));
 }
 
 #define MYSQL_OPS(name)                                                                 \
@@ -2342,7 +2362,7 @@ static int my_order_move(store_t *s, int64_t order_id, int from, int to, const c
         .shop_list = my_shop_list, .shop_create = my_shop_create,                       \
         .shop_update = my_shop_update,                                                  \
         .shop_types = my_shop_types,                                                    \
-        .order_move = my_order_move,                                                    \
+        .orders_move = my_orders_move,                                                  \
     }
 
 const store_ops_t store_mysql_ops = MYSQL_OPS("mysql");

@@ -1399,25 +1399,23 @@ fail:
 static sqlite3_stmt *exec_prepare(sq_t *q, const char *sql, const store_arg_t *args, int nargs,
                                   const char *what);
 
-/* The lifecycle's status CAS (store_int.h order_move) and, with give_unit, the voucher's
- * unit back, in one IMMEDIATE transaction. Prepared per call: no hot path. col is one of
- * store.c's column names, never client input. */
-static int sq_order_move(store_t *s, int64_t order_id, int from, int to, const char *col,
-                         int64_t now, int give_unit, int *was)
+/* One move's CAS and, with give_unit, the voucher's unit back, inside the caller's
+ * transaction: STORE_OK or STORE_NOTFOUND (m->was set), STORE_ERR. Prepared per call: no
+ * hot path. */
+static int sq_move_one(sq_t *q, store_move_t *m)
 {
     static const char give_sql[] =
         "UPDATE tb_seckill_voucher SET stock = stock + 1, update_time = ?2 WHERE voucher_id = "
         "(SELECT voucher_id FROM tb_voucher_order WHERE id = ?1)";
     static const char status_sql[] = "SELECT status FROM tb_voucher_order WHERE id = ?1";
+    store_move_spec_t sp;
+    if (store__move_spec(m->kind, &sp) != 0)
+        return STORE_ERR;
     char cas_sql[256];
     snprintf(cas_sql, sizeof cas_sql,
              "UPDATE tb_voucher_order SET status = %d, %s = ?2, update_time = ?2 WHERE id = ?1 "
-             "AND status = %d", to, col, from);
-    sq_t *q = (sq_t *)s;
-    call_begin(q);
-    const store_arg_t args[2] = {{order_id, 0}, {now, 1}};
-    if (exec_stmt(q, ST_BEGIN_IMMEDIATE, "order status: BEGIN IMMEDIATE") != STORE_OK)
-        return STORE_ERR;
+             "AND status = %d", sp.to, sp.col, sp.from);
+    const store_arg_t args[2] = {{m->order_id, 0}, {m->now, 1}};
     int rc = STORE_ERR;
     sqlite3_stmt *st = exec_prepare(q, cas_sql, args, 2, "order status: prepare");
     if (!st || sqlite3_step(st) != SQLITE_DONE)
@@ -1425,7 +1423,7 @@ static int sq_order_move(store_t *s, int64_t order_id, int from, int to, const c
     int changed = sqlite3_changes(q->db) > 0;
     sqlite3_finalize(st);
     st = NULL;
-    if (changed && give_unit) {
+    if (changed && sp.give_unit) {
         st = exec_prepare(q, give_sql, args, 2, "order status: prepare");
         if (!st || sqlite3_step(st) != SQLITE_DONE)
             goto fail;
@@ -1433,32 +1431,48 @@ static int sq_order_move(store_t *s, int64_t order_id, int from, int to, const c
         st = NULL;
     }
     if (changed) {
-        *was = from;
-        rc = STORE_OK;
-    } else {
-        st = exec_prepare(q, status_sql, args, 1, "order status: prepare");
-        if (!st)
-            goto fail;
-        int step = sqlite3_step(st);
-        if (step == SQLITE_ROW) {
-            *was = sqlite3_column_int(st, 0);
-            rc = STORE_OK;
-        } else if (step == SQLITE_DONE) {
-            rc = STORE_NOTFOUND;
-        } else {
-            goto fail;
-        }
-        sqlite3_finalize(st);
-        st = NULL;
+        m->was = sp.from;
+        return STORE_OK;
     }
-    if (exec_stmt(q, ST_COMMIT, "order status: COMMIT") != STORE_OK)
+    st = exec_prepare(q, status_sql, args, 1, "order status: prepare");
+    if (!st)
         goto fail;
+    int step = sqlite3_step(st);
+    if (step == SQLITE_ROW) {
+        m->was = sqlite3_column_int(st, 0);
+        rc = STORE_OK;
+    } else if (step == SQLITE_DONE) {
+        rc = STORE_NOTFOUND;
+    } else {
+        goto fail;
+    }
+    sqlite3_finalize(st);
     return rc;
 fail:
     if (st) {
         sq_fail(q, "order status");
         sqlite3_finalize(st);
     }
+    return STORE_ERR;
+}
+
+/* The lifecycle's status CAS of each move (store_int.h orders_move), in one IMMEDIATE
+ * transaction: one commit for a writer's batch of events. */
+static int sq_orders_move(store_t *s, store_move_t *moves, size_t n)
+{
+    sq_t *q = (sq_t *)s;
+    call_begin(q);
+    if (exec_stmt(q, ST_BEGIN_IMMEDIATE, "order status: BEGIN IMMEDIATE") != STORE_OK)
+        return STORE_ERR;
+    for (size_t i = 0; i < n; i++) {
+        moves[i].rc = sq_move_one(q, &moves[i]);
+        if (moves[i].rc == STORE_ERR)
+            goto fail;
+    }
+    if (exec_stmt(q, ST_COMMIT, "order status: COMMIT") != STORE_OK)
+        goto fail;
+    return STORE_OK;
+fail:
     rollback(q);
     return STORE_ERR;
 }
@@ -1703,7 +1717,7 @@ const store_ops_t store_sqlite_ops = {
     .voucher_buckets = sq_voucher_buckets,
     .voucher_room = sq_voucher_room,
     .order_sync = sq_order_sync,
-    .order_move = sq_order_move,
+    .orders_move = sq_orders_move,
     .voucher_orders = sq_voucher_orders,
     .exec = sq_exec,
     .exec_orders = sq_exec_orders,

@@ -1,8 +1,8 @@
 /* writer_life.c -- lifecycle events in the order streams (writer_int.h), each a CAS on the
  * order's status (a replay changes nothing): a cancelled or timed-out order
- * (src/order/life.lua) becomes status 4 with its unit back in the voucher's SQL stock
- * (store_order_cancel); a paid one 2 with pay_time (store_order_pay); a cancelled one
- * whose payment was refunded 6 with refund_time (store_order_refund).
+ * (src/order/life.lua) becomes status 4 with its unit back in the voucher's SQL stock;
+ * a paid one 2 with pay_time; a cancelled one whose payment was refunded 6 with
+ * refund_time -- a batch's events in one transaction (store_orders_move).
  *
  * An event follows its order's own entry in the same stream, and a batch writes its
  * orders before its events, so within one writer the insert always comes first. With
@@ -86,52 +86,67 @@ static int not_yet(writer_t *wr, wentry_t *e)
     return 1;
 }
 
+/* The batch's events applied in one SQL transaction (store_orders_move): a wave of
+ * timeouts costs one commit per batch, not per order. */
 size_t writer_life_apply(writer_t *wr)
 {
-    size_t dead = 0;
-    for (size_t i = 0; i < wr->nents; i++) {
-        wentry_t *e = &wr->ents[i];
-        if (e->kind != E_EVENT)
-            continue;
-        char err[512] = "";
-        if (!wr->st)
-            wr->st = store_open(wr->app->db_url, wr->sql_timeout_ms, err, sizeof err);
-        int was = 0;
-        int rc = STORE_ERR, want = 1;
-        if (wr->st) {
-            switch (e->ev.kind) {
-            case 'p':
-                rc = store_order_pay(wr->st, e->ev.order_id, e->ev.ts, &was);
-                want = 2;
-                break;
-            case 'r':
-                rc = store_order_refund(wr->st, e->ev.order_id, e->ev.ts, &was);
-                want = 6;
-                break;
-            default:
-                rc = store_order_cancel(wr->st, e->ev.order_id, e->ev.ts, &was);
-                want = 4;
-                break;
-            }
-        }
-        if (rc == STORE_NOTFOUND) {
+    size_t n = 0, dead = 0;
+    for (size_t i = 0; i < wr->nents; i++)
+        n += wr->ents[i].kind == E_EVENT;
+    if (n == 0)
+        return 0;
+    store_move_t *mv = xmalloc(n * sizeof *mv);
+    size_t *at = xmalloc(n * sizeof *at);   /* each move's entry */
+    n = 0;
+    for (size_t i = 0; i < wr->nents; i++)
+        if (wr->ents[i].kind == E_EVENT)
+            at[n++] = i;
+    /* by voucher, stably (an order's events keep their stream order): every writer's
+     * transaction takes the vouchers' stock rows in the same order, so two of them never
+     * deadlock on MariaDB; one voucher's batch (the usual) stays as it is */
+    for (size_t j = 1; j < n; j++) {
+        size_t x = at[j], y = j;
+        int64_t vid = wr->streams[wr->ents[x].si].vid;
+        for (; y > 0 && wr->streams[wr->ents[at[y - 1]].si].vid > vid; y--)
+            at[y] = at[y - 1];
+        at[y] = x;
+    }
+    for (size_t j = 0; j < n; j++) {
+        const wentry_t *e = &wr->ents[at[j]];
+        char k = e->ev.kind == 'p' || e->ev.kind == 'r' ? e->ev.kind : 'c';
+        mv[j] = (store_move_t){.order_id = e->ev.order_id, .now = e->ev.ts, .kind = k};
+    }
+    char err[512] = "";
+    if (!wr->st)
+        wr->st = store_open(wr->app->db_url, wr->sql_timeout_ms, err, sizeof err);
+    if (!wr->st || store_orders_move(wr->st, mv, n) != STORE_OK) {
+        /* none applied, all left pending: the claim pass brings them back */
+        log_warn("writer: %zu lifecycle events (first: %s entry %s) not applied (%s); they "
+                 "stay pending", n, wr->streams[wr->ents[at[0]].si].key, wr->ents[at[0]].id,
+                 wr->st ? store_errmsg(wr->st) : err);
+        for (size_t j = 0; j < n; j++)
+            wr->ents[at[j]].kind = E_WAIT;
+        metric_inc(&wr->m->sql_errors);
+        free(mv);
+        free(at);
+        return 0;
+    }
+    for (size_t j = 0; j < n; j++) {
+        wentry_t *e = &wr->ents[at[j]];
+        int was = mv[j].was, want = mv[j].kind == 'p' ? 2 : mv[j].kind == 'r' ? 6 : 4;
+        if (mv[j].rc == STORE_NOTFOUND) {
             dead += (size_t)not_yet(wr, e);
-        } else if (rc != STORE_OK) {
-            /* left pending: the claim pass brings it back */
-            log_warn("writer: %s entry %s: event %c of order %lld not applied (%s); it stays "
-                     "pending", wr->streams[e->si].key, e->id, e->ev.kind, (long long)e->ev.order_id,
-                     wr->st ? store_errmsg(wr->st) : err);
-            e->kind = E_WAIT;
-            metric_inc(&wr->m->sql_errors);
-        } else if (e->ev.kind == 'r' && was == 1) {
+        } else if (mv[j].kind == 'r' && was == 1) {
             e->kind = E_WAIT;   /* its cancel is still on its way (another writer's batch) */
-        } else if (was != (e->ev.kind == 'r' ? 4 : 1) && was != want) {
+        } else if (was != (mv[j].kind == 'r' ? 4 : 1) && was != want) {
             /* Redis decided from its state; SQL says otherwise: SQL is the record */
             log_error("writer: %s entry %s: event %c of order %lld found status %d in SQL; "
                       "left as it is", wr->streams[e->si].key, e->id, e->ev.kind,
                       (long long)e->ev.order_id, was);
         }
     }
+    free(mv);
+    free(at);
     return dead;
 }
 

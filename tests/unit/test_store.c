@@ -756,6 +756,64 @@ static void test_sync_order(void **state)
     assert_int_equal(stock, 0);
 }
 
+static int order_status(store_t *s, int64_t id)
+{
+    store_order_t o;
+    assert_int_equal(store_order_get(s, id, &o), STORE_OK);
+    return o.status;
+}
+
+/* The lifecycle's moves of a batch in one transaction (the order writer's events): in
+ * array order, each a CAS -- a cancel replayed in the same batch gives no second unit, a
+ * refund after its cancel in the same batch sees status 4, an unknown order is
+ * NOTFOUND without failing the others; the same batch again changes nothing; a bad kind
+ * fails the whole batch before anything is applied. */
+static void test_orders_move_batch(void **state)
+{
+    FX(f);
+    int64_t v = create_seckill(f->s, 1, 5);
+    store_order_t batch[3] = {mk(8100, 9001, v, 1700000100), mk(8101, 9002, v, 1700000100),
+                              mk(8102, 9003, v, 1700000100)};
+    size_t ins = 0, conf = 0;
+    assert_int_equal(store_orders_write(f->s, batch, 3, &ins, &conf, NULL), STORE_OK);
+    assert_int_equal(ins, 3);
+    store_move_t mv[6] = {{8100, 1700000200, 'c', 0, 0}, {8100, 1700000200, 'c', 0, 0},
+                          {8101, 1700000200, 'p', 0, 0}, {8100, 1700000300, 'r', 0, 0},
+                          {424242, 1700000200, 'c', 0, 0}, {8102, 1700000200, 'r', 0, 0}};
+    static const int rc1[6] = {STORE_OK, STORE_OK, STORE_OK, STORE_OK, STORE_NOTFOUND,
+                               STORE_OK};
+    static const int was1[6] = {1, 4, 1, 4, 0, 1};
+    assert_int_equal(store_orders_move(f->s, mv, 6), STORE_OK);
+    for (int i = 0; i < 6; i++) {
+        assert_int_equal(mv[i].rc, rc1[i]);
+        assert_int_equal(mv[i].was, was1[i]);
+    }
+    assert_int_equal(order_status(f->s, 8100), 6);
+    assert_int_equal(order_status(f->s, 8101), 2);
+    assert_int_equal(order_status(f->s, 8102), 1);
+    int64_t orders, stock;
+    assert_int_equal(store_voucher_counts(f->s, v, &orders, &stock), STORE_OK);
+    assert_int_equal(orders, 2);
+    assert_int_equal(stock, 5 - 2);
+    /* replayed whole (a writer's batch after a crash): nothing moves */
+    static const int was2[6] = {6, 6, 2, 6, 0, 1};
+    assert_int_equal(store_orders_move(f->s, mv, 6), STORE_OK);
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(mv[i].was, was2[i]);
+    assert_int_equal(store_voucher_counts(f->s, v, &orders, &stock), STORE_OK);
+    assert_int_equal(stock, 5 - 2);
+    /* a bad kind: nothing of the batch applied */
+    store_move_t bad[2] = {{8102, 1700000400, 'c', 0, 0}, {8102, 1700000400, 'x', 0, 0}};
+    assert_int_equal(store_orders_move(f->s, bad, 2), STORE_ERR);
+    assert_int_equal(bad[0].rc, STORE_ERR);
+    assert_int_equal(order_status(f->s, 8102), 1);
+    assert_int_equal(store_orders_move(f->s, bad, 1), STORE_OK);
+    assert_int_equal(order_status(f->s, 8102), 4);
+    assert_int_equal(store_voucher_counts(f->s, v, &orders, &stock), STORE_OK);
+    assert_int_equal(orders, 1);
+    assert_int_equal(stock, 5 - 1);
+}
+
 /* The lab's course steps (lab_store.c, through store_exec and store_exec_orders): made by
  * the lab, not the schema; one autocommit statement each, the stock guards as the course
  * writes them, and lab_voucher_order without UNIQUE(user, voucher) -- counted and listed in
@@ -1262,6 +1320,7 @@ int main(void)
         CONTRACT(test_deadline_under_lock),
         CONTRACT(test_failed_query),
         CONTRACT(test_sync_order),
+        CONTRACT(test_orders_move_batch),
         CONTRACT(test_lab_calls),
         CONTRACT(test_exec_orders),
         CONTRACT(test_shops),
