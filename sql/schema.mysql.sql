@@ -176,6 +176,22 @@ CREATE TABLE IF NOT EXISTS tb_seckill_room (
     PRIMARY KEY (voucher_id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_general_ci;
 
+-- Version 7: the payments of flash-sale orders (docs/lifecycle.md, "Payments in SQL"): one
+-- row per provider payment id, written by the order writer from the order's p / r event in
+-- the transaction of the order's status change (sync mode: in the payment's own
+-- transaction). status: 2 taken, 5 to refund (in the refund outbox), 6 refunded
+-- (refund_time). A side table: the course's tables keep their columns.
+CREATE TABLE IF NOT EXISTS tb_voucher_payment (
+    payment_id  VARCHAR(64)      NOT NULL,            -- the provider's id
+    order_id    BIGINT           NOT NULL,
+    amount      BIGINT           NOT NULL,            -- cents
+    status      TINYINT UNSIGNED NOT NULL,            -- 2 taken 5 refunding 6 refunded
+    create_time DATETIME         NOT NULL DEFAULT CURRENT_TIMESTAMP,
+    refund_time DATETIME         NULL DEFAULT NULL,
+    PRIMARY KEY (payment_id),
+    KEY idx_payment_order (order_id)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
+
 -- Last: the version this file brings the database to (MYSQL_SCHEMA_VERSION).
-INSERT INTO schema_version (id, version) VALUES (1, 6)
-    ON DUPLICATE KEY UPDATE version = GREATEST(version, 6);
+INSERT INTO schema_version (id, version) VALUES (1, 7)
+    ON DUPLICATE KEY UPDATE version = GREATEST(version, 7);

@@ -160,4 +160,20 @@ CREATE TABLE IF NOT EXISTS tb_seckill_room (
     create_time TEXT    NOT NULL DEFAULT (datetime('now', 'localtime'))
 );
 
-PRAGMA user_version = 6;
+-- Version 7. Not the course's: the payments of flash-sale orders (docs/lifecycle.md, "Payments
+-- in SQL"): one row per provider payment id (POST /pay/notify), written by the order
+-- writer from the order's p / r event in the transaction of the order's status change (sync
+-- mode: in the payment's own transaction). status: 2 taken (the order paid), 5 to refund
+-- (退款中: in the refund outbox), 6 refunded (the refund was sent; refund_time). A side
+-- table: the course's tables keep their columns.
+CREATE TABLE IF NOT EXISTS tb_voucher_payment (
+    payment_id  TEXT    PRIMARY KEY,          -- the provider's id: one row per payment
+    order_id    INTEGER NOT NULL,
+    amount      INTEGER NOT NULL,             -- cents
+    status      INTEGER NOT NULL,             -- 2 taken 5 refunding 6 refunded
+    create_time TEXT    NOT NULL DEFAULT (datetime('now', 'localtime')),
+    refund_time TEXT
+);
+CREATE INDEX IF NOT EXISTS idx_payment_order ON tb_voucher_payment (order_id);
+
+PRAGMA user_version = 7;

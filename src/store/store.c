@@ -282,14 +282,52 @@ int store__move_spec(char kind, store_move_spec_t *spec)
         *spec = (store_move_spec_t){1, 4, 1, "update_time"};
         return 0;
     case 'p':
+    case 'y':   /* sync mode's payment: this, else 'r' (the backends) */
         *spec = (store_move_spec_t){1, 2, 0, "pay_time"};
         return 0;
     case 'r':
-        *spec = (store_move_spec_t){4, 6, 0, "refund_time"};
+        *spec = (store_move_spec_t){4, 5, 0, "update_time"};
+        return 0;
+    case 's':   /* the refund sent: the order once none of its payments is left (the
+                 * backends, with STORE_PAY_ORDER_SENT_SQL) */
+        *spec = (store_move_spec_t){5, 6, 0, "refund_time"};
         return 0;
     default:
         return -1;
     }
+}
+
+int store__pay_row(const store_move_t *m, int changed, int was)
+{
+    if (!m->payment_id[0])
+        return 0;
+    switch (m->kind) {
+    case 'y':
+        return was == 1 && changed ? 2 : 5;   /* taken by this payment, else refunded */
+    case 'p':
+        return m->pay_status;
+    case 'r':
+        return was == 1 ? 0 : m->pay_status;   /* its cancel is on its way: the event waits */
+    default:
+        return 0;
+    }
+}
+
+/* A provider's payment id as the notice checks it (api_pay.c): 1..STORE_PAYMENT_ID_MAX. */
+static int payment_id_ok(const char *z)
+{
+    size_t n = strnlen(z, STORE_PAYMENT_ID_MAX + 1);
+    return n > 0 && n <= STORE_PAYMENT_ID_MAX;
+}
+
+int store_payment_get(store_t *s, const char *payment_id, store_payment_t *out)
+{
+    STORE_ENTER(s);
+    if (!payment_id || !out || !payment_id_ok(payment_id))
+        return store__fail(s, "store_payment_get: bad arguments");
+    memset(out, 0, sizeof *out);
+    NEED_OP(s, payment_get);
+    return s->ops->payment_get(s, payment_id, out);
 }
 
 int store_orders_move(store_t *s, store_move_t *moves, size_t n)
@@ -301,10 +339,19 @@ int store_orders_move(store_t *s, store_move_t *moves, size_t n)
     for (size_t i = 0; i < n; i++) {
         moves[i].rc = STORE_ERR;
         moves[i].was = 0;
+        moves[i].pay_order = 0;
+        moves[i].pay_new = 0;
     }
-    for (size_t i = 0; i < n; i++)
-        if (moves[i].order_id <= 0 || store__move_spec(moves[i].kind, &spec) != 0)
+    for (size_t i = 0; i < n; i++) {
+        store_move_t *m = &moves[i];
+        int pay = m->payment_id[0] != '\0';
+        if (m->order_id <= 0 || store__move_spec(m->kind, &spec) != 0 ||
+            (pay && (!payment_id_ok(m->payment_id) || m->amount < 0 || m->kind == 'c')) ||
+            (!pay && (m->kind == 'y' || m->kind == 's')) ||
+            (pay && (m->kind == 'p' || m->kind == 'r') && m->pay_status != 2 &&
+             m->pay_status != 5))
             return store__fail(s, "order status change: bad arguments");
+    }
     NEED_OP(s, orders_move);
     int rc = s->ops->orders_move(s, moves, n);
     if (rc != STORE_OK)

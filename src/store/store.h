@@ -161,17 +161,45 @@ int store_orders_of_user(store_t *s, int64_t user_id, size_t max, store_order_t 
 int store_order_cancel(store_t *s, int64_t order_id, int64_t now, int *was);
 /* The same CAS for a payment taken: 1 -> 2 with pay_time = now. */
 int store_order_pay(store_t *s, int64_t order_id, int64_t now, int *was);
-/* ... and for a payment refunded because the order was cancelled first: 4 -> 6 with
- * refund_time = now (the unit went back with the cancel). */
+/* ... and for a payment to refund because the order was cancelled first: 4 -> 5 (退款中;
+ * the unit went back with the cancel). */
 int store_order_refund(store_t *s, int64_t order_id, int64_t now, int *was);
+
+/* A payment (tb_voucher_payment, one row per provider payment id): the provider's id,
+ * what it paid, and its status: 2 taken (the order paid), 5 to refund (退款中), 6 refunded
+ * (refund_time: when the refund was sent). */
+#define STORE_PAYMENT_ID_MAX 64
+typedef struct store_payment {
+    int64_t order_id;
+    int64_t amount;
+    int status;
+    int64_t create_time, refund_time;   /* epoch seconds; refund_time 0 until sent */
+} store_payment_t;
+int store_payment_get(store_t *s, const char *payment_id, store_payment_t *out);
+
 /* The same CAS moves of a batch, in one transaction (the order writer's events): kind
- * 'c' a cancel (store_order_cancel), 'p' a payment, 'r' a refund; applied in array order.
+ * 'c' a cancel (store_order_cancel), 'p' a payment (1 -> 2), 'r' a refund due (4 -> 5);
+ * and two with a payment only: 'y' sync mode's payment (1 -> 2, else 4 -> 5; the payment
+ * row 2 when the order took it, else 5), 's' a refund sent (the payment row 5 -> 6 with
+ * refund_time, and its order 5 -> 6 with refund_time once no payment of it is left to
+ * refund). Applied in array order.
+ *
+ * With payment_id set (kinds p, r, y, s), the payment's row moves with the order: p, r, y
+ * write it (status pay_status: 2 or 5; y decides) unless it exists -- then nothing at all
+ * is done and pay_status / pay_order say what it holds (a replay, or the same notice
+ * again) -- and not when the event must wait (no such order; an r whose order is still
+ * at 1). s needs the row (STORE_NOTFOUND without it).
  * STORE_OK: committed, each move's rc (STORE_OK or STORE_NOTFOUND) and was set;
  * STORE_ERR: nothing applied (every move's rc STORE_ERR). */
 typedef struct store_move {
     int64_t order_id;
     int64_t now;
     char kind;
+    char payment_id[STORE_PAYMENT_ID_MAX + 1];   /* "" = no payment */
+    int64_t amount;
+    int pay_status;       /* in (p, r): the row's status; out: the row's status after */
+    int64_t pay_order;    /* out: the row's order (not order_id: a payment id reused) */
+    int pay_new;          /* out: the row was written by this call */
     int rc;     /* out */
     int was;    /* out */
 } store_move_t;

@@ -69,6 +69,8 @@ typedef struct store_ops {
      * order; each move's rc and was set on STORE_OK (was: the status found, from: moved
      * by this call); n >= 1, kinds checked by store.c */
     int (*orders_move)(store_t *s, store_move_t *moves, size_t n);
+    /* store_payment_get: payment_id checked (1..STORE_PAYMENT_ID_MAX), out zeroed */
+    int (*payment_get)(store_t *s, const char *payment_id, store_payment_t *out);
 } store_ops_t;
 
 extern const store_ops_t store_sqlite_ops;
@@ -80,6 +82,29 @@ typedef struct store_move_spec {
     const char *col;
 } store_move_spec_t;
 int store__move_spec(char kind, store_move_spec_t *spec);
+
+/* The payment row a move writes (store_move_t): the status for a move whose own CAS
+ * changed the order (changed) or not; 0 = write none (the event waits). */
+int store__pay_row(const store_move_t *m, int changed, int was);
+
+/* The SQL of a payment's rows, the same on both backends ("?" in order): */
+#define STORE_PAY_GET_SQL                                                                  \
+    "SELECT order_id, amount, status, create_time, refund_time FROM tb_voucher_payment "   \
+    "WHERE payment_id = ?"
+/* (payment_id, order_id, amount, status, create_time) */
+#define STORE_PAY_INSERT_SQL                                                               \
+    "INSERT INTO tb_voucher_payment (payment_id, order_id, amount, status, create_time) "  \
+    "VALUES (?, ?, ?, ?, ?)"
+/* (refund_time, payment_id) */
+#define STORE_PAY_SENT_SQL                                                                 \
+    "UPDATE tb_voucher_payment SET status = 6, refund_time = ? WHERE payment_id = ? AND "  \
+    "status = 5"
+/* (refund_time, update_time, order_id, order_id): the order refunded once none of its
+ * payments is left to refund */
+#define STORE_PAY_ORDER_SENT_SQL                                                           \
+    "UPDATE tb_voucher_order SET status = 6, refund_time = ?, update_time = ? WHERE id = ? " \
+    "AND status = 5 AND NOT EXISTS (SELECT 1 FROM tb_voucher_payment WHERE order_id = ? "   \
+    "AND status = 5)"
 
 /* Sets s->err (printf-style) and returns STORE_ERR, for `return store__fail(s, ...)`. */
 int store__fail(store_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -77,7 +77,7 @@
 #include "core/url.h"
 
 /* Must equal the version the last statement of sql/schema.mysql.sql writes. */
-#define MYSQL_SCHEMA_VERSION 6
+#define MYSQL_SCHEMA_VERSION 7
 
 /* Multi-row inserts: statements of 2^k rows, k = 0 .. INS_LEVELS-1. */
 #define INS_LEVELS 10
@@ -2288,56 +2288,188 @@ static int my_shop_types(store_t *s, store_shop_type_t **out, size_t *n)
 
 /* ---------------------------------------------------------------- the order lifecycle */
 
-/* One move's CAS (store_int.h orders_move): with give_unit one multi-table UPDATE moves
- * the status and gives the voucher its unit back (it changes 2 rows or none); on none,
- * the order's status says why. col is store.c's, never client input. */
-static int do_move_one(my_t *m, store_move_t *mv)
+/* A lifecycle statement, prepared for this call (no hot path: no slot kept): with res,
+ * its first row into res (STORE_OK / STORE_NOTFOUND); else *changed = rows it changed. */
+static int once(my_t *m, const char *sql, MYSQL_BIND *par, MYSQL_BIND *res, int64_t *changed,
+                const char *what)
 {
-    static const char status_sql[] = "SELECT status FROM tb_voucher_order WHERE id = ?";
-    store_move_spec_t sp;
-    if (store__move_spec(mv->kind, &sp) != 0)
+    MYSQL_STMT *st = NULL;
+    if (!prepare(m, &st, sql))
         return STORE_ERR;
+    int rc;
+    if (res) {
+        rc = one_row(m, st, par, res, what);
+    } else {
+        rc = run(m, st, par, what);
+        if (rc == STORE_OK && changed)
+            *changed = (int64_t)mysql_stmt_affected_rows(st);
+    }
+    mysql_stmt_close(st);
+    return rc;
+}
+
+/* The payment row of payment_id into *p: STORE_OK, STORE_NOTFOUND or STORE_ERR. */
+static int pay_get(my_t *m, const char *payment_id, store_payment_t *p)
+{
+    MYSQL_BIND par[1], res[5];
+    unsigned long len;
+    b_str(&par[0], payment_id, &len);
+    ri64_t oid, amt, st;
+    rtime_t ct, rt;
+    r_i64(&res[0], &oid);
+    r_i64(&res[1], &amt);
+    r_i64(&res[2], &st);
+    r_time(&res[3], &ct);
+    r_time(&res[4], &rt);
+    int rc = once(m, STORE_PAY_GET_SQL, par, res, NULL, "payment");
+    if (rc == STORE_OK)
+        *p = (store_payment_t){oid.v, amt.v, (int)st.v, epoch_of(&ct), epoch_of(&rt)};
+    return rc;
+}
+
+static int do_payment_get(my_t *m, const char *payment_id, store_payment_t *out)
+{
+    return pay_get(m, payment_id, out);
+}
+
+static int my_payment_get(store_t *s, const char *payment_id, store_payment_t *out)
+{
+    my_t *m = (my_t *)s;
+    RETRYING(m, 1, do_payment_get(m, payment_id, out));
+}
+
+/* A move's CAS of spec sp: with give_unit one multi-table UPDATE moves the status and
+ * gives the voucher its unit back (it changes 2 rows or none). col is store.c's, never
+ * client input. 1 changed, 0 not, or STORE_ERR. */
+static int my_cas(my_t *m, const store_move_t *mv, const store_move_spec_t *sp)
+{
     char cas_sql[320];
-    if (sp.give_unit)
+    if (sp->give_unit)
         snprintf(cas_sql, sizeof cas_sql,
                  "UPDATE tb_voucher_order o JOIN tb_seckill_voucher v ON v.voucher_id = "
                  "o.voucher_id SET o.status = %d, o.%s = ?, v.stock = v.stock + 1, "
-                 "v.update_time = ? WHERE o.id = ? AND o.status = %d", sp.to, sp.col, sp.from);
+                 "v.update_time = ? WHERE o.id = ? AND o.status = %d", sp->to, sp->col, sp->from);
     else
         snprintf(cas_sql, sizeof cas_sql,
                  "UPDATE tb_voucher_order SET status = %d, %s = ?, update_time = ? "
-                 "WHERE id = ? AND status = %d", sp.to, sp.col, sp.from);
+                 "WHERE id = ? AND status = %d", sp->to, sp->col, sp->from);
     const store_arg_t args[3] = {{mv->now, 1}, {mv->now, 1}, {mv->order_id, 0}};
     int64_t n = 0;
     if (do_exec(m, cas_sql, args, 3, &n) != STORE_OK)
         return STORE_ERR;
-    if (n > 0) {
-        mv->was = sp.from;
-        return STORE_OK;
-    }
-    if (do_exec(m, status_sql, &args[2], 1, &n) != STORE_OK)
-        return STORE_ERR;
-    mv->was = (int)n;
-    return n > 0 ? STORE_OK : STORE_NOTFOUND;
+    return n > 0;
 }
 
-/* Every move in one transaction (one move alone under autocommit). The whole may run
- * twice (a retry after a lost connection): the CAS is the guard. */
+/* The 's' move (store.h): the payment's row 5 -> 6 and its order 5 -> 6 once none of its
+ * payments is left to refund. */
+static int my_refund_sent(my_t *m, store_move_t *mv)
+{
+    store_payment_t p = {0};
+    int rc = pay_get(m, mv->payment_id, &p);
+    if (rc != STORE_OK)
+        return rc;
+    mv->pay_order = p.order_id;
+    mv->was = p.status;
+    mv->pay_status = p.status;
+    if (p.status != 5)
+        return STORE_OK;
+    MYSQL_TIME t;
+    mtime_of(m, mv->now, &t);
+    MYSQL_BIND par[4];
+    unsigned long len;
+    b_time(&par[0], &t);
+    b_str(&par[1], mv->payment_id, &len);
+    if (once(m, STORE_PAY_SENT_SQL, par, NULL, NULL, "refund sent") != STORE_OK)
+        return STORE_ERR;
+    b_time(&par[1], &t);
+    b_i64(&par[2], &p.order_id);
+    b_i64(&par[3], &p.order_id);
+    if (once(m, STORE_PAY_ORDER_SENT_SQL, par, NULL, NULL, "refund sent: the order") != STORE_OK)
+        return STORE_ERR;
+    mv->pay_status = 6;
+    return STORE_OK;
+}
+
+/* One move (store.h store_move_t): the CAS, on none the order's status says why, and the
+ * payment's row. */
+static int do_move_one(my_t *m, store_move_t *mv)
+{
+    static const char status_sql[] = "SELECT status FROM tb_voucher_order WHERE id = ?";
+    store_move_spec_t sp, alt;
+    if (store__move_spec(mv->kind, &sp) != 0 || store__move_spec('r', &alt) != 0)
+        return STORE_ERR;
+    if (mv->kind == 's')
+        return my_refund_sent(m, mv);
+    const store_arg_t oid[1] = {{mv->order_id, 0}};
+    int64_t n = 0;
+    if (mv->payment_id[0]) {
+        store_payment_t p = {0};
+        int rc = pay_get(m, mv->payment_id, &p);
+        if (rc == STORE_ERR)
+            return STORE_ERR;
+        if (rc == STORE_OK) {   /* answered before: nothing changes */
+            mv->pay_status = p.status;
+            mv->pay_order = p.order_id;
+            if (do_exec(m, status_sql, oid, 1, &n) != STORE_OK)
+                return STORE_ERR;
+            mv->was = (int)n;
+            return n > 0 ? STORE_OK : STORE_NOTFOUND;
+        }
+    }
+    int changed = my_cas(m, mv, &sp);
+    if (changed == STORE_ERR)
+        return STORE_ERR;
+    if (changed) {
+        mv->was = sp.from;
+    } else if (mv->kind == 'y' && (changed = my_cas(m, mv, &alt)) != 0) {
+        if (changed == STORE_ERR)
+            return STORE_ERR;
+        mv->was = alt.from;
+    } else {
+        if (do_exec(m, status_sql, oid, 1, &n) != STORE_OK)
+            return STORE_ERR;
+        mv->was = (int)n;
+        if (n == 0)
+            return STORE_NOTFOUND;
+    }
+    int row = store__pay_row(mv, changed, mv->was);
+    if (row) {
+        MYSQL_TIME t;
+        mtime_of(m, mv->now, &t);
+        int64_t st = row;
+        MYSQL_BIND par[5];
+        unsigned long len;
+        b_str(&par[0], mv->payment_id, &len);
+        b_i64(&par[1], &mv->order_id);
+        b_i64(&par[2], &mv->amount);
+        b_i64(&par[3], &st);
+        b_time(&par[4], &t);
+        if (once(m, STORE_PAY_INSERT_SQL, par, NULL, NULL, "payment row") != STORE_OK)
+            return STORE_ERR;
+        mv->pay_status = row;
+        mv->pay_order = mv->order_id;
+        mv->pay_new = 1;
+    }
+    return STORE_OK;
+}
+
+/* Every move in one transaction (a move with a payment is two statements or more). The
+ * whole may run twice (a retry after a lost connection): the CAS and the payment row
+ * are the guard. */
 static int do_orders_move(my_t *m, store_move_t *moves, size_t n)
 {
-    if (n > 1 && tx_begin(m, "order status: BEGIN") != STORE_OK)
+    if (tx_begin(m, "order status: BEGIN") != STORE_OK)
         return STORE_ERR;
     for (size_t i = 0; i < n; i++) {
         moves[i].rc = do_move_one(m, &moves[i]);
         if (moves[i].rc == STORE_ERR)
             goto fail;
     }
-    if (n > 1 && tx_commit(m, "order status: COMMIT") != STORE_OK)
+    if (tx_commit(m, "order status: COMMIT") != STORE_OK)
         goto fail;
     return STORE_OK;
 fail:
-    if (n > 1)
-        tx_rollback(m);
+    tx_rollback(m);
     return STORE_ERR;
 }
 
@@ -2362,7 +2494,7 @@ static int my_orders_move(store_t *s, store_move_t *moves, size_t n)
         .shop_list = my_shop_list, .shop_create = my_shop_create,                       \
         .shop_update = my_shop_update,                                                  \
         .shop_types = my_shop_types,                                                    \
-        .orders_move = my_orders_move,                                                  \
+        .orders_move = my_orders_move, .payment_get = my_payment_get,                   \
     }
 
 const store_ops_t store_mysql_ops = MYSQL_OPS("mysql");

@@ -37,7 +37,7 @@
 #include "core/url.h"
 
 /* Must equal the PRAGMA user_version that sql/schema.sqlite.sql sets. */
-#define SQLITE_SCHEMA_VERSION 6
+#define SQLITE_SCHEMA_VERSION 7
 
 /* How many VM instructions between deadline checks. */
 #define PROGRESS_OPS 1000
@@ -1399,61 +1399,141 @@ fail:
 static sqlite3_stmt *exec_prepare(sq_t *q, const char *sql, const store_arg_t *args, int nargs,
                                   const char *what);
 
-/* One move's CAS and, with give_unit, the voucher's unit back, inside the caller's
- * transaction: STORE_OK or STORE_NOTFOUND (m->was set), STORE_ERR. Prepared per call: no
- * hot path. */
-static int sq_move_one(sq_t *q, store_move_t *m)
+/* One statement of the lifecycle, prepared for this call (no hot path: no slot kept),
+ * run by one_row with args and finalized. */
+static int once_row(sq_t *q, const char *sql, const char *what, row_reader_t *read, void *out,
+                    const sq_arg_t *args, int nargs)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(q->db, sql, -1, &st, NULL) != SQLITE_OK)
+        return sq_fail(q, what);
+    int rc = one_row(q, st, what, read, out, args, nargs);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static void payment_row(sqlite3_stmt *st, void *out)
+{
+    store_payment_t *p = out;
+    p->order_id = sqlite3_column_int64(st, 0);
+    p->amount = sqlite3_column_int64(st, 1);
+    p->status = sqlite3_column_int(st, 2);
+    p->create_time = col_time(st, 3);
+    p->refund_time = col_time(st, 4);
+}
+
+static void int_row(sqlite3_stmt *st, void *out)
+{
+    *(int *)out = sqlite3_column_int(st, 0);
+}
+
+static int sq_payment_get(store_t *s, const char *payment_id, store_payment_t *out)
+{
+    sq_t *q = (sq_t *)s;
+    call_begin(q);
+    return once_row(q, STORE_PAY_GET_SQL, "payment", payment_row, out, ARGS(A_TEXT(payment_id)));
+}
+
+/* A move's CAS of spec sp, with give_unit the voucher's unit back: 1 changed, 0 not, or
+ * STORE_ERR. */
+static int sq_cas(sq_t *q, const store_move_t *m, const store_move_spec_t *sp)
 {
     static const char give_sql[] =
         "UPDATE tb_seckill_voucher SET stock = stock + 1, update_time = ?2 WHERE voucher_id = "
         "(SELECT voucher_id FROM tb_voucher_order WHERE id = ?1)";
-    static const char status_sql[] = "SELECT status FROM tb_voucher_order WHERE id = ?1";
-    store_move_spec_t sp;
-    if (store__move_spec(m->kind, &sp) != 0)
-        return STORE_ERR;
     char cas_sql[256];
     snprintf(cas_sql, sizeof cas_sql,
              "UPDATE tb_voucher_order SET status = %d, %s = ?2, update_time = ?2 WHERE id = ?1 "
-             "AND status = %d", sp.to, sp.col, sp.from);
-    const store_arg_t args[2] = {{m->order_id, 0}, {m->now, 1}};
-    int rc = STORE_ERR;
-    sqlite3_stmt *st = exec_prepare(q, cas_sql, args, 2, "order status: prepare");
-    if (!st || sqlite3_step(st) != SQLITE_DONE)
-        goto fail;
+             "AND status = %d", sp->to, sp->col, sp->from);
+    char now[32];
+    snprintf(now, sizeof now, "%s", time_text(q, m->now));
+    if (once_row(q, cas_sql, "order status", NULL, NULL, ARGS(A_INT(m->order_id), A_TEXT(now))) ==
+        STORE_ERR)
+        return STORE_ERR;
     int changed = sqlite3_changes(q->db) > 0;
-    sqlite3_finalize(st);
-    st = NULL;
-    if (changed && sp.give_unit) {
-        st = exec_prepare(q, give_sql, args, 2, "order status: prepare");
-        if (!st || sqlite3_step(st) != SQLITE_DONE)
-            goto fail;
-        sqlite3_finalize(st);
-        st = NULL;
+    if (changed && sp->give_unit &&
+        once_row(q, give_sql, "order status: the unit", NULL, NULL,
+                 ARGS(A_INT(m->order_id), A_TEXT(now))) == STORE_ERR)
+        return STORE_ERR;
+    return changed;
+}
+
+/* The 's' move (store.h): the payment's row 5 -> 6 and its order 5 -> 6 once none of its
+ * payments is left to refund. */
+static int sq_refund_sent(sq_t *q, store_move_t *m)
+{
+    store_payment_t p = {0};
+    int rc = once_row(q, STORE_PAY_GET_SQL, "payment", payment_row, &p, ARGS(A_TEXT(m->payment_id)));
+    if (rc != STORE_OK)
+        return rc;
+    m->pay_order = p.order_id;
+    m->was = p.status;
+    m->pay_status = p.status;
+    if (p.status != 5)
+        return STORE_OK;
+    char now[32];
+    snprintf(now, sizeof now, "%s", time_text(q, m->now));
+    if (once_row(q, STORE_PAY_SENT_SQL, "refund sent", NULL, NULL,
+                 ARGS(A_TEXT(now), A_TEXT(m->payment_id))) == STORE_ERR ||
+        once_row(q, STORE_PAY_ORDER_SENT_SQL, "refund sent: the order", NULL, NULL,
+                 ARGS(A_TEXT(now), A_TEXT(now), A_INT(p.order_id), A_INT(p.order_id))) ==
+            STORE_ERR)
+        return STORE_ERR;
+    m->pay_status = 6;
+    return STORE_OK;
+}
+
+/* One move (store.h store_move_t) inside the caller's transaction: STORE_OK or
+ * STORE_NOTFOUND (m->was set), STORE_ERR. Prepared per call: no hot path. */
+static int sq_move_one(sq_t *q, store_move_t *m)
+{
+    static const char status_sql[] = "SELECT status FROM tb_voucher_order WHERE id = ?1";
+    store_move_spec_t sp, alt;
+    if (store__move_spec(m->kind, &sp) != 0 || store__move_spec('r', &alt) != 0)
+        return STORE_ERR;
+    if (m->kind == 's')
+        return sq_refund_sent(q, m);
+    int changed = 0, rc;
+    if (m->payment_id[0]) {
+        store_payment_t p = {0};
+        rc = once_row(q, STORE_PAY_GET_SQL, "payment", payment_row, &p,
+                      ARGS(A_TEXT(m->payment_id)));
+        if (rc == STORE_ERR)
+            return STORE_ERR;
+        if (rc == STORE_OK) {   /* answered before: nothing changes */
+            m->pay_status = p.status;
+            m->pay_order = p.order_id;
+            rc = once_row(q, status_sql, "order status", int_row, &m->was,
+                          ARGS(A_INT(m->order_id)));
+            return rc;
+        }
     }
+    if ((changed = sq_cas(q, m, &sp)) == STORE_ERR)
+        return STORE_ERR;
     if (changed) {
         m->was = sp.from;
-        return STORE_OK;
-    }
-    st = exec_prepare(q, status_sql, args, 1, "order status: prepare");
-    if (!st)
-        goto fail;
-    int step = sqlite3_step(st);
-    if (step == SQLITE_ROW) {
-        m->was = sqlite3_column_int(st, 0);
-        rc = STORE_OK;
-    } else if (step == SQLITE_DONE) {
-        rc = STORE_NOTFOUND;
+    } else if (m->kind == 'y' && (changed = sq_cas(q, m, &alt)) != 0) {
+        if (changed == STORE_ERR)
+            return STORE_ERR;
+        m->was = alt.from;
     } else {
-        goto fail;
+        rc = once_row(q, status_sql, "order status", int_row, &m->was, ARGS(A_INT(m->order_id)));
+        if (rc != STORE_OK)
+            return rc;
     }
-    sqlite3_finalize(st);
-    return rc;
-fail:
-    if (st) {
-        sq_fail(q, "order status");
-        sqlite3_finalize(st);
+    int row = store__pay_row(m, changed, m->was);
+    if (row) {
+        char now[32];
+        snprintf(now, sizeof now, "%s", time_text(q, m->now));
+        if (once_row(q, STORE_PAY_INSERT_SQL, "payment row", NULL, NULL,
+                     ARGS(A_TEXT(m->payment_id), A_INT(m->order_id), A_INT(m->amount),
+                          A_INT(row), A_TEXT(now))) == STORE_ERR)
+            return STORE_ERR;
+        m->pay_status = row;
+        m->pay_order = m->order_id;
+        m->pay_new = 1;
     }
-    return STORE_ERR;
+    return STORE_OK;
 }
 
 /* The lifecycle's status CAS of each move (store_int.h orders_move), in one IMMEDIATE
@@ -1718,6 +1798,7 @@ const store_ops_t store_sqlite_ops = {
     .voucher_room = sq_voucher_room,
     .order_sync = sq_order_sync,
     .orders_move = sq_orders_move,
+    .payment_get = sq_payment_get,
     .voucher_orders = sq_voucher_orders,
     .exec = sq_exec,
     .exec_orders = sq_exec_orders,
