@@ -186,9 +186,13 @@ static const setting_t settings[] = {
       "default <data-dir>/pay-key, created 0600, on the embedded default; else notices are refused"),
     S("refund-command", "SECKILL_REFUND_COMMAND", T_STR, refund_command, "", 0, 0,
       "sends a refund (a payment for a cancelled order): run by sh -c with SECKILL_ORDER_ID, "
-      "SECKILL_PAYMENT_ID and SECKILL_AMOUNT in its environment; unset = logged only"),
+      "SECKILL_PAYMENT_ID and SECKILL_AMOUNT in its environment, until it exits 0 (retried with "
+      "back-off); unset = logged and marked refunded"),
     S("refund-command-timeout-ms", "SECKILL_REFUND_COMMAND_TIMEOUT_MS", T_INT, refund_command_timeout_ms, "5000", 100, 60000,
-      "--refund-command is killed (and the refund logged as not sent) after this long"),
+      "--refund-command is killed (and the refund tried again later) after this long"),
+    S("refund-command-max", "SECKILL_REFUND_COMMAND_MAX", T_INT, refund_command_max, "4", 1, 256,
+      "--refund-command processes running at once per order writer; the other refunds wait "
+      "in the outbox"),
     S("pay-timeout-s", "SECKILL_PAY_TIMEOUT_S", T_INT, pay_timeout_s, "900", 0, 604800,
       "an order still unpaid this long after its creation is cancelled and its unit sold again "
       "(0 = never; stream mode)"),

@@ -113,6 +113,7 @@ typedef struct config {
     char pay_key[256];                /* ... read from it ("" = none: src/order/paykey.h) */
     char refund_command[1024];        /* sends a refund: sh -c CMD, env SECKILL_ORDER_ID/... */
     int refund_command_timeout_ms;    /* its deadline, default 5000 */
+    int refund_command_max;           /* of them running at once per writer, default 4 */
     int pay_timeout_s;                /* an unpaid order is cancelled this long after its
                                        * creation (0 = never) */
     char metrics_token[128];          /* required as "authorization: Bearer T" on /metrics */

@@ -201,6 +201,11 @@ int key_paysweep_t(char *buf, size_t len, const char *tag)
     return KEY_STR(buf, len, "seckill:paysweep:{", tag, "}");
 }
 
+int key_refunds_t(char *buf, size_t len, const char *tag)
+{
+    return KEY_STR(buf, len, "seckill:refunds:{", tag, "}");
+}
+
 int key_xfer_log(char *buf, size_t len, const char *tag)
 {
     return KEY_STR(buf, len, "seckill:xfer:{", tag, "}");

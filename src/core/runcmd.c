@@ -110,15 +110,12 @@ void runcmd_release(void)
     atomic_fetch_sub(&slots, 1);
 }
 
-int runcmd_start(worker_t *w, const char *cmd, const char *const *env_add, int timeout_ms,
-                 runcmd_cb cb, void *priv)
+int runcmd_spawn(const char *cmd, const char *const *env_add, pid_t *pid)
 {
-    runcmd_job_t *j = xcalloc(1, sizeof *j);
     char **env = child_env(env_add);
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t at;
     int fa_ok = 0, at_ok = 0, rc = -1;
-    j->pidfd = -1;
     fa_ok = posix_spawn_file_actions_init(&fa) == 0;
     at_ok = posix_spawnattr_init(&at) == 0;
     if (!fa_ok || !at_ok ||
@@ -129,11 +126,29 @@ int runcmd_start(worker_t *w, const char *cmd, const char *const *env_add, int t
         posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP) != 0)
         goto out;
     char *argv[] = { "/bin/sh", "-c", (char *)cmd, NULL };
-    int err = posix_spawn(&j->pid, "/bin/sh", &fa, &at, argv, env);
+    int err = posix_spawn(pid, "/bin/sh", &fa, &at, argv, env);
     if (err != 0) {
-        log_error("code command: cannot start /bin/sh: %s", strerror(err));
+        log_error("command: cannot start /bin/sh: %s", strerror(err));
         goto out;
     }
+    rc = 0;
+out:
+    if (fa_ok)
+        posix_spawn_file_actions_destroy(&fa);
+    if (at_ok)
+        posix_spawnattr_destroy(&at);
+    free(env);
+    return rc;
+}
+
+int runcmd_start(worker_t *w, const char *cmd, const char *const *env_add, int timeout_ms,
+                 runcmd_cb cb, void *priv)
+{
+    runcmd_job_t *j = xcalloc(1, sizeof *j);
+    int rc = -1;
+    j->pidfd = -1;
+    if (runcmd_spawn(cmd, env_add, &j->pid) != 0)
+        goto out;
     j->pidfd = (int)syscall(SYS_pidfd_open, j->pid, 0);
     if (j->pidfd < 0) {
         log_error("code command: pidfd_open: %s", strerror(errno));
@@ -156,11 +171,6 @@ int runcmd_start(worker_t *w, const char *cmd, const char *const *env_add, int t
     j = NULL;   /* owned by the event now */
     rc = 0;
 out:
-    if (fa_ok)
-        posix_spawn_file_actions_destroy(&fa);
-    if (at_ok)
-        posix_spawnattr_destroy(&at);
-    free(env);
     free(j);
     if (rc != 0)
         runcmd_release();

@@ -17,6 +17,8 @@
 #ifndef SECKILL_RUNCMD_H
 #define SECKILL_RUNCMD_H
 
+#include <sys/types.h>
+
 struct worker;
 
 typedef void (*runcmd_cb)(void *priv, int ok, const char *why);
@@ -31,5 +33,11 @@ void runcmd_release(void);
  * command could not be started (cb never runs). */
 int runcmd_start(struct worker *w, const char *cmd, const char *const *env_add, int timeout_ms,
                  runcmd_cb cb, void *priv);
+
+/* The spawn alone, for a caller that watches the child itself (the order writer's
+ * refunds, src/writer/writer_refund.c: waitpid(*pid, WNOHANG) on its own loop, kill(-*pid)
+ * at its deadline): `/bin/sh -c cmd` as above, in a process group of its own. 0 with
+ * *pid, or -1 (logged). Any thread; no slot is taken. */
+int runcmd_spawn(const char *cmd, const char *const *env_add, pid_t *pid);
 
 #endif

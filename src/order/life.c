@@ -2,6 +2,10 @@
  * decision -- life.lua on the buyer's stock bucket (stream mode), or one SQL transaction
  * (sync mode).
  *
+ * Pay: life.lua too (stream mode), whose refunds wait in the bucket's outbox for the
+ * order writer (src/writer/writer_refund.c); in sync mode one SQL transaction (store.h
+ * move 'y') and the refund sent from here.
+ *
  * The script goes as EVAL with its text, not a preloaded SHA: a cancel is rare next to a
  * grab, and the scripts every connection loads (rds_script.h) stay the hot path's. */
 #include "order/life.h"
@@ -38,6 +42,7 @@ typedef struct cancel {
     int pay;
     char pid[LIFE_PAYMENT_ID_MAX + 1];
     int64_t amount, pay_value;
+    int sync_new;   /* sync mode: the payment's row was written now */
 } cancel_t;
 
 static cancel_t *op_new(worker_t *w, int64_t order_id, life_done_fn done, void *ctx)
@@ -104,39 +109,81 @@ static void undrain(cancel_t *c)
 
 /* ---------------------------------------------------------------- pay */
 
-static void on_refund_sent(void *priv, int ok, const char *why)
+/* Sync mode's refund, once its row (status 5) is committed: --refund-command now, then
+ * the row 5 -> 6 (store.h move 's'); without a command it is logged and marked sent.
+ * Stream mode's refunds go through the outbox instead (src/writer/writer_refund.c). */
+typedef struct srefund {
+    worker_t *w;
+    int64_t order_id, amount;
+    char pid[LIFE_PAYMENT_ID_MAX + 1];
+    int rc;
+} srefund_t;
+
+static void run_refund_sent(store_t *st, void *arg)
 {
-    char *what = priv;
-    if (ok)
-        log_info("life: refund sent: %s", what);
-    else
-        log_error("life: refund NOT sent (%s): %s -- send it by hand", why, what);
-    free(what);
+    srefund_t *r = arg;
+    store_move_t m = {.order_id = r->order_id, .now = clock_wall_s(), .kind = 's'};
+    snprintf(m.payment_id, sizeof m.payment_id, "%s", r->pid);
+    r->rc = st ? store_orders_move(st, &m, 1) : STORE_ERR;
 }
 
-/* A refund decided now: --refund-command, or the log. */
-static void refund(cancel_t *c)
+static void done_refund_sent(worker_t *w, void *arg)
 {
-    char what[160];
-    snprintf(what, sizeof what, "order %lld payment %s amount %lld", (long long)c->order_id,
-             c->pid, (long long)c->amount);
+    srefund_t *r = arg;
+    (void)w;
+    if (r->rc != STORE_OK)
+        log_error("life: refund of order %lld payment %s sent, not marked 6 in SQL",
+                  (long long)r->order_id, r->pid);
+    free(r);
+}
+
+static void refund_mark(srefund_t *r)
+{
+    if (jobs_submit(r->w->app->jobs, r->w, run_refund_sent, done_refund_sent, r) != 0) {
+        log_error("life: refund of order %lld payment %s sent, not marked 6 in SQL (busy)",
+                  (long long)r->order_id, r->pid);
+        free(r);
+    }
+}
+
+static void on_refund_sent(void *priv, int ok, const char *why)
+{
+    srefund_t *r = priv;
+    if (!ok) {
+        log_error("life: refund NOT sent (%s): order %lld payment %s amount %lld -- send it "
+                  "by hand (tb_voucher_payment status 5)", why, (long long)r->order_id, r->pid,
+                  (long long)r->amount);
+        free(r);
+        return;
+    }
+    log_info("life: refund sent: order %lld payment %s amount %lld", (long long)r->order_id,
+             r->pid, (long long)r->amount);
+    refund_mark(r);
+}
+
+static void sync_refund(cancel_t *c)
+{
+    srefund_t *r = xcalloc(1, sizeof *r);
+    r->w = c->w;
+    r->order_id = c->order_id;
+    r->amount = c->amount;
+    snprintf(r->pid, sizeof r->pid, "%s", c->pid);
     const config_t *cfg = &c->w->app->cfg;
     if (!cfg->refund_command[0]) {
-        log_warn("life: refund due (no --refund-command: send it by hand): %s", what);
+        log_warn("life: refund due (no --refund-command: send it by hand): order %lld "
+                 "payment %s amount %lld", (long long)r->order_id, r->pid, (long long)r->amount);
+        refund_mark(r);
         return;
     }
     char e1[64], e2[96], e3[64];
-    snprintf(e1, sizeof e1, "SECKILL_ORDER_ID=%lld", (long long)c->order_id);
-    snprintf(e2, sizeof e2, "SECKILL_PAYMENT_ID=%s", c->pid);
-    snprintf(e3, sizeof e3, "SECKILL_AMOUNT=%lld", (long long)c->amount);
+    snprintf(e1, sizeof e1, "SECKILL_ORDER_ID=%lld", (long long)r->order_id);
+    snprintf(e2, sizeof e2, "SECKILL_PAYMENT_ID=%s", r->pid);
+    snprintf(e3, sizeof e3, "SECKILL_AMOUNT=%lld", (long long)r->amount);
     const char *env[4] = {e1, e2, e3, NULL};
-    char *priv = xstrdup(what);
-    if (runcmd_start(c->w, cfg->refund_command, env, cfg->refund_command_timeout_ms,
-                     on_refund_sent, priv) != 0) {
-        log_error("life: refund NOT sent (--refund-command could not start): %s -- send it "
-                  "by hand", what);
-        free(priv);
-    }
+    if (!runcmd_reserve(cfg->refund_command_max) ||
+        runcmd_start(c->w, cfg->refund_command, env, cfg->refund_command_timeout_ms,
+                     on_refund_sent, r) != 0)
+        on_refund_sent(r, 0, "--refund-command could not start");
 }
 
 /* life.lua's answer (its header lists them) as the caller's, with what follows a decision
@@ -179,29 +226,38 @@ static void on_script(redisReply *rep, void *priv)
     }
     if (code == 0 || (c->pay && code == 2))
         undrain(c);   /* an event was queued */
-    if (c->pay && code == 2)
-        refund(c);
-    finish(c, rc);
+    finish(c, rc);   /* a refund decided is in the bucket's outbox: the writer sends it */
 }
 
 /* The voucher's bucket count known: life.lua on the buyer's home bucket (buckets.h). */
 static void run_script(cancel_t *c)
 {
-    char tag[48], kv[64], kb[64], kst[64], ks[64], oid[SB_DEC_MAX], uid[SB_DEC_MAX];
+    char tag[48], kv[64], kb[64], kst[64], ks[64], kr[64], oid[SB_DEC_MAX], uid[SB_DEC_MAX],
+        amt[SB_DEC_MAX];
     c->bucket = buckets_home(c->user_id, c->nbuckets);
     unsigned salt = c->bucket > 0 ? key_bsalt(c->voucher_id, c->bucket, c->nbuckets) : 0;
     if (key_btag_salt(tag, sizeof tag, c->voucher_id, c->bucket, salt) < 0 ||
         key_voucher_t(kv, sizeof kv, tag) < 0 || key_buyers_t(kb, sizeof kb, tag) < 0 ||
-        key_ostate_t(kst, sizeof kst, tag) < 0 || key_stream_t(ks, sizeof ks, tag) < 0) {
+        key_ostate_t(kst, sizeof kst, tag) < 0 || key_stream_t(ks, sizeof ks, tag) < 0 ||
+        key_refunds_t(kr, sizeof kr, tag) < 0) {
         finish(c, LIFE_NOTFOUND);
         return;
     }
-    int lo = sb_dec(oid, c->order_id), lu = sb_dec(uid, c->user_id);
-    const char *op = c->pay ? "pay" : "cancel";
-    const char *argv[11] = {"EVAL", script_life_lua, "4", kv, kb, kst, ks, op, oid, uid, c->pid};
-    size_t lens[11] = {4, strlen(script_life_lua), 1, strlen(kv), strlen(kb), strlen(kst),
-                       strlen(ks), strlen(op), (size_t)lo, (size_t)lu, strlen(c->pid)};
-    rds_command(c->w->rds, on_script, c, c->pay ? 11 : 10, argv, lens);
+    int lo = sb_dec(oid, c->order_id), lu = sb_dec(uid, c->user_id), la = sb_dec(amt, c->amount);
+    if (!c->pay) {
+        const char *argv[10] = {"EVAL", script_life_lua, "4", kv, kb, kst, ks, "cancel", oid, uid};
+        size_t lens[10] = {4, strlen(script_life_lua), 1, strlen(kv), strlen(kb), strlen(kst),
+                           strlen(ks), 6, (size_t)lo, (size_t)lu};
+        rds_command(c->w->rds, on_script, c, 10, argv, lens);
+        return;
+    }
+    /* pay: KEYS[5] the bucket's refund outbox, ARGV[5] the amount */
+    const char *argv[13] = {"EVAL", script_life_lua, "5", kv, kb, kst, ks, kr, "pay", oid, uid,
+                            c->pid, amt};
+    size_t lens[13] = {4, strlen(script_life_lua), 1, strlen(kv), strlen(kb), strlen(kst),
+                       strlen(ks), strlen(kr), 3, (size_t)lo, (size_t)lu, strlen(c->pid),
+                       (size_t)la};
+    rds_command(c->w->rds, on_script, c, 13, argv, lens);
 }
 
 static void on_buckets(redisReply *rep, void *priv)
@@ -233,10 +289,22 @@ static void run_pay_read(store_t *st, void *arg)
     c->was = o.status;
     store_voucher_t v;
     c->rc = store_voucher_get(st, o.voucher_id, &v);
-    if (c->rc == STORE_OK) {
-        c->pay_value = v.pay_value;
-        store_voucher_clear(&v);
-    }
+    if (c->rc != STORE_OK)
+        return;
+    c->pay_value = v.pay_value;
+    store_voucher_clear(&v);
+    if (c->w->app->cfg.mode != MODE_SYNC || c->amount != c->pay_value)
+        return;
+    /* sync mode: the decision is SQL's, in one transaction -- 1 -> 2 with the payment row
+     * (2), else 4 -> 5 (5: to refund); the same payment again answered from its row */
+    store_move_t m = {.order_id = c->order_id, .now = clock_wall_s(), .kind = 'y',
+                      .amount = c->amount};
+    snprintf(m.payment_id, sizeof m.payment_id, "%s", c->pid);
+    c->rc = store_orders_move(st, &m, 1);
+    if (c->rc == STORE_OK)
+        c->rc = m.rc;
+    c->was = m.pay_order != c->order_id ? -1 : m.pay_status;
+    c->sync_new = m.pay_new;
 }
 
 static void done_pay_read(worker_t *w, void *arg)
@@ -255,13 +323,27 @@ static void done_pay_read(worker_t *w, void *arg)
         finish(c, LIFE_BAD_AMOUNT);
         return;
     }
-    ask_buckets(c);
+    if (c->w->app->cfg.mode != MODE_SYNC) {
+        ask_buckets(c);
+        return;
+    }
+    if (c->was < 0) {   /* this payment id paid another order */
+        finish(c, LIFE_NOTFOUND);
+        return;
+    }
+    if (c->was == 2) {
+        finish(c, c->sync_new ? LIFE_DONE : LIFE_ALREADY);
+        return;
+    }
+    if (c->sync_new)
+        sync_refund(c);
+    finish(c, LIFE_REFUNDED);
 }
 
 void life_pay(worker_t *w, int64_t order_id, const char *payment_id, int64_t amount,
               life_done_fn done, void *ctx)
 {
-    if (w->app->cfg.mode != MODE_STREAM) {
+    if (w->app->cfg.mode != MODE_STREAM && w->app->cfg.mode != MODE_SYNC) {
         done(ctx, LIFE_UNSUPPORTED);
         return;
     }

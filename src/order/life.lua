@@ -9,13 +9,15 @@
 --                                status 1), and "<orderId>/<paymentId>" -> a payment's answer
 -- KEYS[4] seckill:stream:{tag}   the bucket's order stream: the event goes behind the
 --                                order's own entry, so the writer applies it after the insert
--- KEYS[5] expire and board only: seckill:paysweep:{tag}, the id of the last stream entry
---         whose orders the payment-deadline sweep has expired (src/writer/writer_life.c)
+-- KEYS[5] expire and board: seckill:paysweep:{tag}, the id of the last stream entry
+--         whose orders the payment-deadline sweep has expired (src/writer/writer_life.c);
+--         pay: seckill:refunds:{tag}, the refund outbox (a refund decided goes there, in
+--         this same call; the order writer sends it: src/writer/writer_refund.c)
 -- ARGV[1] op: 'cancel' (the buyer), 'pay' (a payment notice, signature and amount checked
 --         by the caller), 'expire' (payment deadlines passed) or 'board' (read only: the
 --         sale board's figures, src/api/api_board.c)
 -- cancel: ARGV[2] orderId ARGV[3] userId (the order's, as the caller found it)
--- pay:    the same and ARGV[4] the provider's paymentId
+-- pay:    the same and ARGV[4] the provider's paymentId, ARGV[5] its amount (fen)
 -- expire: ARGV[2] the stream entry id the sweep reached ('' for none: the cursor stays),
 --         then orderId userId pairs, any number (the orders of that page's entries)
 -- board:  ARGV[2] the end of the next minute's deadlines, as a stream id bound: the
@@ -40,7 +42,12 @@
 -- orders past the sweep's cursor admitted up to the bound that are still unpaid (the
 -- returns due by then; capped 1 when the look stopped at ARGV[3] orders).
 --
--- The event entry: field ev = "<c|t|p|r> <orderId> <userId> <ts> <ep>" (src/sale/sentry.h).
+-- The event entry: field ev = "<c|t|p|r> <orderId> <userId> <ts> <ep>" (src/sale/sentry.h);
+-- a payment's event also has field pay = "<paymentId> <amount> <0 taken | 2 refunded>",
+-- for the writer's payment row (tb_voucher_payment). Every payment answered the first time
+-- has one: p (taken; or refunded, the order paid before), r (refunded: the order was
+-- cancelled or timed out; or refunded again).
+-- A refund decided also goes to KEYS[5]: fields order, payment, amount, user.
 local op = ARGV[1]
 if op == 'board' and #KEYS == 5 and #ARGV == 3 then
   local c = redis.call('HMGET', KEYS[1], 'paid', 'timedout', 'returned')
@@ -71,16 +78,20 @@ if op == 'board' and #KEYS == 5 and #ARGV == 3 then
 end
 if (op == 'expire' and (#KEYS ~= 5 or #ARGV % 2 ~= 0)) or
    (op == 'cancel' and (#KEYS ~= 4 or #ARGV ~= 3)) or
-   (op == 'pay' and (#KEYS ~= 4 or #ARGV ~= 4)) or
+   (op == 'pay' and (#KEYS ~= 5 or #ARGV ~= 5)) or
    (op ~= 'cancel' and op ~= 'expire' and op ~= 'pay') then
   return redis.error_reply('ERR life.lua: bad arguments (KEYS voucher buyers ostate stream ' ..
-                           '[paysweep], ARGV op orderId userId [paymentId] | ' ..
+                           '[paysweep|refunds], ARGV op orderId userId [paymentId amount] | ' ..
                            'expire cursor orderId userId ...)')
 end
 
-local function event(kind, oid, uid, ts, ep)
-  redis.call('XADD', KEYS[4], '*', 'ev',
-             kind .. ' ' .. oid .. ' ' .. uid .. ' ' .. ts .. ' ' .. (ep or '0'))
+local function event(kind, oid, uid, ts, ep, pay)
+  local ev = kind .. ' ' .. oid .. ' ' .. uid .. ' ' .. ts .. ' ' .. (ep or '0')
+  if pay then
+    redis.call('XADD', KEYS[4], '*', 'ev', ev, 'pay', pay)
+  else
+    redis.call('XADD', KEYS[4], '*', 'ev', ev)
+  end
 end
 
 -- cancel or expire (kind c or t) of order oid of user uid; v: the voucher's stock and ep
@@ -149,21 +160,25 @@ end
 local fp = oid .. '/' .. ARGV[4]
 local prev = redis.call('HGET', KEYS[3], fp)
 if prev then return 10 + tonumber(prev) end
+local amt = ARGV[5]
 local st = redis.call('HGET', KEYS[3], oid)
 if st then
   local kind, _, owner = string.match(st, '^(%a) (%d+) (%d+)$')
   if owner ~= uid then return 3 end
-  -- a payment for an order that cannot take it: refunded
+  -- a payment for an order that cannot take it: refunded (the order moves from c / t to
+  -- r; a paid one stays paid, an r stays r)
+  local ek = kind == 'p' and 'p' or 'r'
   if kind == 'c' or kind == 't' then
     redis.call('HSET', KEYS[3], oid, 'r ' .. ts .. ' ' .. uid)
-    event('r', oid, uid, ts, v[2])
   end
   redis.call('HSET', KEYS[3], fp, 2)
+  event(ek, oid, uid, ts, v[2], ARGV[4] .. ' ' .. amt .. ' 2')
+  redis.call('XADD', KEYS[5], '*', 'order', oid, 'payment', ARGV[4], 'amount', amt, 'user', uid)
   return 2
 end
 if not v[1] then return 5 end
 if redis.call('HGET', KEYS[2], uid) ~= oid then return 3 end
 redis.call('HSET', KEYS[3], oid, 'p ' .. ts .. ' ' .. uid, fp, 0)
 redis.call('HINCRBY', KEYS[1], 'paid', 1)
-event('p', oid, uid, ts, v[2])
+event('p', oid, uid, ts, v[2], ARGV[4] .. ' ' .. amt .. ' 0')
 return 0

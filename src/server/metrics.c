@@ -277,6 +277,16 @@ void metrics_render(struct app *app, struct sb *out)
             "(read again; should stay 0).", ld(&g->writer_undrained));
         one(out, "seckill_sql_errors_total", "counter", "Failed SQL calls.",
             ld(&g->sql_errors));
+        head(out, "seckill_refunds_pending", "gauge",
+             "Refunds decided and not yet sent: the refund outboxes' entries the writers saw "
+             "at their last pass (up to 16 per outbox).");
+        sb_printf(out, "seckill_refunds_pending %lld\n", (long long)lds(&g->refunds_pending));
+        one(out, "seckill_refunds_sent_total", "counter",
+            "Refunds sent through --refund-command (or logged without one) and marked 6 in SQL.",
+            ld(&g->refunds_sent));
+        one(out, "seckill_refunds_failed_total", "counter",
+            "--refund-command runs that failed or timed out (each retried with back-off).",
+            ld(&g->refunds_failed));
     }
 
     one(out, "seckill_sql_up", "gauge", "1 if the last SQL call succeeded.",

@@ -77,6 +77,10 @@ typedef struct metrics {
     _Atomic uint64_t short_slots[16384 / 64];
     _Atomic uint64_t cache_hits;              /* cache-aside reads answered by Redis (cacheaside.h) */
     _Atomic uint64_t cache_loads;             /* cache-aside reads that went to SQL */
+    /* the refund outbox (src/writer/writer_refund.c) */
+    _Atomic int64_t refunds_pending;          /* entries the writers saw waiting, last pass */
+    _Atomic uint64_t refunds_sent;            /* refunds sent (or logged) and marked 6 */
+    _Atomic uint64_t refunds_failed;          /* --refund-command runs that failed (retried) */
 } metrics_t;
 
 static inline void metric_inc(_Atomic uint64_t *c)

@@ -195,13 +195,13 @@ typedef struct store_move {
     int64_t order_id;
     int64_t now;
     char kind;
+    int rc;     /* out */
+    int was;    /* out */
     char payment_id[STORE_PAYMENT_ID_MAX + 1];   /* "" = no payment */
     int64_t amount;
     int pay_status;       /* in (p, r): the row's status; out: the row's status after */
     int64_t pay_order;    /* out: the row's order (not order_id: a payment id reused) */
     int pay_new;          /* out: the row was written by this call */
-    int rc;     /* out */
-    int was;    /* out */
 } store_move_t;
 int store_orders_move(store_t *s, store_move_t *moves, size_t n);
 

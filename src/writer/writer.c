@@ -1172,6 +1172,7 @@ void writer_free(writer_t *wr)
     free(wr->argvlen);
     free(wr->cmdbuf);
     free(wr->subs);
+    writer_refund_free(wr);
     pthread_cond_destroy(&wr->cv);
     pthread_mutex_destroy(&wr->mu);
     free(wr);

@@ -9,6 +9,7 @@
  *   writer_cluster.c   Redis Cluster: the supervisor and its sub-writers, one per master
  *   writer_life.c      lifecycle events (a cancelled order's status and unit) into SQL;
  *                      payment deadlines
+ *   writer_refund.c    the refund outbox: --refund-command for each refund decided
  *
  * Everything here runs on the writer's own thread (a supervisor's on its own), one writer_t
  * each: no locks but mu/cv (writer_stop's wake-up) and the atomics. */
@@ -68,6 +69,8 @@ typedef struct wstream {
     uint64_t vlook_at;               /* drain check: no SQL look-up of the voucher before */
     char paysweep[ENTRY_ID_MAX];     /* payment deadlines: the last entry swept ("": none) */
     int paysweep_known;              /* ... read from seckill:paysweep:{tag} */
+    int refund_group;                /* the refund outbox's group made (writer_refund.c) */
+    int refund_quiet;                /* ... and nothing in it at the last look */
 } wstream_t;
 
 typedef struct wentry {
@@ -79,6 +82,9 @@ typedef struct wentry {
     const char *reason;              /* E_DEAD */
     const redisReply *fields;        /* E_DEAD: the original fields (borrowed) */
     sentry_ev_t ev;                  /* E_EVENT */
+    char pay_id[STORE_PAYMENT_ID_MAX + 1];   /* E_EVENT of a payment ("" none): its id, */
+    int64_t pay_amount;              /* amount and answer (0 taken, 2 refunded) */
+    int pay_answer;
 } wentry_t;
 
 struct writer {
@@ -133,6 +139,7 @@ struct writer {
     size_t capcmd;
 
     uint64_t dead, deleted;          /* counted here (no metric for them yet) */
+    struct wrefund *refund;          /* the refund outbox's sender (writer_refund.c) */
 
     /* Redis Cluster. The supervisor (cluster = 1) owns subs; a sub-writer (node_mode = 1)
      * has addr = its node and rcs for the slot map and seckill:streams. */
@@ -235,6 +242,16 @@ size_t writer_life_apply(writer_t *wr);
  * stream this writer reads whose sale may still have some, from the sweep's cursor up to
  * now - timeout): 0, or -1 when the connection was lost. */
 int writer_life_sweep(writer_t *wr);
+
+/* ---- writer_refund.c */
+
+/* The refund outbox of every stream this writer reads (seckill:refunds:{tag}): the
+ * commands that ended are reaped and their refunds marked sent in SQL and acked; new and
+ * due refunds started, at most --refund-command-max at once. 0, or -1 when the
+ * connection was lost. */
+int writer_refund_run(writer_t *wr);
+/* Its state (the commands running are left to finish on their own). */
+void writer_refund_free(writer_t *wr);
 
 /* ---- writer_dead.c */
 

@@ -1,8 +1,9 @@
 /* writer_life.c -- lifecycle events in the order streams (writer_int.h), each a CAS on the
  * order's status (a replay changes nothing): a cancelled or timed-out order
  * (src/order/life.lua) becomes status 4 with its unit back in the voucher's SQL stock;
- * a paid one 2 with pay_time; a cancelled one whose payment was refunded 6 with
- * refund_time -- a batch's events in one transaction (store_orders_move).
+ * a paid one 2 with pay_time; a cancelled one whose payment is to be refunded 5 (退款中:
+ * 6 once the refund is sent, writer_refund.c) -- a batch's events in one transaction
+ * (store_orders_move), each payment's row (tb_voucher_payment) with its order's move.
  *
  * An event follows its order's own entry in the same stream, and a batch writes its
  * orders before its events, so within one writer the insert always comes first. With
@@ -50,6 +51,33 @@
                                    * (the SQL scan and the streams, each) */
 #define SWEEP_AFTER_S 86400       /* a sale this long past end + timeout is not swept */
 
+/* A payment event's pay field, "<paymentId> <amount> <0|2>" (life.lua): 0, or -1 when
+ * it is malformed. No field: e->pay_id stays "". */
+static int pay_field(wentry_t *e, const redisReply *f)
+{
+    e->pay_id[0] = '\0';
+    for (size_t i = 0; i + 1 < f->elements; i += 2) {
+        if (!str_eq(f->element[i], "pay"))
+            continue;
+        const redisReply *v = f->element[i + 1];
+        char buf[STORE_PAYMENT_ID_MAX + 48];
+        if (!is_str(v) || v->len >= sizeof buf)
+            return -1;
+        memcpy(buf, v->str, v->len);
+        buf[v->len] = '\0';
+        long long amount;
+        int answer, n = 0;
+        char id[STORE_PAYMENT_ID_MAX + 1];
+        if (sscanf(buf, "%64s %lld %d%n", id, &amount, &answer, &n) != 3 || buf[n] != '\0' ||
+            amount < 0 || (answer != 0 && answer != 2))
+            return -1;
+        memcpy(e->pay_id, id, sizeof id);
+        e->pay_amount = amount;
+        e->pay_answer = answer;
+    }
+    return 0;
+}
+
 int writer_life_parse(writer_t *wr, wentry_t *e, const redisReply *fields)
 {
     const char *reason = NULL;
@@ -62,6 +90,9 @@ int writer_life_parse(writer_t *wr, wentry_t *e, const redisReply *fields)
     } else if (e->ev.user_id > WRITER_MAX_USER_ID) {
         e->kind = E_DEAD;
         e->reason = "userId out of range";
+    } else if (pay_field(e, fields) != 0) {
+        e->kind = E_DEAD;
+        e->reason = "bad pay field";
     } else {
         e->kind = E_EVENT;
         e->reason = NULL;
@@ -115,6 +146,11 @@ size_t writer_life_apply(writer_t *wr)
         const wentry_t *e = &wr->ents[at[j]];
         char k = e->ev.kind == 'p' || e->ev.kind == 'r' ? e->ev.kind : 'c';
         mv[j] = (store_move_t){.order_id = e->ev.order_id, .now = e->ev.ts, .kind = k};
+        if (e->pay_id[0] && k != 'c') {   /* the payment's row, in the same transaction */
+            memcpy(mv[j].payment_id, e->pay_id, sizeof e->pay_id);
+            mv[j].amount = e->pay_amount;
+            mv[j].pay_status = k == 'p' && e->pay_answer == 0 ? 2 : 5;
+        }
     }
     char err[512] = "";
     if (!wr->st)
@@ -133,12 +169,23 @@ size_t writer_life_apply(writer_t *wr)
     }
     for (size_t j = 0; j < n; j++) {
         wentry_t *e = &wr->ents[at[j]];
-        int was = mv[j].was, want = mv[j].kind == 'p' ? 2 : mv[j].kind == 'r' ? 6 : 4;
+        int was = mv[j].was, want = mv[j].kind == 'p' ? 2 : mv[j].kind == 'r' ? 5 : 4;
+        /* a refund's row written: the outbox of this stream has it to send */
+        if (mv[j].rc == STORE_OK && mv[j].pay_status == 5)
+            wr->streams[e->si].refund_quiet = 0;
+        if (mv[j].payment_id[0] && mv[j].rc == STORE_OK && mv[j].pay_order != mv[j].order_id)
+            log_error("writer: %s entry %s: payment %s of order %lld is order %lld's in SQL "
+                      "(a payment id used twice); its row left as it is",
+                      wr->streams[e->si].key, e->id, mv[j].payment_id,
+                      (long long)mv[j].order_id, (long long)mv[j].pay_order);
         if (mv[j].rc == STORE_NOTFOUND) {
             dead += (size_t)not_yet(wr, e);
         } else if (mv[j].kind == 'r' && was == 1) {
             e->kind = E_WAIT;   /* its cancel is still on its way (another writer's batch) */
-        } else if (was != (mv[j].kind == 'r' ? 4 : 1) && was != want) {
+        } else if (e->pay_id[0] && e->pay_answer == 2) {
+            /* a refund: the order moved to 5 (from a cancel), or stays as it was (paid, or
+             * refunded by another payment) */
+        } else if (was != (mv[j].kind == 'r' ? 4 : 1) && was != want && was != 6) {
             /* Redis decided from its state; SQL says otherwise: SQL is the record */
             log_error("writer: %s entry %s: event %c of order %lld found status %d in SQL; "
                       "left as it is", wr->streams[e->si].key, e->id, e->ev.kind,
@@ -435,6 +482,8 @@ static int scan_sql(writer_t *wr, uint64_t until)
 
 int writer_life_sweep(writer_t *wr)
 {
+    if (writer_refund_run(wr) != 0)
+        return -1;
     if (!timeouts_on(wr))
         return 0;
     int64_t now = (int64_t)time(NULL);
