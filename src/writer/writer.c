@@ -1081,7 +1081,7 @@ void *writer_main(void *arg)
             wr->streams_at = 0;
             continue;
         }
-        int got = read_group(wr, 0, wr->block_ms);
+        int got = read_group(wr, 0, writer_refund_block_ms(wr, wr->block_ms));
         if (got < 0)
             continue;
         rc = handle_batch(wr);

@@ -121,6 +121,8 @@ struct writer {
     int sweep_ms;                    /* --writer-drain-sweep-ms */
     uint64_t sweep_at;
     uint64_t due_at;                 /* writer_life_sweep: the next pass */
+    uint64_t timeouts_at;            /* ... the next of its payment-deadline sweeps (the
+                                      * refunds' reaping may call it more often) */
     uint64_t scan_at;                /* ... and its SQL scan's */
     int64_t scan_id;                 /* ... which reads SQL's orders after this id */
     size_t sweep_next;               /* writer_sweep_run's round-robin position in streams */
@@ -250,6 +252,9 @@ int writer_life_sweep(writer_t *wr);
  * due refunds started, at most --refund-command-max at once. 0, or -1 when the
  * connection was lost. */
 int writer_refund_run(writer_t *wr);
+/* The read's BLOCK: block_ms, or less while a refund command runs (its exit is looked
+ * for every REFUND_POLL_MS). */
+int writer_refund_block_ms(const writer_t *wr, int block_ms);
 /* Its state (the commands running are left to finish on their own). */
 void writer_refund_free(writer_t *wr);
 

@@ -50,6 +50,8 @@
 #define SWEEP_BUDGET_MS 250       /* a pass gives the batches the writer back after this
                                    * (the SQL scan and the streams, each) */
 #define SWEEP_AFTER_S 86400       /* a sale this long past end + timeout is not swept */
+#define DUE_EVERY_MS 500          /* the payment-deadline sweeps (writer.c calls
+                                   * writer_life_sweep at least this often) */
 
 /* A payment event's pay field, "<paymentId> <amount> <0|2>" (life.lua): 0, or -1 when
  * it is malformed. No field: e->pay_id stays "". */
@@ -171,8 +173,10 @@ size_t writer_life_apply(writer_t *wr)
         wentry_t *e = &wr->ents[at[j]];
         int was = mv[j].was, want = mv[j].kind == 'p' ? 2 : mv[j].kind == 'r' ? 5 : 4;
         /* a refund's row written: the outbox of this stream has it to send */
-        if (mv[j].rc == STORE_OK && mv[j].pay_status == 5)
+        if (mv[j].rc == STORE_OK && mv[j].pay_status == 5) {
             wr->streams[e->si].refund_quiet = 0;
+            wr->due_at = 0;   /* at once, not at the next pass */
+        }
         if (mv[j].payment_id[0] && mv[j].rc == STORE_OK && mv[j].pay_order != mv[j].order_id)
             log_error("writer: %s entry %s: payment %s of order %lld is order %lld's in SQL "
                       "(a payment id used twice); its row left as it is",
@@ -484,8 +488,9 @@ int writer_life_sweep(writer_t *wr)
 {
     if (writer_refund_run(wr) != 0)
         return -1;
-    if (!timeouts_on(wr))
+    if (!timeouts_on(wr) || clock_mono_ms() < wr->timeouts_at)
         return 0;
+    wr->timeouts_at = clock_mono_ms() + DUE_EVERY_MS;
     int64_t now = (int64_t)time(NULL);
     uint64_t mono = clock_mono_ms();
     /* the streams first: they hold every order Redis knows; an entry of millisecond <= end
@@ -521,6 +526,6 @@ int writer_life_sweep(writer_t *wr)
     /* more due than one pass's time: the next pass after the writer's next batch (a wave of
      * deadlines shares the writer with the orders and the events it makes, half and half) */
     if (more)
-        wr->due_at = 0;
+        wr->due_at = wr->timeouts_at = 0;
     return 0;
 }

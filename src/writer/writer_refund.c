@@ -8,7 +8,7 @@
  * The outbox is read through its own consumer group (KEY_GROUP, as the order streams):
  * new entries with XREADGROUP ... >; entries pending (a failed command, or a consumer that
  * died) from XPENDING, retried once idle past a back-off of 1 s doubling with each
- * delivery up to REFUND_BACKOFF_MAX_MS, and another consumer's only after
+ * delivery up to REFUND_BACKOFF_MAX_MS (the first retry after 250 ms), and another consumer's only after
  * --writer-claim-idle-ms (XCLAIM with that min-idle-time, so two writers never both take
  * one). While its command runs, an entry's idle time is reset every pass (XCLAIM JUSTID),
  * so no other writer takes a refund that is being sent.
@@ -23,7 +23,7 @@
  * Commands run as runcmd_spawn starts them (own process group, no fd of ours, the
  * SECKILL_* environment dropped), at most --refund-command-max at once per writer, each
  * killed after --refund-command-timeout-ms; the writer's loop reaps them every pass
- * (waitpid WNOHANG): the loop never waits for one.
+ * (waitpid WNOHANG; every REFUND_POLL_MS while one runs): the loop never waits for one.
  *
  * Cost: nothing per order or per grab. Per pass (every 500 ms) one XPENDING and one
  * XREADGROUP per stream whose outbox is not known empty; an outbox found empty is looked
@@ -47,6 +47,7 @@
 #define REFUND_PAGE 16              /* outbox entries read per stream and pass */
 #define REFUND_BACKOFF_MAX_MS 60000
 #define REFUND_RECHECK_MS 60000     /* quiet outboxes looked at again */
+#define REFUND_POLL_MS 50           /* a running command's exit looked for */
 
 /* A refund in this writer's hands: its command running, or sent and not yet marked in
  * SQL (then no command: only the mark and the ack are retried). */
@@ -65,8 +66,15 @@ struct wrefund {
     rjob_t *jobs;
     int max;
     uint64_t recheck_at;
-    int64_t pending_seen, published;   /* the refunds_pending gauge: this writer's share */
+    int64_t published;              /* the refunds_pending gauge: this writer's share */
+    int running;                    /* jobs in hand at the last pass */
 };
+
+int writer_refund_block_ms(const writer_t *wr, int block_ms)
+{
+    return wr->refund && wr->refund->running && block_ms > REFUND_POLL_MS ? REFUND_POLL_MS
+                                                                           : block_ms;
+}
 
 void writer_refund_free(writer_t *wr)
 {
@@ -289,11 +297,14 @@ static int take(writer_t *wr, struct wrefund *r, const char *key, const char *id
     return 0;
 }
 
-/* The back-off of an entry delivered n times: 1 s, doubling, at most the maximum. */
+/* The back-off of an entry delivered n times: 250 ms after the first (mostly an entry
+ * whose event was not yet in SQL), then 1 s, doubling, at most the maximum. */
 static int64_t backoff_ms(int64_t deliveries)
 {
+    if (deliveries <= 1)
+        return 250;
     int64_t ms = 1000;
-    for (int64_t i = 1; i < deliveries && ms < REFUND_BACKOFF_MAX_MS; i++)
+    for (int64_t i = 2; i < deliveries && ms < REFUND_BACKOFF_MAX_MS; i++)
         ms *= 2;
     return ms < REFUND_BACKOFF_MAX_MS ? ms : REFUND_BACKOFF_MAX_MS;
 }
@@ -420,6 +431,7 @@ int writer_refund_run(writer_t *wr)
             wr->streams[si].refund_quiet = 0;
     }
     int64_t seen = 0;
+    r->running = 0;
     for (size_t si = 0; si < wr->nstreams && !stopping(wr); si++) {
         wstream_t *s = &wr->streams[si];
         if (s->refund_quiet)
@@ -436,6 +448,11 @@ int writer_refund_run(writer_t *wr)
         s->refund_quiet = here == 0;
         seen += here;
     }
+    for (int i = 0; i < r->max; i++)
+        r->running += r->jobs[i].used && !r->jobs[i].sent;
+    /* a command running: reaped within REFUND_POLL_MS, not at the next pass */
+    if (r->running)
+        wr->due_at = now + REFUND_POLL_MS < wr->due_at ? now + REFUND_POLL_MS : wr->due_at;
     /* this writer's share of the gauge: added as a difference, so sub-writers sum */
     atomic_fetch_add(&wr->m->refunds_pending, seen - r->published);
     r->published = seen;

@@ -1,0 +1,189 @@
+"""test_refunds.py -- payments in SQL and the refund outbox (docs/lifecycle.md, "Payments in
+SQL" and "The refund outbox"): every payment answered has its row in tb_voucher_payment
+(paymentId, amount, status 2 taken / 5 to refund / 6 refunded), written with its order's
+status change; a duplicate notice is answered from what was decided and makes no second
+row. A refund goes out through --refund-command exactly once: the order (or the payment)
+is 5 (退款中) until the command exited 0, then 6 with refund_time; a failing command is
+retried with back-off until it succeeds, and a refund whose server died (kill -9) before
+its command finished is sent after the restart. Sync mode takes payments in one SQL
+transaction. Both SQL backends (the runner's --db)."""
+
+import os
+import signal
+
+import harness as H
+from harness import check, eq
+from test_lifecycle import FAST, _cancel, _notify, _pay_settings
+
+
+def _pay_row(db, pid):
+    rows = db.query("SELECT order_id, amount, status, refund_time IS NOT NULL "
+                    "FROM tb_voucher_payment WHERE payment_id=?", pid)
+    return tuple(rows[0]) if rows else None
+
+
+def _order(db, oid):
+    return tuple(db.query("SELECT status, refund_time IS NOT NULL FROM tb_voucher_order "
+                          "WHERE id=?", oid)[0])
+
+
+def _lines(path):
+    return open(path).read().split("\n")[:-1] if os.path.exists(path) else []
+
+
+def _paths(tag):
+    d = H.subdir("refunds-" + tag)
+    return (os.path.join(d, "sent.log"), os.path.join(d, "count"), os.path.join(d, "go"),
+            os.path.join(d, "pid"))
+
+
+# what a refund command writes once it succeeds: one line per refund sent
+LINE = 'echo "$SECKILL_ORDER_ID $SECKILL_PAYMENT_ID $SECKILL_AMOUNT" >> %s'
+
+
+def _outbox_empty(r, vid):
+    return int(r.cmd("XLEN", "seckill:refunds:{%d}" % vid) or 0) == 0
+
+
+def _buyers(srv, r, h, vid, phones):
+    toks = [H.login(srv, r, p, h) for p in phones]
+    oids = [H.seckill(srv, t, vid, h)[1]["data"] for t in toks]
+    H.wait_drained(srv, r, vid, 30)
+    return toks, oids
+
+
+def test_payment_rows_and_refund_status():
+    """a pays (row 2, once for two notices); b cancels, then pays late: b's order is 5 while
+    the refund command waits, 6 with refund_time once it exited 0, its row 5 then 6, and
+    the command ran once; a's second payment is refunded with a staying paid."""
+    log, _, go, _ = _paths("rows")
+    cmd = "while [ ! -e %s ]; do sleep 0.05; done; " % go + LINE % log
+    r, srv = H.setup(settings=_pay_settings({"refund-command": cmd}))
+    h = srv.http()
+    vid = H.create_seckill(srv, stock=3, http=h)
+    (a, b), (oa, ob) = _buyers(srv, r, h, vid, ["13612345701", "13612345702"])
+    db = srv.db()
+    st, j = _notify(h, oa, "PAY-A1", 8000)
+    check(j["success"] and j["data"] == "PAID", "a pays: %r %r", st, j)
+    st, j = _notify(h, oa, "PAY-A1", 8000)
+    check(j["success"] and j["data"] == "PAID", "the same notice again: %r %r", st, j)
+    H.wait_until(lambda: _pay_row(db, "PAY-A1") == (oa, 8000, 2, 0), 30,
+                 what="a's payment row (order, amount, status 2)")
+    eq(db.scalar("SELECT COUNT(*) FROM tb_voucher_payment WHERE order_id=?", oa), 1,
+       "payment rows of a's order after a duplicate notice")
+    check(_cancel(h, b, ob)[1]["success"], "b cancels")
+    st, j = _notify(h, ob, "PAY-B1", 8000)
+    check(j["success"] and j["data"] == "REFUNDED", "b's late payment: %r %r", st, j)
+    st, j = _notify(h, oa, "PAY-A2", 8000)
+    check(j["success"] and j["data"] == "REFUNDED", "a's second payment: %r %r", st, j)
+    # the command waits for go: SQL says 退款中 meanwhile
+    H.wait_until(lambda: _order(db, ob) == (5, 0) and _pay_row(db, "PAY-B1") == (ob, 8000, 5, 0)
+                 and _pay_row(db, "PAY-A2") == (oa, 8000, 5, 0), 30,
+                 what="b's order and both refunds at 5 (退款中)")
+    H.wait_until(lambda: H.metric(srv, "seckill_refunds_pending") >= 2, 10,
+                 what="seckill_refunds_pending counts them")
+    eq(_lines(log), [], "refunds sent before go")
+    eq(_order(db, oa), (2, 0), "a's order, paid")
+    open(go, "w").close()
+    H.wait_until(lambda: _order(db, ob) == (6, 1) and _pay_row(db, "PAY-B1")[2:] == (6, 1)
+                 and _pay_row(db, "PAY-A2")[2:] == (6, 1), 30,
+                 what="both refunds 6 with refund_time, b's order 6")
+    H.wait_until(lambda: _outbox_empty(r, vid), 10, what="the outbox acked")
+    H.wait_until(lambda: H.metric(srv, "seckill_refunds_pending") == 0, 10,
+                 what="nothing pending")
+    eq(sorted(_lines(log)), sorted(["%d PAY-B1 8000" % ob, "%d PAY-A2 8000" % oa]),
+       "each refund sent exactly once")
+    eq(_order(db, oa), (2, 0), "a's order stays paid")
+    eq(db.scalar("SELECT COUNT(*) FROM tb_voucher_payment"), 3, "payment rows")
+    st, j = _notify(h, ob, "PAY-B1", 8000)
+    check(j["success"] and j["data"] == "REFUNDED", "b's late payment again: %r %r", st, j)
+    eq(len(_lines(log)), 2, "refunds sent after the notice came again")
+    H.finish(srv)
+
+
+def test_failing_command_retried():
+    """The refund command fails twice (exit 1), then succeeds: retried with back-off, the
+    refund 6 once it went out, the command run three times and sent once -- not again."""
+    log, count, _, _ = _paths("retry")
+    cmd = ("n=$(cat %s 2>/dev/null || echo 0); n=$((n+1)); echo $n > %s; "
+           "[ $n -ge 3 ] || exit 1; " % (count, count)) + LINE % log
+    r, srv = H.setup(settings=_pay_settings({"refund-command": cmd}))
+    h = srv.http()
+    vid = H.create_seckill(srv, stock=2, http=h)
+    (a,), (oa,) = _buyers(srv, r, h, vid, ["13612345711"])
+    db = srv.db()
+    check(_cancel(h, a, oa)[1]["success"], "a cancels")
+    st, j = _notify(h, oa, "PAY-R1", 8000)
+    check(j["success"] and j["data"] == "REFUNDED", "a's late payment: %r %r", st, j)
+    H.wait_until(lambda: _order(db, oa) == (6, 1), 60, what="the refund sent at the third run")
+    H.wait_until(lambda: _outbox_empty(r, vid), 10, what="the outbox acked")
+    eq(open(count).read().strip(), "3", "command runs")
+    eq(_lines(log), ["%d PAY-R1 8000" % oa], "the refund sent once")
+    check(H.metric(srv, "seckill_refunds_failed_total") >= 2, "seckill_refunds_failed_total")
+    eq(H.metric(srv, "seckill_refunds_sent_total"), 1, "seckill_refunds_sent_total")
+    H.finish(srv)
+
+
+@H.timeout(180)
+def test_kill9_before_the_command_finished():
+    """kill -9 of the server while its refund command runs (decided, not sent): after the
+    restart the refund goes out, exactly once in the command's log."""
+    log, _, go, pidf = _paths("kill9")
+    hang = "echo $$ > %s; while [ ! -e %s ]; do sleep 0.05; done; " % (pidf, go) + LINE % log
+    settings = _pay_settings({"refund-command": hang, "claim-idle-ms": "1000"})
+    r, srv = H.setup(settings=settings)
+    h = srv.http()
+    vid = H.create_seckill(srv, stock=2, http=h)
+    (a,), (oa,) = _buyers(srv, r, h, vid, ["13612345721"])
+    db = srv.db()
+    check(_cancel(h, a, oa)[1]["success"], "a cancels")
+    st, j = _notify(h, oa, "PAY-K1", 8000)
+    check(j["success"] and j["data"] == "REFUNDED", "a's late payment: %r %r", st, j)
+    H.wait_until(lambda: os.path.exists(pidf) and open(pidf).read().strip(), 30,
+                 what="the refund command started")
+    srv.kill9()
+    os.killpg(int(open(pidf).read().strip()), signal.SIGKILL)   # it never finishes
+    eq(_lines(log), [], "sent before the kill")
+    eq(_order(db, oa), (5, 0), "a's order at the kill")
+    settings["refund-command"] = LINE % log
+    srv = H.restart_server(srv, settings=settings)
+    H.wait_until(lambda: _order(db, oa) == (6, 1), 60, what="the refund sent after the restart")
+    H.wait_until(lambda: _outbox_empty(r, vid), 10, what="the outbox acked")
+    eq(_lines(log), ["%d PAY-K1 8000" % oa], "the refund sent exactly once")
+    H.finish(srv)
+
+
+def test_sync_mode_pay():
+    """--order-mode sync: a payment is one SQL transaction (1 -> 2 with the payment row);
+    the same notice again is answered from the row; a second payment and a payment after a
+    cancel are refunded (5, then 6 once the command ran)."""
+    log, _, _, _ = _paths("sync")
+    r, srv = H.setup(settings=_pay_settings({"mode": "sync", "refund-command": LINE % log}))
+    h = srv.http()
+    vid = H.create_seckill(srv, stock=3, http=h)
+    toks = [H.login(srv, r, p, h) for p in ["13612345731", "13612345732"]]
+    (a, b) = toks
+    oa, ob = [H.seckill(srv, t, vid, h)[1]["data"] for t in toks]
+    db = srv.db()
+    st, j = _notify(h, oa, "PAY-S1", 7000)
+    check(not j["success"] and j["errorMsg"] == "支付金额不符", "a wrong amount: %r %r", st, j)
+    st, j = _notify(h, oa, "PAY-S1", 8000)
+    check(st == 200 and j["success"] and j["data"] == "PAID", "a pays: %r %r", st, j)
+    eq(db.query("SELECT status, pay_time IS NOT NULL FROM tb_voucher_order WHERE id=?",
+                oa)[0], (2, 1), "a's order at once")
+    eq(_pay_row(db, "PAY-S1"), (oa, 8000, 2, 0), "a's payment row")
+    st, j = _notify(h, oa, "PAY-S1", 8000)
+    check(j["success"] and j["data"] == "PAID", "the same notice again: %r %r", st, j)
+    st, j = _notify(h, oa, "PAY-S2", 8000)
+    check(j["success"] and j["data"] == "REFUNDED", "a pays twice: %r %r", st, j)
+    check(_cancel(h, b, ob)[1]["success"], "b cancels")
+    st, j = _notify(h, ob, "PAY-S3", 8000)
+    check(j["success"] and j["data"] == "REFUNDED", "b's late payment: %r %r", st, j)
+    H.wait_until(lambda: len(_lines(log)) >= 2 and _order(db, ob) == (6, 1)
+                 and _pay_row(db, "PAY-S2")[2:] == (6, 1), 30, what="both refunds sent")
+    eq(sorted(_lines(log)), sorted(["%d PAY-S2 8000" % oa, "%d PAY-S3 8000" % ob]),
+       "each refund sent once")
+    eq(_order(db, oa), (2, 0), "a's order stays paid")
+    eq(db.scalar("SELECT COUNT(*) FROM tb_voucher_payment"), 3, "payment rows")
+    eq(db.stock(vid), 2, "SQL stock: b's unit back once")
+    H.finish(srv)
