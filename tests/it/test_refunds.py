@@ -10,6 +10,7 @@ transaction. Both SQL backends (the runner's --db)."""
 
 import os
 import signal
+import threading
 
 import harness as H
 from harness import check, eq
@@ -186,4 +187,34 @@ def test_sync_mode_pay():
     eq(_order(db, oa), (2, 0), "a's order stays paid")
     eq(db.scalar("SELECT COUNT(*) FROM tb_voucher_payment"), 3, "payment rows")
     eq(db.stock(vid), 2, "SQL stock: b's unit back once")
+    H.finish(srv)
+
+
+def test_refunds_take_no_code_command_slot():
+    """Refunds sent do not loosen --code-command-max: with a bound of 1 and one login code
+    command running, a second /user/code is refused (503) after two refunds went out."""
+    log, _, go, started = _paths("slots")
+    code = ('[ "$SECKILL_PHONE" = 13612345743 ] || exit 0; touch %s; '
+            'while [ ! -e %s ]; do sleep 0.05; done' % (started, go))
+    r, srv = H.setup(settings=_pay_settings({"refund-command": LINE % log,
+                                             "code-command": code, "code-command-max": "1"}))
+    h = srv.http()
+    vid = H.create_seckill(srv, stock=3, http=h)
+    (a, b), (oa, ob) = _buyers(srv, r, h, vid, ["13612345741", "13612345742"])
+    for tok, oid, pid in ((a, oa, "PAY-C1"), (b, ob, "PAY-C2")):
+        check(_cancel(h, tok, oid)[1]["success"], "cancel")
+        check(_notify(h, oid, pid, 8000)[1]["data"] == "REFUNDED", "a late payment")
+    H.wait_until(lambda: len(_lines(log)) == 2, 30, what="two refunds sent")
+    res = {}
+
+    def first():
+        res["st"] = srv.http(timeout=30).api("POST", "/user/code?phone=13612345743")[0]
+    t = threading.Thread(target=first)
+    t.start()
+    H.wait_until(lambda: os.path.exists(started), 10, what="the first code command running")
+    st, j = srv.http().api("POST", "/user/code?phone=13612345744")
+    open(go, "w").close()
+    t.join(30)
+    eq(st, 503, "a second code command while one runs (--code-command-max 1): %r" % (j,))
+    eq(res.get("st"), 200, "the first /user/code")
     H.finish(srv)
