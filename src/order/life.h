@@ -13,8 +13,10 @@
  * Pay (POST /pay/notify, signature checked by api_pay.c with paykey.h): the order as SQL
  * has it, the amount against its voucher's payValue, then life.lua: an unpaid order is
  * taken (state p, event p: status 2 with pay_time); a cancelled or timed-out one is not
- * (state r, event r: status 6 with refund_time) and the payment is refunded; the same
- * payment again answers as before and changes nothing.
+ * (state r, event r: status 5, 6 once refunded) and the payment is refunded through the
+ * bucket's refund outbox; the same payment again answers as before and changes nothing.
+ * Each payment's event carries it, for its row in tb_voucher_payment. Sync mode: one SQL
+ * transaction (store.h move 'y') decides and writes the row.
  *
  * Runs on the worker's thread; the grab path costs nothing (nothing here is on it). */
 #ifndef SECKILL_LIFE_H
@@ -49,9 +51,11 @@ void life_cancel(struct worker *w, int64_t user_id, int64_t order_id, life_done_
 /* A payment notice whose signature was checked: payment_id (1..LIFE_PAYMENT_ID_MAX
  * characters of [A-Za-z0-9_.-]) paid amount (fen) for order_id. The order is read from
  * SQL (its user, and its voucher's payValue, which amount must equal), then decided by
- * life.lua on its bucket. A refund decided now goes out through --refund-command (its
- * environment: SECKILL_ORDER_ID, SECKILL_PAYMENT_ID, SECKILL_AMOUNT), or is logged when
- * none is set. Stream mode only (else LIFE_UNSUPPORTED). done runs once, on w's thread. */
+ * life.lua on its bucket; a refund decided there waits in the bucket's outbox for the
+ * order writer (src/writer/writer_refund.c: --refund-command, env SECKILL_ORDER_ID,
+ * SECKILL_PAYMENT_ID, SECKILL_AMOUNT). Sync mode: SQL decides (a payment id of another
+ * order: LIFE_NOTFOUND) and a refund is sent from here. Stream and sync mode (else
+ * LIFE_UNSUPPORTED). done runs once, on w's thread. */
 #define LIFE_PAYMENT_ID_MAX 64
 void life_pay(struct worker *w, int64_t order_id, const char *payment_id, int64_t amount,
               life_done_fn done, void *ctx);

@@ -53,6 +53,17 @@ def _buyers(srv, r, h, vid, phones):
     return toks, oids
 
 
+def _late_payment(srv, r, phone, pid):
+    """A voucher with one buyer, who cancels, then pays: refunded. (vid, orderId)"""
+    h = srv.http()
+    vid = H.create_seckill(srv, stock=2, http=h)
+    (a,), (oa,) = _buyers(srv, r, h, vid, [phone])
+    check(_cancel(h, a, oa)[1]["success"], "a cancels")
+    st, j = _notify(h, oa, pid, 8000)
+    check(j["success"] and j["data"] == "REFUNDED", "a's late payment: %r %r", st, j)
+    return vid, oa
+
+
 def test_payment_rows_and_refund_status():
     """a pays (row 2, once for two notices); b cancels, then pays late: b's order is 5 while
     the refund command waits, 6 with refund_time once it exited 0, its row 5 then 6, and
@@ -109,13 +120,8 @@ def test_failing_command_retried():
     cmd = ("n=$(cat %s 2>/dev/null || echo 0); n=$((n+1)); echo $n > %s; "
            "[ $n -ge 3 ] || exit 1; " % (count, count)) + LINE % log
     r, srv = H.setup(settings=_pay_settings({"refund-command": cmd}))
-    h = srv.http()
-    vid = H.create_seckill(srv, stock=2, http=h)
-    (a,), (oa,) = _buyers(srv, r, h, vid, ["13612345711"])
+    vid, oa = _late_payment(srv, r, "13612345711", "PAY-R1")
     db = srv.db()
-    check(_cancel(h, a, oa)[1]["success"], "a cancels")
-    st, j = _notify(h, oa, "PAY-R1", 8000)
-    check(j["success"] and j["data"] == "REFUNDED", "a's late payment: %r %r", st, j)
     H.wait_until(lambda: _order(db, oa) == (6, 1), 60, what="the refund sent at the third run")
     H.wait_until(lambda: _outbox_empty(r, vid), 10, what="the outbox acked")
     eq(open(count).read().strip(), "3", "command runs")
@@ -133,13 +139,8 @@ def test_kill9_before_the_command_finished():
     hang = "echo $$ > %s; while [ ! -e %s ]; do sleep 0.05; done; " % (pidf, go) + LINE % log
     settings = _pay_settings({"refund-command": hang, "claim-idle-ms": "1000"})
     r, srv = H.setup(settings=settings)
-    h = srv.http()
-    vid = H.create_seckill(srv, stock=2, http=h)
-    (a,), (oa,) = _buyers(srv, r, h, vid, ["13612345721"])
+    vid, oa = _late_payment(srv, r, "13612345721", "PAY-K1")
     db = srv.db()
-    check(_cancel(h, a, oa)[1]["success"], "a cancels")
-    st, j = _notify(h, oa, "PAY-K1", 8000)
-    check(j["success"] and j["data"] == "REFUNDED", "a's late payment: %r %r", st, j)
     H.wait_until(lambda: os.path.exists(pidf) and open(pidf).read().strip(), 30,
                  what="the refund command started")
     srv.kill9()
