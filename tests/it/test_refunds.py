@@ -219,3 +219,37 @@ def test_refunds_take_no_code_command_slot():
     eq(st, 503, "a second code command while one runs (--code-command-max 1): %r" % (j,))
     eq(res.get("st"), 200, "the first /user/code")
     H.finish(srv)
+
+
+def test_refunds_in_stock_buckets_on_a_cluster_node():
+    """A (one-node) Redis Cluster, a voucher in 4 stock buckets: each late payment's refund
+    waits in its buyer's bucket outbox (seckill:refunds:{bucket tag}) and the node's
+    sub-writer sends it once."""
+    log, _, _, _ = _paths("cluster")
+    r = H.start_redis(extra=["--cluster-enabled", "yes", "--cluster-config-file",
+                             os.path.join(H.subdir("cl"), "nodes.conf")])
+    r.cmd("CLUSTER", "ADDSLOTSRANGE", "0", "16383")
+    H.wait_until(lambda: "cluster_state:ok" in r.cmd("CLUSTER", "INFO"), 20,
+                 what="the one-node cluster")
+    srv = H.start_server("redis+cluster://127.0.0.1:%d" % r.port,
+                         settings=_pay_settings({"refund-command": LINE % log}))
+    h = srv.http()
+    vid = H.create_seckill(srv, stock=8, http=h, stockBuckets=4)
+    toks = [H.login(srv, r, "136123457%02d" % (50 + i), h) for i in range(4)]
+    oids = [H.seckill(srv, t, vid, h)[1]["data"] for t in toks]
+    db = srv.db()
+    H.wait_until(lambda: db.order_count(vid) == 4, 20, what="4 orders in SQL")
+    for i, (tok, oid) in enumerate(zip(toks, oids)):
+        check(_cancel(h, tok, oid)[1]["success"], "cancel %d" % i)
+        st, j = _notify(h, oid, "PAY-CL%d" % i, 8000)
+        check(j["success"] and j["data"] == "REFUNDED", "late payment %d: %r %r", i, st, j)
+    H.wait_until(lambda: all(_order(db, o) == (6, 1) for o in oids), 30,
+                 what="the 4 orders refunded (6)")
+    eq(sorted(_lines(log)), sorted("%d PAY-CL%d 8000" % (o, i) for i, o in enumerate(oids)),
+       "each refund sent once")
+    eq([_pay_row(db, "PAY-CL%d" % i) for i in range(4)], [(o, 8000, 6, 1) for o in oids],
+       "the payment rows, refunded")
+    tags = set(H.bucket_tag(vid, b, 4) for b in range(4))
+    eq(sum(int(r.cmd("XLEN", "seckill:refunds:{%s}" % t) or 0) for t in tags), 0,
+       "the bucket outboxes acked")
+    H.finish(srv)
