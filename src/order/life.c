@@ -43,6 +43,7 @@ typedef struct cancel {
     char pid[LIFE_PAYMENT_ID_MAX + 1];
     int64_t amount, pay_value;
     int sync_new;   /* sync mode: the payment's row was written now */
+    int known;      /* stream mode: its row's status in SQL (0 none, -1 another order's) */
 } cancel_t;
 
 static cancel_t *op_new(worker_t *w, int64_t order_id, life_done_fn done, void *ctx)
@@ -293,8 +294,19 @@ static void run_pay_read(store_t *st, void *arg)
         return;
     c->pay_value = v.pay_value;
     store_voucher_clear(&v);
-    if (c->w->app->cfg.mode != MODE_SYNC || c->amount != c->pay_value)
+    if (c->amount != c->pay_value)
         return;
+    if (c->w->app->cfg.mode != MODE_SYNC) {
+        /* a payment SQL has answered (its row): the same answer, also once Redis lost its
+         * state hash -- the script is not asked again */
+        store_payment_t p;
+        int prc = store_payment_get(st, c->pid, &p);
+        if (prc == STORE_ERR)
+            c->rc = STORE_ERR;
+        else if (prc == STORE_OK)
+            c->known = p.order_id == c->order_id ? p.status : -1;
+        return;
+    }
     /* sync mode: the decision is SQL's, in one transaction -- 1 -> 2 with the payment row
      * (2), else 4 -> 5 (5: to refund); the same payment again answered from its row */
     store_move_t m = {.order_id = c->order_id, .now = clock_wall_s(), .kind = 'y',
@@ -324,7 +336,12 @@ static void done_pay_read(worker_t *w, void *arg)
         return;
     }
     if (c->w->app->cfg.mode != MODE_SYNC) {
-        ask_buckets(c);
+        if (c->known < 0)
+            finish(c, LIFE_NOTFOUND);   /* this payment id paid another order */
+        else if (c->known)
+            finish(c, c->known == 2 ? LIFE_ALREADY : LIFE_REFUNDED);
+        else
+            ask_buckets(c);
         return;
     }
     if (c->was < 0) {   /* this payment id paid another order */

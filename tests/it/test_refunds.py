@@ -253,3 +253,26 @@ def test_refunds_in_stock_buckets_on_a_cluster_node():
     eq(sum(int(r.cmd("XLEN", "seckill:refunds:{%s}" % t) or 0) for t in tags), 0,
        "the bucket outboxes acked")
     H.finish(srv)
+
+
+def test_answer_from_sql_when_redis_lost_it():
+    """A payment SQL has (its row) is answered from there: with the answer gone from Redis's
+    state hash (a lost Redis, rebuilt), the same notice again is still PAID -- not taken as
+    a second payment and refunded -- and nothing new is sent or written."""
+    log, _, _, _ = _paths("durable")
+    r, srv = H.setup(settings=_pay_settings({"refund-command": LINE % log}))
+    h = srv.http()
+    vid = H.create_seckill(srv, stock=2, http=h)
+    (a,), (oa,) = _buyers(srv, r, h, vid, ["13612345761"])
+    db = srv.db()
+    check(_notify(h, oa, "PAY-D1", 8000)[1]["data"] == "PAID", "a pays")
+    H.wait_until(lambda: _pay_row(db, "PAY-D1") == (oa, 8000, 2, 0), 30,
+                 what="a's payment row")
+    eq(r.cmd("HDEL", "seckill:ostate:{%d}" % vid, "%d/PAY-D1" % oa), 1,
+       "the payment's answer dropped from Redis")
+    st, j = _notify(h, oa, "PAY-D1", 8000)
+    check(j["success"] and j["data"] == "PAID", "the same notice again: %r %r", st, j)
+    eq(int(r.cmd("XLEN", "seckill:refunds:{%d}" % vid) or 0), 0, "refunds decided")
+    eq(db.scalar("SELECT COUNT(*) FROM tb_voucher_payment"), 1, "payment rows")
+    eq(_lines(log), [], "refunds sent")
+    H.finish(srv)
