@@ -240,9 +240,10 @@ int writer_life_parse(writer_t *wr, wentry_t *e, const redisReply *fields);
  * could not take becomes E_WAIT (not acked); one whose order never came, E_DEAD. Returns
  * how many became E_DEAD. */
 size_t writer_life_apply(writer_t *wr);
-/* --pay-timeout-s: cancels the orders whose payment deadline passed (the entries of every
- * stream this writer reads whose sale may still have some, from the sweep's cursor up to
- * now - timeout): 0, or -1 when the connection was lost. */
+/* The refund outbox's pass (writer_refund_run), then --pay-timeout-s: cancels the orders
+ * whose payment deadline passed (the entries of every stream this writer reads whose sale
+ * may still have some, from the sweep's cursor up to now - timeout; at most every 500 ms):
+ * 0, or -1 when the connection was lost. */
 int writer_life_sweep(writer_t *wr);
 
 /* ---- writer_refund.c */

@@ -177,8 +177,11 @@ static int reap(writer_t *wr, struct wrefund *r)
             } else if (got < 0) {
                 snprintf(why, sizeof why, "waitpid: %s", strerror(errno));
             } else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-                snprintf(why, sizeof why, WIFEXITED(st) ? "exit status %d" : "killed by signal %d",
-                         WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+                if (WIFEXITED(st))
+                    snprintf(why, sizeof why, "exit status %d", WEXITSTATUS(st));
+                else
+                    snprintf(why, sizeof why, "killed by signal %d",
+                             WIFSIGNALED(st) ? WTERMSIG(st) : 0);
             }
             if (why[0]) {
                 /* left pending: tried again after its back-off */
