@@ -64,6 +64,8 @@ typedef struct rebuild_opts {
     int lock_ttl_ms;        /* 0 = 30000 */
     FILE *plan;             /* if set: a line per write, as it is (or would be) done */
     struct rcl_sync_route *rt;   /* reaches a stock bucket's node (NULL: c reaches them all) */
+    int pay_timeout_s;      /* --pay-timeout-s: SQL's status 4 rebuilt as timed out when its
+                               update came this long after the order (0: as cancelled) */
 } rebuild_opts_t;
 
 typedef struct rebuild_result {
@@ -76,8 +78,10 @@ typedef struct rebuild_result {
     int64_t from_sql;       /* of which: users with an SQL order */
     int64_t from_stream;    /* of which: stream entries not yet in SQL */
     int64_t seeded;         /* buyers that are not entries of the stream */
-    int64_t returned;       /* of the buyers: cancelled orders' (no unit; bucket 0's
-                               `returned`, docs/lifecycle.md) */
+    int64_t returned;       /* of the buyers: cancelled, timed out or refunded orders' (no
+                               unit; each bucket's `returned`, docs/lifecycle.md) */
+    int64_t paid, timedout; /* of the buyers: paid, timed out (the board's counters) */
+    int64_t events;         /* decisions taken from stream events SQL did not have yet */
     int64_t begin, end;     /* the window, epoch seconds */
     int buckets;            /* stock buckets K from SQL (store_voucher_buckets): each is
                                rebuilt with its share of the stock and its home buyers */
