@@ -14,11 +14,15 @@
  *      order committed before it is in SQL for step 3 to read;
  *   3. SQL's (stock, orders) at one moment gives the initial stock S = stock + orders;
  *      the buyers are every user with an order in SQL, plus (surviving stream) every
- *      entry of the current generation not yet in SQL; Redis stock = S - buyers;
- *   4. the buyers go to seckill:rebuild:buyers:{id} in chunks; SADD seckill:streams;
- *      then src/rebuild/rebuild.lua, atomically: if the lock is still ours and the voucher
- *      still has no stock, rename the buyers into place, create the stream's group
- *      (MKSTREAM), write the hash (stock, begin, end, ep, seeded) -- the sale resumes.
+ *      entry of the current generation not yet in SQL; each buyer's order state from its
+ *      SQL status, the surviving stream's events and a surviving state hash
+ *      (rebuild_life.h); Redis stock = S - (buyers - returned);
+ *   4. the buyers go to seckill:rebuild:buyers:{id}, the states to
+ *      seckill:rebuild:ostate:{id}, in chunks; SADD seckill:streams; then
+ *      src/rebuild/rebuild.lua, atomically: if the lock is still ours and the voucher
+ *      still has no stock, rename both into place, create the stream's group (MKSTREAM),
+ *      write the hash (stock, begin, end, ep, seeded, returned, paid, timedout) -- the
+ *      sale resumes.
  *
  * A voucher in K > 1 stock buckets (K from SQL) comes back in K buckets: the stock split
  * as at creation (buckets_share of the stock computed in 3, so the sum is exact), each buyer
