@@ -172,17 +172,12 @@ static void unlock(redisContext *c, const char *kl, const char *token)
         log_warn("rebuild: releasing %s: %s (it expires by itself)", kl, why);
 }
 
-/* Writes the buyers into the staging hash, HSET_CHUNK at a time. */
+/* Writes the buyers into the (emptied) staging hash, HSET_CHUNK at a time. */
 static int stage_buyers(redisContext *c, const char *kt, const pairs_t *a, const pairs_t *b,
                         char *err, size_t errlen)
 {
     char why[256];
-    redisReply *r = rconn_cmdf(c, why, sizeof why, "DEL %s", kt);
-    if (!r) {
-        snprintf(err, errlen, "DEL %s: %s", kt, why);
-        return -1;
-    }
-    freeReplyObject(r);
+    redisReply *r;
     size_t total = a->n + b->n, done = 0;
     const char **argv = xrealloc(NULL, (2 + 2 * HSET_CHUNK) * sizeof *argv);
     char(*num)[24] = xrealloc(NULL, 2 * HSET_CHUNK * sizeof *num);
@@ -277,13 +272,20 @@ static int publish_bucket(redisContext *c, redisContext *g, const rebuild_opts_t
         }
         freeReplyObject(r);
     }
+    /* staging left by a rebuild that died midway must not be renamed into place */
+    redisReply *r = rconn_cmdf(bc, why, sizeof why, "DEL %s %s", kt, kto);
+    if (!r) {
+        snprintf(err, errlen, "DEL %s: %s", kt, why);
+        return REBUILD_ERR;
+    }
+    freeReplyObject(r);
     if (a->n + b2->n > 0 && stage_buyers(bc, kt, a, b2, err, errlen) != 0)
         return REBUILD_ERR;
     rebuild_life_counts_t lc;
     rebuild_life_count(life, b, k, &lc);
     if (rebuild_life_stage(bc, kto, life, b, k, err, errlen) != 0)
         return REBUILD_ERR;
-    redisReply *r = rconn_cmdf(g, why, sizeof why, "SADD %s %s", KEY_STREAMS, mem);
+    r = rconn_cmdf(g, why, sizeof why, "SADD %s %s", KEY_STREAMS, mem);
     if (!r) {
         snprintf(err, errlen, "SADD %s: %s", KEY_STREAMS, why);
         return REBUILD_ERR;

@@ -170,12 +170,7 @@ int rebuild_life_stage(redisContext *c, const char *kt, const rebuild_life_t *l,
                        char *err, size_t errlen)
 {
     char why[256];
-    redisReply *r = rconn_cmdf(c, why, sizeof why, "DEL %s", kt);
-    if (!r) {
-        snprintf(err, errlen, "DEL %s: %s", kt, why);
-        return -1;
-    }
-    freeReplyObject(r);
+    redisReply *r;
     const char **argv = xrealloc(NULL, (2 + 2 * HSET_CHUNK) * sizeof *argv);
     char(*buf)[72] = xrealloc(NULL, 2 * HSET_CHUNK * sizeof *buf);
     size_t i = 0, j = 0;

@@ -67,8 +67,8 @@ int rebuild_life_keep(struct redisContext *c, const char *ko, int b, rebuild_lif
                       char *err, size_t errlen);
 /* The counters of the orders whose buyer's home is bucket b of k. */
 void rebuild_life_count(const rebuild_life_t *l, int b, int k, rebuild_life_counts_t *out);
-/* Writes bucket b's states (and kept fields) into the staging hash kt (deleted first;
- * left absent when there is nothing). 0 or -1 (err). */
+/* Writes bucket b's states (and kept fields) into the staging hash kt, which the caller
+ * emptied (left absent when there is nothing). 0 or -1 (err). */
 int rebuild_life_stage(struct redisContext *c, const char *kt, const rebuild_life_t *l, int b,
                        int k, char *err, size_t errlen);
 void rebuild_life_free(rebuild_life_t *l);

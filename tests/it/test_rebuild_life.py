@@ -50,18 +50,25 @@ def _end_sessions(srv, lock):
         c.close()
 
 
+def _sale(settings, phones, stock):
+    """A server, buyers logged in with these phones, a voucher, one order each in SQL."""
+    r, srv = H.setup(settings=settings)
+    h = srv.http()
+    toks = [H.login(srv, r, p, h) for p in phones]
+    vid = H.create_seckill(srv, stock=stock, http=h)
+    oids = [H.seckill(srv, t, vid, h)[1]["data"] for t in toks]
+    check(all(isinstance(o, int) for o in oids), "grabs: %r", oids)
+    H.wait_drained(srv, r, vid, 30)
+    return r, srv, h, toks, vid, oids
+
+
 def test_rebuild_restores_states_and_counters():
     """Every decision applied in SQL (c, p, r, t), then FLUSHALL and a rebuild: the states
     and the board's counters are back; a cancel again returns no unit, a payment of the
     paid order is refunded, and the audit is clean."""
     settings = L._pay_settings({"pay-timeout-s": "3"})
-    r, srv = H.setup(settings=settings)
-    h = srv.http()
-    toks = [H.login(srv, r, "136300000%02d" % i, h) for i in range(4)]
-    vid = H.create_seckill(srv, stock=6, http=h)
-    oids = [H.seckill(srv, t, vid, h)[1]["data"] for t in toks]
-    check(all(isinstance(o, int) for o in oids), "grabs: %r", oids)
-    H.wait_drained(srv, r, vid, 30)
+    phones = ["136300000%02d" % i for i in range(4)]
+    r, srv, h, toks, vid, oids = _sale(settings, phones, 6)
     eq(L._cancel(h, toks[0], oids[0])[1]["success"], True, "cancel 0")
     eq(L._notify(h, oids[1], "P1", 8000)[1]["data"], "PAID", "pay 1")
     eq(L._cancel(h, toks[2], oids[2])[1]["success"], True, "cancel 2")
@@ -79,7 +86,7 @@ def test_rebuild_restores_states_and_counters():
     eq([stock, returned, paid, timedout], [5, 3, 1, 1], "stock, returned, paid, timedout")
     srv = H.restart_server(srv, settings=settings)
     h = srv.http()
-    toks = [H.login(srv, r, "136300000%02d" % i, h) for i in range(4)]   # FLUSHALL took them
+    toks = [H.login(srv, r, p, h) for p in phones]   # FLUSHALL took them
     # answered from the state: no unit back twice, no second payment taken
     eq(L._cancel(h, toks[0], oids[0])[1]["success"], True, "cancel 0 again")
     eq(L._cancel(h, toks[3], oids[3])[1]["success"], True, "cancel of the timed-out order")
@@ -100,12 +107,7 @@ def test_rebuild_counts_events_still_in_the_stream():
     in the stock (not one short), the payment is paid -- and once the events reach SQL the
     audit is clean."""
     settings = L._pay_settings({"claim-idle-ms": "500"})
-    r, srv = H.setup(settings=settings)
-    h = srv.http()
-    toks = [H.login(srv, r, "136310000%02d" % i, h) for i in range(3)]
-    vid = H.create_seckill(srv, stock=5, http=h)
-    oids = [H.seckill(srv, t, vid, h)[1]["data"] for t in toks]
-    H.wait_drained(srv, r, vid, 30)
+    r, srv, h, toks, vid, oids = _sale(settings, ["136310000%02d" % i for i in range(3)], 5)
     lock = L._hold_writer(srv, vid)
     try:
         eq(L._cancel(h, toks[0], oids[0])[1]["success"], True, "cancel 0")
