@@ -347,11 +347,17 @@ static int sweep_stream(writer_t *wr, wstream_t *s, const char *end, uint64_t un
             sent++;
         }
         char cur[ENTRY_ID_MAX] = "";
-        if (expire_answers(wr, sent, s->key, cur) < 0)
+        size_t got = r->elements;
+        long expired = expire_answers(wr, sent, s->key, cur);
+        if (expired < 0)
             return -1;
         if (cur[0])
             strcpy(s->paysweep, cur);   /* ours, or a sweeper's ahead of us */
-        if (!last || r->elements < SWEEP_PAGE || stopping(wr))
+        /* an ended sale's stream the writers no longer read: its t events are to be read
+         * now, and lookups must ask its bucket again (orders.h) */
+        if (expired > 0 && s->drained && writer_sweep_undrain(wr, s) != 0)
+            return -1;
+        if (!last || got < SWEEP_PAGE || stopping(wr))
             return 0;
         if (clock_mono_ms() >= until)
             return 1;

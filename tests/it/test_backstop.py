@@ -203,3 +203,27 @@ def test_reads_show_redis_decisions():
                  what="SQL applied the decisions")
     eq(_get(h, c, oc)["payTime"], o["payTime"], "c's payTime from SQL")
     H.finish(srv)
+
+
+def test_timeout_after_the_sale_drained():
+    """The sale ended and its stream is in the drained set (every order written) before the
+    unpaid order's deadline: the sweep's timeout takes the stream out of the set, so the
+    writer applies the t event at once (not at the drained sweep, --writer-drain-sweep-ms,
+    set to 10 minutes here) and /of/me asks the bucket again."""
+    timeout = 9
+    r, srv = H.setup(settings=dict(FAST, **{"pay-timeout-s": str(timeout),
+                                            "writer-drain-sweep-ms": "600000"}))
+    h = srv.http()
+    a = H.login(srv, r, "13612347201", h)
+    vid = H.create_seckill(srv, stock=2, end=time.time() + 2, http=h)
+    oa = H.seckill(srv, a, vid, h)[1]["data"]
+    H.wait_until(lambda: str(vid) in r.cmd("SMEMBERS", "{seckill:streams}:drained"), 30,
+                 what="the sale's stream marked drained")
+    check(time.time() < _deadline(oa, timeout), "drained before the deadline")
+    db = srv.db()
+    H.wait_until(lambda: _status(db, oa) == 4, 8, what="the timeout in SQL")
+    late = time.time() - _deadline(oa, timeout)
+    check(late < 4, "applied %.1f s after the deadline", late)
+    eq(_of_me(h, a)[oa]["status"], 4, "of/me")
+    eq(db.stock(vid), 2, "SQL stock")
+    H.finish(srv)
