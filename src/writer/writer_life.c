@@ -25,10 +25,15 @@
  * once), a restart goes on where the last sweep stopped. Nothing is written per order at
  * admission or by the batch: an order costs one script call at its deadline.
  *
- * The backstop, for orders whose Redis state was lost (a failover, a rebuild): SQL's
- * unpaid orders created before now - timeout, read by primary key from a cursor kept in
- * memory (order ids begin with their creation second, orderid.h), so each row is read
- * once per process life. */
+ * A drained stream (writer_sweep.c) whose sweep timed orders out leaves the drained set and
+ * is read again at once: its t events are due in SQL, and lookups must ask its bucket.
+ *
+ * The SQL scan (scan_page): SQL's unpaid orders past their deadline, read by primary key
+ * from a cursor kept in memory (order ids begin with their creation second, orderid.h),
+ * each row about once per process life. In stream mode the backstop, for orders whose
+ * Redis state was lost (a failover, a rebuild), through life.lua on each order's bucket --
+ * on a Redis Cluster through the cluster client; in sync mode (no Redis state, no stream)
+ * the timeout itself, a SQL CAS per order. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -214,14 +219,21 @@ static void call_add(writer_t *wr, expire_call_t *c, int64_t oid, int64_t uid)
     c->orders++;
 }
 
-/* Appends the call, moving the cursor to cursor ("" keeps it). */
-static void call_end(writer_t *wr, expire_call_t *c, const char *cursor)
+/* Completes the call in wr->argv (c->n arguments), moving the cursor to cursor ("" keeps
+ * it). */
+static void call_close(writer_t *wr, expire_call_t *c, const char *cursor)
 {
     wr->argv[CALL_CURSOR] = cursor;
     wr->argvlen[CALL_CURSOR] = strlen(cursor);
     /* the pairs last: dec may have moved while they were added */
     for (size_t i = 0; i < 2 * c->orders; i++)
         writer_args(wr, &c->n, c->dec[i]);
+}
+
+/* Appends the call to the writer's pipeline. */
+static void call_end(writer_t *wr, expire_call_t *c, const char *cursor)
+{
+    call_close(wr, c, cursor);
     writer_append(wr, c->n);
 }
 
@@ -420,12 +432,12 @@ static int scan_cancel(writer_t *wr, const store_order_t *o, size_t n)
 static int scan_send(writer_t *wr, expire_call_t *c, const lkeys_t *k, size_t *sent,
                      long *expired)
 {
-    call_end(wr, c, "");
     if (!wr->node_mode) {
-        writer_append(wr, c->n);
+        call_end(wr, c, "");
         (*sent)++;
         return 0;
     }
+    call_close(wr, c, "");
     char why[300] = "";
     redisReply *x = rcl_sync_command(wr->rcs, k->kv, strlen(k->kv), (int)c->n, wr->argv,
                                      wr->argvlen, why, sizeof why);

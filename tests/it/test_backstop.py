@@ -90,6 +90,8 @@ def test_scan_times_out_on_every_master():
     eq(timedout, per_home, "orders timed out on each bucket's master")
     eq(returned, per_home, "units returned on each bucket's master (once each)")
     H.wait_until(lambda: db.stock(vid) == stock, 30, what="SQL stock back to %d" % stock)
+    # each call went to its bucket's master, and only there: no reply out of place
+    eq(srv.log_lines(r"MOVED|connection lost"), [], "redirected or lost connections")
     _audit(cluster, srv, vid, stock)
     H.finish(srv)
 
