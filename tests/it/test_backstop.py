@@ -24,6 +24,13 @@ def _deadline(oid, timeout_s):
     return (oid >> 32) + ORDERID_EPOCH + timeout_s
 
 
+def _buy(srv, h, token, vid):
+    """A grab that must succeed: its order id."""
+    st, j = H.seckill(srv, token, vid, h)
+    check(j.get("success"), "buy: %r", j)
+    return j["data"]
+
+
 def _get(h, token, oid):
     st, j = h.api("GET", "/voucher-order/%d" % oid, token=token)
     check(j.get("success"), "GET /voucher-order/%d: %r", oid, j)
@@ -61,11 +68,7 @@ def test_scan_times_out_on_every_master():
     tokens = H.login_many(srv, cluster, 9)
     stock, k = 12, 3
     vid = H.create_seckill(srv, stock=stock, stockBuckets=k, http=h)
-    oids = []
-    for t in tokens:
-        st, j = H.seckill(srv, t, vid, h)
-        check(j.get("success"), "buy: %r", j)
-        oids.append(j["data"])
+    oids = [_buy(srv, h, t, vid) for t in tokens]
     db = srv.db()
     keys = [H.bucket_keys(vid, b, k) for b in range(k)]
     H.wait_until(lambda: db.order_count(vid) == len(oids) and
@@ -111,11 +114,8 @@ def test_sync_mode_times_out_once_with_two_instances():
     h1, h2 = s1.http(), s2.http()
     tokens = H.login_many(s1, r, stock + 2)
     vid = H.create_seckill(s1, stock=stock, http=h1)
-    oids = []
-    for i, t in enumerate(tokens[:stock]):
-        st, j = H.seckill(s1 if i % 2 else s2, t, vid, h1 if i % 2 else h2)
-        check(j.get("success"), "buy: %r", j)
-        oids.append(j["data"])
+    oids = [_buy(s1, h1, t, vid) if i % 2 else _buy(s2, h2, t, vid)
+            for i, t in enumerate(tokens[:stock])]
     st, j = H.seckill(s1, tokens[stock], vid, h1)
     eq(j.get("errorMsg"), "库存不足", "sold out before the timeouts: %r" % j)
     o = _get(h1, tokens[0], oids[0])
@@ -158,7 +158,7 @@ def test_reads_show_pay_time():
     h = srv.http()
     a = H.login(srv, r, "13612347001", h)
     vid = H.create_seckill(srv, stock=4, http=h)
-    oa = H.seckill(srv, a, vid, h)[1]["data"]
+    oa = _buy(srv, h, a, vid)
     H.wait_drained(srv, r, vid, 30)
     o = _get(h, a, oa)
     eq((o["status"], "payTime" in o, o["payDeadline"] > o["createTime"]), (1, False, True),
@@ -181,14 +181,14 @@ def test_reads_show_redis_decisions():
     h = srv.http()
     b, c, d = (H.login(srv, r, "136123471%02d" % i, h) for i in range(3))
     vid = H.create_seckill(srv, stock=4, http=h)
-    ob, oc = (H.seckill(srv, t, vid, h)[1]["data"] for t in (b, c))
+    ob, oc = (_buy(srv, h, t, vid) for t in (b, c))
     H.wait_drained(srv, r, vid, 30)
     db = srv.db()
     hold = _hold_writer(srv, vid)
     try:
         check(_cancel(h, b, ob)[1]["success"], "cancel b")
         check(_notify(h, oc, "PC", 8000)[1]["data"] == "PAID", "pay c")
-        od = H.seckill(srv, d, vid, h)[1]["data"]
+        od = _buy(srv, h, d, vid)
         check(_cancel(h, d, od)[1]["success"], "cancel d (not in SQL yet)")
         eq((_status(db, ob), _status(db, oc), _status(db, od)), (1, 1, None),
            "SQL has not applied them")
@@ -218,7 +218,7 @@ def test_timeout_after_the_sale_drained():
     h = srv.http()
     a = H.login(srv, r, "13612347201", h)
     vid = H.create_seckill(srv, stock=2, end=time.time() + 2, http=h)
-    oa = H.seckill(srv, a, vid, h)[1]["data"]
+    oa = _buy(srv, h, a, vid)
     H.wait_until(lambda: str(vid) in r.cmd("SMEMBERS", "{seckill:streams}:drained"), 30,
                  what="the sale's stream marked drained")
     check(time.time() < _deadline(oa, timeout), "drained before the deadline")
