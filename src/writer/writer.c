@@ -1034,6 +1034,12 @@ void *writer_main(void *arg)
                 info_pass(wr);
                 wr->info_at = now + INFO_EVERY_MS;
             }
+            /* no stream: sync mode, or a Redis that lost them -- the SQL scan still runs */
+            if (now >= wr->due_at) {
+                wr->due_at = now + DUE_EVERY_MS;
+                if (writer_life_sweep(wr) != 0)
+                    continue;
+            }
             writer_nap(wr, wr->block_ms < STREAMS_REFRESH_MS ? wr->block_ms : STREAMS_REFRESH_MS);
             wr->streams_at = 0;
             continue;

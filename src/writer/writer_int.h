@@ -220,6 +220,9 @@ int writer_sweep_group_state(const redisReply *r, int64_t *pending, int64_t *lag
                              int *lag_known);
 /* One sweep over the next drained streams: 0, or -1 when the connection was lost. */
 int writer_sweep_run(writer_t *wr);
+/* s, if drained, out of the set and read again (its new entries are expected ones): 0, or
+ * -1 when the connection was lost. */
+int writer_sweep_undrain(writer_t *wr, wstream_t *s);
 
 /* ---- writer_life.c */
 
