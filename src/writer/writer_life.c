@@ -50,12 +50,29 @@
                                    * (the SQL scan and the streams, each) */
 #define SWEEP_AFTER_S 86400       /* a sale this long past end + timeout is not swept */
 
+/* A c or t event whose entry carries `free 1` (life.lua under --cancel-frees-buyer: the
+ * buyer left the buyers hash): its move is 'f', which also moves the row aside in SQL. The
+ * entry says it, not this process's flag, so a writer started with another setting applies
+ * what the script decided. */
+static int frees_buyer(const redisReply *f)
+{
+    for (size_t i = 0; i + 1 < f->elements; i += 2) {
+        const redisReply *k = f->element[i], *v = f->element[i + 1];
+        if (k->type == REDIS_REPLY_STRING && k->len == 4 && memcmp(k->str, "free", 4) == 0 &&
+            v->type == REDIS_REPLY_STRING && v->len == 1 && v->str[0] == '1')
+            return 1;
+    }
+    return 0;
+}
+
 int writer_life_parse(writer_t *wr, wentry_t *e, const redisReply *fields)
 {
     const char *reason = NULL;
     int rc = sentry_event(fields, &e->ev, &reason);
     if (rc == 0)
         return 0;
+    if (rc > 0 && (e->ev.kind == 'c' || e->ev.kind == 't') && frees_buyer(fields))
+        e->ev.kind = 'f';
     if (rc < 0) {
         e->kind = E_DEAD;
         e->reason = reason;
@@ -88,18 +105,18 @@ static int not_yet(writer_t *wr, wentry_t *e)
 
 /* The batch's events applied in one SQL transaction (store_orders_move): a wave of
  * timeouts costs one commit per batch, not per order. */
-size_t writer_life_apply(writer_t *wr)
+size_t writer_life_apply(writer_t *wr, int round)
 {
     size_t n = 0, dead = 0;
     for (size_t i = 0; i < wr->nents; i++)
-        n += wr->ents[i].kind == E_EVENT;
+        n += wr->ents[i].kind == E_EVENT && wr->ents[i].round == round;
     if (n == 0)
         return 0;
     store_move_t *mv = xmalloc(n * sizeof *mv);
     size_t *at = xmalloc(n * sizeof *at);   /* each move's entry */
     n = 0;
     for (size_t i = 0; i < wr->nents; i++)
-        if (wr->ents[i].kind == E_EVENT)
+        if (wr->ents[i].kind == E_EVENT && wr->ents[i].round == round)
             at[n++] = i;
     /* by voucher, stably (an order's events keep their stream order): every writer's
      * transaction takes the vouchers' stock rows in the same order, so two of them never
@@ -113,7 +130,7 @@ size_t writer_life_apply(writer_t *wr)
     }
     for (size_t j = 0; j < n; j++) {
         const wentry_t *e = &wr->ents[at[j]];
-        char k = e->ev.kind == 'p' || e->ev.kind == 'r' ? e->ev.kind : 'c';
+        char k = e->ev.kind == 't' ? 'c' : e->ev.kind;   /* c, f, p, r */
         mv[j] = (store_move_t){.order_id = e->ev.order_id, .now = e->ev.ts, .kind = k};
     }
     char err[512] = "";
@@ -134,6 +151,7 @@ size_t writer_life_apply(writer_t *wr)
     for (size_t j = 0; j < n; j++) {
         wentry_t *e = &wr->ents[at[j]];
         int was = mv[j].was, want = mv[j].kind == 'p' ? 2 : mv[j].kind == 'r' ? 6 : 4;
+        /* (a replayed 'f' finds its row aside at 4, or 6 once refunded: want, or r's 6) */
         if (mv[j].rc == STORE_NOTFOUND) {
             dead += (size_t)not_yet(wr, e);
         } else if (mv[j].kind == 'r' && was == 1) {
@@ -195,7 +213,7 @@ static void call_begin(writer_t *wr, expire_call_t *c, const lkeys_t *k)
     writer_args(wr, &c->n, k->kst);
     writer_args(wr, &c->n, k->ks);
     writer_args(wr, &c->n, k->kcur);
-    writer_args(wr, &c->n, "expire");
+    writer_args(wr, &c->n, wr->app->cfg.cancel_frees_buyer ? "expire-free" : "expire");
     writer_args(wr, &c->n, "");   /* the cursor (argument CALL_CURSOR): call_end sets it */
 }
 
