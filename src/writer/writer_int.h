@@ -234,6 +234,13 @@ int writer_life_parse(writer_t *wr, wentry_t *e, const redisReply *fields);
  * event whose order SQL lacks or that SQL could not take becomes E_WAIT (not acked); one
  * whose order never came, E_DEAD. Returns how many became E_DEAD. */
 size_t writer_life_apply(writer_t *wr, int round);
+/* --cancel-frees-buyer: whether an order entry whose orders[0..n) were just committed
+ * (with replays among them) must wait instead of being acked -- an order SQL does not have
+ * was skipped because its buyer still holds an earlier order there whose freeing event
+ * is not applied yet (pending in a dead instance's entries or another writer's batch).
+ * The entry comes back after the event. Entries older than an event may be late are not
+ * held (a duplicate after all, acked as before). */
+int writer_life_held(writer_t *wr, const wentry_t *e, const store_order_t *orders, size_t n);
 /* --pay-timeout-s: cancels the orders whose payment deadline passed (the entries of every
  * stream this writer reads whose sale may still have some, from the sweep's cursor up to
  * now - timeout): 0, or -1 when the connection was lost. */

@@ -103,6 +103,25 @@ static int not_yet(writer_t *wr, wentry_t *e)
     return 1;
 }
 
+int writer_life_held(writer_t *wr, const wentry_t *e, const store_order_t *orders, size_t n)
+{
+    if (!wr->app->cfg.cancel_frees_buyer || !wr->st)
+        return 0;
+    if ((int64_t)time(NULL) - strtoll(e->id, NULL, 10) / 1000 >= EVENT_WAIT_S)
+        return 0;   /* no event is that late: a duplicate after all, acked as before */
+    for (size_t i = 0; i < n; i++) {
+        store_order_t o;
+        int rc = store_order_get(wr->st, orders[i].id, &o);
+        if (rc == STORE_NOTFOUND || rc == STORE_ERR) {
+            log_info("writer: %s entry %s: order %lld waits for its buyer's earlier order to "
+                     "be cancelled in SQL", wr->streams[e->si].key, e->id,
+                     (long long)orders[i].id);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* The batch's events applied in one SQL transaction (store_orders_move): a wave of
  * timeouts costs one commit per batch, not per order. */
 size_t writer_life_apply(writer_t *wr, int round)
