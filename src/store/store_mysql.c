@@ -2348,13 +2348,13 @@ static int do_move_one(my_t *m, store_move_t *mv)
     static const char status_sql[] = "SELECT status FROM tb_voucher_order WHERE id = ? "
                                      "UNION ALL SELECT status FROM tb_voucher_order_cancelled "
                                      "WHERE id = ?";
-    /* kind 'f': the cancelled row moves aside (REPLACE: a row put there again after a
-     * replay is the same order), under the row lock the CAS took */
+    /* kind 'f': the cancelled row (by this move, or by one not moved aside) moves aside
+     * (REPLACE: a row put there again after a replay is the same order) */
     static const char aside_sql[] =
         "REPLACE INTO tb_voucher_order_cancelled (id, user_id, voucher_id, pay_type, status, "
         "create_time, pay_time, use_time, refund_time, update_time) SELECT id, user_id, "
         "voucher_id, pay_type, status, create_time, pay_time, use_time, refund_time, "
-        "update_time FROM tb_voucher_order WHERE id = ?";
+        "update_time FROM tb_voucher_order WHERE id = ? AND status IN (4, 5, 6)";
     static const char del_sql[] = "DELETE FROM tb_voucher_order WHERE id = ?";
     store_move_spec_t sp;
     if (store__move_spec(mv->kind, &sp) != 0)
@@ -2373,8 +2373,10 @@ static int do_move_one(my_t *m, store_move_t *mv)
     int64_t n = 0;
     if (do_exec(m, cas_sql, args, 3, &n) != STORE_OK)
         return STORE_ERR;
-    if (n > 0 && sp.frees && (do_exec(m, aside_sql, &args[2], 1, &n) != STORE_OK ||
-                              do_exec(m, del_sql, &args[2], 1, &n) != STORE_OK))
+    int64_t copied = 0;
+    if (sp.frees && do_exec(m, aside_sql, &args[2], 1, &copied) != STORE_OK)
+        return STORE_ERR;
+    if (copied > 0 && do_exec(m, del_sql, &args[2], 1, &copied) != STORE_OK)
         return STORE_ERR;
     if (n == 0 && sp.from == 4) {   /* a refund of an order moved aside */
         snprintf(cas_sql, sizeof cas_sql,
@@ -2394,22 +2396,24 @@ static int do_move_one(my_t *m, store_move_t *mv)
     return n > 0 ? STORE_OK : STORE_NOTFOUND;
 }
 
-/* Every move in one transaction (one move alone under autocommit). The whole may run
- * twice (a retry after a lost connection): the CAS is the guard. */
+/* Every move in one transaction (one move alone under autocommit, unless it frees its
+ * buyer: three statements). The whole may run twice (a retry after a lost connection):
+ * the CAS is the guard. */
 static int do_orders_move(my_t *m, store_move_t *moves, size_t n)
 {
-    if (n > 1 && tx_begin(m, "order status: BEGIN") != STORE_OK)
+    int tx = n > 1 || moves[0].kind == 'f';
+    if (tx && tx_begin(m, "order status: BEGIN") != STORE_OK)
         return STORE_ERR;
     for (size_t i = 0; i < n; i++) {
         moves[i].rc = do_move_one(m, &moves[i]);
         if (moves[i].rc == STORE_ERR)
             goto fail;
     }
-    if (n > 1 && tx_commit(m, "order status: COMMIT") != STORE_OK)
+    if (tx && tx_commit(m, "order status: COMMIT") != STORE_OK)
         goto fail;
     return STORE_OK;
 fail:
-    if (n > 1)
+    if (tx)
         tx_rollback(m);
     return STORE_ERR;
 }

@@ -1454,19 +1454,21 @@ static int move_stmt(sq_t *q, const char *sql, const store_arg_t *args, int narg
     return 0;
 }
 
-/* The row a 'f' move cancelled goes to tb_voucher_order_cancelled (OR REPLACE: a row put
- * there again after a replay is the same order), and leaves tb_voucher_order. */
+/* A 'f' move's row, cancelled (by this move, or by one that was not moved aside), goes
+ * to tb_voucher_order_cancelled (OR REPLACE: a row put there again after a replay is the
+ * same order) and leaves tb_voucher_order. */
 static int move_aside(sq_t *q, const store_arg_t *args)
 {
     static const char copy_sql[] =
         "INSERT OR REPLACE INTO tb_voucher_order_cancelled (id, user_id, voucher_id, pay_type, "
         "status, create_time, pay_time, use_time, refund_time, update_time) SELECT id, "
         "user_id, voucher_id, pay_type, status, create_time, pay_time, use_time, refund_time, "
-        "update_time FROM tb_voucher_order WHERE id = ?1";
+        "update_time FROM tb_voucher_order WHERE id = ?1 AND status IN (4, 5, 6)";
     static const char del_sql[] = "DELETE FROM tb_voucher_order WHERE id = ?1";
-    return move_stmt(q, copy_sql, args, 1, NULL) == 0 && move_stmt(q, del_sql, args, 1, NULL) == 0
-               ? 0
-               : -1;
+    int copied = 0;
+    if (move_stmt(q, copy_sql, args, 1, &copied) != 0)
+        return -1;
+    return copied ? move_stmt(q, del_sql, args, 1, NULL) : 0;
 }
 
 /* One move's CAS and, with give_unit, the voucher's unit back (and with frees, the row
@@ -1494,7 +1496,7 @@ static int sq_move_one(sq_t *q, store_move_t *m)
         return STORE_ERR;
     if (changed && sp.give_unit && move_stmt(q, give_sql, args, 2, NULL) != 0)
         return STORE_ERR;
-    if (changed && sp.frees && move_aside(q, args) != 0)
+    if (sp.frees && move_aside(q, args) != 0)
         return STORE_ERR;
     if (!changed && sp.from == 4) {
         snprintf(cas_sql, sizeof cas_sql, fmt, "tb_voucher_order_cancelled", sp.to, sp.col,
