@@ -30,14 +30,21 @@ def _live(db, vid):
                      "AND status IN (1, 2, 3)", vid)
 
 
-def test_flag_off_a_cancelled_buyer_may_not_buy_again():
-    r, srv = H.setup(settings=L.FAST)
+def _buy_and_cancel(settings, phone, stock):
+    """A server with settings; buyer a (phone) buys one unit of a new voucher and cancels:
+    (r, srv, h, a, vid, orderId)."""
+    r, srv = H.setup(settings=settings)
     h = srv.http()
-    a = H.login(srv, r, "13712345601", h)
-    vid = H.create_seckill(srv, stock=3, http=h)
+    a = H.login(srv, r, phone, h)
+    vid = H.create_seckill(srv, stock=stock, http=h)
     oa = H.seckill(srv, a, vid, h)[1]["data"]
     st, j = L._cancel(h, a, oa)
     check(j["success"], "a cancels: %r", j)
+    return r, srv, h, a, vid, oa
+
+
+def test_flag_off_a_cancelled_buyer_may_not_buy_again():
+    r, srv, h, a, vid, oa = _buy_and_cancel(L.FAST, "13712345601", 3)
     st, j = H.seckill(srv, a, vid, h)
     eq(j.get("errorMsg"), "不能重复下单", "a buys again after cancelling (flag off)")
     H.wait_drained(srv, r, vid, 30)
@@ -198,13 +205,7 @@ def test_flag_on_timeout_frees_the_buyer():
 
 
 def test_flag_on_sync_mode():
-    r, srv = H.setup(settings=dict(FREE, mode="sync"))
-    h = srv.http()
-    a = H.login(srv, r, "13712345631", h)
-    vid = H.create_seckill(srv, stock=1, http=h)
-    o1 = H.seckill(srv, a, vid, h)[1]["data"]
-    st, j = L._cancel(h, a, o1)
-    check(j["success"], "a cancels: %r", j)
+    r, srv, h, a, vid, o1 = _buy_and_cancel(dict(FREE, mode="sync"), "13712345631", 1)
     db = srv.db()
     eq(_where(db, o1), ("tb_voucher_order_cancelled", 4), "a's order moved aside")
     eq(db.stock(vid), 1, "SQL stock after the cancel")
