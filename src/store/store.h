@@ -9,7 +9,8 @@
  * Calls return STORE_OK, STORE_NOTFOUND or STORE_ERR; on STORE_ERR store_errmsg() says why.
  *
  * Schema (sql/schema.sqlite.sql, sql/schema.mysql.sql, built in): the course's tb_user, tb_voucher,
- * tb_seckill_voucher, tb_voucher_order, plus UNIQUE(user_id, voucher_id) on orders.
+ * tb_seckill_voucher, tb_voucher_order, plus UNIQUE(user_id, voucher_id) on orders, and
+ * tb_voucher_order_cancelled (--cancel-frees-buyer's cancelled orders, same columns).
  * store_open() creates/migrates it. Times are epoch seconds here; the backends store them
  * as the engine's own datetime type in server local time. */
 #ifndef SECKILL_STORE_H

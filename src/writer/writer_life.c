@@ -2,7 +2,10 @@
  * order's status (a replay changes nothing): a cancelled or timed-out order
  * (src/order/life.lua) becomes status 4 with its unit back in the voucher's SQL stock;
  * a paid one 2 with pay_time; a cancelled one whose payment was refunded 6 with
- * refund_time -- a batch's events in one transaction (store_orders_move).
+ * refund_time -- a batch's events in one transaction (store_orders_move). An event whose
+ * entry carries `free 1` (--cancel-frees-buyer) is a move 'f': the cancel, and the row to
+ * tb_voucher_order_cancelled, so the buyer's next order fits in SQL (writer.c writes a
+ * batch in rounds so the event comes before that order).
  *
  * An event follows its order's own entry in the same stream, and a batch writes its
  * orders before its events, so within one writer the insert always comes first. With
