@@ -176,6 +176,27 @@ CREATE TABLE IF NOT EXISTS tb_seckill_room (
     PRIMARY KEY (voucher_id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_general_ci;
 
+-- Version 7. Not the course's: orders cancelled or timed out under --cancel-frees-buyer
+-- (docs/lifecycle.md), moved out of tb_voucher_order (column for column the same) by the
+-- cancel's transaction, so the course's UNIQUE (user_id, voucher_id) lets their buyer order
+-- again while tb_voucher_order keeps one order per user. Status 4, or 6 once a late payment
+-- was refunded.
+CREATE TABLE IF NOT EXISTS tb_voucher_order_cancelled (
+    id          BIGINT           NOT NULL,
+    user_id     BIGINT UNSIGNED  NOT NULL,
+    voucher_id  BIGINT UNSIGNED  NOT NULL,
+    pay_type    TINYINT UNSIGNED NOT NULL DEFAULT 1,
+    status      TINYINT UNSIGNED NOT NULL DEFAULT 4,
+    create_time DATETIME         NOT NULL DEFAULT CURRENT_TIMESTAMP,
+    pay_time    DATETIME         NULL DEFAULT NULL,
+    use_time    DATETIME         NULL DEFAULT NULL,
+    refund_time DATETIME         NULL DEFAULT NULL,
+    update_time DATETIME         NOT NULL DEFAULT CURRENT_TIMESTAMP,
+    PRIMARY KEY (id),
+    KEY idx_order_cancelled_user (user_id),
+    KEY idx_order_cancelled_voucher (voucher_id)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_general_ci;
+
 -- Last: the version this file brings the database to (MYSQL_SCHEMA_VERSION).
-INSERT INTO schema_version (id, version) VALUES (1, 6)
-    ON DUPLICATE KEY UPDATE version = GREATEST(version, 6);
+INSERT INTO schema_version (id, version) VALUES (1, 7)
+    ON DUPLICATE KEY UPDATE version = GREATEST(version, 7);

@@ -160,4 +160,24 @@ CREATE TABLE IF NOT EXISTS tb_seckill_room (
     create_time TEXT    NOT NULL DEFAULT (datetime('now', 'localtime'))
 );
 
-PRAGMA user_version = 6;
+-- Version 7. Not the course's: orders cancelled or timed out under --cancel-frees-buyer
+-- (docs/lifecycle.md), moved out of tb_voucher_order (column for column the same) by the
+-- cancel's transaction, so the course's UNIQUE (user_id, voucher_id) lets their buyer order
+-- again while tb_voucher_order keeps one order per user. Status 4, or 6 once a late payment
+-- was refunded.
+CREATE TABLE IF NOT EXISTS tb_voucher_order_cancelled (
+    id          INTEGER PRIMARY KEY,
+    user_id     INTEGER NOT NULL,
+    voucher_id  INTEGER NOT NULL,
+    pay_type    INTEGER NOT NULL DEFAULT 1,
+    status      INTEGER NOT NULL DEFAULT 4,
+    create_time TEXT    NOT NULL DEFAULT (datetime('now', 'localtime')),
+    pay_time    TEXT,
+    use_time    TEXT,
+    refund_time TEXT,
+    update_time TEXT    NOT NULL DEFAULT (datetime('now', 'localtime'))
+);
+CREATE INDEX IF NOT EXISTS idx_order_cancelled_user ON tb_voucher_order_cancelled (user_id);
+CREATE INDEX IF NOT EXISTS idx_order_cancelled_voucher ON tb_voucher_order_cancelled (voucher_id);
+
+PRAGMA user_version = 7;

@@ -287,6 +287,9 @@ int store__move_spec(char kind, store_move_spec_t *spec)
     case 'r':
         *spec = (store_move_spec_t){4, 6, 0, "refund_time"};
         return 0;
+    case 'f':
+        *spec = (store_move_spec_t){1, 4, 1, "update_time", 1};
+        return 0;
     default:
         return -1;
     }
@@ -331,6 +334,11 @@ static int order_move(store_t *s, int64_t order_id, char kind, int64_t now, int 
 int store_order_cancel(store_t *s, int64_t order_id, int64_t now, int *was)
 {
     return order_move(s, order_id, 'c', now, was);
+}
+
+int store_order_cancel_free(store_t *s, int64_t order_id, int64_t now, int *was)
+{
+    return order_move(s, order_id, 'f', now, was);
 }
 
 int store_order_pay(store_t *s, int64_t order_id, int64_t now, int *was)

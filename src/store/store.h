@@ -9,7 +9,8 @@
  * Calls return STORE_OK, STORE_NOTFOUND or STORE_ERR; on STORE_ERR store_errmsg() says why.
  *
  * Schema (sql/schema.sqlite.sql, sql/schema.mysql.sql, built in): the course's tb_user, tb_voucher,
- * tb_seckill_voucher, tb_voucher_order, plus UNIQUE(user_id, voucher_id) on orders.
+ * tb_seckill_voucher, tb_voucher_order, plus UNIQUE(user_id, voucher_id) on orders, and
+ * tb_voucher_order_cancelled (--cancel-frees-buyer's cancelled orders, same columns).
  * store_open() creates/migrates it. Times are epoch seconds here; the backends store them
  * as the engine's own datetime type in server local time. */
 #ifndef SECKILL_STORE_H
@@ -159,13 +160,20 @@ int store_orders_of_user(store_t *s, int64_t user_id, size_t max, store_order_t 
  * the order had (1: cancelled by this call; anything else: nothing changed). now (epoch
  * seconds) is the row's update_time. STORE_NOTFOUND: no such order. */
 int store_order_cancel(store_t *s, int64_t order_id, int64_t now, int *was);
+/* The same cancel for --cancel-frees-buyer: the cancelled row then leaves tb_voucher_order
+ * for tb_voucher_order_cancelled (same columns, no UNIQUE(user_id, voucher_id)), in the same
+ * transaction, so its buyer may order the voucher again. Reads of one order or of a user's
+ * orders, the refund below and store_voucher_orders see both tables; store_orders_write
+ * never writes an order again that was moved there (a replay after a crash). */
+int store_order_cancel_free(store_t *s, int64_t order_id, int64_t now, int *was);
 /* The same CAS for a payment taken: 1 -> 2 with pay_time = now. */
 int store_order_pay(store_t *s, int64_t order_id, int64_t now, int *was);
 /* ... and for a payment refunded because the order was cancelled first: 4 -> 6 with
- * refund_time = now (the unit went back with the cancel). */
+ * refund_time = now (the unit went back with the cancel), in whichever table holds it. */
 int store_order_refund(store_t *s, int64_t order_id, int64_t now, int *was);
 /* The same CAS moves of a batch, in one transaction (the order writer's events): kind
- * 'c' a cancel (store_order_cancel), 'p' a payment, 'r' a refund; applied in array order.
+ * 'c' a cancel (store_order_cancel), 'f' a cancel that frees the buyer
+ * (store_order_cancel_free), 'p' a payment, 'r' a refund; applied in array order.
  * STORE_OK: committed, each move's rc (STORE_OK or STORE_NOTFOUND) and was set;
  * STORE_ERR: nothing applied (every move's rc STORE_ERR). */
 typedef struct store_move {

@@ -78,6 +78,7 @@ extern const store_ops_t store_sqlite_ops;
 typedef struct store_move_spec {
     int from, to, give_unit;
     const char *col;
+    int frees;      /* the moved row goes to tb_voucher_order_cancelled (kind 'f') */
 } store_move_spec_t;
 int store__move_spec(char kind, store_move_spec_t *spec);
 

@@ -77,7 +77,7 @@
 #include "core/url.h"
 
 /* Must equal the version the last statement of sql/schema.mysql.sql writes. */
-#define MYSQL_SCHEMA_VERSION 6
+#define MYSQL_SCHEMA_VERSION 7
 
 /* Multi-row inserts: statements of 2^k rows, k = 0 .. INS_LEVELS-1. */
 #define INS_LEVELS 10
@@ -112,6 +112,7 @@ enum {
     ST_SYNC_TAKE,
     ST_VOUCHER_ORDERS,
     ST_EPOCH_LOCK,
+    ST_ASIDE_ANY,
     ST_EPOCH_BUMP,
     ST_BUCKETS_INSERT,
     ST_BUCKETS_GET,
@@ -135,6 +136,8 @@ enum {
     "score, open_hours, create_time, update_time FROM tb_shop "
 
 #define ORDER_COLS "SELECT id, user_id, voucher_id, status, create_time FROM tb_voucher_order "
+#define ASIDE_COLS                                                                      \
+    "SELECT id, user_id, voucher_id, status, create_time FROM tb_voucher_order_cancelled "
 
 static const char *const stmt_sql[ST__COUNT] = {
     [ST_BEGIN] = "START TRANSACTION",
@@ -159,8 +162,10 @@ static const char *const stmt_sql[ST__COUNT] = {
     [ST_STOCK_DEC] = "UPDATE tb_seckill_voucher SET stock = stock - ?, update_time = ? "
                      "WHERE voucher_id = ?",
     [ST_STOCK_GET] = "SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?",
-    [ST_ORDER_GET] = ORDER_COLS "WHERE id = ?",
-    [ST_ORDERS_OF_USER] = ORDER_COLS "WHERE user_id = ? ORDER BY create_time DESC, id DESC "
+    /* an order is in one of the two tables (--cancel-frees-buyer moves a cancelled one) */
+    [ST_ORDER_GET] = ORDER_COLS "WHERE id = ? UNION ALL " ASIDE_COLS "WHERE id = ?",
+    [ST_ORDERS_OF_USER] = ORDER_COLS "WHERE user_id = ? UNION ALL " ASIDE_COLS
+                                     "WHERE user_id = ? ORDER BY create_time DESC, id DESC "
                                      "LIMIT ?",
     /* one statement, so the count and the stock are from one moment (READ COMMITTED) */
     [ST_COUNTS] = "SELECT (SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ? "
@@ -174,8 +179,11 @@ static const char *const stmt_sql[ST__COUNT] = {
                        "update_time) VALUES (?, ?, ?, ?, ?)",
     [ST_SYNC_TAKE] = "UPDATE tb_seckill_voucher SET stock = stock - 1, update_time = ? "
                      "WHERE voucher_id = ? AND stock > 0",
-    [ST_VOUCHER_ORDERS] = ORDER_COLS "WHERE voucher_id = ? AND id > ? ORDER BY id LIMIT ?",
+    [ST_VOUCHER_ORDERS] = ORDER_COLS "WHERE voucher_id = ? AND id > ? UNION ALL " ASIDE_COLS
+                                     "WHERE voucher_id = ? AND id > ? ORDER BY id LIMIT ?",
     /* the voucher row's lock orders a rebuild's bump and every order batch */
+    /* orders moved aside by a cancel (--cancel-frees-buyer) among a batch's ids */
+    [ST_ASIDE_ANY] = "SELECT 1 FROM tb_voucher_order_cancelled WHERE id BETWEEN ? AND ? LIMIT 1",
     [ST_EPOCH_LOCK] = "SELECT COALESCE(e.epoch, 0) FROM tb_seckill_voucher sv "
                       "LEFT JOIN tb_seckill_epoch e ON e.voucher_id = sv.voucher_id "
                       "WHERE sv.voucher_id = ? FOR UPDATE",
@@ -1561,6 +1569,44 @@ static int fence(my_t *m, const store_order_t *sorted, size_t n, store_order_t *
     return rc;
 }
 
+/* Whether tb_voucher_order_cancelled holds an id between lo and hi: 1, 0, STORE_ERR. */
+static int aside_any(my_t *m, int64_t lo, int64_t hi)
+{
+    MYSQL_BIND par[2], res[1];
+    ri64_t one;
+    b_i64(&par[0], &lo);
+    b_i64(&par[1], &hi);
+    r_i64(&res[0], &one);
+    int f = one_row(m, stmt(m, ST_ASIDE_ANY), par, res, "cancelled orders");
+    return f == STORE_ERR ? STORE_ERR : f == STORE_OK;
+}
+
+/* Drops from sorted[0..*n) (ascending id) the orders a cancel moved to
+ * tb_voucher_order_cancelled (--cancel-frees-buyer): a replay of such an order's entry
+ * must not write it again. One range read per batch; one read per order only when the
+ * range holds such an order. */
+static int drop_aside(my_t *m, store_order_t *sorted, size_t *n)
+{
+    if (*n == 0)
+        return STORE_OK;
+    int any = aside_any(m, sorted[0].id, sorted[*n - 1].id);
+    if (any != 1)
+        return any;
+    size_t k = 0;
+    for (size_t i = 0; i < *n; i++) {
+        int f = aside_any(m, sorted[i].id, sorted[i].id);
+        if (f == STORE_ERR)
+            return STORE_ERR;
+        if (f)
+            log_warn("order %lld not written again: it was cancelled and moved to "
+                     "tb_voucher_order_cancelled (a replay)", (long long)sorted[i].id);
+        else
+            sorted[k++] = sorted[i];
+    }
+    *n = k;
+    return STORE_OK;
+}
+
 static int do_orders_write(my_t *m, const store_order_t *all_sorted, size_t nall,
                            size_t *inserted, size_t *conflicts, size_t *fenced)
 {
@@ -1571,7 +1617,8 @@ static int do_orders_write(my_t *m, const store_order_t *all_sorted, size_t nall
         free(sorted);
         return STORE_ERR;
     }
-    if (fence(m, all_sorted, nall, sorted, &n, fenced) != STORE_OK)
+    if (fence(m, all_sorted, nall, sorted, &n, fenced) != STORE_OK ||
+        drop_aside(m, sorted, &n) != STORE_OK)
         goto fail;
     int all = n ? insert_all(m, sorted, n) : 1;
     if (all == STORE_ERR)
@@ -1585,7 +1632,8 @@ static int do_orders_write(my_t *m, const store_order_t *all_sorted, size_t nall
         tx_rollback(m);
         if (m->broken || tx_begin(m, "orders: BEGIN") != STORE_OK)
             goto fail;
-        if (fence(m, all_sorted, nall, sorted, &n, fenced) != STORE_OK)
+        if (fence(m, all_sorted, nall, sorted, &n, fenced) != STORE_OK ||
+            drop_aside(m, sorted, &n) != STORE_OK)
             goto fail;
         if (insert_each(m, sorted, n, &tl, &ntl, &captl, &ins, &conf) != STORE_OK)
             goto fail;
@@ -1707,8 +1755,9 @@ static int order_rows(my_t *m, MYSQL_STMT *st, MYSQL_BIND *par, size_t max, stor
 
 static int do_order_get(my_t *m, int64_t id, store_order_t *out)
 {
-    MYSQL_BIND par[1];
+    MYSQL_BIND par[2];
     b_i64(&par[0], &id);
+    b_i64(&par[1], &id);
     store_order_t *a = NULL;
     size_t n = 0;
     if (order_rows(m, stmt(m, ST_ORDER_GET), par, 1, &a, &n, "order get") != STORE_OK)
@@ -1730,9 +1779,10 @@ static int do_orders_of_user(my_t *m, int64_t user_id, size_t max, store_order_t
                              size_t *n)
 {
     int64_t lim = max > (size_t)INT64_MAX ? INT64_MAX : (int64_t)max;
-    MYSQL_BIND par[2];
+    MYSQL_BIND par[3];
     b_i64(&par[0], &user_id);
-    b_i64(&par[1], &lim);
+    b_i64(&par[1], &user_id);
+    b_i64(&par[2], &lim);
     return order_rows(m, stmt(m, ST_ORDERS_OF_USER), par, max, out, n, "orders of user");
 }
 
@@ -1747,10 +1797,12 @@ static int do_voucher_orders(my_t *m, int64_t voucher_id, int64_t after_id, size
                              store_order_t **out, size_t *n)
 {
     int64_t lim = max > (size_t)INT64_MAX ? INT64_MAX : (int64_t)max;
-    MYSQL_BIND par[3];
+    MYSQL_BIND par[5];
     b_i64(&par[0], &voucher_id);
     b_i64(&par[1], &after_id);
-    b_i64(&par[2], &lim);
+    b_i64(&par[2], &voucher_id);
+    b_i64(&par[3], &after_id);
+    b_i64(&par[4], &lim);
     return order_rows(m, stmt(m, ST_VOUCHER_ORDERS), par, max, out, n, "voucher orders");
 }
 
@@ -2293,7 +2345,17 @@ static int my_shop_types(store_t *s, store_shop_type_t **out, size_t *n)
  * the order's status says why. col is store.c's, never client input. */
 static int do_move_one(my_t *m, store_move_t *mv)
 {
-    static const char status_sql[] = "SELECT status FROM tb_voucher_order WHERE id = ?";
+    static const char status_sql[] = "SELECT status FROM tb_voucher_order WHERE id = ? "
+                                     "UNION ALL SELECT status FROM tb_voucher_order_cancelled "
+                                     "WHERE id = ?";
+    /* kind 'f': the cancelled row (by this move, or by one not moved aside) moves aside
+     * (REPLACE: a row put there again after a replay is the same order) */
+    static const char aside_sql[] =
+        "REPLACE INTO tb_voucher_order_cancelled (id, user_id, voucher_id, pay_type, status, "
+        "create_time, pay_time, use_time, refund_time, update_time) SELECT id, user_id, "
+        "voucher_id, pay_type, status, create_time, pay_time, use_time, refund_time, "
+        "update_time FROM tb_voucher_order WHERE id = ? AND status IN (4, 5, 6)";
+    static const char del_sql[] = "DELETE FROM tb_voucher_order WHERE id = ?";
     store_move_spec_t sp;
     if (store__move_spec(mv->kind, &sp) != 0)
         return STORE_ERR;
@@ -2311,32 +2373,47 @@ static int do_move_one(my_t *m, store_move_t *mv)
     int64_t n = 0;
     if (do_exec(m, cas_sql, args, 3, &n) != STORE_OK)
         return STORE_ERR;
+    int64_t copied = 0;
+    if (sp.frees && do_exec(m, aside_sql, &args[2], 1, &copied) != STORE_OK)
+        return STORE_ERR;
+    if (copied > 0 && do_exec(m, del_sql, &args[2], 1, &copied) != STORE_OK)
+        return STORE_ERR;
+    if (n == 0 && sp.from == 4) {   /* a refund of an order moved aside */
+        snprintf(cas_sql, sizeof cas_sql,
+                 "UPDATE tb_voucher_order_cancelled SET status = %d, %s = ?, update_time = ? "
+                 "WHERE id = ? AND status = %d", sp.to, sp.col, sp.from);
+        if (do_exec(m, cas_sql, args, 3, &n) != STORE_OK)
+            return STORE_ERR;
+    }
     if (n > 0) {
         mv->was = sp.from;
         return STORE_OK;
     }
-    if (do_exec(m, status_sql, &args[2], 1, &n) != STORE_OK)
+    const store_arg_t ids[2] = {args[2], args[2]};
+    if (do_exec(m, status_sql, ids, 2, &n) != STORE_OK)
         return STORE_ERR;
     mv->was = (int)n;
     return n > 0 ? STORE_OK : STORE_NOTFOUND;
 }
 
-/* Every move in one transaction (one move alone under autocommit). The whole may run
- * twice (a retry after a lost connection): the CAS is the guard. */
+/* Every move in one transaction (one move alone under autocommit, unless it frees its
+ * buyer: three statements). The whole may run twice (a retry after a lost connection):
+ * the CAS is the guard. */
 static int do_orders_move(my_t *m, store_move_t *moves, size_t n)
 {
-    if (n > 1 && tx_begin(m, "order status: BEGIN") != STORE_OK)
+    int tx = n > 1 || moves[0].kind == 'f';
+    if (tx && tx_begin(m, "order status: BEGIN") != STORE_OK)
         return STORE_ERR;
     for (size_t i = 0; i < n; i++) {
         moves[i].rc = do_move_one(m, &moves[i]);
         if (moves[i].rc == STORE_ERR)
             goto fail;
     }
-    if (n > 1 && tx_commit(m, "order status: COMMIT") != STORE_OK)
+    if (tx && tx_commit(m, "order status: COMMIT") != STORE_OK)
         goto fail;
     return STORE_OK;
 fail:
-    if (n > 1)
+    if (tx)
         tx_rollback(m);
     return STORE_ERR;
 }

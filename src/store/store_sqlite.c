@@ -37,7 +37,7 @@
 #include "core/url.h"
 
 /* Must equal the PRAGMA user_version that sql/schema.sqlite.sql sets. */
-#define SQLITE_SCHEMA_VERSION 6
+#define SQLITE_SCHEMA_VERSION 7
 
 /* How many VM instructions between deadline checks. */
 #define PROGRESS_OPS 1000
@@ -76,6 +76,7 @@ enum {
     ST_SHOP_INSERT,
     ST_SHOP_UPDATE,
     ST_SHOP_TYPES,
+    ST_ASIDE_ANY,
     ST__COUNT
 };
 
@@ -122,7 +123,9 @@ static const char *const stmt_sql[ST__COUNT] = {
     [ST_STOCK_TAKE] = "UPDATE tb_seckill_voucher SET stock = stock - ?1, update_time = ?2 "
                       "WHERE voucher_id = ?3 AND stock >= ?1",
     [ST_ORDERS_OF_USER] = "SELECT id, user_id, voucher_id, status, create_time "
-                          "FROM tb_voucher_order WHERE user_id = ?1 "
+                          "FROM tb_voucher_order WHERE user_id = ?1 UNION ALL "
+                          "SELECT id, user_id, voucher_id, status, create_time "
+                          "FROM tb_voucher_order_cancelled WHERE user_id = ?1 "
                           "ORDER BY create_time DESC, id DESC LIMIT ?2",
     [ST_COUNT_ORDERS] = "SELECT count(*) FROM tb_voucher_order WHERE voucher_id = ?1 "
                        "AND status IN (1, 2, 3)",
@@ -143,11 +146,16 @@ static const char *const stmt_sql[ST__COUNT] = {
                        "score = ?11, open_hours = ?12, update_time = ?13 WHERE id = ?14",
     [ST_SHOP_TYPES] = "SELECT id, name, icon, sort, create_time, update_time FROM tb_shop_type "
                       "ORDER BY sort, id",
+    [ST_ASIDE_ANY] = "SELECT 1 FROM tb_voucher_order_cancelled WHERE id BETWEEN ?1 AND ?2 "
+                     "LIMIT 1",
 };
 
-/* store_order_get shares the row shape of ST_ORDERS_OF_USER. */
+/* store_order_get shares the row shape of ST_ORDERS_OF_USER; an order is in one of the two
+ * tables (a cancel under --cancel-frees-buyer moves it). */
 static const char order_get_sql[] = "SELECT id, user_id, voucher_id, status, create_time "
-                                    "FROM tb_voucher_order WHERE id = ?1";
+                                    "FROM tb_voucher_order WHERE id = ?1 UNION ALL "
+                                    "SELECT id, user_id, voucher_id, status, create_time "
+                                    "FROM tb_voucher_order_cancelled WHERE id = ?1";
 
 typedef struct sq {
     struct store base;               /* first: a store_t * is an sq_t * */
@@ -934,6 +942,22 @@ static int classify_skip(sq_t *q, const store_order_t *o)
     return 0;
 }
 
+/* Whether tb_voucher_order_cancelled holds an id of orders[0..n) (with n == 1, exactly
+ * that one; else any id between the batch's least and greatest, one range read per batch):
+ * such an order was written, cancelled and moved aside (--cancel-frees-buyer), and a replay
+ * of its entry must not write it again. 1 yes, 0 no, STORE_ERR. */
+static int moved_aside(sq_t *q, const store_order_t *orders, size_t n)
+{
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
+    for (size_t i = 0; i < n; i++) {
+        lo = orders[i].id < lo ? orders[i].id : lo;
+        hi = orders[i].id > hi ? orders[i].id : hi;
+    }
+    int rc = one_row(q, stmt(q, ST_ASIDE_ANY), "cancelled orders", NULL, NULL,
+                     ARGS(A_INT(lo), A_INT(hi)));
+    return rc == STORE_ERR ? STORE_ERR : rc == STORE_OK;
+}
+
 /* The voucher's Redis generation (0 without a row; -1 if not a flash-sale voucher), inside
  * the caller's transaction. The last voucher asked is remembered: batches are runs of one
  * voucher's stream. */
@@ -999,6 +1023,14 @@ static int orders_write_rows(sq_t *q, const store_order_t *orders, size_t n, siz
                      (long long)o->id, (long long)o->user_id, (long long)o->voucher_id,
                      (long long)o->epoch, (long long)ep);
             fen++;
+            continue;
+        }
+        int aside = moved_aside(q, o, 1);
+        if (aside == STORE_ERR)
+            goto fail;
+        if (aside) {
+            log_warn("order %lld not written again: it was cancelled and moved to "
+                     "tb_voucher_order_cancelled (a replay)", (long long)o->id);
             continue;
         }
         if (run(q, st, "order insert",
@@ -1118,6 +1150,11 @@ static int orders_write_chunked(sq_t *q, const store_order_t *orders, size_t n,
     /* IMMEDIATE: as in orders_write_rows. */
     if (exec_stmt(q, ST_BEGIN_IMMEDIATE, "orders: BEGIN IMMEDIATE") != STORE_OK)
         return STORE_ERR;
+    int aside = moved_aside(q, orders, n);
+    if (aside != 0) {
+        rc = aside == STORE_ERR ? STORE_ERR : ORDERS_UNUSUAL;
+        goto fail;
+    }
     for (size_t i = 0; i < n; i++) {
         const store_order_t *o = &orders[i];
         int f = order_fenced(q, o, &ep_vid, &ep);
@@ -1399,61 +1436,92 @@ fail:
 static sqlite3_stmt *exec_prepare(sq_t *q, const char *sql, const store_arg_t *args, int nargs,
                                   const char *what);
 
-/* One move's CAS and, with give_unit, the voucher's unit back, inside the caller's
- * transaction: STORE_OK or STORE_NOTFOUND (m->was set), STORE_ERR. Prepared per call: no
- * hot path. */
+/* One statement of a move, prepared per call (no hot path), stepped to its end: 0, or -1
+ * with the error recorded. *changed (may be NULL): the rows it changed. */
+static int move_stmt(sq_t *q, const char *sql, const store_arg_t *args, int nargs, int *changed)
+{
+    sqlite3_stmt *st = exec_prepare(q, sql, args, nargs, "order status: prepare");
+    if (!st)
+        return -1;
+    if (sqlite3_step(st) != SQLITE_DONE) {
+        sq_fail(q, "order status");
+        sqlite3_finalize(st);
+        return -1;
+    }
+    if (changed)
+        *changed = sqlite3_changes(q->db) > 0;
+    sqlite3_finalize(st);
+    return 0;
+}
+
+/* A 'f' move's row, cancelled (by this move, or by one that was not moved aside), goes
+ * to tb_voucher_order_cancelled (OR REPLACE: a row put there again after a replay is the
+ * same order) and leaves tb_voucher_order. */
+static int move_aside(sq_t *q, const store_arg_t *args)
+{
+    static const char copy_sql[] =
+        "INSERT OR REPLACE INTO tb_voucher_order_cancelled (id, user_id, voucher_id, pay_type, "
+        "status, create_time, pay_time, use_time, refund_time, update_time) SELECT id, "
+        "user_id, voucher_id, pay_type, status, create_time, pay_time, use_time, refund_time, "
+        "update_time FROM tb_voucher_order WHERE id = ?1 AND status IN (4, 5, 6)";
+    static const char del_sql[] = "DELETE FROM tb_voucher_order WHERE id = ?1";
+    int copied = 0;
+    if (move_stmt(q, copy_sql, args, 1, &copied) != 0)
+        return -1;
+    return copied ? move_stmt(q, del_sql, args, 1, NULL) : 0;
+}
+
+/* One move's CAS and, with give_unit, the voucher's unit back (and with frees, the row
+ * moved aside), inside the caller's transaction: STORE_OK or STORE_NOTFOUND (m->was set),
+ * STORE_ERR. An order that is in tb_voucher_order_cancelled gets the CAS there (a refund
+ * of an order cancelled under --cancel-frees-buyer). */
 static int sq_move_one(sq_t *q, store_move_t *m)
 {
     static const char give_sql[] =
         "UPDATE tb_seckill_voucher SET stock = stock + 1, update_time = ?2 WHERE voucher_id = "
         "(SELECT voucher_id FROM tb_voucher_order WHERE id = ?1)";
-    static const char status_sql[] = "SELECT status FROM tb_voucher_order WHERE id = ?1";
+    static const char status_sql[] =
+        "SELECT status FROM tb_voucher_order WHERE id = ?1 UNION ALL "
+        "SELECT status FROM tb_voucher_order_cancelled WHERE id = ?1";
     store_move_spec_t sp;
     if (store__move_spec(m->kind, &sp) != 0)
         return STORE_ERR;
     char cas_sql[256];
-    snprintf(cas_sql, sizeof cas_sql,
-             "UPDATE tb_voucher_order SET status = %d, %s = ?2, update_time = ?2 WHERE id = ?1 "
-             "AND status = %d", sp.to, sp.col, sp.from);
+    const char *fmt = "UPDATE %s SET status = %d, %s = ?2, update_time = ?2 WHERE id = ?1 "
+                      "AND status = %d";
+    snprintf(cas_sql, sizeof cas_sql, fmt, "tb_voucher_order", sp.to, sp.col, sp.from);
     const store_arg_t args[2] = {{m->order_id, 0}, {m->now, 1}};
-    int rc = STORE_ERR;
-    sqlite3_stmt *st = exec_prepare(q, cas_sql, args, 2, "order status: prepare");
-    if (!st || sqlite3_step(st) != SQLITE_DONE)
-        goto fail;
-    int changed = sqlite3_changes(q->db) > 0;
-    sqlite3_finalize(st);
-    st = NULL;
-    if (changed && sp.give_unit) {
-        st = exec_prepare(q, give_sql, args, 2, "order status: prepare");
-        if (!st || sqlite3_step(st) != SQLITE_DONE)
-            goto fail;
-        sqlite3_finalize(st);
-        st = NULL;
+    int changed = 0;
+    if (move_stmt(q, cas_sql, args, 2, &changed) != 0)
+        return STORE_ERR;
+    if (changed && sp.give_unit && move_stmt(q, give_sql, args, 2, NULL) != 0)
+        return STORE_ERR;
+    if (sp.frees && move_aside(q, args) != 0)
+        return STORE_ERR;
+    if (!changed && sp.from == 4) {
+        snprintf(cas_sql, sizeof cas_sql, fmt, "tb_voucher_order_cancelled", sp.to, sp.col,
+                 sp.from);
+        if (move_stmt(q, cas_sql, args, 2, &changed) != 0)
+            return STORE_ERR;
     }
     if (changed) {
         m->was = sp.from;
         return STORE_OK;
     }
-    st = exec_prepare(q, status_sql, args, 1, "order status: prepare");
+    sqlite3_stmt *st = exec_prepare(q, status_sql, args, 1, "order status: prepare");
     if (!st)
-        goto fail;
-    int step = sqlite3_step(st);
+        return STORE_ERR;
+    int rc = STORE_ERR, step = sqlite3_step(st);
     if (step == SQLITE_ROW) {
         m->was = sqlite3_column_int(st, 0);
         rc = STORE_OK;
     } else if (step == SQLITE_DONE) {
         rc = STORE_NOTFOUND;
     } else {
-        goto fail;
+        sq_fail(q, "order status");
     }
     sqlite3_finalize(st);
     return rc;
-fail:
-    if (st) {
-        sq_fail(q, "order status");
-        sqlite3_finalize(st);
-    }
-    return STORE_ERR;
 }
 
 /* The lifecycle's status CAS of each move (store_int.h orders_move), in one IMMEDIATE
@@ -1508,6 +1576,8 @@ static int sq_voucher_orders(store_t *s, int64_t voucher_id, int64_t after_id, s
     if (sqlite3_prepare_v2(q->db,
                            "SELECT id, user_id, voucher_id, status, create_time "
                            "FROM tb_voucher_order WHERE voucher_id = ?1 AND id > ?2 "
+                           "UNION ALL SELECT id, user_id, voucher_id, status, create_time "
+                           "FROM tb_voucher_order_cancelled WHERE voucher_id = ?1 AND id > ?2 "
                            "ORDER BY id LIMIT ?3",
                            -1, &st, NULL) != SQLITE_OK)
         return sq_fail(q, "prepare voucher orders");

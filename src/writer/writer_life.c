@@ -2,7 +2,10 @@
  * order's status (a replay changes nothing): a cancelled or timed-out order
  * (src/order/life.lua) becomes status 4 with its unit back in the voucher's SQL stock;
  * a paid one 2 with pay_time; a cancelled one whose payment was refunded 6 with
- * refund_time -- a batch's events in one transaction (store_orders_move).
+ * refund_time -- a batch's events in one transaction (store_orders_move). An event whose
+ * entry carries `free 1` (--cancel-frees-buyer) is a move 'f': the cancel, and the row to
+ * tb_voucher_order_cancelled, so the buyer's next order fits in SQL (writer.c writes a
+ * batch in rounds so the event comes before that order).
  *
  * An event follows its order's own entry in the same stream, and a batch writes its
  * orders before its events, so within one writer the insert always comes first. With
@@ -55,12 +58,29 @@
                                    * (the SQL scan and the streams, each) */
 #define SWEEP_AFTER_S 86400       /* a sale this long past end + timeout is not swept */
 
+/* A c or t event whose entry carries `free 1` (life.lua under --cancel-frees-buyer: the
+ * buyer left the buyers hash): its move is 'f', which also moves the row aside in SQL. The
+ * entry says it, not this process's flag, so a writer started with another setting applies
+ * what the script decided. */
+static int frees_buyer(const redisReply *f)
+{
+    for (size_t i = 0; i + 1 < f->elements; i += 2) {
+        const redisReply *k = f->element[i], *v = f->element[i + 1];
+        if (k->type == REDIS_REPLY_STRING && k->len == 4 && memcmp(k->str, "free", 4) == 0 &&
+            v->type == REDIS_REPLY_STRING && v->len == 1 && v->str[0] == '1')
+            return 1;
+    }
+    return 0;
+}
+
 int writer_life_parse(writer_t *wr, wentry_t *e, const redisReply *fields)
 {
     const char *reason = NULL;
     int rc = sentry_event(fields, &e->ev, &reason);
     if (rc == 0)
         return 0;
+    if (rc > 0 && (e->ev.kind == 'c' || e->ev.kind == 't') && frees_buyer(fields))
+        e->ev.kind = 'f';
     if (rc < 0) {
         e->kind = E_DEAD;
         e->reason = reason;
@@ -91,20 +111,39 @@ static int not_yet(writer_t *wr, wentry_t *e)
     return 1;
 }
 
+int writer_life_held(writer_t *wr, const wentry_t *e, const store_order_t *orders, size_t n)
+{
+    if (!wr->app->cfg.cancel_frees_buyer || !wr->st)
+        return 0;
+    if ((int64_t)time(NULL) - strtoll(e->id, NULL, 10) / 1000 >= EVENT_WAIT_S)
+        return 0;   /* no event is that late: a duplicate after all, acked as before */
+    for (size_t i = 0; i < n; i++) {
+        store_order_t o;
+        int rc = store_order_get(wr->st, orders[i].id, &o);
+        if (rc == STORE_NOTFOUND || rc == STORE_ERR) {
+            log_info("writer: %s entry %s: order %lld waits for its buyer's earlier order to "
+                     "be cancelled in SQL", wr->streams[e->si].key, e->id,
+                     (long long)orders[i].id);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* The batch's events applied in one SQL transaction (store_orders_move): a wave of
  * timeouts costs one commit per batch, not per order. */
-size_t writer_life_apply(writer_t *wr)
+size_t writer_life_apply(writer_t *wr, int round)
 {
     size_t n = 0, dead = 0;
     for (size_t i = 0; i < wr->nents; i++)
-        n += wr->ents[i].kind == E_EVENT;
+        n += wr->ents[i].kind == E_EVENT && wr->ents[i].round == round;
     if (n == 0)
         return 0;
     store_move_t *mv = xmalloc(n * sizeof *mv);
     size_t *at = xmalloc(n * sizeof *at);   /* each move's entry */
     n = 0;
     for (size_t i = 0; i < wr->nents; i++)
-        if (wr->ents[i].kind == E_EVENT)
+        if (wr->ents[i].kind == E_EVENT && wr->ents[i].round == round)
             at[n++] = i;
     /* by voucher, stably (an order's events keep their stream order): every writer's
      * transaction takes the vouchers' stock rows in the same order, so two of them never
@@ -118,7 +157,7 @@ size_t writer_life_apply(writer_t *wr)
     }
     for (size_t j = 0; j < n; j++) {
         const wentry_t *e = &wr->ents[at[j]];
-        char k = e->ev.kind == 'p' || e->ev.kind == 'r' ? e->ev.kind : 'c';
+        char k = e->ev.kind == 't' ? 'c' : e->ev.kind;   /* c, f, p, r */
         mv[j] = (store_move_t){.order_id = e->ev.order_id, .now = e->ev.ts, .kind = k};
     }
     char err[512] = "";
@@ -139,6 +178,7 @@ size_t writer_life_apply(writer_t *wr)
     for (size_t j = 0; j < n; j++) {
         wentry_t *e = &wr->ents[at[j]];
         int was = mv[j].was, want = mv[j].kind == 'p' ? 2 : mv[j].kind == 'r' ? 6 : 4;
+        /* (a replayed 'f' finds its row aside at 4, or 6 once refunded: want, or r's 6) */
         if (mv[j].rc == STORE_NOTFOUND) {
             dead += (size_t)not_yet(wr, e);
         } else if (mv[j].kind == 'r' && was == 1) {
@@ -203,7 +243,7 @@ static void call_begin(writer_t *wr, expire_call_t *c, const lkeys_t *k)
     writer_args(wr, &c->n, k->kst);
     writer_args(wr, &c->n, k->ks);
     writer_args(wr, &c->n, k->kcur);
-    writer_args(wr, &c->n, "expire");
+    writer_args(wr, &c->n, wr->app->cfg.cancel_frees_buyer ? "expire-free" : "expire");
     writer_args(wr, &c->n, "");   /* the cursor (argument CALL_CURSOR): call_end sets it */
 }
 

@@ -814,6 +814,62 @@ static void test_orders_move_batch(void **state)
     assert_int_equal(stock, 5 - 1);
 }
 
+/* --cancel-frees-buyer's move ('f', store_order_cancel_free): the cancel's CAS and unit,
+ * and the row moved to tb_voucher_order_cancelled in the same transaction; the same move
+ * again changes nothing; the buyer's next order fits in UNIQUE(user, voucher) while a
+ * replay of the moved order in the same batch is not written again; reads see both
+ * tables; a refund moves 4 -> 6 where the order is. */
+static void test_orders_move_frees(void **state)
+{
+    FX(f);
+    int64_t v = create_seckill(f->s, 1, 5);
+    store_order_t first = mk(8200, 9101, v, 1700000100);
+    size_t ins = 0, conf = 0;
+    assert_int_equal(store_orders_write(f->s, &first, 1, &ins, &conf, NULL), STORE_OK);
+    int was = 0;
+    assert_int_equal(store_order_cancel_free(f->s, 8200, 1700000200, &was), STORE_OK);
+    assert_int_equal(was, 1);
+    assert_int_equal(order_status(f->s, 8200), 4);
+    assert_int_equal(store_order_cancel_free(f->s, 8200, 1700000200, &was), STORE_OK);
+    assert_int_equal(was, 4);
+    int64_t orders, stock;
+    assert_int_equal(store_voucher_counts(f->s, v, &orders, &stock), STORE_OK);
+    assert_int_equal(orders, 0);
+    assert_int_equal(stock, 5);
+    store_order_t batch[2] = {mk(8200, 9101, v, 1700000100), mk(8201, 9101, v, 1700000300)};
+    assert_int_equal(store_orders_write(f->s, batch, 2, &ins, &conf, NULL), STORE_OK);
+    assert_int_equal(ins, 1);
+    assert_int_equal(conf, 0);
+    assert_int_equal(order_status(f->s, 8200), 4);
+    assert_int_equal(order_status(f->s, 8201), 1);
+    assert_int_equal(store_voucher_counts(f->s, v, &orders, &stock), STORE_OK);
+    assert_int_equal(orders, 1);
+    assert_int_equal(stock, 4);
+    store_order_t *list = NULL;
+    size_t n = 0;
+    assert_int_equal(store_orders_of_user(f->s, 9101, 10, &list, &n), STORE_OK);
+    assert_int_equal(n, 2);
+    free(list);
+    assert_int_equal(store_voucher_orders(f->s, v, 0, 10, &list, &n), STORE_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(list[0].id, 8200);
+    assert_int_equal(list[0].status, 4);
+    assert_int_equal(list[1].id, 8201);
+    free(list);
+    assert_int_equal(store_order_refund(f->s, 8200, 1700000400, &was), STORE_OK);
+    assert_int_equal(was, 4);
+    assert_int_equal(order_status(f->s, 8200), 6);
+    /* a cancel that does not free stays in the course's table (the default) */
+    assert_int_equal(store_order_cancel(f->s, 8201, 1700000500, &was), STORE_OK);
+    assert_int_equal(was, 1);
+    assert_int_equal(store_orders_of_user(f->s, 9101, 10, &list, &n), STORE_OK);
+    assert_int_equal(n, 2);
+    free(list);
+    assert_int_equal(store_voucher_counts(f->s, v, &orders, &stock), STORE_OK);
+    assert_int_equal(orders, 0);
+    assert_int_equal(stock, 5);
+}
+
 /* The lab's course steps (lab_store.c, through store_exec and store_exec_orders): made by
  * the lab, not the schema; one autocommit statement each, the stock guards as the course
  * writes them, and lab_voucher_order without UNIQUE(user, voucher) -- counted and listed in
@@ -1100,11 +1156,11 @@ static void test_mysql_engine_and_version(void **state)
 {
     FX(f);
     MYSQL *m = admin(f->db);
-    assert_int_equal(sql_int(m, "SELECT version FROM schema_version WHERE id = 1"), 6);
+    assert_int_equal(sql_int(m, "SELECT version FROM schema_version WHERE id = 1"), 7);
     assert_int_equal(sql_int(m, "SELECT COUNT(*) FROM information_schema.tables WHERE "
                                 "table_schema = DATABASE() AND engine = 'InnoDB' AND "
                                 "table_collation LIKE 'utf8mb4%'"),
-                     10);
+                     11);
     mysql_close(m);
 }
 
@@ -1321,6 +1377,7 @@ int main(void)
         CONTRACT(test_failed_query),
         CONTRACT(test_sync_order),
         CONTRACT(test_orders_move_batch),
+        CONTRACT(test_orders_move_frees),
         CONTRACT(test_lab_calls),
         CONTRACT(test_exec_orders),
         CONTRACT(test_shops),
