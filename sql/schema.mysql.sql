@@ -176,11 +176,34 @@ CREATE TABLE IF NOT EXISTS tb_seckill_room (
     PRIMARY KEY (voucher_id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_general_ci;
 
--- Version 7: the payments of flash-sale orders (docs/lifecycle.md, "Payments in SQL"): one
+-- Version 7. Not the course's: orders cancelled or timed out under --cancel-frees-buyer
+-- (docs/lifecycle.md), moved out of tb_voucher_order (column for column the same) by the
+-- cancel's transaction, so the course's UNIQUE (user_id, voucher_id) lets their buyer order
+-- again while tb_voucher_order keeps one order per user. Status 4, or 6 once a late payment
+-- was refunded.
+CREATE TABLE IF NOT EXISTS tb_voucher_order_cancelled (
+    id          BIGINT           NOT NULL,
+    user_id     BIGINT UNSIGNED  NOT NULL,
+    voucher_id  BIGINT UNSIGNED  NOT NULL,
+    pay_type    TINYINT UNSIGNED NOT NULL DEFAULT 1,
+    status      TINYINT UNSIGNED NOT NULL DEFAULT 4,
+    create_time DATETIME         NOT NULL DEFAULT CURRENT_TIMESTAMP,
+    pay_time    DATETIME         NULL DEFAULT NULL,
+    use_time    DATETIME         NULL DEFAULT NULL,
+    refund_time DATETIME         NULL DEFAULT NULL,
+    update_time DATETIME         NOT NULL DEFAULT CURRENT_TIMESTAMP,
+    PRIMARY KEY (id),
+    KEY idx_order_cancelled_user (user_id),
+    KEY idx_order_cancelled_voucher (voucher_id)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_general_ci;
+
+-- Version 8: the payments of flash-sale orders (docs/lifecycle.md, "Payments in SQL"): one
 -- row per provider payment id, written by the order writer from the order's p / r event in
 -- the transaction of the order's status change (sync mode: in the payment's own
 -- transaction). status: 2 taken, 5 to refund (in the refund outbox), 6 refunded
 -- (refund_time). A side table: the course's tables keep their columns.
+-- A version-7 database from a development build may hold this table and lack
+-- tb_voucher_order_cancelled: the file runs whole below 8, and IF NOT EXISTS creates what lacks.
 CREATE TABLE IF NOT EXISTS tb_voucher_payment (
     payment_id  VARCHAR(64)      NOT NULL,            -- the provider's id
     order_id    BIGINT           NOT NULL,
@@ -193,5 +216,5 @@ CREATE TABLE IF NOT EXISTS tb_voucher_payment (
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
 -- Last: the version this file brings the database to (MYSQL_SCHEMA_VERSION).
-INSERT INTO schema_version (id, version) VALUES (1, 7)
-    ON DUPLICATE KEY UPDATE version = GREATEST(version, 7);
+INSERT INTO schema_version (id, version) VALUES (1, 8)
+    ON DUPLICATE KEY UPDATE version = GREATEST(version, 8);

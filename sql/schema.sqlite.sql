@@ -160,12 +160,34 @@ CREATE TABLE IF NOT EXISTS tb_seckill_room (
     create_time TEXT    NOT NULL DEFAULT (datetime('now', 'localtime'))
 );
 
--- Version 7. Not the course's: the payments of flash-sale orders (docs/lifecycle.md, "Payments
+-- Version 7. Not the course's: orders cancelled or timed out under --cancel-frees-buyer
+-- (docs/lifecycle.md), moved out of tb_voucher_order (column for column the same) by the
+-- cancel's transaction, so the course's UNIQUE (user_id, voucher_id) lets their buyer order
+-- again while tb_voucher_order keeps one order per user. Status 4, or 6 once a late payment
+-- was refunded.
+CREATE TABLE IF NOT EXISTS tb_voucher_order_cancelled (
+    id          INTEGER PRIMARY KEY,
+    user_id     INTEGER NOT NULL,
+    voucher_id  INTEGER NOT NULL,
+    pay_type    INTEGER NOT NULL DEFAULT 1,
+    status      INTEGER NOT NULL DEFAULT 4,
+    create_time TEXT    NOT NULL DEFAULT (datetime('now', 'localtime')),
+    pay_time    TEXT,
+    use_time    TEXT,
+    refund_time TEXT,
+    update_time TEXT    NOT NULL DEFAULT (datetime('now', 'localtime'))
+);
+CREATE INDEX IF NOT EXISTS idx_order_cancelled_user ON tb_voucher_order_cancelled (user_id);
+CREATE INDEX IF NOT EXISTS idx_order_cancelled_voucher ON tb_voucher_order_cancelled (voucher_id);
+
+-- Version 8. Not the course's: the payments of flash-sale orders (docs/lifecycle.md, "Payments
 -- in SQL"): one row per provider payment id (POST /pay/notify), written by the order
 -- writer from the order's p / r event in the transaction of the order's status change (sync
 -- mode: in the payment's own transaction). status: 2 taken (the order paid), 5 to refund
 -- (退款中: in the refund outbox), 6 refunded (the refund was sent; refund_time). A side
 -- table: the course's tables keep their columns.
+-- A version-7 database from a development build may hold this table and lack
+-- tb_voucher_order_cancelled: the file runs whole below 8, and IF NOT EXISTS creates what lacks.
 CREATE TABLE IF NOT EXISTS tb_voucher_payment (
     payment_id  TEXT    PRIMARY KEY,          -- the provider's id: one row per payment
     order_id    INTEGER NOT NULL,
@@ -176,4 +198,4 @@ CREATE TABLE IF NOT EXISTS tb_voucher_payment (
 );
 CREATE INDEX IF NOT EXISTS idx_payment_order ON tb_voucher_payment (order_id);
 
-PRAGMA user_version = 7;
+PRAGMA user_version = 8;

@@ -113,16 +113,22 @@ void api_order_seckill(http_req_t *r, int64_t voucher_id, const auth_user_t *u)
 
 /* ------------------------------------------------------------ order lookups */
 
-/* timeout_s: --pay-timeout-s; an unpaid order shows when it is cancelled unless paid
- * (docs/lifecycle.md) */
-static void order_json(sb_t *s, const orders_rec_t *o, int timeout_s)
+/* The order as the course's VoucherOrder would show it (times as createTime, nulls left
+ * out): payTime once paid; an unpaid order's payDeadline, createTime + --pay-timeout-s,
+ * when the order mode times orders out (stream and sync; docs/lifecycle.md). */
+static void order_json(sb_t *s, const orders_rec_t *o, const config_t *cfg)
 {
     sb_printf(s, "{\"id\":%lld,\"userId\":%lld,\"voucherId\":%lld,\"status\":%d,\"createTime\":",
               (long long)o->id, (long long)o->user_id, (long long)o->voucher_id, o->status);
     sb_json_datetime(s, o->create_time);
-    if (o->status == 1 && timeout_s > 0) {
+    if (o->pay_time > 0) {
+        sb_puts(s, ",\"payTime\":");
+        sb_json_datetime(s, o->pay_time);
+    }
+    if (o->status == 1 && cfg->pay_timeout_s > 0 &&
+        (cfg->mode == MODE_STREAM || cfg->mode == MODE_SYNC)) {
         sb_puts(s, ",\"payDeadline\":");
-        sb_json_datetime(s, o->create_time + timeout_s);
+        sb_json_datetime(s, o->create_time + cfg->pay_timeout_s);
     }
     sb_puts(s, o->persisted ? ",\"persisted\":true}" : ",\"persisted\":false}");
 }
@@ -149,13 +155,13 @@ static void lookup_reply(http_req_t *r, int by_id, orders_rc_t rc, const orders_
     }
     sb_t s = SB_INIT;
     if (by_id) {
-        order_json(&s, &recs[0], r->w->app->cfg.pay_timeout_s);
+        order_json(&s, &recs[0], &r->w->app->cfg);
     } else {
         sb_puts(&s, "[");
         for (size_t i = 0; i < n; i++) {
             if (i > 0)
                 sb_puts(&s, ",");
-            order_json(&s, &recs[i], r->w->app->cfg.pay_timeout_s);
+            order_json(&s, &recs[i], &r->w->app->cfg);
         }
         sb_puts(&s, "]");
     }
@@ -190,7 +196,7 @@ static int lookup_allowed(http_req_t *r, const auth_user_t *u)
 void api_order_get(http_req_t *r, int64_t order_id, const auth_user_t *u)
 {
     if (lookup_allowed(r, u))
-        orders_get(r->w, u->id, order_id, on_order, r);
+        orders_view(r->w, u->id, order_id, on_order, r);
 }
 
 void api_order_of_me(http_req_t *r, const auth_user_t *u)

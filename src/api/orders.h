@@ -51,6 +51,7 @@ typedef struct orders_rec {
     int64_t voucher_id;
     int status;          /* 1 unpaid (the course's values) */
     int64_t create_time; /* epoch seconds */
+    int64_t pay_time;    /* epoch seconds; 0: not paid (views only, below) */
     int persisted;       /* 0: admitted, not yet in SQL */
 } orders_rec_t;
 
@@ -66,10 +67,22 @@ typedef enum {
  * during the call. ctx is the caller's. */
 typedef void (*orders_done_fn)(void *ctx, orders_rc_t rc, const orders_rec_t *recs, size_t n);
 
-/* Order order_id if it belongs to user_id (n = 1), else ORDERS_NOTFOUND. */
+/* Order order_id if it belongs to user_id (n = 1), else ORDERS_NOTFOUND: its status as
+ * SQL has it (1 for one not written yet). For the lifecycle's decisions (life.c), which
+ * read Redis's state themselves. */
 void orders_get(struct worker *w, int64_t user_id, int64_t order_id, orders_done_fn done,
                 void *ctx);
-/* The user's orders, newest first, at most ORDERS_OF_USER_MAX. */
+
+/* The views (GET /voucher-order/{id}, /of/me): the orders as the buyer should see them.
+ * pay_time from SQL (a second SQL read, for a paid order only). In stream mode a decision
+ * Redis made and the writer has not applied yet shows: an order SQL has at 1 (or 4) and
+ * one not written yet get their state from the state hash beside their buyers hash
+ * (seckill:ostate:{tag}, life.lua: c/t -> 4, p -> 2 with its time as pay_time, r -> 6) --
+ * one HGET per such order, on its bucket's node (by id, the bucket from the voucher's
+ * bucket count in SQL). An order of a drained bucket (orders.h above) is SQL's in a list. */
+void orders_view(struct worker *w, int64_t user_id, int64_t order_id, orders_done_fn done,
+                 void *ctx);
+/* The user's orders, newest first, at most ORDERS_OF_USER_MAX, as orders_view shows them. */
 void orders_of_user(struct worker *w, int64_t user_id, orders_done_fn done, void *ctx);
 
 #endif

@@ -187,6 +187,9 @@ typedef struct vdata {
     int64_t sql_begin, sql_end, sql_stock, sql_count;
     pairs_t sql_by_id;                /* (order id, user id), ascending id */
     pairs_t sql_by_user;              /* (user id, order id) */
+    pairs_t sql_live_by_user;         /* ... of live orders (status 1, 2, 3): one per user,
+                                       * the buyer's in Redis (a cancel under
+                                       * --cancel-frees-buyer lets its buyer order again) */
     int64_t sql_outside, sql_outside_example;
 
     /* step 3: Redis snapshot */
@@ -195,6 +198,9 @@ typedef struct vdata {
     int64_t seeded, epoch;            /* set by a rebuild from SQL (rebuild.h), else 0 */
     int64_t returned;                 /* units cancelled orders gave back (life.lua): the
                                        * buyers less these hold stock */
+    int64_t freed;                    /* buyers a cancel or timeout removed from the buyer
+                                       * hash (--cancel-frees-buyer): their orders count
+                                       * in returned, no longer in the buyers */
     int64_t sql_cancelled;            /* SQL orders of status 4, 5 or 6 (cancelled; then refunded) */
 
     /* step 4 */
@@ -224,6 +230,7 @@ static void vdata_free(vdata_t *d)
 {
     pairs_free(&d->sql_by_id);
     pairs_free(&d->sql_by_user);
+    pairs_free(&d->sql_live_by_user);
     pairs_free(&d->buyers);
     pairs_free(&d->buyers_by_order);
     pairs_free(&d->st_by_user);
@@ -348,6 +355,8 @@ static int read_orders(store_t *st, vdata_t *d, orders_page_t *page, char *err, 
         for (size_t i = 0; i < n; i++) {
             pairs_push(&d->sql_by_id, o[i].id, o[i].user_id);
             pairs_push(&d->sql_by_user, o[i].user_id, o[i].id);
+            if (o[i].status >= 1 && o[i].status <= 3)
+                pairs_push(&d->sql_live_by_user, o[i].user_id, o[i].id);
             d->sql_cancelled += o[i].status >= 4 && o[i].status <= 6;
             if (o[i].create_time < d->sql_begin || o[i].create_time >= d->sql_end) {
                 if (d->sql_outside++ == 0)
@@ -391,6 +400,7 @@ static int read_sql(store_t *st, vdata_t *d, char *err, size_t errlen)
     if (d->sql_by_id.n > product)
         pairs_sort(&d->sql_by_id);   /* two id-ordered runs: one */
     pairs_sort(&d->sql_by_user);
+    pairs_sort(&d->sql_live_by_user);
     return 0;
 }
 
@@ -399,7 +409,7 @@ static int read_redis_snapshot(redisContext *c, vdata_t *d, char *err, size_t er
     char why[256];
     redisAppendCommand(c, "MULTI");
     redisAppendCommand(c, "EXISTS %s", d->kv);
-    redisAppendCommand(c, "HMGET %s stock begin end seeded ep returned", d->kv);
+    redisAppendCommand(c, "HMGET %s stock begin end seeded ep returned freed", d->kv);
     redisAppendCommand(c, "HLEN %s", d->kb);
     redisAppendCommand(c, "XLEN %s", d->ks);
     redisAppendCommand(c, "XLEN %s", d->kd);
@@ -440,13 +450,15 @@ static int read_redis_snapshot(redisContext *c, vdata_t *d, char *err, size_t er
     d->seeded = 0;
     d->epoch = 0;
     d->returned = 0;
-    if (h->type == REDIS_REPLY_ARRAY && h->elements == 6) {
+    d->freed = 0;
+    if (h->type == REDIS_REPLY_ARRAY && h->elements == 7) {
         rconn_int(h->element[0], &d->r_stock);
         d->r_has_window = rconn_int(h->element[1], &d->r_begin) == 0 &&
                           rconn_int(h->element[2], &d->r_end) == 0;
         rconn_int(h->element[3], &d->seeded);
         rconn_int(h->element[4], &d->epoch);
         rconn_int(h->element[5], &d->returned);
+        rconn_int(h->element[6], &d->freed);
     }
     rconn_int(r->element[2], &d->admitted);
     rconn_int(r->element[3], &d->xlen);
@@ -693,20 +705,21 @@ static int audit_mode(const audit_opts_t *o, rcl_sync_route_t *rt, audit_mode_t 
     return 0;
 }
 
-/* I3 in a mode that admits in Redis: every SQL order is a buyer with the same order id,
- * and every buyer is in SQL (in-flight entries excused unless drained). Returns how many
- * buyers are not in SQL. */
+/* I3 in a mode that admits in Redis: every live SQL order is a buyer with the same order
+ * id, and every buyer's order is in SQL (in-flight entries excused unless drained).
+ * Returns how many buyers are not in SQL. */
 static int64_t check_admitted(const vdata_t *d, int drained_wanted, report_t *rp)
 {
     int64_t not_admitted = 0, other_id = 0, ex_na = 0;
-    for (size_t i = 0; i < d->sql_by_user.n; i++) {
-        ssize_t k = pairs_find(&d->buyers, d->sql_by_user.v[i].a);
+    const pairs_t *live = &d->sql_live_by_user;
+    for (size_t i = 0; i < live->n; i++) {
+        ssize_t k = pairs_find(&d->buyers, live->v[i].a);
         if (k < 0) {
             if (not_admitted++ == 0)
-                ex_na = d->sql_by_user.v[i].b;
-        } else if (d->buyers.v[k].b != d->sql_by_user.v[i].b) {
+                ex_na = live->v[i].b;
+        } else if (d->buyers.v[k].b != live->v[i].b) {
             if (not_admitted + other_id++ == 0)
-                ex_na = d->sql_by_user.v[i].b;
+                ex_na = live->v[i].b;
         }
     }
     if (not_admitted || other_id)
@@ -714,11 +727,11 @@ static int64_t check_admitted(const vdata_t *d, int drained_wanted, report_t *rp
             "%lld SQL orders were never admitted in Redis, %lld carry another order id than "
             "the buyer hash (e.g. order %lld)", LL(not_admitted), LL(other_id), LL(ex_na));
     else
-        add(rp, "I3", "sql-admitted", C_OK, "all %lld SQL orders are buyers in Redis with the "
-                                            "same order id", LL(d->sql_by_user.n));
+        add(rp, "I3", "sql-admitted", C_OK, "all %lld live SQL orders are buyers in Redis with "
+                                            "the same order id", LL(live->n));
     int64_t missing = 0, excused = 0, ex_m = 0;
     for (size_t i = 0; i < d->buyers.n; i++) {
-        if (pairs_find(&d->sql_by_user, d->buyers.v[i].a) >= 0)
+        if (pairs_find(&d->sql_by_id, d->buyers.v[i].b) >= 0)
             continue;
         missing++;
         if (pairs_find(&d->inflight_users, d->buyers.v[i].a) >= 0)
@@ -750,8 +763,10 @@ static void check_voucher(const audit_opts_t *o, const audit_mode_t *m, vdata_t 
 
     /* ---- I1 ---- */
     /* A cancelled order gave its unit back: the stock equations count the buyers holding
-     * one (live), as SQL counts orders of status 1, 2 or 3 (store_voucher_counts). */
-    int64_t live = d->admitted - d->returned;
+     * one (live), as SQL counts orders of status 1, 2 or 3 (store_voucher_counts). A freed
+     * buyer left the buyer hash with that cancel: initial = stock + buyers - returned +
+     * freed. */
+    int64_t live = d->admitted - d->returned + d->freed;
     if (known && m->sql)
         add(rp, "I1", "no-oversell", d->sql_count <= S ? C_OK : C_FAIL,
             "SQL orders %lld, initial stock %lld", LL(d->sql_count), LL(S));
@@ -803,22 +818,25 @@ static void check_voucher(const audit_opts_t *o, const audit_mode_t *m, vdata_t 
     } else {
         /* Counted in the entries that were there at the snapshot (step 3): an entry holds
          * the orders of one admission call (sentry.h). */
+        /* a freed buyer's cancelled order is in the stream, no longer a buyer */
+        via_stream += d->freed;
         add(rp, "I1", "stream-entries", d->st_orders == via_stream ? C_OK : C_FAIL,
             "stream orders %lld (in %lld entries) %s admitted %lld%s%s", LL(d->st_orders),
             LL(d->xlen), d->st_orders == via_stream ? "=" : "!=",
-            LL(via_stream), d->seeded ? " (buyers minus those rebuilt from SQL)" : "",
+            LL(via_stream), d->seeded ? " (buyers minus those rebuilt from SQL)" :
+                            d->freed ? " (buyers and freed buyers)" : "",
             d->st_bad ? " (some entries unreadable)" : "");
     }
 
     /* ---- I2 ---- */
     int64_t ex = 0;
-    int64_t dsql = pairs_dups(&d->sql_by_user, &ex);
+    int64_t dsql = pairs_dups(&d->sql_live_by_user, &ex);
     if (dsql)
-        add(rp, "I2", "dup-sql", C_FAIL, "%lld users have more than one SQL order, e.g. user %lld",
-            LL(dsql), LL(ex));
+        add(rp, "I2", "dup-sql", C_FAIL,
+            "%lld users have more than one live SQL order, e.g. user %lld", LL(dsql), LL(ex));
     else
-        add(rp, "I2", "dup-sql", C_OK, "%lld SQL orders, %lld distinct users", LL(d->sql_by_user.n),
-            LL(d->sql_by_user.n));
+        add(rp, "I2", "dup-sql", C_OK, "%lld live SQL orders, %lld distinct users",
+            LL(d->sql_live_by_user.n), LL(d->sql_live_by_user.n));
     int64_t dbo = pairs_dups(&d->buyers_by_order, &ex);
     if (dbo)
         add(rp, "I2", "dup-buyers", C_FAIL, "%lld order ids belong to more than one buyer, e.g. %lld",
@@ -828,7 +846,12 @@ static void check_voucher(const audit_opts_t *o, const audit_mode_t *m, vdata_t 
             LL(d->buyers_by_order.n));
     int64_t exo = 0;
     int64_t dsu = pairs_dups(&d->st_by_user, &ex), dso = pairs_dups(&d->st_by_order, &exo);
-    if (dsu || dso)
+    /* a freed buyer may order again: at most one more stream order per freed buyer */
+    if (dsu <= d->freed && d->freed > 0 && !dso)
+        add(rp, "I2", "dup-stream", C_OK, "%lld orders, %lld users with more than one (at "
+            "most the %lld freed buyers), one per order id", LL(d->st_by_user.n), LL(dsu),
+            LL(d->freed));
+    else if (dsu || dso)
         add(rp, "I2", "dup-stream", C_FAIL,
             "%lld users with more than one stream entry (e.g. user %lld), %lld order ids "
             "queued twice (e.g. %lld)", LL(dsu), LL(ex), LL(dso), LL(exo));
@@ -1221,6 +1244,7 @@ static int read_bucket_rest(rcl_sync_route_t *rt, vdata_t *d, char *err, size_t 
         d->r_stock += t->r_stock;
         d->admitted += t->admitted;
         d->returned += t->returned;
+        d->freed += t->freed;
         d->xlen += t->xlen;
         d->st_orders += t->st_orders;
         d->dead += t->dead;

@@ -31,7 +31,7 @@ typedef struct rebuild_args {
     const char *data_dir, *redis, *db;
     int64_t vouchers[MAX_VOUCHERS];
     size_t nvouchers;
-    int dry_run, timeout_ms;
+    int dry_run, timeout_ms, pay_timeout_s;
 } rebuild_args_t;
 
 #define F(field) CMD_ARGS_FIELD(rebuild_args_t, field)
@@ -50,6 +50,9 @@ static const cmd_arg_t rebuild_arg_rows[] = {
     {"db", CMD_ARG_PTR, F(db), 0, 0, "URL", "the service's SQL URL (sqlite:PATH, mysql://...)"},
     {"timeout-ms", CMD_ARG_INT, F(timeout_ms), 10, 600000, "N",
      "deadline of each Redis command and SQL call [10000]"},
+    {"pay-timeout-s", CMD_ARG_INT, F(pay_timeout_s), 0, 86400 * 365, "S",
+     "the service's --pay-timeout-s: a cancelled order SQL updated this\n"
+     "long after its creation is rebuilt as timed out (0: as cancelled) [900]"},
 };
 static const cmd_args_t rebuild_args_spec = {
     rebuild_arg_rows, sizeof rebuild_arg_rows / sizeof rebuild_arg_rows[0], 20};
@@ -94,7 +97,7 @@ static int live_vouchers(store_t *st, int64_t **out, size_t *n)
 
 static int rebuild_cmd(int argc, char **argv)
 {
-    rebuild_args_t a = {.timeout_ms = 10000};
+    rebuild_args_t a = {.timeout_ms = 10000, .pay_timeout_s = 900};
     int exit_now =
         cmd_args_main(&rebuild_args_spec, "seckill redis rebuild", usage, argc, argv, &a);
     if (exit_now >= 0)
@@ -129,7 +132,8 @@ static int rebuild_cmd(int argc, char **argv)
         }
         list = all;
     }
-    rebuild_opts_t o = {.dry_run = dry, .owner = "seckill-redis-rebuild", .plan = stdout, .rt = &rt};
+    rebuild_opts_t o = {.dry_run = dry, .owner = "seckill-redis-rebuild", .plan = stdout, .rt = &rt,
+                        .pay_timeout_s = a.pay_timeout_s};
     int status = 0;
     size_t done = 0, present = 0;
     for (size_t i = 0; i < nv; i++) {

@@ -196,6 +196,9 @@ static const setting_t settings[] = {
     S("pay-timeout-s", "SECKILL_PAY_TIMEOUT_S", T_INT, pay_timeout_s, "900", 0, 604800,
       "an order still unpaid this long after its creation is cancelled and its unit sold again "
       "(0 = never; stream mode)"),
+    S("cancel-frees-buyer", "SECKILL_CANCEL_FREES_BUYER", T_BOOL, cancel_frees_buyer, "0", 0, 1,
+      "a buyer whose order was cancelled or timed out may buy the voucher again (0 = one order "
+      "per user and voucher, cancelled or not; docs/lifecycle.md)"),
     S("metrics-token", "SECKILL_METRICS_TOKEN", T_STR, metrics_token, "", 0, 0,
       "if set, /metrics requires the header \"authorization: Bearer <token>\""),
     S("trusted-proxy", "SECKILL_TRUSTED_PROXY", T_STR, trusted_proxy, "", 0, 0,

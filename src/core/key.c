@@ -176,6 +176,11 @@ int key_rebuild_buyers_t(char *buf, size_t len, const char *tag)
     return KEY_STR(buf, len, "seckill:rebuild:buyers:{", tag, "}");
 }
 
+int key_rebuild_ostate_t(char *buf, size_t len, const char *tag)
+{
+    return KEY_STR(buf, len, "seckill:rebuild:ostate:{", tag, "}");
+}
+
 int key_buyers_t(char *buf, size_t len, const char *tag)
 {
     return KEY_STR(buf, len, "seckill:order:{", tag, "}");

@@ -102,6 +102,8 @@ int key_dead_t(char *buf, size_t len, const char *tag);
  * seckill:rebuild:buyers:{tag} -- for bucket 0 the same keys as key_rebuild_lock/_buyers. */
 int key_rebuild_lock_t(char *buf, size_t len, const char *tag);
 int key_rebuild_buyers_t(char *buf, size_t len, const char *tag);
+/* ... and its staged order states (life.lua's seckill:ostate:{tag}): seckill:rebuild:ostate:{tag} */
+int key_rebuild_ostate_t(char *buf, size_t len, const char *tag);
 int key_xfer_log(char *buf, size_t len, const char *tag);
 /* The order lifecycle's, per bucket (src/order/life.lua, docs/lifecycle.md):
  *   seckill:ostate:{tag}  hash orderId -> "<state> <ts> <userId>" of orders that left

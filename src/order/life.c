@@ -76,7 +76,12 @@ static life_rc_t settled(int status)
 static void run_sql_cancel(store_t *st, void *arg)
 {
     cancel_t *c = arg;
-    c->rc = st ? store_order_cancel(st, c->order_id, clock_wall_s(), &c->was) : STORE_ERR;
+    if (!st)
+        c->rc = STORE_ERR;
+    else if (c->w->app->cfg.cancel_frees_buyer)   /* the row moves aside: the buyer may buy again */
+        c->rc = store_order_cancel_free(st, c->order_id, clock_wall_s(), &c->was);
+    else
+        c->rc = store_order_cancel(st, c->order_id, clock_wall_s(), &c->was);
 }
 
 static void done_sql_cancel(worker_t *w, void *arg)
@@ -246,9 +251,10 @@ static void run_script(cancel_t *c)
     }
     int lo = sb_dec(oid, c->order_id), lu = sb_dec(uid, c->user_id), la = sb_dec(amt, c->amount);
     if (!c->pay) {
-        const char *argv[10] = {"EVAL", script_life_lua, "4", kv, kb, kst, ks, "cancel", oid, uid};
+        const char *op = c->w->app->cfg.cancel_frees_buyer ? "cancel-free" : "cancel";
+        const char *argv[10] = {"EVAL", script_life_lua, "4", kv, kb, kst, ks, op, oid, uid};
         size_t lens[10] = {4, strlen(script_life_lua), 1, strlen(kv), strlen(kb), strlen(kst),
-                           strlen(ks), 6, (size_t)lo, (size_t)lu};
+                           strlen(ks), strlen(op), (size_t)lo, (size_t)lu};
         rds_command(c->w->rds, on_script, c, 10, argv, lens);
         return;
     }

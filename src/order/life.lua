@@ -2,7 +2,8 @@
 -- the buyer's stock bucket (the keys the order was admitted under; docs/lifecycle.md).
 --
 -- KEYS[1] seckill:voucher:{tag}  hash stock, ep, returned (units cancelled orders gave back),
---                                paid and timedout (orders paid / timed out, for the board)
+--                                paid and timedout (orders paid / timed out, for the board),
+--                                freed (buyers a cancel or timeout let buy again)
 -- KEYS[2] seckill:order:{tag}    hash userId -> orderId (admit.lua's buyers)
 -- KEYS[3] seckill:ostate:{tag}   hash orderId -> "<state> <ts> <userId>" (the state
 --                                machine's memory: an order without a field is unpaid,
@@ -15,7 +16,11 @@
 --         this same call; the order writer sends it: src/writer/writer_refund.c)
 -- ARGV[1] op: 'cancel' (the buyer), 'pay' (a payment notice, signature and amount checked
 --         by the caller), 'expire' (payment deadlines passed) or 'board' (read only: the
---         sale board's figures, src/api/api_board.c)
+--         sale board's figures, src/api/api_board.c); 'cancel-free' and 'expire-free' are
+--         cancel and expire that also free the buyer (--cancel-frees-buyer): the buyer
+--         leaves the buyers hash (admit.lua lets them buy again), the hash's `freed`
+--         counts them, and the event entry carries `free 1` (the writer moves the row
+--         aside, freeing SQL's one-order-per-user key too)
 -- cancel: ARGV[2] orderId ARGV[3] userId (the order's, as the caller found it)
 -- pay:    the same and ARGV[4] the provider's paymentId, ARGV[5] its amount (fen)
 -- expire: ARGV[2] the stream entry id the sweep reached ('' for none: the cursor stays),
@@ -49,6 +54,8 @@
 -- cancelled or timed out; or refunded again).
 -- A refund decided also goes to KEYS[5]: fields order, payment, amount, user.
 local op = ARGV[1]
+local free = op == 'cancel-free' or op == 'expire-free'
+if free then op = string.sub(op, 1, 6) end
 if op == 'board' and #KEYS == 5 and #ARGV == 3 then
   local c = redis.call('HMGET', KEYS[1], 'paid', 'timedout', 'returned')
   local due, capped, cap = 0, 0, tonumber(ARGV[3]) or 0
@@ -85,13 +92,18 @@ if (op == 'expire' and (#KEYS ~= 5 or #ARGV % 2 ~= 0)) or
                            'expire cursor orderId userId ...)')
 end
 
+-- The event entry; pay: its payment field; a cancel or timeout that frees the buyer also
+-- carries `free 1` (a pay event never frees: in practice the two are exclusive).
 local function event(kind, oid, uid, ts, ep, pay)
   local ev = kind .. ' ' .. oid .. ' ' .. uid .. ' ' .. ts .. ' ' .. (ep or '0')
-  if pay then
-    redis.call('XADD', KEYS[4], '*', 'ev', ev, 'pay', pay)
-  else
-    redis.call('XADD', KEYS[4], '*', 'ev', ev)
+  local f = {'XADD', KEYS[4], '*', 'ev', ev}
+  if free and (kind == 'c' or kind == 't') then
+    f[#f + 1] = 'free'; f[#f + 1] = '1'
   end
+  if pay then
+    f[#f + 1] = 'pay'; f[#f + 1] = pay
+  end
+  redis.call(unpack(f))
 end
 
 -- cancel or expire (kind c or t) of order oid of user uid; v: the voucher's stock and ep
@@ -111,6 +123,10 @@ local function stop(kind, oid, uid, v, ts)
   if redis.call('HGET', KEYS[2], uid) ~= oid then return 3 end
   redis.call('HSET', KEYS[3], oid, kind .. ' ' .. ts .. ' ' .. uid)
   event(kind, oid, uid, ts, v[2])
+  if free then
+    redis.call('HDEL', KEYS[2], uid)
+    redis.call('HINCRBY', KEYS[1], 'freed', 1)
+  end
   return 0
 end
 

@@ -4,6 +4,7 @@
  * .a the user, .b the order) sorted by user: a million orders cost tens of MB and a
  * sort, no hash tables. */
 #include "rebuild/rebuild.h"
+#include "rebuild/rebuild_life.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -74,24 +75,34 @@ int rebuild_present(redisContext *c, int64_t voucher_id, char *err, size_t errle
     return v == 1;
 }
 
-/* Every order of the voucher in SQL, as (user, order), sorted by user. */
-static int read_sql_orders(store_t *st, int64_t vid, pairs_t *out, int64_t *cancelled,
-                           char *err, size_t errlen)
+/* Every order of the voucher in SQL, as (user, order), sorted by user; and each one's
+ * lifecycle state into life (rebuild_life.h: the status, and the row's update time that
+ * tells a timeout from a cancel). With mask, only the orders of users whose home bucket
+ * of k is not in it (the lost buckets). */
+static int read_sql_orders(store_t *st, int64_t vid, int pay_timeout_s, unsigned mask, int k,
+                           pairs_t *out, rebuild_life_t *life, char *err, size_t errlen)
 {
+    /* update_time in the fifth column, the one store_exec_orders reads as a time */
+    static const char sql[] = "SELECT id, user_id, voucher_id, status, update_time "
+                              "FROM tb_voucher_order WHERE voucher_id = ? AND id > ? "
+                              "ORDER BY id LIMIT 10000";
     int64_t after = 0;
-    *cancelled = 0;
     for (;;) {
         store_order_t *page = NULL;
         size_t n = 0;
-        if (store_voucher_orders(st, vid, after, PAGE, &page, &n) != STORE_OK) {
+        store_arg_t args[2] = {{vid, 0}, {after, 0}};
+        if (store_exec_orders(st, sql, args, 2, &page, &n) != STORE_OK) {
             snprintf(err, errlen, "SQL orders: %s", store_errmsg(st));
             return -1;
         }
         for (size_t i = 0; i < n; i++) {
+            if (mask & (1u << buckets_home(page[i].user_id, k)))
+                continue;
             pairs_push(out, page[i].user_id, page[i].id);
             /* a cancelled order (4; 5, 6 after its late payment's refund) gave its unit
              * back: its buyer stays, holding no stock (docs/lifecycle.md) */
-            *cancelled += page[i].status >= 4 && page[i].status <= 6;
+            rebuild_life_add(life, page[i].id, page[i].user_id, page[i].status,
+                             page[i].create_time, pay_timeout_s);
         }
         if (n)
             after = page[n - 1].id;
@@ -161,17 +172,12 @@ static void unlock(redisContext *c, const char *kl, const char *token)
         log_warn("rebuild: releasing %s: %s (it expires by itself)", kl, why);
 }
 
-/* Writes the buyers into the staging hash, HSET_CHUNK at a time. */
+/* Writes the buyers into the (emptied) staging hash, HSET_CHUNK at a time. */
 static int stage_buyers(redisContext *c, const char *kt, const pairs_t *a, const pairs_t *b,
                         char *err, size_t errlen)
 {
     char why[256];
-    redisReply *r = rconn_cmdf(c, why, sizeof why, "DEL %s", kt);
-    if (!r) {
-        snprintf(err, errlen, "DEL %s: %s", kt, why);
-        return -1;
-    }
-    freeReplyObject(r);
+    redisReply *r;
     size_t total = a->n + b->n, done = 0;
     const char **argv = xrealloc(NULL, (2 + 2 * HSET_CHUNK) * sizeof *argv);
     char(*num)[24] = xrealloc(NULL, 2 * HSET_CHUNK * sizeof *num);
@@ -200,6 +206,28 @@ static int stage_buyers(redisContext *c, const char *kt, const pairs_t *a, const
     return rc;
 }
 
+/* Bucket b's hash tag (bucket 0: the voucher id), 0 or -1. */
+static int bucket_tag(char *tag, size_t len, int64_t vid, int b, int k)
+{
+    return b == 0 ? (snprintf(tag, len, "%lld", (long long)vid) < (int)len ? 0 : -1)
+                  : key_btag(tag, len, vid, b, k) < 0 ? -1 : 0;
+}
+
+/* Source 3 of rebuild_life.h: bucket b's state hash, if it outlived the loss. */
+static int keep_states(redisContext *c, const rebuild_opts_t *o, int64_t vid, int b, int k,
+                       rebuild_life_t *life, char *err, size_t errlen)
+{
+    char tag[48], ko[80];
+    if (bucket_tag(tag, sizeof tag, vid, b, k) < 0 || key_ostate_t(ko, sizeof ko, tag) < 0) {
+        snprintf(err, errlen, "voucher %lld bucket %d: key out of range", (long long)vid, b);
+        return -1;
+    }
+    redisContext *bc = c;
+    if (b > 0 && o->rt && !(bc = rcl_sync_route_key(o->rt, ko, err, errlen)))
+        return -1;
+    return rebuild_life_keep(bc, ko, b, life, err, errlen);
+}
+
 /* The pairs of in (user, order) whose user's home is bucket b of k, into out. */
 static void home_split(const pairs_t *in, int b, int k, pairs_t *out)
 {
@@ -208,23 +236,24 @@ static void home_split(const pairs_t *in, int b, int k, pairs_t *out)
             pairs_push(out, in->v[i].a, in->v[i].b);
 }
 
-/* Step 4 for bucket b (0: the voucher's own keys): stage its buyers (a, then b2), list its
- * stream in seckill:streams, and run rebuild.lua on its node. Bucket 0's lock is the one
+/* Step 4 for bucket b (0: the voucher's own keys): stage its buyers (a, then b2) and its
+ * home orders' states (life), list its stream in seckill:streams, and run rebuild.lua on
+ * its node (the counters `returned`, `paid`, `timedout` from those states). Bucket 0's lock is the one
  * step 1 took; a bucket b >= 1 gets a lock key of its own (its slot's), taken with the
  * same token: the voucher's lock, held meanwhile, already makes this the one rebuilder.
  * A REBUILD_* code. */
 static int publish_bucket(redisContext *c, redisContext *g, const rebuild_opts_t *o,
                           int64_t vid, int b, const rebuild_result_t *res, const pairs_t *a,
-                          const pairs_t *b2, int64_t stock, int64_t seeded, int64_t returned,
-                          const char *token, char *err, size_t errlen)
+                          const pairs_t *b2, const rebuild_life_t *life, int64_t stock,
+                          int64_t seeded, const char *token, char *err, size_t errlen)
 {
-    char tag[48], kv[80], kb[80], ks[80], kl[80], kt[96], mem[48], why[256];
+    char tag[48], kv[80], kb[80], ks[80], kl[80], kt[96], ko[80], kto[96], mem[48], why[256];
     int k = res->buckets;
-    if ((b == 0 ? snprintf(tag, sizeof tag, "%lld", (long long)vid) < 0
-                : key_btag(tag, sizeof tag, vid, b, k) < 0) ||
+    if (bucket_tag(tag, sizeof tag, vid, b, k) < 0 ||
         key_voucher_t(kv, sizeof kv, tag) < 0 || key_buyers_t(kb, sizeof kb, tag) < 0 ||
         key_stream_t(ks, sizeof ks, tag) < 0 || key_rebuild_lock_t(kl, sizeof kl, tag) < 0 ||
-        key_rebuild_buyers_t(kt, sizeof kt, tag) < 0 ||
+        key_rebuild_buyers_t(kt, sizeof kt, tag) < 0 || key_ostate_t(ko, sizeof ko, tag) < 0 ||
+        key_rebuild_ostate_t(kto, sizeof kto, tag) < 0 ||
         key_bmember(mem, sizeof mem, NULL, 0, vid, b, k) < 0) {
         snprintf(err, errlen, "voucher %lld bucket %d: key out of range", (long long)vid, b);
         return REBUILD_ERR;
@@ -243,17 +272,30 @@ static int publish_bucket(redisContext *c, redisContext *g, const rebuild_opts_t
         }
         freeReplyObject(r);
     }
+    /* staging left by a rebuild that died midway must not be renamed into place */
+    redisReply *r = rconn_cmdf(bc, why, sizeof why, "DEL %s %s", kt, kto);
+    if (!r) {
+        snprintf(err, errlen, "DEL %s: %s", kt, why);
+        return REBUILD_ERR;
+    }
+    freeReplyObject(r);
     if (a->n + b2->n > 0 && stage_buyers(bc, kt, a, b2, err, errlen) != 0)
         return REBUILD_ERR;
-    redisReply *r = rconn_cmdf(g, why, sizeof why, "SADD %s %s", KEY_STREAMS, mem);
+    rebuild_life_counts_t lc;
+    rebuild_life_count(life, b, k, &lc);
+    if (rebuild_life_stage(bc, kto, life, b, k, err, errlen) != 0)
+        return REBUILD_ERR;
+    r = rconn_cmdf(g, why, sizeof why, "SADD %s %s", KEY_STREAMS, mem);
     if (!r) {
         snprintf(err, errlen, "SADD %s: %s", KEY_STREAMS, why);
         return REBUILD_ERR;
     }
     freeReplyObject(r);
     char a_stock[24], a_begin[24], a_end[24], a_ep[24], a_seeded[24], a_k[16], a_ret[24],
-         a_rr[24], a_rt[16], a_rg[4];
-    snprintf(a_ret, sizeof a_ret, "%lld", (long long)(returned > 0 ? returned : 0));
+         a_rr[24], a_rt[16], a_rg[4], a_paid[24], a_to[24];
+    snprintf(a_ret, sizeof a_ret, "%lld", (long long)lc.returned);
+    snprintf(a_paid, sizeof a_paid, "%lld", (long long)lc.paid);
+    snprintf(a_to, sizeof a_to, "%lld", (long long)lc.timedout);
     snprintf(a_stock, sizeof a_stock, "%lld", (long long)stock);
     snprintf(a_begin, sizeof a_begin, "%lld", (long long)res->begin);
     snprintf(a_end, sizeof a_end, "%lld", (long long)res->end);
@@ -264,9 +306,9 @@ static int publish_bucket(redisContext *c, redisContext *g, const rebuild_opts_t
     snprintf(a_rr, sizeof a_rr, "%lld", (long long)(b == 0 ? res->room_r : 0));
     snprintf(a_rt, sizeof a_rt, "%d", res->room_ttl);
     snprintf(a_rg, sizeof a_rg, "%d", res->room_gate ? 1 : 0);
-    const char *argv[] = {"EVAL", script_rebuild_lua, "5", kv, kb, ks, kl, kt, token,
-                          a_stock, a_begin, a_end, a_ep, a_seeded, KEY_GROUP, a_k, a_ret,
-                          a_rr, a_rt, a_rg};
+    const char *argv[] = {"EVAL", script_rebuild_lua, "7", kv, kb, ks, kl, kt, ko, kto,
+                          token, a_stock, a_begin, a_end, a_ep, a_seeded, KEY_GROUP, a_k,
+                          a_ret, a_rr, a_rt, a_rg, a_paid, a_to};
     r = rconn_cmd(bc, why, sizeof why, (int)(sizeof argv / sizeof argv[0]), argv, NULL);
     int64_t out = -2;
     if (!r || rconn_int(r, &out) != 0) {
@@ -328,6 +370,7 @@ static int rebuild_partial(redisContext *c, redisContext *g, store_t *st, int64_
     unsigned mask = 0, all = (1u << k) - 1;
     char kl[64], token[160] = "dry-run";
     pairs_t sql = {0};
+    rebuild_life_t life = {0};
     store_voucher_t v;
     memset(&v, 0, sizeof v);
     if (key_rebuild_lock(kl, sizeof kl, vid) < 0) {
@@ -363,8 +406,8 @@ static int rebuild_partial(redisContext *c, redisContext *g, store_t *st, int64_
     res->begin = v.begin_time;
     res->end = v.end_time;
     res->initial = stock + count;
-    int64_t cancelled = 0;   /* not counted here yet: docs/lifecycle.md, "What is next" */
-    if (read_sql_orders(st, vid, &sql, &cancelled, err, errlen) != 0) {
+    /* the lost buckets' buyers only: the kept ones are in their buckets */
+    if (read_sql_orders(st, vid, o->pay_timeout_s, mask, k, &sql, &life, err, errlen) != 0) {
         res->sql_failed = 1;
         goto out;
     }
@@ -372,13 +415,22 @@ static int rebuild_partial(redisContext *c, redisContext *g, store_t *st, int64_
         bucket_sweep_in_transit(o->rt, vid, k, &transit, err, errlen) < 0)
         goto out;
     int nlost = 0;
-    for (size_t i = 0; i < sql.n; i++)
-        if (!(mask & (1u << buckets_home(sql.v[i].a, k))))
-            res->buyers++;
-    for (int b = 0; b < k; b++)
-        nlost += !(mask & (1u << b));
+    for (int b = 0; b < k; b++) {
+        if (mask & (1u << b))
+            continue;
+        nlost++;
+        rebuild_life_counts_t lc;
+        if (keep_states(c, o, vid, b, k, &life, err, errlen) != 0)
+            goto out;
+        rebuild_life_count(&life, b, k, &lc);
+        res->returned += lc.returned;
+        res->paid += lc.paid;
+        res->timedout += lc.timedout;
+    }
+    res->buyers = (int64_t)sql.n;
     res->from_sql = res->buyers;
-    res->stock = res->initial - live - transit - res->buyers;
+    /* a cancelled buyer of a lost bucket holds no unit (its `returned`) */
+    res->stock = res->initial - live - transit - (res->buyers - res->returned);
     plan(o, "voucher %lld: %d of its %d stock buckets lost: SQL stock %lld + %lld orders = "
             "initial %lld; the kept buckets hold %lld (stock + buyers), %lld in transfers; "
             "the lost ones get %lld units and their %lld SQL buyers",
@@ -401,8 +453,9 @@ static int rebuild_partial(redisContext *c, redisContext *g, store_t *st, int64_
             continue;
         pairs_t ba = {0};
         home_split(&sql, b, k, &ba);
-        rc = publish_bucket(c, g, o, vid, b, res, &ba, &none, buckets_share(res->stock, i--, nlost),
-                            (int64_t)ba.n, 0, token, err, errlen);
+        rc = publish_bucket(c, g, o, vid, b, res, &ba, &none, &life,
+                            buckets_share(res->stock, i--, nlost), (int64_t)ba.n, token, err,
+                            errlen);
         if (b == 0)
             locked = 0;   /* bucket 0's script released it */
         pairs_free(&ba);
@@ -426,6 +479,7 @@ out:
         unlock(c, kl, token);
     store_voucher_clear(&v);
     pairs_free(&sql);
+    rebuild_life_free(&life);
     return rc;
 }
 
@@ -496,6 +550,7 @@ int rebuild_voucher(redisContext *c, redisContext *g, store_t *st, int64_t vid,
 
     int rc = REBUILD_ERR;
     pairs_t sql = {0}, fresh = {0}, cur = {0};
+    rebuild_life_t life = {0};
     int64_t *sids = NULL;
     size_t nsids = 0;
 
@@ -550,8 +605,7 @@ int rebuild_voucher(redisContext *c, redisContext *g, store_t *st, int64_t vid,
         goto out;
     }
     res->initial = stock + count;
-    int64_t cancelled = 0;
-    if (read_sql_orders(st, vid, &sql, &cancelled, err, errlen) != 0) {
+    if (read_sql_orders(st, vid, o->pay_timeout_s, 0, 1, &sql, &life, err, errlen) != 0) {
         res->sql_failed = 1;
         goto out;
     }
@@ -561,13 +615,28 @@ int rebuild_voucher(redisContext *c, redisContext *g, store_t *st, int64_t vid,
     for (size_t i = 0; i < cur.n; i++)
         if ((i == 0 || cur.v[i].a != cur.v[i - 1].a) && pairs_find(&sql, cur.v[i].a) < 0)
             pairs_push(&fresh, cur.v[i].a, cur.v[i].b);
+    for (size_t i = 0; i < fresh.n; i++)
+        rebuild_life_add(&life, fresh.v[i].b, fresh.v[i].a, 0, 0, 0);
+    /* the decisions SQL does not have yet: the events of a surviving stream, and the state
+     * hashes if they outlived the voucher hash (rebuild_life.h) */
+    if (res->stream_survived && rebuild_life_events(c, ks, &life, err, errlen) != 0)
+        goto out;
+    for (int bk = 0; bk < res->buckets; bk++) {
+        rebuild_life_counts_t lc;
+        if (keep_states(c, o, vid, bk, res->buckets, &life, err, errlen) != 0)
+            goto out;
+        rebuild_life_count(&life, bk, res->buckets, &lc);
+        res->returned += lc.returned;
+        res->paid += lc.paid;
+        res->timedout += lc.timedout;
+    }
+    res->events = life.events;
     res->from_sql = (int64_t)sql.n;
     res->from_stream = (int64_t)fresh.n;
     res->buyers = res->from_sql + res->from_stream;
     /* a cancelled order's buyer stays in the buyers hash (one order per user) but holds no
      * unit: it counts in the voucher hash's `returned` (life.lua) */
-    res->returned = cancelled;
-    res->stock = res->initial - (res->buyers - cancelled);
+    res->stock = res->initial - (res->buyers - res->returned);
     if (res->stock < 0) {
         log_error("rebuild: voucher %lld: %lld buyers for an initial stock of %lld: "
                   "publishing stock 0", (long long)vid, (long long)res->buyers,
@@ -583,6 +652,10 @@ int rebuild_voucher(redisContext *c, redisContext *g, store_t *st, int64_t vid,
          (long long)vid, (long long)stock, (long long)count, (long long)res->initial,
          (long long)res->buyers, (long long)res->from_sql, (long long)res->from_stream,
          (long long)res->stock);
+    plan(o, "voucher %lld: order states: %lld returned (cancelled, timed out, refunded), "
+            "%lld paid, %lld timed out; %lld of them from stream events SQL lacks",
+         (long long)vid, (long long)res->returned, (long long)res->paid,
+         (long long)res->timedout, (long long)res->events);
     if (res->buckets > 1)
         plan(o, "voucher %lld: %d stock buckets (SQL): each gets its share of the stock and "
                 "its home buyers, bucket 0 last", (long long)vid, res->buckets);
@@ -609,8 +682,8 @@ int rebuild_voucher(redisContext *c, redisContext *g, store_t *st, int64_t vid,
         int64_t share = buckets_share(res->stock, bk, res->buckets);
         /* the surviving stream is bucket 0's: elsewhere every buyer is seeded */
         int64_t seeded = bk == 0 ? res->seeded - (int64_t)(sql.n - ba.n) : (int64_t)ba.n;
-        rc = publish_bucket(c, g, o, vid, bk, res, &ba, &bb, share, seeded,
-                            bk == 0 ? res->returned : 0, token, err, errlen);
+        rc = publish_bucket(c, g, o, vid, bk, res, &ba, &bb, &life, share, seeded, token, err,
+                            errlen);
         pairs_free(&ba);
         pairs_free(&bb);
     }
@@ -622,6 +695,7 @@ out:
     pairs_free(&sql);
     pairs_free(&fresh);
     pairs_free(&cur);
+    rebuild_life_free(&life);
     free(sids);
     return rc;
 }

@@ -14,11 +14,15 @@
  *      order committed before it is in SQL for step 3 to read;
  *   3. SQL's (stock, orders) at one moment gives the initial stock S = stock + orders;
  *      the buyers are every user with an order in SQL, plus (surviving stream) every
- *      entry of the current generation not yet in SQL; Redis stock = S - buyers;
- *   4. the buyers go to seckill:rebuild:buyers:{id} in chunks; SADD seckill:streams;
- *      then src/rebuild/rebuild.lua, atomically: if the lock is still ours and the voucher
- *      still has no stock, rename the buyers into place, create the stream's group
- *      (MKSTREAM), write the hash (stock, begin, end, ep, seeded) -- the sale resumes.
+ *      entry of the current generation not yet in SQL; each buyer's order state from its
+ *      SQL status, the surviving stream's events and a surviving state hash
+ *      (rebuild_life.h); Redis stock = S - (buyers - returned);
+ *   4. the buyers go to seckill:rebuild:buyers:{id}, the states to
+ *      seckill:rebuild:ostate:{id}, in chunks; SADD seckill:streams; then
+ *      src/rebuild/rebuild.lua, atomically: if the lock is still ours and the voucher
+ *      still has no stock, rename both into place, create the stream's group (MKSTREAM),
+ *      write the hash (stock, begin, end, ep, seeded, returned, paid, timedout) -- the
+ *      sale resumes.
  *
  * A voucher in K > 1 stock buckets (K from SQL) comes back in K buckets: the stock split
  * as at creation (buckets_share of the stock computed in 3, so the sum is exact), each buyer
@@ -64,6 +68,8 @@ typedef struct rebuild_opts {
     int lock_ttl_ms;        /* 0 = 30000 */
     FILE *plan;             /* if set: a line per write, as it is (or would be) done */
     struct rcl_sync_route *rt;   /* reaches a stock bucket's node (NULL: c reaches them all) */
+    int pay_timeout_s;      /* --pay-timeout-s: SQL's status 4 rebuilt as timed out when its
+                               update came this long after the order (0: as cancelled) */
 } rebuild_opts_t;
 
 typedef struct rebuild_result {
@@ -76,8 +82,10 @@ typedef struct rebuild_result {
     int64_t from_sql;       /* of which: users with an SQL order */
     int64_t from_stream;    /* of which: stream entries not yet in SQL */
     int64_t seeded;         /* buyers that are not entries of the stream */
-    int64_t returned;       /* of the buyers: cancelled orders' (no unit; bucket 0's
-                               `returned`, docs/lifecycle.md) */
+    int64_t returned;       /* of the buyers: cancelled, timed out or refunded orders' (no
+                               unit; each bucket's `returned`, docs/lifecycle.md) */
+    int64_t paid, timedout; /* of the buyers: paid, timed out (the board's counters) */
+    int64_t events;         /* decisions taken from stream events SQL did not have yet */
     int64_t begin, end;     /* the window, epoch seconds */
     int buckets;            /* stock buckets K from SQL (store_voucher_buckets): each is
                                rebuilt with its share of the stock and its home buyers */

@@ -124,7 +124,8 @@ static int ensure_sql(rebuild_watch_t *w)
 
 static void rebuild_one(rebuild_watch_t *w, int64_t vid, const char *why)
 {
-    rebuild_opts_t o = {.owner = w->app->name, .rt = &w->rt};
+    rebuild_opts_t o = {.owner = w->app->name, .rt = &w->rt,
+                        .pay_timeout_s = w->app->cfg.pay_timeout_s};
     rebuild_result_t res;
     char err[512] = "";
     char kv[64];

@@ -292,6 +292,9 @@ int store__move_spec(char kind, store_move_spec_t *spec)
                  * backends, with STORE_PAY_ORDER_SENT_SQL) */
         *spec = (store_move_spec_t){5, 6, 0, "refund_time"};
         return 0;
+    case 'f':
+        *spec = (store_move_spec_t){1, 4, 1, "update_time", 1};
+        return 0;
     default:
         return -1;
     }
@@ -346,7 +349,8 @@ int store_orders_move(store_t *s, store_move_t *moves, size_t n)
         store_move_t *m = &moves[i];
         int pay = m->payment_id[0] != '\0';
         if (m->order_id <= 0 || store__move_spec(m->kind, &spec) != 0 ||
-            (pay && (!payment_id_ok(m->payment_id) || m->amount < 0 || m->kind == 'c')) ||
+            (pay && (!payment_id_ok(m->payment_id) || m->amount < 0 || m->kind == 'c' ||
+                     m->kind == 'f')) ||
             (!pay && (m->kind == 'y' || m->kind == 's')) ||
             (pay && (m->kind == 'p' || m->kind == 'r') && m->pay_status != 2 &&
              m->pay_status != 5))
@@ -378,6 +382,11 @@ static int order_move(store_t *s, int64_t order_id, char kind, int64_t now, int 
 int store_order_cancel(store_t *s, int64_t order_id, int64_t now, int *was)
 {
     return order_move(s, order_id, 'c', now, was);
+}
+
+int store_order_cancel_free(store_t *s, int64_t order_id, int64_t now, int *was)
+{
+    return order_move(s, order_id, 'f', now, was);
 }
 
 int store_order_pay(store_t *s, int64_t order_id, int64_t now, int *was)

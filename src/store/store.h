@@ -9,7 +9,9 @@
  * Calls return STORE_OK, STORE_NOTFOUND or STORE_ERR; on STORE_ERR store_errmsg() says why.
  *
  * Schema (sql/schema.sqlite.sql, sql/schema.mysql.sql, built in): the course's tb_user, tb_voucher,
- * tb_seckill_voucher, tb_voucher_order, plus UNIQUE(user_id, voucher_id) on orders.
+ * tb_seckill_voucher, tb_voucher_order, plus UNIQUE(user_id, voucher_id) on orders, and
+ * tb_voucher_order_cancelled (--cancel-frees-buyer's cancelled orders, same columns) and
+ * tb_voucher_payment (one row per provider payment).
  * store_open() creates/migrates it. Times are epoch seconds here; the backends store them
  * as the engine's own datetime type in server local time. */
 #ifndef SECKILL_STORE_H
@@ -159,10 +161,16 @@ int store_orders_of_user(store_t *s, int64_t user_id, size_t max, store_order_t 
  * the order had (1: cancelled by this call; anything else: nothing changed). now (epoch
  * seconds) is the row's update_time. STORE_NOTFOUND: no such order. */
 int store_order_cancel(store_t *s, int64_t order_id, int64_t now, int *was);
+/* The same cancel for --cancel-frees-buyer: the cancelled row then leaves tb_voucher_order
+ * for tb_voucher_order_cancelled (same columns, no UNIQUE(user_id, voucher_id)), in the same
+ * transaction, so its buyer may order the voucher again. Reads of one order or of a user's
+ * orders, the refund below and store_voucher_orders see both tables; store_orders_write
+ * never writes an order again that was moved there (a replay after a crash). */
+int store_order_cancel_free(store_t *s, int64_t order_id, int64_t now, int *was);
 /* The same CAS for a payment taken: 1 -> 2 with pay_time = now. */
 int store_order_pay(store_t *s, int64_t order_id, int64_t now, int *was);
 /* ... and for a payment to refund because the order was cancelled first: 4 -> 5 (退款中;
- * the unit went back with the cancel). */
+ * the unit went back with the cancel), in whichever table holds the order. */
 int store_order_refund(store_t *s, int64_t order_id, int64_t now, int *was);
 
 /* A payment (tb_voucher_payment, one row per provider payment id): the provider's id,
@@ -178,11 +186,13 @@ typedef struct store_payment {
 int store_payment_get(store_t *s, const char *payment_id, store_payment_t *out);
 
 /* The same CAS moves of a batch, in one transaction (the order writer's events): kind
- * 'c' a cancel (store_order_cancel), 'p' a payment (1 -> 2), 'r' a refund due (4 -> 5);
+ * 'c' a cancel (store_order_cancel), 'f' a cancel that frees the buyer
+ * (store_order_cancel_free), 'p' a payment (1 -> 2), 'r' a refund due (4 -> 5);
  * and two with a payment only: 'y' sync mode's payment (1 -> 2, else 4 -> 5; the payment
  * row 2 when the order took it, else 5), 's' a refund sent (the payment row 5 -> 6 with
  * refund_time, and its order 5 -> 6 with refund_time once no payment of it is left to
- * refund). Applied in array order.
+ * refund). Applied in array order. r and s find an order moved to tb_voucher_order_cancelled
+ * there.
  *
  * With payment_id set (kinds p, r, y, s), the payment's row moves with the order: p, r, y
  * write it (status pay_status: 2 or 5; y decides) unless it exists -- then nothing at all

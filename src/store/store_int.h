@@ -80,6 +80,7 @@ extern const store_ops_t store_sqlite_ops;
 typedef struct store_move_spec {
     int from, to, give_unit;
     const char *col;
+    int frees;      /* the moved row goes to tb_voucher_order_cancelled (kind 'f') */
 } store_move_spec_t;
 int store__move_spec(char kind, store_move_spec_t *spec);
 
@@ -100,11 +101,11 @@ int store__pay_row(const store_move_t *m, int changed, int was);
     "UPDATE tb_voucher_payment SET status = 6, refund_time = ? WHERE payment_id = ? AND "  \
     "status = 5"
 /* (refund_time, update_time, order_id, order_id): the order refunded once none of its
- * payments is left to refund */
-#define STORE_PAY_ORDER_SENT_SQL                                                           \
-    "UPDATE tb_voucher_order SET status = 6, refund_time = ?, update_time = ? WHERE id = ? " \
-    "AND status = 5 AND NOT EXISTS (SELECT 1 FROM tb_voucher_payment WHERE order_id = ? "   \
-    "AND status = 5)"
+ * payments is left to refund; table: "tb_voucher_order" or "tb_voucher_order_cancelled" */
+#define STORE_PAY_ORDER_SENT_SQL(table)                                                     \
+    "UPDATE " table " SET status = 6, refund_time = ?, update_time = ? WHERE id = ? AND "   \
+    "status = 5 AND NOT EXISTS (SELECT 1 FROM tb_voucher_payment WHERE order_id = ? AND "   \
+    "status = 5)"
 
 /* Sets s->err (printf-style) and returns STORE_ERR, for `return store__fail(s, ...)`. */
 int store__fail(store_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -77,7 +77,7 @@
 #include "core/url.h"
 
 /* Must equal the version the last statement of sql/schema.mysql.sql writes. */
-#define MYSQL_SCHEMA_VERSION 7
+#define MYSQL_SCHEMA_VERSION 8
 
 /* Multi-row inserts: statements of 2^k rows, k = 0 .. INS_LEVELS-1. */
 #define INS_LEVELS 10
@@ -112,6 +112,7 @@ enum {
     ST_SYNC_TAKE,
     ST_VOUCHER_ORDERS,
     ST_EPOCH_LOCK,
+    ST_ASIDE_ANY,
     ST_EPOCH_BUMP,
     ST_BUCKETS_INSERT,
     ST_BUCKETS_GET,
@@ -135,6 +136,8 @@ enum {
     "score, open_hours, create_time, update_time FROM tb_shop "
 
 #define ORDER_COLS "SELECT id, user_id, voucher_id, status, create_time FROM tb_voucher_order "
+#define ASIDE_COLS                                                                      \
+    "SELECT id, user_id, voucher_id, status, create_time FROM tb_voucher_order_cancelled "
 
 static const char *const stmt_sql[ST__COUNT] = {
     [ST_BEGIN] = "START TRANSACTION",
@@ -159,8 +162,10 @@ static const char *const stmt_sql[ST__COUNT] = {
     [ST_STOCK_DEC] = "UPDATE tb_seckill_voucher SET stock = stock - ?, update_time = ? "
                      "WHERE voucher_id = ?",
     [ST_STOCK_GET] = "SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?",
-    [ST_ORDER_GET] = ORDER_COLS "WHERE id = ?",
-    [ST_ORDERS_OF_USER] = ORDER_COLS "WHERE user_id = ? ORDER BY create_time DESC, id DESC "
+    /* an order is in one of the two tables (--cancel-frees-buyer moves a cancelled one) */
+    [ST_ORDER_GET] = ORDER_COLS "WHERE id = ? UNION ALL " ASIDE_COLS "WHERE id = ?",
+    [ST_ORDERS_OF_USER] = ORDER_COLS "WHERE user_id = ? UNION ALL " ASIDE_COLS
+                                     "WHERE user_id = ? ORDER BY create_time DESC, id DESC "
                                      "LIMIT ?",
     /* one statement, so the count and the stock are from one moment (READ COMMITTED) */
     [ST_COUNTS] = "SELECT (SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ? "
@@ -174,8 +179,11 @@ static const char *const stmt_sql[ST__COUNT] = {
                        "update_time) VALUES (?, ?, ?, ?, ?)",
     [ST_SYNC_TAKE] = "UPDATE tb_seckill_voucher SET stock = stock - 1, update_time = ? "
                      "WHERE voucher_id = ? AND stock > 0",
-    [ST_VOUCHER_ORDERS] = ORDER_COLS "WHERE voucher_id = ? AND id > ? ORDER BY id LIMIT ?",
+    [ST_VOUCHER_ORDERS] = ORDER_COLS "WHERE voucher_id = ? AND id > ? UNION ALL " ASIDE_COLS
+                                     "WHERE voucher_id = ? AND id > ? ORDER BY id LIMIT ?",
     /* the voucher row's lock orders a rebuild's bump and every order batch */
+    /* orders moved aside by a cancel (--cancel-frees-buyer) among a batch's ids */
+    [ST_ASIDE_ANY] = "SELECT 1 FROM tb_voucher_order_cancelled WHERE id BETWEEN ? AND ? LIMIT 1",
     [ST_EPOCH_LOCK] = "SELECT COALESCE(e.epoch, 0) FROM tb_seckill_voucher sv "
                       "LEFT JOIN tb_seckill_epoch e ON e.voucher_id = sv.voucher_id "
                       "WHERE sv.voucher_id = ? FOR UPDATE",
@@ -1561,6 +1569,44 @@ static int fence(my_t *m, const store_order_t *sorted, size_t n, store_order_t *
     return rc;
 }
 
+/* Whether tb_voucher_order_cancelled holds an id between lo and hi: 1, 0, STORE_ERR. */
+static int aside_any(my_t *m, int64_t lo, int64_t hi)
+{
+    MYSQL_BIND par[2], res[1];
+    ri64_t one;
+    b_i64(&par[0], &lo);
+    b_i64(&par[1], &hi);
+    r_i64(&res[0], &one);
+    int f = one_row(m, stmt(m, ST_ASIDE_ANY), par, res, "cancelled orders");
+    return f == STORE_ERR ? STORE_ERR : f == STORE_OK;
+}
+
+/* Drops from sorted[0..*n) (ascending id) the orders a cancel moved to
+ * tb_voucher_order_cancelled (--cancel-frees-buyer): a replay of such an order's entry
+ * must not write it again. One range read per batch; one read per order only when the
+ * range holds such an order. */
+static int drop_aside(my_t *m, store_order_t *sorted, size_t *n)
+{
+    if (*n == 0)
+        return STORE_OK;
+    int any = aside_any(m, sorted[0].id, sorted[*n - 1].id);
+    if (any != 1)
+        return any;
+    size_t k = 0;
+    for (size_t i = 0; i < *n; i++) {
+        int f = aside_any(m, sorted[i].id, sorted[i].id);
+        if (f == STORE_ERR)
+            return STORE_ERR;
+        if (f)
+            log_warn("order %lld not written again: it was cancelled and moved to "
+                     "tb_voucher_order_cancelled (a replay)", (long long)sorted[i].id);
+        else
+            sorted[k++] = sorted[i];
+    }
+    *n = k;
+    return STORE_OK;
+}
+
 static int do_orders_write(my_t *m, const store_order_t *all_sorted, size_t nall,
                            size_t *inserted, size_t *conflicts, size_t *fenced)
 {
@@ -1571,7 +1617,8 @@ static int do_orders_write(my_t *m, const store_order_t *all_sorted, size_t nall
         free(sorted);
         return STORE_ERR;
     }
-    if (fence(m, all_sorted, nall, sorted, &n, fenced) != STORE_OK)
+    if (fence(m, all_sorted, nall, sorted, &n, fenced) != STORE_OK ||
+        drop_aside(m, sorted, &n) != STORE_OK)
         goto fail;
     int all = n ? insert_all(m, sorted, n) : 1;
     if (all == STORE_ERR)
@@ -1585,7 +1632,8 @@ static int do_orders_write(my_t *m, const store_order_t *all_sorted, size_t nall
         tx_rollback(m);
         if (m->broken || tx_begin(m, "orders: BEGIN") != STORE_OK)
             goto fail;
-        if (fence(m, all_sorted, nall, sorted, &n, fenced) != STORE_OK)
+        if (fence(m, all_sorted, nall, sorted, &n, fenced) != STORE_OK ||
+            drop_aside(m, sorted, &n) != STORE_OK)
             goto fail;
         if (insert_each(m, sorted, n, &tl, &ntl, &captl, &ins, &conf) != STORE_OK)
             goto fail;
@@ -1707,8 +1755,9 @@ static int order_rows(my_t *m, MYSQL_STMT *st, MYSQL_BIND *par, size_t max, stor
 
 static int do_order_get(my_t *m, int64_t id, store_order_t *out)
 {
-    MYSQL_BIND par[1];
+    MYSQL_BIND par[2];
     b_i64(&par[0], &id);
+    b_i64(&par[1], &id);
     store_order_t *a = NULL;
     size_t n = 0;
     if (order_rows(m, stmt(m, ST_ORDER_GET), par, 1, &a, &n, "order get") != STORE_OK)
@@ -1730,9 +1779,10 @@ static int do_orders_of_user(my_t *m, int64_t user_id, size_t max, store_order_t
                              size_t *n)
 {
     int64_t lim = max > (size_t)INT64_MAX ? INT64_MAX : (int64_t)max;
-    MYSQL_BIND par[2];
+    MYSQL_BIND par[3];
     b_i64(&par[0], &user_id);
-    b_i64(&par[1], &lim);
+    b_i64(&par[1], &user_id);
+    b_i64(&par[2], &lim);
     return order_rows(m, stmt(m, ST_ORDERS_OF_USER), par, max, out, n, "orders of user");
 }
 
@@ -1747,10 +1797,12 @@ static int do_voucher_orders(my_t *m, int64_t voucher_id, int64_t after_id, size
                              store_order_t **out, size_t *n)
 {
     int64_t lim = max > (size_t)INT64_MAX ? INT64_MAX : (int64_t)max;
-    MYSQL_BIND par[3];
+    MYSQL_BIND par[5];
     b_i64(&par[0], &voucher_id);
     b_i64(&par[1], &after_id);
-    b_i64(&par[2], &lim);
+    b_i64(&par[2], &voucher_id);
+    b_i64(&par[3], &after_id);
+    b_i64(&par[4], &lim);
     return order_rows(m, stmt(m, ST_VOUCHER_ORDERS), par, max, out, n, "voucher orders");
 }
 
@@ -2339,10 +2391,20 @@ static int my_payment_get(store_t *s, const char *payment_id, store_payment_t *o
 }
 
 /* A move's CAS of spec sp: with give_unit one multi-table UPDATE moves the status and
- * gives the voucher its unit back (it changes 2 rows or none). col is store.c's, never
- * client input. 1 changed, 0 not, or STORE_ERR. */
+ * gives the voucher its unit back (it changes 2 rows or none); with frees the row moves
+ * aside; a CAS from 4 that finds nothing in tb_voucher_order runs in
+ * tb_voucher_order_cancelled. col is store.c's, never client input. 1 changed, 0 not, or
+ * STORE_ERR. */
 static int my_cas(my_t *m, const store_move_t *mv, const store_move_spec_t *sp)
 {
+    /* kind 'f': the cancelled row (by this move, or by one not moved aside) moves aside
+     * (REPLACE: a row put there again after a replay is the same order) */
+    static const char aside_sql[] =
+        "REPLACE INTO tb_voucher_order_cancelled (id, user_id, voucher_id, pay_type, status, "
+        "create_time, pay_time, use_time, refund_time, update_time) SELECT id, user_id, "
+        "voucher_id, pay_type, status, create_time, pay_time, use_time, refund_time, "
+        "update_time FROM tb_voucher_order WHERE id = ? AND status IN (4, 5, 6)";
+    static const char del_sql[] = "DELETE FROM tb_voucher_order WHERE id = ?";
     char cas_sql[320];
     if (sp->give_unit)
         snprintf(cas_sql, sizeof cas_sql,
@@ -2357,11 +2419,23 @@ static int my_cas(my_t *m, const store_move_t *mv, const store_move_spec_t *sp)
     int64_t n = 0;
     if (do_exec(m, cas_sql, args, 3, &n) != STORE_OK)
         return STORE_ERR;
+    int64_t copied = 0;
+    if (sp->frees && do_exec(m, aside_sql, &args[2], 1, &copied) != STORE_OK)
+        return STORE_ERR;
+    if (copied > 0 && do_exec(m, del_sql, &args[2], 1, &copied) != STORE_OK)
+        return STORE_ERR;
+    if (n == 0 && sp->from == 4) {   /* a refund of an order moved aside */
+        snprintf(cas_sql, sizeof cas_sql,
+                 "UPDATE tb_voucher_order_cancelled SET status = %d, %s = ?, update_time = ? "
+                 "WHERE id = ? AND status = %d", sp->to, sp->col, sp->from);
+        if (do_exec(m, cas_sql, args, 3, &n) != STORE_OK)
+            return STORE_ERR;
+    }
     return n > 0;
 }
 
-/* The 's' move (store.h): the payment's row 5 -> 6 and its order 5 -> 6 once none of its
- * payments is left to refund. */
+/* The 's' move (store.h): the payment's row 5 -> 6 and its order 5 -> 6, in whichever
+ * table holds it, once none of its payments is left to refund. */
 static int my_refund_sent(my_t *m, store_move_t *mv)
 {
     store_payment_t p = {0};
@@ -2384,24 +2458,39 @@ static int my_refund_sent(my_t *m, store_move_t *mv)
     b_time(&par[1], &t);
     b_i64(&par[2], &p.order_id);
     b_i64(&par[3], &p.order_id);
-    if (once(m, STORE_PAY_ORDER_SENT_SQL, par, NULL, NULL, "refund sent: the order") != STORE_OK)
+    if (once(m, STORE_PAY_ORDER_SENT_SQL("tb_voucher_order"), par, NULL, NULL,
+             "refund sent: the order") != STORE_OK ||
+        once(m, STORE_PAY_ORDER_SENT_SQL("tb_voucher_order_cancelled"), par, NULL, NULL,
+             "refund sent: the order") != STORE_OK)
         return STORE_ERR;
     mv->pay_status = 6;
     return STORE_OK;
+}
+
+/* The order's status, in whichever table holds it, into mv->was: STORE_OK, STORE_NOTFOUND
+ * or STORE_ERR. */
+static int my_status(my_t *m, store_move_t *mv)
+{
+    static const char status_sql[] = "SELECT status FROM tb_voucher_order WHERE id = ? "
+                                     "UNION ALL SELECT status FROM tb_voucher_order_cancelled "
+                                     "WHERE id = ?";
+    const store_arg_t ids[2] = {{mv->order_id, 0}, {mv->order_id, 0}};
+    int64_t n = 0;
+    if (do_exec(m, status_sql, ids, 2, &n) != STORE_OK)
+        return STORE_ERR;
+    mv->was = (int)n;
+    return n > 0 ? STORE_OK : STORE_NOTFOUND;
 }
 
 /* One move (store.h store_move_t): the CAS, on none the order's status says why, and the
  * payment's row. */
 static int do_move_one(my_t *m, store_move_t *mv)
 {
-    static const char status_sql[] = "SELECT status FROM tb_voucher_order WHERE id = ?";
     store_move_spec_t sp, alt;
     if (store__move_spec(mv->kind, &sp) != 0 || store__move_spec('r', &alt) != 0)
         return STORE_ERR;
     if (mv->kind == 's')
         return my_refund_sent(m, mv);
-    const store_arg_t oid[1] = {{mv->order_id, 0}};
-    int64_t n = 0;
     if (mv->payment_id[0]) {
         store_payment_t p = {0};
         int rc = pay_get(m, mv->payment_id, &p);
@@ -2410,10 +2499,7 @@ static int do_move_one(my_t *m, store_move_t *mv)
         if (rc == STORE_OK) {   /* answered before: nothing changes */
             mv->pay_status = p.status;
             mv->pay_order = p.order_id;
-            if (do_exec(m, status_sql, oid, 1, &n) != STORE_OK)
-                return STORE_ERR;
-            mv->was = (int)n;
-            return n > 0 ? STORE_OK : STORE_NOTFOUND;
+            return my_status(m, mv);
         }
     }
     int changed = my_cas(m, mv, &sp);
@@ -2426,11 +2512,9 @@ static int do_move_one(my_t *m, store_move_t *mv)
             return STORE_ERR;
         mv->was = alt.from;
     } else {
-        if (do_exec(m, status_sql, oid, 1, &n) != STORE_OK)
-            return STORE_ERR;
-        mv->was = (int)n;
-        if (n == 0)
-            return STORE_NOTFOUND;
+        int rc = my_status(m, mv);
+        if (rc != STORE_OK)
+            return rc;
     }
     int row = store__pay_row(mv, changed, mv->was);
     if (row) {
@@ -2453,9 +2537,9 @@ static int do_move_one(my_t *m, store_move_t *mv)
     return STORE_OK;
 }
 
-/* Every move in one transaction (a move with a payment is two statements or more). The
- * whole may run twice (a retry after a lost connection): the CAS and the payment row
- * are the guard. */
+/* Every move in one transaction (a move with a payment, or one that frees its buyer, is
+ * two statements or more). The whole may run twice (a retry after a lost connection): the
+ * CAS and the payment row are the guard. */
 static int do_orders_move(my_t *m, store_move_t *moves, size_t n)
 {
     if (tx_begin(m, "order status: BEGIN") != STORE_OK)

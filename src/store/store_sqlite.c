@@ -37,7 +37,7 @@
 #include "core/url.h"
 
 /* Must equal the PRAGMA user_version that sql/schema.sqlite.sql sets. */
-#define SQLITE_SCHEMA_VERSION 7
+#define SQLITE_SCHEMA_VERSION 8
 
 /* How many VM instructions between deadline checks. */
 #define PROGRESS_OPS 1000
@@ -76,6 +76,7 @@ enum {
     ST_SHOP_INSERT,
     ST_SHOP_UPDATE,
     ST_SHOP_TYPES,
+    ST_ASIDE_ANY,
     ST__COUNT
 };
 
@@ -122,7 +123,9 @@ static const char *const stmt_sql[ST__COUNT] = {
     [ST_STOCK_TAKE] = "UPDATE tb_seckill_voucher SET stock = stock - ?1, update_time = ?2 "
                       "WHERE voucher_id = ?3 AND stock >= ?1",
     [ST_ORDERS_OF_USER] = "SELECT id, user_id, voucher_id, status, create_time "
-                          "FROM tb_voucher_order WHERE user_id = ?1 "
+                          "FROM tb_voucher_order WHERE user_id = ?1 UNION ALL "
+                          "SELECT id, user_id, voucher_id, status, create_time "
+                          "FROM tb_voucher_order_cancelled WHERE user_id = ?1 "
                           "ORDER BY create_time DESC, id DESC LIMIT ?2",
     [ST_COUNT_ORDERS] = "SELECT count(*) FROM tb_voucher_order WHERE voucher_id = ?1 "
                        "AND status IN (1, 2, 3)",
@@ -143,11 +146,16 @@ static const char *const stmt_sql[ST__COUNT] = {
                        "score = ?11, open_hours = ?12, update_time = ?13 WHERE id = ?14",
     [ST_SHOP_TYPES] = "SELECT id, name, icon, sort, create_time, update_time FROM tb_shop_type "
                       "ORDER BY sort, id",
+    [ST_ASIDE_ANY] = "SELECT 1 FROM tb_voucher_order_cancelled WHERE id BETWEEN ?1 AND ?2 "
+                     "LIMIT 1",
 };
 
-/* store_order_get shares the row shape of ST_ORDERS_OF_USER. */
+/* store_order_get shares the row shape of ST_ORDERS_OF_USER; an order is in one of the two
+ * tables (a cancel under --cancel-frees-buyer moves it). */
 static const char order_get_sql[] = "SELECT id, user_id, voucher_id, status, create_time "
-                                    "FROM tb_voucher_order WHERE id = ?1";
+                                    "FROM tb_voucher_order WHERE id = ?1 UNION ALL "
+                                    "SELECT id, user_id, voucher_id, status, create_time "
+                                    "FROM tb_voucher_order_cancelled WHERE id = ?1";
 
 typedef struct sq {
     struct store base;               /* first: a store_t * is an sq_t * */
@@ -934,6 +942,22 @@ static int classify_skip(sq_t *q, const store_order_t *o)
     return 0;
 }
 
+/* Whether tb_voucher_order_cancelled holds an id of orders[0..n) (with n == 1, exactly
+ * that one; else any id between the batch's least and greatest, one range read per batch):
+ * such an order was written, cancelled and moved aside (--cancel-frees-buyer), and a replay
+ * of its entry must not write it again. 1 yes, 0 no, STORE_ERR. */
+static int moved_aside(sq_t *q, const store_order_t *orders, size_t n)
+{
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
+    for (size_t i = 0; i < n; i++) {
+        lo = orders[i].id < lo ? orders[i].id : lo;
+        hi = orders[i].id > hi ? orders[i].id : hi;
+    }
+    int rc = one_row(q, stmt(q, ST_ASIDE_ANY), "cancelled orders", NULL, NULL,
+                     ARGS(A_INT(lo), A_INT(hi)));
+    return rc == STORE_ERR ? STORE_ERR : rc == STORE_OK;
+}
+
 /* The voucher's Redis generation (0 without a row; -1 if not a flash-sale voucher), inside
  * the caller's transaction. The last voucher asked is remembered: batches are runs of one
  * voucher's stream. */
@@ -999,6 +1023,14 @@ static int orders_write_rows(sq_t *q, const store_order_t *orders, size_t n, siz
                      (long long)o->id, (long long)o->user_id, (long long)o->voucher_id,
                      (long long)o->epoch, (long long)ep);
             fen++;
+            continue;
+        }
+        int aside = moved_aside(q, o, 1);
+        if (aside == STORE_ERR)
+            goto fail;
+        if (aside) {
+            log_warn("order %lld not written again: it was cancelled and moved to "
+                     "tb_voucher_order_cancelled (a replay)", (long long)o->id);
             continue;
         }
         if (run(q, st, "order insert",
@@ -1118,6 +1150,11 @@ static int orders_write_chunked(sq_t *q, const store_order_t *orders, size_t n,
     /* IMMEDIATE: as in orders_write_rows. */
     if (exec_stmt(q, ST_BEGIN_IMMEDIATE, "orders: BEGIN IMMEDIATE") != STORE_OK)
         return STORE_ERR;
+    int aside = moved_aside(q, orders, n);
+    if (aside != 0) {
+        rc = aside == STORE_ERR ? STORE_ERR : ORDERS_UNUSUAL;
+        goto fail;
+    }
     for (size_t i = 0; i < n; i++) {
         const store_order_t *o = &orders[i];
         int f = order_fenced(q, o, &ep_vid, &ep);
@@ -1396,9 +1433,6 @@ fail:
 
 /* ---------------------------------------------------------------- the order lifecycle */
 
-static sqlite3_stmt *exec_prepare(sq_t *q, const char *sql, const store_arg_t *args, int nargs,
-                                  const char *what);
-
 /* One statement of the lifecycle, prepared for this call (no hot path: no slot kept),
  * run by one_row with args and finalized. */
 static int once_row(sq_t *q, const char *sql, const char *what, row_reader_t *read, void *out,
@@ -1434,32 +1468,61 @@ static int sq_payment_get(store_t *s, const char *payment_id, store_payment_t *o
     return once_row(q, STORE_PAY_GET_SQL, "payment", payment_row, out, ARGS(A_TEXT(payment_id)));
 }
 
-/* A move's CAS of spec sp, with give_unit the voucher's unit back: 1 changed, 0 not, or
- * STORE_ERR. */
+/* A 'f' move's row, cancelled (by this move, or by one that was not moved aside), goes
+ * to tb_voucher_order_cancelled (OR REPLACE: a row put there again after a replay is the
+ * same order) and leaves tb_voucher_order. */
+static int move_aside(sq_t *q, int64_t order_id)
+{
+    static const char copy_sql[] =
+        "INSERT OR REPLACE INTO tb_voucher_order_cancelled (id, user_id, voucher_id, pay_type, "
+        "status, create_time, pay_time, use_time, refund_time, update_time) SELECT id, "
+        "user_id, voucher_id, pay_type, status, create_time, pay_time, use_time, refund_time, "
+        "update_time FROM tb_voucher_order WHERE id = ?1 AND status IN (4, 5, 6)";
+    static const char del_sql[] = "DELETE FROM tb_voucher_order WHERE id = ?1";
+    if (once_row(q, copy_sql, "order status: move aside", NULL, NULL, ARGS(A_INT(order_id))) ==
+        STORE_ERR)
+        return STORE_ERR;
+    if (sqlite3_changes(q->db) > 0 &&
+        once_row(q, del_sql, "order status: move aside", NULL, NULL, ARGS(A_INT(order_id))) ==
+            STORE_ERR)
+        return STORE_ERR;
+    return STORE_OK;
+}
+
+/* A move's CAS of spec sp, with give_unit the voucher's unit back and with frees the row
+ * moved aside: 1 changed, 0 not, or STORE_ERR. A CAS from 4 that finds nothing in
+ * tb_voucher_order runs in tb_voucher_order_cancelled (the refund of an order cancelled
+ * under --cancel-frees-buyer). */
 static int sq_cas(sq_t *q, const store_move_t *m, const store_move_spec_t *sp)
 {
     static const char give_sql[] =
         "UPDATE tb_seckill_voucher SET stock = stock + 1, update_time = ?2 WHERE voucher_id = "
         "(SELECT voucher_id FROM tb_voucher_order WHERE id = ?1)";
-    char cas_sql[256];
-    snprintf(cas_sql, sizeof cas_sql,
-             "UPDATE tb_voucher_order SET status = %d, %s = ?2, update_time = ?2 WHERE id = ?1 "
-             "AND status = %d", sp->to, sp->col, sp->from);
+    static const char *const tables[2] = {"tb_voucher_order", "tb_voucher_order_cancelled"};
     char now[32];
     snprintf(now, sizeof now, "%s", time_text(q, m->now));
-    if (once_row(q, cas_sql, "order status", NULL, NULL, ARGS(A_INT(m->order_id), A_TEXT(now))) ==
-        STORE_ERR)
-        return STORE_ERR;
-    int changed = sqlite3_changes(q->db) > 0;
-    if (changed && sp->give_unit &&
-        once_row(q, give_sql, "order status: the unit", NULL, NULL,
-                 ARGS(A_INT(m->order_id), A_TEXT(now))) == STORE_ERR)
+    int changed = 0;
+    for (int t = 0; t < 2 && !changed && (t == 0 || sp->from == 4); t++) {
+        char cas_sql[256];
+        snprintf(cas_sql, sizeof cas_sql,
+                 "UPDATE %s SET status = %d, %s = ?2, update_time = ?2 WHERE id = ?1 AND "
+                 "status = %d", tables[t], sp->to, sp->col, sp->from);
+        if (once_row(q, cas_sql, "order status", NULL, NULL,
+                     ARGS(A_INT(m->order_id), A_TEXT(now))) == STORE_ERR)
+            return STORE_ERR;
+        changed = sqlite3_changes(q->db) > 0;
+        if (changed && t == 0 && sp->give_unit &&
+            once_row(q, give_sql, "order status: the unit", NULL, NULL,
+                     ARGS(A_INT(m->order_id), A_TEXT(now))) == STORE_ERR)
+            return STORE_ERR;
+    }
+    if (sp->frees && move_aside(q, m->order_id) != STORE_OK)
         return STORE_ERR;
     return changed;
 }
 
-/* The 's' move (store.h): the payment's row 5 -> 6 and its order 5 -> 6 once none of its
- * payments is left to refund. */
+/* The 's' move (store.h): the payment's row 5 -> 6 and its order 5 -> 6, in whichever
+ * table holds it, once none of its payments is left to refund. */
 static int sq_refund_sent(sq_t *q, store_move_t *m)
 {
     store_payment_t p = {0};
@@ -1475,7 +1538,11 @@ static int sq_refund_sent(sq_t *q, store_move_t *m)
     snprintf(now, sizeof now, "%s", time_text(q, m->now));
     if (once_row(q, STORE_PAY_SENT_SQL, "refund sent", NULL, NULL,
                  ARGS(A_TEXT(now), A_TEXT(m->payment_id))) == STORE_ERR ||
-        once_row(q, STORE_PAY_ORDER_SENT_SQL, "refund sent: the order", NULL, NULL,
+        once_row(q, STORE_PAY_ORDER_SENT_SQL("tb_voucher_order"), "refund sent: the order", NULL,
+                 NULL, ARGS(A_TEXT(now), A_TEXT(now), A_INT(p.order_id), A_INT(p.order_id))) ==
+            STORE_ERR ||
+        once_row(q, STORE_PAY_ORDER_SENT_SQL("tb_voucher_order_cancelled"),
+                 "refund sent: the order", NULL, NULL,
                  ARGS(A_TEXT(now), A_TEXT(now), A_INT(p.order_id), A_INT(p.order_id))) ==
             STORE_ERR)
         return STORE_ERR;
@@ -1487,7 +1554,9 @@ static int sq_refund_sent(sq_t *q, store_move_t *m)
  * STORE_NOTFOUND (m->was set), STORE_ERR. Prepared per call: no hot path. */
 static int sq_move_one(sq_t *q, store_move_t *m)
 {
-    static const char status_sql[] = "SELECT status FROM tb_voucher_order WHERE id = ?1";
+    static const char status_sql[] =
+        "SELECT status FROM tb_voucher_order WHERE id = ?1 UNION ALL "
+        "SELECT status FROM tb_voucher_order_cancelled WHERE id = ?1";
     store_move_spec_t sp, alt;
     if (store__move_spec(m->kind, &sp) != 0 || store__move_spec('r', &alt) != 0)
         return STORE_ERR;
@@ -1588,6 +1657,8 @@ static int sq_voucher_orders(store_t *s, int64_t voucher_id, int64_t after_id, s
     if (sqlite3_prepare_v2(q->db,
                            "SELECT id, user_id, voucher_id, status, create_time "
                            "FROM tb_voucher_order WHERE voucher_id = ?1 AND id > ?2 "
+                           "UNION ALL SELECT id, user_id, voucher_id, status, create_time "
+                           "FROM tb_voucher_order_cancelled WHERE voucher_id = ?1 AND id > ?2 "
                            "ORDER BY id LIMIT ?3",
                            -1, &st, NULL) != SQLITE_OK)
         return sq_fail(q, "prepare voucher orders");

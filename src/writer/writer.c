@@ -389,9 +389,9 @@ static int parse_read(writer_t *wr, const redisReply *r, int pending)
 
 /* ---------------------------------------------------------------- SQL */
 
-/* Writes wr->orders[0..n) until it commits. Returns 0, or -1 if stopping gave up. */
-static int sql_write(writer_t *wr, size_t n, size_t *inserted, size_t *conflicts,
-                     size_t *fenced)
+/* Writes orders[0..n) until it commits. Returns 0, or -1 if stopping gave up. */
+static int sql_write(writer_t *wr, const store_order_t *orders, size_t n, size_t *inserted,
+                     size_t *conflicts, size_t *fenced)
 {
     int backoff = SQL_BACKOFF_MIN_MS, fails = 0;
     uint64_t stop_seen = 0;
@@ -401,7 +401,7 @@ static int sql_write(writer_t *wr, size_t n, size_t *inserted, size_t *conflicts
             wr->st = store_open(wr->app->db_url, wr->sql_timeout_ms, err, sizeof err);
         }
         if (wr->st) {
-            int wrc = store_orders_write(wr->st, wr->orders, n, inserted, conflicts, fenced);
+            int wrc = store_orders_write(wr->st, orders, n, inserted, conflicts, fenced);
             if (wrc == STORE_OK) {
                 if (wr->sql_down)
                     log_info("writer: SQL writes work again (%zu orders written)", *inserted);
@@ -518,9 +518,91 @@ static int batch_replicated(writer_t *wr)
     return 1;
 }
 
-/* Writes wr->ents to SQL (one transaction), then acks them. Returns 0; -1 if Redis
- * failed (connection dropped: the entries stay pending and are replayed); -2 if stopping
- * gave up on SQL. */
+/* Rounds of a batch: an event that freed its buyer (kind 'f', --cancel-frees-buyer) must
+ * reach SQL before the orders behind it in its stream -- the buyer's next order would meet
+ * the cancelled one in UNIQUE(user_id, voucher_id). So each entry's round is the number of
+ * such events before it in its stream, and round r's orders, then its events, are written
+ * before round r + 1's. Returns the number of rounds: 1 (one order transaction and one event
+ * transaction, as always) unless the batch holds such an event followed by more. */
+static int batch_rounds(writer_t *wr)
+{
+    int *seen = xcalloc(wr->nstreams ? wr->nstreams : 1, sizeof *seen), rounds = 1;
+    for (size_t i = 0; i < wr->nents; i++) {
+        wentry_t *e = &wr->ents[i];
+        e->round = seen[e->si];
+        if (e->round + 1 > rounds && (e->kind == E_ORDER || e->kind == E_EVENT))
+            rounds = e->round + 1;
+        if (e->kind == E_EVENT && e->ev.kind == 'f')
+            seen[e->si]++;
+    }
+    free(seen);
+    return rounds;
+}
+
+/* A freeing event of round r that was not applied (it waits, writer_life.c) holds back
+ * the rest of its stream's batch: they wait with it (not acked; they come back). */
+static void hold_back(writer_t *wr, int r)
+{
+    for (size_t i = 0; i < wr->nents; i++) {
+        const wentry_t *e = &wr->ents[i];
+        if (e->round != r || e->kind != E_WAIT || e->ev.kind != 'f')
+            continue;
+        for (size_t j = 0; j < wr->nents; j++)
+            if (wr->ents[j].si == e->si && wr->ents[j].round > r &&
+                (wr->ents[j].kind == E_ORDER || wr->ents[j].kind == E_EVENT))
+                wr->ents[j].kind = E_WAIT;
+    }
+}
+
+/* Writes round r's orders to SQL (one transaction). 0, or -1 if stopping gave up. With
+ * one round they are packed to the front of wr->orders in place; with more, copied. */
+static int write_round(writer_t *wr, int r, int rounds)
+{
+    store_order_t *orders = rounds == 1 ? wr->orders : xmalloc(wr->norders * sizeof *orders);
+    size_t n = 0;
+    for (size_t i = 0; i < wr->nents; i++) {
+        const wentry_t *e = &wr->ents[i];
+        if (e->kind != E_ORDER || e->round != r)
+            continue;
+        /* (in place, n never passes o0) */
+        if (orders != wr->orders || n != e->o0)
+            memmove(&orders[n], &wr->orders[e->o0], e->no * sizeof *orders);
+        n += e->no;
+    }
+    int rc = 0;
+    size_t ins = 0, conf = 0, fen = 0;
+    if (n > 0) {
+        rc = sql_write(wr, orders, n, &ins, &conf, &fen);
+        if (rc == 0) {
+            metric_add(&wr->m->orders_persisted, ins);
+            metric_add(&wr->m->order_id_conflicts, conf);
+            metric_add(&wr->m->orders_fenced, fen);
+            metric_add(&wr->m->orders_replayed, n - ins - conf - fen);
+            metric_inc(&wr->m->writer_batches);
+            metric_add(&wr->m->writer_batch_orders, n);
+        }
+    }
+    /* replays (not fenced ones, which never get written): an order skipped because its
+     * buyer's earlier order is not yet cancelled in SQL waits for that (writer_life.c) */
+    if (rc == 0 && n > ins + conf + fen && fen == 0) {
+        size_t at = 0;
+        for (size_t i = 0; i < wr->nents; i++) {
+            wentry_t *e = &wr->ents[i];
+            if (e->kind != E_ORDER || e->round != r)
+                continue;
+            if (writer_life_held(wr, e, &orders[at], e->no))
+                e->kind = E_WAIT;
+            at += e->no;
+        }
+    }
+    if (orders != wr->orders)
+        free(orders);
+    return rc;
+}
+
+/* Writes wr->ents to SQL (one transaction for the orders, one for the events; per round,
+ * batch_rounds), then acks them. Returns 0; -1 if Redis failed (connection dropped: the
+ * entries stay pending and are replayed); -2 if stopping gave up on SQL. */
 static int handle_batch(writer_t *wr)
 {
     if (wr->nents == 0)
@@ -545,17 +627,11 @@ static int handle_batch(writer_t *wr)
         nap_hard(backoff);
         backoff = backoff * 2 > SQL_BACKOFF_MAX_MS ? SQL_BACKOFF_MAX_MS : backoff * 2;
     }
-    size_t n = 0, ndead = 0;
+    size_t ndead = 0;
     for (size_t i = 0; i < wr->nents; i++) {
         const wentry_t *e = &wr->ents[i];
-        if (e->kind == E_ORDER) {
-            /* the orders of the entries to write, packed to the front (in place: n never
-             * passes o0) */
-            if (n != e->o0)
-                memmove(&wr->orders[n], &wr->orders[e->o0], e->no * sizeof *wr->orders);
-            n += e->no;
-        } else if (e->kind == E_EVENT) {
-            continue;   /* applied once the orders are in (writer_life_apply) */
+        if (e->kind == E_ORDER || e->kind == E_EVENT) {
+            continue;   /* written by rounds, below */
         } else if (e->kind == E_DEAD) {
             ndead++;
             log_error("writer: %s entry %s cannot be an order (%s): moved to "
@@ -569,18 +645,13 @@ static int handle_batch(writer_t *wr)
                       wr->streams[e->si].key, e->id);
         }
     }
-    if (n > 0) {
-        size_t ins = 0, conf = 0, fen = 0;
-        if (sql_write(wr, n, &ins, &conf, &fen) != 0)
+    int rounds = batch_rounds(wr);
+    for (int r = 0; r < rounds; r++) {
+        if (write_round(wr, r, rounds) != 0)
             return -2;
-        metric_add(&wr->m->orders_persisted, ins);
-        metric_add(&wr->m->order_id_conflicts, conf);
-        metric_add(&wr->m->orders_fenced, fen);
-        metric_add(&wr->m->orders_replayed, n - ins - conf - fen);
-        metric_inc(&wr->m->writer_batches);
-        metric_add(&wr->m->writer_batch_orders, n);
+        ndead += writer_life_apply(wr, r);
+        hold_back(wr, r);
     }
-    ndead += writer_life_apply(wr);
     if (!wr->rc)
         return -1;
     /* Only now, after the commit: acks (and dead letters), pipelined. */
@@ -1033,6 +1104,12 @@ void *writer_main(void *arg)
             if (now >= wr->info_at) {
                 info_pass(wr);
                 wr->info_at = now + INFO_EVERY_MS;
+            }
+            /* no stream: sync mode, or a Redis that lost them -- the SQL scan still runs */
+            if (now >= wr->due_at) {
+                wr->due_at = now + DUE_EVERY_MS;
+                if (writer_life_sweep(wr) != 0)
+                    continue;
             }
             writer_nap(wr, wr->block_ms < STREAMS_REFRESH_MS ? wr->block_ms : STREAMS_REFRESH_MS);
             wr->streams_at = 0;

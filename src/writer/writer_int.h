@@ -81,10 +81,13 @@ typedef struct wentry {
                                       * entry of admit.lua holds every order of one call) */
     const char *reason;              /* E_DEAD */
     const redisReply *fields;        /* E_DEAD: the original fields (borrowed) */
-    sentry_ev_t ev;                  /* E_EVENT */
+    sentry_ev_t ev;                  /* E_EVENT (kind 'f': a c or t that freed its buyer) */
     char pay_id[STORE_PAYMENT_ID_MAX + 1];   /* E_EVENT of a payment ("" none): its id, */
     int64_t pay_amount;              /* amount and answer (0 taken, 2 refunded) */
     int pay_answer;
+    int round;                       /* handle_batch: written in this round (a freeing
+                                      * event ends its stream's round: the buyer's next
+                                      * order is written after it) */
 } wentry_t;
 
 struct writer {
@@ -229,17 +232,27 @@ int writer_sweep_group_state(const redisReply *r, int64_t *pending, int64_t *lag
                              int *lag_known);
 /* One sweep over the next drained streams: 0, or -1 when the connection was lost. */
 int writer_sweep_run(writer_t *wr);
+/* s, if drained, out of the set and read again (its new entries are expected ones): 0, or
+ * -1 when the connection was lost. */
+int writer_sweep_undrain(writer_t *wr, wstream_t *s);
 
 /* ---- writer_life.c */
 
 /* An entry's fields, if they are a lifecycle event (sentry_event): 1 with e made E_EVENT
  * (or E_DEAD when malformed), 0 when they are not one (an order entry). */
 int writer_life_parse(writer_t *wr, wentry_t *e, const redisReply *fields);
-/* Applies the batch's E_EVENT entries to SQL, after its orders are committed (an order's
- * event follows its insert in the stream). An event whose order SQL lacks or that SQL
- * could not take becomes E_WAIT (not acked); one whose order never came, E_DEAD. Returns
- * how many became E_DEAD. */
-size_t writer_life_apply(writer_t *wr);
+/* Applies the batch's E_EVENT entries of one round (wentry_t.round) to SQL, after that
+ * round's orders are committed (an order's event follows its insert in the stream). An
+ * event whose order SQL lacks or that SQL could not take becomes E_WAIT (not acked); one
+ * whose order never came, E_DEAD. Returns how many became E_DEAD. */
+size_t writer_life_apply(writer_t *wr, int round);
+/* --cancel-frees-buyer: whether an order entry whose orders[0..n) were just committed
+ * (with replays among them) must wait instead of being acked -- an order SQL does not have
+ * was skipped because its buyer still holds an earlier order there whose freeing event
+ * is not applied yet (pending in a dead instance's entries or another writer's batch).
+ * The entry comes back after the event. Entries older than an event may be late are not
+ * held (a duplicate after all, acked as before). */
+int writer_life_held(writer_t *wr, const wentry_t *e, const store_order_t *orders, size_t n);
 /* The refund outbox's pass (writer_refund_run), then --pay-timeout-s: cancels the orders
  * whose payment deadline passed (the entries of every stream this writer reads whose sale
  * may still have some, from the sweep's cursor up to now - timeout; at most every 500 ms):

@@ -3,7 +3,11 @@
  * (src/order/life.lua) becomes status 4 with its unit back in the voucher's SQL stock;
  * a paid one 2 with pay_time; a cancelled one whose payment is to be refunded 5 (退款中:
  * 6 once the refund is sent, writer_refund.c) -- a batch's events in one transaction
- * (store_orders_move), each payment's row (tb_voucher_payment) with its order's move.
+ * (store_orders_move), each payment's row (tb_voucher_payment) with its order's move. An
+ * event whose entry carries `free 1` (--cancel-frees-buyer) is a move 'f': the cancel, and
+ * the row to tb_voucher_order_cancelled, so the buyer's next order fits in SQL (writer.c
+ * writes a batch in rounds so the event comes before that order); a late payment's refund
+ * finds the row there.
  *
  * An event follows its order's own entry in the same stream, and a batch writes its
  * orders before its events, so within one writer the insert always comes first. With
@@ -26,10 +30,15 @@
  * once), a restart goes on where the last sweep stopped. Nothing is written per order at
  * admission or by the batch: an order costs one script call at its deadline.
  *
- * The backstop, for orders whose Redis state was lost (a failover, a rebuild): SQL's
- * unpaid orders created before now - timeout, read by primary key from a cursor kept in
- * memory (order ids begin with their creation second, orderid.h), so each row is read
- * once per process life. */
+ * A drained stream (writer_sweep.c) whose sweep timed orders out leaves the drained set and
+ * is read again at once: its t events are due in SQL, and lookups must ask its bucket.
+ *
+ * The SQL scan (scan_page): SQL's unpaid orders past their deadline, read by primary key
+ * from a cursor kept in memory (order ids begin with their creation second, orderid.h),
+ * each row about once per process life. In stream mode the backstop, for orders whose
+ * Redis state was lost (a failover, a rebuild), through life.lua on each order's bucket --
+ * on a Redis Cluster through the cluster client; in sync mode (no Redis state, no stream)
+ * the timeout itself, a SQL CAS per order. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,12 +89,29 @@ static int pay_field(wentry_t *e, const redisReply *f)
     return 0;
 }
 
+/* A c or t event whose entry carries `free 1` (life.lua under --cancel-frees-buyer: the
+ * buyer left the buyers hash): its move is 'f', which also moves the row aside in SQL. The
+ * entry says it, not this process's flag, so a writer started with another setting applies
+ * what the script decided. */
+static int frees_buyer(const redisReply *f)
+{
+    for (size_t i = 0; i + 1 < f->elements; i += 2) {
+        const redisReply *k = f->element[i], *v = f->element[i + 1];
+        if (k->type == REDIS_REPLY_STRING && k->len == 4 && memcmp(k->str, "free", 4) == 0 &&
+            v->type == REDIS_REPLY_STRING && v->len == 1 && v->str[0] == '1')
+            return 1;
+    }
+    return 0;
+}
+
 int writer_life_parse(writer_t *wr, wentry_t *e, const redisReply *fields)
 {
     const char *reason = NULL;
     int rc = sentry_event(fields, &e->ev, &reason);
     if (rc == 0)
         return 0;
+    if (rc > 0 && (e->ev.kind == 'c' || e->ev.kind == 't') && frees_buyer(fields))
+        e->ev.kind = 'f';
     if (rc < 0) {
         e->kind = E_DEAD;
         e->reason = reason;
@@ -119,20 +145,39 @@ static int not_yet(writer_t *wr, wentry_t *e)
     return 1;
 }
 
+int writer_life_held(writer_t *wr, const wentry_t *e, const store_order_t *orders, size_t n)
+{
+    if (!wr->app->cfg.cancel_frees_buyer || !wr->st)
+        return 0;
+    if ((int64_t)time(NULL) - strtoll(e->id, NULL, 10) / 1000 >= EVENT_WAIT_S)
+        return 0;   /* no event is that late: a duplicate after all, acked as before */
+    for (size_t i = 0; i < n; i++) {
+        store_order_t o;
+        int rc = store_order_get(wr->st, orders[i].id, &o);
+        if (rc == STORE_NOTFOUND || rc == STORE_ERR) {
+            log_info("writer: %s entry %s: order %lld waits for its buyer's earlier order to "
+                     "be cancelled in SQL", wr->streams[e->si].key, e->id,
+                     (long long)orders[i].id);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* The batch's events applied in one SQL transaction (store_orders_move): a wave of
  * timeouts costs one commit per batch, not per order. */
-size_t writer_life_apply(writer_t *wr)
+size_t writer_life_apply(writer_t *wr, int round)
 {
     size_t n = 0, dead = 0;
     for (size_t i = 0; i < wr->nents; i++)
-        n += wr->ents[i].kind == E_EVENT;
+        n += wr->ents[i].kind == E_EVENT && wr->ents[i].round == round;
     if (n == 0)
         return 0;
     store_move_t *mv = xmalloc(n * sizeof *mv);
     size_t *at = xmalloc(n * sizeof *at);   /* each move's entry */
     n = 0;
     for (size_t i = 0; i < wr->nents; i++)
-        if (wr->ents[i].kind == E_EVENT)
+        if (wr->ents[i].kind == E_EVENT && wr->ents[i].round == round)
             at[n++] = i;
     /* by voucher, stably (an order's events keep their stream order): every writer's
      * transaction takes the vouchers' stock rows in the same order, so two of them never
@@ -146,9 +191,9 @@ size_t writer_life_apply(writer_t *wr)
     }
     for (size_t j = 0; j < n; j++) {
         const wentry_t *e = &wr->ents[at[j]];
-        char k = e->ev.kind == 'p' || e->ev.kind == 'r' ? e->ev.kind : 'c';
+        char k = e->ev.kind == 't' ? 'c' : e->ev.kind;   /* c, f, p, r */
         mv[j] = (store_move_t){.order_id = e->ev.order_id, .now = e->ev.ts, .kind = k};
-        if (e->pay_id[0] && k != 'c') {   /* the payment's row, in the same transaction */
+        if (e->pay_id[0] && (k == 'p' || k == 'r')) {   /* its payment's row, same transaction */
             memcpy(mv[j].payment_id, e->pay_id, sizeof e->pay_id);
             mv[j].amount = e->pay_amount;
             mv[j].pay_status = k == 'p' && e->pay_answer == 0 ? 2 : 5;
@@ -172,6 +217,8 @@ size_t writer_life_apply(writer_t *wr)
     for (size_t j = 0; j < n; j++) {
         wentry_t *e = &wr->ents[at[j]];
         int was = mv[j].was, want = mv[j].kind == 'p' ? 2 : mv[j].kind == 'r' ? 5 : 4;
+        /* a cancel's replay (c, or f finding its row aside) may find 5 or 6: refunded since */
+        int refunded = was == 6 || (was == 5 && mv[j].kind != 'p');
         /* a refund's row written: the outbox of this stream has it to send */
         if (mv[j].rc == STORE_OK && mv[j].pay_status == 5) {
             wr->streams[e->si].refund_quiet = 0;
@@ -189,7 +236,7 @@ size_t writer_life_apply(writer_t *wr)
         } else if (e->pay_id[0] && e->pay_answer == 2) {
             /* a refund: the order moved to 5 (from a cancel), or stays as it was (paid, or
              * refunded by another payment) */
-        } else if (was != (mv[j].kind == 'r' ? 4 : 1) && was != want && was != 6) {
+        } else if (was != (mv[j].kind == 'r' ? 4 : 1) && was != want && !refunded) {
             /* Redis decided from its state; SQL says otherwise: SQL is the record */
             log_error("writer: %s entry %s: event %c of order %lld found status %d in SQL; "
                       "left as it is", wr->streams[e->si].key, e->id, e->ev.kind,
@@ -203,9 +250,12 @@ size_t writer_life_apply(writer_t *wr)
 
 /* ---------------------------------------------------------------- payment deadlines */
 
+/* Stream mode (Redis decides, the SQL scan is the backstop) and sync mode (the SQL scan
+ * decides). */
 static int timeouts_on(const writer_t *wr)
 {
-    return wr->app->cfg.pay_timeout_s > 0 && wr->app->cfg.mode == MODE_STREAM;
+    return wr->app->cfg.pay_timeout_s > 0 &&
+           (wr->app->cfg.mode == MODE_STREAM || wr->app->cfg.mode == MODE_SYNC);
 }
 
 /* A bucket's keys for life.lua (its header). */
@@ -246,7 +296,7 @@ static void call_begin(writer_t *wr, expire_call_t *c, const lkeys_t *k)
     writer_args(wr, &c->n, k->kst);
     writer_args(wr, &c->n, k->ks);
     writer_args(wr, &c->n, k->kcur);
-    writer_args(wr, &c->n, "expire");
+    writer_args(wr, &c->n, wr->app->cfg.cancel_frees_buyer ? "expire-free" : "expire");
     writer_args(wr, &c->n, "");   /* the cursor (argument CALL_CURSOR): call_end sets it */
 }
 
@@ -262,15 +312,40 @@ static void call_add(writer_t *wr, expire_call_t *c, int64_t oid, int64_t uid)
     c->orders++;
 }
 
-/* Appends the call, moving the cursor to cursor ("" keeps it). */
-static void call_end(writer_t *wr, expire_call_t *c, const char *cursor)
+/* Completes the call in wr->argv (c->n arguments), moving the cursor to cursor ("" keeps
+ * it). */
+static void call_close(writer_t *wr, expire_call_t *c, const char *cursor)
 {
     wr->argv[CALL_CURSOR] = cursor;
     wr->argvlen[CALL_CURSOR] = strlen(cursor);
     /* the pairs last: dec may have moved while they were added */
     for (size_t i = 0; i < 2 * c->orders; i++)
         writer_args(wr, &c->n, c->dec[i]);
+}
+
+/* Appends the call to the writer's pipeline. */
+static void call_end(writer_t *wr, expire_call_t *c, const char *cursor)
+{
+    call_close(wr, c, cursor);
     writer_append(wr, c->n);
+}
+
+/* One expire call's answer: the orders it timed out; *cursor (if not NULL) the cursor
+ * Redis answered. */
+static long expire_answer(const redisReply *x, const char *where, char *cursor)
+{
+    if (x->type == REDIS_REPLY_ARRAY && x->elements == 2 &&
+        x->element[0]->type == REDIS_REPLY_INTEGER) {
+        const redisReply *c = x->element[1];
+        if (cursor && is_str(c) && c->len > 0 && c->len < ENTRY_ID_MAX) {
+            memcpy(cursor, c->str, c->len);
+            cursor[c->len] = '\0';
+        }
+        return (long)x->element[0]->integer;
+    }
+    if (x->type == REDIS_REPLY_ERROR)
+        log_error("writer: %s: payment timeout: %s", where, x->str);
+    return 0;
 }
 
 /* Reads the answers of sent expire calls: how many orders they timed out, with *cursor
@@ -282,18 +357,7 @@ static long expire_answers(writer_t *wr, size_t sent, const char *where, char *c
         void *rv = NULL;
         if (redisGetReply(wr->rc, &rv) != REDIS_OK)
             return writer_redis_fail(wr, "EVAL life.lua expire", NULL);
-        redisReply *x = rv;
-        if (x->type == REDIS_REPLY_ARRAY && x->elements == 2 &&
-            x->element[0]->type == REDIS_REPLY_INTEGER) {
-            expired += (long)x->element[0]->integer;
-            const redisReply *c = x->element[1];
-            if (cursor && is_str(c) && c->len > 0 && c->len < ENTRY_ID_MAX) {
-                memcpy(cursor, c->str, c->len);
-                cursor[c->len] = '\0';
-            }
-        } else if (x->type == REDIS_REPLY_ERROR) {
-            log_error("writer: %s: payment timeout: %s", where, x->str);
-        }
+        expired += expire_answer(rv, where, cursor);
     }
     if (expired > 0)
         log_info("writer: %s: %ld unpaid orders timed out and cancelled", where, expired);
@@ -388,34 +452,158 @@ static int sweep_stream(writer_t *wr, wstream_t *s, const char *end, uint64_t un
             sent++;
         }
         char cur[ENTRY_ID_MAX] = "";
-        if (expire_answers(wr, sent, s->key, cur) < 0)
+        size_t got = r->elements;
+        long expired = expire_answers(wr, sent, s->key, cur);
+        if (expired < 0)
             return -1;
         if (cur[0])
             strcpy(s->paysweep, cur);   /* ours, or a sweeper's ahead of us */
-        if (!last || r->elements < SWEEP_PAGE || stopping(wr))
+        /* an ended sale's stream the writers no longer read: its t events are to be read
+         * now, and lookups must ask its bucket again (orders.h) */
+        if (expired > 0 && s->drained && writer_sweep_undrain(wr, s) != 0)
+            return -1;
+        if (!last || got < SWEEP_PAGE || stopping(wr))
             return 0;
         if (clock_mono_ms() >= until)
             return 1;
     }
 }
 
-/* The backstop: unpaid orders SQL has that were created before now - timeout - 1, read by
- * primary key after wr->scan_id (order ids begin with their creation second, orderid.h),
- * SCAN_MAX a page, each run through life.lua expire on its buyer's bucket; a page that
- * reaches the bound moves the cursor to it, so a row is read once per process life. One
- * Redis only: on a cluster a sub-writer's connection reaches its own node's slots alone
- * (docs/lifecycle.md). 0 (*full: the page was full), or -1 when the connection was lost. */
+/* The SQL scan: unpaid orders SQL has past their deadline, read by primary key after
+ * wr->scan_id (order ids begin with their creation second, orderid.h), SCAN_MAX a page.
+ *
+ * Stream mode, the backstop: each order through life.lua expire on its buyer's bucket,
+ * one call per run of orders on one bucket -- on one Redis pipelined on the writer's
+ * connection; on a Redis Cluster sent one by one through the cluster client to the
+ * bucket's node (a sub-writer's own connection reaches its node's slots alone). Due:
+ * created before now - timeout - 1 (the stream sweep, to the millisecond, comes first).
+ *
+ * Sync mode (orders in SQL alone), the timeout itself: the page's orders cancelled as the
+ * buyer's cancel does, a CAS 1 -> 4 with the unit back in the voucher's SQL stock, in one
+ * transaction (store_orders_move): with several instances scanning, the CAS decides each
+ * order once. Due: createTime + timeout has passed (the payDeadline the order shows).
+ *
+ * The cursor: a page that comes full moves it to its last order; one that reaches the
+ * bound moves it to the bound, but never past SCAN_HOLD_S + the SQL deadline before it --
+ * an order whose transaction was still open when the page was read (an id of an earlier
+ * second committed later) is read by a later pass. Rows behind the cursor are not read
+ * again in this process's life. */
 #define SCAN_MAX 256
+#define SCAN_HOLD_S 2
+
+static int sync_mode(const writer_t *wr)
+{
+    return wr->app->cfg.mode == MODE_SYNC;
+}
+
+/* Sync mode: the page's orders timed out in SQL. 0, or -1 when SQL failed (none moved). */
+static int scan_cancel(writer_t *wr, const store_order_t *o, size_t n)
+{
+    store_move_t *mv = xmalloc((n ? n : 1) * sizeof *mv);
+    int64_t now = (int64_t)time(NULL);
+    for (size_t i = 0; i < n; i++)
+        mv[i] = (store_move_t){.order_id = o[i].id, .now = now, .kind = 'c'};
+    int rc = store_orders_move(wr->st, mv, n);
+    size_t moved = 0;
+    for (size_t i = 0; rc == STORE_OK && i < n; i++)
+        moved += mv[i].rc == STORE_OK && mv[i].was == 1;
+    free(mv);
+    if (rc != STORE_OK) {
+        log_warn("writer: payment timeout: %zu orders not cancelled (%s); the next pass tries "
+                 "again", n, store_errmsg(wr->st));
+        metric_inc(&wr->m->sql_errors);
+        return -1;
+    }
+    if (moved > 0)
+        log_info("writer: SQL scan: %zu unpaid orders timed out and cancelled", moved);
+    return 0;
+}
+
+/* Sends the open expire call: on one Redis appended to the writer's pipeline (*sent + 1:
+ * its answer is read by expire_answers), on a cluster through the cluster client to the
+ * bucket's node and answered here (*expired). 0, or -1 when that found no answer. */
+static int scan_send(writer_t *wr, expire_call_t *c, const lkeys_t *k, size_t *sent,
+                     long *expired)
+{
+    if (!wr->node_mode) {
+        call_end(wr, c, "");
+        (*sent)++;
+        return 0;
+    }
+    call_close(wr, c, "");
+    char why[300] = "";
+    redisReply *x = rcl_sync_command(wr->rcs, k->kv, strlen(k->kv), (int)c->n, wr->argv,
+                                     wr->argvlen, why, sizeof why);
+    if (x == NULL) {
+        log_warn("writer: SQL scan: expire on %s: %s; the next pass tries again", k->kv, why);
+        return -1;
+    }
+    *expired += expire_answer(x, "SQL scan", NULL);
+    freeReplyObject(x);
+    return 0;
+}
+
+/* Stream mode: the orders o[0..n) through expire, a call per run of orders on one bucket.
+ * Returns how many are done with: all, or fewer when SQL failed (the bucket count) or a
+ * cluster call found no answer -- the rest wait for the next pass. *sent: the pipelined
+ * calls to read (one Redis); *expired: the cluster calls' orders timed out. */
+static size_t scan_expire(writer_t *wr, const store_order_t *o, size_t n, size_t *sent,
+                          long *expired)
+{
+    expire_call_t c = {0};
+    char tag[48], open_tag[48] = "";
+    lkeys_t keys;
+    int64_t last_vid = 0;
+    int k = 1;
+    size_t i = 0, done = 0;   /* done: the orders before the open call's first */
+    *sent = 0;
+    *expired = 0;
+    for (; i < n; i++) {
+        if (o[i].voucher_id != last_vid) {
+            k = 1;
+            if (store_voucher_buckets(wr->st, o[i].voucher_id, &k) != STORE_OK)
+                break;
+            last_vid = o[i].voucher_id;
+        }
+        if (key_btag(tag, sizeof tag, o[i].voucher_id, buckets_home(o[i].user_id, k), k) < 0)
+            continue;
+        if (open_tag[0] && strcmp(tag, open_tag) != 0) {
+            open_tag[0] = '\0';
+            if (scan_send(wr, &c, &keys, sent, expired) != 0)
+                goto out;
+            done = i;
+        }
+        if (!open_tag[0]) {
+            if (lkeys_fill(&keys, tag) != 0)
+                continue;
+            strcpy(open_tag, tag);
+            call_begin(wr, &c, &keys);
+        }
+        call_add(wr, &c, o[i].id, o[i].user_id);
+    }
+    if (!open_tag[0] || scan_send(wr, &c, &keys, sent, expired) == 0)
+        done = i;
+out:
+    free(c.dec);
+    return done;
+}
+
+/* One page of the scan: 0 (*full: the page was full), or -1 when the connection was
+ * lost. */
 static int scan_page(writer_t *wr, int *full)
 {
     char err[512] = "";
     *full = 0;
     if (!wr->st && !(wr->st = store_open(wr->app->db_url, wr->sql_timeout_ms, err, sizeof err)))
         return 0;   /* SQL down: the next pass */
-    int64_t before = (int64_t)time(NULL) - wr->app->cfg.pay_timeout_s - 1 - ORDERID_EPOCH;
-    if (before <= 0)
+    int64_t now = (int64_t)time(NULL), timeout = wr->app->cfg.pay_timeout_s;
+    /* order ids below bound << 32 are due: sync mode's at the deadline they show (creation
+     * second + timeout), the backstop's a second after the latest their creation allows */
+    int64_t bound = (sync_mode(wr) ? now - timeout + 1 : now - timeout - 1) - ORDERID_EPOCH;
+    int64_t hold = bound - SCAN_HOLD_S - wr->sql_timeout_ms / 1000;
+    if (bound <= 0)
         return 0;
-    const store_arg_t args[2] = {{wr->scan_id, 0}, {before << 32, 0}};
+    const store_arg_t args[2] = {{wr->scan_id, 0}, {bound << 32, 0}};
     store_order_t *o = NULL;
     size_t n = 0;
     if (store_exec_orders(wr->st,
@@ -426,53 +614,30 @@ static int scan_page(writer_t *wr, int *full)
         log_warn("writer: payment timeout scan: %s", store_errmsg(wr->st));
         return 0;
     }
-    /* one call per run of orders on the same bucket */
-    expire_call_t c = {0};
-    size_t sent = 0, i = 0;
-    char tag[48], open_tag[48] = "";
-    lkeys_t keys;
-    int64_t last_vid = 0;
-    int k = 1;
-    for (; i < n; i++) {
-        if (o[i].voucher_id != last_vid) {
-            k = 1;
-            if (store_voucher_buckets(wr->st, o[i].voucher_id, &k) != STORE_OK)
-                break;   /* SQL failed: this order and the rest next pass */
-            last_vid = o[i].voucher_id;
-        }
-        int b = buckets_home(o[i].user_id, k);
-        if (key_btag(tag, sizeof tag, o[i].voucher_id, b, k) < 0)
-            continue;
-        if (strcmp(tag, open_tag) != 0) {
-            if (open_tag[0]) {
-                call_end(wr, &c, "");
-                sent++;
-            }
-            open_tag[0] = '\0';
-            if (lkeys_fill(&keys, tag) != 0)
-                continue;
-            strcpy(open_tag, tag);
-            call_begin(wr, &c, &keys);
-        }
-        call_add(wr, &c, o[i].id, o[i].user_id);
-    }
-    if (open_tag[0]) {
-        call_end(wr, &c, "");
-        sent++;
-    }
-    if (i == n) {
+    size_t done = n, sent = 0;
+    long expired = 0;
+    if (n > 0 && sync_mode(wr))
+        done = scan_cancel(wr, o, n) == 0 ? n : 0;
+    else if (n > 0)
+        done = scan_expire(wr, o, n, &sent, &expired);
+    if (done == n) {
         *full = n == SCAN_MAX;
-        wr->scan_id = *full ? o[n - 1].id : (before << 32) - 1;
-    } else if (i > 0) {
-        wr->scan_id = o[i - 1].id;
+        int64_t to = (hold > 0 ? hold : 0) << 32;
+        if (*full)
+            wr->scan_id = o[n - 1].id;
+        else if (to - 1 > wr->scan_id)
+            wr->scan_id = to - 1;
+    } else if (done > 0) {
+        wr->scan_id = o[done - 1].id;
     }
     free(o);
-    free(c.dec);
+    if (expired > 0)
+        log_info("writer: SQL scan: %ld unpaid orders timed out and cancelled", expired);
     return expire_answers(wr, sent, "SQL scan", NULL) < 0 ? -1 : 0;
 }
 
-/* The backstop's pass: pages while they come full, until until. 0, 1 when the time ran
- * out with more to read, or -1 when the connection was lost. */
+/* The scan's pass: pages while they come full, until until. 0, 1 when the time ran out
+ * with more to read, or -1 when the connection was lost. */
 static int scan_sql(writer_t *wr, uint64_t until)
 {
     int full = 1;
@@ -482,6 +647,16 @@ static int scan_sql(writer_t *wr, uint64_t until)
         else if (full && clock_mono_ms() >= until)
             return 1;
     return 0;
+}
+
+/* Whether this writer runs the SQL scan: on one Redis the writer; on a cluster one
+ * sub-writer, the one whose node holds the stream registry's slot (each order goes to its
+ * bucket's node through the cluster client). */
+static int scanner(writer_t *wr)
+{
+    if (wr->cluster)
+        return 0;
+    return !wr->node_mode || (wr->rcs != NULL && writer_cluster_mine(wr, KEY_STREAMS));
 }
 
 int writer_life_sweep(writer_t *wr)
@@ -500,7 +675,8 @@ int writer_life_sweep(writer_t *wr)
              (long long)((int64_t)clock_wall_ms() - (int64_t)wr->app->cfg.pay_timeout_s * 1000));
     expire_call_t c = {0};
     int more = 0, rc = 0;
-    for (size_t si = 0; si < wr->nstreams && !stopping(wr) && rc >= 0; si++) {
+    size_t nstreams = wr->app->cfg.mode == MODE_STREAM ? wr->nstreams : 0;
+    for (size_t si = 0; si < nstreams && !stopping(wr) && rc >= 0; si++) {
         wstream_t *s = &wr->streams[si];
         /* every deadline is at most the sale's end + the timeout */
         if (s->vknown && now > s->vend + wr->app->cfg.pay_timeout_s + SWEEP_AFTER_S)
@@ -512,10 +688,13 @@ int writer_life_sweep(writer_t *wr)
     if (rc < 0)
         return -1;
     mono = clock_mono_ms();
-    if (!wr->node_mode && !wr->cluster && mono >= wr->scan_at) {
-        /* every quarter of the timeout, 1 s to 60 s; at once again while pages come full */
-        int every = wr->app->cfg.pay_timeout_s * 250;
-        wr->scan_at = mono + (uint64_t)(every < 1000 ? 1000 : every > 60000 ? 60000 : every);
+    if (mono >= wr->scan_at && scanner(wr)) {
+        /* the backstop every quarter of the timeout, 1 s to 60 s; sync mode's timeout at
+         * every pass; at once again while pages come full */
+        int every = sync_mode(wr) ? 0 : wr->app->cfg.pay_timeout_s * 250;
+        if (every > 0)
+            every = every < 1000 ? 1000 : every > 60000 ? 60000 : every;
+        wr->scan_at = mono + (uint64_t)every;
         rc = scan_sql(wr, mono + SWEEP_BUDGET_MS);
         if (rc < 0)
             return -1;

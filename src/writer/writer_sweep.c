@@ -246,6 +246,18 @@ static void undrain(writer_t *wr, wstream_t *s)
     wr->need_pending = 1;        /* any entries of ours pending there, then new ones */
 }
 
+/* A drained stream that just got entries of ours (writer_life.c: a timeout's events): out
+ * of the set and read again, quietly -- they were expected. */
+int writer_sweep_undrain(writer_t *wr, wstream_t *s)
+{
+    if (!s->drained)
+        return 0;
+    if (drained_set(wr, s, 0) != 0 && wr->rc == NULL)
+        return -1;
+    undrain(wr, s);
+    return 0;
+}
+
 /* The safety net (every --writer-drain-sweep-ms, SWEEP_MAX streams, round-robin): a drained
  * stream must stay without undelivered or pending entries -- nothing can be admitted
  * after its sale -- but an operator's XADD or a bug must not strand orders. One pipeline

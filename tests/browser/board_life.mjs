@@ -9,34 +9,11 @@
 //
 // Logs in, waits for the sale's "orders:" line right under its row and prints one JSON line
 // of what it says, and the sale's "sold / initial" cell (units sold: buyers less returns). The page runs under its CSP: any JavaScript or console error fails the run.
-import { chromium } from "playwright-core";
-import { mkdirSync } from "node:fs";
-import path from "node:path";
+import { env, checkBoardLine } from "./boardline.mjs";
 
-const env = (k, d) => {
-  const v = process.env[k] ?? d;
-  if (v === undefined) throw new Error(`${k} is not set`);
-  return v;
-};
-const url = env("BOARD_URL"), token = env("ADMIN_TOKEN"), out = env("OUT_DIR");
 const sale = Number(env("SALE"));
-mkdirSync(out, { recursive: true });
 
-const errors = [], found = {};
-const browser = await chromium.launch({
-  executablePath: env("CHROMIUM", "/usr/bin/chromium"),
-  headless: true,
-  args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
-});
-try {
-  const page = await (await browser.newContext({ viewport: { width: 1280, height: 800 } })).newPage();
-  page.on("pageerror", (e) => errors.push("pageerror: " + e.message));
-  page.on("console", (m) => { if (m.type() === "error") errors.push("console: " + m.text()); });
-  await page.goto(url + "/admin/");
-  await page.waitForSelector("#login-form", { state: "visible" });
-  await page.fill("#token", token);
-  await page.click("#login-form button");
-  await page.waitForSelector("#board", { state: "visible" });
+await checkBoardLine("board-life.png", async ({ page, found }) => {
   const line = `#sales tr[data-life-of="${sale}"]`;
   await page.waitForSelector(line, { timeout: 20000 });
   found.parts = await page.$$eval(line + " span[data-life]",
@@ -48,13 +25,5 @@ try {
     const p = document.querySelector(sel)?.previousElementSibling;
     return p?.dataset.id ?? p?.dataset.roomOf ?? p?.dataset.bucketsOf ?? null;
   }, line);
-  await page.locator(line).scrollIntoViewIfNeeded();
-  await page.screenshot({ path: path.join(out, "board-life.png"), fullPage: true });
-} catch (e) {
-  errors.push(String(e));
-} finally {
-  await browser.close();
-}
-found.errors = errors;
-console.log(JSON.stringify(found));
-process.exit(errors.length ? 1 : 0);
+  return line;
+});

@@ -6,7 +6,8 @@ row. A refund goes out through --refund-command exactly once: the order (or the 
 is 5 (退款中) until the command exited 0, then 6 with refund_time; a failing command is
 retried with back-off until it succeeds, and a refund whose server died (kill -9) before
 its command finished is sent after the restart. Sync mode takes payments in one SQL
-transaction. Both SQL backends (the runner's --db)."""
+transaction. With --cancel-frees-buyer a late payment's refund finds its order moved to
+tb_voucher_order_cancelled and moves it there. Both SQL backends (the runner's --db)."""
 
 import os
 import signal
@@ -14,7 +15,8 @@ import threading
 
 import harness as H
 from harness import check, eq
-from test_lifecycle import FAST, _cancel, _notify, _pay_settings
+from test_lifecycle import (FAST, _audit, _cancel, _grab_until, _hold_writer, _notify,
+                            _pay_settings)
 
 
 def _pay_row(db, pid):
@@ -275,4 +277,54 @@ def test_answer_from_sql_when_redis_lost_it():
     eq(int(r.cmd("XLEN", "seckill:refunds:{%d}" % vid) or 0), 0, "refunds decided")
     eq(db.scalar("SELECT COUNT(*) FROM tb_voucher_payment"), 1, "payment rows")
     eq(_lines(log), [], "refunds sent")
+    H.finish(srv)
+
+
+def _aside(db, oid):
+    rows = db.query("SELECT status, refund_time IS NOT NULL FROM tb_voucher_order_cancelled "
+                    "WHERE id=?", oid)
+    return tuple(rows[0]) if rows else None
+
+
+def test_cancel_frees_buyer_late_payment_refunded_aside():
+    """--cancel-frees-buyer: a cancels (the order moves to tb_voucher_order_cancelled), pays
+    it late (refunded: GET shows 5 before SQL has it), and buys again. The refund is 5 there and in its payment row while
+    the command waits, 6 with refund_time in both once it ran, sent once; a's new order is
+    live in the course's table and the audit is clean."""
+    log, _, go, _ = _paths("free")
+    cmd = "while [ ! -e %s ]; do sleep 0.05; done; " % go + LINE % log
+    r, srv = H.setup(settings=_pay_settings({"refund-command": cmd,
+                                             "cancel-frees-buyer": "1"}))
+    h = srv.http()
+    vid = H.create_seckill(srv, stock=2, http=h)
+    (a,), (o1,) = _buyers(srv, r, h, vid, ["13612345771"])
+    db = srv.db()
+    hold = _hold_writer(srv, vid)
+    try:
+        check(_cancel(h, a, o1)[1]["success"], "a cancels")
+        st, j = _notify(h, o1, "PAY-F1", 8000)
+        check(j["success"] and j["data"] == "REFUNDED", "a's late payment: %r %r", st, j)
+        # Redis decided, SQL has not applied it: the reads show 退款中 (5), not refunded
+        st, j = h.api("GET", "/voucher-order/%d" % o1, token=a)
+        eq(j["data"]["status"], 5, "GET of the refunded order before SQL has it: %r" % (j,))
+        o2 = _grab_until(srv, h, a, vid, "a buys again")
+    finally:
+        hold.rollback()
+        hold.close()
+    check(o2 != o1, "a new order: %r %r", o1, o2)
+    H.wait_until(lambda: _aside(db, o1) == (5, 0) and _pay_row(db, "PAY-F1") == (o1, 8000, 5, 0),
+                 30, what="the order aside and its payment row at 5 (退款中)")
+    eq(db.scalar("SELECT COUNT(*) FROM tb_voucher_order WHERE id=?", o1), 0,
+       "the first order in the course's table")
+    open(go, "w").close()
+    H.wait_until(lambda: _aside(db, o1) == (6, 1) and _pay_row(db, "PAY-F1") == (o1, 8000, 6, 1),
+                 30, what="the refund sent: the order aside and the payment row 6")
+    H.wait_until(lambda: _outbox_empty(r, vid), 10, what="the outbox acked")
+    eq(_lines(log), ["%d PAY-F1 8000" % o1], "the refund sent once")
+    H.wait_until(lambda: db.scalar("SELECT status FROM tb_voucher_order WHERE id=?", o2) == 1,
+                 30, what="a's new order in the course's table")
+    check(_notify(h, o2, "PAY-F2", 8000)[1]["data"] == "PAID", "a pays the new order")
+    H.wait_until(lambda: _pay_row(db, "PAY-F2") == (o2, 8000, 2, 0), 30,
+                 what="the new order's payment row")
+    _audit(r, srv, vid, 2)
     H.finish(srv)

@@ -337,6 +337,21 @@ static void test_schema_idempotent(void **state)
     assert_int_equal(u.id, 1011);
     store_close(s2);
 
+    /* A version-7 database holds either side table (two development builds): both reach
+     * 8 with both tables (a read of each table works, not STORE_ERR). */
+    static const char *const drops[2] = {"DROP TABLE tb_voucher_payment",
+                                         "DROP TABLE tb_voucher_order_cancelled"};
+    for (int i = 0; i < 2; i++) {
+        B->exec(f, drops[i]);
+        B->set_schema_version(f, 7);
+        s2 = open_ok(f->url, 2000);
+        store_payment_t p;
+        store_order_t o;
+        assert_int_equal(store_payment_get(s2, "pay-none", &p), STORE_NOTFOUND);
+        assert_int_equal(store_order_get(s2, 987654321, &o), STORE_NOTFOUND);
+        store_close(s2);
+    }
+
     /* A database from a newer build is refused. */
     B->set_schema_version(f, 99);
     char err[512] = "";
@@ -814,6 +829,93 @@ static void test_orders_move_batch(void **state)
     assert_int_equal(stock, 5 - 1);
 }
 
+/* --cancel-frees-buyer's move ('f', store_order_cancel_free): the cancel's CAS and unit,
+ * and the row moved to tb_voucher_order_cancelled in the same transaction; the same move
+ * again changes nothing; the buyer's next order fits in UNIQUE(user, voucher) while a
+ * replay of the moved order in the same batch is not written again; reads see both
+ * tables; a late payment's refund moves 4 -> 5 and, sent, 5 -> 6 where the order is,
+ * with its payment row. */
+static void test_orders_move_frees(void **state)
+{
+    FX(f);
+    int64_t v = create_seckill(f->s, 1, 5);
+    store_order_t first = mk(8200, 9101, v, 1700000100);
+    size_t ins = 0, conf = 0;
+    assert_int_equal(store_orders_write(f->s, &first, 1, &ins, &conf, NULL), STORE_OK);
+    int was = 0;
+    assert_int_equal(store_order_cancel_free(f->s, 8200, 1700000200, &was), STORE_OK);
+    assert_int_equal(was, 1);
+    assert_int_equal(order_status(f->s, 8200), 4);
+    assert_int_equal(store_order_cancel_free(f->s, 8200, 1700000200, &was), STORE_OK);
+    assert_int_equal(was, 4);
+    int64_t orders, stock;
+    assert_int_equal(store_voucher_counts(f->s, v, &orders, &stock), STORE_OK);
+    assert_int_equal(orders, 0);
+    assert_int_equal(stock, 5);
+    store_order_t batch[2] = {mk(8200, 9101, v, 1700000100), mk(8201, 9101, v, 1700000300)};
+    assert_int_equal(store_orders_write(f->s, batch, 2, &ins, &conf, NULL), STORE_OK);
+    assert_int_equal(ins, 1);
+    assert_int_equal(conf, 0);
+    assert_int_equal(order_status(f->s, 8200), 4);
+    assert_int_equal(order_status(f->s, 8201), 1);
+    assert_int_equal(store_voucher_counts(f->s, v, &orders, &stock), STORE_OK);
+    assert_int_equal(orders, 1);
+    assert_int_equal(stock, 4);
+    store_order_t *list = NULL;
+    size_t n = 0;
+    assert_int_equal(store_orders_of_user(f->s, 9101, 10, &list, &n), STORE_OK);
+    assert_int_equal(n, 2);
+    free(list);
+    assert_int_equal(store_voucher_orders(f->s, v, 0, 10, &list, &n), STORE_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(list[0].id, 8200);
+    assert_int_equal(list[0].status, 4);
+    assert_int_equal(list[1].id, 8201);
+    free(list);
+    /* a late payment of the order moved aside: refund due (4 -> 5) with its payment row,
+     * then sent (5 -> 6), both where the order is */
+    store_move_t r = {.order_id = 8200, .now = 1700000400, .kind = 'r', .amount = 5000,
+                      .pay_status = 5};
+    snprintf(r.payment_id, sizeof r.payment_id, "pay-8200");
+    assert_int_equal(store_orders_move(f->s, &r, 1), STORE_OK);
+    assert_int_equal(r.rc, STORE_OK);
+    assert_int_equal(r.was, 4);
+    assert_int_equal(r.pay_new, 1);
+    assert_int_equal(order_status(f->s, 8200), 5);
+    store_move_t sent = {.order_id = 8200, .now = 1700000450, .kind = 's'};
+    snprintf(sent.payment_id, sizeof sent.payment_id, "pay-8200");
+    assert_int_equal(store_orders_move(f->s, &sent, 1), STORE_OK);
+    assert_int_equal(sent.rc, STORE_OK);
+    assert_int_equal(sent.pay_status, 6);
+    assert_int_equal(order_status(f->s, 8200), 6);
+    store_payment_t p;
+    assert_int_equal(store_payment_get(f->s, "pay-8200", &p), STORE_OK);
+    assert_int_equal(p.order_id, 8200);
+    assert_int_equal(p.status, 6);
+    assert_int_equal(p.refund_time, 1700000450);
+    /* the same payment again (a replay) changes nothing and says what its row holds */
+    assert_int_equal(store_orders_move(f->s, &r, 1), STORE_OK);
+    assert_int_equal(r.pay_new, 0);
+    assert_int_equal(r.pay_status, 6);
+    assert_int_equal(r.was, 6);
+    /* a refund without a payment row, of an order aside: 4 -> 5 there too */
+    store_order_t third = mk(8202, 9102, v, 1700000100);
+    assert_int_equal(store_orders_write(f->s, &third, 1, &ins, &conf, NULL), STORE_OK);
+    assert_int_equal(store_order_cancel_free(f->s, 8202, 1700000200, &was), STORE_OK);
+    assert_int_equal(store_order_refund(f->s, 8202, 1700000400, &was), STORE_OK);
+    assert_int_equal(was, 4);
+    assert_int_equal(order_status(f->s, 8202), 5);
+    /* a cancel that does not free stays in the course's table (the default) */
+    assert_int_equal(store_order_cancel(f->s, 8201, 1700000500, &was), STORE_OK);
+    assert_int_equal(was, 1);
+    assert_int_equal(store_orders_of_user(f->s, 9101, 10, &list, &n), STORE_OK);
+    assert_int_equal(n, 2);
+    free(list);
+    assert_int_equal(store_voucher_counts(f->s, v, &orders, &stock), STORE_OK);
+    assert_int_equal(orders, 0);
+    assert_int_equal(stock, 5);
+}
+
 /* The lab's course steps (lab_store.c, through store_exec and store_exec_orders): made by
  * the lab, not the schema; one autocommit statement each, the stock guards as the course
  * writes them, and lab_voucher_order without UNIQUE(user, voucher) -- counted and listed in
@@ -1100,11 +1202,11 @@ static void test_mysql_engine_and_version(void **state)
 {
     FX(f);
     MYSQL *m = admin(f->db);
-    assert_int_equal(sql_int(m, "SELECT version FROM schema_version WHERE id = 1"), 7);
+    assert_int_equal(sql_int(m, "SELECT version FROM schema_version WHERE id = 1"), 8);
     assert_int_equal(sql_int(m, "SELECT COUNT(*) FROM information_schema.tables WHERE "
                                 "table_schema = DATABASE() AND engine = 'InnoDB' AND "
                                 "table_collation LIKE 'utf8mb4%'"),
-                     11);   /* with tb_voucher_payment (version 7) */
+                     12);   /* with tb_voucher_order_cancelled (7) and tb_voucher_payment (8) */
     mysql_close(m);
 }
 
@@ -1321,6 +1423,7 @@ int main(void)
         CONTRACT(test_failed_query),
         CONTRACT(test_sync_order),
         CONTRACT(test_orders_move_batch),
+        CONTRACT(test_orders_move_frees),
         CONTRACT(test_lab_calls),
         CONTRACT(test_exec_orders),
         CONTRACT(test_shops),

@@ -1,0 +1,224 @@
+/* rebuild_life.c -- the order lifecycle's state for a rebuild from SQL (see rebuild_life.h).
+ *
+ * The orders are one array sorted by order id (a bsearch per event or kept state); a
+ * million orders cost 32 MB and a sort. */
+#include "rebuild/rebuild_life.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hiredis/hiredis.h>
+
+#include "core/xmem.h"
+#include "redis/rconn.h"
+#include "sale/buckets.h"
+#include "sale/orderid.h"
+#include "sale/sentry.h"
+
+#define PAGE 10000          /* stream entries per XRANGE, fields per HSCAN */
+#define HSET_CHUNK 1000     /* fields per HSET */
+
+void rebuild_life_add(rebuild_life_t *l, int64_t order_id, int64_t user_id, int status,
+                      int64_t update_s, int pay_timeout_s)
+{
+    char st = 0;
+    if (status == 2 || status == 3)
+        st = 'p';
+    else if (status == 5 || status == 6)
+        st = 'r';
+    else if (status == 4)
+        /* the event's ts is the row's update time: a timeout is decided at the deadline
+         * or after it, a buyer's cancel before it (but for the sweep's second or so) */
+        st = pay_timeout_s > 0 && orderid_time(order_id) > ORDERID_EPOCH &&
+                     update_s - orderid_time(order_id) >= pay_timeout_s
+                 ? 't'
+                 : 'c';
+    if (l->n == l->cap) {
+        l->cap = l->cap ? l->cap * 2 : 1024;
+        l->v = xrealloc(l->v, l->cap * sizeof *l->v);
+    }
+    l->v[l->n++] = (rebuild_life_order_t){order_id, user_id, st ? update_s : 0, st};
+    l->sorted = 0;
+}
+
+static int cmp_order(const void *a, const void *b)
+{
+    int64_t x = ((const rebuild_life_order_t *)a)->order_id;
+    int64_t y = ((const rebuild_life_order_t *)b)->order_id;
+    return x < y ? -1 : x > y;
+}
+
+static rebuild_life_order_t *find(rebuild_life_t *l, int64_t order_id)
+{
+    if (!l->sorted) {
+        if (l->n > 1)
+            qsort(l->v, l->n, sizeof *l->v, cmp_order);
+        l->sorted = 1;
+    }
+    rebuild_life_order_t key = {.order_id = order_id};
+    return l->n ? bsearch(&key, l->v, l->n, sizeof *l->v, cmp_order) : NULL;
+}
+
+/* Moves o to state st at ts if life.lua could: 1 moved, 0 not (a replay, or an older
+ * decision than the one it has). The buyer must be the order's. */
+static int advance(rebuild_life_order_t *o, char st, int64_t ts, int64_t user_id)
+{
+    if (!o || o->user_id != user_id)
+        return 0;
+    int ok = o->st == 0 ? (st == 'c' || st == 't' || st == 'p')
+                        : (st == 'r' && (o->st == 'c' || o->st == 't'));
+    if (ok) {
+        o->st = st;
+        o->ts = ts;
+    }
+    return ok;
+}
+
+int rebuild_life_events(redisContext *c, const char *ks, rebuild_life_t *l, char *err,
+                        size_t errlen)
+{
+    char from[48] = "-", why[256];
+    for (;;) {
+        redisReply *r = rconn_cmdf(c, why, sizeof why, "XRANGE %s %s + COUNT %d", ks, from,
+                                   PAGE);
+        if (!r || r->type != REDIS_REPLY_ARRAY) {
+            snprintf(err, errlen, "XRANGE %s: %s", ks, r ? "unexpected reply" : why);
+            freeReplyObject(r);
+            return -1;
+        }
+        size_t n = r->elements;
+        for (size_t i = 0; i < n; i++) {
+            const redisReply *e = r->element[i];
+            if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
+                e->element[0]->type != REDIS_REPLY_STRING)
+                continue;
+            snprintf(from, sizeof from, "(%s", e->element[0]->str);
+            sentry_ev_t ev;
+            const char *reason = NULL;
+            if (sentry_event(e->element[1], &ev, &reason) == 1)
+                l->events += advance(find(l, ev.order_id), ev.kind, ev.ts, ev.user_id);
+        }
+        freeReplyObject(r);
+        if (n < PAGE)
+            return 0;
+    }
+}
+
+/* One field of a surviving state hash: an order's state moves it; anything else (a
+ * payment's answer, a state of an order not among the buyers) is kept as it is. */
+static void keep_field(rebuild_life_t *l, int b, const redisReply *f, const redisReply *v)
+{
+    char st = 0;
+    long long ts = 0, uid = 0;
+    char *end = NULL;
+    long long oid = strtoll(f->str, &end, 10);
+    rebuild_life_order_t *o = NULL;
+    if (end && *end == '\0' && oid > 0 &&
+        sscanf(v->str, "%c %lld %lld", &st, &ts, &uid) == 3 && (o = find(l, oid)) != NULL) {
+        /* Redis decided it: that wins over SQL and the stream, which only lag behind */
+        if (o->user_id == uid && (st == 'c' || st == 't' || st == 'p' || st == 'r')) {
+            l->kept += o->st != st;
+            o->st = st;
+            o->ts = ts;
+        }
+        return;
+    }
+    l->x = xrealloc(l->x, (l->nx + 1) * sizeof *l->x);
+    l->x[l->nx++] = (rebuild_life_extra_t){b, xstrdup(f->str), xstrdup(v->str)};
+}
+
+int rebuild_life_keep(redisContext *c, const char *ko, int b, rebuild_life_t *l, char *err,
+                      size_t errlen)
+{
+    char cur[32] = "0", why[256];
+    do {
+        redisReply *r = rconn_cmdf(c, why, sizeof why, "HSCAN %s %s COUNT %d", ko, cur, PAGE);
+        if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+            r->element[0]->type != REDIS_REPLY_STRING ||
+            r->element[1]->type != REDIS_REPLY_ARRAY) {
+            snprintf(err, errlen, "HSCAN %s: %s", ko, r ? "unexpected reply" : why);
+            freeReplyObject(r);
+            return -1;
+        }
+        snprintf(cur, sizeof cur, "%s", r->element[0]->str);
+        const redisReply *a = r->element[1];
+        for (size_t i = 0; i + 1 < a->elements; i += 2)
+            if (a->element[i]->type == REDIS_REPLY_STRING &&
+                a->element[i + 1]->type == REDIS_REPLY_STRING)
+                keep_field(l, b, a->element[i], a->element[i + 1]);
+        freeReplyObject(r);
+    } while (strcmp(cur, "0") != 0);
+    return 0;
+}
+
+void rebuild_life_count(const rebuild_life_t *l, int b, int k, rebuild_life_counts_t *out)
+{
+    memset(out, 0, sizeof *out);
+    for (size_t i = 0; i < l->n; i++) {
+        const rebuild_life_order_t *o = &l->v[i];
+        if (!o->st || buckets_home(o->user_id, k) != b)
+            continue;
+        out->states++;
+        out->paid += o->st == 'p';
+        out->timedout += o->st == 't';
+        out->returned += o->st != 'p';
+    }
+}
+
+int rebuild_life_stage(redisContext *c, const char *kt, const rebuild_life_t *l, int b, int k,
+                       char *err, size_t errlen)
+{
+    char why[256];
+    redisReply *r;
+    const char **argv = xrealloc(NULL, (2 + 2 * HSET_CHUNK) * sizeof *argv);
+    char(*buf)[72] = xrealloc(NULL, 2 * HSET_CHUNK * sizeof *buf);
+    size_t i = 0, j = 0;
+    int rc = 0;
+    while (rc == 0 && (i < l->n || j < l->nx)) {
+        int argc = 2;
+        argv[0] = "HSET";
+        argv[1] = kt;
+        for (int m = 0; m < HSET_CHUNK && (i < l->n || j < l->nx);) {
+            if (i < l->n) {
+                const rebuild_life_order_t *o = &l->v[i++];
+                if (!o->st || buckets_home(o->user_id, k) != b)
+                    continue;
+                snprintf(buf[2 * m], sizeof buf[0], "%lld", (long long)o->order_id);
+                snprintf(buf[2 * m + 1], sizeof buf[0], "%c %lld %lld", o->st,
+                         (long long)o->ts, (long long)o->user_id);
+                argv[argc++] = buf[2 * m];
+                argv[argc++] = buf[2 * m + 1];
+            } else {
+                const rebuild_life_extra_t *x = &l->x[j++];
+                if (x->bucket != b)
+                    continue;
+                argv[argc++] = x->field;
+                argv[argc++] = x->value;
+            }
+            m++;
+        }
+        if (argc == 2)
+            break;
+        r = rconn_cmd(c, why, sizeof why, argc, argv, NULL);
+        if (!r) {
+            snprintf(err, errlen, "HSET %s: %s", kt, why);
+            rc = -1;
+        }
+        freeReplyObject(r);
+    }
+    free(argv);
+    free(buf);
+    return rc;
+}
+
+void rebuild_life_free(rebuild_life_t *l)
+{
+    for (size_t i = 0; i < l->nx; i++) {
+        free(l->x[i].field);
+        free(l->x[i].value);
+    }
+    free(l->x);
+    free(l->v);
+    memset(l, 0, sizeof *l);
+}

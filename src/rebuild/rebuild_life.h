@@ -1,0 +1,76 @@
+/* rebuild_life.h -- the order lifecycle's Redis state, rebuilt from SQL with a voucher's keys
+ * (rebuild.h; docs/lifecycle.md "Rebuild from SQL").
+ *
+ * life.lua decides every cancel, payment and timeout from seckill:ostate:{tag}
+ * (orderId -> "<state> <ts> <userId>") and counts them in the voucher hash (`paid`,
+ * `timedout`, `returned`). A rebuild that brought back the buyers and the stock but not
+ * these would let the payment sweep time out an order a second time (the unit returned
+ * twice), take a payment for a cancelled order, and show the board zeros. So the rebuild
+ * gathers each buyer's order state, from three sources, later ones winning where they move
+ * an order forward (unpaid -> c/t/p, c/t -> r; nothing goes back):
+ *
+ *   1. SQL's status: 2, 3 -> p; 4 -> t when its update time (the decision's second, the
+ *      event's ts) is at least the payment timeout after the order's creation (its id's
+ *      second), else c; 5, 6 -> r;
+ *   2. the events of a surviving order stream (a decision SQL does not have yet: the
+ *      writer had not applied it when Redis lost the hash);
+ *   3. a surviving state hash (Redis's own decisions): its order states win, and its
+ *      payment answers ("<orderId>/<paymentId>") are kept.
+ *
+ * The counters follow from the states: `returned` = c + t + r, `paid` = p, `timedout` = t
+ * (an order refunded after its timeout, r, counts as a buyer's cancel: SQL does not say
+ * which it was). Pure bookkeeping plus blocking reads/writes on the caller's connection,
+ * each with its socket timeout as the deadline. */
+#ifndef SECKILL_REBUILD_LIFE_H
+#define SECKILL_REBUILD_LIFE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct redisContext;
+
+typedef struct rebuild_life_order {
+    int64_t order_id;
+    int64_t user_id;
+    int64_t ts;             /* the state's second (0 while unpaid) */
+    char st;                /* 0 unpaid, 'c', 't', 'p', 'r' (life.lua's states) */
+} rebuild_life_order_t;
+
+typedef struct rebuild_life_extra {
+    int bucket;
+    char *field, *value;    /* a surviving state hash's field that is not an order's state */
+} rebuild_life_extra_t;
+
+typedef struct rebuild_life {
+    rebuild_life_order_t *v;
+    size_t n, cap;
+    int sorted;
+    rebuild_life_extra_t *x;
+    size_t nx;
+    int64_t events;         /* stream events that moved an order (rebuild_life_events) */
+    int64_t kept;           /* surviving states that moved an order (rebuild_life_keep) */
+} rebuild_life_t;
+
+typedef struct rebuild_life_counts {
+    int64_t paid, timedout, returned, states;
+} rebuild_life_counts_t;
+
+/* A buyer's order with its SQL status (1..6; 0 for an order SQL does not have yet) and the
+ * row's update time; pay_timeout_s (0: unknown) tells a timeout from a cancel. */
+void rebuild_life_add(rebuild_life_t *l, int64_t order_id, int64_t user_id, int status,
+                      int64_t update_s, int pay_timeout_s);
+/* Source 2: every event entry of stream ks. 0, or -1 (err) when Redis failed. */
+int rebuild_life_events(struct redisContext *c, const char *ks, rebuild_life_t *l, char *err,
+                        size_t errlen);
+/* Source 3: the surviving state hash ko of bucket b (absent: nothing). 0 or -1 (err). */
+int rebuild_life_keep(struct redisContext *c, const char *ko, int b, rebuild_life_t *l,
+                      char *err, size_t errlen);
+/* The counters of the orders whose buyer's home is bucket b of k. */
+void rebuild_life_count(const rebuild_life_t *l, int b, int k, rebuild_life_counts_t *out);
+/* Writes bucket b's states (and kept fields) into the staging hash kt, which the caller
+ * emptied (left absent when there is nothing). 0 or -1 (err). */
+int rebuild_life_stage(struct redisContext *c, const char *kt, const rebuild_life_t *l, int b,
+                       int k, char *err, size_t errlen);
+void rebuild_life_free(rebuild_life_t *l);
+
+#endif
