@@ -23,11 +23,14 @@
         with a second pair (a run with pollers, the first without): what the second run
         cost more per poll (Redis CPU us, EVALSHA us, PID's CPU us; the pollers' joins and
         the admitted ones' orders count too)
-    room_client.py round DROP_MS A1 B1 B2 A2
+    room_client.py round DROP_MS OTHERS_MAX POLLERS_PCT A1 B1 B2 A2
         one A B B A round of sales (seckill bench --json --cpu-probe files; A alone, B with
         the pollers): "<ratio> <ratio outside slow spells> <kept 0/1> <text>", the ratio
         being the B sales' mean p99 over the A sales'; a round is dropped (kept 0) when
-        the host's CPU ran slow for more than DROP_MS in any of its sales
+        the host's CPU ran slow for more than DROP_MS in any of its sales, or when other
+        processes than the service, its Redis and the benches (bench's others_cpu_pct; in
+        a B sale less POLLERS_PCT, the pollers' bench) took more than OTHERS_MAX % of a
+        core in any of them
     room_client.py verdict ROUNDS_FILE
         the median of the kept rounds' ratios (both kinds) and what was dropped
 """
@@ -120,21 +123,31 @@ def sale_figures(path):
     j = json.load(open(path))
     cp = j.get("cpu_probe") or {}
     out = (cp.get("outside") or {}).get("p99_us", j["latency_us"]["p99"])
-    return j["latency_us"]["p99"], out or j["latency_us"]["p99"], cp.get("slow_ms", 0.0)
+    # other processes' CPU over the sale (% of a core), its two phases weighted by requests
+    ph = [p for p in (j.get("phases") or {}).values() if p.get("requests")]
+    n = sum(p["requests"] for p in ph)
+    others = sum(p.get("others_cpu_pct", 0) * p["requests"] for p in ph) / n if n else 0.0
+    return j["latency_us"]["p99"], out or j["latency_us"]["p99"], cp.get("slow_ms", 0.0), others
 
 
-def round_(drop_ms, a1, b1, b2, a2):
+def round_(drop_ms, others_max, pollers_pct, a1, b1, b2, a2):
     f = [sale_figures(p) for p in (a1, b1, b2, a2)]
     alone, with_ = (f[0][0] + f[3][0]) / 2, (f[1][0] + f[2][0]) / 2
     alone_o, with_o = (f[0][1] + f[3][1]) / 2, (f[1][1] + f[2][1]) / 2
     slow = max(x[2] for x in f)
-    kept = slow <= drop_ms
+    others = [max(0.0, x[3] - (pollers_pct if i in (1, 2) else 0)) for i, x in enumerate(f)]
+    why = []
+    if slow > drop_ms:
+        why.append("slow spells above %.0f ms" % drop_ms)
+    if max(others) > others_max:
+        why.append("other processes above %.0f %% of a core" % others_max)
+    kept = not why
     print("%.2f %.2f %d p99 with / alone = %.2f (B %d, %d us / A %d, %d us); outside the "
-          "host's slow spells %.2f; slow spells %s ms%s" % (
+          "host's slow spells %.2f; slow spells %s ms; other processes %s %% of a core%s" % (
               with_ / max(1, alone), with_o / max(1, alone_o), kept, with_ / max(1, alone),
               f[1][0], f[2][0], f[0][0], f[3][0], with_o / max(1, alone_o),
-              ", ".join("%.0f" % x[2] for x in f),
-              "" if kept else ": DROPPED (above %.0f ms)" % drop_ms))
+              ", ".join("%.0f" % x[2] for x in f), ", ".join("%.0f" % x for x in others),
+              "" if kept else ": DROPPED (%s)" % ", ".join(why)))
 
 
 def median(v):
@@ -187,8 +200,8 @@ if __name__ == "__main__":
         snap(a[1], a[2])
     elif a[:1] == ["cost"] and len(a) in (3, 5):
         cost(a[1:])
-    elif a[:1] == ["round"] and len(a) == 6:
-        round_(float(a[1]), *a[2:])
+    elif a[:1] == ["round"] and len(a) == 8:
+        round_(float(a[1]), float(a[2]), float(a[3]), *a[4:])
     elif a[:1] == ["verdict"] and len(a) == 2:
         verdict(a[1])
     else:
