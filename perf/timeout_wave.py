@@ -108,8 +108,12 @@ class Sale:
         # the load itself (after reading its tokens): its last `seconds` before the end
         self.t_load = max(self.t_load, self.t_end - float(j.get("seconds", 0)))
         r = {"p50": j["latency_us"]["p50"], "p99": j["latency_us"]["p99"]}
-        print("timeout_wave: sale %s: %d req/s open loop: p50 %d us, p99 %d us" % (
-            self.label, j.get("rate", 0) or 0, r["p50"], r["p99"]), flush=True)
+        # where its tail was: bench's worst 100 ms slot (seconds into the load)
+        with open(self.out.name) as f:
+            worst = [ln.strip() for ln in f if ln.strip().startswith("worst 100ms")]
+        print("timeout_wave: sale %s: %d req/s open loop: p50 %d us, p99 %d us; %s" % (
+            self.label, j.get("rate", 0) or 0, r["p50"], r["p99"],
+            worst[0] if worst else "-"), flush=True)
         return r
 
 
