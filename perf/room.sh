@@ -1,6 +1,6 @@
 #!/bin/sh
 # perf/room.sh -- the waiting room's figures (docs/waiting-room.md, "Measured"): `make perf`
-# runs it last (perf/run.sh); `sh perf/room.sh` runs it alone (about 2 minutes).
+# runs it last (perf/run.sh); `sh perf/room.sh` runs it alone (about 8 minutes).
 #
 #   poll      N users join a room, then each polls once: Redis commands per poll over the
 #             polls (INFO commandstats; sent by the client vs. in all, room.lua's inside)

@@ -160,7 +160,8 @@ def verdict(path):
     kept_o = sorted(float(r[1]) for r in rows if r[2] == "1")
     every = ", ".join(r[0] + ("" if r[2] == "1" else " (dropped)") for r in rows)
     if not kept:
-        print("none of %d rounds kept (the host stalled in each): %s" % (len(rows), every))
+        print("none of %d rounds kept (each met the host's slow spells or other tenants' load): %s" % (
+            len(rows), every))
         return
     print("%.2f, the median of %d kept rounds of %d (%s); outside the host's slow spells %.2f" % (
         median(kept), len(kept), len(rows), every, median(kept_o)))
