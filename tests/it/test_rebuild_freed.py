@@ -1,0 +1,112 @@
+"""test_rebuild_freed.py -- a rebuild from SQL of a sale run with --cancel-frees-buyer
+(docs/lifecycle.md "After Redis lost the voucher's keys", src/rebuild/rebuild_life.h): the
+orders moved aside to tb_voucher_order_cancelled, and those a surviving stream's `free 1`
+events freed, come back in the state hash and in `returned` and `freed`, not as buyers. A
+freed buyer may buy again after the rebuild, a buyer who bought again may not buy a third
+time, a cancel of the freed order answers as before the loss, `seckill audit` is clean, and
+the sale board's unpaid and sold figures equal SQL's."""
+
+import harness as H
+import test_lifecycle as L
+import test_rebuild_life as RL
+from harness import check, eq
+from test_cancel_frees import _where
+from test_room_board import board_sales
+
+SETTINGS = L._pay_settings({"cancel-frees-buyer": "1"})
+STOCK = 6
+
+
+def _board_matches_sql(srv, db, vid):
+    """The board's unpaid, and its units sold as the page counts them (web/board.js: the
+    buyers plus the freed orders, less the returned ones), equal SQL's unpaid and live
+    orders."""
+    s = board_sales(srv)[vid]
+    life = s["life"]
+    unpaid = db.scalar("SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id=? "
+                       "AND status = 1", vid)
+    live = db.scalar("SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id=? "
+                     "AND status IN (1, 2, 3)", vid)
+    sold = s["buyers"] + life.get("freed", 0) - life["returned"]
+    eq((life["unpaid"], sold), (unpaid, live), "board unpaid, sold vs SQL: %r" % s)
+
+
+def _freed_state(r, vid):
+    v = r.cmd("HMGET", H.k_voucher(vid), "stock", "returned", "freed")
+    return [int(x) if x is not None else None for x in v]
+
+
+def _tokens(srv, r, phones, h):
+    return [H.login(srv, r, p, h) for p in phones]
+
+
+def test_rebuild_keeps_freed_buyers_free():
+    phones = ["137400000%02d" % i for i in range(4)]
+    r, srv = H.setup(settings=SETTINGS)
+    h = srv.http()
+    a, b, c, d = _tokens(srv, r, phones, h)
+    vid = H.create_seckill(srv, stock=STOCK, http=h)
+    oa1, ob1, oc, od = [H.seckill(srv, t, vid, h)[1]["data"] for t in (a, b, c, d)]
+    check(all(isinstance(o, int) for o in (oa1, ob1, oc, od)), "grabs")
+    check(L._cancel(h, a, oa1)[1]["success"], "a cancels")
+    check(L._cancel(h, b, ob1)[1]["success"], "b cancels")
+    oa2 = L._grab_until(srv, h, a, vid, "a buys again")
+    db = srv.db()
+    H.wait_drained(srv, r, vid, 30)   # a payment reads its order from SQL
+    eq(L._notify(h, oc, "PC", 8000)[1]["data"], "PAID", "c pays")
+    H.wait_until(lambda: _where(db, oa1)[0] == _where(db, ob1)[0] ==
+                 "tb_voucher_order_cancelled", 30, what="the freed orders moved aside")
+    H.wait_until(lambda: L._status(db, oc) == 2, 30, what="c paid in SQL")
+    _board_matches_sql(srv, db, vid)
+    before = _freed_state(r, vid)
+    eq(before, [STOCK - 3, 2, 2], "stock, returned, freed before the loss")
+
+    # 1. the voucher hash, buyers and states lost, the stream kept: the stream still holds
+    # the freed orders' entries (b's only order among them)
+    srv.stop()
+    r.cmd("DEL", H.k_voucher(vid), H.k_buyers(vid), "seckill:ostate:{%d}" % vid)
+    RL._rebuild(r, srv)
+    eq(_freed_state(r, vid), before, "stock, returned, freed after the rebuild (stream kept)")
+    uid = dict(zip("abcd", H.user_ids(r, [a, b, c, d])))
+    eq(r.cmd("HGET", H.k_buyers(vid), str(uid["b"])), None, "b (freed) is no buyer")
+    eq(r.cmd("HGET", H.k_buyers(vid), str(uid["a"])), str(oa2), "a's buyer order")
+    srv = H.restart_server(srv, settings=SETTINGS)
+    h = srv.http()
+    _board_matches_sql(srv, db, vid)
+    eq(H.seckill(srv, a, vid, h)[1].get("errorMsg"), "不能重复下单", "a a third time")
+    check(L._cancel(h, a, oa1)[1]["success"], "a's freed order cancelled again")
+    ob2 = L._grab_until(srv, h, b, vid, "b buys again after the rebuild")
+    H.wait_drained(srv, r, vid, 30)
+    _board_matches_sql(srv, db, vid)
+    L._audit(r, srv, vid, STOCK)
+
+    # 2. b cancels again (freed a second time), then Redis loses everything
+    check(L._cancel(h, b, ob2)[1]["success"], "b cancels the second order")
+    H.wait_drained(srv, r, vid, 30)
+    H.wait_until(lambda: _where(db, ob2)[0] == "tb_voucher_order_cancelled", 30,
+                 what="b's second order moved aside")
+    before = _freed_state(r, vid)
+    eq(before, [STOCK - 3, 3, 3], "stock, returned, freed before FLUSHALL")
+    srv.stop()
+    r.cmd("FLUSHALL")
+    RL._rebuild(r, srv)
+    eq(_freed_state(r, vid), before, "stock, returned, freed after the rebuild (FLUSHALL)")
+    _, st = RL._life(r, vid)
+    eq({o: st.get(o) for o in (oa1, ob1, ob2, oc, oa2, od)},
+       {oa1: "c", ob1: "c", ob2: "c", oc: "p", oa2: None, od: None}, "order states")
+    srv = H.restart_server(srv, settings=SETTINGS)
+    h = srv.http()
+    a, b, c, d = _tokens(srv, r, phones, h)   # FLUSHALL took them
+    _board_matches_sql(srv, db, vid)
+    check(L._cancel(h, b, ob1)[1]["success"], "b's first order cancelled again")
+    check(L._cancel(h, b, ob2)[1]["success"], "b's second order cancelled again")
+    eq(L._notify(h, ob2, "PB", 8000)[1]["data"], "REFUNDED", "a payment of b's freed order")
+    eq(H.seckill(srv, a, vid, h)[1].get("errorMsg"), "不能重复下单", "a after FLUSHALL")
+    L._grab_until(srv, h, b, vid, "b buys a third time")
+    H.wait_drained(srv, r, vid, 30)
+    H.wait_until(lambda: _where(db, ob2) == ("tb_voucher_order_cancelled", 6), 30,
+                 what="b's refund in SQL")
+    _board_matches_sql(srv, db, vid)
+    eq(db.stock(vid), STOCK - 4, "SQL stock")
+    L._audit(r, srv, vid, STOCK)
+    H.finish(srv)
