@@ -41,6 +41,12 @@ def _tokens(srv, r, phones, h):
 
 
 def test_rebuild_keeps_freed_buyers_free():
+    """a buys, cancels, buys again; b buys and cancels (both freed); c pays; d is unpaid.
+    The voucher hash, buyers and states are lost with the stream kept, then (b freed a
+    second time) everything is lost (FLUSHALL): after each rebuild b is no buyer and buys
+    again, a may not buy a third time, the freed orders' cancels and payments answer as
+    before, `returned` and `freed` are as before the loss, the board matches SQL and the
+    audit is clean."""
     phones = ["137400000%02d" % i for i in range(4)]
     r, srv = H.setup(settings=SETTINGS)
     h = srv.http()
@@ -109,4 +115,43 @@ def test_rebuild_keeps_freed_buyers_free():
     _board_matches_sql(srv, db, vid)
     eq(db.stock(vid), STOCK - 4, "SQL stock")
     L._audit(r, srv, vid, STOCK)
+    H.finish(srv)
+
+
+def test_lost_bucket_beside_freed_buyers():
+    """Stock buckets (K = 2): a buyer of each bucket cancels and is freed; bucket 0's keys
+    are lost, bucket 1 kept. The kept bucket accounts for its freed buyer's unit in its
+    stock (stock + buyers - returned + freed), so the lost bucket gets back exactly its own
+    stock, its freed buyer (from the side table) is no buyer and buys again, and the audit
+    is clean."""
+    import test_buckets as B
+    r, srv = H.setup(settings=dict(L.FAST, **{"cancel-frees-buyer": "1"}))
+    k, stock = 2, 6
+    vid = H.create_seckill(srv, stock=stock, stockBuckets=k)
+    uids = B.users_with_home(k, 0, 2) + B.users_with_home(k, 1, 2)
+    toks = B.tokens_for(srv, uids)
+    final, _ = B.buy_all(srv, vid, toks)
+    check(all(x.ok for x in final.values()), "buyers: %r", [x.msg for x in final.values()])
+    B.wait_bucket_drain(srv, r, vid, k, len(uids))
+    h = srv.http()
+    db = srv.db()
+    buyers = B.bucket_buyers(r, vid, k)
+    for i in (0, 2):   # uids[0] is bucket 0's, uids[2] bucket 1's
+        oid = buyers[uids[i]][1]
+        check(L._cancel(h, toks[i], oid)[1]["success"], "cancel of user %d", uids[i])
+        H.wait_until(lambda: _where(db, oid)[0] == "tb_voucher_order_cancelled", 30,
+                     what="user %d's order moved aside" % uids[i])
+    before = B.bucket_stock(r, vid, k)
+    eq(sum(before), stock - 2, "buckets' stock before the loss")
+    kk = B.keys(vid, 0, k)
+    r.cmd("DEL", kk["voucher"], kk["buyers"], kk["stream"],
+          "seckill:ostate:{%s}" % H.bucket_tag(vid, 0, k))
+    H.wait_until(lambda: r.cmd("HGET", kk["voucher"], "stock") is not None, 15,
+                 what="bucket 0 rebuilt")
+    eq(B.bucket_stock(r, vid, k), before, "buckets' stock after bucket 0 was rebuilt")
+    eq([r.cmd("HGET", kk["voucher"], f) for f in ("returned", "freed")], ["1", "1"],
+       "bucket 0's returned, freed")
+    check(uids[0] not in B.bucket_buyers(r, vid, k), "bucket 0's freed buyer is no buyer")
+    L._grab_until(srv, h, toks[0], vid, "bucket 0's freed buyer buys again")
+    B.audit_clean(r, srv, vid, stock)
     H.finish(srv)
