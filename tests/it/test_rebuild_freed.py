@@ -6,10 +6,15 @@ freed buyer may buy again after the rebuild, a buyer who bought again may not bu
 time, a cancel of the freed order answers as before the loss, `seckill audit` is clean, and
 the sale board's unpaid and sold figures equal SQL's."""
 
+import json
+import os
+import subprocess
+
 import harness as H
 import test_lifecycle as L
 import test_rebuild_life as RL
 from harness import check, eq
+from test_board import BROWSER_DIR, _browser_tools
 from test_cancel_frees import _where
 from test_room_board import board_sales
 
@@ -29,6 +34,29 @@ def _board_matches_sql(srv, db, vid):
                      "AND status IN (1, 2, 3)", vid)
     sold = s["buyers"] + life.get("freed", 0) - life["returned"]
     eq((life["unpaid"], sold), (unpaid, live), "board unpaid, sold vs SQL: %r" % s)
+
+
+def _page_matches_sql(srv, db, vid):
+    """The same in the page itself (tests/browser/board_life.mjs, chromium): its "sold /
+    initial" column and its unpaid figure. Once, on SQLite: the page does not see the
+    backend."""
+    if not srv.db_url.startswith("sqlite"):
+        return
+    node, chromium = _browser_tools()
+    env = dict(os.environ, BOARD_URL="http://127.0.0.1:%d" % srv.port,
+               ADMIN_TOKEN=srv.admin_token, SALE=str(vid),
+               OUT_DIR=os.path.join(H.ROOT, "build", "browser"), CHROMIUM=chromium)
+    p = subprocess.run([node, os.path.join(BROWSER_DIR, "board_life.mjs")], env=env,
+                       capture_output=True, text=True, timeout=120, cwd=BROWSER_DIR)
+    check(p.returncode == 0, "board_life.mjs failed (exit %d):\n%s\n%s", p.returncode,
+          p.stdout[-3000:], p.stderr[-3000:])
+    found = json.loads(p.stdout.strip().splitlines()[-1])
+    live = db.scalar("SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id=? "
+                     "AND status IN (1, 2, 3)", vid)
+    unpaid = db.scalar("SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id=? "
+                       "AND status = 1", vid)
+    eq((found["errors"], found["sold"], found["parts"]["unpaid"]),
+       ([], "%d / %d" % (live, STOCK), "%d unpaid" % unpaid), "the page: %r" % found)
 
 
 def _freed_state(r, vid):
@@ -114,6 +142,7 @@ def test_rebuild_keeps_freed_buyers_free():
                  what="b's refund in SQL")
     _board_matches_sql(srv, db, vid)
     eq(db.stock(vid), STOCK - 4, "SQL stock")
+    _page_matches_sql(srv, db, vid)
     L._audit(r, srv, vid, STOCK)
     H.finish(srv)
 
