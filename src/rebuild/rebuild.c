@@ -386,9 +386,9 @@ static int lock_voucher(redisContext *c, const char *kl, const rebuild_opts_t *o
 /* Some of a bucketed voucher's buckets lost (a cluster node lost its data), the others
  * kept and selling. The lost ones come back with their home buyers from SQL and the units
  * nobody else accounts for: SQL's initial stock (stock + orders) minus what the kept
- * buckets hold (stock + buyers, bucket_sweep_live_units), minus units in transfers not yet
- * applied, minus the lost buckets' SQL buyers -- split over the lost buckets as at
- * creation. The generation is not raised: the kept buckets' streams hold entries of the
+ * buckets hold (stock + the units their buyers hold, bucket_sweep_live_units), minus units
+ * in transfers not yet applied, minus the units the lost buckets' SQL orders hold (buyers
+ * - returned + freed) -- split over the lost buckets as at creation. The generation is not raised: the kept buckets' streams hold entries of the
  * current one. Under the voucher's lock; bucket 0 last if it is among them. */
 static int rebuild_partial(redisContext *c, redisContext *g, store_t *st, int64_t vid,
                            const rebuild_opts_t *o, rebuild_result_t *res, char *err,
@@ -467,7 +467,7 @@ static int rebuild_partial(redisContext *c, redisContext *g, store_t *st, int64_
      * buyer by that order but counts in `returned` all the same (its `freed`) */
     res->stock = res->initial - live - transit - (res->buyers - res->returned + res->freed);
     plan(o, "voucher %lld: %d of its %d stock buckets lost: SQL stock %lld + %lld orders = "
-            "initial %lld; the kept buckets hold %lld (stock + buyers), %lld in transfers; "
+            "initial %lld; the kept buckets hold %lld (stock + units sold), %lld in transfers; "
             "the lost ones get %lld units and their %lld SQL buyers",
          (long long)vid, nlost, k, (long long)stock, (long long)count, (long long)res->initial,
          (long long)live, (long long)transit, (long long)res->stock, (long long)res->buyers);

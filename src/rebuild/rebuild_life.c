@@ -94,8 +94,9 @@ void rebuild_life_unknown(rebuild_life_t *l, const pairs_t *cur)
 {
     size_t n0 = l->n;
     char *known = xrealloc(NULL, cur->n ? cur->n : 1);
-    for (size_t i = 0; i < cur->n; i++)
-        known[i] = n0 && find(l, cur->v[i].b) != NULL;
+    for (size_t i = 0; i < cur->n; i++)   /* (an entry read twice: the same pair again) */
+        known[i] = (n0 && find(l, cur->v[i].b) != NULL) ||
+                   (i > 0 && cur->v[i].a == cur->v[i - 1].a && cur->v[i].b == cur->v[i - 1].b);
     for (size_t i = 0; i < cur->n; i++)
         if (!known[i])
             rebuild_life_add(l, cur->v[i].b, cur->v[i].a, 0, 0, 0);

@@ -72,7 +72,8 @@ void rebuild_life_add(rebuild_life_t *l, int64_t order_id, int64_t user_id, int 
 /* The orders of tb_voucher_order_cancelled (status 4, 5, 6): freed. An order already added
  * (the writer moved it aside between the two tables' reads) is marked, not added again. */
 void rebuild_life_aside(rebuild_life_t *l, const rebuild_life_order_t *v, size_t n);
-/* The orders of a surviving stream, (user, order), that SQL does not have: added unpaid. */
+/* The orders of a surviving stream, (user, order) sorted, that SQL does not have: added
+ * unpaid, each once. */
 void rebuild_life_unknown(rebuild_life_t *l, const struct pairs *cur);
 /* Source 2: every event entry of stream ks. 0, or -1 (err) when Redis failed. */
 int rebuild_life_events(struct redisContext *c, const char *ks, rebuild_life_t *l, char *err,

@@ -184,3 +184,44 @@ def test_lost_bucket_beside_freed_buyers():
     L._grab_until(srv, h, toks[0], vid, "bucket 0's freed buyer buys again")
     B.audit_clean(r, srv, vid, stock)
     H.finish(srv)
+
+
+def test_rebuild_takes_free_events_sql_lacks():
+    """a's cancel frees a, and a buys again, while the writer cannot commit (SQL has a's
+    first order at 1, neither the move nor the new order); the server is killed, the
+    voucher hash, buyers and states lost, the stream kept: the rebuild takes the `free 1`
+    event from the stream -- a's buyer order is the new one, the first is cancelled and
+    freed -- and once the writer caught up the audit is clean and a may not buy again."""
+    settings = dict(L.FAST, **{"cancel-frees-buyer": "1", "claim-idle-ms": "500"})
+    r, srv = H.setup(settings=settings)
+    h = srv.http()
+    a, b = _tokens(srv, r, ["13741000001", "13741000002"], h)
+    vid = H.create_seckill(srv, stock=4, http=h)
+    oa1, _ = [H.seckill(srv, t, vid, h)[1]["data"] for t in (a, b)]
+    H.wait_drained(srv, r, vid, 30)
+    lock = L._hold_writer(srv, vid)
+    try:
+        check(L._cancel(h, a, oa1)[1]["success"], "a cancels")
+        oa2 = L._grab_until(srv, h, a, vid, "a buys again")
+        srv.kill9()
+        RL._end_sessions(srv, lock)
+    finally:
+        lock.rollback()
+        lock.close()
+    db = srv.db()
+    eq((_where(db, oa1), _where(db, oa2)), (("tb_voucher_order", 1), (None, None)),
+       "SQL before the writer caught up")
+    r.cmd("DEL", H.k_voucher(vid), H.k_buyers(vid), "seckill:ostate:{%d}" % vid)
+    RL._rebuild(r, srv)
+    ua = H.user_ids(r, [a])[0]
+    eq(r.cmd("HGET", H.k_buyers(vid), str(ua)), str(oa2), "a's buyer order: the new one")
+    eq(_freed_state(r, vid), [2, 1, 1], "stock, returned, freed")
+    srv = H.restart_server(srv, settings=settings)
+    h = srv.http()
+    H.wait_until(lambda: _where(db, oa1) == ("tb_voucher_order_cancelled", 4) and
+                 _where(db, oa2) == ("tb_voucher_order", 1), 30, what="the writer caught up")
+    eq(H.seckill(srv, a, vid, h)[1].get("errorMsg"), "不能重复下单", "a a third time")
+    check(L._cancel(h, a, oa1)[1]["success"], "a's first order cancelled again")
+    _board_matches_sql(srv, db, vid)
+    L._audit(r, srv, vid, 4)
+    H.finish(srv)
