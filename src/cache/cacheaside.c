@@ -158,9 +158,10 @@ static void on_poll(evutil_socket_t fd, short what, void *arg)
     step_get(arg);
 }
 
-/* A reply SET or GET never gives (an array, an integer): Redis is not answering as Redis
- * does, so it is not trusted with the value or the mutex. In particular only a nil means
- * "taken": anything else would hold the reader in the poll for CACHEASIDE_WAIT_MS. */
+/* Redis down (NULL), an error, or a reply the command never gives (an array, an integer):
+ * the read goes to SQL uncached, as when Redis is down. Besides ok_type only a nil is
+ * Redis's own answer ("no key", "lock taken"); treating anything else as "taken" would
+ * hold the reader in the poll for CACHEASIDE_WAIT_MS. */
 static int unexpected(const redisReply *rep, int ok_type)
 {
     return rep == NULL || (rep->type != ok_type && rep->type != REDIS_REPLY_NIL);
