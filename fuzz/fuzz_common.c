@@ -14,6 +14,7 @@
 #include "core/app.h"
 #include "auth/auth.h"
 #include "core/config.h"
+#include "http/connlimit.h"
 #include "server/jobs.h"
 #include "core/log.h"
 #include "server/metrics.h"
@@ -40,6 +41,12 @@ fz_env_t *fz_env(const char *const *extra_argv)
     if (app == NULL) {
         abort();
     }
+    /* As serve builds it (server.c): the counters exist before any worker runs, so the
+     * handlers count into them without checking. */
+    app->metrics = calloc(1, sizeof(*app->metrics));
+    if (app->metrics == NULL) {
+        abort();
+    }
     char *argv[32] = { "serve", "--threads", "1" };
     int argc = 3;
     for (int i = 0; extra_argv != NULL && extra_argv[i] != NULL && argc < 31; i++) {
@@ -49,6 +56,9 @@ fz_env_t *fz_env(const char *const *extra_argv)
     if (config_load(&app->cfg, argc, argv, err, sizeof(err)) != 0) {
         fprintf(stderr, "fuzz: config: %s\n", err);
         abort();
+    }
+    if (app->cfg.max_conns_per_ip > 0) {
+        app->connlimit = connlimit_new(app->cfg.max_conns_per_ip);   /* as serve: the default */
     }
     snprintf(app->admin_token, sizeof(app->admin_token), "%s", FZ_ADMIN_TOKEN);
     snprintf(app->name, sizeof(app->name), "fuzz");

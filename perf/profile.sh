@@ -2,11 +2,13 @@
 # perf/profile.sh -- where the CPU goes: perf profiles of seckill serve and of its
 # redis-server while `seckill bench` drives one scenario (docs/performance.md).
 #
-#   sh perf/profile.sh [grab|soldout|sale]     (default grab)
+#   sh perf/profile.sh [grab|soldout|sale|pollers]     (default grab)
 #
 # Starts the service on its embedded default in a temp dir, seeds tokens, runs the
 # scenario for DURATION seconds (default 8) and records both processes with
-# `perf record -g` during the middle of the run. Prints, per process, the split by thread
+# `perf record -g` during the middle of the run. pollers: 200,000 buyers join a waiting
+# room of R = 1,000/s in the 15 s before its begin and poll it as told (perf/room.sh's
+# pollers, without the sale), recorded for DURATION/2 s from 1 s after the begin. Prints, per process, the split by thread
 # and by library and the top symbols; the raw data stays in build/perf/perf.*.data for
 # `perf report -i ...`. Needs perf (linux-perf) and a build with symbols (make: -g).
 set -eu
@@ -27,10 +29,20 @@ PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); pr
 SPID=$!
 until curl -s "http://127.0.0.1:$PORT/health" | grep -q '"success":true'; do sleep 0.1; done
 RPID=$(redis-cli -s "$TMP/d/redis/redis.sock" info server | tr -d '\r' | awk -F: '/^process_id:/ {print $2}')
+# Tokens minted in the second the service found Redis without a revocation epoch are
+# checked in Redis (src/auth/revoke.c), and bench mints them all as of one second: seed
+# them once that second has passed, or every request costs an HGETALL the run would not
+R="redis-cli -s $TMP/d/redis/redis.sock"
+until EP=$($R zrangebyscore seckill:revoked +inf +inf | sed -n 's/^epoch://p' | sort -n | tail -1) &&
+      [ -n "$EP" ] && [ "$($R time | head -1)" -ge "$EP" ]; do
+    sleep 0.05
+done
 case "$SCEN" in
     grab)    args="--users 1000000 --stock 100000000 --dup 0 --burst-share 0 --duration $DURATION --no-audit" ;;
     soldout) args="--users 1000000 --stock 0 --dup 0 --burst-share 0 --duration $DURATION --no-audit" ;;
     sale)    args="--users 200000 --stock 20000 --rate 20000 --dup 0.1 --conns 256" ;;
+    pollers) args="--waiting-room --room-rate 1000 --users 200000 --stock 100000000 --begin-in 15
+                   --room-early 1 --room-slow 0 --duration $((DURATION + 20)) --conns 256 --no-audit" ;;
     *) echo "profile: unknown scenario $SCEN"; exit 2 ;;
 esac
 redis-cli -s "$TMP/d/redis/redis.sock" config resetstat > /dev/null
@@ -43,6 +55,7 @@ while ! grep -q "users ready" "$OUT/profile-$SCEN.txt" 2>/dev/null && kill -0 $B
     sleep 0.2
 done
 sleep 1
+[ "$SCEN" = pollers ] && sleep 15   # the room's begin: the polls after it
 W=$((DURATION / 2))
 perf record -F 1999 -g -p "$SPID" -o "$OUT/perf.server.data" -- sleep "$W" > /dev/null 2>&1 &
 perf record -F 1999 -g -p "$RPID" -o "$OUT/perf.redis.data" -- sleep "$W" > /dev/null 2>&1

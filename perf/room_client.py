@@ -19,9 +19,20 @@
         buyer; nothing else does) and EVALSHA calls and microseconds (INFO commandstats)
     room_client.py cost A0 A1 [B0 B1]
         between two snaps: polls per second, Redis's, PID's and the host's CPU in % of a
-        core, Redis's EVALSHA us per second; with a second pair (a run with pollers, the
-        first without): what the second run cost more per poll (Redis CPU us, EVALSHA us,
-        PID's CPU us; the pollers' joins and the admitted ones' orders count too)
+        core, Redis's EVALSHA us per second, the host's steal time and its load average;
+        with a second pair (a run with pollers, the first without): what the second run
+        cost more per poll (Redis CPU us, EVALSHA us, PID's CPU us; the pollers' joins and
+        the admitted ones' orders count too)
+    room_client.py round DROP_MS OTHERS_MAX POLLERS_PCT A1 B1 B2 A2
+        one A B B A round of sales (seckill bench --json --cpu-probe files; A alone, B with
+        the pollers): "<ratio> <ratio outside slow spells> <kept 0/1> <text>", the ratio
+        being the B sales' mean p99 over the A sales'; a round is dropped (kept 0) when
+        the host's CPU ran slow for more than DROP_MS in any of its sales, or when other
+        processes than the service, its Redis and the benches (bench's others_cpu_pct; in
+        a B sale less POLLERS_PCT, the pollers' bench) took more than OTHERS_MAX % of a
+        core in any of them
+    room_client.py verdict ROUNDS_FILE
+        the median of the kept rounds' ratios (both kinds) and what was dropped
 """
 import hashlib
 import hmac
@@ -77,7 +88,8 @@ def snap(sock, pid):
     with open("/proc/stat") as st:   # the host's busy time: all but idle and iowait
         c = [int(x) for x in st.readline().split()[1:9]]
     print(json.dumps({"t": time.time(), "cpu": (int(ticks[11]) + int(ticks[12])) / hz,
-                      "host": (sum(c) - c[3] - c[4]) / hz,
+                      "host": (sum(c) - c[3] - c[4]) / hz, "steal": c[7] / hz,
+                      "load": float(open("/proc/loadavg").read().split()[0]),
                       "rcpu": float(f["used_cpu_user"]) + float(f["used_cpu_sys"]),
                       "zrank": cmd("zrank", "calls"), "evalsha": cmd("evalsha", "calls"),
                       "evalsha_us": cmd("evalsha", "usec")}))
@@ -86,15 +98,18 @@ def snap(sock, pid):
 def rates(f0, f1):
     a, b = (json.load(open(f)) for f in (f0, f1))
     dt = max(1e-3, b["t"] - a["t"])
-    return {k: (b[k] - a[k]) / dt for k in a if k != "t"}
+    r = {k: (b[k] - a[k]) / dt for k in a if k not in ("t", "load")}
+    r["load"] = max(a.get("load", 0), b.get("load", 0))
+    return r
 
 
 def cost(files):
     a = rates(*files[:2])
     if len(files) == 2:
         print("%.0f polls/s, Redis %.0f %% of a core (EVALSHA %.0f us/s), the service %.0f %%, "
-              "the host %.0f %% (all cores)"
-              % (a["zrank"], 100 * a["rcpu"], a["evalsha_us"], 100 * a["cpu"], 100 * a["host"]))
+              "the host %.0f %% (all cores), steal %.0f %%, load average %.1f"
+              % (a["zrank"], 100 * a["rcpu"], a["evalsha_us"], 100 * a["cpu"], 100 * a["host"],
+                 100 * a.get("steal", 0), a["load"]))
         return
     b = rates(*files[2:])
     n = max(1.0, b["zrank"] - a["zrank"])
@@ -102,6 +117,54 @@ def cost(files):
     print("Redis CPU %.1f us (EVALSHA %.1f us), the service %.1f us"
           % (1e6 * (b["rcpu"] - a["rcpu"]) / n, (b["evalsha_us"] - a["evalsha_us"]) / n,
              1e6 * (b["cpu"] - a["cpu"]) / n))
+
+
+def sale_figures(path):
+    j = json.load(open(path))
+    cp = j.get("cpu_probe") or {}
+    out = (cp.get("outside") or {}).get("p99_us", j["latency_us"]["p99"])
+    # other processes' CPU over the sale (% of a core), its two phases weighted by requests
+    ph = [p for p in (j.get("phases") or {}).values() if p.get("requests")]
+    n = sum(p["requests"] for p in ph)
+    others = sum(p.get("others_cpu_pct", 0) * p["requests"] for p in ph) / n if n else 0.0
+    return j["latency_us"]["p99"], out or j["latency_us"]["p99"], cp.get("slow_ms", 0.0), others
+
+
+def round_(drop_ms, others_max, pollers_pct, a1, b1, b2, a2):
+    f = [sale_figures(p) for p in (a1, b1, b2, a2)]
+    alone, with_ = (f[0][0] + f[3][0]) / 2, (f[1][0] + f[2][0]) / 2
+    alone_o, with_o = (f[0][1] + f[3][1]) / 2, (f[1][1] + f[2][1]) / 2
+    slow = max(x[2] for x in f)
+    others = [max(0.0, x[3] - (pollers_pct if i in (1, 2) else 0)) for i, x in enumerate(f)]
+    why = []
+    if slow > drop_ms:
+        why.append("slow spells above %.0f ms" % drop_ms)
+    if max(others) > others_max:
+        why.append("other processes above %.0f %% of a core" % others_max)
+    kept = not why
+    print("%.2f %.2f %d p99 with / alone = %.2f (B %d, %d us / A %d, %d us); outside the "
+          "host's slow spells %.2f; slow spells %s ms; other processes %s %% of a core%s" % (
+              with_ / max(1, alone), with_o / max(1, alone_o), kept, with_ / max(1, alone),
+              f[1][0], f[2][0], f[0][0], f[3][0], with_o / max(1, alone_o),
+              ", ".join("%.0f" % x[2] for x in f), ", ".join("%.0f" % x for x in others),
+              "" if kept else ": DROPPED (%s)" % ", ".join(why)))
+
+
+def median(v):
+    return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+
+
+def verdict(path):
+    rows = [ln.split()[:3] for ln in open(path) if ln.strip()]
+    kept = sorted(float(r[0]) for r in rows if r[2] == "1")
+    kept_o = sorted(float(r[1]) for r in rows if r[2] == "1")
+    every = ", ".join(r[0] + ("" if r[2] == "1" else " (dropped)") for r in rows)
+    if not kept:
+        print("none of %d rounds kept (each met the host's slow spells or other tenants' load): %s" % (
+            len(rows), every))
+        return
+    print("%.2f, the median of %d kept rounds of %d (%s); outside the host's slow spells %.2f" % (
+        median(kept), len(kept), len(rows), every, median(kept_o)))
 
 
 def polls(port, tokens, voucher, n, sock):
@@ -138,5 +201,9 @@ if __name__ == "__main__":
         snap(a[1], a[2])
     elif a[:1] == ["cost"] and len(a) in (3, 5):
         cost(a[1:])
+    elif a[:1] == ["round"] and len(a) == 8:
+        round_(float(a[1]), float(a[2]), float(a[3]), *a[4:])
+    elif a[:1] == ["verdict"] and len(a) == 2:
+        verdict(a[1])
     else:
         sys.exit(__doc__)

@@ -90,6 +90,60 @@ def run_named_its(args, tmp, results, rp, names, prefix, bin_path, env):
 
 STAT_RE = re.compile(r"^stat::(\w+):\s+(\d+)", re.M)
 COV_RE = re.compile(r"cov: (\d+) ft: (\d+) corp: (\d+)/")
+# What says why a fuzz target failed, in libFuzzer's output: a sanitizer's or libFuzzer's
+# ERROR line, UBSan's "runtime error", a leak's origin, the harness's own message before
+# its abort() ("fuzz_http: ...", "fuzz: ..."), a timeout's ALARM and the SUMMARY; each is
+# followed by up to REPORT_FRAMES frames of its stack.
+REPORT_RE = re.compile(r"ERROR: \w+Sanitizer|ERROR: libFuzzer|runtime error:|^SUMMARY: |"
+                       r"^(Direct|Indirect) leak of|^fuzz(_\w+)?: |ALARM: working on")
+FRAME_RE = re.compile(r"^\s+#\d+ ")
+REPORT_FRAMES = 6
+REPORT_MAX = 30
+INPUT_MAX = 16384   # fuzz_http's -max_len: the whole input, so it can be reproduced
+
+
+def fuzz_report(text):
+    """The lines of libFuzzer's output that say what went wrong, in order."""
+    out, frames = [], None
+    for line in text.splitlines():
+        if REPORT_RE.search(line):
+            out.append(line.rstrip())
+            frames = 0
+        elif frames is not None and frames < REPORT_FRAMES and FRAME_RE.match(line):
+            out.append(line.rstrip())
+            frames += 1
+        if len(out) >= REPORT_MAX:
+            break
+    return out
+
+
+def fuzz_cause(report):
+    """One line for the FAIL line: the first report line that names the fault (not
+    libFuzzer's "deadly signal", which only says that something aborted)."""
+    heads = [l for l in report if not FRAME_RE.match(l)]
+    for l in heads:
+        if "deadly signal" not in l and not l.startswith("SUMMARY: libFuzzer"):
+            return re.sub(r"^==\d+==\s*", "", l)[:200]
+    return heads[0][:200] if heads else ""
+
+
+def fuzz_failure_text(output, crashes, reproduce, tail_lines):
+    """A failed fuzz run's text, made to survive a log cut after its first lines: what
+    went wrong first, then each input (base64) and how to reproduce it, then only as
+    much of libFuzzer's progress output as fits in tail_lines."""
+    head = ["what went wrong:"] + ["  " + l for l in fuzz_report(output) or ["(no report)"]]
+    for c in crashes[:3]:
+        with open(c, "rb") as f:
+            data = f.read()
+        head.append("input %s (%d bytes%s), base64:" % (
+            c, len(data), ", first %d" % INPUT_MAX if len(data) > INPUT_MAX else ""))
+        head.append("  " + base64.b64encode(data[:INPUT_MAX]).decode())
+    head += reproduce.splitlines()
+    lines = output.splitlines()
+    keep = max(10, tail_lines - len(head) - 1)
+    head.append("libFuzzer's output%s:" % (
+        ", its last %d lines" % keep if len(lines) > keep else ""))
+    return "\n".join(head + lines[-keep:])
 
 
 def fuzz_targets(args):
@@ -150,14 +204,14 @@ def run_fuzz(args, tmp, results, rp):
             crashes = sorted(glob.glob(os.path.join(art, "*")))
             why = "libFuzzer exit %d (%s)" % (rc, ", ".join(os.path.basename(c)
                                                           for c in crashes) or "no artifact")
-            for c in crashes[:3]:
-                with open(c, "rb") as f:
-                    data = f.read()
-                text += "\n    input %s (%d bytes), base64:\n    %s\n" % (
-                    c, len(data), base64.b64encode(data[:4096]).decode())
-            text += ("\n    Reproduce: %s %s\n    Once fixed, add the input to %s/ as a "
-                     "regression case.\n" % (argv[0], crashes[0] if crashes else "<input>",
-                                              os.path.relpath(seeds, ROOT)))
+            cause = fuzz_cause(fuzz_report(text))
+            if cause:
+                why += ": " + cause
+            reproduce = ("Reproduce: %s %s\nOnce fixed, add the input to %s/ as a "
+                         "regression case." % (argv[0], crashes[0] if crashes else "<input>",
+                                               os.path.relpath(seeds, ROOT)))
+            text = fuzz_failure_text(text, crashes, reproduce,
+                                     getattr(rp, "TAIL_LINES", 60))
         rp.report(results, "fuzz/" + name, why is None, secs, text, why)
         if why is None:
             print("     %s: %s" % (name, summary), flush=True)

@@ -312,8 +312,10 @@ function sales(list, now) {
   for (const s of list) {
     const tr = document.createElement("tr");
     tr.dataset.id = s.id;
-    // units sold: the buyers less the orders cancelled or timed out (their units came back)
-    const sold = Math.max(0, (s.buyers || 0) - ((s.life && s.life.returned) || 0));
+    // units sold: the orders (the buyers, and the orders whose cancel freed their buyer:
+    // --cancel-frees-buyer) less those cancelled or timed out (their units came back)
+    const l = s.life || {};
+    const sold = Math.max(0, (s.buyers || 0) + (l.freed || 0) - (l.returned || 0));
     const initial = (s.stock || 0) + sold;
     const pct = initial > 0 ? (100 * sold) / initial : 0;
     const st = saleState(s, nowS);

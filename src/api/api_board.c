@@ -136,8 +136,8 @@ typedef struct board_sale {
     int64_t room_gen[4];    /* room.lua's pass counts: room_g, room_gc, room_gp, room_go */
     int64_t room_queued;    /* ZCARD of the room */
     int room_queued_ok;
-    int64_t life[5];        /* life.lua board, summed over the buckets: paid, timedout,
-                               returned, due, capped */
+    int64_t life[6];        /* life.lua board, summed over the buckets: paid, timedout,
+                               returned, due, capped, freed */
     int life_sent, life_bad;    /* stream mode asked every bucket; one did not answer */
 } board_sale_t;
 
@@ -239,7 +239,9 @@ static void put_room(sb_t *s, const board_sale_t *e, int64_t now_ms)
 
 /* ,"life":{..} of a sale in stream mode (docs/lifecycle.md): its orders by lifecycle
  * state, summed over its buckets -- paid, cancelled by the buyer, expired (timed out),
- * unpaid (the buyers less the three), returned (units cancels and timeouts gave back) --
+ * unpaid (the orders less the three), returned (units cancels and timeouts gave back),
+ * freed (of those, the orders whose buyer --cancel-frees-buyer let buy again: they left the
+ * buyers, so the orders are the buyers plus them) --
  * and dueNextMinute, the unpaid orders whose payment deadline passes within the next
  * minute (or has passed and the sweep has not reached them yet), with dueCapped when the
  * look stopped at BOARD_DUE_CAP orders a bucket (a lower bound then). No figure is sent
@@ -251,10 +253,11 @@ static void put_life(sb_t *s, const board_sale_t *e, int timeout_on)
     const int64_t *l = e->life;
     int64_t cancelled = l[2] - l[1];
     sb_printf(s, ",\"life\":{\"paid\":%lld,\"cancelled\":%lld,\"expired\":%lld,"
-              "\"returned\":%lld", (long long)l[0], (long long)(cancelled > 0 ? cancelled : 0),
-              (long long)l[1], (long long)l[2]);
+              "\"returned\":%lld,\"freed\":%lld", (long long)l[0],
+              (long long)(cancelled > 0 ? cancelled : 0), (long long)l[1], (long long)l[2],
+              (long long)l[5]);
     if (!e->buyers_bad) {
-        int64_t unpaid = e->buyers - l[0] - l[2];
+        int64_t unpaid = e->buyers + l[5] - l[0] - l[2];
         sb_printf(s, ",\"unpaid\":%lld", (long long)(unpaid > 0 ? unpaid : 0));
     }
     if (timeout_on)
@@ -475,17 +478,17 @@ static void on_applied(redisReply *rep, void *priv)
     board_unref(e->b);
 }
 
-/* A bucket's life.lua board answer: {paid, timedout, returned, due, capped}. */
+/* A bucket's life.lua board answer: {paid, timedout, returned, due, capped, freed}. */
 static void on_life(redisReply *rep, void *priv)
 {
     board_part_t *p = priv;
     board_sale_t *e = p->s;
-    int64_t v[5];
-    int ok = rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements == 5;
-    for (size_t i = 0; ok && i < 5; i++)
+    int64_t v[6];
+    int ok = rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements == 6;
+    for (size_t i = 0; ok && i < 6; i++)
         ok = reply_i64(rep->element[i], &v[i]) == 0;
     if (ok) {
-        for (int i = 0; i < 5; i++)
+        for (int i = 0; i < 6; i++)
             e->life[i] += v[i];
     } else {
         e->life_bad = 1;

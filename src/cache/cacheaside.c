@@ -142,17 +142,9 @@ static void done_load(worker_t *w, void *arg)
     rds_command(w->rds, on_stored, op, 5, argv, lens);
 }
 
-/* The process's counters; a worker outside `seckill serve` (the fuzz targets' stand-in
- * server) has none, and a read must not depend on them. */
-static metrics_t *counters(const ca_op_t *op)
-{
-    return op->w->app->metrics;
-}
-
 static void submit_load(ca_op_t *op)
 {
-    if (counters(op) != NULL)
-        metric_inc(&counters(op)->cache_loads);
+    metric_inc(&op->w->app->metrics->cache_loads);
     if (jobs_submit(op->w->app->jobs, op->w, run_load, done_load, op) != 0) {
         unlock(op);
         finish(op, CACHEASIDE_UNAVAILABLE, NULL, 0);
@@ -166,10 +158,19 @@ static void on_poll(evutil_socket_t fd, short what, void *arg)
     step_get(arg);
 }
 
+/* Redis down (NULL), an error, or a reply the command never gives (an array, an integer):
+ * the read goes to SQL uncached, as when Redis is down. Besides ok_type only a nil is
+ * Redis's own answer ("no key", "lock taken"); treating anything else as "taken" would
+ * hold the reader in the poll for CACHEASIDE_WAIT_MS. */
+static int unexpected(const redisReply *rep, int ok_type)
+{
+    return rep == NULL || (rep->type != ok_type && rep->type != REDIS_REPLY_NIL);
+}
+
 static void on_lock(redisReply *rep, void *priv)
 {
     ca_op_t *op = priv;
-    if (rep == NULL || rep->type == REDIS_REPLY_ERROR) {
+    if (unexpected(rep, REDIS_REPLY_STATUS)) {
         op->uncached = 1;
         submit_load(op);
         return;
@@ -179,7 +180,7 @@ static void on_lock(redisReply *rep, void *priv)
         step_get(op);   /* the double check: a holder may have filled it since our miss */
         return;
     }
-    /* Taken: poll the key until the holder has filled it or gone. */
+    /* Taken (nil): poll the key until the holder has filled it or gone. */
     if (clock_mono_ms() >= op->wait_until_ms) {
         log_warn("cache %s: %s still locked after %d ms", op->spec->name, op->lock_key,
                  CACHEASIDE_WAIT_MS);
@@ -205,14 +206,13 @@ static void take_lock(ca_op_t *op)
 static void on_get(redisReply *rep, void *priv)
 {
     ca_op_t *op = priv;
-    if (rep == NULL || rep->type == REDIS_REPLY_ERROR) {
+    if (unexpected(rep, REDIS_REPLY_STRING)) {
         op->uncached = 1;
         submit_load(op);
         return;
     }
     if (rep->type == REDIS_REPLY_STRING) {
-        if (counters(op) != NULL)
-            metric_inc(&counters(op)->cache_hits);
+        metric_inc(&op->w->app->metrics->cache_hits);
         unlock(op);
         if (rep->len == 0)
             finish(op, CACHEASIDE_EMPTY, NULL, 0);

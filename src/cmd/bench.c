@@ -136,6 +136,8 @@ static const cmd_arg_t bench_opt_rows[] = {
      "the server's --pay-timeout-s: the rest time out, checked against S"},
     {"pay-key-file", CMD_ARG_STR, F(pay_key_file), 0, 0, "F",
      "the key payment notices are signed with [<data-dir>/pay-key]"},
+    {"shop", CMD_ARG_I64, F(shop), 1, 9e18, "ID",
+     "--voucher's shop: --pay-share pays its payValue from GET /voucher/list/ID [1]"},
 };
 static const cmd_args_t bench_opts_spec = {
     bench_opt_rows, sizeof bench_opt_rows / sizeof bench_opt_rows[0], 22};
@@ -230,6 +232,8 @@ int bench_parse_args(int argc, char **argv, bench_opts_t *o, char *err, size_t e
     o->room_slow = 0.5;
     o->room_slow_ms = 200;
     o->room_late_s = 10;
+    o->shop = 1;
+    o->pay_value = 100;   /* create_voucher's payValue */
     o->seed = clock_mono_ns() ^ ((uint64_t)getpid() << 32);   /* unless --seed */
     int rc = cmd_args_parse(&bench_opts_spec, argc, argv, o, err, errlen);
     if (rc != 0)
@@ -252,10 +256,6 @@ int bench_parse_args(int argc, char **argv, bench_opts_t *o, char *err, size_t e
     if ((o->pay_share > 0 || o->cancel_share > 0) && o->pay_timeout_s == 0) {
         snprintf(err, errlen, "--pay-share/--cancel-share need --pay-timeout S (the server's "
                  "--pay-timeout-s: the orders left unpaid time out)");
-        return -1;
-    }
-    if (o->pay_timeout_s > 0 && o->voucher > 0 && o->pay_share > 0) {
-        snprintf(err, errlen, "--pay-share pays bench's own voucher's payValue: without --voucher");
         return -1;
     }
     if (o->users > 4000000000LL) {
@@ -379,6 +379,15 @@ static int listener_pid(int port)
 int bench_resp_on_body(http_parser *p, const char *at, size_t n)
 {
     bench_resp_t *r = p->data;
+    if (r->keep_all) {
+        if (r->alen + n + 1 > r->acap) {
+            r->acap = (r->alen + n + 1) * 2;
+            r->all = xrealloc(r->all, r->acap);
+        }
+        memcpy(r->all + r->alen, at, n);
+        r->alen += n;
+        r->all[r->alen] = '\0';
+    }
     size_t room = sizeof r->body - 1 - r->blen;
     if (n > room)
         n = room;
@@ -399,10 +408,11 @@ int bench_resp_on_complete(http_parser *p)
 /* One blocking HTTP request (Connection: close) for set-up calls. */
 typedef bench_resp_t simple_resp_t;
 
-int bench_http_simple(const bench_load_t *P, const char *req, size_t len, simple_resp_t *r,
-                      char *err, size_t errlen)
+static int http_simple(const bench_load_t *P, const char *req, size_t len, simple_resp_t *r,
+                       int keep_all, char *err, size_t errlen)
 {
     memset(r, 0, sizeof *r);
+    r->keep_all = keep_all;
     int fd = socket(P->addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         snprintf(err, errlen, "socket: %s", strerror(errno));
@@ -451,6 +461,18 @@ int bench_http_simple(const bench_load_t *P, const char *req, size_t len, simple
         return -1;
     }
     return 0;
+}
+
+int bench_http_simple(const bench_load_t *P, const char *req, size_t len, simple_resp_t *r,
+                      char *err, size_t errlen)
+{
+    return http_simple(P, req, len, r, 0, err, errlen);
+}
+
+int bench_http_simple_all(const bench_load_t *P, const char *req, size_t len, simple_resp_t *r,
+                          char *err, size_t errlen)
+{
+    return http_simple(P, req, len, r, 1, err, errlen);
 }
 
 static void local_time(int64_t t, char *buf, size_t len)
@@ -1074,6 +1096,12 @@ int bench_main(int argc, char **argv)
         if (o.progress)
             fprintf(stderr, "seckill bench: voucher %lld, stock %lld, sale %s\n", (long long)vid,
                     (long long)stock, o.begin_in_s ? "opens shortly" : "open");
+    } else if (o.pay_share > 0 && o.pay_timeout_s > 0 &&
+               bench_life_pay_value(&o, &L, vid, &o.pay_value, err, sizeof err) < 0) {
+        /* asked before the sale: a wrong --shop is told at once */
+        fprintf(stderr, "seckill bench: %s\n", err);
+        bench_users_free(&users);
+        return 2;
     }
 
     if (o.room) {

@@ -91,6 +91,8 @@ typedef struct bench_opts {
     double cancel_share;        /* --cancel-share C: orders cancelled by their buyers [0] */
     int pay_timeout_s;          /* --pay-timeout S: the server's --pay-timeout-s; 0 = no rehearsal */
     char pay_key_file[512];     /* --pay-key-file F [<data-dir>/pay-key] */
+    int64_t shop;               /* --shop ID: --voucher's shop, whose list gives its payValue [1] */
+    int64_t pay_value;          /* the amount paid: bench's vouchers' 100, or --voucher's payValue */
 } bench_opts_t;
 
 /* Fills o from argv (argv[0] = "bench"). Returns 0, 1 for --help, or -1 with a reason in
@@ -189,12 +191,17 @@ void bench_users_free(bench_users_t *u);
 struct http_parser;
 
 /* An answer's status and the first 4 KiB of its body; p->data points at it. The two
- * callbacks go into http_parser_settings' on_body and on_message_complete. */
+ * callbacks go into http_parser_settings' on_body and on_message_complete. With keep_all
+ * (bench_http_simple_all), the whole body also goes into all (malloc'd, NUL-ended, the
+ * caller frees it): a list longer than 4 KiB. */
 typedef struct bench_resp {
     int status;
     char body[4096];
     size_t blen;
     int done;
+    int keep_all;
+    char *all;
+    size_t alen, acap;
 } bench_resp_t;
 int bench_resp_on_body(struct http_parser *p, const char *at, size_t n);
 int bench_resp_on_complete(struct http_parser *p);
@@ -203,6 +210,9 @@ int bench_resp_on_complete(struct http_parser *p);
  * and follow-up calls (10 s deadline). 0 with r filled, or -1 with err. */
 int bench_http_simple(const bench_load_t *L, const char *req, size_t len, bench_resp_t *r,
                       char *err, size_t errlen);
+/* The same, the whole body kept in r->all (free it, also after -1). */
+int bench_http_simple_all(const bench_load_t *L, const char *req, size_t len, bench_resp_t *r,
+                          char *err, size_t errlen);
 
 /* ==== the waiting room's run (bench_room.c) ==== */
 
@@ -246,6 +256,10 @@ int bench_life_run(const bench_opts_t *o, const bench_load_t *L, const bench_use
                    int64_t vid, int64_t first_ms, bench_life_t *r, FILE *f, char *err,
                    size_t errlen);
 void bench_life_json(FILE *f, const bench_life_t *r);
+/* --voucher's payValue from GET /voucher/list/{o->shop} into *pv: 0, or -1 with err (not
+ * in that shop's list, or no answer). */
+int bench_life_pay_value(const bench_opts_t *o, const bench_load_t *L, int64_t vid, int64_t *pv,
+                         char *err, size_t errlen);
 void bench_life_free(bench_life_t *r);
 
 /* ==== the HTML report (bench_html.c) ==== */

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include <hiredis/hiredis.h>
+#include <jansson.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
@@ -23,7 +24,6 @@
 #include "redis/rcl_sync.h"
 #include "redis/rconn.h"
 
-#define LIFE_PAY_VALUE 100      /* bench's vouchers' payValue (bench.c's create_voucher) */
 #define LIFE_SLACK_MS 5000      /* a timeout is late past the last deadline plus this */
 
 enum { FATE_PAY = 0, FATE_CANCEL, FATE_EXPIRE };
@@ -80,15 +80,47 @@ static int post(const bench_load_t *L, const char *path, const char *hdr, const 
     return r.status == 200 && strstr(r.body, "\"success\":true") ? 0 : 1;
 }
 
-static int pay(const bench_load_t *L, const char *key, int64_t oid, char *out, size_t outlen,
-               char *err, size_t errlen)
+int bench_life_pay_value(const bench_opts_t *o, const bench_load_t *L, int64_t vid, int64_t *pv,
+                         char *err, size_t errlen)
+{
+    char req[512];
+    int n = snprintf(req, sizeof req, "GET /voucher/list/%lld HTTP/1.1\r\nHost: %s\r\n"
+                     "Connection: close\r\n\r\n", (long long)o->shop, L->hosthdr);
+    bench_resp_t r;   /* the whole list: a shop's outgrows the 4 KiB kept by default */
+    int rc = bench_http_simple_all(L, req, (size_t)n, &r, err, errlen);
+    json_t *root = rc == 0 && r.status == 200 && r.all ? json_loads(r.all, 0, NULL) : NULL;
+    free(r.all);
+    if (rc < 0)
+        return -1;
+    json_t *data = json_object_get(root, "data");
+    size_t i;
+    json_t *v;
+    int found = 0;
+    json_array_foreach(data, i, v) {
+        json_t *id = json_object_get(v, "id"), *p = json_object_get(v, "payValue");
+        if (json_is_integer(id) && json_integer_value(id) == vid && json_is_integer(p)) {
+            *pv = json_integer_value(p);
+            found = 1;
+            break;
+        }
+    }
+    json_decref(root);
+    if (!found)
+        snprintf(err, errlen, "voucher %lld's payValue: not in GET /voucher/list/%lld (HTTP %d; "
+                 "--shop names the voucher's shop)", (long long)vid, (long long)o->shop,
+                 r.status);
+    return found ? 0 : -1;
+}
+
+static int pay(const bench_load_t *L, const char *key, int64_t oid, int64_t amount, char *out,
+               size_t outlen, char *err, size_t errlen)
 {
     char body[160], hdr[128], hex[65];
     unsigned char mac[EVP_MAX_MD_SIZE];
     unsigned int ml = 0;
     int bl = snprintf(body, sizeof body,
-                      "{\"orderId\":%lld,\"paymentId\":\"bench-%lld\",\"amount\":%d}",
-                      (long long)oid, (long long)oid, LIFE_PAY_VALUE);
+                      "{\"orderId\":%lld,\"paymentId\":\"bench-%lld\",\"amount\":%lld}",
+                      (long long)oid, (long long)oid, (long long)amount);
     if (!HMAC(EVP_sha256(), key, (int)strlen(key), (const unsigned char *)body, (size_t)bl,
               mac, &ml) || ml != 32) {
         snprintf(err, errlen, "HMAC failed");
@@ -204,7 +236,7 @@ int bench_life_run(const bench_opts_t *o, const bench_load_t *L, const bench_use
         int fate = fate_of(o, oid), rc = 0;
         if (fate == FATE_PAY) {
             r->to_pay++;
-            rc = pay(L, key, oid, out, sizeof out, why, sizeof why);
+            rc = pay(L, key, oid, o->pay_value, out, sizeof out, why, sizeof why);
             r->paid += rc == 0;
         } else if (fate == FATE_CANCEL) {
             r->to_cancel++;

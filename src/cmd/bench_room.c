@@ -4,7 +4,9 @@
  * Each thread owns the buyers i with i % threads == its id and a few keep-alive
  * connections; a binary heap orders its buyers by the time their next request is due.
  * A free connection takes the earliest due buyer, sends one request and, once the answer
- * is in, files the buyer's next step. Blocking poll(2) over the thread's connections: the
+ * is in, files the buyer's next step. Buyers holding a pass wait in a heap of their own,
+ * served first: a real buyer orders at once on its own connection, and behind a backlog
+ * of due polls (a server slower than the schedule) the pass would expire in the queue. Blocking poll(2) over the thread's connections: the
  * load is answers per second, not connections. The order in which passes were issued is
  * the server's (passExpiresAt - the pass lifetime), not when the client saw them. */
 #include "cmd/bench.h"
@@ -174,12 +176,16 @@ typedef struct conn {
 
 typedef struct room_run room_run_t;
 
+typedef struct room_heap {
+    uint64_t *v;                  /* due << 32 | buyer */
+    size_t n;
+} room_heap_t;
+
 typedef struct room_thread {
     room_run_t *R;
     int id;
     pthread_t th;
-    uint64_t *heap;               /* due << 32 | buyer */
-    size_t nheap;
+    room_heap_t wait, buy;        /* due buyers: joins and polls; orders with a pass */
     conn_t *conns;
     int nconns;
     bench_success_t *succ;
@@ -187,6 +193,7 @@ typedef struct room_thread {
     uint32_t *soldout;
     size_t nsoldout, capsoldout;
     uint64_t req[4], rl429, errors, rejoin, pass_refused, chal_refused, solve_tries;
+    uint64_t buy_late_sum, buy_late_max, nbuys;   /* orders sent after their due time, ms */
 } room_thread_t;
 
 struct room_run {
@@ -204,35 +211,53 @@ struct room_run {
     room_thread_t *t;
 };
 
-static void heap_push(room_thread_t *t, uint32_t due, uint32_t buyer)
+static void heap_push(room_heap_t *h, uint32_t due, uint32_t buyer)
 {
-    size_t i = t->nheap++;
+    size_t i = h->n++;
     uint64_t v = (uint64_t)due << 32 | buyer;
-    while (i > 0 && t->heap[(i - 1) / 2] > v) {
-        t->heap[i] = t->heap[(i - 1) / 2];
+    while (i > 0 && h->v[(i - 1) / 2] > v) {
+        h->v[i] = h->v[(i - 1) / 2];
         i = (i - 1) / 2;
     }
-    t->heap[i] = v;
+    h->v[i] = v;
 }
 
-static uint64_t heap_pop(room_thread_t *t)
+static uint64_t heap_pop(room_heap_t *h)
 {
-    uint64_t top = t->heap[0], v = t->heap[--t->nheap];
+    uint64_t top = h->v[0], v = h->v[--h->n];
     size_t i = 0;
     for (;;) {
         size_t c = 2 * i + 1;
-        if (c >= t->nheap)
+        if (c >= h->n)
             break;
-        if (c + 1 < t->nheap && t->heap[c + 1] < t->heap[c])
+        if (c + 1 < h->n && h->v[c + 1] < h->v[c])
             c++;
-        if (t->heap[c] >= v)
+        if (h->v[c] >= v)
             break;
-        t->heap[i] = t->heap[c];
+        h->v[i] = h->v[c];
         i = c;
     }
-    if (t->nheap > 0)
-        t->heap[i] = v;
+    if (h->n > 0)
+        h->v[i] = v;
     return top;
+}
+
+/* The heap whose top is due by now, the buys' first; NULL when none is. */
+static room_heap_t *due_heap(room_thread_t *t, uint32_t now)
+{
+    if (t->buy.n > 0 && (uint32_t)(t->buy.v[0] >> 32) <= now)
+        return &t->buy;
+    if (t->wait.n > 0 && (uint32_t)(t->wait.v[0] >> 32) <= now)
+        return &t->wait;
+    return NULL;
+}
+
+/* The earliest due time of both heaps (they are not both empty). */
+static uint32_t next_due(const room_thread_t *t)
+{
+    uint32_t a = t->buy.n > 0 ? (uint32_t)(t->buy.v[0] >> 32) : UINT32_MAX;
+    uint32_t b = t->wait.n > 0 ? (uint32_t)(t->wait.v[0] >> 32) : UINT32_MAX;
+    return a < b ? a : b;
 }
 
 static uint32_t now_rel(const room_run_t *R)
@@ -244,7 +269,8 @@ static uint32_t now_rel(const room_run_t *R)
 static void again(room_thread_t *t, uint32_t i, uint32_t delay)
 {
     buyer_t *b = &t->R->b[i];
-    heap_push(t, now_rel(t->R) + delay + (b->slow ? (uint32_t)t->R->o->room_slow_ms : 0), i);
+    heap_push(b->stage == ST_BUY ? &t->buy : &t->wait,
+              now_rel(t->R) + delay + (b->slow ? (uint32_t)t->R->o->room_slow_ms : 0), i);
 }
 
 static void finish(room_thread_t *t, uint32_t i, int end)
@@ -494,18 +520,26 @@ static void *thread_main(void *arg)
         int busy = 0;
         for (int k = 0; k < t->nconns; k++) {
             conn_t *c = &t->conns[k];
-            if (!c->busy && t->nheap > 0 && (uint32_t)(t->heap[0] >> 32) <= now) {
-                uint32_t i = (uint32_t)heap_pop(t);
+            room_heap_t *h = c->busy ? NULL : due_heap(t, now);
+            if (h != NULL) {
+                uint64_t v = heap_pop(h);
+                uint32_t i = (uint32_t)v, late = now - (uint32_t)(v >> 32);
+                if (R->b[i].stage == ST_BUY) {
+                    t->buy_late_sum += late;
+                    t->nbuys++;
+                    if (late > t->buy_late_max)
+                        t->buy_late_max = late;
+                }
                 if (send_next(t, c, i) < 0)
                     retry(t, i, 200);
             }
             busy += c->busy;
         }
-        if (busy == 0 && t->nheap == 0)
+        if (busy == 0 && t->wait.n == 0 && t->buy.n == 0)
             break;
         int wait = 50;
-        if (t->nheap > 0) {
-            uint32_t due = (uint32_t)(t->heap[0] >> 32);
+        if (t->wait.n > 0 || t->buy.n > 0) {
+            uint32_t due = next_due(t);
             wait = due > now ? (int)(due - now) : 0;
             if (wait > 50)
                 wait = 50;
@@ -565,6 +599,7 @@ typedef struct room_stats {
     size_t buyers_fast, buyers_slow, pass_fast, pass_slow;    /* early joiners */
     double rate, first_s, last_s;
     uint64_t req[4], rl429, errors, rejoin, pass_refused, chal_refused, solve_tries;
+    uint64_t buy_late_sum, buy_late_max, nbuys;
 } room_stats_t;
 
 /* Correlation between join order and issue order among the admitted early (or late) ones. */
@@ -630,6 +665,10 @@ static void stats_of(const room_run_t *R, room_stats_t *s)
         s->pass_refused += t->pass_refused;
         s->chal_refused += t->chal_refused;
         s->solve_tries += t->solve_tries;
+        s->buy_late_sum += t->buy_late_sum;
+        s->nbuys += t->nbuys;
+        if (t->buy_late_max > s->buy_late_max)
+            s->buy_late_max = t->buy_late_max;
     }
 }
 
@@ -654,6 +693,11 @@ static void print_stats(FILE *f, const room_run_t *R, const room_stats_t *s, dou
             s->refused, s->gave_up);
     fprintf(f, "  rate        %.1f passes/s between %.2f s and %.2f s (R = %d/s: %.2f of it)\n",
             s->rate, s->first_s, s->last_s, o->room_rate, o->room_rate ? s->rate / o->room_rate : 0);
+    /* the load generator's own queueing: an order sent late spends its pass's life */
+    fprintf(f, "  orders      sent %.1f ms after they were due on average, %llu ms at most "
+               "(the bench's backlog; the pass lives %d s)\n",
+            s->nbuys ? (double)s->buy_late_sum / (double)s->nbuys : 0.0,
+            (unsigned long long)s->buy_late_max, o->room_pass_ttl_s);
     fprintf(f, "  order       Spearman(join, admission): early joiners %.3f (n = %zu), "
                "late joiners %.3f (n = %zu)\n", s->rho_early, s->n_early, s->rho_late, s->n_late);
     fprintf(f, "  classes     early joiners: fast %.3f of buyers, %.3f of passes; slow (+%d ms) "
@@ -684,7 +728,8 @@ static void json_stats(FILE *f, const room_run_t *R, const room_stats_t *s, doub
                "\"spearmanLate\":%.4f,\"lateAdmitted\":%zu,"
                "\"early\":{\"fastBuyers\":%zu,\"slowBuyers\":%zu,\"fastPasses\":%zu,"
                "\"slowPasses\":%zu,\"fastPassShare\":%.4f,\"fastBuyerShare\":%.4f},"
-               "\"slowMs\":%d,\"solveHashes\":%llu,\"audit\":%d}}\n",
+               "\"slowMs\":%d,\"solveHashes\":%llu,"
+               "\"orderLateMs\":{\"mean\":%.1f,\"max\":%llu},\"audit\":%d}}\n",
             (long long)R->vid, R->n, o->room_rate, o->room_pass_ttl_s,
             o->room_bot_gate ? "true" : "false", secs, (unsigned long long)s->req[ST_CHAL],
             (unsigned long long)s->req[ST_JOIN], (unsigned long long)s->req[ST_POLL],
@@ -694,7 +739,9 @@ static void json_stats(FILE *f, const room_run_t *R, const room_stats_t *s, doub
             o->room_rate ? s->rate / o->room_rate : 0, s->rho_early, s->n_early, s->rho_late,
             s->n_late, s->buyers_fast, s->buyers_slow, s->pass_fast, s->pass_slow,
             share(s->pass_fast, s->pass_slow), share(s->buyers_fast, s->buyers_slow),
-            o->room_slow_ms, (unsigned long long)s->solve_tries, audit_status);
+            o->room_slow_ms, (unsigned long long)s->solve_tries,
+            s->nbuys ? (double)s->buy_late_sum / (double)s->nbuys : 0.0,
+            (unsigned long long)s->buy_late_max, audit_status);
 }
 
 /* Drain, then the audit with every order answer and sold-out answer the buyers saw. */
@@ -760,7 +807,8 @@ int bench_room_run(const bench_opts_t *o, const bench_load_t *P, const bench_use
         room_thread_t *t = &R.t[k];
         t->R = &R;
         t->id = k;
-        t->heap = xcalloc(R.n / (size_t)o->threads + 2, sizeof *t->heap);
+        t->wait.v = xcalloc(R.n / (size_t)o->threads + 2, sizeof *t->wait.v);
+        t->buy.v = xcalloc(R.n / (size_t)o->threads + 2, sizeof *t->buy.v);
         t->nconns = o->conns / o->threads + (k < o->conns % o->threads ? 1 : 0);
         if (t->nconns < 1)
             t->nconns = 1;
@@ -779,7 +827,7 @@ int bench_room_run(const bench_opts_t *o, const bench_load_t *P, const bench_use
         b->join_seq = b->admit_ms = -1;
         b->stage = o->room_bot_gate ? ST_CHAL : ST_JOIN;
         room_thread_t *t = &R.t[i % (size_t)o->threads];
-        heap_push(t, b->join_at + (b->slow ? (uint32_t)o->room_slow_ms : 0), (uint32_t)i);
+        heap_push(&t->wait, b->join_at + (b->slow ? (uint32_t)o->room_slow_ms : 0), (uint32_t)i);
     }
     int started = 0;
     for (int k = 0; k < o->threads; k++)
@@ -823,7 +871,8 @@ int bench_room_run(const bench_opts_t *o, const bench_load_t *P, const bench_use
     for (size_t i = 0; i < R.n; i++)
         free(R.b[i].extra);
     for (int k = 0; k < o->threads; k++) {
-        free(R.t[k].heap);
+        free(R.t[k].wait.v);
+        free(R.t[k].buy.v);
         free(R.t[k].conns);
         free(R.t[k].succ);
         free(R.t[k].soldout);

@@ -43,7 +43,7 @@
 -- expire decides each pair as a cancel would (an order paid, cancelled or timed out before
 -- is left as it is) and returns {orders timed out now, the cursor after it} -- the cursor
 -- only moves forward, so a sweeper behind another one learns where that one is.
--- board returns {paid, timedout, returned, due, capped}: the hash's counters, and the
+-- board returns {paid, timedout, returned, due, capped, freed}: the hash's counters, and the
 -- orders past the sweep's cursor admitted up to the bound that are still unpaid (the
 -- returns due by then; capped 1 when the look stopped at ARGV[3] orders).
 --
@@ -57,7 +57,7 @@ local op = ARGV[1]
 local free = op == 'cancel-free' or op == 'expire-free'
 if free then op = string.sub(op, 1, 6) end
 if op == 'board' and #KEYS == 5 and #ARGV == 3 then
-  local c = redis.call('HMGET', KEYS[1], 'paid', 'timedout', 'returned')
+  local c = redis.call('HMGET', KEYS[1], 'paid', 'timedout', 'returned', 'freed')
   local due, capped, cap = 0, 0, tonumber(ARGV[3]) or 0
   if ARGV[2] ~= '' then
     local from = redis.call('GET', KEYS[5])
@@ -81,7 +81,8 @@ if op == 'board' and #KEYS == 5 and #ARGV == 3 then
       if seen >= cap then capped = 1; break end
     end
   end
-  return {tonumber(c[1] or 0), tonumber(c[2] or 0), tonumber(c[3] or 0), due, capped}
+  return {tonumber(c[1] or 0), tonumber(c[2] or 0), tonumber(c[3] or 0), due, capped,
+          tonumber(c[4] or 0)}
 end
 if (op == 'expire' and (#KEYS ~= 5 or #ARGV % 2 ~= 0)) or
    (op == 'cancel' and (#KEYS ~= 4 or #ARGV ~= 3)) or

@@ -75,43 +75,70 @@ int rebuild_present(redisContext *c, int64_t voucher_id, char *err, size_t errle
     return v == 1;
 }
 
-/* Every order of the voucher in SQL, as (user, order), sorted by user; and each one's
- * lifecycle state into life (rebuild_life.h: the status, and the row's update time that
- * tells a timeout from a cancel). With mask, only the orders of users whose home bucket
- * of k is not in it (the lost buckets). */
-static int read_sql_orders(store_t *st, int64_t vid, int pay_timeout_s, unsigned mask, int k,
-                           pairs_t *out, rebuild_life_t *life, char *err, size_t errlen)
+/* The orders of one SQL table (with mask, only those of users whose home bucket of k is not
+ * in it: the lost buckets) into life, with their status and the row's update time that
+ * tells a timeout from a cancel (rebuild_life.h). */
+static int read_sql_table(store_t *st, const char *table, int64_t vid, int pay_timeout_s,
+                          unsigned mask, int k, rebuild_life_t *life, char *err, size_t errlen)
 {
     /* update_time in the fifth column, the one store_exec_orders reads as a time */
-    static const char sql[] = "SELECT id, user_id, voucher_id, status, update_time "
-                              "FROM tb_voucher_order WHERE voucher_id = ? AND id > ? "
-                              "ORDER BY id LIMIT 10000";
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT id, user_id, voucher_id, status, update_time FROM %s "
+                              "WHERE voucher_id = ? AND id > ? ORDER BY id LIMIT %d",
+             table, PAGE);
     int64_t after = 0;
     for (;;) {
         store_order_t *page = NULL;
         size_t n = 0;
         store_arg_t args[2] = {{vid, 0}, {after, 0}};
         if (store_exec_orders(st, sql, args, 2, &page, &n) != STORE_OK) {
-            snprintf(err, errlen, "SQL orders: %s", store_errmsg(st));
+            snprintf(err, errlen, "SQL orders (%s): %s", table, store_errmsg(st));
             return -1;
         }
-        for (size_t i = 0; i < n; i++) {
-            if (mask & (1u << buckets_home(page[i].user_id, k)))
-                continue;
-            pairs_push(out, page[i].user_id, page[i].id);
-            /* a cancelled order (4; 5, 6 after its late payment's refund) gave its unit
-             * back: its buyer stays, holding no stock (docs/lifecycle.md) */
-            rebuild_life_add(life, page[i].id, page[i].user_id, page[i].status,
-                             page[i].create_time, pay_timeout_s);
-        }
+        for (size_t i = 0; i < n; i++)
+            if (!(mask & (1u << buckets_home(page[i].user_id, k))))
+                rebuild_life_add(life, page[i].id, page[i].user_id, page[i].status,
+                                 page[i].create_time, pay_timeout_s);
         if (n)
             after = page[n - 1].id;
         free(page);
         if (n < PAGE)
-            break;
+            return 0;
     }
-    pairs_sort(out);
-    return 0;
+}
+
+/* Every order of the voucher in SQL into life: tb_voucher_order's (live, and cancelled ones
+ * that kept their buyer), then tb_voucher_order_cancelled's, whose cancel freed the buyer
+ * (--cancel-frees-buyer under this run or an earlier one): read second, so an order the
+ * writer moves aside meanwhile is seen at least once. */
+static int read_sql_orders(store_t *st, int64_t vid, int pay_timeout_s, unsigned mask, int k,
+                           rebuild_life_t *life, char *err, size_t errlen)
+{
+    rebuild_life_t aside = {0};
+    int rc = read_sql_table(st, "tb_voucher_order", vid, pay_timeout_s, mask, k, life, err,
+                            errlen);
+    if (rc == 0)
+        rc = read_sql_table(st, "tb_voucher_order_cancelled", vid, pay_timeout_s, mask, k,
+                            &aside, err, errlen);
+    if (rc == 0)
+        rebuild_life_aside(life, aside.v, aside.n);
+    rebuild_life_free(&aside);
+    return rc;
+}
+
+/* The orders SQL has (either table) of bucket b of k's home users that are not entries of
+ * the surviving stream (ids, sorted; only bucket 0's is read): `seeded`, so the audit's
+ * stream entries = buyers + freed - seeded. */
+static int64_t seeded_orders(const rebuild_life_t *life, int b, int k, const int64_t *ids,
+                             size_t nids)
+{
+    int64_t n = 0;
+    for (size_t i = 0; i < life->n; i++) {
+        const rebuild_life_order_t *o = &life->v[i];
+        n += o->sql && buckets_home(o->user_id, k) == b &&
+             (b != 0 || !has_i64(ids, nids, o->order_id));
+    }
+    return n;
 }
 
 /* read_stream's state while sentry_scan reads the stream. */
@@ -238,7 +265,7 @@ static void home_split(const pairs_t *in, int b, int k, pairs_t *out)
 
 /* Step 4 for bucket b (0: the voucher's own keys): stage its buyers (a, then b2) and its
  * home orders' states (life), list its stream in seckill:streams, and run rebuild.lua on
- * its node (the counters `returned`, `paid`, `timedout` from those states). Bucket 0's lock is the one
+ * its node (the counters `returned`, `paid`, `timedout`, `freed` from those states). Bucket 0's lock is the one
  * step 1 took; a bucket b >= 1 gets a lock key of its own (its slot's), taken with the
  * same token: the voucher's lock, held meanwhile, already makes this the one rebuilder.
  * A REBUILD_* code. */
@@ -292,8 +319,9 @@ static int publish_bucket(redisContext *c, redisContext *g, const rebuild_opts_t
     }
     freeReplyObject(r);
     char a_stock[24], a_begin[24], a_end[24], a_ep[24], a_seeded[24], a_k[16], a_ret[24],
-         a_rr[24], a_rt[16], a_rg[4], a_paid[24], a_to[24];
+         a_rr[24], a_rt[16], a_rg[4], a_paid[24], a_to[24], a_freed[24];
     snprintf(a_ret, sizeof a_ret, "%lld", (long long)lc.returned);
+    snprintf(a_freed, sizeof a_freed, "%lld", (long long)lc.freed);
     snprintf(a_paid, sizeof a_paid, "%lld", (long long)lc.paid);
     snprintf(a_to, sizeof a_to, "%lld", (long long)lc.timedout);
     snprintf(a_stock, sizeof a_stock, "%lld", (long long)stock);
@@ -308,7 +336,7 @@ static int publish_bucket(redisContext *c, redisContext *g, const rebuild_opts_t
     snprintf(a_rg, sizeof a_rg, "%d", res->room_gate ? 1 : 0);
     const char *argv[] = {"EVAL", script_rebuild_lua, "7", kv, kb, ks, kl, kt, ko, kto,
                           token, a_stock, a_begin, a_end, a_ep, a_seeded, KEY_GROUP, a_k,
-                          a_ret, a_rr, a_rt, a_rg, a_paid, a_to};
+                          a_ret, a_rr, a_rt, a_rg, a_paid, a_to, a_freed};
     r = rconn_cmd(bc, why, sizeof why, (int)(sizeof argv / sizeof argv[0]), argv, NULL);
     int64_t out = -2;
     if (!r || rconn_int(r, &out) != 0) {
@@ -358,9 +386,9 @@ static int lock_voucher(redisContext *c, const char *kl, const rebuild_opts_t *o
 /* Some of a bucketed voucher's buckets lost (a cluster node lost its data), the others
  * kept and selling. The lost ones come back with their home buyers from SQL and the units
  * nobody else accounts for: SQL's initial stock (stock + orders) minus what the kept
- * buckets hold (stock + buyers, bucket_sweep_live_units), minus units in transfers not yet
- * applied, minus the lost buckets' SQL buyers -- split over the lost buckets as at
- * creation. The generation is not raised: the kept buckets' streams hold entries of the
+ * buckets hold (stock + the units their buyers hold, bucket_sweep_live_units), minus units
+ * in transfers not yet applied, minus the units the lost buckets' SQL orders hold (buyers
+ * - returned + freed) -- split over the lost buckets as at creation. The generation is not raised: the kept buckets' streams hold entries of the
  * current one. Under the voucher's lock; bucket 0 last if it is among them. */
 static int rebuild_partial(redisContext *c, redisContext *g, store_t *st, int64_t vid,
                            const rebuild_opts_t *o, rebuild_result_t *res, char *err,
@@ -369,7 +397,7 @@ static int rebuild_partial(redisContext *c, redisContext *g, store_t *st, int64_
     int k = res->buckets, rc = REBUILD_ERR, locked = 0;
     unsigned mask = 0, all = (1u << k) - 1;
     char kl[64], token[160] = "dry-run";
-    pairs_t sql = {0};
+    pairs_t sql = {0};   /* the lost buckets' buyers */
     rebuild_life_t life = {0};
     store_voucher_t v;
     memset(&v, 0, sizeof v);
@@ -407,7 +435,7 @@ static int rebuild_partial(redisContext *c, redisContext *g, store_t *st, int64_
     res->end = v.end_time;
     res->initial = stock + count;
     /* the lost buckets' buyers only: the kept ones are in their buckets */
-    if (read_sql_orders(st, vid, o->pay_timeout_s, mask, k, &sql, &life, err, errlen) != 0) {
+    if (read_sql_orders(st, vid, o->pay_timeout_s, mask, k, &life, err, errlen) != 0) {
         res->sql_failed = 1;
         goto out;
     }
@@ -419,20 +447,27 @@ static int rebuild_partial(redisContext *c, redisContext *g, store_t *st, int64_
         if (mask & (1u << b))
             continue;
         nlost++;
-        rebuild_life_counts_t lc;
         if (keep_states(c, o, vid, b, k, &life, err, errlen) != 0)
             goto out;
+    }
+    rebuild_life_buyers(&life, &sql);
+    for (int b = 0; b < k; b++) {
+        rebuild_life_counts_t lc;
+        if (mask & (1u << b))
+            continue;
         rebuild_life_count(&life, b, k, &lc);
         res->returned += lc.returned;
         res->paid += lc.paid;
         res->timedout += lc.timedout;
+        res->freed += lc.freed;
     }
     res->buyers = (int64_t)sql.n;
     res->from_sql = res->buyers;
-    /* a cancelled buyer of a lost bucket holds no unit (its `returned`) */
-    res->stock = res->initial - live - transit - (res->buyers - res->returned);
+    /* a cancelled buyer of a lost bucket holds no unit (its `returned`); a freed one is no
+     * buyer by that order but counts in `returned` all the same (its `freed`) */
+    res->stock = res->initial - live - transit - (res->buyers - res->returned + res->freed);
     plan(o, "voucher %lld: %d of its %d stock buckets lost: SQL stock %lld + %lld orders = "
-            "initial %lld; the kept buckets hold %lld (stock + buyers), %lld in transfers; "
+            "initial %lld; the kept buckets hold %lld (stock + units sold), %lld in transfers; "
             "the lost ones get %lld units and their %lld SQL buyers",
          (long long)vid, nlost, k, (long long)stock, (long long)count, (long long)res->initial,
          (long long)live, (long long)transit, (long long)res->stock, (long long)res->buyers);
@@ -454,8 +489,8 @@ static int rebuild_partial(redisContext *c, redisContext *g, store_t *st, int64_
         pairs_t ba = {0};
         home_split(&sql, b, k, &ba);
         rc = publish_bucket(c, g, o, vid, b, res, &ba, &none, &life,
-                            buckets_share(res->stock, i--, nlost), (int64_t)ba.n, token, err,
-                            errlen);
+                            buckets_share(res->stock, i--, nlost),
+                            seeded_orders(&life, b, k, NULL, 0), token, err, errlen);
         if (b == 0)
             locked = 0;   /* bucket 0's script released it */
         pairs_free(&ba);
@@ -549,7 +584,7 @@ int rebuild_voucher(redisContext *c, redisContext *g, store_t *st, int64_t vid,
     }
 
     int rc = REBUILD_ERR;
-    pairs_t sql = {0}, fresh = {0}, cur = {0};
+    pairs_t sql = {0}, cur = {0};   /* the buyers (rebuild_life_buyers); the stream's */
     rebuild_life_t life = {0};
     int64_t *sids = NULL;
     size_t nsids = 0;
@@ -605,57 +640,57 @@ int rebuild_voucher(redisContext *c, redisContext *g, store_t *st, int64_t vid,
         goto out;
     }
     res->initial = stock + count;
-    if (read_sql_orders(st, vid, o->pay_timeout_s, 0, 1, &sql, &life, err, errlen) != 0) {
+    if (read_sql_orders(st, vid, o->pay_timeout_s, 0, 1, &life, err, errlen) != 0) {
         res->sql_failed = 1;
         goto out;
     }
     if (res->stream_survived &&
         read_stream(c, ks, res->epoch, &sids, &nsids, &cur, err, errlen) != 0)
         goto out;
-    for (size_t i = 0; i < cur.n; i++)
-        if ((i == 0 || cur.v[i].a != cur.v[i - 1].a) && pairs_find(&sql, cur.v[i].a) < 0)
-            pairs_push(&fresh, cur.v[i].a, cur.v[i].b);
-    for (size_t i = 0; i < fresh.n; i++)
-        rebuild_life_add(&life, fresh.v[i].b, fresh.v[i].a, 0, 0, 0);
+    rebuild_life_unknown(&life, &cur);
     /* the decisions SQL does not have yet: the events of a surviving stream, and the state
      * hashes if they outlived the voucher hash (rebuild_life.h) */
     if (res->stream_survived && rebuild_life_events(c, ks, &life, err, errlen) != 0)
         goto out;
-    for (int bk = 0; bk < res->buckets; bk++) {
-        rebuild_life_counts_t lc;
+    for (int bk = 0; bk < res->buckets; bk++)
         if (keep_states(c, o, vid, bk, res->buckets, &life, err, errlen) != 0)
             goto out;
+    /* one buyer per user: the order not freed (a freed buyer who did not buy again is none) */
+    rebuild_life_buyers(&life, &sql);
+    for (int bk = 0; bk < res->buckets; bk++) {
+        rebuild_life_counts_t lc;
         rebuild_life_count(&life, bk, res->buckets, &lc);
         res->returned += lc.returned;
         res->paid += lc.paid;
         res->timedout += lc.timedout;
+        res->freed += lc.freed;
+        res->seeded += seeded_orders(&life, bk, res->buckets, sids, nsids);
     }
+    for (size_t i = 0; i < life.n; i++)
+        res->from_sql += life.v[i].sql && !life.v[i].freed;
     res->events = life.events;
-    res->from_sql = (int64_t)sql.n;
-    res->from_stream = (int64_t)fresh.n;
-    res->buyers = res->from_sql + res->from_stream;
+    res->buyers = (int64_t)sql.n;
+    res->from_stream = res->buyers - res->from_sql;
     /* a cancelled order's buyer stays in the buyers hash (one order per user) but holds no
-     * unit: it counts in the voucher hash's `returned` (life.lua) */
-    res->stock = res->initial - (res->buyers - res->returned);
+     * unit: it counts in the voucher hash's `returned` (life.lua); a freed buyer's order
+     * counts there too but its buyer left the hash (`freed`) */
+    res->stock = res->initial - (res->buyers - res->returned + res->freed);
     if (res->stock < 0) {
         log_error("rebuild: voucher %lld: %lld buyers for an initial stock of %lld: "
                   "publishing stock 0", (long long)vid, (long long)res->buyers,
                   (long long)res->initial);
         res->stock = 0;
     }
-    res->seeded = 0;
-    for (size_t i = 0; i < sql.n; i++)
-        if (!has_i64(sids, nsids, sql.v[i].b))
-            res->seeded++;
     plan(o, "voucher %lld: SQL stock %lld + %lld orders = initial %lld; buyers %lld (%lld "
             "with an SQL order, %lld stream entries not yet in SQL); Redis stock %lld",
          (long long)vid, (long long)stock, (long long)count, (long long)res->initial,
          (long long)res->buyers, (long long)res->from_sql, (long long)res->from_stream,
          (long long)res->stock);
     plan(o, "voucher %lld: order states: %lld returned (cancelled, timed out, refunded), "
-            "%lld paid, %lld timed out; %lld of them from stream events SQL lacks",
+            "%lld paid, %lld timed out, %lld freed their buyer; %lld of them from stream "
+            "events SQL lacks",
          (long long)vid, (long long)res->returned, (long long)res->paid,
-         (long long)res->timedout, (long long)res->events);
+         (long long)res->timedout, (long long)res->freed, (long long)res->events);
     if (res->buckets > 1)
         plan(o, "voucher %lld: %d stock buckets (SQL): each gets its share of the stock and "
                 "its home buyers, bucket 0 last", (long long)vid, res->buckets);
@@ -676,16 +711,13 @@ int rebuild_voucher(redisContext *c, redisContext *g, store_t *st, int64_t vid,
     /* 4. write: buckets 1..K-1 first, bucket 0 (the voucher's own keys) last */
     rc = REBUILD_DONE;
     for (int bk = res->buckets - 1; bk >= 0 && rc == REBUILD_DONE; bk--) {
-        pairs_t ba = {0}, bb = {0};
+        pairs_t ba = {0}, none = {0};
         home_split(&sql, bk, res->buckets, &ba);
-        home_split(&fresh, bk, res->buckets, &bb);
         int64_t share = buckets_share(res->stock, bk, res->buckets);
-        /* the surviving stream is bucket 0's: elsewhere every buyer is seeded */
-        int64_t seeded = bk == 0 ? res->seeded - (int64_t)(sql.n - ba.n) : (int64_t)ba.n;
-        rc = publish_bucket(c, g, o, vid, bk, res, &ba, &bb, &life, share, seeded, token, err,
+        rc = publish_bucket(c, g, o, vid, bk, res, &ba, &none, &life, share,
+                            seeded_orders(&life, bk, res->buckets, sids, nsids), token, err,
                             errlen);
         pairs_free(&ba);
-        pairs_free(&bb);
     }
     locked = 0;   /* the script released it (or it was no longer ours) */
 out:
@@ -693,7 +725,6 @@ out:
         unlock(c, kl, token);
     store_voucher_clear(&v);
     pairs_free(&sql);
-    pairs_free(&fresh);
     pairs_free(&cur);
     rebuild_life_free(&life);
     free(sids);

@@ -13,15 +13,16 @@
  *      commit on, the writers refuse orders of the old generation (fenced), and every
  *      order committed before it is in SQL for step 3 to read;
  *   3. SQL's (stock, orders) at one moment gives the initial stock S = stock + orders;
- *      the buyers are every user with an order in SQL, plus (surviving stream) every
- *      entry of the current generation not yet in SQL; each buyer's order state from its
- *      SQL status, the surviving stream's events and a surviving state hash
- *      (rebuild_life.h); Redis stock = S - (buyers - returned);
+ *      the orders are SQL's (both tables), plus (surviving stream) every entry of the
+ *      current generation not yet in SQL; each order's state from its SQL status, the
+ *      surviving stream's events and a surviving state hash (rebuild_life.h); the buyers
+ *      are the orders whose cancel did not free their buyer, one per user; Redis stock =
+ *      S - (buyers - returned + freed);
  *   4. the buyers go to seckill:rebuild:buyers:{id}, the states to
  *      seckill:rebuild:ostate:{id}, in chunks; SADD seckill:streams; then
  *      src/rebuild/rebuild.lua, atomically: if the lock is still ours and the voucher
  *      still has no stock, rename both into place, create the stream's group (MKSTREAM),
- *      write the hash (stock, begin, end, ep, seeded, returned, paid, timedout) -- the
+ *      write the hash (stock, begin, end, ep, seeded, returned, paid, timedout, freed) -- the
  *      sale resumes.
  *
  * A voucher in K > 1 stock buckets (K from SQL) comes back in K buckets: the stock split
@@ -31,8 +32,8 @@
  * Only when every bucket is gone: bucket_sweep_rebuild_allowed refuses while one still holds stock.
  *
  * Idempotent: a voucher with stock in Redis is left alone. `seeded` is the number of
- * buyers that are not entries of the current stream, so `stream entries = buyers -
- * seeded` still holds for the audit. Every key is under the voucher's hash tag, so the
+ * orders (buyers' and freed ones) that are not entries of the current stream, so `stream
+ * entries = buyers + freed - seeded` still holds for the audit. Every key is under the voucher's hash tag, so the
  * script runs on Redis Cluster too (seckill:streams is the one process-wide key: it goes
  * through its own connection).
  *
@@ -85,6 +86,8 @@ typedef struct rebuild_result {
     int64_t returned;       /* of the buyers: cancelled, timed out or refunded orders' (no
                                unit; each bucket's `returned`, docs/lifecycle.md) */
     int64_t paid, timedout; /* of the buyers: paid, timed out (the board's counters) */
+    int64_t freed;          /* orders whose cancel or timeout freed their buyer
+                               (--cancel-frees-buyer): counted in `returned`, not buyers */
     int64_t events;         /* decisions taken from stream events SQL did not have yet */
     int64_t begin, end;     /* the window, epoch seconds */
     int buckets;            /* stock buckets K from SQL (store_voucher_buckets): each is

@@ -9,9 +9,10 @@
 -- KEYS[6] seckill:ostate:{id}          the order states (src/order/life.lua)
 -- KEYS[7] seckill:rebuild:ostate:{id}  the states the rebuild prepared (may not exist)
 -- ARGV: token, stock, begin, end, ep, seeded, group, buckets, returned, room_r, room_ttl,
--- room_gate, paid, timedout
--- (returned: the buyers whose orders were cancelled, timed out or refunded, holding no
--- unit; paid, timedout: life.lua's counters for the board -- src/rebuild/rebuild_life.h)
+-- room_gate, paid, timedout, freed
+-- (returned: the orders cancelled, timed out or refunded, holding no unit; paid, timedout:
+-- life.lua's counters for the board; freed: of the returned, those whose buyer was freed
+-- and is not in the buyers -- src/rebuild/rebuild_life.h)
 -- (buckets: K of a voucher in stock buckets, written as the hash's `buckets` field; the
 -- keys are then one bucket's, under its own tag: docs/redis-cluster.md; room_r > 0: the
 -- voucher's waiting room, src/room/room.lua, written as the hash's room_* fields)
@@ -51,6 +52,6 @@ if ARGV[10] and tonumber(ARGV[10]) > 0 then
 end
 redis.call('HSET', KEYS[1], 'begin', ARGV[3], 'end', ARGV[4], 'ep', ARGV[5],
            'seeded', ARGV[6], 'returned', ARGV[9], 'paid', ARGV[13], 'timedout', ARGV[14],
-           'stock', ARGV[2])
+           'freed', ARGV[15] or '0', 'stock', ARGV[2])
 redis.call('DEL', KEYS[4])
 return 1

@@ -10,6 +10,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "core/pairs.h"
 #include "core/xmem.h"
 #include "redis/rconn.h"
 #include "sale/buckets.h"
@@ -38,7 +39,8 @@ void rebuild_life_add(rebuild_life_t *l, int64_t order_id, int64_t user_id, int 
         l->cap = l->cap ? l->cap * 2 : 1024;
         l->v = xrealloc(l->v, l->cap * sizeof *l->v);
     }
-    l->v[l->n++] = (rebuild_life_order_t){order_id, user_id, st ? update_s : 0, st};
+    l->v[l->n++] = (rebuild_life_order_t){order_id, user_id, st ? update_s : 0, st, 0,
+                                          status != 0};
     l->sorted = 0;
 }
 
@@ -58,6 +60,57 @@ static rebuild_life_order_t *find(rebuild_life_t *l, int64_t order_id)
     }
     rebuild_life_order_t key = {.order_id = order_id};
     return l->n ? bsearch(&key, l->v, l->n, sizeof *l->v, cmp_order) : NULL;
+}
+
+void rebuild_life_aside(rebuild_life_t *l, const rebuild_life_order_t *v, size_t n)
+{
+    size_t n0 = l->n;
+    char *known = xrealloc(NULL, n ? n : 1);
+    for (size_t i = 0; i < n; i++) {   /* every look-up first: one sort */
+        rebuild_life_order_t *o = n0 ? find(l, v[i].order_id) : NULL;
+        known[i] = o != NULL;
+        if (!o || o->user_id != v[i].user_id)
+            continue;   /* (another buyer's id: not possible in SQL, ignored) */
+        /* its cancel committed between the two reads: the side table's row is the later */
+        if (!o->st || (o->st != 'p' && v[i].st == 'r')) {
+            o->st = v[i].st;
+            o->ts = v[i].ts;
+        }
+        o->freed = 1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (known[i])
+            continue;
+        rebuild_life_add(l, v[i].order_id, v[i].user_id, 4, 0, 0);
+        rebuild_life_order_t *a = &l->v[l->n - 1];
+        a->st = v[i].st;
+        a->ts = v[i].ts;
+        a->freed = 1;
+    }
+    free(known);
+}
+
+void rebuild_life_unknown(rebuild_life_t *l, const pairs_t *cur)
+{
+    size_t n0 = l->n;
+    char *known = xrealloc(NULL, cur->n ? cur->n : 1);
+    for (size_t i = 0; i < cur->n; i++)   /* (an entry read twice: the same pair again) */
+        known[i] = (n0 && find(l, cur->v[i].b) != NULL) ||
+                   (i > 0 && cur->v[i].a == cur->v[i - 1].a && cur->v[i].b == cur->v[i - 1].b);
+    for (size_t i = 0; i < cur->n; i++)
+        if (!known[i])
+            rebuild_life_add(l, cur->v[i].b, cur->v[i].a, 0, 0, 0);
+    free(known);
+}
+
+/* Whether an event entry's fields carry `free 1` (life.lua's cancel-free, expire-free). */
+static int entry_frees(const redisReply *f)
+{
+    for (size_t i = 0; f->type == REDIS_REPLY_ARRAY && i + 1 < f->elements; i += 2)
+        if (f->element[i]->type == REDIS_REPLY_STRING && strcmp(f->element[i]->str, "free") == 0)
+            return f->element[i + 1]->type == REDIS_REPLY_STRING &&
+                   strcmp(f->element[i + 1]->str, "1") == 0;
+    return 0;
 }
 
 /* Moves o to state st at ts if life.lua could: 1 moved, 0 not (a replay, or an older
@@ -96,8 +149,13 @@ int rebuild_life_events(redisContext *c, const char *ks, rebuild_life_t *l, char
             snprintf(from, sizeof from, "(%s", e->element[0]->str);
             sentry_ev_t ev;
             const char *reason = NULL;
-            if (sentry_event(e->element[1], &ev, &reason) == 1)
-                l->events += advance(find(l, ev.order_id), ev.kind, ev.ts, ev.user_id);
+            if (sentry_event(e->element[1], &ev, &reason) != 1)
+                continue;
+            rebuild_life_order_t *o = find(l, ev.order_id);
+            l->events += advance(o, ev.kind, ev.ts, ev.user_id);
+            if (o && o->user_id == ev.user_id && (ev.kind == 'c' || ev.kind == 't') &&
+                entry_frees(e->element[1]))
+                o->freed = 1;
         }
         freeReplyObject(r);
         if (n < PAGE)
@@ -152,6 +210,25 @@ int rebuild_life_keep(redisContext *c, const char *ko, int b, rebuild_life_t *l,
     return 0;
 }
 
+void rebuild_life_buyers(rebuild_life_t *l, pairs_t *out)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (!l->v[i].freed)
+            pairs_push(out, l->v[i].user_id, l->v[i].order_id);
+    pairs_sort(out);   /* by user, then order id: a user's later order last */
+    size_t w = 0;
+    for (size_t i = 0; i < out->n; i++) {
+        if (i + 1 < out->n && out->v[i + 1].a == out->v[i].a) {
+            rebuild_life_order_t *o = find(l, out->v[i].b);
+            if (o)
+                o->freed = 1;
+            continue;
+        }
+        out->v[w++] = out->v[i];
+    }
+    out->n = w;
+}
+
 void rebuild_life_count(const rebuild_life_t *l, int b, int k, rebuild_life_counts_t *out)
 {
     memset(out, 0, sizeof *out);
@@ -164,6 +241,8 @@ void rebuild_life_count(const rebuild_life_t *l, int b, int k, rebuild_life_coun
         out->timedout += o->st == 't';
         out->returned += o->st != 'p';
     }
+    for (size_t i = 0; i < l->n; i++)
+        out->freed += l->v[i].freed && buckets_home(l->v[i].user_id, k) == b;
 }
 
 int rebuild_life_stage(redisContext *c, const char *kt, const rebuild_life_t *l, int b, int k,

@@ -19,7 +19,14 @@
  *
  * The counters follow from the states: `returned` = c + t + r, `paid` = p, `timedout` = t
  * (an order refunded after its timeout, r, counts as a buyer's cancel: SQL does not say
- * which it was). Pure bookkeeping plus blocking reads/writes on the caller's connection,
+ * which it was).
+ *
+ * A cancel or timeout that freed its buyer (--cancel-frees-buyer, docs/lifecycle.md "A
+ * cancelled buyer") is told from the data, whatever the flag is now: its order is in
+ * tb_voucher_order_cancelled (rebuild_life_aside), or its event entry carries `free 1`, or
+ * its buyer has a later order. Such an order keeps its state (a cancel or payment of it
+ * answers as before) and counts in `returned` and in `freed`, but its buyer is not a buyer
+ * by it: the buyers are the orders not freed (rebuild_life_buyers), one per user. Pure bookkeeping plus blocking reads/writes on the caller's connection,
  * each with its socket timeout as the deadline. */
 #ifndef SECKILL_REBUILD_LIFE_H
 #define SECKILL_REBUILD_LIFE_H
@@ -28,12 +35,15 @@
 #include <stdint.h>
 
 struct redisContext;
+struct pairs;
 
 typedef struct rebuild_life_order {
     int64_t order_id;
     int64_t user_id;
     int64_t ts;             /* the state's second (0 while unpaid) */
     char st;                /* 0 unpaid, 'c', 't', 'p', 'r' (life.lua's states) */
+    char freed;             /* its cancel or timeout freed the buyer */
+    char sql;               /* SQL has it (either table): not an entry of a new stream */
 } rebuild_life_order_t;
 
 typedef struct rebuild_life_extra {
@@ -52,19 +62,29 @@ typedef struct rebuild_life {
 } rebuild_life_t;
 
 typedef struct rebuild_life_counts {
-    int64_t paid, timedout, returned, states;
+    int64_t paid, timedout, returned, freed, states;
 } rebuild_life_counts_t;
 
 /* A buyer's order with its SQL status (1..6; 0 for an order SQL does not have yet) and the
  * row's update time; pay_timeout_s (0: unknown) tells a timeout from a cancel. */
 void rebuild_life_add(rebuild_life_t *l, int64_t order_id, int64_t user_id, int status,
                       int64_t update_s, int pay_timeout_s);
+/* The orders of tb_voucher_order_cancelled (status 4, 5, 6): freed. An order already added
+ * (the writer moved it aside between the two tables' reads) is marked, not added again. */
+void rebuild_life_aside(rebuild_life_t *l, const rebuild_life_order_t *v, size_t n);
+/* The orders of a surviving stream, (user, order) sorted, that SQL does not have: added
+ * unpaid, each once. */
+void rebuild_life_unknown(rebuild_life_t *l, const struct pairs *cur);
 /* Source 2: every event entry of stream ks. 0, or -1 (err) when Redis failed. */
 int rebuild_life_events(struct redisContext *c, const char *ks, rebuild_life_t *l, char *err,
                         size_t errlen);
 /* Source 3: the surviving state hash ko of bucket b (absent: nothing). 0 or -1 (err). */
 int rebuild_life_keep(struct redisContext *c, const char *ko, int b, rebuild_life_t *l,
                       char *err, size_t errlen);
+/* After every source: the buyers, (user, order) sorted by user, one per user -- each
+ * user's order not freed; of two such (a freeing event lost with the stream), the later
+ * one, the earlier then counted freed. */
+void rebuild_life_buyers(rebuild_life_t *l, struct pairs *out);
 /* The counters of the orders whose buyer's home is bucket b of k. */
 void rebuild_life_count(const rebuild_life_t *l, int b, int k, rebuild_life_counts_t *out);
 /* Writes bucket b's states (and kept fields) into the staging hash kt, which the caller

@@ -231,25 +231,28 @@ int bucket_sweep_live_units(rcl_sync_route_t *rt, int64_t vid, int k, unsigned m
             return -1;
         /* one moment: an admission moves a unit from stock to buyers atomically, a
          * cancel or timeout (life.lua) gives it back to stock and counts the buyer in
-         * `returned` -- a buyer holds a unit unless returned */
+         * `returned` -- a buyer holds a unit unless returned; a cancel that freed its
+         * buyer (--cancel-frees-buyer, whatever the flag is now) also took the buyer out
+         * of the hash and counted it in `freed`: the orders are the buyers plus freed */
         redisReply *r = rconn_cmdf(c, err, errlen,
                                    "EVAL %s 2 %s %s",
                                    "return {redis.call('HGET', KEYS[1], 'stock') or '0', "
                                    "redis.call('HLEN', KEYS[2]), "
-                                   "redis.call('HGET', KEYS[1], 'returned') or '0'}",
+                                   "redis.call('HGET', KEYS[1], 'returned') or '0', "
+                                   "redis.call('HGET', KEYS[1], 'freed') or '0'}",
                                    kv, kb);
         if (r == NULL)
             return -1;
-        int64_t st = 0, n = 0, ret = 0;
-        int ok = r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+        int64_t st = 0, n = 0, ret = 0, freed = 0;
+        int ok = r->type == REDIS_REPLY_ARRAY && r->elements == 4 &&
                  rconn_int(r->element[0], &st) == 0 && rconn_int(r->element[1], &n) == 0 &&
-                 rconn_int(r->element[2], &ret) == 0;
+                 rconn_int(r->element[2], &ret) == 0 && rconn_int(r->element[3], &freed) == 0;
         freeReplyObject(r);
         if (!ok) {
             snprintf(err, errlen, "bucket %d of voucher %lld: unexpected reply", b, (long long)vid);
             return -1;
         }
-        *units += st + n - ret;
+        *units += st + n - ret + freed;
     }
     return 0;
 }

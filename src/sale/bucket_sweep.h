@@ -63,8 +63,8 @@ int bucket_sweep_rebuild_allowed(rcl_sync_route_t *rt, int64_t voucher_id, char 
  * 0, or -1 on a Redis failure (err). */
 int bucket_sweep_present(rcl_sync_route_t *rt, int64_t voucher_id, int k, unsigned *mask, char *err,
                          size_t errlen);
-/* The units the buckets in mask account for: stock + buyers - returned of each (a
- * cancelled or timed-out buyer holds none; each bucket read at one moment of its own). For a rebuild of the other buckets. 0, or -1 with err. */
+/* The units the buckets in mask account for: stock + buyers - returned + freed of each (a
+ * cancelled or timed-out order holds none; a freed buyer left the buyers; each bucket read at one moment of its own). For a rebuild of the other buckets. 0, or -1 with err. */
 int bucket_sweep_live_units(rcl_sync_route_t *rt, int64_t voucher_id, int k, unsigned mask,
                             int64_t *units, char *err, size_t errlen);
 

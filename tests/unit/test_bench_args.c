@@ -160,9 +160,14 @@ static void test_errors(void **state)
     assert_non_null(strstr(err, "at most 1"));
     assert_int_equal(parse(&o, err, "--cancel-share", "0.4", NULL), -1);
     assert_non_null(strstr(err, "need --pay-timeout"));
+    /* --voucher: its payValue is read from its shop's list (--shop, 1 by default) */
     assert_int_equal(parse(&o, err, "--pay-share", "0.4", "--pay-timeout", "5", "--voucher",
-                           "7", NULL), -1);
-    assert_non_null(strstr(err, "without --voucher"));
+                           "7", NULL), 0);
+    assert_true(o.shop == 1 && o.pay_value == 100);
+    assert_int_equal(parse(&o, err, "--pay-share", "0.4", "--pay-timeout", "5", "--voucher",
+                           "7", "--shop", "3", NULL), 0);
+    assert_true(o.shop == 3);
+    assert_int_equal(parse(&o, err, "--shop", "0", NULL), -1);
     assert_int_equal(parse(&o, err, "--pay-share", "1.5", NULL), -1);
     assert_int_equal(parse(&o, err, "--pay-timeout", "0", NULL), -1);
 }
