@@ -168,7 +168,8 @@ static int counters(rcl_sync_route_t *rt, int64_t vid, int k, int64_t out[3], ch
             return -1;
         redisReply *r = redisCommandArgv(c, 11, av, al);
         int64_t v[3];
-        int ok = r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 5;
+        /* {paid, timedout, returned, due, capped[, freed]}: the first three are read */
+        int ok = r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements >= 5;
         for (int i = 0; ok && i < 3; i++)
             ok = rconn_int(r->element[i], &v[i]) == 0;
         if (!ok) {
