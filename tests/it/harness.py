@@ -498,6 +498,17 @@ class _ClusterClient:
         pass
 
 
+def start_one_node_cluster():
+    """One redis-server in cluster mode holding every slot (a Redis Cluster's client paths
+    on one process); its url is redis:// -- the server wants redis+cluster:// of its port."""
+    r = start_redis(extra=["--cluster-enabled", "yes", "--cluster-config-file",
+                           os.path.join(subdir("cl"), "nodes.conf")])
+    r.cmd("CLUSTER", "ADDSLOTSRANGE", "0", "16383")
+    wait_until(lambda: "cluster_state:ok" in r.cmd("CLUSTER", "INFO"), 20,
+               what="the one-node cluster")
+    return r
+
+
 def start_redis_cluster(masters=3, replicas=1, node_timeout_ms=1000, extra=()):
     """masters x (1 + replicas) cluster nodes on free ports, formed by
     deploy/redis-cluster.sh create; waits for state ok and replicas in sync."""

@@ -8,7 +8,6 @@ a window is a number of the writer's metrics passes (each starts with TIME), not
 
 SQLite only: the writer's stream handling is the same for both backends."""
 
-import os
 import time
 
 import harness as H
@@ -130,11 +129,7 @@ def test_cluster_node_writer_skips_drained():
     """The per-node writer of a (one-node) Redis Cluster: its per-stream reads and XINFO
     GROUPS name only the live streams once the ended ones are in the drained set, which
     lives in the registry's slot."""
-    r = H.start_redis(extra=["--cluster-enabled", "yes", "--cluster-config-file",
-                             os.path.join(H.subdir("cl"), "nodes.conf")])
-    r.cmd("CLUSTER", "ADDSLOTSRANGE", "0", "16383")
-    H.wait_until(lambda: "cluster_state:ok" in r.cmd("CLUSTER", "INFO"), 20,
-                 what="the one-node cluster")
+    r = H.start_one_node_cluster()
     srv = H.start_server("redis+cluster://127.0.0.1:%d" % r.port)
     h = srv.http()
     past = time.time() - 60

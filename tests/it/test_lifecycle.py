@@ -533,11 +533,7 @@ def test_timeout_in_stock_buckets_on_a_cluster_node():
     """A (one-node) Redis Cluster, a voucher in 4 stock buckets: the node's sub-writer
     sweeps each bucket's stream; every unpaid order is timed out once, its unit back in its
     home bucket, and each swept bucket keeps its own cursor."""
-    r = H.start_redis(extra=["--cluster-enabled", "yes", "--cluster-config-file",
-                             os.path.join(H.subdir("cl"), "nodes.conf")])
-    r.cmd("CLUSTER", "ADDSLOTSRANGE", "0", "16383")
-    H.wait_until(lambda: "cluster_state:ok" in r.cmd("CLUSTER", "INFO"), 20,
-                 what="the one-node cluster")
+    r = H.start_one_node_cluster()
     srv = H.start_server("redis+cluster://127.0.0.1:%d" % r.port,
                          settings=_pay_settings({"pay-timeout-s": "2"}))
     h = srv.http()

@@ -275,11 +275,7 @@ def test_cluster_node_behind_a_plain_address_refused():
     seckill serve and the tools refuse it at connect, saying to use redis+cluster://
     (docs/redis-cluster.md); with that address the same one-node cluster sells two
     vouchers, shows each order to its buyer at once and gets every order into SQL."""
-    r = H.start_redis(extra=["--cluster-enabled", "yes", "--cluster-config-file",
-                             os.path.join(H.subdir("cl"), "nodes.conf")])
-    r.cmd("CLUSTER", "ADDSLOTSRANGE", "0", "16383")
-    H.wait_until(lambda: "cluster_state:ok" in r.cmd("CLUSTER", "INFO"), 20,
-                 what="the one-node cluster")
+    r = H.start_one_node_cluster()
     d = H.subdir("seckill-data")
     db_url = H.db_url_for(os.path.join(d, "seckill.db"))
     argv = H.server_argv(H.free_port(), r.url, db_url, "adm" + H.rand_hex(29), d)

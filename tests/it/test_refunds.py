@@ -228,11 +228,7 @@ def test_refunds_in_stock_buckets_on_a_cluster_node():
     waits in its buyer's bucket outbox (seckill:refunds:{bucket tag}) and the node's
     sub-writer sends it once."""
     log, _, _, _ = _paths("cluster")
-    r = H.start_redis(extra=["--cluster-enabled", "yes", "--cluster-config-file",
-                             os.path.join(H.subdir("cl"), "nodes.conf")])
-    r.cmd("CLUSTER", "ADDSLOTSRANGE", "0", "16383")
-    H.wait_until(lambda: "cluster_state:ok" in r.cmd("CLUSTER", "INFO"), 20,
-                 what="the one-node cluster")
+    r = H.start_one_node_cluster()
     srv = H.start_server("redis+cluster://127.0.0.1:%d" % r.port,
                          settings=_pay_settings({"refund-command": LINE % log}))
     h = srv.http()
