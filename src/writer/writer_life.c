@@ -14,7 +14,7 @@
  * several writers reading one consumer group (instances, or a claim after a crash) the
  * order's entry may be in another writer's batch not yet committed: SQL has no such order
  * yet, and the event waits -- it is not acked, and the claim pass hands it out again once
- * idle (--writer-claim-idle-ms). An event whose order SQL still lacks EVENT_WAIT_S after
+ * idle (--claim-idle-ms). An event whose order SQL still lacks EVENT_WAIT_S after
  * it was queued (the order went to the dead letters or was fenced by a rebuild) goes to
  * the dead letters too.
  *

@@ -9,7 +9,7 @@
  * new entries with XREADGROUP ... >; entries pending (a failed command, or a consumer that
  * died) from XPENDING, retried once idle past a back-off of 1 s doubling with each
  * delivery up to REFUND_BACKOFF_MAX_MS (the first retry after 250 ms), and another consumer's only after
- * --writer-claim-idle-ms (XCLAIM with that min-idle-time, so two writers never both take
+ * --claim-idle-ms (XCLAIM with that min-idle-time, so two writers never both take
  * one). While its command runs, an entry's idle time is reset every pass (XCLAIM JUSTID),
  * so no other writer takes a refund that is being sent.
  *
@@ -334,7 +334,7 @@ static int group(writer_t *wr, wstream_t *s, const char *key)
 }
 
 /* The pending entries of key due again (ours after their back-off, another's after
- * --writer-claim-idle-ms), claimed and taken; then the new ones. *seen: entries there.
+ * --claim-idle-ms), claimed and taken; then the new ones. *seen: entries there.
  * 0, or -1. */
 static int outbox(writer_t *wr, struct wrefund *r, wstream_t *s, const char *key, int64_t *seen)
 {
