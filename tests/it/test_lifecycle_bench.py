@@ -25,6 +25,11 @@ from test_board import BROWSER_DIR, _browser_tools
 from test_lifecycle import _cancel, _notify, _pay_settings, _status
 from test_room_board import board_sales, calls
 
+# The board's figures and the bench's rehearsal read Redis and drive the API; the SQL side of
+# each lifecycle step runs on both backends in test_lifecycle.py, test_refunds.py and
+# test_backstop.py.
+DB_BACKENDS = ("sqlite",)
+
 
 def _life(srv, vid):
     s = board_sales(srv)[vid]
