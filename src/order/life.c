@@ -181,15 +181,24 @@ static void sync_refund(cancel_t *c)
         refund_mark(r);
         return;
     }
-    char e1[64], e2[96], e3[64];
-    snprintf(e1, sizeof e1, "SECKILL_ORDER_ID=%lld", (long long)r->order_id);
-    snprintf(e2, sizeof e2, "SECKILL_PAYMENT_ID=%s", r->pid);
-    snprintf(e3, sizeof e3, "SECKILL_AMOUNT=%lld", (long long)r->amount);
-    const char *env[4] = {e1, e2, e3, NULL};
+    life_refund_env_t e;
+    life_refund_env(&e, r->order_id, r->pid, r->amount);
     if (!runcmd_reserve(cfg->refund_command_max) ||
-        runcmd_start(c->w, cfg->refund_command, env, cfg->refund_command_timeout_ms,
+        runcmd_start(c->w, cfg->refund_command, e.env, cfg->refund_command_timeout_ms,
                      on_refund_sent, r) != 0)
         on_refund_sent(r, 0, "--refund-command could not start");
+}
+
+void life_refund_env(life_refund_env_t *e, int64_t order_id, const char *payment_id,
+                     int64_t amount)
+{
+    snprintf(e->order, sizeof e->order, "SECKILL_ORDER_ID=%lld", (long long)order_id);
+    snprintf(e->payment, sizeof e->payment, "SECKILL_PAYMENT_ID=%s", payment_id);
+    snprintf(e->amount, sizeof e->amount, "SECKILL_AMOUNT=%lld", (long long)amount);
+    e->env[0] = e->order;
+    e->env[1] = e->payment;
+    e->env[2] = e->amount;
+    e->env[3] = NULL;
 }
 
 /* life.lua's answer (its header lists them) as the caller's, with what follows a decision

@@ -60,4 +60,14 @@ void life_cancel(struct worker *w, int64_t user_id, int64_t order_id, life_done_
 void life_pay(struct worker *w, int64_t order_id, const char *payment_id, int64_t amount,
               life_done_fn done, void *ctx);
 
+/* --refund-command's environment for one refund (docs/configuration.md): SECKILL_ORDER_ID,
+ * SECKILL_PAYMENT_ID, SECKILL_AMOUNT (fen); env is the NULL-ended list runcmd takes, pointing
+ * into this struct. Both senders (sync mode here, the outbox in writer_refund.c) use it. */
+typedef struct life_refund_env {
+    char order[40], payment[LIFE_PAYMENT_ID_MAX + 32], amount[40];
+    const char *env[4];
+} life_refund_env_t;
+void life_refund_env(life_refund_env_t *e, int64_t order_id, const char *payment_id,
+                     int64_t amount);
+
 #endif

@@ -42,6 +42,7 @@
 #include "core/runcmd.h"
 #include "core/sb.h"
 #include "core/xmem.h"
+#include "order/life.h"
 #include "writer/writer_int.h"
 
 #define REFUND_PAGE 16              /* outbox entries read per stream and pass */
@@ -286,12 +287,9 @@ static int take(writer_t *wr, struct wrefund *r, const char *key, const char *id
         j->sent = 1;
         return mark_sent(wr, j);
     }
-    char e1[64], e2[96], e3[64];
-    snprintf(e1, sizeof e1, "SECKILL_ORDER_ID=%lld", (long long)order_id);
-    snprintf(e2, sizeof e2, "SECKILL_PAYMENT_ID=%s", p);
-    snprintf(e3, sizeof e3, "SECKILL_AMOUNT=%lld", (long long)amount);
-    const char *env[4] = {e1, e2, e3, NULL};
-    if (runcmd_spawn(cfg->refund_command, env, &j->pid) != 0) {
+    life_refund_env_t e;
+    life_refund_env(&e, order_id, p, amount);
+    if (runcmd_spawn(cfg->refund_command, e.env, &j->pid) != 0) {
         metric_inc(&wr->m->refunds_failed);
         j->used = 0;   /* after its back-off */
         return 0;
