@@ -196,6 +196,9 @@ static const setting_t settings[] = {
     S("pay-timeout-s", "SECKILL_PAY_TIMEOUT_S", T_INT, pay_timeout_s, "900", 0, 604800,
       "an order still unpaid this long after its creation is cancelled and its unit sold again "
       "(0 = never; stream mode)"),
+    S("timeout-rate", "SECKILL_TIMEOUT_RATE", T_INT, timeout_rate, "15000", 0, 10000000,
+      "the payment-deadline sweep times out at most this many orders a second per order writer "
+      "(a wave of deadlines leaves Redis to the sale; 0 = as fast as Redis answers)"),
     S("cancel-frees-buyer", "SECKILL_CANCEL_FREES_BUYER", T_BOOL, cancel_frees_buyer, "0", 0, 1,
       "a buyer whose order was cancelled or timed out may buy the voucher again (0 = one order "
       "per user and voucher, cancelled or not; docs/lifecycle.md)"),

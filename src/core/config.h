@@ -116,6 +116,8 @@ typedef struct config {
     int refund_command_max;           /* of them running at once per writer, default 4 */
     int pay_timeout_s;                /* an unpaid order is cancelled this long after its
                                        * creation (0 = never) */
+    int timeout_rate;                 /* orders a second the deadline sweep times out per
+                                       * writer, at most (0 = unpaced) */
     int cancel_frees_buyer;           /* a cancel or timeout lets its buyer buy again */
     char metrics_token[128];          /* required as "authorization: Bearer T" on /metrics */
     char trusted_proxy[1024];         /* addresses whose X-Forwarded-For is believed */

@@ -1158,7 +1158,8 @@ void *writer_main(void *arg)
             wr->streams_at = 0;
             continue;
         }
-        int got = read_group(wr, 0, writer_refund_block_ms(wr, wr->block_ms));
+        int block = writer_life_wait_ms(wr, writer_refund_block_ms(wr, wr->block_ms));
+        int got = read_group(wr, 0, block);
         if (got < 0)
             continue;
         rc = handle_batch(wr);
@@ -1177,7 +1178,7 @@ void *writer_main(void *arg)
                 int cap = wr->block_ms < IDLE_MAX_MS ? wr->block_ms : IDLE_MAX_MS;
                 if (idle_ms > cap)
                     idle_ms = cap;
-                writer_nap(wr, idle_ms);
+                writer_nap(wr, writer_life_wait_ms(wr, idle_ms));
             }
             if (got == 0 && clock_mono_ms() >= wr->streams_at)
                 wr->streams_at = 0;

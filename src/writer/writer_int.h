@@ -127,6 +127,9 @@ struct writer {
     uint64_t timeouts_at;            /* ... the next of its payment-deadline sweeps (the
                                       * refunds' reaping may call it more often) */
     uint64_t scan_at;                /* ... and its SQL scan's */
+    uint64_t pace_ns;                /* ... the earliest its next expire call goes
+                                      * (--timeout-rate; clock_mono_ns) */
+    int paced;                       /* ... the pass ended held back by that pace */
     int64_t scan_id;                 /* ... which reads SQL's orders after this id */
     size_t sweep_next;               /* writer_sweep_run's round-robin position in streams */
     long long reg_card;              /* single Redis: members of seckill:streams at the last
@@ -258,6 +261,9 @@ int writer_life_held(writer_t *wr, const wentry_t *e, const store_order_t *order
  * may still have some, from the sweep's cursor up to now - timeout; at most every 500 ms):
  * 0, or -1 when the connection was lost. */
 int writer_life_sweep(writer_t *wr);
+/* ms, at most ms, to wait for new entries before the next sweep pass is due: less when
+ * --timeout-rate ended the last pass early (it goes on once the pace allows). */
+int writer_life_wait_ms(const writer_t *wr, int ms);
 
 /* ---- writer_refund.c */
 

@@ -55,7 +55,8 @@
 
 #define EVENT_WAIT_S 3600
 #define SWEEP_PAGE 200            /* stream entries read per XRANGE */
-#define SWEEP_CALL_ORDERS 256     /* orders per expire call (its time inside Redis) */
+#define SWEEP_CALL_ORDERS 32      /* orders per expire call: about 0.5 ms inside Redis, the
+                                   * longest a sale's command waits behind the sweep */
 #define SWEEP_BUDGET_MS 250       /* a pass gives the batches the writer back after this
                                    * (the SQL scan and the streams, each) */
 #define SWEEP_AFTER_S 86400       /* a sale this long past end + timeout is not swept */
@@ -348,20 +349,50 @@ static long expire_answer(const redisReply *x, const char *where, char *cursor)
     return 0;
 }
 
-/* Reads the answers of sent expire calls: how many orders they timed out, with *cursor
- * (if not NULL) the latest cursor Redis answered; -1 when the connection was lost. */
-static long expire_answers(writer_t *wr, size_t sent, const char *where, char *cursor)
+/* Whether --timeout-rate allows a call of n orders now (the stream sweep's and the SQL
+ * scan's calls share the pace): 1, counting them, or 0 -- the pass ends (wr->paced) and
+ * the writer's own work (the orders, the events the calls made) runs until the pace
+ * allows the next call (writer_life_wait_ms). The sale gets Redis and the CPU meanwhile. */
+static int call_pace(writer_t *wr, size_t n)
 {
-    long expired = 0;
-    for (size_t i = 0; i < sent; i++) {
-        void *rv = NULL;
-        if (redisGetReply(wr->rc, &rv) != REDIS_OK)
-            return writer_redis_fail(wr, "EVAL life.lua expire", NULL);
-        expired += expire_answer(rv, where, cursor);
+    int rate = wr->app->cfg.timeout_rate;
+    if (rate <= 0)
+        return 1;
+    uint64_t now = clock_mono_ns();
+    if (wr->pace_ns > now) {
+        wr->paced = 1;
+        return 0;
     }
-    if (expired > 0)
-        log_info("writer: %s: %ld unpaid orders timed out and cancelled", where, expired);
-    return expired;
+    if (now - wr->pace_ns > 100000000u)
+        wr->pace_ns = now;   /* idle a while: no credit for it beyond 100 ms */
+    wr->pace_ns += (uint64_t)n * 1000000000u / (uint64_t)rate;
+    return 1;
+}
+
+int writer_life_wait_ms(const writer_t *wr, int ms)
+{
+    if (!wr->paced)
+        return ms;
+    uint64_t now = clock_mono_ns();
+    uint64_t left = wr->pace_ns > now ? (wr->pace_ns - now + 999999u) / 1000000u : 1;
+    return left < (uint64_t)ms ? (int)left : ms;
+}
+
+/* Sends the call in wr->argv alone and reads its answer: the orders it timed out (the
+ * cursor Redis answered in cursor), -2 when the pace holds it back (call_pace), or -1
+ * when the connection was lost. One call at a time: a call holds Redis for about
+ * SWEEP_CALL_ORDERS orders' time, and a sale's commands get Redis between two calls (calls
+ * pipelined back to back would hold it for all of them). */
+static long call_send(writer_t *wr, expire_call_t *c, const char *last, const char *where,
+                      char *cursor)
+{
+    if (!call_pace(wr, c->orders))
+        return -2;
+    call_end(wr, c, last);
+    void *rv = NULL;
+    if (redisGetReply(wr->rc, &rv) != REDIS_OK)
+        return writer_redis_fail(wr, "EVAL life.lua expire", NULL);
+    return expire_answer(rv, where, cursor);
 }
 
 /* The sweep's cursor of s, from Redis the first time: 0, or -1 when the connection was
@@ -416,7 +447,9 @@ static int sweep_stream(writer_t *wr, wstream_t *s, const char *end, uint64_t un
             return writer_redis_fail(wr, "XRANGE", r);
         if (r->type != REDIS_REPLY_ARRAY || r->elements == 0)
             return 0;
-        size_t sent = 0;
+        long expired = 0;
+        char cur[ENTRY_ID_MAX] = "";
+        size_t got = r->elements;
         const char *last = NULL, *ended = NULL;   /* the page's last entry, the last call's */
         call_begin(wr, c, &k);
         for (size_t i = 0; i < r->elements; i++) {
@@ -441,27 +474,34 @@ static int sweep_stream(writer_t *wr, wstream_t *s, const char *end, uint64_t un
             if (rc < 0)
                 c->orders = before;   /* a bad entry is one unit: none of it */
             if (c->orders >= SWEEP_CALL_ORDERS) {
-                call_end(wr, c, last);
+                long x = call_send(wr, c, last, s->key, cur);
+                if (x == -1)
+                    return -1;
+                if (x == -2)
+                    break;   /* paced: the rest of the page next pass, from the cursor */
+                expired += x;
                 ended = last;
-                sent++;
                 call_begin(wr, c, &k);
             }
         }
-        if (last && last != ended) {
-            call_end(wr, c, last);   /* also a page of events alone: the cursor moves on */
-            sent++;
+        long x = 0;
+        if (!wr->paced && last && last != ended) {
+            /* also a page of events alone: the cursor moves on */
+            x = call_send(wr, c, last, s->key, cur);
+            if (x == -1)
+                return -1;
+            expired += x > 0 ? x : 0;
         }
-        char cur[ENTRY_ID_MAX] = "";
-        size_t got = r->elements;
-        long expired = expire_answers(wr, sent, s->key, cur);
-        if (expired < 0)
-            return -1;
+        if (expired > 0)
+            log_info("writer: %s: %ld unpaid orders timed out and cancelled", s->key, expired);
         if (cur[0])
             strcpy(s->paysweep, cur);   /* ours, or a sweeper's ahead of us */
         /* an ended sale's stream the writers no longer read: its t events are to be read
          * now, and lookups must ask its bucket again (orders.h) */
         if (expired > 0 && s->drained && writer_sweep_undrain(wr, s) != 0)
             return -1;
+        if (wr->paced)
+            return 1;
         if (!last || got < SWEEP_PAGE || stopping(wr))
             return 0;
         if (clock_mono_ms() >= until)
@@ -473,9 +513,10 @@ static int sweep_stream(writer_t *wr, wstream_t *s, const char *end, uint64_t un
  * wr->scan_id (order ids begin with their creation second, orderid.h), SCAN_MAX a page.
  *
  * Stream mode, the backstop: each order through life.lua expire on its buyer's bucket,
- * one call per run of orders on one bucket -- on one Redis pipelined on the writer's
- * connection; on a Redis Cluster sent one by one through the cluster client to the
- * bucket's node (a sub-writer's own connection reaches its node's slots alone). Due:
+ * one call per run of orders on one bucket, paced with the stream sweep's calls
+ * (call_pace) -- on one Redis on the writer's connection; on a Redis Cluster through the
+ * cluster client to the bucket's node (a sub-writer's own connection reaches its node's
+ * slots alone). Due:
  * created before now - timeout - 1 (the stream sweep, to the millisecond, comes first).
  *
  * Sync mode (orders in SQL alone), the timeout itself: the page's orders cancelled as the
@@ -519,17 +560,20 @@ static int scan_cancel(writer_t *wr, const store_order_t *o, size_t n)
     return 0;
 }
 
-/* Sends the open expire call: on one Redis appended to the writer's pipeline (*sent + 1:
- * its answer is read by expire_answers), on a cluster through the cluster client to the
- * bucket's node and answered here (*expired). 0, or -1 when that found no answer. */
-static int scan_send(writer_t *wr, expire_call_t *c, const lkeys_t *k, size_t *sent,
-                     long *expired)
+/* Sends the open expire call, paced, and adds the orders it timed out to *expired: on one
+ * Redis on the writer's connection, on a cluster through the cluster client to the
+ * bucket's node. 0, or -1 when it found no answer. */
+static int scan_send(writer_t *wr, expire_call_t *c, const lkeys_t *k, long *expired)
 {
     if (!wr->node_mode) {
-        call_end(wr, c, "");
-        (*sent)++;
+        long x = call_send(wr, c, "", "SQL scan", NULL);
+        if (x < 0)
+            return -1;
+        *expired += x;
         return 0;
     }
+    if (!call_pace(wr, c->orders))
+        return -1;
     call_close(wr, c, "");
     char why[300] = "";
     redisReply *x = rcl_sync_command(wr->rcs, k->kv, strlen(k->kv), (int)c->n, wr->argv,
@@ -543,12 +587,11 @@ static int scan_send(writer_t *wr, expire_call_t *c, const lkeys_t *k, size_t *s
     return 0;
 }
 
-/* Stream mode: the orders o[0..n) through expire, a call per run of orders on one bucket.
- * Returns how many are done with: all, or fewer when SQL failed (the bucket count) or a
- * cluster call found no answer -- the rest wait for the next pass. *sent: the pipelined
- * calls to read (one Redis); *expired: the cluster calls' orders timed out. */
-static size_t scan_expire(writer_t *wr, const store_order_t *o, size_t n, size_t *sent,
-                          long *expired)
+/* Stream mode: the orders o[0..n) through expire, a call per run of orders on one bucket
+ * (at most SWEEP_CALL_ORDERS a call). Returns how many are done with: all, or fewer when
+ * SQL failed (the bucket count) or a call found no answer -- the rest wait for the next
+ * pass. *expired: the orders the calls timed out. */
+static size_t scan_expire(writer_t *wr, const store_order_t *o, size_t n, long *expired)
 {
     expire_call_t c = {0};
     char tag[48], open_tag[48] = "";
@@ -556,7 +599,6 @@ static size_t scan_expire(writer_t *wr, const store_order_t *o, size_t n, size_t
     int64_t last_vid = 0;
     int k = 1;
     size_t i = 0, done = 0;   /* done: the orders before the open call's first */
-    *sent = 0;
     *expired = 0;
     for (; i < n; i++) {
         if (o[i].voucher_id != last_vid) {
@@ -567,9 +609,9 @@ static size_t scan_expire(writer_t *wr, const store_order_t *o, size_t n, size_t
         }
         if (key_btag(tag, sizeof tag, o[i].voucher_id, buckets_home(o[i].user_id, k), k) < 0)
             continue;
-        if (open_tag[0] && strcmp(tag, open_tag) != 0) {
+        if (open_tag[0] && (strcmp(tag, open_tag) != 0 || c.orders >= SWEEP_CALL_ORDERS)) {
             open_tag[0] = '\0';
-            if (scan_send(wr, &c, &keys, sent, expired) != 0)
+            if (scan_send(wr, &c, &keys, expired) != 0)
                 goto out;
             done = i;
         }
@@ -581,7 +623,7 @@ static size_t scan_expire(writer_t *wr, const store_order_t *o, size_t n, size_t
         }
         call_add(wr, &c, o[i].id, o[i].user_id);
     }
-    if (!open_tag[0] || scan_send(wr, &c, &keys, sent, expired) == 0)
+    if (!open_tag[0] || scan_send(wr, &c, &keys, expired) == 0)
         done = i;
 out:
     free(c.dec);
@@ -614,12 +656,12 @@ static int scan_page(writer_t *wr, int *full)
         log_warn("writer: payment timeout scan: %s", store_errmsg(wr->st));
         return 0;
     }
-    size_t done = n, sent = 0;
+    size_t done = n;
     long expired = 0;
     if (n > 0 && sync_mode(wr))
         done = scan_cancel(wr, o, n) == 0 ? n : 0;
     else if (n > 0)
-        done = scan_expire(wr, o, n, &sent, &expired);
+        done = scan_expire(wr, o, n, &expired);
     if (done == n) {
         *full = n == SCAN_MAX;
         int64_t to = (hold > 0 ? hold : 0) << 32;
@@ -633,7 +675,7 @@ static int scan_page(writer_t *wr, int *full)
     free(o);
     if (expired > 0)
         log_info("writer: SQL scan: %ld unpaid orders timed out and cancelled", expired);
-    return expire_answers(wr, sent, "SQL scan", NULL) < 0 ? -1 : 0;
+    return 0;
 }
 
 /* The scan's pass: pages while they come full, until until. 0, 1 when the time ran out
@@ -644,7 +686,7 @@ static int scan_sql(writer_t *wr, uint64_t until)
     while (full && !stopping(wr))
         if (scan_page(wr, &full) != 0)
             return -1;
-        else if (full && clock_mono_ms() >= until)
+        else if (wr->paced || (full && clock_mono_ms() >= until))
             return 1;
     return 0;
 }
@@ -666,6 +708,7 @@ int writer_life_sweep(writer_t *wr)
     if (!timeouts_on(wr) || clock_mono_ms() < wr->timeouts_at)
         return 0;
     wr->timeouts_at = clock_mono_ms() + DUE_EVERY_MS;
+    wr->paced = 0;
     int64_t now = (int64_t)time(NULL);
     uint64_t mono = clock_mono_ms();
     /* the streams first: they hold every order Redis knows; an entry of millisecond <= end
@@ -676,7 +719,7 @@ int writer_life_sweep(writer_t *wr)
     expire_call_t c = {0};
     int more = 0, rc = 0;
     size_t nstreams = wr->app->cfg.mode == MODE_STREAM ? wr->nstreams : 0;
-    for (size_t si = 0; si < nstreams && !stopping(wr) && rc >= 0; si++) {
+    for (size_t si = 0; si < nstreams && !stopping(wr) && rc >= 0 && !wr->paced; si++) {
         wstream_t *s = &wr->streams[si];
         /* every deadline is at most the sale's end + the timeout */
         if (s->vknown && now > s->vend + wr->app->cfg.pay_timeout_s + SWEEP_AFTER_S)
@@ -688,7 +731,7 @@ int writer_life_sweep(writer_t *wr)
     if (rc < 0)
         return -1;
     mono = clock_mono_ms();
-    if (mono >= wr->scan_at && scanner(wr)) {
+    if (mono >= wr->scan_at && scanner(wr) && !wr->paced) {
         /* the backstop every quarter of the timeout, 1 s to 60 s; sync mode's timeout at
          * every pass; at once again while pages come full */
         int every = sync_mode(wr) ? 0 : wr->app->cfg.pay_timeout_s * 250;
@@ -706,5 +749,10 @@ int writer_life_sweep(writer_t *wr)
      * deadlines shares the writer with the orders and the events it makes, half and half) */
     if (more)
         wr->due_at = wr->timeouts_at = 0;
+    if (wr->paced) {
+        /* held back by --timeout-rate: again once the pace allows the next call */
+        uint64_t at = clock_mono_ms() + (uint64_t)writer_life_wait_ms(wr, DUE_EVERY_MS);
+        wr->due_at = wr->timeouts_at = at;
+    }
     return 0;
 }
