@@ -350,20 +350,21 @@ static long expire_answer(const redisReply *x, const char *where, char *cursor)
 }
 
 /* Whether --timeout-rate allows a call of n orders now (the stream sweep's and the SQL
- * scan's calls share the pace): 1, counting them, or 0 -- the pass ends (wr->paced) and
+ * scan's calls share the pace; force: the call ends an entry whose first orders went, and
+ * goes now, its orders counted): 1, counting them, or 0 -- the pass ends (wr->paced) and
  * the writer's own work (the orders, the events the calls made) runs until the pace
  * allows the next call (writer_life_wait_ms). The sale gets Redis and the CPU meanwhile. */
-static int call_pace(writer_t *wr, size_t n)
+static int call_pace(writer_t *wr, size_t n, int force)
 {
     int rate = wr->app->cfg.timeout_rate;
     if (rate <= 0)
         return 1;
     uint64_t now = clock_mono_ns();
-    if (wr->pace_ns > now) {
+    if (wr->pace_ns > now && !force) {
         wr->paced = 1;
         return 0;
     }
-    if (now - wr->pace_ns > 100000000u)
+    if (now > wr->pace_ns + 100000000u)
         wr->pace_ns = now;   /* idle a while: no credit for it beyond 100 ms */
     wr->pace_ns += (uint64_t)n * 1000000000u / (uint64_t)rate;
     return 1;
@@ -379,14 +380,15 @@ int writer_life_wait_ms(const writer_t *wr, int ms)
 }
 
 /* Sends the call in wr->argv alone and reads its answer: the orders it timed out (the
- * cursor Redis answered in cursor), -2 when the pace holds it back (call_pace), or -1
+ * cursor Redis answered in cursor), -2 when the pace holds it back (call_pace, force as
+ * there), or -1
  * when the connection was lost. One call at a time: a call holds Redis for about
  * SWEEP_CALL_ORDERS orders' time, and a sale's commands get Redis between two calls (calls
  * pipelined back to back would hold it for all of them). */
 static long call_send(writer_t *wr, expire_call_t *c, const char *last, const char *where,
-                      char *cursor)
+                      char *cursor, int force)
 {
-    if (!call_pace(wr, c->orders))
+    if (!call_pace(wr, c->orders, force))
         return -2;
     call_end(wr, c, last);
     void *rv = NULL;
@@ -451,12 +453,15 @@ static int sweep_stream(writer_t *wr, wstream_t *s, const char *end, uint64_t un
         char cur[ENTRY_ID_MAX] = "";
         size_t got = r->elements;
         const char *last = NULL, *ended = NULL;   /* the page's last entry, the last call's */
+        int split = 0;   /* the open call holds the rest of an entry whose first orders went */
+        long x = 0;
         call_begin(wr, c, &k);
-        for (size_t i = 0; i < r->elements; i++) {
+        for (size_t i = 0; i < r->elements && x >= 0; i++) {
             const redisReply *e = r->element[i];
             if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 || !is_str(e->element[0]) ||
                 e->element[0]->len >= ENTRY_ID_MAX)
                 continue;
+            const char *before = last;   /* the open call's orders are up to this entry */
             last = e->element[0]->str;
             sentry_ev_t ev;
             sentry_it_t it;
@@ -467,28 +472,44 @@ static int sweep_stream(writer_t *wr, wstream_t *s, const char *end, uint64_t un
             if (sentry_event(e->element[1], &ev, &why) != 0 ||
                 sentry_open(e->element[1], &it, &bound, &why) != 0)
                 continue;
-            size_t before = c->orders;
+            /* a bad entry is one unit: none of it (checked whole first) */
+            sentry_it_t chk = it;
+            size_t norders = 0;
             int rc;
-            while ((rc = sentry_next(&it, &o, &why)) == 1)
-                call_add(wr, c, o.order_id, o.user_id);
+            while ((rc = sentry_next(&chk, &o, &why)) == 1)
+                norders++;
             if (rc < 0)
-                c->orders = before;   /* a bad entry is one unit: none of it */
-            if (c->orders >= SWEEP_CALL_ORDERS) {
-                long x = call_send(wr, c, last, s->key, cur);
-                if (x == -1)
-                    return -1;
-                if (x == -2)
-                    break;   /* paced: the rest of the page next pass, from the cursor */
+                continue;
+            /* the open call goes first when this entry would overflow it */
+            if (c->orders > 0 && c->orders + norders > SWEEP_CALL_ORDERS) {
+                if ((x = call_send(wr, c, before, s->key, cur, split)) < 0)
+                    break;
                 expired += x;
-                ended = last;
+                ended = before;
+                split = 0;
+                call_begin(wr, c, &k);
+            }
+            /* an entry of more orders than a call: its first calls keep the cursor where it
+             * is (the entry is read again after a crash; expire decides each order once),
+             * and the pace lets its rest go at once (or the next pass would begin with the
+             * same first orders again) */
+            for (size_t j = 0; j < norders && sentry_next(&it, &o, &why) == 1 && x >= 0; j++) {
+                call_add(wr, c, o.order_id, o.user_id);
+                if (c->orders < SWEEP_CALL_ORDERS || j + 1 == norders)
+                    continue;
+                if ((x = call_send(wr, c, "", s->key, cur, split)) < 0)
+                    break;
+                expired += x;
+                split = 1;
                 call_begin(wr, c, &k);
             }
         }
-        long x = 0;
-        if (!wr->paced && last && last != ended) {
+        if (x == -1)
+            return -1;
+        /* paced (-2): the rest of the page next pass, from the cursor */
+        if (x >= 0 && last && (last != ended || c->orders > 0)) {
             /* also a page of events alone: the cursor moves on */
-            x = call_send(wr, c, last, s->key, cur);
-            if (x == -1)
+            if ((x = call_send(wr, c, last, s->key, cur, split)) == -1)
                 return -1;
             expired += x > 0 ? x : 0;
         }
@@ -566,13 +587,13 @@ static int scan_cancel(writer_t *wr, const store_order_t *o, size_t n)
 static int scan_send(writer_t *wr, expire_call_t *c, const lkeys_t *k, long *expired)
 {
     if (!wr->node_mode) {
-        long x = call_send(wr, c, "", "SQL scan", NULL);
+        long x = call_send(wr, c, "", "SQL scan", NULL, 0);
         if (x < 0)
             return -1;
         *expired += x;
         return 0;
     }
-    if (!call_pace(wr, c->orders))
+    if (!call_pace(wr, c->orders, 0))
         return -1;
     call_close(wr, c, "");
     char why[300] = "";
