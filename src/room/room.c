@@ -152,20 +152,26 @@ int64_t room_wait_s(const room_state_t *st)
 int64_t room_poll_after_ms(const room_state_t *st)
 {
     int64_t ms = ROOM_POLL_MIN_MS;
-    if (st->state == ROOM_WAITING) {
-        /* Before begin later joiners may still draw places ahead (the wait only grows);
-         * after it nobody new comes ahead and a place only moves up when someone ahead
-         * rejoins after an expired pass (the wait only shrinks). So a near place polls
-         * when it is due, a far one at 7/8 of its wait to catch such moves: a buyer polls
-         * about log8(wait / ROOM_POLL_NEAR_MS) + 2 times, and a room's polls per second stay
-         * a small multiple of its rate however many wait. Before begin a near place polls
-         * ROOM_POLL_MIN_MS early: its place may have grown by then, and the poll that
-         * corrects it must still come before it is due -- else the early joiners (whose
-         * places grew the most) would see their passes late, in their join order. */
+    if (st->state == ROOM_WAITING && st->now_ms >= st->begin_s * 1000) {
+        /* After begin nobody new comes ahead: the place is fixed, or moves up when someone
+         * ahead rejoins after an expired pass. Released by the clock alone, it is due at a
+         * known moment: one poll then (ROOM_POLL_DUE_SLACK_MS after it, so a poll a few ms
+         * early by the buyer's timer does not miss it and wait another ROOM_POLL_MIN_MS).
+         * A place that moved up is seen at that poll, later than it could have been by as
+         * many seconds as places it moved over / R: the rate is the same for everyone.
+         * A room costs about one poll per buyer after begin. */
+        ms = wait_ms(st) + ROOM_POLL_DUE_SLACK_MS;
+    } else if (st->state == ROOM_WAITING) {
+        /* Before begin later joiners may still draw places ahead (the wait only grows).
+         * A far place polls at 7/8 of its wait, a near one ROOM_POLL_MIN_MS before it is
+         * due: the place may have grown by then, and the poll that corrects it must still
+         * come before it is due -- else the early joiners (whose places grew the most)
+         * would see their passes late, in their join order. The last poll before begin
+         * says when the place is due after it, or near enough that one more poll does. */
         ms = wait_ms(st);
         if (ms > ROOM_POLL_NEAR_MS)
             ms -= ms / 8;
-        else if (st->now_ms < st->begin_s * 1000)
+        else
             ms -= ROOM_POLL_MIN_MS;
     } else if (st->state == ROOM_SOLD_OUT || st->state == ROOM_NOT_QUEUED) {
         ms = POLL_IDLE_MS;

@@ -25,6 +25,7 @@ struct worker;
 #define ROOM_POLL_MIN_MS 1000   /* the least pollAfterMs; polls closer than half are 429 */
 #define ROOM_POLL_NEAR_MS 8000  /* a wait up to this polls when the place is due */
 #define ROOM_POLL_WAIT_MAX_MS 300000   /* the most pollAfterMs while waiting */
+#define ROOM_POLL_DUE_SLACK_MS 50      /* after begin a place polls this long after it is due */
 
 /* A join's or poll's answer (room.lua's): states, then refusals. */
 enum {
@@ -66,10 +67,11 @@ void room_info(struct http_req *r, int64_t voucher_id, room_info_cb cb);
 int room_poll_allowed(struct http_req *r, int64_t user_id);
 
 /* The answer's figures: the place (0 unless waiting), the estimated wait in seconds
- * (rounded up: until the rate releases the place) and when to poll next: waiting, the
- * wait itself up to ROOM_POLL_NEAR_MS (before begin ROOM_POLL_MIN_MS less), else 7/8 of
- * it, between ROOM_POLL_MIN_MS and ROOM_POLL_WAIT_MAX_MS; admitted ROOM_POLL_MIN_MS; sold
- * out or not queued 30 s. */
+ * (rounded up: until the rate releases the place) and when to poll next: waiting after
+ * begin, when the place is due (+ ROOM_POLL_DUE_SLACK_MS); before begin, the wait less
+ * ROOM_POLL_MIN_MS up to ROOM_POLL_NEAR_MS, else 7/8 of it; always between
+ * ROOM_POLL_MIN_MS and ROOM_POLL_WAIT_MAX_MS; admitted ROOM_POLL_MIN_MS; sold out or not
+ * queued 30 s. */
 int64_t room_position(const room_state_t *st);
 int64_t room_wait_s(const room_state_t *st);
 int64_t room_poll_after_ms(const room_state_t *st);
