@@ -1111,7 +1111,10 @@ void *writer_main(void *arg)
                 if (writer_life_sweep(wr) != 0)
                     continue;
             }
-            writer_nap(wr, wr->block_ms < STREAMS_REFRESH_MS ? wr->block_ms : STREAMS_REFRESH_MS);
+            /* (a refund command running: its exit looked for sooner, writer_refund.c) */
+            writer_nap(wr, writer_refund_block_ms(wr, wr->block_ms < STREAMS_REFRESH_MS
+                                                          ? wr->block_ms
+                                                          : STREAMS_REFRESH_MS));
             wr->streams_at = 0;
             continue;
         }

@@ -1,0 +1,116 @@
+"""test_refund_retry.py -- the refunds' leftovers of issue #27 (docs/lifecycle.md):
+
+- sync mode's refunds (payment rows at 5 in SQL) are sent by the order writer under a lease
+  per row (tb_refund_lease), retried with back-off until --refund-command exits 0, then 6
+  with refund_time -- and with two instances on one database never by both at once;
+- GET /voucher-order/{id} and /of/me show refundTime (SQL's refund_time) once refunded;
+- a rebuild of Redis from SQL brings back the payments' answers (<orderId>/<paymentId> in
+  the state hash) and puts the refunds still at 5 back in their bucket's outbox.
+
+Both SQL backends (the runner's --db)."""
+
+import os
+import time
+
+import harness as H
+from harness import check, eq
+from test_lifecycle import _cancel, _notify, _pay_settings
+
+
+def _paths(tag):
+    d = H.subdir("refund-retry-" + tag)
+    return {k: os.path.join(d, k) for k in ("runs", "sent", "lock", "overlap", "go")}
+
+
+def _lines(path):
+    return open(path).read().split("\n")[:-1] if os.path.exists(path) else []
+
+
+def _flaky(p, fails, hold_s=0.0):
+    """A refund command that logs each run (runs), fails its first `fails` runs (exit 1)
+    and logs the refund it sent (sent). A run that finds another one of it running (the
+    lock directory exists) logs it in overlap."""
+    return ('echo "$SECKILL_PAYMENT_ID" >> {runs}; '
+            'mkdir {lock} 2>/dev/null || {{ echo "$SECKILL_PAYMENT_ID" >> {overlap}; exit 1; }}; '
+            'sleep {hold}; n=$(wc -l < {runs}); rmdir {lock}; '
+            '[ "$n" -gt {fails} ] || exit 1; '
+            'echo "$SECKILL_ORDER_ID $SECKILL_PAYMENT_ID $SECKILL_AMOUNT" >> {sent}'
+            ).format(fails=fails, hold=hold_s, **p)
+
+
+def _pay_row(db, pid):
+    rows = db.query("SELECT order_id, status, refund_time IS NOT NULL FROM tb_voucher_payment "
+                    "WHERE payment_id=?", pid)
+    return tuple(rows[0]) if rows else None
+
+
+def _order(db, oid):
+    return tuple(db.query("SELECT status, refund_time IS NOT NULL FROM tb_voucher_order "
+                          "WHERE id=?", oid)[0])
+
+
+def _late_payment_sync(srv, r, h, vid, phone, pid):
+    """A buyer of vid (sync mode) who cancels, then pays: REFUNDED. The order id."""
+    tok = H.login(srv, r, phone, h)
+    st, j = H.seckill(srv, tok, vid, h)
+    check(j.get("success"), "the grab: %r %r", st, j)
+    oid = j["data"]
+    check(_cancel(h, tok, oid)[1]["success"], "the cancel")
+    st, j = _notify(h, oid, pid, 8000)
+    check(j["success"] and j["data"] == "REFUNDED", "the late payment: %r %r", st, j)
+    return tok, oid
+
+
+def _sent_and_stays(srv, db, p, oid, pid, runs):
+    """The refund reaches 6 (row and order, refund_time), the command ran `runs` times,
+    sent it once, and runs no more after it succeeded (two SQL passes later)."""
+    H.wait_until(lambda: _pay_row(db, pid) == (oid, 6, 1) and _order(db, oid) == (6, 1), 60,
+                 what="payment %s and its order refunded (6, refund_time)" % pid)
+    eq(_lines(p["sent"]), ["%d %s 8000" % (oid, pid)], "the refund sent once")
+    eq(_lines(p["runs"]), [pid] * runs, "the command's runs until it succeeded")
+    time.sleep(2.5)   # nothing to await: no run may come (the pass looks every second)
+    eq(_lines(p["runs"]), [pid] * runs, "the command's runs after it succeeded")
+    eq(db.scalar("SELECT tries FROM tb_refund_lease WHERE payment_id=?", pid), runs,
+       "the lease's tries")
+
+
+@H.timeout(120)
+def test_sync_refund_retried_until_sent():
+    """--order-mode sync: a late payment's refund whose command fails twice is tried again
+    with back-off; the third run sends it, the row and the order go 5 -> 6 with
+    refund_time, and the command never runs for it again."""
+    p = _paths("sync")
+    r, srv = H.setup(settings=_pay_settings({"mode": "sync", "refund-command": _flaky(p, 2)}))
+    h = srv.http()
+    vid = H.create_seckill(srv, stock=2, http=h)
+    db = srv.db()
+    _, oid = _late_payment_sync(srv, r, h, vid, "13612346001", "PAY-SR1")
+    H.wait_until(lambda: len(_lines(p["runs"])) >= 1, 30, what="the first run")
+    eq(_pay_row(db, "PAY-SR1")[1], 5, "the payment after a failed run (退款中)")
+    _sent_and_stays(srv, db, p, oid, "PAY-SR1", 3)
+    eq(_lines(p["overlap"]), [], "runs that overlapped")
+    check(H.metric(srv, "seckill_refunds_failed_total") >= 2, "seckill_refunds_failed_total")
+    eq(H.metric(srv, "seckill_refunds_sent_total"), 1, "seckill_refunds_sent_total")
+    H.finish(srv)
+
+
+@H.timeout(150)
+def test_sync_refund_one_sender_of_two_instances():
+    """Two sync-mode instances on one database and Redis, a refund command that takes
+    0.5 s and fails three times: each run holds the row's lease, so the runs never
+    overlap, and the refund is sent once, by one of them."""
+    p = _paths("two")
+    settings = _pay_settings({"mode": "sync", "refund-command": _flaky(p, 3, 0.5)})
+    r, srv = H.setup(settings=settings)
+    other = H.start_server(r, settings=settings, db_path=srv.db_path,
+                           data_dir=H.subdir("seckill-data-2"), name="second")
+    h = srv.http()
+    vid = H.create_seckill(srv, stock=2, http=h)
+    db = srv.db()
+    _, oid = _late_payment_sync(srv, r, h, vid, "13612346011", "PAY-SR2")
+    _sent_and_stays(srv, db, p, oid, "PAY-SR2", 4)
+    eq(_lines(p["overlap"]), [], "runs that overlapped (two senders at once)")
+    eq(H.metric(srv, "seckill_refunds_sent_total") + H.metric(other, "seckill_refunds_sent_total"),
+       1, "refunds marked sent by the two instances")
+    H.finish(other)
+    H.finish(srv)
