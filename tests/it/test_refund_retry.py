@@ -14,6 +14,7 @@ import time
 
 import harness as H
 from harness import check, eq
+from test_backstop import _buy, _get, _of_me
 from test_lifecycle import _cancel, _notify, _pay_settings
 
 
@@ -114,3 +115,57 @@ def test_sync_refund_one_sender_of_two_instances():
        1, "refunds marked sent by the two instances")
     H.finish(other)
     H.finish(srv)
+
+
+# ---------------------------------------------------------------- refundTime in the reads
+
+def _sql_time(v):
+    """A datetime from either backend as the API shows it (createTime's format)."""
+    return str(v).replace(" ", "T")[:19]
+
+
+def _reads_show_refund_time(frees):
+    """a cancels and pays late (refunded: 6 with refund_time, in tb_voucher_order_cancelled
+    when the cancel freed a); b pays (2); c is unpaid. By id and in /of/me: a shows
+    refundTime = SQL's refund_time and no payTime; b payTime and no refundTime; c neither."""
+    p = _paths("reads-%d" % frees)
+    extra = {"refund-command": _flaky(p, 0), "pay-timeout-s": "900"}
+    if frees:
+        extra["cancel-frees-buyer"] = "1"
+    r, srv = H.setup(settings=_pay_settings(extra))
+    h = srv.http()
+    vid = H.create_seckill(srv, stock=4, http=h)
+    a, b, c = (H.login(srv, r, "13612346%03d" % (100 + 10 * frees + i), h) for i in range(3))
+    oa, ob, oc = (_buy(srv, h, t, vid) for t in (a, b, c))
+    H.wait_drained(srv, r, vid, 30)
+    check(_cancel(h, a, oa)[1]["success"], "a cancels")
+    check(_notify(h, oa, "PAY-RT%d" % frees, 8000)[1]["data"] == "REFUNDED", "a pays late")
+    check(_notify(h, ob, "PAY-RB%d" % frees, 8000)[1]["data"] == "PAID", "b pays")
+    db = srv.db()
+    table = "tb_voucher_order_cancelled" if frees else "tb_voucher_order"
+    row = lambda: db.query("SELECT status, refund_time FROM %s WHERE id=?" % table, oa)
+    H.wait_until(lambda: row() and row()[0][0] == 6 and row()[0][1] is not None, 30,
+                 what="a's refund sent (6 with refund_time in %s)" % table)
+    H.wait_until(lambda: db.scalar("SELECT status FROM tb_voucher_order WHERE id=?", ob) == 2,
+                 30, what="b's payment in SQL")
+    want = _sql_time(row()[0][1])
+    mine = _of_me(h, a)
+    for o in (_get(h, a, oa), mine[oa]):
+        eq((o["status"], o.get("refundTime"), "payTime" in o), (6, want, False),
+           "a, refunded: %r" % o)
+    for o in (_get(h, b, ob), _of_me(h, b)[ob]):
+        check(o["status"] == 2 and "payTime" in o and "refundTime" not in o, "b, paid: %r", o)
+    for o in (_get(h, c, oc), _of_me(h, c)[oc]):
+        check(o["status"] == 1 and "payTime" not in o and "refundTime" not in o,
+              "c, unpaid: %r", o)
+    H.finish(srv)
+
+
+def test_reads_show_refund_time():
+    _reads_show_refund_time(0)
+
+
+def test_reads_show_refund_time_of_a_freed_buyer():
+    """The same with --cancel-frees-buyer: a's refunded order is in
+    tb_voucher_order_cancelled."""
+    _reads_show_refund_time(1)
