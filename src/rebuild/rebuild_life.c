@@ -10,6 +10,8 @@
 
 #include <hiredis/hiredis.h>
 
+#include "core/key.h"
+#include "core/log.h"
 #include "core/pairs.h"
 #include "core/xmem.h"
 #include "redis/rconn.h"
@@ -17,7 +19,8 @@
 #include "sale/orderid.h"
 #include "sale/sentry.h"
 
-#define PAGE 10000          /* stream entries per XRANGE, fields per HSCAN */
+#define PAGE 10000          /* stream entries per XRANGE, fields per HSCAN; payments per
+                               SQL read */
 #define HSET_CHUNK 1000     /* fields per HSET */
 
 void rebuild_life_add(rebuild_life_t *l, int64_t order_id, int64_t user_id, int status,
@@ -101,6 +104,119 @@ void rebuild_life_unknown(rebuild_life_t *l, const pairs_t *cur)
         if (!known[i])
             rebuild_life_add(l, cur->v[i].b, cur->v[i].a, 0, 0, 0);
     free(known);
+}
+
+int rebuild_life_payments(store_t *st, int64_t voucher_id, rebuild_life_t *l, char *err,
+                          size_t errlen)
+{
+    int64_t after = 0;
+    char after_pay[STORE_PAYMENT_ID_MAX + 1] = "";
+    for (;;) {
+        store_refund_t *page = NULL;
+        size_t n = 0;
+        if (store_voucher_payments(st, voucher_id, after, after_pay, PAGE, &page, &n) !=
+            STORE_OK) {
+            snprintf(err, errlen, "SQL payments: %s", store_errmsg(st));
+            return -1;
+        }
+        for (size_t i = 0; i < n; i++) {
+            const rebuild_life_order_t *o = find(l, page[i].order_id);
+            if (!o)
+                continue;   /* an order of a bucket that kept its keys */
+            l->pay = xrealloc(l->pay, (l->npay + 1) * sizeof *l->pay);
+            rebuild_life_pay_t *p = &l->pay[l->npay++];
+            memcpy(p->id, page[i].payment_id, sizeof p->id);
+            p->order_id = o->order_id;
+            p->user_id = o->user_id;
+            p->amount = page[i].amount;
+            p->status = page[i].status;
+        }
+        if (n) {
+            after = page[n - 1].order_id;
+            memcpy(after_pay, page[n - 1].payment_id, sizeof after_pay);
+        }
+        free(page);
+        if (n < PAGE)
+            return 0;
+    }
+}
+
+typedef char pay_id_t[STORE_PAYMENT_ID_MAX + 1];
+
+/* The payment ids of outbox kr's entries into *ids (*n of them, malloc'ed). 0 or -1 (err). */
+static int outbox_ids(redisContext *c, const char *kr, pay_id_t **ids, size_t *n, char *err,
+                      size_t errlen)
+{
+    char from[48] = "-", why[256];
+    for (;;) {
+        redisReply *r = rconn_cmdf(c, why, sizeof why, "XRANGE %s %s + COUNT %d", kr, from, PAGE);
+        if (!r || r->type != REDIS_REPLY_ARRAY) {
+            snprintf(err, errlen, "XRANGE %s: %s", kr, r ? "unexpected reply" : why);
+            freeReplyObject(r);
+            return -1;
+        }
+        size_t got = r->elements;
+        for (size_t i = 0; i < got; i++) {
+            const redisReply *e = r->element[i];
+            if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
+                e->element[0]->type != REDIS_REPLY_STRING ||
+                e->element[1]->type != REDIS_REPLY_ARRAY)
+                continue;
+            snprintf(from, sizeof from, "(%s", e->element[0]->str);
+            const redisReply *f = e->element[1];
+            for (size_t j = 0; j + 1 < f->elements; j += 2)
+                if (f->element[j]->type == REDIS_REPLY_STRING &&
+                    strcmp(f->element[j]->str, "payment") == 0 &&
+                    f->element[j + 1]->type == REDIS_REPLY_STRING) {
+                    *ids = xrealloc(*ids, (*n + 1) * sizeof **ids);
+                    snprintf((*ids)[(*n)++], sizeof **ids, "%s", f->element[j + 1]->str);
+                }
+        }
+        freeReplyObject(r);
+        if (got < PAGE)
+            return 0;
+    }
+}
+
+int rebuild_life_requeue(redisContext *c, const char *tag, const rebuild_life_t *l, int b,
+                         int k, char *err, size_t errlen)
+{
+    char kr[96], why[256];
+    size_t due = 0;
+    for (size_t i = 0; i < l->npay; i++)
+        due += l->pay[i].status == 5 && buckets_home(l->pay[i].user_id, k) == b;
+    if (due == 0)
+        return 0;
+    if (key_refunds_t(kr, sizeof kr, tag) < 0) {
+        snprintf(err, errlen, "bucket %s: key out of range", tag);
+        return -1;
+    }
+    pay_id_t *ids = NULL;
+    size_t nids = 0;
+    size_t added = 0;
+    int rc = outbox_ids(c, kr, &ids, &nids, err, errlen);
+    for (size_t i = 0; rc == 0 && i < l->npay; i++) {
+        const rebuild_life_pay_t *p = &l->pay[i];
+        int there = p->status != 5 || buckets_home(p->user_id, k) != b;
+        for (size_t j = 0; j < nids && !there; j++)
+            there = strcmp(ids[j], p->id) == 0;
+        if (there)
+            continue;
+        redisReply *r = rconn_cmdf(c, why, sizeof why,
+                                   "XADD %s * order %lld payment %s amount %lld user %lld", kr,
+                                   (long long)p->order_id, p->id, (long long)p->amount,
+                                   (long long)p->user_id);
+        if (!r) {
+            snprintf(err, errlen, "XADD %s: %s", kr, why);
+            rc = -1;
+        }
+        added += r != NULL;
+        freeReplyObject(r);
+    }
+    free(ids);
+    if (added)
+        log_info("rebuild: %zu refunds SQL has at 5 back in %s", added, kr);
+    return rc;
 }
 
 /* Whether an event entry's fields carry `free 1` (life.lua's cancel-free, expire-free). */
@@ -251,15 +367,24 @@ int rebuild_life_stage(redisContext *c, const char *kt, const rebuild_life_t *l,
     char why[256];
     redisReply *r;
     const char **argv = xrealloc(NULL, (2 + 2 * HSET_CHUNK) * sizeof *argv);
-    char(*buf)[72] = xrealloc(NULL, 2 * HSET_CHUNK * sizeof *buf);
-    size_t i = 0, j = 0;
+    char(*buf)[96] = xrealloc(NULL, 2 * HSET_CHUNK * sizeof *buf);
+    size_t i = 0, j = 0, p = 0;
     int rc = 0;
-    while (rc == 0 && (i < l->n || j < l->nx)) {
+    while (rc == 0 && (i < l->n || j < l->nx || p < l->npay)) {
         int argc = 2;
         argv[0] = "HSET";
         argv[1] = kt;
-        for (int m = 0; m < HSET_CHUNK && (i < l->n || j < l->nx);) {
-            if (i < l->n) {
+        for (int m = 0; m < HSET_CHUNK && (i < l->n || j < l->nx || p < l->npay);) {
+            if (p < l->npay) {
+                /* SQL's payment answers first: a surviving hash's own (the extras) are
+                 * written after them, and the same field keeps Redis's answer */
+                const rebuild_life_pay_t *y = &l->pay[p++];
+                if (buckets_home(y->user_id, k) != b)
+                    continue;
+                snprintf(buf[2 * m], sizeof buf[0], "%lld/%s", (long long)y->order_id, y->id);
+                argv[argc++] = buf[2 * m];
+                argv[argc++] = y->status == 2 ? "0" : "2";
+            } else if (i < l->n) {
                 const rebuild_life_order_t *o = &l->v[i++];
                 if (!o->st || buckets_home(o->user_id, k) != b)
                     continue;
@@ -299,5 +424,6 @@ void rebuild_life_free(rebuild_life_t *l)
     }
     free(l->x);
     free(l->v);
+    free(l->pay);
     memset(l, 0, sizeof *l);
 }

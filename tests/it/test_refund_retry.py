@@ -169,3 +169,86 @@ def test_reads_show_refund_time_of_a_freed_buyer():
     """The same with --cancel-frees-buyer: a's refunded order is in
     tb_voucher_order_cancelled."""
     _reads_show_refund_time(1)
+
+
+# ---------------------------------------------------------------- a rebuild of Redis from SQL
+
+def _answers(r, vid):
+    """The payment answers in the voucher's state hash: {"<orderId>/<paymentId>": answer}."""
+    h = r.cmd("HGETALL", "seckill:ostate:{%d}" % vid) or []
+    return {f: v for f, v in zip(h[::2], h[1::2]) if "/" in f}
+
+
+def _outbox(r, vid):
+    """The payment ids in the voucher's refund outbox, in entry order."""
+    out = []
+    for _, f in r.cmd("XRANGE", "seckill:refunds:{%d}" % vid, "-", "+") or []:
+        d = dict(zip(f[::2], f[1::2]))
+        out.append((int(d["order"]), d["payment"], int(d["amount"]), int(d["user"])))
+    return out
+
+
+@H.timeout(150)
+def test_rebuild_restores_answers_and_requeues_refunds():
+    """Stream mode: a pays (row 2); b cancels and pays late (row 5, the refund command
+    failing). Redis then loses the voucher hash alone (the outbox kept), and later
+    everything (FLUSHALL): each rebuild from SQL brings back both payments' answers in the
+    state hash (0 taken, 2 refunded) and leaves b's refund in the outbox once -- the kept
+    entry, or one put back. After the restart the same notices answer as before and change
+    nothing, and once the command works b's refund is sent, exactly once."""
+    from test_rebuild_life import _rebuild
+    p = _paths("rebuild")
+    cmd = ('[ -e {go} ] || {{ echo "$SECKILL_PAYMENT_ID" >> {runs}; exit 1; }}; '
+           'echo "$SECKILL_ORDER_ID $SECKILL_PAYMENT_ID $SECKILL_AMOUNT" >> {sent}').format(**p)
+    settings = _pay_settings({"refund-command": cmd})
+    r, srv = H.setup(settings=settings)
+    h = srv.http()
+    vid = H.create_seckill(srv, stock=3, http=h)
+    phones = ["13612346201", "13612346202"]
+    a, b = (H.login(srv, r, ph, h) for ph in phones)
+    oa, ob = (_buy(srv, h, t, vid) for t in (a, b))
+    H.wait_drained(srv, r, vid, 30)
+    check(_notify(h, oa, "PAY-A", 8000)[1]["data"] == "PAID", "a pays")
+    check(_cancel(h, b, ob)[1]["success"], "b cancels")
+    check(_notify(h, ob, "PAY-B", 8000)[1]["data"] == "REFUNDED", "b pays late")
+    db = srv.db()
+    H.wait_until(lambda: _pay_row(db, "PAY-A") == (oa, 2, 0) and
+                 _pay_row(db, "PAY-B") == (ob, 5, 0) and _order(db, ob) == (5, 0), 30,
+                 what="both payments in SQL, b's refund due")
+    H.wait_until(lambda: len(_lines(p["runs"])) >= 1, 30, what="b's refund tried and failed")
+    want = {"%d/PAY-A" % oa: "0", "%d/PAY-B" % ob: "2"}
+    eq(_answers(r, vid), want, "the answers before the loss")
+    srv.stop()
+
+    # the voucher hash and the state hash lost, the outbox kept: its entry is not doubled
+    r.cmd("DEL", "seckill:voucher:{%d}" % vid, "seckill:ostate:{%d}" % vid)
+    _rebuild(r, srv)
+    eq(_answers(r, vid), want, "the answers rebuilt from SQL (outbox kept)")
+    eq([x[1] for x in _outbox(r, vid)], ["PAY-B"], "b's refund in the outbox, once")
+
+    # everything lost: the refund put back in the outbox
+    r.cmd("FLUSHALL")
+    _rebuild(r, srv)
+    eq(_answers(r, vid), want, "the answers rebuilt from SQL (FLUSHALL)")
+    user_b = db.scalar("SELECT user_id FROM tb_voucher_order WHERE id=?", ob)
+    eq(_outbox(r, vid), [(ob, "PAY-B", 8000, user_b)], "b's refund back in the outbox")
+
+    runs = len(_lines(p["runs"]))
+    srv = H.restart_server(srv, settings=settings)
+    h = srv.http()
+    st, j = _notify(h, oa, "PAY-A", 8000)
+    check(j.get("success") and j["data"] == "PAID", "a's notice again: %r %r", st, j)
+    st, j = _notify(h, ob, "PAY-B", 8000)
+    check(j.get("success") and j["data"] == "REFUNDED", "b's notice again: %r %r", st, j)
+    eq(db.scalar("SELECT COUNT(*) FROM tb_voucher_payment"), 2, "payment rows")
+    eq(_answers(r, vid), want, "the answers after the notices")
+    eq([x[1] for x in _outbox(r, vid)], ["PAY-B"], "refunds in the outbox after the notices")
+    H.wait_until(lambda: len(_lines(p["runs"])) > runs, 30,
+                 what="the re-queued refund tried (the command still failing)")
+    open(p["go"], "w").close()
+    H.wait_until(lambda: _pay_row(db, "PAY-B") == (ob, 6, 1) and _order(db, ob) == (6, 1), 60,
+                 what="b's refund sent after the rebuild (6, refund_time)")
+    H.wait_until(lambda: _outbox(r, vid) == [], 10, what="the outbox acked")
+    eq(_lines(p["sent"]), ["%d PAY-B 8000" % ob], "b's refund sent once")
+    eq(_pay_row(db, "PAY-A"), (oa, 2, 0), "a's payment, taken")
+    H.finish(srv)
