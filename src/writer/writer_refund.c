@@ -481,7 +481,8 @@ static void sync_pass(writer_t *wr, struct wrefund *r)
         const store_refund_t *d = &due[i];
         int mine = 0;
         for (int k = 0; k < r->max; k++)
-            mine |= r->jobs[k].used && r->jobs[k].sql && strcmp(r->jobs[k].pay_id, d->payment_id) == 0;
+            mine |= r->jobs[k].used && r->jobs[k].sql &&
+                    strcmp(r->jobs[k].pay_id, d->payment_id) == 0;
         rjob_t *j = free_job(r);
         if (mine || !j)
             continue;
