@@ -143,39 +143,52 @@ int rebuild_life_payments(store_t *st, int64_t voucher_id, rebuild_life_t *l, ch
 
 typedef char pay_id_t[STORE_PAYMENT_ID_MAX + 1];
 
-/* The payment ids of outbox kr's entries into *ids (*n of them, malloc'ed). 0 or -1 (err). */
-static int outbox_ids(redisContext *c, const char *kr, pay_id_t **ids, size_t *n, char *err,
-                      size_t errlen)
+/* Hands every entry of stream key (its fields, an array) to each(ctx, fields), a page of
+ * PAGE entries per XRANGE. 0, or -1 (err) when Redis failed. */
+static int xrange_all(redisContext *c, const char *key, void (*each)(void *, const redisReply *),
+                      void *ctx, char *err, size_t errlen)
 {
     char from[48] = "-", why[256];
     for (;;) {
-        redisReply *r = rconn_cmdf(c, why, sizeof why, "XRANGE %s %s + COUNT %d", kr, from, PAGE);
+        redisReply *r = rconn_cmdf(c, why, sizeof why, "XRANGE %s %s + COUNT %d", key, from,
+                                   PAGE);
         if (!r || r->type != REDIS_REPLY_ARRAY) {
-            snprintf(err, errlen, "XRANGE %s: %s", kr, r ? "unexpected reply" : why);
+            snprintf(err, errlen, "XRANGE %s: %s", key, r ? "unexpected reply" : why);
             freeReplyObject(r);
             return -1;
         }
-        size_t got = r->elements;
-        for (size_t i = 0; i < got; i++) {
+        size_t n = r->elements;
+        for (size_t i = 0; i < n; i++) {
             const redisReply *e = r->element[i];
             if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
                 e->element[0]->type != REDIS_REPLY_STRING ||
                 e->element[1]->type != REDIS_REPLY_ARRAY)
                 continue;
             snprintf(from, sizeof from, "(%s", e->element[0]->str);
-            const redisReply *f = e->element[1];
-            for (size_t j = 0; j + 1 < f->elements; j += 2)
-                if (f->element[j]->type == REDIS_REPLY_STRING &&
-                    strcmp(f->element[j]->str, "payment") == 0 &&
-                    f->element[j + 1]->type == REDIS_REPLY_STRING) {
-                    *ids = xrealloc(*ids, (*n + 1) * sizeof **ids);
-                    snprintf((*ids)[(*n)++], sizeof **ids, "%s", f->element[j + 1]->str);
-                }
+            each(ctx, e->element[1]);
         }
         freeReplyObject(r);
-        if (got < PAGE)
+        if (n < PAGE)
             return 0;
     }
+}
+
+/* The payment ids an outbox holds (xrange_all's ctx). */
+typedef struct outbox_ids {
+    pay_id_t *ids;
+    size_t n;
+} outbox_ids_t;
+
+static void outbox_entry(void *ctx, const redisReply *f)
+{
+    outbox_ids_t *o = ctx;
+    for (size_t j = 0; j + 1 < f->elements; j += 2)
+        if (f->element[j]->type == REDIS_REPLY_STRING &&
+            strcmp(f->element[j]->str, "payment") == 0 &&
+            f->element[j + 1]->type == REDIS_REPLY_STRING) {
+            o->ids = xrealloc(o->ids, (o->n + 1) * sizeof *o->ids);
+            snprintf(o->ids[o->n++], sizeof *o->ids, "%s", f->element[j + 1]->str);
+        }
 }
 
 int rebuild_life_requeue(redisContext *c, const char *tag, const rebuild_life_t *l, int b,
@@ -191,15 +204,14 @@ int rebuild_life_requeue(redisContext *c, const char *tag, const rebuild_life_t 
         snprintf(err, errlen, "bucket %s: key out of range", tag);
         return -1;
     }
-    pay_id_t *ids = NULL;
-    size_t nids = 0;
+    outbox_ids_t have = {0};
     size_t added = 0;
-    int rc = outbox_ids(c, kr, &ids, &nids, err, errlen);
+    int rc = xrange_all(c, kr, outbox_entry, &have, err, errlen);
     for (size_t i = 0; rc == 0 && i < l->npay; i++) {
         const rebuild_life_pay_t *p = &l->pay[i];
         int there = p->status != 5 || buckets_home(p->user_id, k) != b;
-        for (size_t j = 0; j < nids && !there; j++)
-            there = strcmp(ids[j], p->id) == 0;
+        for (size_t j = 0; j < have.n && !there; j++)
+            there = strcmp(have.ids[j], p->id) == 0;
         if (there)
             continue;
         redisReply *r = rconn_cmdf(c, why, sizeof why,
@@ -213,7 +225,7 @@ int rebuild_life_requeue(redisContext *c, const char *tag, const rebuild_life_t 
         added += r != NULL;
         freeReplyObject(r);
     }
-    free(ids);
+    free(have.ids);
     if (added)
         log_info("rebuild: %zu refunds SQL has at 5 back in %s", added, kr);
     return rc;
@@ -244,39 +256,24 @@ static int advance(rebuild_life_order_t *o, char st, int64_t ts, int64_t user_id
     return ok;
 }
 
+/* One entry of a surviving order stream (xrange_all's each): an event moves its order. */
+static void event_entry(void *ctx, const redisReply *f)
+{
+    rebuild_life_t *l = ctx;
+    sentry_ev_t ev;
+    const char *reason = NULL;
+    if (sentry_event(f, &ev, &reason) != 1)
+        return;
+    rebuild_life_order_t *o = find(l, ev.order_id);
+    l->events += advance(o, ev.kind, ev.ts, ev.user_id);
+    if (o && o->user_id == ev.user_id && (ev.kind == 'c' || ev.kind == 't') && entry_frees(f))
+        o->freed = 1;
+}
+
 int rebuild_life_events(redisContext *c, const char *ks, rebuild_life_t *l, char *err,
                         size_t errlen)
 {
-    char from[48] = "-", why[256];
-    for (;;) {
-        redisReply *r = rconn_cmdf(c, why, sizeof why, "XRANGE %s %s + COUNT %d", ks, from,
-                                   PAGE);
-        if (!r || r->type != REDIS_REPLY_ARRAY) {
-            snprintf(err, errlen, "XRANGE %s: %s", ks, r ? "unexpected reply" : why);
-            freeReplyObject(r);
-            return -1;
-        }
-        size_t n = r->elements;
-        for (size_t i = 0; i < n; i++) {
-            const redisReply *e = r->element[i];
-            if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
-                e->element[0]->type != REDIS_REPLY_STRING)
-                continue;
-            snprintf(from, sizeof from, "(%s", e->element[0]->str);
-            sentry_ev_t ev;
-            const char *reason = NULL;
-            if (sentry_event(e->element[1], &ev, &reason) != 1)
-                continue;
-            rebuild_life_order_t *o = find(l, ev.order_id);
-            l->events += advance(o, ev.kind, ev.ts, ev.user_id);
-            if (o && o->user_id == ev.user_id && (ev.kind == 'c' || ev.kind == 't') &&
-                entry_frees(e->element[1]))
-                o->freed = 1;
-        }
-        freeReplyObject(r);
-        if (n < PAGE)
-            return 0;
-    }
+    return xrange_all(c, ks, event_entry, l, err, errlen);
 }
 
 /* One field of a surviving state hash: an order's state moves it; anything else (a

@@ -16,15 +16,12 @@ import harness as H
 from harness import check, eq
 from test_backstop import _buy, _get, _of_me
 from test_lifecycle import _cancel, _notify, _pay_settings
+from test_refunds import _lines, _order, _pay_row
 
 
 def _paths(tag):
     d = H.subdir("refund-retry-" + tag)
     return {k: os.path.join(d, k) for k in ("runs", "sent", "lock", "overlap", "go")}
-
-
-def _lines(path):
-    return open(path).read().split("\n")[:-1] if os.path.exists(path) else []
 
 
 def _flaky(p, fails, hold_s=0.0):
@@ -37,17 +34,6 @@ def _flaky(p, fails, hold_s=0.0):
             '[ "$n" -gt {fails} ] || exit 1; '
             'echo "$SECKILL_ORDER_ID $SECKILL_PAYMENT_ID $SECKILL_AMOUNT" >> {sent}'
             ).format(fails=fails, hold=hold_s, **p)
-
-
-def _pay_row(db, pid):
-    rows = db.query("SELECT order_id, status, refund_time IS NOT NULL FROM tb_voucher_payment "
-                    "WHERE payment_id=?", pid)
-    return tuple(rows[0]) if rows else None
-
-
-def _order(db, oid):
-    return tuple(db.query("SELECT status, refund_time IS NOT NULL FROM tb_voucher_order "
-                          "WHERE id=?", oid)[0])
 
 
 def _late_payment_sync(srv, r, h, vid, phone, pid):
@@ -65,7 +51,8 @@ def _late_payment_sync(srv, r, h, vid, phone, pid):
 def _sent_and_stays(srv, db, p, oid, pid, runs):
     """The refund reaches 6 (row and order, refund_time), the command ran `runs` times,
     sent it once, and runs no more after it succeeded (two SQL passes later)."""
-    H.wait_until(lambda: _pay_row(db, pid) == (oid, 6, 1) and _order(db, oid) == (6, 1), 60,
+    H.wait_until(lambda: _pay_row(db, pid) == (oid, 8000, 6, 1) and
+                 _order(db, oid) == (6, 1), 60,
                  what="payment %s and its order refunded (6, refund_time)" % pid)
     eq(_lines(p["sent"]), ["%d %s 8000" % (oid, pid)], "the refund sent once")
     eq(_lines(p["runs"]), [pid] * runs, "the command's runs until it succeeded")
@@ -87,7 +74,7 @@ def test_sync_refund_retried_until_sent():
     db = srv.db()
     _, oid = _late_payment_sync(srv, r, h, vid, "13612346001", "PAY-SR1")
     H.wait_until(lambda: len(_lines(p["runs"])) >= 1, 30, what="the first run")
-    eq(_pay_row(db, "PAY-SR1")[1], 5, "the payment after a failed run (退款中)")
+    eq(_pay_row(db, "PAY-SR1")[2], 5, "the payment after a failed run (退款中)")
     _sent_and_stays(srv, db, p, oid, "PAY-SR1", 3)
     eq(_lines(p["overlap"]), [], "runs that overlapped")
     check(H.metric(srv, "seckill_refunds_failed_total") >= 2, "seckill_refunds_failed_total")
@@ -212,8 +199,8 @@ def test_rebuild_restores_answers_and_requeues_refunds():
     check(_cancel(h, b, ob)[1]["success"], "b cancels")
     check(_notify(h, ob, "PAY-B", 8000)[1]["data"] == "REFUNDED", "b pays late")
     db = srv.db()
-    H.wait_until(lambda: _pay_row(db, "PAY-A") == (oa, 2, 0) and
-                 _pay_row(db, "PAY-B") == (ob, 5, 0) and _order(db, ob) == (5, 0), 30,
+    H.wait_until(lambda: _pay_row(db, "PAY-A") == (oa, 8000, 2, 0) and
+                 _pay_row(db, "PAY-B") == (ob, 8000, 5, 0) and _order(db, ob) == (5, 0), 30,
                  what="both payments in SQL, b's refund due")
     H.wait_until(lambda: len(_lines(p["runs"])) >= 1, 30, what="b's refund tried and failed")
     want = {"%d/PAY-A" % oa: "0", "%d/PAY-B" % ob: "2"}
@@ -246,9 +233,10 @@ def test_rebuild_restores_answers_and_requeues_refunds():
     H.wait_until(lambda: len(_lines(p["runs"])) > runs, 30,
                  what="the re-queued refund tried (the command still failing)")
     open(p["go"], "w").close()
-    H.wait_until(lambda: _pay_row(db, "PAY-B") == (ob, 6, 1) and _order(db, ob) == (6, 1), 60,
+    H.wait_until(lambda: _pay_row(db, "PAY-B") == (ob, 8000, 6, 1) and
+                 _order(db, ob) == (6, 1), 60,
                  what="b's refund sent after the rebuild (6, refund_time)")
     H.wait_until(lambda: _outbox(r, vid) == [], 10, what="the outbox acked")
     eq(_lines(p["sent"]), ["%d PAY-B 8000" % ob], "b's refund sent once")
-    eq(_pay_row(db, "PAY-A"), (oa, 2, 0), "a's payment, taken")
+    eq(_pay_row(db, "PAY-A"), (oa, 8000, 2, 0), "a's payment, taken")
     H.finish(srv)
