@@ -215,6 +215,20 @@ CREATE TABLE IF NOT EXISTS tb_voucher_payment (
     KEY idx_payment_order (order_id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
+-- Version 9: sync mode's refund sender (docs/lifecycle.md, "Sync mode's refunds"): a
+-- payment at 5 is sent by the order writer that holds its lease, one row per payment ever
+-- tried. tries: the sends claimed so far (each claim a CAS on it, so two instances never
+-- send one refund at once); next_at (epoch seconds): while a send runs, the end of its
+-- lease; after a failed one, its back-off's end. A side table: tb_voucher_payment keeps
+-- its columns, and this file stays idempotent.
+CREATE TABLE IF NOT EXISTS tb_refund_lease (
+    payment_id  VARCHAR(64)      NOT NULL,
+    tries       INT              NOT NULL,
+    next_at     BIGINT           NOT NULL,
+    PRIMARY KEY (payment_id)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
+CREATE INDEX IF NOT EXISTS idx_payment_status ON tb_voucher_payment (status);
+
 -- Last: the version this file brings the database to (MYSQL_SCHEMA_VERSION).
-INSERT INTO schema_version (id, version) VALUES (1, 8)
-    ON DUPLICATE KEY UPDATE version = GREATEST(version, 8);
+INSERT INTO schema_version (id, version) VALUES (1, 9)
+    ON DUPLICATE KEY UPDATE version = GREATEST(version, 9);

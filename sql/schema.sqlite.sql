@@ -198,4 +198,17 @@ CREATE TABLE IF NOT EXISTS tb_voucher_payment (
 );
 CREATE INDEX IF NOT EXISTS idx_payment_order ON tb_voucher_payment (order_id);
 
-PRAGMA user_version = 8;
+-- Version 9. Not the course's: sync mode's refund sender (docs/lifecycle.md, "Sync mode's
+-- refunds"): a payment at 5 is sent by the order writer that holds its lease, one row per
+-- payment ever tried. tries: the sends claimed so far (each claim a CAS on it, so two
+-- instances never send one refund at once); next_at (epoch seconds): while a send runs, the
+-- end of its lease; after a failed one, its back-off's end. A side table: tb_voucher_payment
+-- keeps its columns, and this file stays idempotent.
+CREATE TABLE IF NOT EXISTS tb_refund_lease (
+    payment_id  TEXT    PRIMARY KEY,
+    tries       INTEGER NOT NULL,
+    next_at     INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS idx_payment_status ON tb_voucher_payment (status);
+
+PRAGMA user_version = 9;

@@ -114,8 +114,9 @@ void api_order_seckill(http_req_t *r, int64_t voucher_id, const auth_user_t *u)
 /* ------------------------------------------------------------ order lookups */
 
 /* The order as the course's VoucherOrder would show it (times as createTime, nulls left
- * out): payTime once paid; an unpaid order's payDeadline, createTime + --pay-timeout-s,
- * when the order mode times orders out (stream and sync; docs/lifecycle.md). */
+ * out): payTime once paid, refundTime once refunded (6); an unpaid order's payDeadline,
+ * createTime + --pay-timeout-s, when the order mode times orders out (stream and sync;
+ * docs/lifecycle.md). */
 static void order_json(sb_t *s, const orders_rec_t *o, const config_t *cfg)
 {
     sb_printf(s, "{\"id\":%lld,\"userId\":%lld,\"voucherId\":%lld,\"status\":%d,\"createTime\":",
@@ -124,6 +125,10 @@ static void order_json(sb_t *s, const orders_rec_t *o, const config_t *cfg)
     if (o->pay_time > 0) {
         sb_puts(s, ",\"payTime\":");
         sb_json_datetime(s, o->pay_time);
+    }
+    if (o->refund_time > 0) {
+        sb_puts(s, ",\"refundTime\":");
+        sb_json_datetime(s, o->refund_time);
     }
     if (o->status == 1 && cfg->pay_timeout_s > 0 &&
         (cfg->mode == MODE_STREAM || cfg->mode == MODE_SYNC)) {

@@ -9,7 +9,8 @@
  * more, for the order the writer committed in between.
  *
  * The views (orders_view, orders_of_user) add what the buyer should see of the lifecycle:
- * a paid order's pay_time (SQL), and in stream mode the Redis decisions the writer has not
+ * a paid order's pay_time and a refunded one's refund_time (SQL), and in stream mode the
+ * Redis decisions the writer has not
  * applied yet (the state hash beside each buyers hash, orders.h). */
 #include "api/orders.h"
 
@@ -61,9 +62,10 @@ struct lookup {
     store_order_t order;   /* by id */
     store_order_t *orders; /* the list, newest first */
     size_t norders;
-    int64_t pay_time;      /* view by id: the order's pay_time (0: none) */
+    int64_t pay_time;      /* view by id: the order's pay_time or refund_time (its
+                              status says which; 0: none) */
     int nbuckets;          /* view by id: its voucher's bucket count (0: not read) */
-    int64_t *paid_at;      /* view list: pay_time of orders[i] (0: none) */
+    int64_t *paid_at;      /* view list: the same time of orders[i] (0: none) */
     char skey[80];         /* view by id: its state hash */
     /* the Redis phase */
     ask_t *asks;
@@ -313,17 +315,36 @@ static void redis_phase(lookup_t *L)
 
 /* ---------------------------------------------------------------- SQL and the merge */
 
-/* A view's pay_time: an order read (store_exec_orders) whose fifth column, the datetime
- * one, is pay_time -- the user's paid orders by the list's order, or one by id. */
-static const char paid_by_id_sql[] = "SELECT id, user_id, voucher_id, status, pay_time FROM "
-                                     "tb_voucher_order WHERE id = ? AND pay_time IS NOT NULL";
-static const char paid_of_user_sql[] = "SELECT id, user_id, voucher_id, status, pay_time FROM "
-                                       "tb_voucher_order WHERE user_id = ? AND pay_time IS NOT "
-                                       "NULL ORDER BY create_time DESC, id DESC LIMIT ?";
+/* A view's time of its status: a paid order's pay_time (2, 3), a refunded one's
+ * refund_time (6) -- an order read (store_exec_orders) whose fifth column, the datetime
+ * one, is that time; the user's such orders by the list's order, or one by id. From either
+ * table: a freed buyer's refunded order is in tb_voucher_order_cancelled. */
+#define TIMED_COLS                                                                          \
+    "SELECT id, user_id, voucher_id, status, CASE WHEN status = 6 THEN refund_time ELSE "   \
+    "pay_time END FROM "
+#define TIMED_WHERE                                                                         \
+    " AND ((status IN (2, 3) AND pay_time IS NOT NULL) OR (status = 6 AND refund_time IS "  \
+    "NOT NULL))"
+static const char timed_by_id_sql[] =
+    TIMED_COLS "tb_voucher_order WHERE id = ?" TIMED_WHERE " UNION ALL " TIMED_COLS
+    "tb_voucher_order_cancelled WHERE id = ?" TIMED_WHERE;
+static const char timed_of_user_sql[] =
+    TIMED_COLS "tb_voucher_order WHERE user_id = ?" TIMED_WHERE " UNION ALL " TIMED_COLS
+    "tb_voucher_order_cancelled WHERE user_id = ?" TIMED_WHERE " ORDER BY 1 DESC LIMIT ?";
 
-static int paid(int status)
+/* A status with a time to show: paid (pay_time) or refunded (refund_time). */
+static int timed(int status)
 {
-    return status == 2 || status == 3;
+    return status == 2 || status == 3 || status == 6;
+}
+
+/* The time read for an order of status as the view's member. */
+static void set_time(orders_rec_t *x, int64_t t)
+{
+    if (x->status == 6)
+        x->refund_time = t;
+    else if (x->status == 2 || x->status == 3)
+        x->pay_time = t;
 }
 
 static void run_get(store_t *st, void *arg)
@@ -332,11 +353,11 @@ static void run_get(store_t *st, void *arg)
     L->rc = st ? store_order_get(st, L->order_id, &L->order) : STORE_ERR;
     if (L->rc != STORE_OK || !L->view || L->order.user_id != L->user_id)
         return;
-    if (paid(L->order.status)) {
-        const store_arg_t args[1] = {{L->order_id, 0}};
+    if (timed(L->order.status)) {
+        const store_arg_t args[2] = {{L->order_id, 0}, {L->order_id, 0}};
         store_order_t *p = NULL;
         size_t n = 0;
-        L->rc = store_exec_orders(st, paid_by_id_sql, args, 1, &p, &n);
+        L->rc = store_exec_orders(st, timed_by_id_sql, args, 2, &p, &n);
         if (L->rc == STORE_OK && n == 1)
             L->pay_time = p[0].create_time;
         free(p);
@@ -388,7 +409,7 @@ static void done_get(worker_t *w, void *arg)
             return;
         }
         orders_rec_t x = from_sql(&L->order);
-        x.pay_time = L->pay_time;
+        set_time(&x, L->pay_time);
         lookup_end(L, ORDERS_OK, &x, 1);
         return;
     }
@@ -413,17 +434,18 @@ static void run_list(store_t *st, void *arg)
         L->rc = STORE_OK;
         L->norders = 0;
     }
-    size_t npaid = 0;
+    size_t ntimed = 0;
     for (size_t i = 0; L->rc == STORE_OK && i < L->norders; i++)
-        npaid += paid(L->orders[i].status);
-    if (npaid == 0)
+        ntimed += timed(L->orders[i].status);
+    if (ntimed == 0)
         return;
-    /* the page's paid orders are among the user's newest ORDERS_OF_USER_MAX paid ones */
+    /* the page's paid and refunded orders are among the user's newest ORDERS_OF_USER_MAX
+     * such ones */
     L->paid_at = xcalloc(L->norders, sizeof *L->paid_at);
-    const store_arg_t args[2] = {{L->user_id, 0}, {ORDERS_OF_USER_MAX, 0}};
+    const store_arg_t args[3] = {{L->user_id, 0}, {L->user_id, 0}, {ORDERS_OF_USER_MAX, 0}};
     store_order_t *p = NULL;
     size_t n = 0;
-    L->rc = store_exec_orders(st, paid_of_user_sql, args, 2, &p, &n);
+    L->rc = store_exec_orders(st, timed_of_user_sql, args, 3, &p, &n);
     for (size_t j = 0; L->rc == STORE_OK && j < n; j++)
         for (size_t i = 0; i < L->norders; i++)
             if (L->orders[i].id == p[j].id)
@@ -457,7 +479,7 @@ static void done_list(worker_t *w, void *arg)
     for (size_t i = 0; i < L->norders && n < ORDERS_OF_USER_MAX; i++) {
         recs[n] = from_sql(&L->orders[i]);
         if (L->paid_at)
-            recs[n].pay_time = L->paid_at[i];
+            set_time(&recs[n], L->paid_at[i]);
         /* a decision the writer has not applied yet: the found order's state */
         for (size_t j = 0; j < L->nfound; j++)
             if (L->found[j].id == recs[n].id)

@@ -53,6 +53,8 @@ typedef struct orders_rec {
     int64_t create_time; /* epoch seconds */
     int64_t pay_time;    /* epoch seconds; 0: not paid (views only, below) */
     int persisted;       /* 0: admitted, not yet in SQL */
+    int64_t refund_time; /* epoch seconds; 0: not refunded (views only: SQL's refund_time
+                            of an order at 6) */
 } orders_rec_t;
 
 typedef enum {
@@ -74,7 +76,8 @@ void orders_get(struct worker *w, int64_t user_id, int64_t order_id, orders_done
                 void *ctx);
 
 /* The views (GET /voucher-order/{id}, /of/me): the orders as the buyer should see them.
- * pay_time from SQL (a second SQL read, for a paid order only). In stream mode a decision
+ * pay_time and refund_time from SQL (a second SQL read, for a paid or refunded order
+ * only). In stream mode a decision
  * Redis made and the writer has not applied yet shows: an order SQL has at 1 (or 4) and
  * one not written yet get their state from the state hash beside their buyers hash
  * (seckill:ostate:{tag}, life.lua: c/t -> 4, p -> 2 with its time as pay_time, r -> 6) --

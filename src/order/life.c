@@ -4,7 +4,7 @@
  *
  * Pay: life.lua too (stream mode), whose refunds wait in the bucket's outbox for the
  * order writer (src/writer/writer_refund.c); in sync mode one SQL transaction (store.h
- * move 'y') and the refund sent from here.
+ * move 'y'), whose refunds (the payment rows at 5) the order writer sends from SQL.
  *
  * The script goes as EVAL with its text, not a preloaded SHA: a cancel is rare next to a
  * grab, and the scripts every connection loads (rds_script.h) stay the hot path's. */
@@ -22,7 +22,6 @@
 #include "core/log.h"
 #include "core/sb.h"
 #include "core/xmem.h"
-#include "core/runcmd.h"
 #include "embedded.h"
 #include "redis/rds.h"
 #include "sale/buckets.h"
@@ -114,80 +113,6 @@ static void undrain(cancel_t *c)
 }
 
 /* ---------------------------------------------------------------- pay */
-
-/* Sync mode's refund, once its row (status 5) is committed: --refund-command now, then
- * the row 5 -> 6 (store.h move 's'); without a command it is logged and marked sent.
- * Stream mode's refunds go through the outbox instead (src/writer/writer_refund.c). */
-typedef struct srefund {
-    worker_t *w;
-    int64_t order_id, amount;
-    char pid[LIFE_PAYMENT_ID_MAX + 1];
-    int rc;
-} srefund_t;
-
-static void run_refund_sent(store_t *st, void *arg)
-{
-    srefund_t *r = arg;
-    store_move_t m = {.order_id = r->order_id, .now = clock_wall_s(), .kind = 's'};
-    snprintf(m.payment_id, sizeof m.payment_id, "%s", r->pid);
-    r->rc = st ? store_orders_move(st, &m, 1) : STORE_ERR;
-}
-
-static void done_refund_sent(worker_t *w, void *arg)
-{
-    srefund_t *r = arg;
-    (void)w;
-    if (r->rc != STORE_OK)
-        log_error("life: refund of order %lld payment %s sent, not marked 6 in SQL",
-                  (long long)r->order_id, r->pid);
-    free(r);
-}
-
-static void refund_mark(srefund_t *r)
-{
-    if (jobs_submit(r->w->app->jobs, r->w, run_refund_sent, done_refund_sent, r) != 0) {
-        log_error("life: refund of order %lld payment %s sent, not marked 6 in SQL (busy)",
-                  (long long)r->order_id, r->pid);
-        free(r);
-    }
-}
-
-static void on_refund_sent(void *priv, int ok, const char *why)
-{
-    srefund_t *r = priv;
-    if (!ok) {
-        log_error("life: refund NOT sent (%s): order %lld payment %s amount %lld -- send it "
-                  "by hand (tb_voucher_payment status 5)", why, (long long)r->order_id, r->pid,
-                  (long long)r->amount);
-        free(r);
-        return;
-    }
-    log_info("life: refund sent: order %lld payment %s amount %lld", (long long)r->order_id,
-             r->pid, (long long)r->amount);
-    refund_mark(r);
-}
-
-static void sync_refund(cancel_t *c)
-{
-    srefund_t *r = xcalloc(1, sizeof *r);
-    r->w = c->w;
-    r->order_id = c->order_id;
-    r->amount = c->amount;
-    snprintf(r->pid, sizeof r->pid, "%s", c->pid);
-    const config_t *cfg = &c->w->app->cfg;
-    if (!cfg->refund_command[0]) {
-        log_warn("life: refund due (no --refund-command: send it by hand): order %lld "
-                 "payment %s amount %lld", (long long)r->order_id, r->pid, (long long)r->amount);
-        refund_mark(r);
-        return;
-    }
-    life_refund_env_t e;
-    life_refund_env(&e, r->order_id, r->pid, r->amount);
-    if (!runcmd_reserve(cfg->refund_command_max) ||
-        runcmd_start(c->w, cfg->refund_command, e.env, cfg->refund_command_timeout_ms,
-                     on_refund_sent, r) != 0)
-        on_refund_sent(r, 0, "--refund-command could not start");
-}
 
 void life_refund_env(life_refund_env_t *e, int64_t order_id, const char *payment_id,
                      int64_t amount)
@@ -367,8 +292,7 @@ static void done_pay_read(worker_t *w, void *arg)
         finish(c, c->sync_new ? LIFE_DONE : LIFE_ALREADY);
         return;
     }
-    if (c->sync_new)
-        sync_refund(c);
+    /* a refund decided now (its row at 5) is sent by the order writer (writer_refund.c) */
     finish(c, LIFE_REFUNDED);
 }
 

@@ -16,7 +16,7 @@
  * (state r, event r: status 5, 6 once refunded) and the payment is refunded through the
  * bucket's refund outbox; the same payment again answers as before and changes nothing.
  * Each payment's event carries it, for its row in tb_voucher_payment. Sync mode: one SQL
- * transaction (store.h move 'y') decides and writes the row.
+ * transaction (store.h move 'y') decides and writes the row; the writer sends its refund.
  *
  * Runs on the worker's thread; the grab path costs nothing (nothing here is on it). */
 #ifndef SECKILL_LIFE_H
@@ -54,7 +54,8 @@ void life_cancel(struct worker *w, int64_t user_id, int64_t order_id, life_done_
  * life.lua on its bucket; a refund decided there waits in the bucket's outbox for the
  * order writer (src/writer/writer_refund.c: --refund-command, env SECKILL_ORDER_ID,
  * SECKILL_PAYMENT_ID, SECKILL_AMOUNT). Sync mode: SQL decides (a payment id of another
- * order: LIFE_NOTFOUND) and a refund is sent from here. Stream and sync mode (else
+ * order: LIFE_NOTFOUND), and its refunds (the payment rows at 5) are sent by the order
+ * writer from SQL, under a lease per row (writer_refund.c). Stream and sync mode (else
  * LIFE_UNSUPPORTED). done runs once, on w's thread. */
 #define LIFE_PAYMENT_ID_MAX 64
 void life_pay(struct worker *w, int64_t order_id, const char *payment_id, int64_t amount,
@@ -62,7 +63,7 @@ void life_pay(struct worker *w, int64_t order_id, const char *payment_id, int64_
 
 /* --refund-command's environment for one refund (docs/configuration.md): SECKILL_ORDER_ID,
  * SECKILL_PAYMENT_ID, SECKILL_AMOUNT (fen); env is the NULL-ended list runcmd takes, pointing
- * into this struct. Both senders (sync mode here, the outbox in writer_refund.c) use it. */
+ * into this struct (writer_refund.c's sender, of the outbox and of sync mode's rows). */
 typedef struct life_refund_env {
     char order[40], payment[LIFE_PAYMENT_ID_MAX + 32], amount[40];
     const char *env[4];

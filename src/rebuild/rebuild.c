@@ -123,6 +123,8 @@ static int read_sql_orders(store_t *st, int64_t vid, int pay_timeout_s, unsigned
     if (rc == 0)
         rebuild_life_aside(life, aside.v, aside.n);
     rebuild_life_free(&aside);
+    if (rc == 0)
+        rc = rebuild_life_payments(st, vid, life, err, errlen);   /* their payments */
     return rc;
 }
 
@@ -310,7 +312,8 @@ static int publish_bucket(redisContext *c, redisContext *g, const rebuild_opts_t
         return REBUILD_ERR;
     rebuild_life_counts_t lc;
     rebuild_life_count(life, b, k, &lc);
-    if (rebuild_life_stage(bc, kto, life, b, k, err, errlen) != 0)
+    if (rebuild_life_stage(bc, kto, life, b, k, err, errlen) != 0 ||
+        rebuild_life_requeue(bc, tag, life, b, k, err, errlen) != 0)
         return REBUILD_ERR;
     r = rconn_cmdf(g, why, sizeof why, "SADD %s %s", KEY_STREAMS, mem);
     if (!r) {

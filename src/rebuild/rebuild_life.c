@@ -10,6 +10,8 @@
 
 #include <hiredis/hiredis.h>
 
+#include "core/key.h"
+#include "core/log.h"
 #include "core/pairs.h"
 #include "core/xmem.h"
 #include "redis/rconn.h"
@@ -17,7 +19,8 @@
 #include "sale/orderid.h"
 #include "sale/sentry.h"
 
-#define PAGE 10000          /* stream entries per XRANGE, fields per HSCAN */
+#define PAGE 10000          /* stream entries per XRANGE, fields per HSCAN; payments per
+                               SQL read */
 #define HSET_CHUNK 1000     /* fields per HSET */
 
 void rebuild_life_add(rebuild_life_t *l, int64_t order_id, int64_t user_id, int status,
@@ -103,6 +106,131 @@ void rebuild_life_unknown(rebuild_life_t *l, const pairs_t *cur)
     free(known);
 }
 
+int rebuild_life_payments(store_t *st, int64_t voucher_id, rebuild_life_t *l, char *err,
+                          size_t errlen)
+{
+    int64_t after = 0;
+    char after_pay[STORE_PAYMENT_ID_MAX + 1] = "";
+    for (;;) {
+        store_refund_t *page = NULL;
+        size_t n = 0;
+        if (store_voucher_payments(st, voucher_id, after, after_pay, PAGE, &page, &n) !=
+            STORE_OK) {
+            snprintf(err, errlen, "SQL payments: %s", store_errmsg(st));
+            return -1;
+        }
+        for (size_t i = 0; i < n; i++) {
+            const rebuild_life_order_t *o = find(l, page[i].order_id);
+            if (!o)
+                continue;   /* an order of a bucket that kept its keys */
+            l->pay = xrealloc(l->pay, (l->npay + 1) * sizeof *l->pay);
+            rebuild_life_pay_t *p = &l->pay[l->npay++];
+            memcpy(p->id, page[i].payment_id, sizeof p->id);
+            p->order_id = o->order_id;
+            p->user_id = o->user_id;
+            p->amount = page[i].amount;
+            p->status = page[i].status;
+        }
+        if (n) {
+            after = page[n - 1].order_id;
+            memcpy(after_pay, page[n - 1].payment_id, sizeof after_pay);
+        }
+        free(page);
+        if (n < PAGE)
+            return 0;
+    }
+}
+
+typedef char pay_id_t[STORE_PAYMENT_ID_MAX + 1];
+
+/* Hands every entry of stream key (its fields, an array) to each(ctx, fields), a page of
+ * PAGE entries per XRANGE. 0, or -1 (err) when Redis failed. */
+static int xrange_all(redisContext *c, const char *key, void (*each)(void *, const redisReply *),
+                      void *ctx, char *err, size_t errlen)
+{
+    char from[48] = "-", why[256];
+    for (;;) {
+        redisReply *r = rconn_cmdf(c, why, sizeof why, "XRANGE %s %s + COUNT %d", key, from,
+                                   PAGE);
+        if (!r || r->type != REDIS_REPLY_ARRAY) {
+            snprintf(err, errlen, "XRANGE %s: %s", key, r ? "unexpected reply" : why);
+            freeReplyObject(r);
+            return -1;
+        }
+        size_t n = r->elements;
+        for (size_t i = 0; i < n; i++) {
+            const redisReply *e = r->element[i];
+            if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
+                e->element[0]->type != REDIS_REPLY_STRING ||
+                e->element[1]->type != REDIS_REPLY_ARRAY)
+                continue;
+            snprintf(from, sizeof from, "(%s", e->element[0]->str);
+            each(ctx, e->element[1]);
+        }
+        freeReplyObject(r);
+        if (n < PAGE)
+            return 0;
+    }
+}
+
+/* The payment ids an outbox holds (xrange_all's ctx). */
+typedef struct outbox_ids {
+    pay_id_t *ids;
+    size_t n;
+} outbox_ids_t;
+
+static void outbox_entry(void *ctx, const redisReply *f)
+{
+    outbox_ids_t *o = ctx;
+    for (size_t j = 0; j + 1 < f->elements; j += 2)
+        if (f->element[j]->type == REDIS_REPLY_STRING &&
+            strcmp(f->element[j]->str, "payment") == 0 &&
+            f->element[j + 1]->type == REDIS_REPLY_STRING) {
+            o->ids = xrealloc(o->ids, (o->n + 1) * sizeof *o->ids);
+            snprintf(o->ids[o->n++], sizeof *o->ids, "%s", f->element[j + 1]->str);
+        }
+}
+
+int rebuild_life_requeue(redisContext *c, const char *tag, const rebuild_life_t *l, int b,
+                         int k, char *err, size_t errlen)
+{
+    char kr[96], why[256];
+    size_t due = 0;
+    for (size_t i = 0; i < l->npay; i++)
+        due += l->pay[i].status == 5 && buckets_home(l->pay[i].user_id, k) == b;
+    if (due == 0)
+        return 0;
+    if (key_refunds_t(kr, sizeof kr, tag) < 0) {
+        snprintf(err, errlen, "bucket %s: key out of range", tag);
+        return -1;
+    }
+    outbox_ids_t have = {0};
+    size_t added = 0;
+    int rc = xrange_all(c, kr, outbox_entry, &have, err, errlen);
+    for (size_t i = 0; rc == 0 && i < l->npay; i++) {
+        const rebuild_life_pay_t *p = &l->pay[i];
+        int there = p->status != 5 || buckets_home(p->user_id, k) != b;
+        for (size_t j = 0; j < have.n && !there; j++)
+            there = strcmp(have.ids[j], p->id) == 0;
+        if (there)
+            continue;
+        redisReply *r = rconn_cmdf(c, why, sizeof why,
+                                   "XADD %s * order %lld payment %s amount %lld user %lld", kr,
+                                   (long long)p->order_id, p->id, (long long)p->amount,
+                                   (long long)p->user_id);
+        if (!r) {
+            snprintf(err, errlen, "XADD %s: %s", kr, why);
+            rc = -1;
+        }
+        added += r != NULL;
+        freeReplyObject(r);
+    }
+    free(have.ids);
+    if (added)
+        log_info("rebuild: %zu refunds SQL has at 5 back in %s", added, kr);
+    return rc;
+}
+
 /* Whether an event entry's fields carry `free 1` (life.lua's cancel-free, expire-free). */
 static int entry_frees(const redisReply *f)
 {
@@ -128,39 +256,24 @@ static int advance(rebuild_life_order_t *o, char st, int64_t ts, int64_t user_id
     return ok;
 }
 
+/* One entry of a surviving order stream (xrange_all's each): an event moves its order. */
+static void event_entry(void *ctx, const redisReply *f)
+{
+    rebuild_life_t *l = ctx;
+    sentry_ev_t ev;
+    const char *reason = NULL;
+    if (sentry_event(f, &ev, &reason) != 1)
+        return;
+    rebuild_life_order_t *o = find(l, ev.order_id);
+    l->events += advance(o, ev.kind, ev.ts, ev.user_id);
+    if (o && o->user_id == ev.user_id && (ev.kind == 'c' || ev.kind == 't') && entry_frees(f))
+        o->freed = 1;
+}
+
 int rebuild_life_events(redisContext *c, const char *ks, rebuild_life_t *l, char *err,
                         size_t errlen)
 {
-    char from[48] = "-", why[256];
-    for (;;) {
-        redisReply *r = rconn_cmdf(c, why, sizeof why, "XRANGE %s %s + COUNT %d", ks, from,
-                                   PAGE);
-        if (!r || r->type != REDIS_REPLY_ARRAY) {
-            snprintf(err, errlen, "XRANGE %s: %s", ks, r ? "unexpected reply" : why);
-            freeReplyObject(r);
-            return -1;
-        }
-        size_t n = r->elements;
-        for (size_t i = 0; i < n; i++) {
-            const redisReply *e = r->element[i];
-            if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
-                e->element[0]->type != REDIS_REPLY_STRING)
-                continue;
-            snprintf(from, sizeof from, "(%s", e->element[0]->str);
-            sentry_ev_t ev;
-            const char *reason = NULL;
-            if (sentry_event(e->element[1], &ev, &reason) != 1)
-                continue;
-            rebuild_life_order_t *o = find(l, ev.order_id);
-            l->events += advance(o, ev.kind, ev.ts, ev.user_id);
-            if (o && o->user_id == ev.user_id && (ev.kind == 'c' || ev.kind == 't') &&
-                entry_frees(e->element[1]))
-                o->freed = 1;
-        }
-        freeReplyObject(r);
-        if (n < PAGE)
-            return 0;
-    }
+    return xrange_all(c, ks, event_entry, l, err, errlen);
 }
 
 /* One field of a surviving state hash: an order's state moves it; anything else (a
@@ -251,15 +364,24 @@ int rebuild_life_stage(redisContext *c, const char *kt, const rebuild_life_t *l,
     char why[256];
     redisReply *r;
     const char **argv = xrealloc(NULL, (2 + 2 * HSET_CHUNK) * sizeof *argv);
-    char(*buf)[72] = xrealloc(NULL, 2 * HSET_CHUNK * sizeof *buf);
-    size_t i = 0, j = 0;
+    char(*buf)[96] = xrealloc(NULL, 2 * HSET_CHUNK * sizeof *buf);
+    size_t i = 0, j = 0, p = 0;
     int rc = 0;
-    while (rc == 0 && (i < l->n || j < l->nx)) {
+    while (rc == 0 && (i < l->n || j < l->nx || p < l->npay)) {
         int argc = 2;
         argv[0] = "HSET";
         argv[1] = kt;
-        for (int m = 0; m < HSET_CHUNK && (i < l->n || j < l->nx);) {
-            if (i < l->n) {
+        for (int m = 0; m < HSET_CHUNK && (i < l->n || j < l->nx || p < l->npay);) {
+            if (p < l->npay) {
+                /* SQL's payment answers first: a surviving hash's own (the extras) are
+                 * written after them, and the same field keeps Redis's answer */
+                const rebuild_life_pay_t *y = &l->pay[p++];
+                if (buckets_home(y->user_id, k) != b)
+                    continue;
+                snprintf(buf[2 * m], sizeof buf[0], "%lld/%s", (long long)y->order_id, y->id);
+                argv[argc++] = buf[2 * m];
+                argv[argc++] = y->status == 2 ? "0" : "2";
+            } else if (i < l->n) {
                 const rebuild_life_order_t *o = &l->v[i++];
                 if (!o->st || buckets_home(o->user_id, k) != b)
                     continue;
@@ -299,5 +421,6 @@ void rebuild_life_free(rebuild_life_t *l)
     }
     free(l->x);
     free(l->v);
+    free(l->pay);
     memset(l, 0, sizeof *l);
 }

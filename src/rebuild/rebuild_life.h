@@ -17,6 +17,9 @@
  *   3. a surviving state hash (Redis's own decisions): its order states win, and its
  *      payment answers ("<orderId>/<paymentId>") are kept.
  *
+ * The payment answers come back from SQL too (tb_voucher_payment, rebuild_life_payments),
+ * and the refunds SQL still has at 5 go back to their bucket's refund outbox.
+ *
  * The counters follow from the states: `returned` = c + t + r, `paid` = p, `timedout` = t
  * (an order refunded after its timeout, r, counts as a buyer's cancel: SQL does not say
  * which it was).
@@ -33,6 +36,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "store/store.h"
 
 struct redisContext;
 struct pairs;
@@ -51,12 +56,21 @@ typedef struct rebuild_life_extra {
     char *field, *value;    /* a surviving state hash's field that is not an order's state */
 } rebuild_life_extra_t;
 
+/* A payment SQL has of one of the orders (tb_voucher_payment). */
+typedef struct rebuild_life_pay {
+    char id[STORE_PAYMENT_ID_MAX + 1];
+    int64_t order_id, user_id, amount;
+    int status;             /* 2 taken, 5 to refund, 6 refunded */
+} rebuild_life_pay_t;
+
 typedef struct rebuild_life {
     rebuild_life_order_t *v;
     size_t n, cap;
     int sorted;
     rebuild_life_extra_t *x;
     size_t nx;
+    rebuild_life_pay_t *pay;    /* rebuild_life_payments */
+    size_t npay;
     int64_t events;         /* stream events that moved an order (rebuild_life_events) */
     int64_t kept;           /* surviving states that moved an order (rebuild_life_keep) */
 } rebuild_life_t;
@@ -72,6 +86,20 @@ void rebuild_life_add(rebuild_life_t *l, int64_t order_id, int64_t user_id, int 
 /* The orders of tb_voucher_order_cancelled (status 4, 5, 6): freed. An order already added
  * (the writer moved it aside between the two tables' reads) is marked, not added again. */
 void rebuild_life_aside(rebuild_life_t *l, const rebuild_life_order_t *v, size_t n);
+/* SQL's payments of the voucher's orders, after the orders (either table) are added: each
+ * one of an order here gets its answer back in the state hash (rebuild_life_stage:
+ * "<orderId>/<paymentId>" -> 0 for a row at 2, 2 for 5 and 6, as life.lua answers them),
+ * so the same notice after the loss answers as before; one at 5 (退款中) goes back to its
+ * bucket's refund outbox (rebuild_life_requeue). 0, or -1 (err) when SQL failed. */
+int rebuild_life_payments(store_t *st, int64_t voucher_id, rebuild_life_t *l, char *err,
+                          size_t errlen);
+/* Bucket b of k's payments at 5 that its refund outbox (seckill:refunds:{tag}) lacks, added
+ * there as life.lua adds a refund (order, payment, amount, user): the order writer sends
+ * them (writer_refund.c: while SQL's row says 5). An entry that outlived the loss is not
+ * added twice. Run before the voucher is published: a rebuild that dies after it leaves the
+ * entries, which the next one finds. 0 or -1 (err). */
+int rebuild_life_requeue(struct redisContext *c, const char *tag, const rebuild_life_t *l,
+                         int b, int k, char *err, size_t errlen);
 /* The orders of a surviving stream, (user, order) sorted, that SQL does not have: added
  * unpaid, each once. */
 void rebuild_life_unknown(rebuild_life_t *l, const struct pairs *cur);

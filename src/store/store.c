@@ -333,6 +333,36 @@ int store_payment_get(store_t *s, const char *payment_id, store_payment_t *out)
     return s->ops->payment_get(s, payment_id, out);
 }
 
+int store_refunds_due(store_t *s, int64_t now, size_t max, store_refund_t **out, size_t *n)
+{
+    LIST_ENTER(s, out, n);
+    if (max == 0)
+        return store__fail(s, "store_refunds_due: bad arguments");
+    NEED_OP(s, refunds_due);
+    return s->ops->refunds_due(s, now, max, out, n);
+}
+
+int store_refund_lease(store_t *s, const char *payment_id, int tries, int64_t now,
+                       int64_t until, int claim)
+{
+    STORE_ENTER(s);
+    if (!payment_id || !payment_id_ok(payment_id) || tries < 0)
+        return store__fail(s, "store_refund_lease: bad arguments");
+    NEED_OP(s, refund_lease);
+    return s->ops->refund_lease(s, payment_id, tries, now, until, claim);
+}
+
+int store_voucher_payments(store_t *s, int64_t voucher_id, int64_t after_order,
+                           const char *after_payment, size_t max, store_refund_t **out,
+                           size_t *n)
+{
+    LIST_ENTER(s, out, n);
+    if (!after_payment || strlen(after_payment) > STORE_PAYMENT_ID_MAX || max == 0)
+        return store__fail(s, "store_voucher_payments: bad arguments");
+    NEED_OP(s, voucher_payments);
+    return s->ops->voucher_payments(s, voucher_id, after_order, after_payment, max, out, n);
+}
+
 int store_orders_move(store_t *s, store_move_t *moves, size_t n)
 {
     STORE_ENTER(s);

@@ -10,8 +10,9 @@
  *
  * Schema (sql/schema.sqlite.sql, sql/schema.mysql.sql, built in): the course's tb_user, tb_voucher,
  * tb_seckill_voucher, tb_voucher_order, plus UNIQUE(user_id, voucher_id) on orders, and
- * tb_voucher_order_cancelled (--cancel-frees-buyer's cancelled orders, same columns) and
- * tb_voucher_payment (one row per provider payment).
+ * tb_voucher_order_cancelled (--cancel-frees-buyer's cancelled orders, same columns),
+ * tb_voucher_payment (one row per provider payment) and tb_refund_lease (sync mode's
+ * refund sends).
  * store_open() creates/migrates it. Times are epoch seconds here; the backends store them
  * as the engine's own datetime type in server local time. */
 #ifndef SECKILL_STORE_H
@@ -184,6 +185,33 @@ typedef struct store_payment {
     int64_t create_time, refund_time;   /* epoch seconds; refund_time 0 until sent */
 } store_payment_t;
 int store_payment_get(store_t *s, const char *payment_id, store_payment_t *out);
+
+/* A payment as sync mode's refund sender (src/writer/writer_refund.c) and the rebuild of
+ * Redis (src/rebuild/rebuild_life.h) read it. */
+typedef struct store_refund {
+    char payment_id[STORE_PAYMENT_ID_MAX + 1];
+    int64_t order_id;
+    int64_t amount;
+    int status;     /* 2 taken, 5 to refund, 6 refunded */
+    int tries;      /* store_refunds_due: the sends claimed so far (store_refund_lease) */
+} store_refund_t;
+/* The payments at 5 whose send is due at now (epoch seconds): never tried, or their lease
+ * (tb_refund_lease.next_at: a send's lease, or a failed send's back-off) ended; the
+ * longest due first, at most max. *out malloc'ed (free()), *n rows. */
+int store_refunds_due(store_t *s, int64_t now, size_t max, store_refund_t **out, size_t *n);
+/* One refund's lease (tb_refund_lease), so one sender at a time sends it. claim: the row
+ * at 5 whose tries are still `tries` and whose lease ended by now is taken as tries + 1
+ * until `until` -- STORE_OK taken, STORE_NOTFOUND not (another sender took it, or it is 6).
+ * !claim: the holder (at `tries`) sets its end to `until` (a failed send's back-off; now
+ * unused). */
+int store_refund_lease(store_t *s, const char *payment_id, int tries, int64_t now,
+                       int64_t until, int claim);
+/* The payments of a voucher's orders (either order table), by (order_id, payment_id) after
+ * (after_order, after_payment) -- (0, "") from the start -- at most max; tries 0. *out
+ * malloc'ed (free()), *n rows; *n < max at the end. */
+int store_voucher_payments(store_t *s, int64_t voucher_id, int64_t after_order,
+                           const char *after_payment, size_t max, store_refund_t **out,
+                           size_t *n);
 
 /* The same CAS moves of a batch, in one transaction (the order writer's events): kind
  * 'c' a cancel (store_order_cancel), 'f' a cancel that frees the buyer

@@ -71,6 +71,14 @@ typedef struct store_ops {
     int (*orders_move)(store_t *s, store_move_t *moves, size_t n);
     /* store_payment_get: payment_id checked (1..STORE_PAYMENT_ID_MAX), out zeroed */
     int (*payment_get)(store_t *s, const char *payment_id, store_payment_t *out);
+    /* store_refunds_due, store_voucher_payments: out and n set to no rows; max >= 1 */
+    int (*refunds_due)(store_t *s, int64_t now, size_t max, store_refund_t **out, size_t *n);
+    int (*voucher_payments)(store_t *s, int64_t voucher_id, int64_t after_order,
+                            const char *after_payment, size_t max, store_refund_t **out,
+                            size_t *n);
+    /* store_refund_lease: payment_id checked, tries >= 0 */
+    int (*refund_lease)(store_t *s, const char *payment_id, int tries, int64_t now,
+                        int64_t until, int claim);
 } store_ops_t;
 
 extern const store_ops_t store_sqlite_ops;
@@ -106,6 +114,33 @@ int store__pay_row(const store_move_t *m, int changed, int was);
     "UPDATE " table " SET status = 6, refund_time = ?, update_time = ? WHERE id = ? AND "   \
     "status = 5 AND NOT EXISTS (SELECT 1 FROM tb_voucher_payment WHERE order_id = ? AND "   \
     "status = 5)"
+
+/* Sync mode's refunds and the rebuild's payments (store_refund_t: payment_id, order_id,
+ * amount, status, tries), the same on both backends. Due: (now, limit). */
+#define STORE_REFUNDS_DUE_SQL                                                              \
+    "SELECT p.payment_id, p.order_id, p.amount, p.status, COALESCE(l.tries, 0) FROM "     \
+    "tb_voucher_payment p LEFT JOIN tb_refund_lease l ON l.payment_id = p.payment_id "    \
+    "WHERE p.status = 5 AND COALESCE(l.next_at, 0) <= ? ORDER BY COALESCE(l.next_at, 0), " \
+    "p.payment_id LIMIT ?"
+/* (voucher, voucher, after_order, after_order, after_payment, limit) */
+#define STORE_VOUCHER_PAYMENTS_SQL                                                         \
+    "SELECT payment_id, order_id, amount, status, 0 FROM tb_voucher_payment WHERE "       \
+    "order_id IN (SELECT id FROM tb_voucher_order WHERE voucher_id = ? UNION ALL SELECT "  \
+    "id FROM tb_voucher_order_cancelled WHERE voucher_id = ?) AND (order_id > ? OR "       \
+    "(order_id = ? AND payment_id > ?)) ORDER BY order_id, payment_id LIMIT ?"
+/* The lease's claim of a refund never tried: (until, payment_id); ignore: the backend's
+ * INSERT that skips an existing key ("OR IGNORE", "IGNORE"). */
+#define STORE_LEASE_FIRST_SQL(ignore)                                                      \
+    "INSERT " ignore " INTO tb_refund_lease (payment_id, tries, next_at) SELECT "          \
+    "payment_id, 1, ? FROM tb_voucher_payment WHERE payment_id = ? AND status = 5"
+/* ... of one tried before: (until, payment_id, tries, now, payment_id) */
+#define STORE_LEASE_NEXT_SQL                                                               \
+    "UPDATE tb_refund_lease SET tries = tries + 1, next_at = ? WHERE payment_id = ? AND "  \
+    "tries = ? AND next_at <= ? AND EXISTS (SELECT 1 FROM tb_voucher_payment WHERE "       \
+    "payment_id = ? AND status = 5)"
+/* ... the holder's back-off: (until, payment_id, tries) */
+#define STORE_LEASE_AGAIN_SQL                                                              \
+    "UPDATE tb_refund_lease SET next_at = ? WHERE payment_id = ? AND tries = ?"
 
 /* Sets s->err (printf-style) and returns STORE_ERR, for `return store__fail(s, ...)`. */
 int store__fail(store_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -77,7 +77,7 @@
 #include "core/url.h"
 
 /* Must equal the version the last statement of sql/schema.mysql.sql writes. */
-#define MYSQL_SCHEMA_VERSION 8
+#define MYSQL_SCHEMA_VERSION 9
 
 /* Multi-row inserts: statements of 2^k rows, k = 0 .. INS_LEVELS-1. */
 #define INS_LEVELS 10
@@ -2390,6 +2390,122 @@ static int my_payment_get(store_t *s, const char *payment_id, store_payment_t *o
     RETRYING(m, 1, do_payment_get(m, payment_id, out));
 }
 
+/* A payment row's result buffers (store_refund_t). */
+typedef struct rfrow {
+    MYSQL_BIND res[5];
+    rstr_t pid;
+    ri64_t oid, amt, st, tries;
+} rfrow_t;
+
+static void rfrow_get(void *bufs, void *out)
+{
+    rfrow_t *r = bufs;
+    store_refund_t *x = out;
+    memset(x, 0, sizeof *x);
+    const char *z = rs(&r->pid);
+    size_t len = strnlen(z, sizeof x->payment_id - 1);   /* the column holds 64 at most */
+    memcpy(x->payment_id, z, len);
+    x->order_id = r->oid.v;
+    x->amount = r->amt.v;
+    x->status = (int)r->st.v;
+    x->tries = (int)r->tries.v;
+}
+
+/* Every row of sql (prepared for this call, params par) as a payment. */
+static int refund_rows(my_t *m, const char *sql, MYSQL_BIND *par, const char *what,
+                       store_refund_t **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    MYSQL_STMT *st = NULL;
+    if (!prepare(m, &st, sql))
+        return STORE_ERR;
+    rfrow_t *r = xcalloc(1, sizeof *r);
+    r_str(&r->res[0], &r->pid);
+    r_i64(&r->res[1], &r->oid);
+    r_i64(&r->res[2], &r->amt);
+    r_i64(&r->res[3], &r->st);
+    r_i64(&r->res[4], &r->tries);
+    void *a = NULL;
+    int rc = all_rows(m, st, par, r->res, what, SIZE_MAX, rfrow_get, r, sizeof **out, 16, &a, n);
+    free(r);
+    mysql_stmt_close(st);
+    if (rc != STORE_OK) {
+        free(a);
+        a = NULL;
+        *n = 0;
+    }
+    *out = a;
+    return rc;
+}
+
+static int do_refunds_due(my_t *m, int64_t now, int64_t limit, store_refund_t **out, size_t *n)
+{
+    MYSQL_BIND par[2];
+    b_i64(&par[0], &now);
+    b_i64(&par[1], &limit);
+    return refund_rows(m, STORE_REFUNDS_DUE_SQL, par, "refunds due", out, n);
+}
+
+static int my_refunds_due(store_t *s, int64_t now, size_t max, store_refund_t **out, size_t *n)
+{
+    my_t *m = (my_t *)s;
+    int64_t limit = max > (size_t)INT64_MAX ? INT64_MAX : (int64_t)max;
+    RETRYING(m, 1, do_refunds_due(m, now, limit, out, n));
+}
+
+static int do_voucher_payments(my_t *m, int64_t vid, int64_t after, const char *after_pay,
+                               int64_t limit, store_refund_t **out, size_t *n)
+{
+    MYSQL_BIND par[6];
+    unsigned long len;
+    b_i64(&par[0], &vid);
+    b_i64(&par[1], &vid);
+    b_i64(&par[2], &after);
+    b_i64(&par[3], &after);
+    b_str(&par[4], after_pay, &len);
+    b_i64(&par[5], &limit);
+    return refund_rows(m, STORE_VOUCHER_PAYMENTS_SQL, par, "voucher payments", out, n);
+}
+
+static int my_voucher_payments(store_t *s, int64_t voucher_id, int64_t after_order,
+                               const char *after_payment, size_t max, store_refund_t **out,
+                               size_t *n)
+{
+    my_t *m = (my_t *)s;
+    int64_t limit = max > (size_t)INT64_MAX ? INT64_MAX : (int64_t)max;
+    RETRYING(m, 1, do_voucher_payments(m, voucher_id, after_order, after_payment, limit, out,
+                                       n));
+}
+
+static int do_refund_lease(my_t *m, const char *pid, int64_t tries, int64_t now, int64_t until,
+                           int claim)
+{
+    MYSQL_BIND par[5];
+    unsigned long len;
+    b_i64(&par[0], &until);
+    b_str(&par[1], pid, &len);
+    b_i64(&par[2], &tries);
+    b_i64(&par[3], &now);
+    b_str(&par[4], pid, &len);
+    const char *sql = !claim ? STORE_LEASE_AGAIN_SQL
+                      : tries == 0 ? STORE_LEASE_FIRST_SQL("IGNORE")
+                                   : STORE_LEASE_NEXT_SQL;
+    int64_t changed = 0;
+    if (once(m, sql, par, NULL, &changed, "refund lease") != STORE_OK)
+        return STORE_ERR;
+    return changed > 0 ? STORE_OK : STORE_NOTFOUND;
+}
+
+/* A claim sent twice (a retry after a lost connection) finds its own tries moved on: not
+ * taken, and the lease it may hold ends by itself. */
+static int my_refund_lease(store_t *s, const char *payment_id, int tries, int64_t now,
+                           int64_t until, int claim)
+{
+    my_t *m = (my_t *)s;
+    RETRYING(m, 1, do_refund_lease(m, payment_id, tries, now, until, claim));
+}
+
 /* A move's CAS of spec sp: with give_unit one multi-table UPDATE moves the status and
  * gives the voucher its unit back (it changes 2 rows or none); with frees the row moves
  * aside; a CAS from 4 that finds nothing in tb_voucher_order runs in
@@ -2579,6 +2695,8 @@ static int my_orders_move(store_t *s, store_move_t *moves, size_t n)
         .shop_update = my_shop_update,                                                  \
         .shop_types = my_shop_types,                                                    \
         .orders_move = my_orders_move, .payment_get = my_payment_get,                   \
+        .refunds_due = my_refunds_due, .voucher_payments = my_voucher_payments,         \
+        .refund_lease = my_refund_lease,                                                \
     }
 
 const store_ops_t store_mysql_ops = MYSQL_OPS("mysql");

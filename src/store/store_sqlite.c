@@ -37,7 +37,7 @@
 #include "core/url.h"
 
 /* Must equal the PRAGMA user_version that sql/schema.sqlite.sql sets. */
-#define SQLITE_SCHEMA_VERSION 8
+#define SQLITE_SCHEMA_VERSION 9
 
 /* How many VM instructions between deadline checks. */
 #define PROGRESS_OPS 1000
@@ -1468,6 +1468,80 @@ static int sq_payment_get(store_t *s, const char *payment_id, store_payment_t *o
     return once_row(q, STORE_PAY_GET_SQL, "payment", payment_row, out, ARGS(A_TEXT(payment_id)));
 }
 
+static void refund_row(sqlite3_stmt *st, void *out)
+{
+    store_refund_t *r = out;
+    col_copy(st, 0, r->payment_id, sizeof r->payment_id);
+    r->order_id = sqlite3_column_int64(st, 1);
+    r->amount = sqlite3_column_int64(st, 2);
+    r->status = sqlite3_column_int(st, 3);
+    r->tries = sqlite3_column_int(st, 4);
+}
+
+/* Every row of sql (prepared for this call) as a payment (store_refund_t). */
+static int refunds_once(sq_t *q, const char *sql, const char *what, store_refund_t **out,
+                        size_t *n, const sq_arg_t *args, int nargs)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(q->db, sql, -1, &st, NULL) != SQLITE_OK)
+        return sq_fail(q, what);
+    void *a = NULL;
+    int rc = all_rows(q, st, what, refund_row, sizeof **out, 16, &a, n, args, nargs);
+    sqlite3_finalize(st);
+    if (rc != STORE_OK) {
+        free(a);
+        a = NULL;
+        *n = 0;
+    }
+    *out = a;
+    return rc;
+}
+
+static int64_t limit_of(size_t max)
+{
+    return max > (size_t)INT64_MAX ? INT64_MAX : (int64_t)max;
+}
+
+static int sq_refunds_due(store_t *s, int64_t now, size_t max, store_refund_t **out, size_t *n)
+{
+    sq_t *q = (sq_t *)s;
+    call_begin(q);
+    return refunds_once(q, STORE_REFUNDS_DUE_SQL, "refunds due", out, n,
+                        ARGS(A_INT(now), A_INT(limit_of(max))));
+}
+
+static int sq_voucher_payments(store_t *s, int64_t voucher_id, int64_t after_order,
+                               const char *after_payment, size_t max, store_refund_t **out,
+                               size_t *n)
+{
+    sq_t *q = (sq_t *)s;
+    call_begin(q);
+    return refunds_once(q, STORE_VOUCHER_PAYMENTS_SQL, "voucher payments", out, n,
+                        ARGS(A_INT(voucher_id), A_INT(voucher_id), A_INT(after_order),
+                             A_INT(after_order), A_TEXT(after_payment), A_INT(limit_of(max))));
+}
+
+static int sq_refund_lease(store_t *s, const char *payment_id, int tries, int64_t now,
+                           int64_t until, int claim)
+{
+    sq_t *q = (sq_t *)s;
+    call_begin(q);
+    int rc;
+    if (!claim)
+        rc = once_row(q, STORE_LEASE_AGAIN_SQL, "refund lease", NULL, NULL,
+                      ARGS(A_INT(until), A_TEXT(payment_id), A_INT(tries)));
+    else if (tries == 0)
+        rc = once_row(q, STORE_LEASE_FIRST_SQL("OR IGNORE"), "refund lease", NULL, NULL,
+                      ARGS(A_INT(until), A_TEXT(payment_id)));
+    else
+        rc = once_row(q, STORE_LEASE_NEXT_SQL, "refund lease", NULL, NULL,
+                      ARGS(A_INT(until), A_TEXT(payment_id), A_INT(tries), A_INT(now),
+                           A_TEXT(payment_id)));
+    if (rc == STORE_ERR)
+        return STORE_ERR;
+    return sqlite3_changes(q->db) > 0 ? STORE_OK : STORE_NOTFOUND;
+}
+
 /* A 'f' move's row, cancelled (by this move, or by one that was not moved aside), goes
  * to tb_voucher_order_cancelled (OR REPLACE: a row put there again after a replay is the
  * same order) and leaves tb_voucher_order. */
@@ -1870,6 +1944,9 @@ const store_ops_t store_sqlite_ops = {
     .order_sync = sq_order_sync,
     .orders_move = sq_orders_move,
     .payment_get = sq_payment_get,
+    .refunds_due = sq_refunds_due,
+    .voucher_payments = sq_voucher_payments,
+    .refund_lease = sq_refund_lease,
     .voucher_orders = sq_voucher_orders,
     .exec = sq_exec,
     .exec_orders = sq_exec_orders,

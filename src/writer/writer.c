@@ -238,6 +238,8 @@ static int redis_ensure(writer_t *wr)
         wr->streams[i].group_ok = 0;
         /* and the drained set may be gone with them: read it again, re-mark */
         wr->streams[i].drained = wr->streams[i].drained_known = 0;
+        /* and the refund outboxes looked at again (a rebuild may have refilled them) */
+        wr->streams[i].refund_group = wr->streams[i].refund_quiet = 0;
     }
     wr->streams_at = 0;
     wr->reg_card = -1;
@@ -1111,7 +1113,10 @@ void *writer_main(void *arg)
                 if (writer_life_sweep(wr) != 0)
                     continue;
             }
-            writer_nap(wr, wr->block_ms < STREAMS_REFRESH_MS ? wr->block_ms : STREAMS_REFRESH_MS);
+            /* (a refund command running: its exit looked for sooner, writer_refund.c) */
+            writer_nap(wr, writer_refund_block_ms(wr, wr->block_ms < STREAMS_REFRESH_MS
+                                                          ? wr->block_ms
+                                                          : STREAMS_REFRESH_MS));
             wr->streams_at = 0;
             continue;
         }

@@ -25,10 +25,21 @@
  * killed after --refund-command-timeout-ms; the writer's loop reaps them every pass
  * (waitpid WNOHANG; every REFUND_POLL_MS while one runs): the loop never waits for one.
  *
+ * Sync mode keeps no outbox: its refunds are SQL's payment rows at 5 (the payment's own
+ * transaction wrote them, store.h move 'y'), and this file sends them the same way, from a
+ * pass over SQL every REFUND_SQL_EVERY_MS (store_refunds_due: a page of at most the free
+ * command slots). Each send first takes the row's lease in tb_refund_lease
+ * (store_refund_lease: a CAS on its tries), until the command's time limit plus
+ * REFUND_LEASE_SLACK_S, so of several instances one sends it at a time; a failed send sets
+ * the lease's end to its back-off (as the outbox's, in seconds), a sender that died leaves
+ * it to run out. Exit 0: the same mark, the row and the order 5 -> 6 with refund_time.
+ *
  * Cost: nothing per order or per grab. Per pass (every 500 ms) one XPENDING and one
  * XREADGROUP per stream whose outbox is not known empty; an outbox found empty is looked
  * at again once a refund event of its stream is applied, or every REFUND_RECHECK_MS
- * (another instance's refunds, left pending by a crash). */
+ * (another instance's refunds, left pending by a crash). Sync mode: one indexed read of
+ * the payments at 5 per second, by one writer per instance; per refund sent, one lease
+ * statement, the command and the mark (and one more statement per failed send). */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -49,12 +60,16 @@
 #define REFUND_BACKOFF_MAX_MS 60000
 #define REFUND_RECHECK_MS 60000     /* quiet outboxes looked at again */
 #define REFUND_POLL_MS 50           /* a running command's exit looked for */
+#define REFUND_SQL_EVERY_MS 1000    /* sync mode: SQL's refunds due looked for */
+#define REFUND_LEASE_SLACK_S 10     /* sync mode: a send's lease beyond its time limit */
 
 /* A refund in this writer's hands: its command running, or sent and not yet marked in
  * SQL (then no command: only the mark and the ack are retried). */
 typedef struct rjob {
     int used;
     int sent;                       /* the command exited 0 (or there is none) */
+    int sql;                        /* sync mode's: no outbox entry, a lease held at tries */
+    int tries;
     pid_t pid;                      /* running: its process (group) */
     uint64_t deadline;
     char key[96];                   /* the outbox */
@@ -69,6 +84,7 @@ struct wrefund {
     uint64_t recheck_at;
     int64_t published;              /* the refunds_pending gauge: this writer's share */
     int running;                    /* jobs in hand at the last pass */
+    uint64_t sql_at;                /* sync mode: the next pass over SQL */
 };
 
 int writer_refund_block_ms(const writer_t *wr, int block_ms)
@@ -151,7 +167,34 @@ static int mark_sent(writer_t *wr, rjob_t *j)
     }
     metric_inc(&wr->m->refunds_sent);
     j->used = 0;
-    return ack(wr, j->key, j->id);
+    return j->sql ? 0 : ack(wr, j->key, j->id);
+}
+
+/* The back-off of an entry delivered n times: 250 ms after the first (mostly an entry
+ * whose event was not yet in SQL), then 1 s, doubling, at most the maximum. */
+static int64_t backoff_ms(int64_t deliveries)
+{
+    if (deliveries <= 1)
+        return 250;
+    int64_t ms = 1000;
+    for (int64_t i = 2; i < deliveries && ms < REFUND_BACKOFF_MAX_MS; i++)
+        ms *= 2;
+    return ms < REFUND_BACKOFF_MAX_MS ? ms : REFUND_BACKOFF_MAX_MS;
+}
+
+/* A send that failed: the job is freed; an outbox entry stays pending (sent again after
+ * its back-off), a sync mode refund's lease ends at its back-off (when SQL fails here, at
+ * the lease's own end). */
+static void failed(writer_t *wr, rjob_t *j)
+{
+    metric_inc(&wr->m->refunds_failed);
+    j->used = 0;
+    if (!j->sql || !wr->st)
+        return;
+    int64_t now = clock_wall_s();
+    if (store_refund_lease(wr->st, j->pay_id, j->tries, now,
+                           now + (backoff_ms(j->tries) + 999) / 1000, 0) == STORE_ERR)
+        metric_inc(&wr->m->sql_errors);
 }
 
 /* Reaps the commands that ended (or kills those past their deadline). 0, or -1. */
@@ -189,8 +232,7 @@ static int reap(writer_t *wr, struct wrefund *r)
                 log_error("writer: refund of order %lld payment %s amount %lld NOT sent (%s): "
                           "tried again later", (long long)j->order_id, j->pay_id,
                           (long long)j->amount, why);
-                metric_inc(&wr->m->refunds_failed);
-                j->used = 0;
+                failed(wr, j);
                 continue;
             }
             log_info("writer: refund sent: order %lld payment %s amount %lld",
@@ -209,7 +251,7 @@ static int hold(writer_t *wr, struct wrefund *r)
 {
     size_t sent = 0;
     for (int i = 0; i < r->max; i++) {
-        if (!r->jobs[i].used)
+        if (!r->jobs[i].used || r->jobs[i].sql)
             continue;
         size_t n = 0;
         writer_args(wr, &n, "XCLAIM");
@@ -236,6 +278,28 @@ static const char *field(const redisReply *f, const char *name)
         if (str_eq(f->element[i], name) && is_str(f->element[i + 1]))
             return f->element[i + 1]->str;
     return NULL;
+}
+
+/* Job j (its refund, SQL's row at 5) sent: its command started, or without
+ * --refund-command logged and marked. 0, or -1 when the connection was lost. */
+static int start(writer_t *wr, rjob_t *j)
+{
+    const config_t *cfg = &wr->app->cfg;
+    if (!cfg->refund_command[0]) {
+        log_warn("writer: refund due (no --refund-command: send it by hand): order %lld "
+                 "payment %s amount %lld", (long long)j->order_id, j->pay_id,
+                 (long long)j->amount);
+        j->sent = 1;
+        return mark_sent(wr, j);
+    }
+    life_refund_env_t e;
+    life_refund_env(&e, j->order_id, j->pay_id, j->amount);
+    if (runcmd_spawn(cfg->refund_command, e.env, &j->pid) != 0) {
+        failed(wr, j);   /* after its back-off */
+        return 0;
+    }
+    j->deadline = clock_mono_ms() + (uint64_t)cfg->refund_command_timeout_ms;
+    return 0;
 }
 
 /* One outbox entry (id, its fields) taken by this writer: sent, acked or left for later.
@@ -280,34 +344,7 @@ static int take(writer_t *wr, struct wrefund *r, const char *key, const char *id
         j->used = 0;
         return ack(wr, key, id);
     }
-    const config_t *cfg = &wr->app->cfg;
-    if (!cfg->refund_command[0]) {
-        log_warn("writer: refund due (no --refund-command: send it by hand): order %lld "
-                 "payment %s amount %lld", (long long)order_id, p, (long long)amount);
-        j->sent = 1;
-        return mark_sent(wr, j);
-    }
-    life_refund_env_t e;
-    life_refund_env(&e, order_id, p, amount);
-    if (runcmd_spawn(cfg->refund_command, e.env, &j->pid) != 0) {
-        metric_inc(&wr->m->refunds_failed);
-        j->used = 0;   /* after its back-off */
-        return 0;
-    }
-    j->deadline = clock_mono_ms() + (uint64_t)cfg->refund_command_timeout_ms;
-    return 0;
-}
-
-/* The back-off of an entry delivered n times: 250 ms after the first (mostly an entry
- * whose event was not yet in SQL), then 1 s, doubling, at most the maximum. */
-static int64_t backoff_ms(int64_t deliveries)
-{
-    if (deliveries <= 1)
-        return 250;
-    int64_t ms = 1000;
-    for (int64_t i = 2; i < deliveries && ms < REFUND_BACKOFF_MAX_MS; i++)
-        ms *= 2;
-    return ms < REFUND_BACKOFF_MAX_MS ? ms : REFUND_BACKOFF_MAX_MS;
+    return start(wr, j);
 }
 
 /* The outbox's consumer group, once per stream: 1 made or there, 0 no outbox (nothing to
@@ -418,6 +455,53 @@ static int outbox(writer_t *wr, struct wrefund *r, wstream_t *s, const char *key
     return 0;
 }
 
+/* Sync mode: the payments SQL has at 5 and due, each sent under its lease (the header).
+ * Run by one writer per instance (on a Redis Cluster the sub-writer the SQL scan runs in,
+ * writer_life.c), only with a command slot free. */
+static void sync_pass(writer_t *wr, struct wrefund *r)
+{
+    size_t slots = 0;
+    for (int i = 0; i < r->max; i++)
+        slots += !r->jobs[i].used;
+    if (slots == 0 || (wr->node_mode && !(wr->rcs && writer_cluster_mine(wr, KEY_STREAMS))))
+        return;
+    char err[256] = "";
+    if (!wr->st)
+        wr->st = store_open(wr->app->db_url, wr->sql_timeout_ms, err, sizeof err);
+    store_refund_t *due = NULL;
+    size_t n = 0;
+    int64_t now = clock_wall_s();
+    if (!wr->st || store_refunds_due(wr->st, now, slots, &due, &n) != STORE_OK) {
+        log_warn("writer: sync mode's refunds due: %s", wr->st ? store_errmsg(wr->st) : err);
+        metric_inc(&wr->m->sql_errors);
+        return;
+    }
+    int64_t lease = (wr->app->cfg.refund_command_timeout_ms + 999) / 1000 + REFUND_LEASE_SLACK_S;
+    for (size_t i = 0; i < n; i++) {
+        const store_refund_t *d = &due[i];
+        int mine = 0;
+        for (int k = 0; k < r->max; k++)
+            mine |= r->jobs[k].used && r->jobs[k].sql &&
+                    strcmp(r->jobs[k].pay_id, d->payment_id) == 0;
+        rjob_t *j = free_job(r);
+        if (mine || !j)
+            continue;
+        int rc = store_refund_lease(wr->st, d->payment_id, d->tries, now, now + lease, 1);
+        if (rc == STORE_ERR) {
+            log_warn("writer: sync mode's refund lease: %s", store_errmsg(wr->st));
+            metric_inc(&wr->m->sql_errors);
+            break;
+        }
+        if (rc != STORE_OK)
+            continue;   /* another instance sends it */
+        *j = (rjob_t){.used = 1, .sql = 1, .tries = d->tries + 1, .order_id = d->order_id,
+                      .amount = d->amount};
+        snprintf(j->pay_id, sizeof j->pay_id, "%s", d->payment_id);
+        start(wr, j);   /* (no Redis: never -1) */
+    }
+    free(due);
+}
+
 int writer_refund_run(writer_t *wr)
 {
     if (!wr->rc)
@@ -426,6 +510,10 @@ int writer_refund_run(writer_t *wr)
     if (reap(wr, r) != 0 || hold(wr, r) != 0)
         return -1;
     uint64_t now = clock_mono_ms();
+    if (wr->app->cfg.mode == MODE_SYNC && now >= r->sql_at) {
+        r->sql_at = now + REFUND_SQL_EVERY_MS;
+        sync_pass(wr, r);
+    }
     if (now >= r->recheck_at) {
         r->recheck_at = now + REFUND_RECHECK_MS;
         for (size_t si = 0; si < wr->nstreams; si++)

@@ -352,6 +352,16 @@ static void test_schema_idempotent(void **state)
         store_close(s2);
     }
 
+    /* A version-8 database reaches 9 with tb_refund_lease. */
+    B->exec(f, "DROP TABLE tb_refund_lease");
+    B->set_schema_version(f, 8);
+    s2 = open_ok(f->url, 2000);
+    store_refund_t *due = NULL;
+    size_t ndue = 0;
+    assert_int_equal(store_refunds_due(s2, 1700000000, 10, &due, &ndue), STORE_OK);
+    assert_int_equal(ndue, 0);
+    store_close(s2);
+
     /* A database from a newer build is refused. */
     B->set_schema_version(f, 99);
     char err[512] = "";
@@ -916,6 +926,89 @@ static void test_orders_move_frees(void **state)
     assert_int_equal(stock, 5);
 }
 
+/* Sync mode's refund sender's reads and lease (store_refunds_due, store_refund_lease): a
+ * payment at 5 is due until a claim takes it; a second claim at the same tries loses; the
+ * holder's back-off makes it due again at its end, and a claim then takes it as tries + 1;
+ * once sent (6) it is neither due nor claimed. The rebuild's store_voucher_payments pages
+ * a voucher's payments of both order tables by (order, payment). */
+static void test_refund_lease(void **state)
+{
+    FX(f);
+    int64_t v = create_seckill(f->s, 1, 5);
+    store_order_t o[2] = {mk(8300, 9201, v, 1700000100), mk(8301, 9202, v, 1700000100)};
+    size_t ins = 0, conf = 0;
+    assert_int_equal(store_orders_write(f->s, o, 2, &ins, &conf, NULL), STORE_OK);
+    int was = 0;
+    assert_int_equal(store_order_cancel(f->s, 8300, 1700000150, &was), STORE_OK);
+    assert_int_equal(store_order_cancel_free(f->s, 8301, 1700000150, &was), STORE_OK);
+    /* sync mode's payments of the two cancelled orders, and a second one of 8300: 5 */
+    static const char *const pids[3] = {"pay-b", "pay-a", "pay-c"};
+    static const int64_t of[3] = {8300, 8300, 8301};
+    for (int i = 0; i < 3; i++) {
+        store_move_t y = {.order_id = of[i], .now = 1700000200, .kind = 'y', .amount = 500};
+        snprintf(y.payment_id, sizeof y.payment_id, "%s", pids[i]);
+        assert_int_equal(store_orders_move(f->s, &y, 1), STORE_OK);
+        assert_int_equal(y.pay_status, 5);
+    }
+    store_refund_t *d = NULL;
+    size_t n = 0;
+    assert_int_equal(store_refunds_due(f->s, 1700000300, 10, &d, &n), STORE_OK);
+    assert_int_equal(n, 3);
+    assert_int_equal(d[0].tries, 0);
+    assert_int_equal(d[0].status, 5);
+    free(d);
+    assert_int_equal(store_refund_lease(f->s, "pay-a", 0, 1700000300, 1700000315, 1), STORE_OK);
+    assert_int_equal(store_refund_lease(f->s, "pay-a", 0, 1700000300, 1700000315, 1),
+                     STORE_NOTFOUND);   /* another sender: too late */
+    assert_int_equal(store_refunds_due(f->s, 1700000300, 10, &d, &n), STORE_OK);
+    assert_int_equal(n, 2);   /* pay-a is leased */
+    free(d);
+    /* its send failed: due again after the back-off, taken as tries 2 once */
+    assert_int_equal(store_refund_lease(f->s, "pay-a", 1, 1700000301, 1700000302, 0), STORE_OK);
+    assert_int_equal(store_refunds_due(f->s, 1700000301, 10, &d, &n), STORE_OK);
+    assert_int_equal(n, 2);
+    free(d);
+    assert_int_equal(store_refund_lease(f->s, "pay-a", 1, 1700000301, 1700000320, 1),
+                     STORE_NOTFOUND);   /* not yet */
+    assert_int_equal(store_refunds_due(f->s, 1700000302, 10, &d, &n), STORE_OK);
+    assert_int_equal(n, 3);
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(d[i].payment_id, "pay-a") == 0)
+            assert_int_equal(d[i].tries, 1);
+    free(d);
+    assert_int_equal(store_refund_lease(f->s, "pay-a", 1, 1700000302, 1700000320, 1), STORE_OK);
+    assert_int_equal(store_refund_lease(f->s, "pay-a", 1, 1700000302, 1700000320, 1),
+                     STORE_NOTFOUND);
+    /* sent: 6, not due, not claimed even with its lease over */
+    store_move_t sent = {.order_id = 8300, .now = 1700000310, .kind = 's'};
+    snprintf(sent.payment_id, sizeof sent.payment_id, "pay-a");
+    assert_int_equal(store_orders_move(f->s, &sent, 1), STORE_OK);
+    assert_int_equal(store_refund_lease(f->s, "pay-a", 2, 1700000400, 1700000420, 1),
+                     STORE_NOTFOUND);
+    assert_int_equal(store_refund_lease(f->s, "pay-c", 0, 1700000400, 1700000420, 1), STORE_OK);
+    assert_int_equal(store_refunds_due(f->s, 1700000400, 10, &d, &n), STORE_OK);
+    assert_int_equal(n, 1);
+    assert_string_equal(d[0].payment_id, "pay-b");
+    free(d);
+    /* the voucher's payments, both tables, by (order, payment), in pages of 2 */
+    assert_int_equal(store_voucher_payments(f->s, v, 0, "", 2, &d, &n), STORE_OK);
+    assert_int_equal(n, 2);
+    assert_string_equal(d[0].payment_id, "pay-a");
+    assert_int_equal(d[0].status, 6);
+    assert_int_equal(d[0].amount, 500);
+    assert_string_equal(d[1].payment_id, "pay-b");
+    assert_int_equal(d[1].order_id, 8300);
+    free(d);
+    assert_int_equal(store_voucher_payments(f->s, v, 8300, "pay-b", 2, &d, &n), STORE_OK);
+    assert_int_equal(n, 1);
+    assert_string_equal(d[0].payment_id, "pay-c");
+    assert_int_equal(d[0].order_id, 8301);
+    assert_int_equal(d[0].status, 5);
+    free(d);
+    assert_int_equal(store_voucher_payments(f->s, v + 1, 0, "", 2, &d, &n), STORE_OK);
+    assert_int_equal(n, 0);
+}
+
 /* The lab's course steps (lab_store.c, through store_exec and store_exec_orders): made by
  * the lab, not the schema; one autocommit statement each, the stock guards as the course
  * writes them, and lab_voucher_order without UNIQUE(user, voucher) -- counted and listed in
@@ -1202,11 +1295,12 @@ static void test_mysql_engine_and_version(void **state)
 {
     FX(f);
     MYSQL *m = admin(f->db);
-    assert_int_equal(sql_int(m, "SELECT version FROM schema_version WHERE id = 1"), 8);
+    assert_int_equal(sql_int(m, "SELECT version FROM schema_version WHERE id = 1"), 9);
     assert_int_equal(sql_int(m, "SELECT COUNT(*) FROM information_schema.tables WHERE "
                                 "table_schema = DATABASE() AND engine = 'InnoDB' AND "
                                 "table_collation LIKE 'utf8mb4%'"),
-                     12);   /* with tb_voucher_order_cancelled (7) and tb_voucher_payment (8) */
+                     13);   /* with tb_voucher_order_cancelled (7), tb_voucher_payment (8) and
+                               tb_refund_lease (9) */
     mysql_close(m);
 }
 
@@ -1424,6 +1518,7 @@ int main(void)
         CONTRACT(test_sync_order),
         CONTRACT(test_orders_move_batch),
         CONTRACT(test_orders_move_frees),
+        CONTRACT(test_refund_lease),
         CONTRACT(test_lab_calls),
         CONTRACT(test_exec_orders),
         CONTRACT(test_shops),
