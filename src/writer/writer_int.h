@@ -108,6 +108,8 @@ struct writer {
     redisContext *rc;
     rarena_t *arena;                 /* every reply of rc lives here (rarena.h): reset
                                       * before each read and each turn of the loop */
+    rarena_t *side_arena;            /* ... but the deadline sweeps' while a batch waits for
+                                      * SQL (its entries borrow from arena): sql_wait */
     int redis_backoff_ms;
     uint64_t redis_retry_at;
     int redis_down;                  /* a failure has been logged, not yet recovered */
@@ -258,6 +260,11 @@ int writer_life_held(writer_t *wr, const wentry_t *e, const store_order_t *order
  * may still have some, from the sweep's cursor up to now - timeout; at most every 500 ms):
  * 0, or -1 when the connection was lost. */
 int writer_life_sweep(writer_t *wr);
+/* The payment deadlines of the streams alone, when due (every 500 ms; sooner while a wave
+ * has more due): writer.c runs it while a batch waits for SQL, so a database outage does
+ * not hold back the timeouts -- decided in Redis, their events wait in the stream for SQL.
+ * No SQL, no refund outbox. 0, or -1 when the connection was lost. */
+int writer_life_deadlines(writer_t *wr);
 
 /* ---- writer_refund.c */
 

@@ -659,22 +659,20 @@ static int scanner(writer_t *wr)
     return !wr->node_mode || (wr->rcs != NULL && writer_cluster_mine(wr, KEY_STREAMS));
 }
 
-int writer_life_sweep(writer_t *wr)
+/* The streams' deadlines (stream mode): every stream this writer reads, from its cursor up
+ * to now - timeout, for at most SWEEP_BUDGET_MS. 0 (*more: the time ran out with more
+ * due), or -1 when the connection was lost. No SQL: the streams hold every order Redis
+ * knows, and the script decides from Redis's state alone. */
+static int sweep_streams(writer_t *wr, int *more)
 {
-    if (writer_refund_run(wr) != 0)
-        return -1;
-    if (!timeouts_on(wr) || clock_mono_ms() < wr->timeouts_at)
-        return 0;
-    wr->timeouts_at = clock_mono_ms() + DUE_EVERY_MS;
     int64_t now = (int64_t)time(NULL);
     uint64_t mono = clock_mono_ms();
-    /* the streams first: they hold every order Redis knows; an entry of millisecond <= end
-     * is past its deadline */
+    /* an entry of millisecond <= end is past its deadline */
     char end[32];
     snprintf(end, sizeof end, "%lld",
              (long long)((int64_t)clock_wall_ms() - (int64_t)wr->app->cfg.pay_timeout_s * 1000));
     expire_call_t c = {0};
-    int more = 0, rc = 0;
+    int rc = 0;
     size_t nstreams = wr->app->cfg.mode == MODE_STREAM ? wr->nstreams : 0;
     for (size_t si = 0; si < nstreams && !stopping(wr) && rc >= 0; si++) {
         wstream_t *s = &wr->streams[si];
@@ -682,12 +680,41 @@ int writer_life_sweep(writer_t *wr)
         if (s->vknown && now > s->vend + wr->app->cfg.pay_timeout_s + SWEEP_AFTER_S)
             continue;
         rc = sweep_stream(wr, s, end, mono + SWEEP_BUDGET_MS, &c);
-        more |= rc > 0;
+        *more |= rc > 0;
     }
     free(c.dec);
-    if (rc < 0)
+    return rc < 0 ? -1 : 0;
+}
+
+int writer_life_deadlines(writer_t *wr)
+{
+    if (!timeouts_on(wr) || wr->app->cfg.mode != MODE_STREAM || !wr->rc ||
+        clock_mono_ms() < wr->timeouts_at)
+        return 0;
+    uint64_t start = clock_mono_ms();
+    wr->timeouts_at = start + DUE_EVERY_MS;
+    int more = 0;
+    if (sweep_streams(wr, &more) != 0)
         return -1;
-    mono = clock_mono_ms();
+    /* more due than one pass's time: the next pass after a pause as long as this one (the
+     * sale's grabs share Redis with the wave, half and half, as beside the batches) */
+    if (more)
+        wr->timeouts_at = 2 * clock_mono_ms() - start;
+    return 0;
+}
+
+int writer_life_sweep(writer_t *wr)
+{
+    if (writer_refund_run(wr) != 0)
+        return -1;
+    if (!timeouts_on(wr) || clock_mono_ms() < wr->timeouts_at)
+        return 0;
+    wr->timeouts_at = clock_mono_ms() + DUE_EVERY_MS;
+    /* the streams first: they hold every order Redis knows */
+    int more = 0;
+    if (sweep_streams(wr, &more) != 0)
+        return -1;
+    uint64_t mono = clock_mono_ms();
     if (mono >= wr->scan_at && scanner(wr)) {
         /* the backstop every quarter of the timeout, 1 s to 60 s; sync mode's timeout at
          * every pass; at once again while pages come full */
@@ -695,7 +722,7 @@ int writer_life_sweep(writer_t *wr)
         if (every > 0)
             every = every < 1000 ? 1000 : every > 60000 ? 60000 : every;
         wr->scan_at = mono + (uint64_t)every;
-        rc = scan_sql(wr, mono + SWEEP_BUDGET_MS);
+        int rc = scan_sql(wr, mono + SWEEP_BUDGET_MS);
         if (rc < 0)
             return -1;
         if (rc > 0)
