@@ -458,19 +458,43 @@ static int publish_bucket(redisContext *c, redisContext *g, const rebuild_opts_t
     return REBUILD_BUSY;   /* the lock expired under us: someone else owns the rebuild */
 }
 
-/* Step 1's lock: SET kl <token> NX PX with a fresh token (into token). 1 taken, 0 held by
- * another rebuilder, -1 Redis failed (err). */
-static int lock_voucher(redisContext *c, const char *kl, const rebuild_opts_t *o, char *token,
-                        size_t toklen, char *err, size_t errlen)
+/* 16 random hex digits into hex[17]. */
+static void random_hex(char hex[17])
 {
     unsigned char rnd[8];
     if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
         uint64_t t = (uint64_t)time(NULL) ^ (uint64_t)clock();
         memcpy(rnd, &t, sizeof rnd);
     }
-    snprintf(token, toklen, "%s:%02x%02x%02x%02x%02x%02x%02x%02x",
-             o->owner && o->owner[0] ? o->owner : "seckill", rnd[0], rnd[1], rnd[2], rnd[3],
-             rnd[4], rnd[5], rnd[6], rnd[7]);
+    for (int i = 0; i < 8; i++)
+        snprintf(hex + 2 * i, 3, "%02x", rnd[i]);
+}
+
+/* After a rebuild published: a new token in KEY_REBUILT (on g, the registry's node), so the
+ * payment-timeout scans read SQL's unpaid orders from the first again -- the rebuild may
+ * have brought back unpaid orders whose timeout Redis had decided and lost with the stream
+ * before SQL had it, which a scan cursor already past them would never read again. A
+ * failure is logged (those orders then wait for the scanner's next start). */
+static void mark_rebuilt(redisContext *g, int64_t vid)
+{
+    char hex[17], why[256];
+    random_hex(hex);
+    redisReply *r = rconn_cmdf(g, why, sizeof why, "SET %s %s", KEY_REBUILT, hex);
+    if (!r || r->type == REDIS_REPLY_ERROR)
+        log_warn("rebuild: voucher %lld: SET %s: %s (the payment-timeout scan is not told to "
+                 "read SQL from the start again)", (long long)vid, KEY_REBUILT,
+                 r ? r->str : why);
+    freeReplyObject(r);
+}
+
+/* Step 1's lock: SET kl <token> NX PX with a fresh token (into token). 1 taken, 0 held by
+ * another rebuilder, -1 Redis failed (err). */
+static int lock_voucher(redisContext *c, const char *kl, const rebuild_opts_t *o, char *token,
+                        size_t toklen, char *err, size_t errlen)
+{
+    char hex[17];
+    random_hex(hex);
+    snprintf(token, toklen, "%s:%s", o->owner && o->owner[0] ? o->owner : "seckill", hex);
     char why[256];
     redisReply *r = rconn_cmdf(c, why, sizeof why, "SET %s %s NX PX %d", kl, token,
                                o->lock_ttl_ms > 0 ? o->lock_ttl_ms : LOCK_TTL_MS);
@@ -608,6 +632,8 @@ static int rebuild_partial(redisContext *c, redisContext *g, store_t *st, int64_
         }
         freeReplyObject(r);
     }
+    if (rc == REBUILD_DONE)
+        mark_rebuilt(g, vid);
 out:
     if (locked)
         unlock(c, kl, token);
@@ -802,6 +828,8 @@ int rebuild_voucher(redisContext *c, redisContext *g, store_t *st, int64_t vid,
         pairs_free(&ba);
     }
     locked = 0;   /* the script released it (or it was no longer ours) */
+    if (rc == REBUILD_DONE)
+        mark_rebuilt(g, vid);
 out:
     if (locked)
         unlock(c, kl, token);

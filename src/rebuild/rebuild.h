@@ -24,7 +24,8 @@
  *      src/rebuild/rebuild.lua, atomically: if the lock is still ours and the voucher
  *      still has no stock, rename both into place, create the stream's group (MKSTREAM),
  *      write the hash (stock, begin, end, ep, seeded, returned, paid, timedout, freed) -- the
- *      sale resumes.
+ *      sale resumes. Then a new random token in KEY_REBUILT: the payment-timeout SQL scans
+ *      read SQL's unpaid orders from the first again (src/writer/writer_life.c).
  *
  * A voucher in K > 1 stock buckets (K from SQL) comes back in K buckets: the stock split
  * as at creation (buckets_share of the stock computed in 3, so the sum is exact), each buyer

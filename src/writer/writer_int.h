@@ -130,6 +130,8 @@ struct writer {
                                       * refunds' reaping may call it more often) */
     uint64_t scan_at;                /* ... and its SQL scan's */
     int64_t scan_id;                 /* ... which reads SQL's orders after this id */
+    char rebuilt[24];                /* ... and KEY_REBUILT at its last pass: a new value, */
+    int rebuilt_known;               /* from 0 again (writer_life.c) */
     size_t sweep_next;               /* writer_sweep_run's round-robin position in streams */
     long long reg_card;              /* single Redis: members of seckill:streams at the last
                                       * full read (-1: none since the connection opened) */

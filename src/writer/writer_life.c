@@ -636,6 +636,38 @@ static int scan_page(writer_t *wr, int *full)
     return expire_answers(wr, sent, "SQL scan", NULL) < 0 ? -1 : 0;
 }
 
+/* Stream mode: a rebuild from SQL since the last pass (KEY_REBUILT changed) sends the scan
+ * back to SQL's first order. The rebuild brings unpaid orders back with their buyers in
+ * a new stream the sweep has no entry of -- among them orders whose timeout Redis had
+ * decided and lost with the old stream before SQL had its event, which this cursor passed
+ * then (the script's "already"); read again, their deadlines are decided anew. On a
+ * cluster the scanner's node holds the key (the registry's slot). 0, or -1 when the
+ * connection was lost. */
+static int scan_rebuilt(writer_t *wr)
+{
+    if (sync_mode(wr))
+        return 0;
+    size_t n = 0;
+    writer_args(wr, &n, "GET");
+    writer_args(wr, &n, KEY_REBUILT);
+    redisReply *r = writer_cmd(wr, n);
+    if (r == NULL)
+        return writer_redis_fail(wr, "GET " KEY_REBUILT, NULL);
+    if (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_NIL)
+        return 0;   /* (MOVED: the slot map changed; the scanner is chosen again) */
+    char now[sizeof wr->rebuilt] = "";
+    if (r->type == REDIS_REPLY_STRING)
+        snprintf(now, sizeof now, "%.*s", (int)r->len, r->str);
+    if (wr->rebuilt_known && strcmp(now, wr->rebuilt) != 0 && wr->scan_id > 0) {
+        log_info("writer: SQL scan: a voucher was rebuilt from SQL; reading SQL's unpaid "
+                 "orders from the first again");
+        wr->scan_id = 0;
+    }
+    memcpy(wr->rebuilt, now, sizeof now);
+    wr->rebuilt_known = 1;
+    return 0;
+}
+
 /* The scan's pass: pages while they come full, until until. 0, 1 when the time ran out
  * with more to read, or -1 when the connection was lost. */
 static int scan_sql(writer_t *wr, uint64_t until)
@@ -722,6 +754,8 @@ int writer_life_sweep(writer_t *wr)
         if (every > 0)
             every = every < 1000 ? 1000 : every > 60000 ? 60000 : every;
         wr->scan_at = mono + (uint64_t)every;
+        if (scan_rebuilt(wr) != 0)
+            return -1;
         int rc = scan_sql(wr, mono + SWEEP_BUDGET_MS);
         if (rc < 0)
             return -1;
