@@ -69,6 +69,9 @@
 #define CHANNEL_REVOKE "seckill:revoke"
 #define KEY_STREAMS "seckill:streams"
 #define KEY_DRAINED "{seckill:streams}:drained"
+/* a random token each rebuild from SQL writes (src/rebuild/): the payment-timeout scan
+ * starts again from SQL's first order when it changes (src/writer/writer_life.c) */
+#define KEY_REBUILT "{seckill:streams}:rebuilt"
 #define KEY_INSTANCE "seckill:instance"
 #define KEY_BOARD_INSTANCES "seckill:{board}:instances"
 /* + an instance name: its last board snapshot (board.lua writes it, with a TTL) */

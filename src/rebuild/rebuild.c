@@ -129,16 +129,16 @@ static int read_sql_orders(store_t *st, int64_t vid, int pay_timeout_s, unsigned
 }
 
 /* The orders SQL has (either table) of bucket b of k's home users that are not entries of
- * the surviving stream (ids, sorted; only bucket 0's is read): `seeded`, so the audit's
- * stream entries = buyers + freed - seeded. */
+ * its surviving stream (ids: every surviving stream's order ids, sorted -- an order is an
+ * entry of its buyer's home bucket's stream alone): `seeded`, so the audit's stream entries
+ * = buyers + freed - seeded, bucket by bucket. */
 static int64_t seeded_orders(const rebuild_life_t *life, int b, int k, const int64_t *ids,
                              size_t nids)
 {
     int64_t n = 0;
     for (size_t i = 0; i < life->n; i++) {
         const rebuild_life_order_t *o = &life->v[i];
-        n += o->sql && buckets_home(o->user_id, k) == b &&
-             (b != 0 || !has_i64(ids, nids, o->order_id));
+        n += o->sql && buckets_home(o->user_id, k) == b && !has_i64(ids, nids, o->order_id);
     }
     return n;
 }
@@ -169,8 +169,8 @@ static int stream_entry(void *ctx, const char *id, const sentry_t *o, size_t n,
     return 0;
 }
 
-/* Every entry of a surviving stream: all order ids (sorted), and the (user, order) of the
- * entries of generation epoch, sorted by user. */
+/* Every entry of a surviving stream, added to what other streams gave: all order ids
+ * (sorted), and the (user, order) of the entries of generation epoch, sorted by user. */
 static int read_stream(redisContext *c, const char *ks, int64_t epoch, int64_t **ids,
                        size_t *nids, pairs_t *cur, char *err, size_t errlen)
 {
@@ -242,19 +242,119 @@ static int bucket_tag(char *tag, size_t len, int64_t vid, int b, int k)
                   : key_btag(tag, len, vid, b, k) < 0 ? -1 : 0;
 }
 
+/* The connection that reaches key of bucket b (bucket 0's: c), or NULL (err). */
+static redisContext *bucket_conn(redisContext *c, const rebuild_opts_t *o, int b,
+                                 const char *key, char *err, size_t errlen)
+{
+    return b > 0 && o->rt ? rcl_sync_route_key(o->rt, key, err, errlen) : c;
+}
+
+/* Bucket b's key made by fn from its tag, and the connection to it: 0, or -1 (err). */
+static int bucket_key(redisContext *c, const rebuild_opts_t *o, int64_t vid, int b, int k,
+                      int (*fn)(char *, size_t, const char *), char *key, size_t len,
+                      redisContext **bc, char *err, size_t errlen)
+{
+    char tag[48];
+    if (bucket_tag(tag, sizeof tag, vid, b, k) < 0 || fn(key, len, tag) < 0) {
+        snprintf(err, errlen, "voucher %lld bucket %d: key out of range", (long long)vid, b);
+        return -1;
+    }
+    return (*bc = bucket_conn(c, o, b, key, err, errlen)) ? 0 : -1;
+}
+
 /* Source 3 of rebuild_life.h: bucket b's state hash, if it outlived the loss. */
 static int keep_states(redisContext *c, const rebuild_opts_t *o, int64_t vid, int b, int k,
                        rebuild_life_t *life, char *err, size_t errlen)
 {
-    char tag[48], ko[80];
-    if (bucket_tag(tag, sizeof tag, vid, b, k) < 0 || key_ostate_t(ko, sizeof ko, tag) < 0) {
-        snprintf(err, errlen, "voucher %lld bucket %d: key out of range", (long long)vid, b);
-        return -1;
-    }
-    redisContext *bc = c;
-    if (b > 0 && o->rt && !(bc = rcl_sync_route_key(o->rt, ko, err, errlen)))
+    char ko[80];
+    redisContext *bc;
+    if (bucket_key(c, o, vid, b, k, key_ostate_t, ko, sizeof ko, &bc, err, errlen) != 0)
         return -1;
     return rebuild_life_keep(bc, ko, b, life, err, errlen);
+}
+
+/* Which of the buckets in want (a bit each) kept an order stream with entries: their bits
+ * in *left. 0, or -1 (err) when Redis failed. */
+static int streams_left(redisContext *c, const rebuild_opts_t *o, int64_t vid, int k,
+                        unsigned want, unsigned *left, char *err, size_t errlen)
+{
+    *left = 0;
+    for (int b = 0; b < k; b++) {
+        char ks[80], why[256];
+        redisContext *bc;
+        if (!(want & (1u << b)))
+            continue;
+        if (bucket_key(c, o, vid, b, k, key_stream_t, ks, sizeof ks, &bc, err, errlen) != 0)
+            return -1;
+        redisReply *r = rconn_cmdf(bc, why, sizeof why, "XLEN %s", ks);
+        int64_t n = 0;
+        if (!r || rconn_int(r, &n) != 0) {
+            snprintf(err, errlen, "XLEN %s: %s", ks, r ? "unexpected reply" : why);
+            freeReplyObject(r);
+            return -1;
+        }
+        freeReplyObject(r);
+        if (n > 0)
+            *left |= 1u << b;
+    }
+    return 0;
+}
+
+/* Source 2 of rebuild_life.h and the orders SQL lacks, from every surviving stream (the
+ * buckets in left, streams_left): their entries of generation epoch that SQL does not
+ * have join life unpaid, then their events move life's orders; every order id they hold
+ * goes to ids (sorted, for seeded_orders). A bucket's stream holds its home buyers'
+ * orders and decisions alone, and SQL may lack some of them whichever bucket it is.
+ * 0, or -1 (err) when Redis failed. */
+static int read_streams(redisContext *c, const rebuild_opts_t *o, int64_t vid, int k,
+                        unsigned left, int64_t epoch, rebuild_life_t *life, int64_t **ids,
+                        size_t *nids, char *err, size_t errlen)
+{
+    pairs_t cur = {0};
+    int rc = 0;
+    char ks[80];
+    redisContext *bc;
+    for (int b = 0; b < k && rc == 0; b++) {
+        if (!(left & (1u << b)))
+            continue;
+        rc = bucket_key(c, o, vid, b, k, key_stream_t, ks, sizeof ks, &bc, err, errlen);
+        if (rc == 0)
+            rc = read_stream(bc, ks, epoch, ids, nids, &cur, err, errlen);
+    }
+    if (rc == 0)
+        rebuild_life_unknown(life, &cur);   /* every stream's orders first: events find them */
+    for (int b = 0; b < k && rc == 0; b++) {
+        if (!(left & (1u << b)))
+            continue;
+        rc = bucket_key(c, o, vid, b, k, key_stream_t, ks, sizeof ks, &bc, err, errlen);
+        if (rc == 0)
+            rc = rebuild_life_events(bc, ks, life, err, errlen);
+    }
+    pairs_free(&cur);
+    return rc;
+}
+
+/* The counters of the buckets in want (returned, paid, timedout, freed, seeded; ids as for
+ * seeded_orders) from life's states, and the buyers' origin: SQL or a stream entry. */
+static void count_states(const rebuild_life_t *life, int k, unsigned want, const pairs_t *buyers,
+                         const int64_t *ids, size_t nids, rebuild_result_t *res)
+{
+    for (int b = 0; b < k; b++) {
+        rebuild_life_counts_t lc;
+        if (!(want & (1u << b)))
+            continue;
+        rebuild_life_count(life, b, k, &lc);
+        res->returned += lc.returned;
+        res->paid += lc.paid;
+        res->timedout += lc.timedout;
+        res->freed += lc.freed;
+        res->seeded += seeded_orders(life, b, k, ids, nids);
+    }
+    for (size_t i = 0; i < life->n; i++)
+        res->from_sql += life->v[i].sql && !life->v[i].freed;
+    res->events = life->events;
+    res->buyers = (int64_t)buyers->n;
+    res->from_stream = res->buyers - res->from_sql;
 }
 
 /* The pairs of in (user, order) whose user's home is bucket b of k, into out. */
@@ -287,8 +387,8 @@ static int publish_bucket(redisContext *c, redisContext *g, const rebuild_opts_t
         snprintf(err, errlen, "voucher %lld bucket %d: key out of range", (long long)vid, b);
         return REBUILD_ERR;
     }
-    redisContext *bc = c;
-    if (b > 0 && o->rt && !(bc = rcl_sync_route_key(o->rt, kv, err, errlen)))
+    redisContext *bc = bucket_conn(c, o, b, kv, err, errlen);
+    if (!bc)
         return REBUILD_ERR;
     if (b > 0) {
         plan(o, "  bucket %d: stock %lld, %zu buyers (HSET %s, RENAME to %s), SADD %s %s", b,
@@ -361,19 +461,43 @@ static int publish_bucket(redisContext *c, redisContext *g, const rebuild_opts_t
     return REBUILD_BUSY;   /* the lock expired under us: someone else owns the rebuild */
 }
 
-/* Step 1's lock: SET kl <token> NX PX with a fresh token (into token). 1 taken, 0 held by
- * another rebuilder, -1 Redis failed (err). */
-static int lock_voucher(redisContext *c, const char *kl, const rebuild_opts_t *o, char *token,
-                        size_t toklen, char *err, size_t errlen)
+/* 16 random hex digits into hex[17]. */
+static void random_hex(char hex[17])
 {
     unsigned char rnd[8];
     if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
         uint64_t t = (uint64_t)time(NULL) ^ (uint64_t)clock();
         memcpy(rnd, &t, sizeof rnd);
     }
-    snprintf(token, toklen, "%s:%02x%02x%02x%02x%02x%02x%02x%02x",
-             o->owner && o->owner[0] ? o->owner : "seckill", rnd[0], rnd[1], rnd[2], rnd[3],
-             rnd[4], rnd[5], rnd[6], rnd[7]);
+    for (int i = 0; i < 8; i++)
+        snprintf(hex + 2 * i, 3, "%02x", rnd[i]);
+}
+
+/* After a rebuild published: a new token in KEY_REBUILT (on g, the registry's node), so the
+ * payment-timeout scans read SQL's unpaid orders from the first again -- the rebuild may
+ * have brought back unpaid orders whose timeout Redis had decided and lost with the stream
+ * before SQL had it, which a scan cursor already past them would never read again. A
+ * failure is logged (those orders then wait for the scanner's next start). */
+static void mark_rebuilt(redisContext *g, int64_t vid)
+{
+    char hex[17], why[256];
+    random_hex(hex);
+    redisReply *r = rconn_cmdf(g, why, sizeof why, "SET %s %s", KEY_REBUILT, hex);
+    if (!r || r->type == REDIS_REPLY_ERROR)
+        log_warn("rebuild: voucher %lld: SET %s: %s (the payment-timeout scan is not told to "
+                 "read SQL from the start again)", (long long)vid, KEY_REBUILT,
+                 r ? r->str : why);
+    freeReplyObject(r);
+}
+
+/* Step 1's lock: SET kl <token> NX PX with a fresh token (into token). 1 taken, 0 held by
+ * another rebuilder, -1 Redis failed (err). */
+static int lock_voucher(redisContext *c, const char *kl, const rebuild_opts_t *o, char *token,
+                        size_t toklen, char *err, size_t errlen)
+{
+    char hex[17];
+    random_hex(hex);
+    snprintf(token, toklen, "%s:%s", o->owner && o->owner[0] ? o->owner : "seckill", hex);
     char why[256];
     redisReply *r = rconn_cmdf(c, why, sizeof why, "SET %s %s NX PX %d", kl, token,
                                o->lock_ttl_ms > 0 ? o->lock_ttl_ms : LOCK_TTL_MS);
@@ -398,10 +522,12 @@ static int rebuild_partial(redisContext *c, redisContext *g, store_t *st, int64_
                            size_t errlen)
 {
     int k = res->buckets, rc = REBUILD_ERR, locked = 0;
-    unsigned mask = 0, all = (1u << k) - 1;
+    unsigned mask = 0, all = (1u << k) - 1, left = 0;
     char kl[64], token[160] = "dry-run";
     pairs_t sql = {0};   /* the lost buckets' buyers */
     rebuild_life_t life = {0};
+    int64_t *sids = NULL;   /* the order ids of the lost buckets' surviving streams */
+    size_t nsids = 0;
     store_voucher_t v;
     memset(&v, 0, sizeof v);
     if (key_rebuild_lock(kl, sizeof kl, vid) < 0) {
@@ -445,6 +571,12 @@ static int rebuild_partial(redisContext *c, redisContext *g, store_t *st, int64_
     if (bucket_sweep_live_units(o->rt, vid, k, mask, &live, err, errlen) < 0 ||
         bucket_sweep_in_transit(o->rt, vid, k, &transit, err, errlen) < 0)
         goto out;
+    /* a lost bucket whose stream outlived its hash (the hash alone gone): its orders and
+     * decisions SQL does not have yet are there */
+    if (streams_left(c, o, vid, k, all & ~mask, &left, err, errlen) != 0 ||
+        read_streams(c, o, vid, k, left, res->epoch, &life, &sids, &nsids, err, errlen) != 0)
+        goto out;
+    res->stream_survived = left != 0;
     int nlost = 0;
     for (int b = 0; b < k; b++) {
         if (mask & (1u << b))
@@ -454,26 +586,17 @@ static int rebuild_partial(redisContext *c, redisContext *g, store_t *st, int64_
             goto out;
     }
     rebuild_life_buyers(&life, &sql);
-    for (int b = 0; b < k; b++) {
-        rebuild_life_counts_t lc;
-        if (mask & (1u << b))
-            continue;
-        rebuild_life_count(&life, b, k, &lc);
-        res->returned += lc.returned;
-        res->paid += lc.paid;
-        res->timedout += lc.timedout;
-        res->freed += lc.freed;
-    }
-    res->buyers = (int64_t)sql.n;
-    res->from_sql = res->buyers;
+    count_states(&life, k, all & ~mask, &sql, sids, nsids, res);
     /* a cancelled buyer of a lost bucket holds no unit (its `returned`); a freed one is no
      * buyer by that order but counts in `returned` all the same (its `freed`) */
     res->stock = res->initial - live - transit - (res->buyers - res->returned + res->freed);
     plan(o, "voucher %lld: %d of its %d stock buckets lost: SQL stock %lld + %lld orders = "
             "initial %lld; the kept buckets hold %lld (stock + units sold), %lld in transfers; "
-            "the lost ones get %lld units and their %lld SQL buyers",
+            "the lost ones get %lld units and their %lld buyers (%lld with an SQL order, "
+            "%lld entries of their surviving streams not yet in SQL)",
          (long long)vid, nlost, k, (long long)stock, (long long)count, (long long)res->initial,
-         (long long)live, (long long)transit, (long long)res->stock, (long long)res->buyers);
+         (long long)live, (long long)transit, (long long)res->stock, (long long)res->buyers,
+         (long long)res->from_sql, (long long)res->from_stream);
     if (res->stock < 0) {
         log_error("rebuild: voucher %lld: the kept buckets and SQL account for %lld units more "
                   "than its initial stock %lld: the lost buckets get stock 0",
@@ -493,7 +616,7 @@ static int rebuild_partial(redisContext *c, redisContext *g, store_t *st, int64_
         home_split(&sql, b, k, &ba);
         rc = publish_bucket(c, g, o, vid, b, res, &ba, &none, &life,
                             buckets_share(res->stock, i--, nlost),
-                            seeded_orders(&life, b, k, NULL, 0), token, err, errlen);
+                            seeded_orders(&life, b, k, sids, nsids), token, err, errlen);
         if (b == 0)
             locked = 0;   /* bucket 0's script released it */
         pairs_free(&ba);
@@ -512,12 +635,15 @@ static int rebuild_partial(redisContext *c, redisContext *g, store_t *st, int64_
         }
         freeReplyObject(r);
     }
+    if (rc == REBUILD_DONE)
+        mark_rebuilt(g, vid);
 out:
     if (locked)
         unlock(c, kl, token);
     store_voucher_clear(&v);
     pairs_free(&sql);
     rebuild_life_free(&life);
+    free(sids);
     return rc;
 }
 
@@ -528,7 +654,7 @@ int rebuild_voucher(redisContext *c, redisContext *g, store_t *st, int64_t vid,
         g = c;
     memset(res, 0, sizeof *res);
     res->voucher_id = vid;
-    char kv[64], kb[64], ks[64], kl[64], kt[80], why[256], token[160];
+    char kv[64], kb[64], ks[64], kl[64], kt[80], token[160];
     if (key_voucher(kv, sizeof kv, vid) < 0 || key_buyers(kb, sizeof kb, vid) < 0 ||
         key_stream(ks, sizeof ks, vid) < 0 || key_rebuild_lock(kl, sizeof kl, vid) < 0 ||
         key_rebuild_buyers(kt, sizeof kt, vid) < 0) {
@@ -587,7 +713,7 @@ int rebuild_voucher(redisContext *c, redisContext *g, store_t *st, int64_t vid,
     }
 
     int rc = REBUILD_ERR;
-    pairs_t sql = {0}, cur = {0};   /* the buyers (rebuild_life_buyers); the stream's */
+    pairs_t sql = {0};   /* the buyers (rebuild_life_buyers) */
     rebuild_life_t life = {0};
     int64_t *sids = NULL;
     size_t nsids = 0;
@@ -608,16 +734,13 @@ int rebuild_voucher(redisContext *c, redisContext *g, store_t *st, int64_t vid,
     }
     res->begin = v.begin_time;
     res->end = v.end_time;
-    redisReply *r = rconn_cmdf(c, why, sizeof why, "XLEN %s", ks);
-    int64_t xlen = 0;
-    if (!r || rconn_int(r, &xlen) != 0) {
-        snprintf(err, errlen, "XLEN %s: %s", ks, r ? "unexpected reply" : why);
-        if (r)
-            freeReplyObject(r);
+    /* every bucket's stream: one that survived holds entries of the current generation,
+     * which a raised one would fence */
+    unsigned left = 0;
+    if (streams_left(c, o, vid, res->buckets, (1u << res->buckets) - 1, &left, err,
+                     errlen) != 0)
         goto out;
-    }
-    freeReplyObject(r);
-    res->stream_survived = xlen > 0;
+    res->stream_survived = left != 0;
     int bump = !res->stream_survived;
     int e = store_redis_epoch(st, vid, bump && !o->dry_run, &res->epoch);
     if (e != STORE_OK) {
@@ -631,9 +754,10 @@ int rebuild_voucher(redisContext *c, redisContext *g, store_t *st, int64_t vid,
     if (bump && o->dry_run)
         res->epoch++;
     if (bump)
-        plan(o, "voucher %lld: the order stream is empty or gone: Redis generation %lld -> "
+        plan(o, "voucher %lld: the order stream%s empty or gone: Redis generation %lld -> "
                 "%lld in SQL (orders of the lost state a writer still holds are refused)",
-             (long long)vid, (long long)res->epoch - 1, (long long)res->epoch);
+             (long long)vid, res->buckets > 1 ? "s of every bucket are" : " is",
+             (long long)res->epoch - 1, (long long)res->epoch);
 
     /* 3. SQL at one moment, its orders, the surviving stream */
     int64_t count = 0, stock = 0;
@@ -647,33 +771,17 @@ int rebuild_voucher(redisContext *c, redisContext *g, store_t *st, int64_t vid,
         res->sql_failed = 1;
         goto out;
     }
-    if (res->stream_survived &&
-        read_stream(c, ks, res->epoch, &sids, &nsids, &cur, err, errlen) != 0)
-        goto out;
-    rebuild_life_unknown(&life, &cur);
-    /* the decisions SQL does not have yet: the events of a surviving stream, and the state
-     * hashes if they outlived the voucher hash (rebuild_life.h) */
-    if (res->stream_survived && rebuild_life_events(c, ks, &life, err, errlen) != 0)
+    /* the orders and decisions SQL does not have yet: the surviving streams' entries and
+     * events, and the state hashes if they outlived the voucher hash (rebuild_life.h) */
+    if (read_streams(c, o, vid, res->buckets, left, res->epoch, &life, &sids, &nsids, err,
+                     errlen) != 0)
         goto out;
     for (int bk = 0; bk < res->buckets; bk++)
         if (keep_states(c, o, vid, bk, res->buckets, &life, err, errlen) != 0)
             goto out;
     /* one buyer per user: the order not freed (a freed buyer who did not buy again is none) */
     rebuild_life_buyers(&life, &sql);
-    for (int bk = 0; bk < res->buckets; bk++) {
-        rebuild_life_counts_t lc;
-        rebuild_life_count(&life, bk, res->buckets, &lc);
-        res->returned += lc.returned;
-        res->paid += lc.paid;
-        res->timedout += lc.timedout;
-        res->freed += lc.freed;
-        res->seeded += seeded_orders(&life, bk, res->buckets, sids, nsids);
-    }
-    for (size_t i = 0; i < life.n; i++)
-        res->from_sql += life.v[i].sql && !life.v[i].freed;
-    res->events = life.events;
-    res->buyers = (int64_t)sql.n;
-    res->from_stream = res->buyers - res->from_sql;
+    count_states(&life, res->buckets, (1u << res->buckets) - 1, &sql, sids, nsids, res);
     /* a cancelled order's buyer stays in the buyers hash (one order per user) but holds no
      * unit: it counts in the voucher hash's `returned` (life.lua); a freed buyer's order
      * counts there too but its buyer left the hash (`freed`) */
@@ -723,12 +831,13 @@ int rebuild_voucher(redisContext *c, redisContext *g, store_t *st, int64_t vid,
         pairs_free(&ba);
     }
     locked = 0;   /* the script released it (or it was no longer ours) */
+    if (rc == REBUILD_DONE)
+        mark_rebuilt(g, vid);
 out:
     if (locked)
         unlock(c, kl, token);
     store_voucher_clear(&v);
     pairs_free(&sql);
-    pairs_free(&cur);
     rebuild_life_free(&life);
     free(sids);
     return rc;

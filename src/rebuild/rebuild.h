@@ -6,16 +6,17 @@
  * republishes it, once, under a lock:
  *
  *   1. SET seckill:rebuild:{id} <token> NX PX: one rebuilder per voucher at a time;
- *   2. the voucher row from SQL (window); XLEN of the order stream. If the stream has
- *      entries it survived the loss: its entries are real admissions, kept. If it is empty
- *      or gone, any order a writer still holds in memory belongs to the lost state, so the
- *      voucher's Redis generation ("epoch", store_redis_epoch) is raised in SQL: from that
- *      commit on, the writers refuse orders of the old generation (fenced), and every
- *      order committed before it is in SQL for step 3 to read;
+ *   2. the voucher row from SQL (window); XLEN of the order stream of every stock bucket.
+ *      A stream with entries survived the loss: its entries are real admissions, kept.
+ *      If every one is empty or gone, any order a writer still holds in memory belongs to
+ *      the lost state, so the voucher's Redis generation ("epoch", store_redis_epoch) is
+ *      raised in SQL: from that commit on, the writers refuse orders of the old generation
+ *      (fenced), and every order committed before it is in SQL for step 3 to read. While
+ *      one bucket's stream survived it is not raised (that would fence its entries);
  *   3. SQL's (stock, orders) at one moment gives the initial stock S = stock + orders;
- *      the orders are SQL's (both tables), plus (surviving stream) every entry of the
- *      current generation not yet in SQL; each order's state from its SQL status, the
- *      surviving stream's events and a surviving state hash (rebuild_life.h); the buyers
+ *      the orders are SQL's (both tables), plus (surviving streams, each bucket's) every
+ *      entry of the current generation not yet in SQL; each order's state from its SQL
+ *      status, the surviving streams' events and a surviving state hash (rebuild_life.h); the buyers
  *      are the orders whose cancel did not free their buyer, one per user; Redis stock =
  *      S - (buyers - returned + freed);
  *   4. the buyers go to seckill:rebuild:buyers:{id}, the states to
@@ -23,13 +24,17 @@
  *      src/rebuild/rebuild.lua, atomically: if the lock is still ours and the voucher
  *      still has no stock, rename both into place, create the stream's group (MKSTREAM),
  *      write the hash (stock, begin, end, ep, seeded, returned, paid, timedout, freed) -- the
- *      sale resumes.
+ *      sale resumes. Then a new random token in KEY_REBUILT: the payment-timeout SQL scans
+ *      read SQL's unpaid orders from the first again (src/writer/writer_life.c).
  *
  * A voucher in K > 1 stock buckets (K from SQL) comes back in K buckets: the stock split
  * as at creation (buckets_share of the stock computed in 3, so the sum is exact), each buyer
  * in the bucket of their home (buckets_home), buckets 1..K-1 first (each through steps 4 on its
  * own tag and node, with its own lock key) and bucket 0 last, as a create publishes them.
  * Only when every bucket is gone: bucket_sweep_rebuild_allowed refuses while one still holds stock.
+ * When some buckets are gone and others kept, the lost ones alone come back (from SQL and
+ * their own surviving streams, if only their hashes were lost), with the units the kept
+ * ones do not account for; the generation is not raised.
  *
  * Idempotent: a voucher with stock in Redis is left alone. `seeded` is the number of
  * orders (buyers' and freed ones) that are not entries of the current stream, so `stream
@@ -75,7 +80,7 @@ typedef struct rebuild_opts {
 
 typedef struct rebuild_result {
     int64_t voucher_id;
-    int stream_survived;    /* the stream had entries: kept, no epoch bump */
+    int stream_survived;    /* a stream (of a bucket rebuilt) had entries: kept, no epoch bump */
     int64_t epoch;          /* the generation published */
     int64_t stock;          /* Redis stock written */
     int64_t initial;        /* SQL stock + SQL orders */

@@ -26,7 +26,9 @@
  * orders in ONE transaction (store_orders_write: idempotent inserts + stock decrement),
  * and only after the commit XACK them. A failed write keeps the batch and retries it
  * (50 ms doubling to 5 s; writer_failures; sql_up = 0) -- it is never dropped and never
- * acked unwritten. Replays are harmless: the order id is the primary key and
+ * acked unwritten. While it waits to retry, the streams' payment deadlines are still swept
+ * (sql_wait): they are decided in Redis, so SQL being down does not hold them back.
+ * Replays are harmless: the order id is the primary key and
  * (user, voucher) is unique.
  *
  * An entry carries every order of one admission call (sentry.h): its orders are all in
@@ -97,6 +99,37 @@ static void nap_hard(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+/* A batch waiting for SQL (its retries' back-off): ms, in which the streams' payment
+ * deadlines are still swept when due (writer_life_deadlines) -- the decisions are Redis's
+ * and their events wait in the stream, so a database outage does not hold back the
+ * timeouts. The batch in hand borrows replies from wr->arena: the sweep's replies go to
+ * the side arena meanwhile. A connection the sweep loses stays lost: the batch's acks
+ * fail, and the loop reconnects and replays it (its orders already in SQL: no-ops). */
+static void sql_wait(writer_t *wr, int ms)
+{
+    uint64_t until = clock_mono_ms() + (uint64_t)(ms > 0 ? ms : 0);
+    for (;;) {
+        uint64_t now = clock_mono_ms();
+        if (wr->rc && !stopping(wr) && now >= wr->timeouts_at) {
+            rarena_t *batch = wr->arena;
+            wr->arena = wr->side_arena;
+            rarena_attach(wr->arena, wr->rc->reader);
+            writer_life_deadlines(wr);
+            if (wr->rc)
+                rarena_attach(batch, wr->rc->reader);
+            wr->arena = batch;
+            rarena_reset(wr->side_arena);
+            now = clock_mono_ms();
+        }
+        if (now >= until)
+            return;
+        uint64_t next = wr->rc && wr->timeouts_at > now && wr->timeouts_at < until
+                            ? wr->timeouts_at
+                            : until;
+        nap_hard((int)(next - now));
     }
 }
 
@@ -436,7 +469,7 @@ static int sql_write(writer_t *wr, const store_order_t *orders, size_t n, size_t
         }
         log_warn("writer: batch of %zu orders not written (%s); retry %d in %d ms", n, err,
                  fails, backoff);
-        nap_hard(stopping(wr) && backoff > 500 ? 500 : backoff);
+        sql_wait(wr, stopping(wr) && backoff > 500 ? 500 : backoff);
         if (backoff < SQL_BACKOFF_MAX_MS) {
             backoff *= 2;
             if (backoff > SQL_BACKOFF_MAX_MS)
@@ -626,7 +659,7 @@ static int handle_batch(writer_t *wr)
         metric_inc(&wr->m->sql_errors);
         if (stopping(wr))
             return -2;   /* the batch stays pending in the stream */
-        nap_hard(backoff);
+        sql_wait(wr, backoff);
         backoff = backoff * 2 > SQL_BACKOFF_MAX_MS ? SQL_BACKOFF_MAX_MS : backoff * 2;
     }
     size_t ndead = 0;
@@ -1208,6 +1241,7 @@ writer_t *writer_new(struct app *app, const url_redis_t *addr)
     writer_t *wr = xcalloc(1, sizeof *wr);
     wr->app = app;
     wr->arena = rarena_new();
+    wr->side_arena = rarena_new();
     wr->m = app->metrics ? app->metrics : &wr->m_own;
     const config_t *c = &app->cfg;
     wr->batch = c->writer_batch > 0 ? c->writer_batch : 512;
@@ -1246,6 +1280,7 @@ void writer_free(writer_t *wr)
     if (wr->rc)
         redisFree(wr->rc);
     rarena_free(wr->arena);   /* after the reader that used it */
+    rarena_free(wr->side_arena);
     rcl_sync_close(wr->rcs);
     store_close(wr->st);
     free(wr->streams);

@@ -108,6 +108,8 @@ struct writer {
     redisContext *rc;
     rarena_t *arena;                 /* every reply of rc lives here (rarena.h): reset
                                       * before each read and each turn of the loop */
+    rarena_t *side_arena;            /* ... but the deadline sweeps' while a batch waits for
+                                      * SQL (its entries borrow from arena): sql_wait */
     int redis_backoff_ms;
     uint64_t redis_retry_at;
     int redis_down;                  /* a failure has been logged, not yet recovered */
@@ -131,6 +133,8 @@ struct writer {
                                       * (--timeout-rate; clock_mono_ns) */
     int paced;                       /* ... the pass ended held back by that pace */
     int64_t scan_id;                 /* ... which reads SQL's orders after this id */
+    char rebuilt[24];                /* ... and KEY_REBUILT at its last pass: a new value, */
+    int rebuilt_known;               /* from 0 again (writer_life.c) */
     size_t sweep_next;               /* writer_sweep_run's round-robin position in streams */
     long long reg_card;              /* single Redis: members of seckill:streams at the last
                                       * full read (-1: none since the connection opened) */
@@ -264,6 +268,11 @@ int writer_life_sweep(writer_t *wr);
 /* ms, at most ms, to wait for new entries before the next sweep pass is due: less when
  * --timeout-rate ended the last pass early (it goes on once the pace allows). */
 int writer_life_wait_ms(const writer_t *wr, int ms);
+/* The payment deadlines of the streams alone, when due (every 500 ms; sooner while a wave
+ * has more due): writer.c runs it while a batch waits for SQL, so a database outage does
+ * not hold back the timeouts -- decided in Redis, their events wait in the stream for SQL.
+ * No SQL, no refund outbox. 0, or -1 when the connection was lost. */
+int writer_life_deadlines(writer_t *wr);
 
 /* ---- writer_refund.c */
 

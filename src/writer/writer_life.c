@@ -699,6 +699,38 @@ static int scan_page(writer_t *wr, int *full)
     return 0;
 }
 
+/* Stream mode: a rebuild from SQL since the last pass (KEY_REBUILT changed) sends the scan
+ * back to SQL's first order. The rebuild brings unpaid orders back with their buyers in
+ * a new stream the sweep has no entry of -- among them orders whose timeout Redis had
+ * decided and lost with the old stream before SQL had its event, which this cursor passed
+ * then (the script's "already"); read again, their deadlines are decided anew. On a
+ * cluster the scanner's node holds the key (the registry's slot). 0, or -1 when the
+ * connection was lost. */
+static int scan_rebuilt(writer_t *wr)
+{
+    if (sync_mode(wr))
+        return 0;
+    size_t n = 0;
+    writer_args(wr, &n, "GET");
+    writer_args(wr, &n, KEY_REBUILT);
+    redisReply *r = writer_cmd(wr, n);
+    if (r == NULL)
+        return writer_redis_fail(wr, "GET " KEY_REBUILT, NULL);
+    if (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_NIL)
+        return 0;   /* (MOVED: the slot map changed; the scanner is chosen again) */
+    char now[sizeof wr->rebuilt] = "";
+    if (r->type == REDIS_REPLY_STRING)
+        snprintf(now, sizeof now, "%.*s", (int)r->len, r->str);
+    if (wr->rebuilt_known && strcmp(now, wr->rebuilt) != 0 && wr->scan_id > 0) {
+        log_info("writer: SQL scan: a voucher was rebuilt from SQL; reading SQL's unpaid "
+                 "orders from the first again");
+        wr->scan_id = 0;
+    }
+    memcpy(wr->rebuilt, now, sizeof now);
+    wr->rebuilt_known = 1;
+    return 0;
+}
+
 /* The scan's pass: pages while they come full, until until. 0, 1 when the time ran out
  * with more to read, or -1 when the connection was lost. */
 static int scan_sql(writer_t *wr, uint64_t until)
@@ -722,6 +754,60 @@ static int scanner(writer_t *wr)
     return !wr->node_mode || (wr->rcs != NULL && writer_cluster_mine(wr, KEY_STREAMS));
 }
 
+/* A pass held back by --timeout-rate: the next once the pace allows its next call. */
+static void paced_again(writer_t *wr)
+{
+    if (wr->paced)
+        wr->due_at = wr->timeouts_at =
+            clock_mono_ms() + (uint64_t)writer_life_wait_ms(wr, DUE_EVERY_MS);
+}
+
+/* The streams' deadlines (stream mode): every stream this writer reads, from its cursor up
+ * to now - timeout, for at most SWEEP_BUDGET_MS. 0 (*more: the time ran out with more
+ * due), or -1 when the connection was lost. No SQL: the streams hold every order Redis
+ * knows, and the script decides from Redis's state alone. */
+static int sweep_streams(writer_t *wr, int *more)
+{
+    int64_t now = (int64_t)time(NULL);
+    uint64_t mono = clock_mono_ms();
+    /* an entry of millisecond <= end is past its deadline */
+    char end[32];
+    snprintf(end, sizeof end, "%lld",
+             (long long)((int64_t)clock_wall_ms() - (int64_t)wr->app->cfg.pay_timeout_s * 1000));
+    expire_call_t c = {0};
+    int rc = 0;
+    size_t nstreams = wr->app->cfg.mode == MODE_STREAM ? wr->nstreams : 0;
+    for (size_t si = 0; si < nstreams && !stopping(wr) && rc >= 0 && !wr->paced; si++) {
+        wstream_t *s = &wr->streams[si];
+        /* every deadline is at most the sale's end + the timeout */
+        if (s->vknown && now > s->vend + wr->app->cfg.pay_timeout_s + SWEEP_AFTER_S)
+            continue;
+        rc = sweep_stream(wr, s, end, mono + SWEEP_BUDGET_MS, &c);
+        *more |= rc > 0;
+    }
+    free(c.dec);
+    return rc < 0 ? -1 : 0;
+}
+
+int writer_life_deadlines(writer_t *wr)
+{
+    if (!timeouts_on(wr) || wr->app->cfg.mode != MODE_STREAM || !wr->rc ||
+        clock_mono_ms() < wr->timeouts_at)
+        return 0;
+    uint64_t start = clock_mono_ms();
+    wr->timeouts_at = start + DUE_EVERY_MS;
+    wr->paced = 0;
+    int more = 0;
+    if (sweep_streams(wr, &more) != 0)
+        return -1;
+    /* more due than one pass's time: the next pass after a pause as long as this one (the
+     * sale's grabs share Redis with the wave, half and half, as beside the batches) */
+    if (more)
+        wr->timeouts_at = 2 * clock_mono_ms() - start;
+    paced_again(wr);
+    return 0;
+}
+
 int writer_life_sweep(writer_t *wr)
 {
     if (writer_refund_run(wr) != 0)
@@ -730,28 +816,11 @@ int writer_life_sweep(writer_t *wr)
         return 0;
     wr->timeouts_at = clock_mono_ms() + DUE_EVERY_MS;
     wr->paced = 0;
-    int64_t now = (int64_t)time(NULL);
-    uint64_t mono = clock_mono_ms();
-    /* the streams first: they hold every order Redis knows; an entry of millisecond <= end
-     * is past its deadline */
-    char end[32];
-    snprintf(end, sizeof end, "%lld",
-             (long long)((int64_t)clock_wall_ms() - (int64_t)wr->app->cfg.pay_timeout_s * 1000));
-    expire_call_t c = {0};
-    int more = 0, rc = 0;
-    size_t nstreams = wr->app->cfg.mode == MODE_STREAM ? wr->nstreams : 0;
-    for (size_t si = 0; si < nstreams && !stopping(wr) && rc >= 0 && !wr->paced; si++) {
-        wstream_t *s = &wr->streams[si];
-        /* every deadline is at most the sale's end + the timeout */
-        if (s->vknown && now > s->vend + wr->app->cfg.pay_timeout_s + SWEEP_AFTER_S)
-            continue;
-        rc = sweep_stream(wr, s, end, mono + SWEEP_BUDGET_MS, &c);
-        more |= rc > 0;
-    }
-    free(c.dec);
-    if (rc < 0)
+    /* the streams first: they hold every order Redis knows */
+    int more = 0;
+    if (sweep_streams(wr, &more) != 0)
         return -1;
-    mono = clock_mono_ms();
+    uint64_t mono = clock_mono_ms();
     if (mono >= wr->scan_at && scanner(wr) && !wr->paced) {
         /* the backstop every quarter of the timeout, 1 s to 60 s; sync mode's timeout at
          * every pass; at once again while pages come full */
@@ -759,7 +828,9 @@ int writer_life_sweep(writer_t *wr)
         if (every > 0)
             every = every < 1000 ? 1000 : every > 60000 ? 60000 : every;
         wr->scan_at = mono + (uint64_t)every;
-        rc = scan_sql(wr, mono + SWEEP_BUDGET_MS);
+        if (scan_rebuilt(wr) != 0)
+            return -1;
+        int rc = scan_sql(wr, mono + SWEEP_BUDGET_MS);
         if (rc < 0)
             return -1;
         if (rc > 0)
@@ -770,10 +841,6 @@ int writer_life_sweep(writer_t *wr)
      * deadlines shares the writer with the orders and the events it makes, half and half) */
     if (more)
         wr->due_at = wr->timeouts_at = 0;
-    if (wr->paced) {
-        /* held back by --timeout-rate: again once the pace allows the next call */
-        uint64_t at = clock_mono_ms() + (uint64_t)writer_life_wait_ms(wr, DUE_EVERY_MS);
-        wr->due_at = wr->timeouts_at = at;
-    }
+    paced_again(wr);
     return 0;
 }
