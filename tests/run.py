@@ -36,6 +36,8 @@ contains PATTERN, or matches it as a glob when it has * ? or [. Tests decorated 
 
 import argparse
 import ast
+import contextlib
+import concurrent.futures
 import fnmatch
 import importlib.util
 import json
@@ -44,6 +46,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 
@@ -81,14 +84,19 @@ def _deco_info(dec):
     return None
 
 
-def _db_backends(tree):
-    """The module's DB_BACKENDS = ("sqlite", ...) if it sets one, else both."""
+def _module_const(tree, name, default):
+    """The literal value of the module-level `name = ...`, or default."""
     for node in tree.body:
         if (isinstance(node, ast.Assign) and len(node.targets) == 1 and
-                isinstance(node.targets[0], ast.Name) and node.targets[0].id == "DB_BACKENDS"):
-            v = ast.literal_eval(node.value)
-            return tuple([v] if isinstance(v, str) else v)
-    return ("sqlite", "mysql")
+                isinstance(node.targets[0], ast.Name) and node.targets[0].id == name):
+            return ast.literal_eval(node.value)
+    return default
+
+
+def _db_backends(tree):
+    """The module's DB_BACKENDS = ("sqlite", ...) if it sets one, else both."""
+    v = _module_const(tree, "DB_BACKENDS", ("sqlite", "mysql"))
+    return tuple([v] if isinstance(v, str) else v)
 
 
 def discover_it():
@@ -100,10 +108,12 @@ def discover_it():
         with open(path, encoding="utf-8") as f:
             tree = ast.parse(f.read(), path)
         backends = _db_backends(tree)
+        serial = bool(_module_const(tree, "SERIAL", False))
         for node in tree.body:
             if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
                 t = {"name": "%s::%s" % (fn, node.name), "file": path, "func": node.name,
-                     "long": False, "timeout": DEFAULT_TIMEOUT, "backends": backends}
+                     "long": False, "timeout": DEFAULT_TIMEOUT, "backends": backends,
+                     "serial": serial}
                 for d in node.decorator_list:
                     info = _deco_info(d)
                     if info and info[0] == "long":
@@ -148,6 +158,21 @@ def tail_of(text, n=TAIL_LINES):
     return "\n".join("    " + l for l in lines)
 
 
+_groups = set()          # process groups of the children running now (-j: several)
+_groups_lock = threading.Lock()
+
+
+def kill_running():
+    """SIGKILL to every child's group still running (an interrupted run leaves none)."""
+    with _groups_lock:
+        pids = list(_groups)
+    for pid in pids:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 def run_group(argv, timeout, env, cwd, out_path):
     """Runs argv in its own session; on timeout kills the whole process group.
     Returns (returncode or None on timeout, seconds)."""
@@ -155,6 +180,8 @@ def run_group(argv, timeout, env, cwd, out_path):
     with open(out_path, "wb") as out:
         p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                              env=env, cwd=cwd, start_new_session=True)
+        with _groups_lock:
+            _groups.add(p.pid)
         try:
             rc = p.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -177,7 +204,32 @@ def run_group(argv, timeout, env, cwd, out_path):
             os.killpg(p.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        with _groups_lock:
+            _groups.discard(p.pid)
     return rc, time.monotonic() - t0
+
+
+_stages = []   # (name, wall seconds) of each stage of the run, in order
+
+
+@contextlib.contextmanager
+def stage(name):
+    """Times one stage of the run (unit, integration, fuzz ...) for the closing summary."""
+    t0 = time.monotonic()
+    try:
+        yield
+    finally:
+        _stages.append((name, time.monotonic() - t0))
+
+
+def print_times(results, n):
+    """The closing summary: each stage's wall time, then the n slowest tests."""
+    if _stages:
+        print("stage times: " + ", ".join("%s %.0fs" % st for st in _stages), flush=True)
+    if n > 0 and results:
+        print("slowest %d:" % min(n, len(results)))
+        for name, _, secs in sorted(results, key=lambda r: -r[2])[:n]:
+            print("  %7.1fs  %s" % (secs, name))
 
 
 def read_text(path):
@@ -233,19 +285,26 @@ def run_units(units, tmp, results, maria=None, prefix="", extra_env=None):
         harness.cleanup()
 
 
+report_lock = threading.RLock()   # -j: one test's lines stay together
+
+
 def report(results, name, ok, secs, text, why=None):
-    results.append((name, ok))
-    if ok:
-        print("PASS %s (%.1fs)" % (name, secs), flush=True)
-    else:
-        print("FAIL %s (%.1fs)%s" % (name, secs, (": " + why) if why else ""), flush=True)
-        if text.strip():
-            print(tail_of(text), flush=True)
+    """Appends (name, ok, seconds) to results and prints the PASS/FAIL line."""
+    with report_lock:
+        results.append((name, ok, secs))
+        if ok:
+            print("PASS %s (%.1fs)" % (name, secs), flush=True)
+        else:
+            print("FAIL %s (%.1fs)%s" % (name, secs, (": " + why) if why else ""),
+                  flush=True)
+            if text.strip():
+                print(tail_of(text), flush=True)
 
 
 def run_its(tests, args, tmp, results, maria=None, prefix="", bin_path=None,
             extra_env=None):
-    """prefix, bin_path, extra_env: the TSan and valgrind stages of reliability.py run
+    """Runs tests, --jobs of them at a time; those of SERIAL files alone, after the others.
+    prefix, bin_path, extra_env: the TSan and valgrind stages of reliability.py run
     tests again against another binary, under names starting with prefix."""
     bin_path = bin_path or args.bin
     env = dict(os.environ)
@@ -255,20 +314,21 @@ def run_its(tests, args, tmp, results, maria=None, prefix="", bin_path=None,
     env["PYTHONUNBUFFERED"] = "1"
     if args.keep:
         env["SECKILL_KEEP_TMP"] = "1"
-    for seq, t in enumerate(tests, 1):
-        env["SECKILL_TEST_DB"] = t["db"]
-        env["SECKILL_TEST_SEQ"] = str(seq)
-        if maria:
-            env["SECKILL_TEST_MYSQL"] = maria.base_url
-        else:
-            env.pop("SECKILL_TEST_MYSQL", None)
+    if maria:
+        env["SECKILL_TEST_MYSQL"] = maria.base_url
+    else:
+        env.pop("SECKILL_TEST_MYSQL", None)
+
+    def one(seq, t):
+        # seq names the test's own MariaDB database (harness.db_url_for): unique per test
+        tenv = dict(env, SECKILL_TEST_DB=t["db"], SECKILL_TEST_SEQ=str(seq))
         safe = t["name"].replace("/", "_").replace(":", "_").replace("[", "_").replace("]", "")
         out_path = os.path.join(tmp, prefix.replace("/", "_") + safe + ".out")
         res_path = out_path + ".json"
         argv = [sys.executable, os.path.abspath(__file__), "--child", t["name"],
                 "--bin", bin_path, "--result", res_path, "--child-timeout",
                 str(t["timeout"])]
-        rc, secs = run_group(argv, t["timeout"] + 60, env, ROOT, out_path)
+        rc, secs = run_group(argv, t["timeout"] + 60, tenv, ROOT, out_path)
         text = read_text(out_path)
         why = None
         if rc is None:
@@ -284,6 +344,23 @@ def run_its(tests, args, tmp, results, maria=None, prefix="", bin_path=None,
             if why is None and rc != 0:
                 why = "child exit status %d" % rc
         report(results, prefix + t["name"], why is None, secs, text, why)
+
+    numbered = list(enumerate(tests, 1))
+    jobs = max(1, getattr(args, "jobs", 1))
+    shared = [(n, t) for n, t in numbered if jobs > 1 and not t.get("serial")]
+    alone = [(n, t) for n, t in numbered if jobs == 1 or t.get("serial")]
+    if shared:
+        pool = concurrent.futures.ThreadPoolExecutor(jobs)
+        try:
+            for f in [pool.submit(one, n, t) for n, t in shared]:
+                f.result()
+        except BaseException:   # e.g. ^C: no test of this run outlives it
+            pool.shutdown(wait=False, cancel_futures=True)
+            kill_running()
+            raise
+        pool.shutdown()
+    for n, t in alone:
+        one(n, t)
 
 
 # ---------------------------------------------------------------------------------------
@@ -368,6 +445,11 @@ def main():
     ap.add_argument("--no-it", action="store_true")
     ap.add_argument("--db", choices=("sqlite", "mysql", "both"), default="sqlite",
                     help="SQL backend(s) of the integration tests (default sqlite)")
+    ap.add_argument("-j", "--jobs", type=int, default=1,
+                    help="integration tests (and fuzz targets) run N at a time; the tests "
+                         "of SERIAL files still run alone (default 1)")
+    ap.add_argument("--durations", type=int, default=0, metavar="N",
+                    help="end with the N slowest tests (stage times are always printed)")
     reliability.add_args(ap)   # --fuzz-dir, --tsan-bin, --valgrind-bin ...
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
@@ -419,26 +501,33 @@ def main():
     maria = None
     try:
         if "mysql" in dbs and (its or units):
-            maria = start_run_mariadb(tmp)
-        run_units(units, tmp, results, maria)
-        run_its(its, args, tmp, results, maria)
+            with stage("mariadbd"):
+                maria = start_run_mariadb(tmp)
+        if units:
+            with stage("unit"):
+                run_units(units, tmp, results, maria)
+        if its:
+            with stage("integration (-j %d)" % args.jobs):
+                run_its(its, args, tmp, results, maria)
         if reliability.wanted(args):
             reliability.run(args, tmp, results, sys.modules[__name__])
     except KeyboardInterrupt:
+        kill_running()
         print("interrupted", flush=True)
-        results.append(("interrupted", False))
+        results.append(("interrupted", False, 0.0))
     except Exception as e:   # e.g. mariadbd would not start: nothing ran, say so
         print("FAIL run setup: %s: %s" % (type(e).__name__, e), flush=True)
-        results.append(("run setup", False))
+        results.append(("run setup", False, 0.0))
     finally:
         if maria:
             maria.stop()
     for t in skipped:
         print("SKIP %s (%s)" % (t["name"], t["why"]))
-    passed = sum(1 for _, ok in results if ok)
+    passed = sum(1 for r in results if r[1])
     failed = len(results) - passed
+    print_times(results, args.durations)
     if failed:
-        print("failed: " + ", ".join(n for n, ok in results if not ok))
+        print("failed: " + ", ".join(r[0] for r in results if not r[1]))
     print("total time %.1fs; outputs in %s" % (time.monotonic() - t0, tmp))
     line = "%d passed, %d failed" % (passed, failed)
     if skipped:
