@@ -137,11 +137,14 @@ reset:
 unit: $(UNIT_BINS)
 	@for t in $(UNIT_BINS); do echo "== $$t"; ./$$t || exit 1; done
 
-# The CI command: everything under ASan+UBSan.
+# The CI command: everything under ASan+UBSan. TEST_JOBS integration tests (and fuzz
+# targets) at a time; a test file marked SERIAL runs alone (tests/run.py, docs/testing.md).
+TEST_JOBS ?= 2
 check: lint
 	$(MAKE) -j$(REL_JOBS) SAN=1 all unit-bins
 	$(MAKE) reliability-builds
-	python3 tests/run.py --bin build/san/seckill --unit-dir build/san/tests --db both $(RELIABILITY_ARGS)
+	python3 tests/run.py --bin build/san/seckill --unit-dir build/san/tests --db both \
+	    -j $(TEST_JOBS) --durations 15 $(RELIABILITY_ARGS)
 
 unit-bins: $(UNIT_BINS)
 

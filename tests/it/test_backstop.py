@@ -16,6 +16,9 @@ from harness import check, eq
 from test_lifecycle import (FAST, _audit, _cancel, _hold_writer, _notify, _pay_settings,
                             _status)
 
+# run alone under tests/run.py -j: timeouts applied within 2 s of their deadline
+SERIAL = True
+
 ORDERID_EPOCH = 1640995200   # 2022-01-01T00:00:00Z (src/sale/orderid.h)
 
 
