@@ -80,7 +80,8 @@ def run_tsan(args, tmp, results, rp):
         if not units:
             rp.report(results, "tsan/unit", False, 0, "", "no unit binaries in %s" %
                       args.tsan_unit_dir)
-        rp.run_units(units, tmp, results, prefix="tsan/", extra_env=env)
+        rp.run_units(units, tmp, results, prefix="tsan/", extra_env=env,
+                     jobs=getattr(args, "jobs", 1))
     if args.tsan_bin:
         run_named_its(args, tmp, results, rp, args.tsan_test or [DEFAULT_SALE], "tsan/",
                       os.path.abspath(args.tsan_bin), env)

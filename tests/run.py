@@ -68,7 +68,7 @@ SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "runtime error:", "LeakSanitizer
 # discovery
 
 def _deco_info(dec):
-    """('long', None) / ('timeout', N) / None for one decorator node."""
+    """('long', None) / ('serial', None) / ('timeout', N) / None for one decorator node."""
     name = None
     node = dec.func if isinstance(dec, ast.Call) else dec
     if isinstance(node, ast.Attribute):
@@ -77,6 +77,8 @@ def _deco_info(dec):
         name = node.id
     if name == "long_test":
         return ("long", None)
+    if name == "serial":
+        return ("serial", None)
     if name == "timeout" and isinstance(dec, ast.Call) and dec.args:
         a = dec.args[0]
         if isinstance(a, ast.Constant) and isinstance(a.value, (int, float)):
@@ -118,6 +120,8 @@ def discover_it():
                     info = _deco_info(d)
                     if info and info[0] == "long":
                         t["long"] = True
+                    elif info and info[0] == "serial":
+                        t["serial"] = True
                     elif info and info[0] == "timeout":
                         t["timeout"] = info[1]
                 tests.append(t)
@@ -240,28 +244,44 @@ def read_text(path):
         return ""
 
 
-def run_units(units, tmp, results, maria=None, prefix="", extra_env=None):
+# Unit binaries that run alone even under -j: rlock_test_process asserts wall-clock
+# latencies (a lost-lock callback within lease/3 + 50 ms of a SIGSTOP). The others wait on
+# leases and Redis, and pass under TSan's 5-15x slowdown (tests/reliability.py).
+UNIT_ALONE = ("unit/rlock_test_process",)
+
+
+def run_units(units, tmp, results, maria=None, prefix="", extra_env=None, jobs=1):
+    """Runs each unit binary, jobs at a time (UNIT_ALONE's alone, after the others). Each
+    lane has its own redis-server (REDIS_URL), flushed between binaries."""
     if not units:
         return
     sys.path.insert(0, IT_DIR)
     import harness
     os.environ["SECKILL_TEST_TMP"] = tmp
-    redis = None
-    try:
-        redis = harness.start_redis("unit-redis")
-    except Exception as e:
-        print("WARN could not start redis-server for unit tests: %s" % e, flush=True)
+    harness.tmpdir()   # made once, before the lanes' threads start redis-servers in it
     env = harness.san_env()
     env.pop("MYSQL_URL", None)
-    if redis:
-        env["REDIS_URL"] = redis.url
     if maria:
         env["MYSQL_URL"] = maria.url("unit")
     env.update(extra_env or {})   # reliability.py: TSAN_OPTIONS
-    try:
-        for u in units:
+    todo_lock = threading.Lock()
+
+    def lane(name, todo):
+        redis = None
+        try:
+            redis = harness.start_redis(name)
+        except Exception as e:
+            print("WARN could not start redis-server for unit tests: %s" % e, flush=True)
+        lenv = dict(env)
+        if redis:
+            lenv["REDIS_URL"] = redis.url
+        while True:
+            with todo_lock:
+                if not todo:
+                    return
+                u = todo.pop(0)
             out_path = os.path.join(tmp, (prefix + u["name"]).replace("/", "_") + ".out")
-            rc, secs = run_group([u["path"]], UNIT_TIMEOUT, env, ROOT, out_path)
+            rc, secs = run_group([u["path"]], UNIT_TIMEOUT, lenv, ROOT, out_path)
             text = read_text(out_path)
             why = None
             if rc is None:
@@ -279,8 +299,29 @@ def run_units(units, tmp, results, maria=None, prefix="", extra_env=None):
                     redis.cmd("FLUSHALL")
                 except Exception:
                     redis.stop()
-                    redis = harness.start_redis("unit-redis2")
-                    env["REDIS_URL"] = redis.url
+                    name += "b"
+                    redis = harness.start_redis(name)
+                    lenv["REDIS_URL"] = redis.url
+
+    jobs = max(1, jobs)
+    shared = [u for u in units if jobs > 1 and u["name"] not in UNIT_ALONE]
+    alone = [u for u in units if not (jobs > 1 and u["name"] not in UNIT_ALONE)]
+    try:
+        if shared:
+            threads = [threading.Thread(target=lane, args=("unit-redis-%d" % i, shared))
+                       for i in range(jobs)]
+            for th in threads:
+                th.start()
+            try:
+                for th in threads:
+                    th.join()
+            except BaseException:   # e.g. ^C: the lanes take nothing more
+                with todo_lock:
+                    del shared[:]
+                kill_running()
+                raise
+        if alone:
+            lane("unit-redis", alone)
     finally:
         harness.cleanup()
 
@@ -505,7 +546,7 @@ def main():
                 maria = start_run_mariadb(tmp)
         if units:
             with stage("unit"):
-                run_units(units, tmp, results, maria)
+                run_units(units, tmp, results, maria, jobs=args.jobs)
         if its:
             with stage("integration (-j %d)" % args.jobs):
                 run_its(its, args, tmp, results, maria)

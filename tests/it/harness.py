@@ -1771,6 +1771,13 @@ def long_test(fn):
     return fn
 
 
+def serial(fn):
+    """Runs alone under run.py -j (a whole file: SERIAL = True); for a test that times
+    itself against the wall clock."""
+    fn.serial = True
+    return fn
+
+
 def timeout(seconds):
     """Per-test timeout for the runner (default 240 s)."""
     def deco(fn):

@@ -29,9 +29,6 @@ import time
 import harness as H
 from harness import check, eq
 
-# run alone under tests/run.py -j: passes at admitPerSecond, checked against the clock (+-1)
-SERIAL = True
-
 ME_PATH = "/voucher-order/of/me"
 PASS_LABEL = b"seckill waiting-room pass v1"
 
@@ -187,6 +184,7 @@ def test_room_option_and_pass():
     H.finish(srv)
 
 
+@H.serial   # passes at admitPerSecond against the clock (+-1)
 @H.timeout(300)
 def test_room_shuffle_fifo_and_rate_two_instances():
     r, a = H.setup()
