@@ -5,11 +5,12 @@ reports through run.py's own PASS/FAIL lines and counts in its closing "N passed
 Each stage runs only when its option is given (`make check` gives them all; see
 tests/reliability.mk and docs/reliability.md):
 
-  --fuzz-dir DIR          each libFuzzer target in DIR (fuzz_*), for --fuzz-seconds each
-                          (0: only its corpus, once), starting from fuzz/corpus/<target>/
-                          and fuzz/<target>.dict. New inputs go to a scratch corpus
-                          (--fuzz-keep DIR keeps them for `make fuzz-merge`). A crash, leak,
-                          timeout or OOM fails, and its input is printed (base64) and kept.
+  --fuzz-dir DIR          each libFuzzer target in DIR (fuzz_*; -j of them at a time), for
+                          --fuzz-seconds each (0: only its corpus, once), starting from
+                          fuzz/corpus/<target>/ and fuzz/<target>.dict. New inputs go to a
+                          scratch corpus (--fuzz-keep DIR keeps them for `make fuzz-merge`).
+                          A crash, leak, timeout or OOM fails, and its input is printed
+                          (base64) and kept.
   --tsan-bin BIN          the integration tests named by --tsan-test (default: one sale)
                           against the ThreadSanitizer build ...
   --tsan-unit-dir DIR     ... and every unit test binary of its build.

@@ -2,7 +2,7 @@
 """run.py -- the test runner behind `make check` (Python 3 standard library only).
 
     python3 tests/run.py --bin build/san/seckill --unit-dir build/san/tests [-k PATTERN]... [--long]
-                         [--db sqlite|mysql|both]
+                         [--db sqlite|mysql|both] [-j N] [--durations N]
 
 1. Unit tests: every executable in --unit-dir (cmocka), each with REDIS_URL pointing at a
    redis-server this runner starts for them (the lock library's tests need one), and, when
@@ -21,13 +21,19 @@ Tests of the MariaDB pass are named `file::test[mysql]`. A test file may declare
 `DB_BACKENDS = ("sqlite",)` (or ("mysql",)) at module level to run on those only; the
 other pass lists it as skipped.
 
+-j N runs N integration tests at a time (N unit binaries, each lane with its own
+redis-server; N fuzz targets). Tests of a file that sets `SERIAL = True`, and tests
+decorated with @harness.serial, run alone after the others: those that time themselves
+against the wall clock or read host-wide state. `make check` passes -j 2. docs/testing.md.
+
 3. (tests/reliability.py) With --fuzz-dir, --tsan-bin/--tsan-unit-dir and
    --valgrind-bin: each libFuzzer target for a bounded time (`fuzz/<target>`), the unit
    tests and one sale against the TSan build (`tsan/...`), one sale with the server under
    valgrind (`valgrind/...`). `make check` passes all three.
 
-Prints `PASS name (1.2s)` / `FAIL name (1.2s)` with the captured output's tail, and ends
-with exactly `N passed, M failed` (plus `, K skipped`). Exit status 1 on any failure.
+Prints `PASS name (1.2s)` / `FAIL name (1.2s)` with the captured output's tail, then each
+stage's wall time, the --durations N slowest tests, and ends with exactly `N passed,
+M failed` (plus `, K skipped`). Exit status 1 on any failure.
 
 -k PATTERN selects tests whose name (e.g. `test_api.py::test_login_new_user`, `unit/test_sb`)
 contains PATTERN, or matches it as a glob when it has * ? or [. Tests decorated with
@@ -524,7 +530,8 @@ def main():
         for u in units:
             print(u["name"])
         for t in its:
-            print("%s (timeout %ss)" % (t["name"], t["timeout"]))
+            print("%s (timeout %ss%s)" % (t["name"], t["timeout"],
+                                          ", alone under -j" if t.get("serial") else ""))
         for t in skipped:
             print("%s (skipped: %s)" % (t["name"], t["why"]))
         return 0
