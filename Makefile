@@ -4,8 +4,9 @@
 #   make SAN=1      build/san/seckill with ASan+UBSan (what `make check` tests)
 #   make run        start the service on the embedded default
 #   make check      the source rules (make lint), then unit + integration tests under
-#                   ASan+UBSan (the CI command), then (tests/reliability.mk) each fuzz
-#                   target for 20 s, unit tests and a sale under TSan, a sale under valgrind
+#                   ASan+UBSan, two at a time (the CI command; docs/testing.md), then
+#                   (tests/reliability.mk) each fuzz target for 20 s, unit tests and a sale
+#                   under TSan, a sale under valgrind
 #   make lint       a file's functions carry its name (tools/check_names.py); no include
 #                   cycle between modules (tools/include_cycles.py)
 #   make fuzz       run the libFuzzer targets (FUZZ_SECONDS=30 each; fuzz/fuzz.mk)

@@ -493,8 +493,8 @@ def main():
     ap.add_argument("--db", choices=("sqlite", "mysql", "both"), default="sqlite",
                     help="SQL backend(s) of the integration tests (default sqlite)")
     ap.add_argument("-j", "--jobs", type=int, default=1,
-                    help="integration tests (and fuzz targets) run N at a time; the tests "
-                         "of SERIAL files still run alone (default 1)")
+                    help="integration tests, unit binaries and fuzz targets run N at a "
+                         "time; SERIAL files and @serial tests still run alone (default 1)")
     ap.add_argument("--durations", type=int, default=0, metavar="N",
                     help="end with the N slowest tests (stage times are always printed)")
     reliability.add_args(ap)   # --fuzz-dir, --tsan-bin, --valgrind-bin ...
