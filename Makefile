@@ -4,8 +4,9 @@
 #   make SAN=1      build/san/seckill with ASan+UBSan (what `make check` tests)
 #   make run        start the service on the embedded default
 #   make check      the source rules (make lint), then unit + integration tests under
-#                   ASan+UBSan (the CI command), then (tests/reliability.mk) each fuzz
-#                   target for 20 s, unit tests and a sale under TSan, a sale under valgrind
+#                   ASan+UBSan, two at a time (the CI command; docs/testing.md), then
+#                   (tests/reliability.mk) each fuzz target for 20 s, unit tests and a sale
+#                   under TSan, a sale under valgrind
 #   make lint       a file's functions carry its name (tools/check_names.py); no include
 #                   cycle between modules (tools/include_cycles.py)
 #   make fuzz       run the libFuzzer targets (FUZZ_SECONDS=30 each; fuzz/fuzz.mk)
@@ -137,11 +138,14 @@ reset:
 unit: $(UNIT_BINS)
 	@for t in $(UNIT_BINS); do echo "== $$t"; ./$$t || exit 1; done
 
-# The CI command: everything under ASan+UBSan.
+# The CI command: everything under ASan+UBSan. TEST_JOBS integration tests (and fuzz
+# targets) at a time; a test file marked SERIAL runs alone (tests/run.py, docs/testing.md).
+TEST_JOBS ?= 2
 check: lint
 	$(MAKE) -j$(REL_JOBS) SAN=1 all unit-bins
 	$(MAKE) reliability-builds
-	python3 tests/run.py --bin build/san/seckill --unit-dir build/san/tests --db both $(RELIABILITY_ARGS)
+	python3 tests/run.py --bin build/san/seckill --unit-dir build/san/tests --db both \
+	    -j $(TEST_JOBS) --durations 15 $(RELIABILITY_ARGS)
 
 unit-bins: $(UNIT_BINS)
 

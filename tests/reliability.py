@@ -5,11 +5,12 @@ reports through run.py's own PASS/FAIL lines and counts in its closing "N passed
 Each stage runs only when its option is given (`make check` gives them all; see
 tests/reliability.mk and docs/reliability.md):
 
-  --fuzz-dir DIR          each libFuzzer target in DIR (fuzz_*), for --fuzz-seconds each
-                          (0: only its corpus, once), starting from fuzz/corpus/<target>/
-                          and fuzz/<target>.dict. New inputs go to a scratch corpus
-                          (--fuzz-keep DIR keeps them for `make fuzz-merge`). A crash, leak,
-                          timeout or OOM fails, and its input is printed (base64) and kept.
+  --fuzz-dir DIR          each libFuzzer target in DIR (fuzz_*; -j of them at a time), for
+                          --fuzz-seconds each (0: only its corpus, once), starting from
+                          fuzz/corpus/<target>/ and fuzz/<target>.dict. New inputs go to a
+                          scratch corpus (--fuzz-keep DIR keeps them for `make fuzz-merge`).
+                          A crash, leak, timeout or OOM fails, and its input is printed
+                          (base64) and kept.
   --tsan-bin BIN          the integration tests named by --tsan-test (default: one sale)
                           against the ThreadSanitizer build ...
   --tsan-unit-dir DIR     ... and every unit test binary of its build.
@@ -19,6 +20,7 @@ tests/reliability.mk and docs/reliability.md):
 """
 
 import base64
+import concurrent.futures
 import glob
 import os
 import re
@@ -60,21 +62,30 @@ def wanted(args):
 def run(args, tmp, results, rp):
     """rp: the run.py module (its run_group, report, discover_*, run_units, run_its)."""
     if args.fuzz_dir:
-        run_fuzz(args, tmp, results, rp)
+        with rp.stage("fuzz"):
+            run_fuzz(args, tmp, results, rp)
     if args.tsan_unit_dir or args.tsan_bin:
-        env = {"TSAN_OPTIONS": os.environ.get("TSAN_OPTIONS", TSAN_OPTIONS)}
-        if args.tsan_unit_dir:
-            units = [u for u in rp.discover_unit(args.tsan_unit_dir)
-                     if u["name"] not in TSAN_UNIT_SKIP]
-            if not units:
-                rp.report(results, "tsan/unit", False, 0, "", "no unit binaries in %s" %
-                          args.tsan_unit_dir)
-            rp.run_units(units, tmp, results, prefix="tsan/", extra_env=env)
-        if args.tsan_bin:
-            run_named_its(args, tmp, results, rp, args.tsan_test or [DEFAULT_SALE], "tsan/",
-                          os.path.abspath(args.tsan_bin), env)
+        with rp.stage("tsan"):
+            run_tsan(args, tmp, results, rp)
     if args.valgrind_bin:
-        run_valgrind(args, tmp, results, rp)
+        with rp.stage("valgrind"):
+            run_valgrind(args, tmp, results, rp)
+
+
+def run_tsan(args, tmp, results, rp):
+    """The unit tests and the --tsan-test tests against the ThreadSanitizer build."""
+    env = {"TSAN_OPTIONS": os.environ.get("TSAN_OPTIONS", TSAN_OPTIONS)}
+    if args.tsan_unit_dir:
+        units = [u for u in rp.discover_unit(args.tsan_unit_dir)
+                 if u["name"] not in TSAN_UNIT_SKIP]
+        if not units:
+            rp.report(results, "tsan/unit", False, 0, "", "no unit binaries in %s" %
+                      args.tsan_unit_dir)
+        rp.run_units(units, tmp, results, prefix="tsan/", extra_env=env,
+                     jobs=getattr(args, "jobs", 1))
+    if args.tsan_bin:
+        run_named_its(args, tmp, results, rp, args.tsan_test or [DEFAULT_SALE], "tsan/",
+                      os.path.abspath(args.tsan_bin), env)
 
 
 def run_named_its(args, tmp, results, rp, names, prefix, bin_path, env):
@@ -158,60 +169,70 @@ def fuzz_targets(args):
 
 
 def run_fuzz(args, tmp, results, rp):
+    """Each target for --fuzz-seconds, --jobs of them at a time (each libFuzzer process is
+    one thread: two on two cores each get a core for their seconds)."""
     names = fuzz_targets(args)
     if not names:
         rp.report(results, "fuzz", False, 0, "", "no fuzz targets in %s (make fuzz-build)" %
                   args.fuzz_dir)
         return
-    for name in names:
-        seeds = os.path.join(ROOT, "fuzz", "corpus", name)
-        os.makedirs(seeds, exist_ok=True)
-        if args.fuzz_keep:
-            scratch = os.path.join(os.path.abspath(args.fuzz_keep), name)
-        else:
-            scratch = os.path.join(tmp, "fuzz-new", name)
-        os.makedirs(scratch, exist_ok=True)
-        art = os.path.join(tmp, "fuzz-artifacts", name)
-        os.makedirs(art, exist_ok=True)
-        argv = [os.path.abspath(os.path.join(args.fuzz_dir, name)),
-                "-timeout=10", "-rss_limit_mb=2048", "-print_final_stats=1",
-                "-max_len=%d" % FUZZ_MAX_LEN.get(name, 4096),
-                "-artifact_prefix=" + art + "/"]
-        d = os.path.join(ROOT, "fuzz", name + ".dict")
-        if os.path.exists(d):
-            argv.append("-dict=" + d)
-        if args.fuzz_seconds > 0:
-            argv += ["-max_total_time=%d" % args.fuzz_seconds, scratch, seeds]
-        else:
-            argv += ["-runs=0", seeds]
-        env = dict(os.environ)
-        env.setdefault("ASAN_OPTIONS", "detect_leaks=1:allocator_may_return_null=1")
-        env.setdefault("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1")
-        out_path = os.path.join(tmp, "fuzz_" + name + ".out")
-        rc, secs = rp.run_group(argv, args.fuzz_seconds + 300, env, ROOT, out_path)
-        text = rp.read_text(out_path)
-        st = dict((k, int(v)) for k, v in STAT_RE.findall(text))
-        cov = COV_RE.findall(text)
-        nseeds = len(os.listdir(seeds))
-        nnew = len(os.listdir(scratch)) if args.fuzz_seconds > 0 else 0
-        summary = "%d runs, %d/s, cov %s ft %s, corpus %d + %d new" % (
-            st.get("number_of_executed_units", 0), st.get("average_exec_per_sec", 0),
-            cov[-1][0] if cov else "?", cov[-1][1] if cov else "?", nseeds, nnew)
-        why = None
-        if rc is None:
-            why = "timed out"
-        elif rc != 0:
-            crashes = sorted(glob.glob(os.path.join(art, "*")))
-            why = "libFuzzer exit %d (%s)" % (rc, ", ".join(os.path.basename(c)
-                                                          for c in crashes) or "no artifact")
-            cause = fuzz_cause(fuzz_report(text))
-            if cause:
-                why += ": " + cause
-            reproduce = ("Reproduce: %s %s\nOnce fixed, add the input to %s/ as a "
-                         "regression case." % (argv[0], crashes[0] if crashes else "<input>",
-                                               os.path.relpath(seeds, ROOT)))
-            text = fuzz_failure_text(text, crashes, reproduce,
-                                     getattr(rp, "TAIL_LINES", 60))
+    jobs = max(1, getattr(args, "jobs", 1))
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        for f in [pool.submit(fuzz_one, args, tmp, results, rp, n) for n in names]:
+            f.result()
+
+
+def fuzz_one(args, tmp, results, rp, name):
+    """One target's run, reported as fuzz/<name>."""
+    seeds = os.path.join(ROOT, "fuzz", "corpus", name)
+    os.makedirs(seeds, exist_ok=True)
+    if args.fuzz_keep:
+        scratch = os.path.join(os.path.abspath(args.fuzz_keep), name)
+    else:
+        scratch = os.path.join(tmp, "fuzz-new", name)
+    os.makedirs(scratch, exist_ok=True)
+    art = os.path.join(tmp, "fuzz-artifacts", name)
+    os.makedirs(art, exist_ok=True)
+    argv = [os.path.abspath(os.path.join(args.fuzz_dir, name)),
+            "-timeout=10", "-rss_limit_mb=2048", "-print_final_stats=1",
+            "-max_len=%d" % FUZZ_MAX_LEN.get(name, 4096),
+            "-artifact_prefix=" + art + "/"]
+    d = os.path.join(ROOT, "fuzz", name + ".dict")
+    if os.path.exists(d):
+        argv.append("-dict=" + d)
+    if args.fuzz_seconds > 0:
+        argv += ["-max_total_time=%d" % args.fuzz_seconds, scratch, seeds]
+    else:
+        argv += ["-runs=0", seeds]
+    env = dict(os.environ)
+    env.setdefault("ASAN_OPTIONS", "detect_leaks=1:allocator_may_return_null=1")
+    env.setdefault("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1")
+    out_path = os.path.join(tmp, "fuzz_" + name + ".out")
+    rc, secs = rp.run_group(argv, args.fuzz_seconds + 300, env, ROOT, out_path)
+    text = rp.read_text(out_path)
+    st = dict((k, int(v)) for k, v in STAT_RE.findall(text))
+    cov = COV_RE.findall(text)
+    nseeds = len(os.listdir(seeds))
+    nnew = len(os.listdir(scratch)) if args.fuzz_seconds > 0 else 0
+    summary = "%d runs, %d/s, cov %s ft %s, corpus %d + %d new" % (
+        st.get("number_of_executed_units", 0), st.get("average_exec_per_sec", 0),
+        cov[-1][0] if cov else "?", cov[-1][1] if cov else "?", nseeds, nnew)
+    why = None
+    if rc is None:
+        why = "timed out"
+    elif rc != 0:
+        crashes = sorted(glob.glob(os.path.join(art, "*")))
+        why = "libFuzzer exit %d (%s)" % (rc, ", ".join(os.path.basename(c)
+                                                      for c in crashes) or "no artifact")
+        cause = fuzz_cause(fuzz_report(text))
+        if cause:
+            why += ": " + cause
+        reproduce = ("Reproduce: %s %s\nOnce fixed, add the input to %s/ as a "
+                     "regression case." % (argv[0], crashes[0] if crashes else "<input>",
+                                           os.path.relpath(seeds, ROOT)))
+        text = fuzz_failure_text(text, crashes, reproduce,
+                                 getattr(rp, "TAIL_LINES", 60))
+    with rp.report_lock:   # the summary right under its PASS line
         rp.report(results, "fuzz/" + name, why is None, secs, text, why)
         if why is None:
             print("     %s: %s" % (name, summary), flush=True)

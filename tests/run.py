@@ -2,7 +2,7 @@
 """run.py -- the test runner behind `make check` (Python 3 standard library only).
 
     python3 tests/run.py --bin build/san/seckill --unit-dir build/san/tests [-k PATTERN]... [--long]
-                         [--db sqlite|mysql|both]
+                         [--db sqlite|mysql|both] [-j N] [--durations N]
 
 1. Unit tests: every executable in --unit-dir (cmocka), each with REDIS_URL pointing at a
    redis-server this runner starts for them (the lock library's tests need one), and, when
@@ -21,13 +21,19 @@ Tests of the MariaDB pass are named `file::test[mysql]`. A test file may declare
 `DB_BACKENDS = ("sqlite",)` (or ("mysql",)) at module level to run on those only; the
 other pass lists it as skipped.
 
+-j N runs N integration tests at a time (N unit binaries, each lane with its own
+redis-server; N fuzz targets). Tests of a file that sets `SERIAL = True`, and tests
+decorated with @harness.serial, run alone after the others: those that time themselves
+against the wall clock or read host-wide state. `make check` passes -j 2. docs/testing.md.
+
 3. (tests/reliability.py) With --fuzz-dir, --tsan-bin/--tsan-unit-dir and
    --valgrind-bin: each libFuzzer target for a bounded time (`fuzz/<target>`), the unit
    tests and one sale against the TSan build (`tsan/...`), one sale with the server under
    valgrind (`valgrind/...`). `make check` passes all three.
 
-Prints `PASS name (1.2s)` / `FAIL name (1.2s)` with the captured output's tail, and ends
-with exactly `N passed, M failed` (plus `, K skipped`). Exit status 1 on any failure.
+Prints `PASS name (1.2s)` / `FAIL name (1.2s)` with the captured output's tail, then each
+stage's wall time, the --durations N slowest tests, and ends with exactly `N passed,
+M failed` (plus `, K skipped`). Exit status 1 on any failure.
 
 -k PATTERN selects tests whose name (e.g. `test_api.py::test_login_new_user`, `unit/test_sb`)
 contains PATTERN, or matches it as a glob when it has * ? or [. Tests decorated with
@@ -36,6 +42,8 @@ contains PATTERN, or matches it as a glob when it has * ? or [. Tests decorated 
 
 import argparse
 import ast
+import contextlib
+import concurrent.futures
 import fnmatch
 import importlib.util
 import json
@@ -44,6 +52,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 
@@ -65,7 +74,7 @@ SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "runtime error:", "LeakSanitizer
 # discovery
 
 def _deco_info(dec):
-    """('long', None) / ('timeout', N) / None for one decorator node."""
+    """('long', None) / ('serial', None) / ('timeout', N) / None for one decorator node."""
     name = None
     node = dec.func if isinstance(dec, ast.Call) else dec
     if isinstance(node, ast.Attribute):
@@ -74,6 +83,8 @@ def _deco_info(dec):
         name = node.id
     if name == "long_test":
         return ("long", None)
+    if name == "serial":
+        return ("serial", None)
     if name == "timeout" and isinstance(dec, ast.Call) and dec.args:
         a = dec.args[0]
         if isinstance(a, ast.Constant) and isinstance(a.value, (int, float)):
@@ -81,14 +92,19 @@ def _deco_info(dec):
     return None
 
 
-def _db_backends(tree):
-    """The module's DB_BACKENDS = ("sqlite", ...) if it sets one, else both."""
+def _module_const(tree, name, default):
+    """The literal value of the module-level `name = ...`, or default."""
     for node in tree.body:
         if (isinstance(node, ast.Assign) and len(node.targets) == 1 and
-                isinstance(node.targets[0], ast.Name) and node.targets[0].id == "DB_BACKENDS"):
-            v = ast.literal_eval(node.value)
-            return tuple([v] if isinstance(v, str) else v)
-    return ("sqlite", "mysql")
+                isinstance(node.targets[0], ast.Name) and node.targets[0].id == name):
+            return ast.literal_eval(node.value)
+    return default
+
+
+def _db_backends(tree):
+    """The module's DB_BACKENDS = ("sqlite", ...) if it sets one, else both."""
+    v = _module_const(tree, "DB_BACKENDS", ("sqlite", "mysql"))
+    return tuple([v] if isinstance(v, str) else v)
 
 
 def discover_it():
@@ -100,14 +116,18 @@ def discover_it():
         with open(path, encoding="utf-8") as f:
             tree = ast.parse(f.read(), path)
         backends = _db_backends(tree)
+        serial = bool(_module_const(tree, "SERIAL", False))
         for node in tree.body:
             if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
                 t = {"name": "%s::%s" % (fn, node.name), "file": path, "func": node.name,
-                     "long": False, "timeout": DEFAULT_TIMEOUT, "backends": backends}
+                     "long": False, "timeout": DEFAULT_TIMEOUT, "backends": backends,
+                     "serial": serial}
                 for d in node.decorator_list:
                     info = _deco_info(d)
                     if info and info[0] == "long":
                         t["long"] = True
+                    elif info and info[0] == "serial":
+                        t["serial"] = True
                     elif info and info[0] == "timeout":
                         t["timeout"] = info[1]
                 tests.append(t)
@@ -148,6 +168,21 @@ def tail_of(text, n=TAIL_LINES):
     return "\n".join("    " + l for l in lines)
 
 
+_groups = set()          # process groups of the children running now (-j: several)
+_groups_lock = threading.Lock()
+
+
+def kill_running():
+    """SIGKILL to every child's group still running (an interrupted run leaves none)."""
+    with _groups_lock:
+        pids = list(_groups)
+    for pid in pids:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 def run_group(argv, timeout, env, cwd, out_path):
     """Runs argv in its own session; on timeout kills the whole process group.
     Returns (returncode or None on timeout, seconds)."""
@@ -155,6 +190,8 @@ def run_group(argv, timeout, env, cwd, out_path):
     with open(out_path, "wb") as out:
         p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                              env=env, cwd=cwd, start_new_session=True)
+        with _groups_lock:
+            _groups.add(p.pid)
         try:
             rc = p.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -177,7 +214,32 @@ def run_group(argv, timeout, env, cwd, out_path):
             os.killpg(p.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        with _groups_lock:
+            _groups.discard(p.pid)
     return rc, time.monotonic() - t0
+
+
+_stages = []   # (name, wall seconds) of each stage of the run, in order
+
+
+@contextlib.contextmanager
+def stage(name):
+    """Times one stage of the run (unit, integration, fuzz ...) for the closing summary."""
+    t0 = time.monotonic()
+    try:
+        yield
+    finally:
+        _stages.append((name, time.monotonic() - t0))
+
+
+def print_times(results, n):
+    """The closing summary: each stage's wall time, then the n slowest tests."""
+    if _stages:
+        print("stage times: " + ", ".join("%s %.0fs" % st for st in _stages), flush=True)
+    if n > 0 and results:
+        print("slowest %d:" % min(n, len(results)))
+        for name, _, secs in sorted(results, key=lambda r: -r[2])[:n]:
+            print("  %7.1fs  %s" % (secs, name))
 
 
 def read_text(path):
@@ -188,28 +250,44 @@ def read_text(path):
         return ""
 
 
-def run_units(units, tmp, results, maria=None, prefix="", extra_env=None):
+# Unit binaries that run alone even under -j: rlock_test_process asserts wall-clock
+# latencies (a lost-lock callback within lease/3 + 50 ms of a SIGSTOP). The others wait on
+# leases and Redis, and pass under TSan's 5-15x slowdown (tests/reliability.py).
+UNIT_ALONE = ("unit/rlock_test_process",)
+
+
+def run_units(units, tmp, results, maria=None, prefix="", extra_env=None, jobs=1):
+    """Runs each unit binary, jobs at a time (UNIT_ALONE's alone, after the others). Each
+    lane has its own redis-server (REDIS_URL), flushed between binaries."""
     if not units:
         return
     sys.path.insert(0, IT_DIR)
     import harness
     os.environ["SECKILL_TEST_TMP"] = tmp
-    redis = None
-    try:
-        redis = harness.start_redis("unit-redis")
-    except Exception as e:
-        print("WARN could not start redis-server for unit tests: %s" % e, flush=True)
+    harness.tmpdir()   # made once, before the lanes' threads start redis-servers in it
     env = harness.san_env()
     env.pop("MYSQL_URL", None)
-    if redis:
-        env["REDIS_URL"] = redis.url
     if maria:
         env["MYSQL_URL"] = maria.url("unit")
     env.update(extra_env or {})   # reliability.py: TSAN_OPTIONS
-    try:
-        for u in units:
+    todo_lock = threading.Lock()
+
+    def lane(name, todo):
+        redis = None
+        try:
+            redis = harness.start_redis(name)
+        except Exception as e:
+            print("WARN could not start redis-server for unit tests: %s" % e, flush=True)
+        lenv = dict(env)
+        if redis:
+            lenv["REDIS_URL"] = redis.url
+        while True:
+            with todo_lock:
+                if not todo:
+                    return
+                u = todo.pop(0)
             out_path = os.path.join(tmp, (prefix + u["name"]).replace("/", "_") + ".out")
-            rc, secs = run_group([u["path"]], UNIT_TIMEOUT, env, ROOT, out_path)
+            rc, secs = run_group([u["path"]], UNIT_TIMEOUT, lenv, ROOT, out_path)
             text = read_text(out_path)
             why = None
             if rc is None:
@@ -227,25 +305,53 @@ def run_units(units, tmp, results, maria=None, prefix="", extra_env=None):
                     redis.cmd("FLUSHALL")
                 except Exception:
                     redis.stop()
-                    redis = harness.start_redis("unit-redis2")
-                    env["REDIS_URL"] = redis.url
+                    name += "b"
+                    redis = harness.start_redis(name)
+                    lenv["REDIS_URL"] = redis.url
+
+    jobs = max(1, jobs)
+    shared = [u for u in units if jobs > 1 and u["name"] not in UNIT_ALONE]
+    alone = [u for u in units if not (jobs > 1 and u["name"] not in UNIT_ALONE)]
+    try:
+        if shared:
+            threads = [threading.Thread(target=lane, args=("unit-redis-%d" % i, shared))
+                       for i in range(jobs)]
+            for th in threads:
+                th.start()
+            try:
+                for th in threads:
+                    th.join()
+            except BaseException:   # e.g. ^C: the lanes take nothing more
+                with todo_lock:
+                    del shared[:]
+                kill_running()
+                raise
+        if alone:
+            lane("unit-redis", alone)
     finally:
         harness.cleanup()
 
 
+report_lock = threading.RLock()   # -j: one test's lines stay together
+
+
 def report(results, name, ok, secs, text, why=None):
-    results.append((name, ok))
-    if ok:
-        print("PASS %s (%.1fs)" % (name, secs), flush=True)
-    else:
-        print("FAIL %s (%.1fs)%s" % (name, secs, (": " + why) if why else ""), flush=True)
-        if text.strip():
-            print(tail_of(text), flush=True)
+    """Appends (name, ok, seconds) to results and prints the PASS/FAIL line."""
+    with report_lock:
+        results.append((name, ok, secs))
+        if ok:
+            print("PASS %s (%.1fs)" % (name, secs), flush=True)
+        else:
+            print("FAIL %s (%.1fs)%s" % (name, secs, (": " + why) if why else ""),
+                  flush=True)
+            if text.strip():
+                print(tail_of(text), flush=True)
 
 
 def run_its(tests, args, tmp, results, maria=None, prefix="", bin_path=None,
             extra_env=None):
-    """prefix, bin_path, extra_env: the TSan and valgrind stages of reliability.py run
+    """Runs tests, --jobs of them at a time; those of SERIAL files alone, after the others.
+    prefix, bin_path, extra_env: the TSan and valgrind stages of reliability.py run
     tests again against another binary, under names starting with prefix."""
     bin_path = bin_path or args.bin
     env = dict(os.environ)
@@ -255,20 +361,21 @@ def run_its(tests, args, tmp, results, maria=None, prefix="", bin_path=None,
     env["PYTHONUNBUFFERED"] = "1"
     if args.keep:
         env["SECKILL_KEEP_TMP"] = "1"
-    for seq, t in enumerate(tests, 1):
-        env["SECKILL_TEST_DB"] = t["db"]
-        env["SECKILL_TEST_SEQ"] = str(seq)
-        if maria:
-            env["SECKILL_TEST_MYSQL"] = maria.base_url
-        else:
-            env.pop("SECKILL_TEST_MYSQL", None)
+    if maria:
+        env["SECKILL_TEST_MYSQL"] = maria.base_url
+    else:
+        env.pop("SECKILL_TEST_MYSQL", None)
+
+    def one(seq, t):
+        # seq names the test's own MariaDB database (harness.db_url_for): unique per test
+        tenv = dict(env, SECKILL_TEST_DB=t["db"], SECKILL_TEST_SEQ=str(seq))
         safe = t["name"].replace("/", "_").replace(":", "_").replace("[", "_").replace("]", "")
         out_path = os.path.join(tmp, prefix.replace("/", "_") + safe + ".out")
         res_path = out_path + ".json"
         argv = [sys.executable, os.path.abspath(__file__), "--child", t["name"],
                 "--bin", bin_path, "--result", res_path, "--child-timeout",
                 str(t["timeout"])]
-        rc, secs = run_group(argv, t["timeout"] + 60, env, ROOT, out_path)
+        rc, secs = run_group(argv, t["timeout"] + 60, tenv, ROOT, out_path)
         text = read_text(out_path)
         why = None
         if rc is None:
@@ -284,6 +391,23 @@ def run_its(tests, args, tmp, results, maria=None, prefix="", bin_path=None,
             if why is None and rc != 0:
                 why = "child exit status %d" % rc
         report(results, prefix + t["name"], why is None, secs, text, why)
+
+    numbered = list(enumerate(tests, 1))
+    jobs = max(1, getattr(args, "jobs", 1))
+    shared = [(n, t) for n, t in numbered if jobs > 1 and not t.get("serial")]
+    alone = [(n, t) for n, t in numbered if jobs == 1 or t.get("serial")]
+    if shared:
+        pool = concurrent.futures.ThreadPoolExecutor(jobs)
+        try:
+            for f in [pool.submit(one, n, t) for n, t in shared]:
+                f.result()
+        except BaseException:   # e.g. ^C: no test of this run outlives it
+            pool.shutdown(wait=False, cancel_futures=True)
+            kill_running()
+            raise
+        pool.shutdown()
+    for n, t in alone:
+        one(n, t)
 
 
 # ---------------------------------------------------------------------------------------
@@ -368,6 +492,11 @@ def main():
     ap.add_argument("--no-it", action="store_true")
     ap.add_argument("--db", choices=("sqlite", "mysql", "both"), default="sqlite",
                     help="SQL backend(s) of the integration tests (default sqlite)")
+    ap.add_argument("-j", "--jobs", type=int, default=1,
+                    help="integration tests, unit binaries and fuzz targets run N at a "
+                         "time; SERIAL files and @serial tests still run alone (default 1)")
+    ap.add_argument("--durations", type=int, default=0, metavar="N",
+                    help="end with the N slowest tests (stage times are always printed)")
     reliability.add_args(ap)   # --fuzz-dir, --tsan-bin, --valgrind-bin ...
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
@@ -401,7 +530,8 @@ def main():
         for u in units:
             print(u["name"])
         for t in its:
-            print("%s (timeout %ss)" % (t["name"], t["timeout"]))
+            print("%s (timeout %ss%s)" % (t["name"], t["timeout"],
+                                          ", alone under -j" if t.get("serial") else ""))
         for t in skipped:
             print("%s (skipped: %s)" % (t["name"], t["why"]))
         return 0
@@ -419,26 +549,33 @@ def main():
     maria = None
     try:
         if "mysql" in dbs and (its or units):
-            maria = start_run_mariadb(tmp)
-        run_units(units, tmp, results, maria)
-        run_its(its, args, tmp, results, maria)
+            with stage("mariadbd"):
+                maria = start_run_mariadb(tmp)
+        if units:
+            with stage("unit"):
+                run_units(units, tmp, results, maria, jobs=args.jobs)
+        if its:
+            with stage("integration (-j %d)" % args.jobs):
+                run_its(its, args, tmp, results, maria)
         if reliability.wanted(args):
             reliability.run(args, tmp, results, sys.modules[__name__])
     except KeyboardInterrupt:
+        kill_running()
         print("interrupted", flush=True)
-        results.append(("interrupted", False))
+        results.append(("interrupted", False, 0.0))
     except Exception as e:   # e.g. mariadbd would not start: nothing ran, say so
         print("FAIL run setup: %s: %s" % (type(e).__name__, e), flush=True)
-        results.append(("run setup", False))
+        results.append(("run setup", False, 0.0))
     finally:
         if maria:
             maria.stop()
     for t in skipped:
         print("SKIP %s (%s)" % (t["name"], t["why"]))
-    passed = sum(1 for _, ok in results if ok)
+    passed = sum(1 for r in results if r[1])
     failed = len(results) - passed
+    print_times(results, args.durations)
     if failed:
-        print("failed: " + ", ".join(n for n, ok in results if not ok))
+        print("failed: " + ", ".join(r[0] for r in results if not r[1]))
     print("total time %.1fs; outputs in %s" % (time.monotonic() - t0, tmp))
     line = "%d passed, %d failed" % (passed, failed)
     if skipped:

@@ -23,6 +23,8 @@ SECKILL_TEST_MYSQL is the URL of a MariaDB server (mysql://user:pass@127.0.0.1:p
 database; tests/run.py starts one per run) and each test gets its own database t_<n>
 (n = SECKILL_TEST_SEQ, set by the runner per test), created by seckill's store_open.
 A test file whose module sets DB_BACKENDS = ("sqlite",) (or ("mysql",)) runs only there.
+Under run.py -j, the tests of a file that sets SERIAL = True, and a test decorated @serial,
+run alone (docs/testing.md).
 
 Every process started here is registered; cleanup() (called by the runner after each test)
 stops what is still running and scan_sanitizers() reads every server's stderr for ASan/UBSan/
@@ -1768,6 +1770,13 @@ def run_tool(args, timeout=120):
 def long_test(fn):
     """Only runs with run.py --long."""
     fn.long_test = True
+    return fn
+
+
+def serial(fn):
+    """Runs alone under run.py -j (a whole file: SERIAL = True); for a test that times
+    itself against the wall clock."""
+    fn.serial = True
     return fn
 
 

@@ -13,6 +13,8 @@ import harness as H
 from harness import check, eq
 
 DB_BACKENDS = ("sqlite",)   # the HTTP layer only: one SQL backend is enough
+# run alone under tests/run.py -j: the CPU that takes a handshake decides the steering
+SERIAL = True
 
 
 def _allowed():

@@ -101,6 +101,7 @@ def test_scan_times_out_on_every_master():
 
 # ---------------------------------------------------------------- sync mode
 
+@H.serial   # each timeout within 2 s of its deadline
 def test_sync_mode_times_out_once_with_two_instances():
     """--order-mode sync, two instances on one database: every unpaid order becomes 4 within
     2 s of its deadline, its unit back once (the CAS decides between the instances); the
@@ -207,6 +208,7 @@ def test_reads_show_redis_decisions():
     H.finish(srv)
 
 
+@H.serial   # applied within 4 s of the deadline
 def test_timeout_after_the_sale_drained():
     """The sale ended and its stream is in the drained set (every order written) before the
     unpaid order's deadline: the sweep's timeout takes the stream out of the set, so the

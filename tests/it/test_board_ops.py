@@ -179,6 +179,7 @@ def test_controls_refuse_bad_requests():
     H.finish(srv)
 
 
+@H.serial   # a resume takes effect within 1.5 s while a bench sells
 @H.timeout(300)
 def test_pause_resume_end_extend_under_bench():
     redis, (s1, s2) = _cluster(2)

@@ -340,6 +340,7 @@ def test_cluster_sale_stream():
     _sale("stream")
 
 
+@H.serial   # no failed try later than 2 s after the kill
 @H.timeout(300)
 def test_cluster_kill9_instance_stream():
     _kill9_instance("stream")
@@ -360,6 +361,7 @@ def test_cluster_sale_sync():
     _sale("sync")
 
 
+@H.serial   # no failed try later than 2 s after the kill
 @H.timeout(300)
 def test_cluster_kill9_instance_sync():
     _kill9_instance("sync")

@@ -29,6 +29,8 @@ import harness as H
 from harness import check, eq
 
 DB_BACKENDS = ("sqlite",)
+# run alone under tests/run.py -j: a master killed mid-sale, failed over in cluster-node-timeout
+SERIAL = True
 
 NODE_TIMEOUT_MS = 1500
 

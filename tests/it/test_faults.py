@@ -29,6 +29,8 @@ import harness as H
 from harness import check, eq
 
 DB_BACKENDS = ("sqlite",)
+# run alone under tests/run.py -j: kill -9 every ~1.5 s, connection floods, recovery times
+SERIAL = True
 
 FINAL = H.FINAL_MSGS
 

@@ -17,6 +17,8 @@ import harness as H
 from harness import check, eq
 
 DB_BACKENDS = ("sqlite",)   # no database: nginx answers
+# run alone under tests/run.py -j: `make perf`'s control sale, a bench's timing output
+SERIAL = True
 
 
 @H.timeout(120)

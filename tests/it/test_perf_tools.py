@@ -24,6 +24,8 @@ from test_gate import room_present
 
 # The load tools themselves (bench): no SQL behaviour of their own.
 DB_BACKENDS = ("sqlite",)
+# run alone under tests/run.py -j: bench's timing (orders within orderLateMs of a pass)
+SERIAL = True
 
 
 def test_bench_pays_the_vouchers_pay_value():

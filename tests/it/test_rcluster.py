@@ -175,6 +175,7 @@ def _failover_sale(wait_replicas):
     return len(answered), len(lost), len(forgot), len(rows), stock
 
 
+@H.serial   # a failover timed by SIGSTOP windows
 @H.timeout(200)
 def test_cluster_failover_wait_replicas_loses_nothing():
     answered, lost, forgot, orders, stock = _failover_sale(1)
@@ -186,6 +187,7 @@ def test_cluster_failover_wait_replicas_loses_nothing():
     check(answered > 0, "nothing was sold")
 
 
+@H.serial   # the loss shows only in a timed lag window
 @H.timeout(200)
 def test_cluster_failover_without_wait_loses_answered_orders():
     """The same run without WAIT: orders answered while the link was down are gone from

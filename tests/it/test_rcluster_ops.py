@@ -143,6 +143,7 @@ def _counters(cluster, n, prefix="lockcheck"):
             for i in range(n)}
 
 
+@H.serial   # the control run needs a lease shorter than a timed section
 @H.timeout(150)
 def test_rlock_mutual_exclusion_on_cluster():
     cluster = H.start_redis_cluster(masters=3, replicas=0)
@@ -248,6 +249,7 @@ def _failover_under_lock(cluster, master, quarantine):
     return overlap, jb
 
 
+@H.serial   # leases against a failover in cluster-node-timeout
 @H.timeout(150)
 def test_rlock_failover_never_two_holders():
     cluster = H.start_redis_cluster(masters=3, replicas=1)

@@ -22,6 +22,8 @@ import harness as H
 from harness import check, eq
 
 DB_BACKENDS = ("sqlite",)   # the Redis side is under test; a cluster costs ~6 s to form
+# run alone under tests/run.py -j: a master killed and failed over while the tools run
+SERIAL = True
 
 
 @H.timeout(200)

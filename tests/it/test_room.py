@@ -184,6 +184,7 @@ def test_room_option_and_pass():
     H.finish(srv)
 
 
+@H.serial   # passes at admitPerSecond against the clock (+-1)
 @H.timeout(300)
 def test_room_shuffle_fifo_and_rate_two_instances():
     r, a = H.setup()

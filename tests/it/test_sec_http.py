@@ -23,6 +23,8 @@ import harness as H
 from harness import check, eq
 
 DB_BACKENDS = ("sqlite",)   # the HTTP layer only: one SQL backend is enough
+# run alone under tests/run.py -j: reads host-wide TCP memory (/proc/net/sockstat)
+SERIAL = True
 
 
 def _read_reply(s, timeout):

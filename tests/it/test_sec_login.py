@@ -18,6 +18,8 @@ import time
 import harness as H
 from harness import check, eq
 
+DB_BACKENDS = ("sqlite",)   # codes, lockouts, limits live in Redis: one SQL backend is enough
+
 RATE_MSG = "请求过于频繁，请稍后再试"
 BUSY_MSG = "系统繁忙，请重试"
 PROXY = {"trusted_proxy": "127.0.0.1", "rate_ip_code": None,   # the default per-IP limit

@@ -17,6 +17,10 @@ import time
 import harness as H
 from harness import check, eq
 
+DB_BACKENDS = ("sqlite",)   # token checks touch Redis at most: one SQL backend is enough
+# run alone under tests/run.py -j: Redis commands held to a budget per second of wall time
+SERIAL = True
+
 ME_PATH = "/voucher-order/of/me"        # a login path that needs only the user id
 DEFAULTS = {"token_accept_opaque": None}
 
