@@ -25,6 +25,7 @@ TIMEOUT_S = 3
 
 
 @H.timeout(90)
+@H.serial   # timed out within 2 s of its deadline
 def test_deadline_decided_while_sql_is_down():
     settings = L._pay_settings({"pay-timeout-s": str(TIMEOUT_S), "sql-timeout-ms": "500",
                                 "claim-idle-ms": "500"})
