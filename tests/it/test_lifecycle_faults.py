@@ -177,13 +177,11 @@ def test_kill9_server_mid_cancel_storm():
     H.finish(srv)
 
 
-@H.timeout(300)
-def test_kill9_server_mid_timeout_wave():
-    """2,000 unpaid orders past their deadline together (a restart with --pay-timeout-s 1);
-    kill -9 of the server while the writer applies the wave's events; after the next
-    restart every order is cancelled once, in Redis and in SQL."""
+def unpaid_wave(n):
+    """n buyers' unpaid orders of a new voucher (seckill bench, with --pay-timeout-s 3600),
+    every one in SQL, the server stopped and every deadline of --pay-timeout-s 1 passed:
+    (redis, the stopped server, the voucher). A restart with --pay-timeout-s 1 is the wave."""
     r, srv = H.setup(settings=dict(FAST, **{"pay-timeout-s": "3600"}))
-    n = 2000
     vid = H.create_seckill(srv, stock=n)
     js = os.path.join(H.tmpdir(), "wave.json")
     argv = [H.binary(), "bench", "--target", "http://127.0.0.1:%d" % srv.port,
@@ -197,6 +195,16 @@ def test_kill9_server_mid_timeout_wave():
     H.wait_drained(srv, r, vid, 60)
     srv.stop()
     time.sleep(1.1)   # every order past --pay-timeout-s 1 (wall-clock deadlines)
+    return r, srv, vid
+
+
+@H.timeout(300)
+def test_kill9_server_mid_timeout_wave():
+    """2,000 unpaid orders past their deadline together (a restart with --pay-timeout-s 1);
+    kill -9 of the server while the writer applies the wave's events; after the next
+    restart every order is cancelled once, in Redis and in SQL."""
+    n = 2000
+    r, srv, vid = unpaid_wave(n)
     settings = dict(FAST, **{"pay-timeout-s": "1"})
     srv = H.restart_server(srv, settings=settings)
     db = srv.db()

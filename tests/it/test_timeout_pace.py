@@ -3,14 +3,11 @@ of deadlines costs the sale"): a wave of orders past their deadline together is 
 at most --timeout-rate orders a second, in calls of at most 32 orders, and every order is
 still timed out once, its unit returned once."""
 
-import json
-import os
-import subprocess
 import time
 
 import harness as H
-from harness import check, eq
-from test_lifecycle_faults import FAST, _counted
+from harness import check
+from test_lifecycle_faults import FAST, _counted, unpaid_wave
 
 DB_BACKENDS = ("sqlite",)   # the pace is the writer's Redis side; SQL only follows
 
@@ -31,20 +28,7 @@ def test_wave_swept_at_the_rate_in_small_calls():
     hold 32 orders at most (at least 2,000 / 32 of them), and every order is timed out and
     its unit returned exactly once (SQL and Redis counted, the audit clean)."""
     rate, n = 1000, 2000
-    r, srv = H.setup(settings=dict(FAST, **{"pay-timeout-s": "3600"}))
-    vid = H.create_seckill(srv, stock=n)
-    js = os.path.join(H.tmpdir(), "wave.json")
-    argv = [H.binary(), "bench", "--target", "http://127.0.0.1:%d" % srv.port,
-            "--redis", r.url, "--db", srv.db_url, "--admin-token", srv.admin_token,
-            "--quiet", "--seed-tokens", "--users", str(n), "--voucher", str(vid),
-            "--stock", str(n), "--dup", "0", "--burst-share", "0", "--json", js]
-    p = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, env=H.san_env(),
-                       cwd=H.tmpdir(), timeout=180)
-    eq(p.returncode, 0, "bench: %s" % p.stderr.decode("utf-8", "replace")[-2000:])
-    eq(json.load(open(js))["outcomes"]["success"], n, "orders sold")
-    H.wait_drained(srv, r, vid, 60)
-    srv.stop()
-    time.sleep(1.1)   # every order past --pay-timeout-s 1 (wall-clock deadlines)
+    r, srv, vid = unpaid_wave(n)
     evals0 = _cmd_calls(r, "eval")
     settings = dict(FAST, **{"pay-timeout-s": "1", "timeout-rate": str(rate)})
     srv = H.restart_server(srv, settings=settings)
