@@ -153,7 +153,10 @@ def one_round(a, tmp, d, k, box):
     """Round k: a new voucher's a.orders unpaid orders, the sale alone, the wave with the
     sale beside it, the sale again after it. Returns (ratio, rate, judged) or None when
     Redis was not done within a.bound."""
-    srv = box.srv = box.srv or serve(a.binary, tmp, 3600, "warn")
+    if box.srv:   # the last round's, with --pay-timeout-s 1: this round's orders must wait
+        box.srv.stop()
+        box.srv = None
+    srv = box.srv = serve(a.binary, tmp, 3600, "warn")
     js = os.path.join(tmp, "bench-%d.json" % k)
     r = subprocess.run([a.binary, "bench", "--target", srv.url, "--data-dir", d,
                         "--seed-tokens", "--users", str(a.orders), "--stock",
