@@ -1228,24 +1228,25 @@ def stream_orders(redis, voucher_id, key=None):
             for eid, f in redis.cmd("XRANGE", key or k_stream(voucher_id), "-", "+")}
 
 
-def unacked_orders(redis, voucher_id, group="g1", pending_only=False):
+def unacked_orders(redis, voucher_id, group="g1", pending_only=False, ids=False):
     """Orders in the entries the group has not acked: delivered and pending, plus (unless
-    pending_only) not yet delivered -- what the writer has still to put into SQL."""
+    pending_only) not yet delivered -- what the writer has still to put into SQL. With ids
+    the set of their order ids, else how many."""
     key = k_stream(voucher_id)
     ents = stream_orders(redis, voucher_id)
-    n = sum(len(ents.get(p[0], [])) for p in redis.cmd("XPENDING", key, group, "-", "+",
-                                                         "1000000"))
-    if pending_only:
-        return n
-    last = None
-    for g in redis.cmd("XINFO", "GROUPS", key):
-        d = dict(zip(g[::2], g[1::2]))
-        if d.get("name") == group:
-            last = tuple(int(x) for x in d["last-delivered-id"].split("-"))
-    if last is None:
-        raise TestFailure("no group %s on %s" % (group, key))
-    return n + sum(len(o) for eid, o in ents.items()
-                   if tuple(int(x) for x in eid.split("-")) > last)
+    pend = [p[0] for p in redis.cmd("XPENDING", key, group, "-", "+", "1000000")]
+    if not pending_only:
+        last = None
+        for g in redis.cmd("XINFO", "GROUPS", key):
+            d = dict(zip(g[::2], g[1::2]))
+            if d.get("name") == group:
+                last = tuple(int(x) for x in d["last-delivered-id"].split("-"))
+        if last is None:
+            raise TestFailure("no group %s on %s" % (group, key))
+        pend += [eid for eid in ents if tuple(int(x) for x in eid.split("-")) > last]
+    if ids:
+        return {o for eid in pend for o, _ in ents.get(eid, [])}
+    return sum(len(ents.get(eid, [])) for eid in pend)
 
 def voucher_present(redis, voucher_id):
     """The voucher's Redis hash has its stock (False while Redis does not answer)."""
