@@ -28,7 +28,10 @@
  * The cursor, seckill:paysweep:{tag}, moves in the same script call, after that call's
  * orders were decided: a crash repeats a page at most (the script decides each order
  * once), a restart goes on where the last sweep stopped. Nothing is written per order at
- * admission or by the batch: an order costs one script call at its deadline.
+ * admission or by the batch: an order costs its share of one script call at its deadline.
+ * The calls hold SWEEP_CALL_ORDERS orders at most, go one at a time, and at most
+ * --timeout-rate orders a second (call_pace): a wave of deadlines leaves Redis and the CPU
+ * to the sale, and the writer's batches run in the pace's pauses.
  *
  * A drained stream (writer_sweep.c) whose sweep timed orders out leaves the drained set and
  * is read again at once: its t events are due in SQL, and lookups must ask its bucket.
