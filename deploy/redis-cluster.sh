@@ -46,12 +46,20 @@ all_ok() {
         cli "$_p" CLUSTER INFO | grep -q '^cluster_slots_ok:16384' || return 1
     done
 }
-# Every replica has finished its initial sync (WAIT and a failover need that).
+# Every replica has finished its initial sync (WAIT and a failover need that), and every
+# master counts its replicas online (min-replicas-to-write, --redis-wait-replicas, counts
+# those: a master whose replica is still syncing refuses writes).
 replicas_synced() {
     for _p in "$@"; do
-        _info=$(cli "$_p" INFO replication)
+        _info=$(cli "$_p" INFO replication | tr -d '\r')
         case "$_info" in
             *role:slave*) printf '%s' "$_info" | grep -q 'master_link_status:up' || return 1 ;;
+            *role:master*)
+                [ "${REPLICAS:-0}" -gt 0 ] || continue
+                printf '%s' "$_info" | grep -q '^connected_slaves:[1-9]' || return 1
+                if printf '%s\n' "$_info" | grep '^slave[0-9]*:' | grep -qv 'state=online'; then
+                    return 1
+                fi ;;
         esac
     done
 }
