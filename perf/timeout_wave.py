@@ -2,14 +2,15 @@
 """perf/timeout_wave.py -- the payment timeout's sweep rate: N unpaid orders whose
 deadlines pass together (docs/lifecycle.md, "Payment timeout").
 
-    python3 perf/timeout_wave.py [--orders N] [--rounds K] [--bound S] [--min-rate R] [BINARY]
+    python3 perf/timeout_wave.py [--orders N] [--rounds K] [--due-in S] [--bound S]
+                                 [--min-rate R] [BINARY]
 
 Starts `seckill serve` on its embedded default (private redis-server + SQLite, a temp data
 dir) with --pay-timeout-s 3600, sells N units to N buyers with `seckill bench` (every order
-in SQL when it returns), stops the server and starts it again with --pay-timeout-s 1: every
-order is then past its deadline at once. Prints how long the order writer took, from the
-start of the process, until Redis had timed out all N (the voucher's `returned` = N: the
-sweep's rate, the figure judged), how many the stream sweep decided and how many the SQL
+in SQL when it returns), stops the server and starts it again with a timeout that makes
+their deadlines pass together (below). Prints how long the order writer took, from the
+first deadline, until Redis had timed out all N (the voucher's `returned` = N: the sweep's
+rate, the figure judged), how many the stream sweep decided and how many the SQL
 backstop did (the restarted server's info log), and how long until SQL had all N at
 status 4 (the writer applying the `t` events, one transaction per writer batch; reported,
 waited for at most --sql-bound seconds). Exit status 1 when the sweep's rate is below
@@ -20,22 +21,30 @@ The sale beside the wave: before the wave, on the same server restarted with the
 still 3600 s, a sale of --sale-users buyers for a tenth as many units, open loop at
 --sale-rate requests/s (`seckill bench --rate`, latency from each request's due time):
 its p99 is the baseline, with a third such sale's once the wave is over (their mean).
-Then the server restarts with --pay-timeout-s 1 and the same sale
-(a new voucher) starts at once, while the sweep decides the N orders: its p99 over the
-baseline's is the ratio judged. Both sales' buyers' tokens are minted before the first
-restart (`seckill tokens`, `seckill bench --tokens FILE`), so the wave sale's load begins
-as soon as the restarted server answers and overlaps the sweep in Redis, not only the
-writer's SQL part (exit status 1 above --max-ratio, 1.5, or when the sale's
-load began after SQL had every order at status 4: the wave is the sweep in Redis and the
-writer applying its events). The wave sale's own
-orders are also past the 1 s timeout a second after their admission: a small wave of
-their own, swept beside the big one. The lines say when the wave sale's load ran against
-the wave's Redis and SQL phases.
+Then the server restarts with a --pay-timeout-s that makes the N orders' deadlines pass
+--due-in seconds (4) after the restart -- the first order admitted is due then, the rest
+as they were admitted, a few seconds of deadlines as the sale admitted them -- and the same
+sale (a new voucher) starts at once: the restart's own first seconds fall before the wave,
+as in the baseline's sale, and the wave meets a running server, as a wave 15 minutes after
+a sale does. The wave sale's p99 over the baseline's is the ratio judged. `--due-in 0`
+runs the wave at the restart instead (--pay-timeout-s 1: every order past due when the
+process starts), a server restarted during a wave: the sweep and the restart's cold start
+together. Both sales' buyers' tokens are minted before the first restart (`seckill tokens`,
+`seckill bench --tokens FILE`), so the wave sale's load begins as soon as the restarted
+server answers (exit status 1 above --max-ratio, 1.5, or when the sale's load was over
+before the first order was timed out or began after SQL had every order at status 4: the
+wave is the sweep in Redis and the writer applying its events). The lines say when the wave
+sale's load ran against the wave's Redis and SQL phases. The sweep's rate is counted from
+the first deadline (the restart with --due-in 0) to the last order timed out in Redis.
 
---rounds K (3) runs all of the above K times in a row on the one data dir (each round a new
-voucher's N orders, new buyers for its sales): a single round's ratio swings with the shared
-host's noise as much as with the wave, so the verdict is the median round's ratio and the
-median round's rate; every round's figures are printed.
+--rounds K (3) runs all of the above K times in a row, each round on a data dir of its own
+(a new voucher's N orders, new buyers for its sales): a single round's ratio swings with the
+shared host's noise as much as with the wave, so the verdict is the median of the kept
+rounds' ratios and the median round's rate; every round's figures are printed. Every sale
+runs with `seckill bench --cpu-probe`, and a round is left out (perf/room.sh's rule) when
+its sales met more than --drop-ms (500) of the host's slow spells, or when processes other
+than the service, its Redis and the bench took more than --others-max (20) % of a core
+during one of them: another tenant's build is then what the ratio would measure.
 """
 import argparse
 import json
@@ -52,6 +61,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from grab_ab import Server  # noqa: E402  (the same embedded-default server)
+from room_client import sale_figures  # noqa: E402  (perf/room.sh's reading of a sale)
 
 
 def die(msg):
@@ -59,11 +69,11 @@ def die(msg):
     sys.exit(2)
 
 
-def serve(binary, tmp, timeout_s, level):
-    """grab_ab's server (its data dir tmp/d0, its log tmp/serve0.log, rewritten)."""
+def serve(binary, tmp, k, timeout_s, level):
+    """grab_ab's server (round k's data dir tmp/dK, its log tmp/serveK.log, rewritten)."""
     try:
         return Server("%s,--pay-timeout-s=%d,--log-level=%s" % (binary, timeout_s, level), tmp,
-                      0)
+                      k)
     except SystemExit as e:
         die(str(e.code))
 
@@ -72,6 +82,26 @@ def redis(d, *args):
     r = subprocess.run(["redis-cli", "-s", os.path.join(d, "redis", "redis.sock")] +
                        [str(a) for a in args], capture_output=True, text=True, timeout=10)
     return r.stdout.strip()
+
+
+def cmdstats(d):
+    """INFO commandstats as {name: (calls, usec)}."""
+    out = {}
+    for ln in redis(d, "INFO", "commandstats").splitlines():
+        m = re.match(r"cmdstat_([^:]+):calls=(\d+),usec=(\d+)", ln)
+        if m:
+            out[m.group(1)] = (int(m.group(2)), int(m.group(3)))
+    return out
+
+
+def cmd_cost(c0, c1, n):
+    """What Redis spent between two cmdstats, per order of n: its busiest commands (a
+    script's inner commands count in their own lines and inside eval's / evalsha's)."""
+    d = {k: (v[0] - c0.get(k, (0, 0))[0], v[1] - c0.get(k, (0, 0))[1]) for k, v in c1.items()}
+    d = {k: v for k, v in d.items() if v[0] > 0 and k not in ("info", "config")}
+    top = sorted(d.items(), key=lambda kv: -kv[1][1])[:8]
+    return ", ".join("%s %.2f calls %.2f us" % (k, v[0] / max(1, n), v[1] / max(1, n))
+                     for k, v in top)
 
 
 class Sale:
@@ -86,7 +116,7 @@ class Sale:
             [a.binary, "bench", "--target", srv.url, "--data-dir", d, "--tokens", tokens,
              "--conns", "256", "--quiet", "--users", str(a.sale_users), "--stock",
              str(max(1, a.sale_users // 10)), "--rate", str(a.sale_rate), "--dup", "0",
-             "--burst-share", "0", "--no-audit", "--json", self.js],
+             "--burst-share", "0", "--no-audit", "--cpu-probe", "--json", self.js],
             stdout=self.out, stderr=subprocess.STDOUT)
         # when the bench ended, not when wait() is called (after the wave's SQL part)
         self.t_end = None
@@ -113,12 +143,16 @@ class Sale:
         # the load itself (after reading its tokens): its last `seconds` before the end
         self.t_load = max(self.t_load, self.t_end - float(j.get("seconds", 0)))
         r = {"p50": j["latency_us"]["p50"], "p99": j["latency_us"]["p99"]}
+        # the host's noise over the sale (perf/room.sh's rule): p99 outside the CPU probe's
+        # slow spells, their ms, other processes' % of a core
+        _, r["p99_out"], r["slow_ms"], r["others"] = sale_figures(self.js)
         # where its tail was: bench's worst 100 ms slot (seconds into the load)
         with open(self.out.name) as f:
             worst = [ln.strip() for ln in f if ln.strip().startswith("worst 100ms")]
-        print("timeout_wave: sale %s: %d req/s open loop: p50 %d us, p99 %d us; %s" % (
-            self.label, j.get("rate", 0) or 0, r["p50"], r["p99"],
-            worst[0] if worst else "-"), flush=True)
+        print("timeout_wave: sale %s: %d req/s open loop: p50 %d us, p99 %d us (outside the "
+              "host's slow spells %d us; slow %.0f ms; other processes %.0f %% of a core); %s" % (
+                  self.label, j.get("rate", 0) or 0, r["p50"], r["p99"], r["p99_out"],
+                  r["slow_ms"], r["others"], worst[0] if worst else "-"), flush=True)
         return r
 
 
@@ -149,14 +183,27 @@ class Box:
     srv = None
 
 
-def one_round(a, tmp, d, k, box):
-    """Round k: a new voucher's a.orders unpaid orders, the sale alone, the wave with the
-    sale beside it, the sale again after it. Returns (ratio, rate, judged) or None when
-    Redis was not done within a.bound."""
-    if box.srv:   # the last round's, with --pay-timeout-s 1: this round's orders must wait
+def stream_ms(d, vid, first):
+    """The ms of the first (or last) entry of the voucher's order stream: its first (last)
+    admission."""
+    out = redis(d, "XRANGE" if first else "XREVRANGE", "seckill:stream:{%d}" % vid,
+                *(("-", "+") if first else ("+", "-")), "COUNT", 1)
+    m = re.match(r"(\d+)-\d+", out)
+    if not m:
+        die("no entry in voucher %d's stream: %r" % (vid, out[:200]))
+    return int(m.group(1))
+
+
+def one_round(a, tmp, k, box):
+    """Round k, on a data dir of its own (no order of an earlier round comes due in it): a
+    new voucher's a.orders unpaid orders, the sale alone, the wave with the sale beside it,
+    the sale again after it. Returns (ratio, rate, judged) or None when Redis was not done
+    within a.bound."""
+    if box.srv:
         box.srv.stop()
         box.srv = None
-    srv = box.srv = serve(a.binary, tmp, 3600, "warn")
+    d = os.path.join(tmp, "d%d" % k)
+    srv = box.srv = serve(a.binary, tmp, k, 3600, "warn")
     js = os.path.join(tmp, "bench-%d.json" % k)
     r = subprocess.run([a.binary, "bench", "--target", srv.url, "--data-dir", d,
                         "--seed-tokens", "--users", str(a.orders), "--stock",
@@ -168,8 +215,9 @@ def one_round(a, tmp, d, k, box):
     with open(js) as f:
         b = json.load(f)
     vid, n = b["voucher"], b["outcomes"]["success"]
-    print("timeout_wave: round %d: %d orders of voucher %d sold and in SQL; load average %s" % (
-        k, n, vid, loadavg()), flush=True)
+    adm0, adm1 = stream_ms(d, vid, True), stream_ms(d, vid, False)
+    print("timeout_wave: round %d: %d orders of voucher %d sold and in SQL, admitted over "
+          "%.2f s; load average %s" % (k, n, vid, (adm1 - adm0) / 1000, loadavg()), flush=True)
     # the three sales' buyers, new users (the wave's are from user 0 up)
     ub = 10 * a.orders + 3 * k * a.sale_users
     tok_alone = mint(a, d, tmp, "alone%d" % k, ub)
@@ -177,14 +225,21 @@ def one_round(a, tmp, d, k, box):
     tok_after = mint(a, d, tmp, "after%d" % k, ub + 2 * a.sale_users)
     srv.stop()
     box.srv = None
-    srv = box.srv = serve(a.binary, tmp, 3600, "warn")
+    srv = box.srv = serve(a.binary, tmp, k, 3600, "warn")
     base = sale(a, srv, d, tmp, "alone", tok_alone)
     srv.stop()
     box.srv = None
-    time.sleep(1.1)   # the restart's --pay-timeout-s 1 has every order past it
+    if a.due_in > 0:
+        # the first order's deadline a.due_in s from now (whole seconds: up to 1 s later)
+        timeout_s = int((time.time() + a.due_in) * 1000 - adm0 + 999) // 1000
+    else:
+        time.sleep(1.1)   # --pay-timeout-s 1 has every order past it at the start
+        timeout_s = 1
     t0 = time.time()
-    srv = box.srv = serve(a.binary, tmp, 1, "info")
+    t_due = adm0 / 1000 + timeout_s - t0   # the first deadline, s after the restart's start
+    srv = box.srv = serve(a.binary, tmp, k, timeout_s, "info")
     t_up = time.time() - t0
+    c0 = cmdstats(d)
     during = Sale(a, srv, d, tmp, "wave", tok_wave)
     vkey = "seckill:voucher:{%d}" % vid
     db = sqlite3.connect(os.path.join(d, "seckill.db"), timeout=30)
@@ -211,13 +266,17 @@ def one_round(a, tmp, d, k, box):
         else:
             time.sleep(0.2)
     db.close()
+    c1 = cmdstats(d)
     wave = during.wait()
     # the baseline again, on the restarted server once the wave is over: a drift of the
     # shared host over the round weighs on both sides
     after = sale(a, srv, d, tmp, "after", tok_after)
-    rate = n / t_redis
-    print("timeout_wave: %d orders timed out in Redis %.2f s after the start "
-          "(first at %.2f s): %.0f orders/s" % (n, t_redis, first, rate))
+    t_from = max(0.0, t_due)
+    rate = n / max(0.001, t_redis - t_from)
+    print("timeout_wave: --pay-timeout-s %d: the first deadline %.2f s after the start, the "
+          "last %.2f s; %d orders timed out in Redis %.2f s after the start (first at %.2f s): "
+          "%.0f orders/s from the first deadline" % (
+              timeout_s, t_due, t_due + (adm1 - adm0) / 1000, n, t_redis, first, rate))
     if t_sql is not None:
         print("timeout_wave: in SQL (status 4) %.2f s after the start: %.0f orders/s" % (
             t_sql, n / t_sql))
@@ -228,26 +287,38 @@ def one_round(a, tmp, d, k, box):
     # who decided them: the stream sweep or the SQL backstop (the writer's info lines)
     by = {"stream": 0, "SQL scan": 0}
     srv.log.flush()
-    with open(os.path.join(tmp, "serve0.log")) as f:
+    with open(os.path.join(tmp, "serve%d.log" % k)) as f:
         for ln in f:
             m = re.search(r"writer: (.*): (\d+) unpaid orders timed out", ln)
             if m:
                 by["SQL scan" if m.group(1) == "SQL scan" else "stream"] += int(m.group(2))
     print("timeout_wave: decided by the stream sweep %d, by the SQL backstop %d" % (
         by["stream"], by["SQL scan"]))
+    print("timeout_wave: Redis from the restart until SQL had them all, per order timed out "
+          "(the wave sale's admissions among them): %s" % cmd_cost(c0, c1, n), flush=True)
     alone = (base["p99"] + after["p99"]) / 2
     ratio = wave["p99"] / alone if alone else float("inf")
+    alone_o = (base["p99_out"] + after["p99_out"]) / 2
+    ratio_o = wave["p99_out"] / alone_o if alone_o else float("inf")
+    # a round the host's other tenants or its slow spells weighed on is left out
+    noise = []
+    if max(x["slow_ms"] for x in (base, wave, after)) > a.drop_ms:
+        noise.append("slow spells above %.0f ms" % a.drop_ms)
+    if max(x["others"] for x in (base, wave, after)) > a.others_max:
+        noise.append("other processes above %.0f %% of a core" % a.others_max)
     print("timeout_wave: the wave sale's load ran %.2f-%.2f s after the start (the "
           "server answered at %.2f s, Redis done at %.2f s, SQL at %s); load average %s" % (
               during.t_load - t0, during.t_end - t0, t_up, t_redis,
               "%.2f s" % t_sql if t_sql else "-", loadavg()))
     # the wave: from the restart until SQL has every t event (the writer's busiest)
-    judged = t_sql is not None and during.t_load - t0 < t_sql
+    judged = (t_sql is not None and during.t_load - t0 < t_sql and
+              during.t_end - t0 > first)
     print("timeout_wave: round %d: sale p99 during the wave / alone = %.2f (%d us / the mean "
-          "of %d us before and %d us after)%s" % (
-              k, ratio, wave["p99"], base["p99"], after["p99"],
-              "" if judged else "; the load began after the wave: not judged"), flush=True)
-    return ratio, rate, judged
+          "of %d us before and %d us after); outside the host's slow spells %.2f%s%s" % (
+              k, ratio, wave["p99"], base["p99"], after["p99"], ratio_o,
+              "" if judged else "; the load missed the wave: not judged",
+              "; DROPPED (%s)" % ", ".join(noise) if noise else ""), flush=True)
+    return ratio, rate, judged and not noise
 
 
 def main():
@@ -256,6 +327,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=3,
                     help="waves in a row (each a new voucher's orders); the verdict is the "
                          "median of their ratios and of their rates")
+    ap.add_argument("--due-in", type=float, default=4,
+                    help="the first deadline this many seconds after the wave's restart; 0: "
+                         "every order past due at the restart")
     ap.add_argument("--bound", type=float, default=60,
                     help="seconds the wave may take in Redis from the restart")
     ap.add_argument("--sql-bound", type=float, default=120,
@@ -263,21 +337,24 @@ def main():
     ap.add_argument("--min-rate", type=float, default=10000)
     ap.add_argument("--sale-users", type=int, default=50000)
     ap.add_argument("--sale-rate", type=int, default=5000)
+    ap.add_argument("--drop-ms", type=float, default=500,
+                    help="a round whose sales met more of the host's slow spells is left out")
+    ap.add_argument("--others-max", type=float, default=20,
+                    help="... or where other processes took more %% of a core")
     ap.add_argument("--max-ratio", type=float, default=1.5,
                     help="the median round's p99 during the wave over the baseline's, at most")
     ap.add_argument("--keep", action="store_true",
-                    help="keep the temp dir (serve0.log: the last restart's, at level info)")
+                    help="keep the temp dir (serveK.log: round K's last restart, at level info)")
     ap.add_argument("binary", nargs="?", default="build/seckill")
     a = ap.parse_args()
     # perf/run.sh bounds the run with timeout(1): its SIGTERM stops the server too (finally)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(2))
     tmp = tempfile.mkdtemp(prefix="skwave.")
-    d = os.path.join(tmp, "d0")
     box = Box()
     try:
         rounds = []
         for k in range(1, max(1, a.rounds) + 1):
-            r = one_round(a, tmp, d, k, box)
+            r = one_round(a, tmp, k, box)
             if r is None:
                 return 1
             rounds.append(r)
@@ -290,12 +367,14 @@ def main():
                                      a.min_rate))
         bad = 0
         if not ratios:
-            print("timeout_wave: every round's sale load began after its wave: ratio not judged")
+            print("timeout_wave: no round kept (each missed its wave or met the host's noise): "
+                  "ratio not judged")
             return 1
         ratio = ratios[len(ratios) // 2]
-        print("timeout_wave: sale p99 during the wave / alone, median of %d rounds = %.2f (%s)"
-              "   [target <= %.1f]" % (len(ratios), ratio,
-                                       ", ".join("%.2f" % x for x in ratios), a.max_ratio))
+        print("timeout_wave: sale p99 during the wave / alone, median of %d kept rounds of %d "
+              "= %.2f (%s)   [target <= %.1f]" % (
+                  len(ratios), len(rounds), ratio, ", ".join("%.2f" % x for x in ratios),
+                  a.max_ratio))
         if rate < a.min_rate:
             print("timeout_wave: below %.0f orders/s" % a.min_rate)
             bad = 1
