@@ -94,6 +94,35 @@ def cmdstats(d):
     return out
 
 
+def cpu_s(pid, comm=None):
+    """CPU seconds (user + system) of process pid, or of its threads named comm."""
+    hz = os.sysconf("SC_CLK_TCK")
+    paths = ["/proc/%d/stat" % pid]
+    if comm:
+        paths = []
+        for t in os.listdir("/proc/%d/task" % pid):
+            try:
+                with open("/proc/%d/task/%s/comm" % (pid, t)) as f:
+                    if f.read().strip() == comm:
+                        paths.append("/proc/%d/task/%s/stat" % (pid, t))
+            except OSError:
+                pass
+    total = 0
+    for p in paths:
+        try:
+            with open(p) as f:
+                st = f.read()
+        except OSError:
+            continue
+        fields = st[st.rindex(")") + 2:].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / hz
+
+
+def cpu_snap(srv):
+    return (cpu_s(srv.p.pid, "writer"), cpu_s(srv.rpid))
+
+
 def cmd_cost(c0, c1, n):
     """What Redis spent between two cmdstats, per order of n: its busiest commands (a
     script's inner commands count in their own lines and inside eval's / evalsha's)."""
@@ -239,7 +268,7 @@ def one_round(a, tmp, k, box):
     t_due = adm0 / 1000 + timeout_s - t0   # the first deadline, s after the restart's start
     srv = box.srv = serve(a.binary, tmp, k, timeout_s, "info")
     t_up = time.time() - t0
-    c0 = cmdstats(d)
+    c0, u0 = cmdstats(d), cpu_snap(srv)
     during = Sale(a, srv, d, tmp, "wave", tok_wave)
     vkey = "seckill:voucher:{%d}" % vid
     db = sqlite3.connect(os.path.join(d, "seckill.db"), timeout=30)
@@ -266,7 +295,7 @@ def one_round(a, tmp, k, box):
         else:
             time.sleep(0.2)
     db.close()
-    c1 = cmdstats(d)
+    c1, u1 = cmdstats(d), cpu_snap(srv)
     wave = during.wait()
     # the baseline again, on the restarted server once the wave is over: a drift of the
     # shared host over the round weighs on both sides
@@ -296,6 +325,9 @@ def one_round(a, tmp, k, box):
         by["stream"], by["SQL scan"]))
     print("timeout_wave: Redis from the restart until SQL had them all, per order timed out "
           "(the wave sale's admissions among them): %s" % cmd_cost(c0, c1, n), flush=True)
+    print("timeout_wave: CPU from the restart until SQL had them all, per order timed out: "
+          "the order writer's thread %.1f us, Redis %.1f us (the wave sale's share among them)"
+          % ((u1[0] - u0[0]) * 1e6 / n, (u1[1] - u0[1]) * 1e6 / n), flush=True)
     alone = (base["p99"] + after["p99"]) / 2
     ratio = wave["p99"] / alone if alone else float("inf")
     alone_o = (base["p99_out"] + after["p99_out"]) / 2

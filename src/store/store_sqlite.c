@@ -157,6 +157,11 @@ static const char order_get_sql[] = "SELECT id, user_id, voucher_id, status, cre
                                     "SELECT id, user_id, voucher_id, status, create_time "
                                     "FROM tb_voucher_order_cancelled WHERE id = ?1";
 
+/* The lifecycle's distinct statements are a few dozen (each CAS's table, status and column
+ * spelled out): kept prepared, a timeout wave's thousands of moves a second do not parse
+ * SQL for each. One past the slots is prepared for its call. */
+#define LIFE_STMTS 48
+
 typedef struct sq {
     struct store base;               /* first: a store_t * is an sq_t * */
     sqlite3 *db;
@@ -167,6 +172,10 @@ typedef struct sq {
     sqlite3_stmt *st_order_get;
     sqlite3_stmt *st_sync[4];        /* sync order mode (sq_order_sync) */
     sqlite3_stmt *st_rows[ORDER_CHUNK_LOG2 + 1]; /* 2^i-row order inserts (insert_rows_stmt) */
+    struct {                         /* the lifecycle's statements (once_row), by their text */
+        char *sql;
+        sqlite3_stmt *st;
+    } life[LIFE_STMTS];
     int64_t tcache_t;                /* last epoch -> text conversion */
     char tcache_s[32];
 } sq_t;
@@ -509,6 +518,10 @@ static void sq_close(store_t *s)
         sqlite3_finalize(q->st_sync[i]);
     for (int i = 0; i <= ORDER_CHUNK_LOG2; i++)
         sqlite3_finalize(q->st_rows[i]);
+    for (int i = 0; i < LIFE_STMTS && q->life[i].sql; i++) {
+        sqlite3_finalize(q->life[i].st);
+        free(q->life[i].sql);
+    }
     if (q->db && sqlite3_close(q->db) != SQLITE_OK)
         log_error("sqlite: close: %s", sqlite3_errmsg(q->db));
     free(q);
@@ -1433,14 +1446,27 @@ fail:
 
 /* ---------------------------------------------------------------- the order lifecycle */
 
-/* One statement of the lifecycle, prepared for this call (no hot path: no slot kept),
- * run by one_row with args and finalized. */
+/* One statement of the lifecycle run by one_row with args: kept prepared in q->life by
+ * its text (a wave of timeouts runs two an order), or -- every slot taken -- prepared for
+ * this call and finalized. */
 static int once_row(sq_t *q, const char *sql, const char *what, row_reader_t *read, void *out,
                     const sq_arg_t *args, int nargs)
 {
+    size_t i = 0;
+    while (i < LIFE_STMTS && q->life[i].sql && strcmp(q->life[i].sql, sql) != 0)
+        i++;
+    if (i < LIFE_STMTS && q->life[i].sql)
+        return one_row(q, q->life[i].st, what, read, out, args, nargs);
     sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(q->db, sql, -1, &st, NULL) != SQLITE_OK)
+    int keep = i < LIFE_STMTS;
+    if (sqlite3_prepare_v3(q->db, sql, -1, keep ? SQLITE_PREPARE_PERSISTENT : 0, &st, NULL) !=
+        SQLITE_OK)
         return sq_fail(q, what);
+    if (keep) {
+        q->life[i].sql = xstrdup(sql);
+        q->life[i].st = st;
+        return one_row(q, st, what, read, out, args, nargs);
+    }
     int rc = one_row(q, st, what, read, out, args, nargs);
     sqlite3_finalize(st);
     return rc;
@@ -1625,7 +1651,7 @@ static int sq_refund_sent(sq_t *q, store_move_t *m)
 }
 
 /* One move (store.h store_move_t) inside the caller's transaction: STORE_OK or
- * STORE_NOTFOUND (m->was set), STORE_ERR. Prepared per call: no hot path. */
+ * STORE_NOTFOUND (m->was set), STORE_ERR. Its statements are kept prepared (once_row). */
 static int sq_move_one(sq_t *q, store_move_t *m)
 {
     static const char status_sql[] =

@@ -42,16 +42,20 @@
  * Redis state was lost (a failover, a rebuild), through life.lua on each order's bucket --
  * on a Redis Cluster through the cluster client; in sync mode (no Redis state, no stream)
  * the timeout itself, a SQL CAS per order. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include <openssl/evp.h>
 
 #include "core/clock.h"
 #include "core/key.h"
 #include "core/log.h"
 #include "core/xmem.h"
 #include "embedded.h"
+#include "redis/rds_script.h"
 #include "sale/buckets.h"
 #include "sale/orderid.h"
 #include "writer/writer_int.h"
@@ -288,12 +292,40 @@ typedef struct expire_call {
     size_t capdec;
 } expire_call_t;
 
+/* life.lua's SHA1 in hex, computed once: the calls go as EVALSHA -- EVAL would send the
+ * script's ~10 KB and have Redis hash it on every call of a wave. A Redis that does not
+ * have it (NOSCRIPT: restarted, flushed) gets the call once more as EVAL (call_eval),
+ * which loads it. */
+static char life_sha[2 * 20 + 1];
+static pthread_once_t life_sha_once = PTHREAD_ONCE_INIT;
+
+static void life_sha_make(void)
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    if (EVP_Digest(script_life_lua, strlen(script_life_lua), md, &len, EVP_sha1(), NULL) != 1 ||
+        len != 20)
+        return;   /* life_sha stays "": every call goes as EVAL */
+    for (unsigned i = 0; i < len; i++)
+        snprintf(life_sha + 2 * i, 3, "%02x", md[i]);
+}
+
+/* The call in wr->argv as EVAL with the script's text (its first two arguments). */
+static void call_eval(writer_t *wr)
+{
+    wr->argv[0] = "EVAL";
+    wr->argvlen[0] = 4;
+    wr->argv[1] = script_life_lua;
+    wr->argvlen[1] = strlen(script_life_lua);
+}
+
 static void call_begin(writer_t *wr, expire_call_t *c, const lkeys_t *k)
 {
     c->n = 0;
     c->orders = 0;
-    writer_args(wr, &c->n, "EVAL");
-    writer_args(wr, &c->n, script_life_lua);
+    pthread_once(&life_sha_once, life_sha_make);
+    writer_args(wr, &c->n, life_sha[0] ? "EVALSHA" : "EVAL");
+    writer_args(wr, &c->n, life_sha[0] ? life_sha : script_life_lua);
     writer_args(wr, &c->n, "5");
     writer_args(wr, &c->n, k->kv);
     writer_args(wr, &c->n, k->kb);
@@ -396,7 +428,13 @@ static long call_send(writer_t *wr, expire_call_t *c, const char *last, const ch
     call_end(wr, c, last);
     void *rv = NULL;
     if (redisGetReply(wr->rc, &rv) != REDIS_OK)
-        return writer_redis_fail(wr, "EVAL life.lua expire", NULL);
+        return writer_redis_fail(wr, "EVALSHA life.lua expire", NULL);
+    if (rds_script_noscript(rv)) {
+        call_eval(wr);
+        writer_append(wr, c->n);
+        if (redisGetReply(wr->rc, &rv) != REDIS_OK)
+            return writer_redis_fail(wr, "EVAL life.lua expire", NULL);
+    }
     return expire_answer(rv, where, cursor);
 }
 
@@ -602,6 +640,12 @@ static int scan_send(writer_t *wr, expire_call_t *c, const lkeys_t *k, long *exp
     char why[300] = "";
     redisReply *x = rcl_sync_command(wr->rcs, k->kv, strlen(k->kv), (int)c->n, wr->argv,
                                      wr->argvlen, why, sizeof why);
+    if (rds_script_noscript(x)) {
+        freeReplyObject(x);
+        call_eval(wr);
+        x = rcl_sync_command(wr->rcs, k->kv, strlen(k->kv), (int)c->n, wr->argv, wr->argvlen,
+                             why, sizeof why);
+    }
     if (x == NULL) {
         log_warn("writer: SQL scan: expire on %s: %s; the next pass tries again", k->kv, why);
         return -1;

@@ -29,7 +29,7 @@ def test_wave_swept_at_the_rate_in_small_calls():
     its unit returned exactly once (SQL and Redis counted, the audit clean)."""
     rate, n = 1000, 2000
     r, srv, vid = unpaid_wave(n)
-    evals0 = _cmd_calls(r, "eval")
+    evals0 = _cmd_calls(r, "eval") + _cmd_calls(r, "evalsha")
     settings = dict(FAST, **{"pay-timeout-s": "1", "timeout-rate": str(rate)})
     srv = H.restart_server(srv, settings=settings)
     samples = []   # (monotonic s, orders timed out in Redis)
@@ -46,9 +46,30 @@ def test_wave_swept_at_the_rate_in_small_calls():
           % (len(samples), samples[-1][0] - t0, worst))
     check(worst <= 0, "timed out faster than --timeout-rate %d: %d ahead of the pace; %r"
           % (rate, worst, samples[first:first + 20]))
-    calls = _cmd_calls(r, "eval") - evals0
+    calls = _cmd_calls(r, "eval") + _cmd_calls(r, "evalsha") - evals0
     check(calls >= n // 32, "expire calls: %d for %d orders (32 orders a call at most)"
           % (calls, n))
+    orders = [o for o, _ in srv.db().orders(vid)]
+    _counted(r, srv, vid, n, orders, orders)
+    H.finish(srv)
+
+
+@H.timeout(240)
+def test_wave_calls_go_by_sha():
+    """The sweep's calls go as EVALSHA (not the script's text each call): with Redis's
+    script cache flushed, the first call's NOSCRIPT is answered by one EVAL that loads
+    life.lua, and the rest of the wave goes by SHA -- every order still timed out once."""
+    n = 320
+    r, srv, vid = unpaid_wave(n)
+    r.cmd("SCRIPT", "FLUSH")
+    evals0, shas0 = _cmd_calls(r, "eval"), _cmd_calls(r, "evalsha")
+    srv = H.restart_server(srv, settings=dict(FAST, **{"pay-timeout-s": "1"}))
+    H.wait_until(lambda: int(r.cmd("HGET", H.k_voucher(vid), "timedout") or 0) >= n, 60,
+                 interval=0.02, what="every order timed out in Redis")
+    evals, shas = _cmd_calls(r, "eval") - evals0, _cmd_calls(r, "evalsha") - shas0
+    H.log("the wave's calls: %d EVAL, %d EVALSHA" % (evals, shas))
+    check(evals <= 2, "%d EVALs for %d orders: the calls sent the script's text" % (evals, n))
+    check(shas >= n // 32, "%d EVALSHAs for %d orders" % (shas, n))
     orders = [o for o, _ in srv.db().orders(vid)]
     _counted(r, srv, vid, n, orders, orders)
     H.finish(srv)
