@@ -18,6 +18,11 @@
 #include <stdint.h>
 
 #define PASS_MAX 112  /* a pass's text with its NUL */
+/* A pass is accepted from its start less this: the start is Redis's clock (room.lua), the
+ * check the instance's, read once per loop wake-up in whole ms -- an order sent the moment
+ * a pass is issued (start = now) must not find it not yet valid; hosts under NTP agree to
+ * within it. */
+#define PASS_CLOCK_SLACK_MS 20
 
 struct token_signer;
 typedef struct pass_key pass_key_t;
@@ -32,9 +37,9 @@ void pass_key_free(pass_key_t *k);   /* NULL is fine */
 int pass_sign(const pass_key_t *k, int64_t user_id, int64_t voucher_id, int64_t from_ms,
               int64_t expires_ms, char *out, size_t n);
 
-/* 1 if z[0..n-1] is a pass under k for this user and voucher valid at now_ms (from <= now_ms
- * < expiry; then *expires_ms, if given, is its expiry), 0 otherwise: a pass before its start
- * is refused like a missing one. */
+/* 1 if z[0..n-1] is a pass under k for this user and voucher valid at now_ms (from -
+ * PASS_CLOCK_SLACK_MS <= now_ms < expiry; then *expires_ms, if given, is its expiry), 0
+ * otherwise: a pass before its start is refused like a missing one. */
 int pass_verify(const pass_key_t *k, const char *z, size_t n, int64_t user_id,
                 int64_t voucher_id, int64_t now_ms, int64_t *expires_ms);
 

@@ -60,9 +60,13 @@ static void test_sign_layout_and_verify(void **state)
     int64_t exp = 0;
     assert_int_equal(pass_verify(k, p, (size_t)n, 42, 7, 1765000000122, &exp), 1);
     assert_int_equal(exp, 1765000000123);
-    /* valid from its start on, not a ms before */
+    /* valid from its start on (less the clock slack), not a ms before */
     assert_int_equal(pass_verify(k, p, (size_t)n, 42, 7, 1765000000000, NULL), 1);
-    assert_int_equal(pass_verify(k, p, (size_t)n, 42, 7, 1764999999999, NULL), 0);
+    assert_int_equal(pass_verify(k, p, (size_t)n, 42, 7, 1765000000000 - PASS_CLOCK_SLACK_MS,
+                                 NULL), 1);
+    assert_int_equal(pass_verify(k, p, (size_t)n, 42, 7,
+                                 1765000000000 - PASS_CLOCK_SLACK_MS - 1, NULL), 0);
+    assert_int_equal(pass_verify(k, p, (size_t)n, 42, 7, 1764999000000, NULL), 0);
     assert_int_equal(pass_verify(k, p, (size_t)n, 42, 7, 0, NULL), 0);
     /* refusals: expired, another user, another voucher, a changed byte anywhere, cut,
      * longer, another key */
