@@ -163,7 +163,8 @@ sale() {  # $1 label: the sale bench's JSON in $TMP/sale-$1.json; counters in $T
     say "room sale     $1: $ROOM_SALE_USERS buyers, stock $((ROOM_SALE_USERS / 10)), $ROOM_SALE_RATE req/s open loop: p50 $(jget "$TMP/sale-$1.json" latency_us.p50) us, p99 $(jget "$TMP/sale-$1.json" latency_us.p99) us (outside the host's slow spells $(jget "$TMP/sale-$1.json" cpu_probe.outside.p99_us) us; slow $(jget "$TMP/sale-$1.json" cpu_probe.slow_ms) ms); $(python3 perf/room_client.py cost "$TMP/snap-$1.0" "$TMP/snap-$1.1")"
 }
 # The pollers: everyone joins in the BEGIN_IN s before the room's begin (in a random order),
-# then polls as told until admitted (R/s) and buys; the bench ends after ROOM_SPAN s.
+# then polls as told until it holds a pass and buys at its start (R/s); the bench ends after
+# ROOM_SPAN s.
 BEGIN_IN=15; ROOM_SPAN=120   # the bench is stopped once both sales are over
 : > "$TMP/rounds"
 round=0

@@ -43,7 +43,7 @@ import subprocess
 import sys
 import time
 
-PASS_LABEL = b"seckill waiting-room pass v1"
+PASS_LABEL = b"seckill waiting-room pass v2"
 # what room.lua runs inside its one EVALSHA (not sent by a client)
 INNER = {"hmget", "time", "zscore", "zrank", "hsetnx", "hget", "hset", "hincrby", "zadd",
          "hdel", "zrem"}
@@ -52,11 +52,12 @@ INNER = {"hmget", "time", "zscore", "zrank", "hsetnx", "hget", "hset", "hincrby"
 def passes(tokens, key_file, voucher, out):
     with open(key_file, "rb") as f:
         pk = hmac.new(f.read().rstrip(b" \t\r\n"), PASS_LABEL, hashlib.sha256).digest()
-    exp = int(time.time() * 1000) + 3600 * 1000
+    start = int(time.time() * 1000) - 1000
+    exp = start + 3600 * 1000
     with open(tokens) as src, open(out, "w") as dst:
         for line in src:
             tok, uid = line.split()[:2]
-            body = "%s.%s.%d" % (uid, voucher, exp)
+            body = "%s.%s.%d.%d" % (uid, voucher, start, exp)
             mac = hmac.new(pk, body.encode(), hashlib.sha256).digest()[:16].hex()
             dst.write("%s %s %s.%s\n" % (tok, uid, body, mac))
 

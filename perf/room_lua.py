@@ -76,8 +76,9 @@ def main():
                  ("reads", ["EVALSHA", reads, "2", kv, kz, "poll", "__rand_int__"]),
                  ("zrank", ["ZRANK", kz, "__rand_int__"])]
         for name, cmd in cases:
-            # the room begins now: over the run a few thousand members are admitted (R/s),
-            # the rest wait -- what most polls of a large room meet
+            # the room begins now: members due within the 60 s pass lifetime (rank < 60,000)
+            # get their pass valid from their due moment at their first poll (HSETNX), the
+            # rest wait -- what the polls of a large room meet
             cli("HSET", kv, "begin", int(time.time()))
             cli("DEL", ki)
             cli("CONFIG", "RESETSTAT")

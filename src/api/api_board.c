@@ -133,7 +133,8 @@ typedef struct board_sale {
     int seen[OUT__COUNT];         /* outcomes the totals hash has */
     int64_t begin;          /* bucket 0's begin (epoch s), for the room's release count */
     int64_t room_r, room_ttl;   /* its waiting room (room_r > 0): passes/s, pass lifetime s */
-    int64_t room_gen[4];    /* room.lua's pass counts: room_g, room_gc, room_gp, room_go */
+    int64_t room_gen[5];    /* room.lua's pass counts: room_g, room_ga, room_gc, room_gp,
+                             * room_go */
     int64_t room_queued;    /* ZCARD of the room */
     int room_queued_ok;
     int64_t life[6];        /* life.lua board, summed over the buckets: paid, timedout,
@@ -207,10 +208,11 @@ static void put_known(sb_t *s, const char *name, int ok, int64_t v)
  * without one. queued is the room's ZCARD (everyone holding a place, admitted or not);
  * released the places the rate has let through so far, floor((now - begin) * R); waiting
  * the rest, and waitS the wait of the last in line (waiting / R, plus the time to begin).
- * issued counts the passes issued (room.lua counts each first issue by generation of the
- * pass lifetime); used is the sale's buyers (every order on a room voucher carried a valid
- * pass: the order gate, room.h). expired is the passes of generations older than the one
- * before now's (all past their expiry) less every use, at least 0: a lower bound while
+ * issued counts the passes issued (room.lua counts each first issue by the pass lifetime's
+ * generation of its start, now's or the next); used is the sale's buyers (every order on a
+ * room voucher carried a valid pass: the order gate, room.h). expired is the passes
+ * starting in generations older than the one before now's (a pass ends start + lifetime:
+ * all past their expiry) less every use, at least 0: a lower bound while
  * passes are being issued (uses of newer passes are subtracted too), exact from two
  * lifetimes after the last pass was issued. A figure Redis did not answer for is left out. */
 static void put_room(sb_t *s, const board_sale_t *e, int64_t now_ms)
@@ -221,14 +223,16 @@ static void put_room(sb_t *s, const board_sale_t *e, int64_t now_ms)
     int64_t released = released_by(e->room_r, now_ms - begin_ms);
     int64_t waiting = e->room_queued > released ? e->room_queued - released : 0;
     int64_t wait_ms = waiting * 1000 / e->room_r + (begin_ms > now_ms ? begin_ms - now_ms : 0);
-    /* the counts as of now's generation: room_g's may be one or more behind */
+    /* the counts as of now's generation: room_g's may be one or more behind; its passes
+     * start in room_g + 1 (ga), room_g (gc), room_g - 1 (gp) and before (go) */
     const int64_t *gn = e->room_gen;
     int64_t ahead = now_ms / ttl_ms - gn[0];
-    int64_t old = gn[3] + (ahead >= 1 ? gn[2] : 0) + (ahead >= 2 ? gn[1] : 0);
+    int64_t old = gn[4] + (ahead >= 1 ? gn[3] : 0) + (ahead >= 2 ? gn[2] : 0) +
+                  (ahead >= 3 ? gn[1] : 0);
     int64_t expired = old - e->buyers;
     sb_printf(s, ",\"room\":{\"admitPerSecond\":%lld,\"passTtlS\":%lld,\"released\":%lld,"
               "\"issued\":%lld", (long long)e->room_r, (long long)(ttl_ms / 1000),
-              (long long)released, (long long)(gn[1] + gn[2] + gn[3]));
+              (long long)released, (long long)(gn[1] + gn[2] + gn[3] + gn[4]));
     put_known(s, "queued", e->room_queued_ok, e->room_queued);
     put_known(s, "waiting", e->room_queued_ok, waiting);
     put_known(s, "waitS", e->room_queued_ok, (wait_ms + 999) / 1000);
@@ -414,7 +418,7 @@ static void on_hmget(redisReply *rep, void *priv)
 {
     board_part_t *p = priv;
     board_sale_t *e = p->s;
-    size_t want = p->bucket == 0 ? 10 : 1;
+    size_t want = p->bucket == 0 ? 11 : 1;
     int64_t v;
     if (e->sql) {
         /* SQL's figures (sql_job); Redis gave the window */
@@ -426,7 +430,7 @@ static void on_hmget(redisReply *rep, void *priv)
     } else {
         e->stock_bad = 1;
     }
-    if (p->bucket == 0 && rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements == 10) {
+    if (p->bucket == 0 && rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements == 11) {
         sb_puts(&e->when, "\"begin\":");
         put_num(&e->when, rep->element[1]);
         sb_puts(&e->when, ",\"end\":");
@@ -436,7 +440,7 @@ static void on_hmget(redisReply *rep, void *priv)
             reply_i64(rep->element[1], &e->begin) == 0) {
             if (reply_i64(rep->element[5], &e->room_ttl) != 0)
                 e->room_ttl = 0;
-            for (int i = 0; i < 4; i++)
+            for (int i = 0; i < 5; i++)
                 if (reply_i64(rep->element[6 + i], &e->room_gen[i]) != 0)
                     e->room_gen[i] = 0;
             board_send_room(e);
@@ -712,15 +716,16 @@ static void board_send_sale(board_req_t *b, board_sale_t *s, board_part_t *parts
             s->stock_bad = s->buyers_bad = 1;
             continue;
         }
-        const char *hm[12] = { "HMGET", vk, "stock", "begin", "end", "paused", "room_r",
-                               "room_ttl", "room_g", "room_gc", "room_gp", "room_go" };
-        size_t hml[12] = { 5, (size_t)vl, 5, 5, 3, 6, 6, 8, 6, 7, 7, 7 };
+        const char *hm[13] = { "HMGET", vk, "stock", "begin", "end", "paused", "room_r",
+                               "room_ttl", "room_g", "room_ga", "room_gc", "room_gp",
+                               "room_go" };
+        size_t hml[13] = { 5, (size_t)vl, 5, 5, 3, 6, 6, 8, 6, 7, 7, 7, 7 };
         const char *hl[2] = { "HLEN", byk };
         size_t hll[2] = { 4, (size_t)bl };
         const char *hg[2] = { "HGETALL", lk };
         size_t hgl[2] = { 7, (size_t)ll };
         b->pending += s->sql ? 1 : s->k > 1 ? 3 : 2;
-        rds_command(c, on_hmget, p, bk == 0 ? 12 : 3, hm, hml);
+        rds_command(c, on_hmget, p, bk == 0 ? 13 : 3, hm, hml);
         if (s->sql) {
             continue;
         }

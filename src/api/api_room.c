@@ -50,14 +50,17 @@ static void reply_state(http_req_t *r, const room_state_t *st)
     sb_printf(&s, "{\"state\":\"%s\",\"position\":%lld,\"waitS\":%lld,\"pollAfterMs\":%lld",
               state_name(st->state), (long long)room_position(st), (long long)room_wait_s(st),
               (long long)after);
-    if (st->state == ROOM_ADMITTED) {
+    if (st->from_ms > 0 && (st->state == ROOM_ADMITTED || st->state == ROOM_WAITING)) {
+        /* admitted, or waiting with a pass valid from its place's due moment */
         char pass[PASS_MAX];
-        if (room_pass(r->w, st->user_id, st->voucher_id, st->expires_ms, pass, sizeof pass) < 0) {
+        if (room_pass(r->w, st->user_id, st->voucher_id, st->from_ms, st->expires_ms, pass,
+                      sizeof pass) < 0) {
             sb_free(&s);
             api_unavailable(r, "cannot sign a pass");
             return;
         }
-        sb_printf(&s, ",\"pass\":\"%s\",\"passExpiresAt\":%lld", pass, (long long)st->expires_ms);
+        sb_printf(&s, ",\"pass\":\"%s\",\"passFrom\":%lld,\"passExpiresAt\":%lld", pass,
+                  (long long)st->from_ms, (long long)st->expires_ms);
     }
     sb_puts(&s, "}");
     r->retry_after_s = (int)((after + 999) / 1000);

@@ -6,9 +6,11 @@
  * A free connection takes the earliest due buyer, sends one request and, once the answer
  * is in, files the buyer's next step. Buyers holding a pass wait in a heap of their own,
  * served first: a real buyer orders at once on its own connection, and behind a backlog
- * of due polls (a server slower than the schedule) the pass would expire in the queue. Blocking poll(2) over the thread's connections: the
- * load is answers per second, not connections. The order in which passes were issued is
- * the server's (passExpiresAt - the pass lifetime), not when the client saw them. */
+ * of due polls (a server slower than the schedule) the pass would expire in the queue. A
+ * pass valid from a later moment (passFrom) is filed for that moment, and its buyer polls
+ * no more. Blocking poll(2) over the thread's connections: the load is answers per second,
+ * not connections. The admission order is when the passes become valid (the server's
+ * passFrom), not when the client saw them. */
 #include "cmd/bench.h"
 #include "cmd/bench_room.h"
 
@@ -151,6 +153,31 @@ int bench_room_jstr(const char *body, const char *name, char *out, size_t n)
     return 1;
 }
 
+int bench_room_pass_from(const char *body, int pass_ttl_s, int64_t *from_ms)
+{
+    char state[32] = "";
+    double v = 0;
+    bench_room_jstr(body, "state", state, sizeof state);
+    if (strcmp(state, "admitted") != 0 && strcmp(state, "waiting") != 0)
+        return 0;
+    /* only whether there is one: the pass itself is read by the caller */
+    if (strstr(body, "\"pass\":\"") == NULL)
+        return 0;
+    if (bench_room_jnum(body, "passFrom", &v) && v > 0)
+        *from_ms = (int64_t)v;
+    else if (bench_room_jnum(body, "passExpiresAt", &v) && v > 0)
+        *from_ms = (int64_t)v - (int64_t)pass_ttl_s * 1000;
+    else
+        return 0;
+    return 1;
+}
+
+uint32_t bench_room_buy_delay(int64_t from_ms, int64_t wall_now_ms)
+{
+    int64_t d = from_ms - wall_now_ms;
+    return d <= 0 ? 0 : d > UINT32_MAX / 2 ? UINT32_MAX / 2 : (uint32_t)d;
+}
+
 /* ==== the run ==== */
 
 enum { ST_CHAL = 0, ST_JOIN, ST_POLL, ST_BUY, ST_DONE };
@@ -160,7 +187,7 @@ typedef struct buyer {
     uint32_t join_at;             /* plan: ms after the start */
     uint32_t poll_ms;             /* the last pollAfterMs */
     int64_t join_seq;             /* order of the join answers (all threads), -1: none */
-    int64_t admit_ms;             /* wall ms the server issued the pass, -1: none */
+    int64_t admit_ms;             /* wall ms the pass becomes valid (the server's), -1: none */
     char *extra;                  /* ST_JOIN with a gate: "challenge\0solution"; ST_BUY: the pass */
     uint8_t stage, end, early, slow, tries;
 } buyer_t;
@@ -385,15 +412,17 @@ static void on_queue_state(room_thread_t *t, uint32_t i, const char *body)
     if (bench_room_jnum(body, "pollAfterMs", &v) && v >= 0 && v < 600000)
         b->poll_ms = (uint32_t)v;
     bench_room_jstr(body, "state", state, sizeof state);
-    if (strcmp(state, "admitted") == 0 && bench_room_jstr(body, "pass", pass, sizeof pass)) {
-        double exp_ms = 0;
-        bench_room_jnum(body, "passExpiresAt", &exp_ms);
-        b->admit_ms = (int64_t)exp_ms - (int64_t)t->R->o->room_pass_ttl_s * 1000;
+    int64_t from_ms = 0;
+    if (bench_room_pass_from(body, t->R->o->room_pass_ttl_s, &from_ms) &&
+        bench_room_jstr(body, "pass", pass, sizeof pass)) {
+        /* admitted, or a pass valid from the place's due moment: order at its start, no
+         * more polls */
+        b->admit_ms = from_ms;
         free(b->extra);
         b->extra = xstrdup(pass);
         b->stage = ST_BUY;
         b->tries = 0;
-        again(t, i, 0);
+        again(t, i, bench_room_buy_delay(from_ms, (int64_t)clock_wall_ms()));
     } else if (strcmp(state, "soldOut") == 0) {
         push_soldout(t, i);
         finish(t, i, END_SOLD_OUT);

@@ -1,8 +1,9 @@
 /* bench_room.h -- `seckill bench --waiting-room`: a sale through the waiting room (#28).
  *
  * Every buyer joins the voucher's queue (solving the bot gate's challenge first when the
- * voucher has one), polls as the answers say (pollAfterMs), and buys with the pass once
- * admitted. Buyers are planned by bench_room_plan: a share joins before beginTime, the
+ * voucher has one), polls as the answers say (pollAfterMs) until an answer carries a pass,
+ * and buys with it at its start (passFrom: a pass handed out before the place is due starts
+ * then) without polling again. Buyers are planned by bench_room_plan: a share joins before beginTime, the
  * rest after it; a share is "slow" (every request of theirs leaves --room-slow-ms late).
  * Polls are not sockets per buyer: each thread keeps a schedule (a heap of due times) and
  * serves it over its share of --conns keep-alive connections, so a million buyers need
@@ -35,5 +36,15 @@ double bench_room_spearman(const double *x, const double *y, size_t n);
  * enough: data's members have names of their own). 1 found, 0 not. */
 int bench_room_jnum(const char *body, const char *name, double *out);
 int bench_room_jstr(const char *body, const char *name, char *out, size_t n);
+
+/* A join's or poll's answer that carries a pass (admitted, or waiting with a pass valid
+ * from its place's due moment): 1, with *from_ms the moment the pass becomes valid
+ * (passFrom; passExpiresAt less pass_ttl_s for an answer without it) -- the buyer's
+ * admission, and when it orders; 0 when the answer has no pass. */
+int bench_room_pass_from(const char *body, int pass_ttl_s, int64_t *from_ms);
+
+/* How long a buyer holding a pass valid from from_ms waits at wall_now_ms before ordering
+ * (never before the start; 0 once it has come). */
+uint32_t bench_room_buy_delay(int64_t from_ms, int64_t wall_now_ms);
 
 #endif

@@ -12,7 +12,7 @@
  *   seckill:rebuild:buyers:{42}  buyers a rebuild prepares, renamed into place at the end
  *   seckill:dead:{42}     stream of entries the writer could not turn into orders
  *   seckill:room:{42}     zset, the voucher's waiting room: userId -> place (room.lua)
- *   seckill:room:issued:{42}  hash userId -> ms of the user's first admission (its pass)
+ *   seckill:room:issued:{42}  hash userId -> ms of the start of the user's pass
  *                         (the room's settings are fields room_r, room_ttl, room_gate and
  *                         its FIFO counter room_seq of the voucher hash)
  * A voucher sold from K > 1 stock buckets (buckets.h) keeps bucket 0 under {42} (the keys

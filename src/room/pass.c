@@ -13,7 +13,8 @@
 #include "core/xmem.h"
 
 #define MAC_HEX 32
-#define LABEL "seckill waiting-room pass v1"
+/* v2: the pass carries its start; a v1 pass (no start) fails its MAC under the v2 key */
+#define LABEL "seckill waiting-room pass v2"
 
 struct pass_key {
     token_signer_t *s;
@@ -68,13 +69,13 @@ static void mac_hex(const pass_key_t *k, const char *body, size_t n, char out[MA
     }
 }
 
-int pass_sign(const pass_key_t *k, int64_t user_id, int64_t voucher_id, int64_t expires_ms,
-              char *out, size_t n)
+int pass_sign(const pass_key_t *k, int64_t user_id, int64_t voucher_id, int64_t from_ms,
+              int64_t expires_ms, char *out, size_t n)
 {
-    if (n < PASS_MAX || user_id <= 0 || voucher_id <= 0 || expires_ms <= 0)
+    if (n < PASS_MAX || user_id <= 0 || voucher_id <= 0 || from_ms <= 0 || expires_ms <= from_ms)
         return -1;
-    int b = snprintf(out, n, "%lld.%lld.%lld.", (long long)user_id, (long long)voucher_id,
-                     (long long)expires_ms);
+    int b = snprintf(out, n, "%lld.%lld.%lld.%lld.", (long long)user_id, (long long)voucher_id,
+                     (long long)from_ms, (long long)expires_ms);
     if (b <= 0 || (size_t)b + MAC_HEX + 1 > n)
         return -1;
     mac_hex(k, out, (size_t)b - 1, out + b);
@@ -105,8 +106,9 @@ int pass_verify(const pass_key_t *k, const char *z, size_t n, int64_t user_id,
     if (k == NULL || z == NULL || n >= PASS_MAX)
         return 0;
     size_t i = 0;
-    int64_t u = field(z, n, &i), v = field(z, n, &i), e = field(z, n, &i);
-    if (u != user_id || v != voucher_id || e < 0 || n - i != MAC_HEX || e <= now_ms)
+    int64_t u = field(z, n, &i), v = field(z, n, &i), f = field(z, n, &i), e = field(z, n, &i);
+    if (u != user_id || v != voucher_id || f < 0 || e < 0 || n - i != MAC_HEX ||
+        now_ms < f - PASS_CLOCK_SLACK_MS || e <= now_ms)
         return 0;
     char want[MAC_HEX];
     mac_hex(k, z, i - 1, want);

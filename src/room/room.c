@@ -67,6 +67,8 @@ static void on_script(struct redisReply *rep, void *priv)
         st.begin_s = int_at(rep, 4);
         st.now_ms = int_at(rep, 5);
         st.expires_ms = int_at(rep, 6);
+        st.from_ms = int_at(rep, 7);
+        st.ttl_ms = int_at(rep, 8);
     }
     http_req_t *r = c->r;
     room_cb cb = c->cb;
@@ -131,16 +133,25 @@ int64_t room_position(const room_state_t *st)
 {
     if (st->state != ROOM_WAITING)
         return 0;
-    return st->rank - st->released + 1;
+    /* a pass whose start is later than the place's due moment (the place moved up since)
+     * still waits: at least 1 */
+    int64_t p = st->rank - st->released + 1;
+    return p > 1 ? p : 1;
 }
 
-/* ms until the rate releases the place: released = floor((t - begin) * rate / 1000)
- * passes rank once t >= begin + ceil((rank + 1) * 1000 / rate). */
+/* ms until the pass starts, or without one until the rate releases the place:
+ * released = floor((t - begin) * rate / 1000) passes rank once
+ * t >= begin + ceil((rank + 1) * 1000 / rate) (room.lua's due moment). */
 static int64_t wait_ms(const room_state_t *st)
 {
-    if (st->state != ROOM_WAITING || st->rate <= 0 || st->rank < 0)
+    if (st->state != ROOM_WAITING)
         return 0;
-    int64_t at = st->begin_s * 1000 + ((st->rank + 1) * 1000 + st->rate - 1) / st->rate;
+    int64_t at = st->from_ms;
+    if (at <= 0) {
+        if (st->rate <= 0 || st->rank < 0)
+            return 0;
+        at = st->begin_s * 1000 + ((st->rank + 1) * 1000 + st->rate - 1) / st->rate;
+    }
     return at > st->now_ms ? at - st->now_ms : 0;
 }
 
@@ -152,15 +163,22 @@ int64_t room_wait_s(const room_state_t *st)
 int64_t room_poll_after_ms(const room_state_t *st)
 {
     int64_t ms = ROOM_POLL_MIN_MS;
-    if (st->state == ROOM_WAITING && st->now_ms >= st->begin_s * 1000) {
-        /* After begin nobody new comes ahead: the place is fixed, or moves up when someone
-         * ahead rejoins after an expired pass. Released by the clock alone, it is due at a
-         * known moment: one poll then (ROOM_POLL_DUE_SLACK_MS after it, so a poll a few ms
-         * early by the buyer's timer does not miss it and wait another ROOM_POLL_MIN_MS).
-         * A place that moved up is seen at that poll, later than it could have been by as
-         * many seconds as places it moved over / R: the rate is the same for everyone.
-         * A room costs about one poll per buyer after begin. */
+    if (st->state == ROOM_WAITING && st->from_ms > 0) {
+        /* A pass valid from the place's due moment: the buyer orders then and need not
+         * poll again. An old client that polls anyway is told the start (+ the slack, so
+         * a poll a few ms early by its timer finds the pass valid): one more poll at most. */
         ms = wait_ms(st) + ROOM_POLL_DUE_SLACK_MS;
+    } else if (st->state == ROOM_WAITING && st->now_ms >= st->begin_s * 1000) {
+        /* After begin, without a pass: the place is due more than a pass lifetime from
+         * now (room.lua hands out a pass, starting when due, to a place due within one).
+         * Nobody new comes ahead and the clock alone releases places, so the moment it is
+         * due within one lifetime is known: one poll then (+ the slack), which gets the
+         * pass. A place that moves up (someone ahead rejoins after an expired pass) is
+         * seen at that poll, its pass later than it could have been by the places it moved
+         * over / R: the rate is the same for everyone. About one poll per buyer after
+         * begin, the one that hands out the pass. */
+        int64_t ttl = st->ttl_ms > 0 ? st->ttl_ms : 0;
+        ms = wait_ms(st) - ttl + ROOM_POLL_DUE_SLACK_MS;
     } else if (st->state == ROOM_WAITING) {
         /* Before begin later joiners may still draw places ahead (the wait only grows).
          * A far place polls at 7/8 of its wait, a near one ROOM_POLL_MIN_MS before it is
@@ -180,12 +198,12 @@ int64_t room_poll_after_ms(const room_state_t *st)
            : ms > ROOM_POLL_WAIT_MAX_MS ? ROOM_POLL_WAIT_MAX_MS : ms;
 }
 
-int room_pass(worker_t *w, int64_t user_id, int64_t voucher_id, int64_t expires_ms, char *out,
-              size_t n)
+int room_pass(worker_t *w, int64_t user_id, int64_t voucher_id, int64_t from_ms,
+              int64_t expires_ms, char *out, size_t n)
 {
     struct room_worker *rw = w->room;
     return rw == NULL || rw->key == NULL ? -1
-           : pass_sign(rw->key, user_id, voucher_id, expires_ms, out, n);
+           : pass_sign(rw->key, user_id, voucher_id, from_ms, expires_ms, out, n);
 }
 
 /* ------------------------------------------------------------ what a worker knows */

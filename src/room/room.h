@@ -42,7 +42,10 @@ typedef struct room_state {
     int64_t rate;               /* admitPerSecond */
     int64_t begin_s;            /* the sale's begin, epoch s */
     int64_t now_ms;             /* Redis's clock */
-    int64_t expires_ms;         /* ROOM_ADMITTED: the pass's expiry */
+    int64_t expires_ms;         /* with a pass: its expiry (from_ms + the pass lifetime) */
+    int64_t from_ms;            /* with a pass: its start; 0 none. ROOM_WAITING with a pass:
+                                 * later than now_ms (the place's due moment, room.lua) */
+    int64_t ttl_ms;             /* the pass lifetime */
 } room_state_t;
 
 /* What a worker knows of a voucher's room. */
@@ -66,19 +69,22 @@ void room_info(struct http_req *r, int64_t voucher_id, room_info_cb cb);
 /* 1 if the user may poll now (the per-worker poll limit), 0 if not. */
 int room_poll_allowed(struct http_req *r, int64_t user_id);
 
-/* The answer's figures: the place (0 unless waiting), the estimated wait in seconds
- * (rounded up: until the rate releases the place) and when to poll next: waiting after
- * begin, when the place is due (+ ROOM_POLL_DUE_SLACK_MS); before begin, the wait less
- * ROOM_POLL_MIN_MS up to ROOM_POLL_NEAR_MS, else 7/8 of it; always between
- * ROOM_POLL_MIN_MS and ROOM_POLL_WAIT_MAX_MS; admitted ROOM_POLL_MIN_MS; sold out or not
- * queued 30 s. */
+/* The answer's figures: the place (0 unless waiting, at least 1 while waiting), the
+ * estimated wait in seconds (rounded up: until the pass's start, or until the rate releases
+ * the place) and when to poll next: waiting with a pass, at its start (+
+ * ROOM_POLL_DUE_SLACK_MS; a client holding the pass need not poll at all); waiting after
+ * begin without one (the place is due beyond a pass lifetime), when it is due within one
+ * (+ the slack); before begin, the wait less ROOM_POLL_MIN_MS up to ROOM_POLL_NEAR_MS, else
+ * 7/8 of it; always between ROOM_POLL_MIN_MS and ROOM_POLL_WAIT_MAX_MS; admitted
+ * ROOM_POLL_MIN_MS; sold out or not queued 30 s. */
 int64_t room_position(const room_state_t *st);
 int64_t room_wait_s(const room_state_t *st);
 int64_t room_poll_after_ms(const room_state_t *st);
 
-/* The pass of an admitted user (pass.h) into out (PASS_MAX bytes): length or -1. */
-int room_pass(struct worker *w, int64_t user_id, int64_t voucher_id, int64_t expires_ms,
-              char *out, size_t n);
+/* The pass of (user, voucher, [from, expiry)) (pass.h) into out (PASS_MAX bytes): length
+ * or -1. */
+int room_pass(struct worker *w, int64_t user_id, int64_t voucher_id, int64_t from_ms,
+              int64_t expires_ms, char *out, size_t n);
 
 /* The order gate: on a voucher with a room, refuses (cb with ADMIT_QUEUE_REQUIRED) unless
  * r carries a valid pass; else calls next(r, voucher_id, user_id, cb). */

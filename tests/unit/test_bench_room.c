@@ -1,7 +1,8 @@
 /* test_bench_room.c -- the offline parts of `seckill bench --waiting-room` (bench_room.h):
  * Spearman's rank correlation (exact values, ties, degenerate input), the buyers' plan
  * (early joiners before beginTime, late ones after it, the class shares, determinism),
- * the JSON member readers and the options. */
+ * the JSON member readers, when a buyer holding a pass orders (at the pass's start: the
+ * admission the fairness figures rank) and the options. */
 #include <setjmp.h>
 #include <math.h>
 #include <stdarg.h>
@@ -112,6 +113,37 @@ static void test_json_members(void **state)
     assert_false(bench_room_jnum(body, "state", &v));           /* not a number */
 }
 
+static void test_pass_start_and_buy_time(void **state)
+{
+    (void)state;
+    int64_t from = 0;
+    /* waiting with a pass valid from its place's due moment: admitted then, orders then */
+    const char *future = "{\"success\":true,\"data\":{\"state\":\"waiting\",\"position\":3,"
+                         "\"waitS\":2,\"pollAfterMs\":1550,\"pass\":\"1.2.3.4.ab\","
+                         "\"passFrom\":1765000001500,\"passExpiresAt\":1765000061500}}";
+    assert_int_equal(bench_room_pass_from(future, 60, &from), 1);
+    assert_true(from == 1765000001500);
+    assert_int_equal(bench_room_buy_delay(from, 1765000000000), 1500);
+    assert_int_equal(bench_room_buy_delay(from, 1765000001499), 1);
+    assert_int_equal(bench_room_buy_delay(from, 1765000001500), 0);
+    assert_int_equal(bench_room_buy_delay(from, 1765000009000), 0);
+    /* admitted: passFrom is the issue; an answer without it counts back from the expiry */
+    const char *now = "{\"data\":{\"state\":\"admitted\",\"pass\":\"x\","
+                      "\"passFrom\":1765000000100,\"passExpiresAt\":1765000060100}}";
+    assert_int_equal(bench_room_pass_from(now, 60, &from), 1);
+    assert_true(from == 1765000000100);
+    const char *old = "{\"data\":{\"state\":\"admitted\",\"pass\":\"x\","
+                      "\"passExpiresAt\":1765000030000}}";
+    assert_int_equal(bench_room_pass_from(old, 30, &from), 1);
+    assert_true(from == 1765000000000);
+    /* no pass: waiting without one, sold out, not queued */
+    assert_int_equal(bench_room_pass_from("{\"data\":{\"state\":\"waiting\",\"position\":9,"
+                                          "\"pollAfterMs\":5000}}", 60, &from), 0);
+    assert_int_equal(bench_room_pass_from("{\"data\":{\"state\":\"soldOut\"}}", 60, &from), 0);
+    assert_int_equal(bench_room_pass_from("{\"data\":{\"state\":\"notQueued\",\"pass\":\"x\","
+                                          "\"passFrom\":5}}", 60, &from), 0);
+}
+
 static void test_options(void **state)
 {
     (void)state;
@@ -148,6 +180,7 @@ int main(void)
         cmocka_unit_test(test_spearman),
         cmocka_unit_test(test_plan),
         cmocka_unit_test(test_json_members),
+        cmocka_unit_test(test_pass_start_and_buy_time),
         cmocka_unit_test(test_options),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
