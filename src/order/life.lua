@@ -47,7 +47,9 @@
 -- orders past the sweep's cursor admitted up to the bound that are still unpaid (the
 -- returns due by then; capped 1 when the look stopped at ARGV[3] orders).
 --
--- The event entry: field ev = "<c|t|p|r> <orderId> <userId> <ts> <ep>" (src/sale/sentry.h);
+-- The event entry: field ev = "<c|p|r> <orderId> <userId> <ts> <ep>" (src/sale/sentry.h);
+-- expire writes one entry for all the orders the call timed out (none when it timed out
+-- none): field evs = "t <ts> <ep> <orderId> <userId> [<orderId> <userId> ...]";
 -- a payment's event also has field pay = "<paymentId> <amount> <0 taken | 2 refunded>",
 -- for the writer's payment row (tb_voucher_payment). Every payment answered the first time
 -- has one: p (taken; or refunded, the order paid before), r (refunded: the order was
@@ -107,9 +109,23 @@ local function event(kind, oid, uid, ts, ep, pay)
   redis.call(unpack(f))
 end
 
+-- expire's events: one evs entry per call (src/sale/sentry.h), not one ev entry per order
+-- -- an XADD, its AOF record, and the writer's read, pending entry and XACK per call. At
+-- most SENTRY_MAX_EVENTS (1024) orders an entry.
+local batch = nil
+local function flush(ts, ep)
+  if batch and #batch > 0 then
+    local f = {'XADD', KEYS[4], '*', 'evs', 't ' .. ts .. ' ' .. (ep or '0') .. ' ' ..
+               table.concat(batch, ' ')}
+    if free then f[#f + 1] = 'free'; f[#f + 1] = '1' end
+    redis.call(unpack(f))
+    batch = {}
+  end
+end
+
 -- cancel or expire (kind c or t) of order oid of user uid; v: the voucher's stock and ep
 -- (HMGET), ts: the decision's second. 0 decided now (the caller gives the unit back), else
--- the answer as above.
+-- the answer as above. Expire's event goes into batch (flush writes it).
 local function stop(kind, oid, uid, v, ts)
   local st = redis.call('HGET', KEYS[3], oid)
   if st then
@@ -123,7 +139,13 @@ local function stop(kind, oid, uid, v, ts)
   -- back has its buyer there too)
   if redis.call('HGET', KEYS[2], uid) ~= oid then return 3 end
   redis.call('HSET', KEYS[3], oid, kind .. ' ' .. ts .. ' ' .. uid)
-  event(kind, oid, uid, ts, v[2])
+  if batch then
+    batch[#batch + 1] = oid
+    batch[#batch + 1] = uid
+    if #batch >= 2 * 1024 then flush(ts, v[2]) end
+  else
+    event(kind, oid, uid, ts, v[2])
+  end
   if free then
     redis.call('HDEL', KEYS[2], uid)
     redis.call('HINCRBY', KEYS[1], 'freed', 1)
@@ -149,9 +171,11 @@ local v = redis.call('HMGET', KEYS[1], 'stock', 'ep')
 local ts = redis.call('TIME')[1]
 if op == 'expire' then
   local n = 0
+  batch = {}
   for i = 3, #ARGV, 2 do
     if stop('t', ARGV[i], ARGV[i + 1], v, ts) == 0 then n = n + 1 end
   end
+  flush(ts, v[2])
   give_back(n)
   if n > 0 then redis.call('HINCRBY', KEYS[1], 'timedout', n) end
   local cur = redis.call('GET', KEYS[5])
