@@ -23,8 +23,9 @@
  * is never trimmed, so the orders past their deadline are the entries from the sweep's
  * cursor up to now - timeout. Every DUE_EVERY_MS the writer reads them (XRANGE, a page at
  * a time) for each stream it reads and runs life.lua's expire on their orders: one still
- * unpaid is cancelled there exactly as its buyer would cancel it (state t, unit back,
- * event t, applied by this same file); one paid or cancelled meanwhile is left as it is.
+ * unpaid is cancelled there exactly as its buyer would cancel it (state t, unit back, a t
+ * event, applied by this same file -- a call's events in one evs entry, sentry.h, applied
+ * as one unit); one paid or cancelled meanwhile is left as it is.
  * The cursor, seckill:paysweep:{tag}, moves in the same script call, after that call's
  * orders were decided: a crash repeats a page at most (the script decides each order
  * once), a restart goes on where the last sweep stopped. Nothing is written per order at
