@@ -130,3 +130,50 @@ def test_mixed_stream_of_old_and_new_event_entries():
     H.log("dead letter: %r" % d)
     check(any("bad events" in x for x in d), "the dead letter's reason: %r" % d)
     H.finish(srv)
+
+
+@H.timeout(120)
+def test_expire_call_entries_hold_at_most_1024_events():
+    """life.lua expire alone, on a bucket no writer reads: a call of 1,100 unpaid orders
+    answers 1,100 and writes two `evs` entries, of 1,024 and 76 events (the readers refuse
+    more than 4,096 in one), with `free 1` under expire-free; the same call again times out
+    none and writes nothing; a cancel still writes its one `ev` entry."""
+    r = H.start_redis()
+    script = open(H.ROOT + "/src/order/life.lua").read()
+    for op, tag in (("expire", "990001"), ("expire-free", "990002")):
+        keys = ["seckill:voucher:{%s}" % tag, "seckill:order:{%s}" % tag,
+                "seckill:ostate:{%s}" % tag, "seckill:stream:{%s}" % tag,
+                "seckill:paysweep:{%s}" % tag]
+        r.cmd("HSET", keys[0], "stock", "0", "ep", "4")
+        pairs = [(9000000 + i, 5000 + i) for i in range(1101)]
+        buyers = []
+        for o, u in pairs:
+            buyers += [str(u), str(o)]
+        r.cmd("HSET", keys[1], *buyers)
+        args = [x for o, u in pairs[:1100] for x in (str(o), str(u))]
+        got = r.cmd("EVAL", script, "5", *keys, op, "1-1", *args)
+        eq(got, [1100, "1-1"], "%s: its answer" % op)
+        ents = r.cmd("XRANGE", keys[3], "-", "+")
+        eq(len(ents), 2, "%s: entries" % op)
+        sizes, named = [], []
+        for _, f in ents:
+            d = dict(zip(f[::2], f[1::2]))
+            eq(d.get("free"), "1" if op == "expire-free" else None, "%s: free field" % op)
+            w = d["evs"].split(" ")
+            eq(w[0:3], ["t", w[1], "4"], "%s: kind and ep" % op)
+            sizes.append((len(w) - 3) // 2)
+            named += [(int(w[i]), int(w[i + 1])) for i in range(3, len(w), 2)]
+        eq(sizes, [1024, 76], "%s: events per entry" % op)
+        eq(named, pairs[:1100], "%s: every order once, in the call's order" % op)
+        eq(r.cmd("HMGET", keys[0], "stock", "returned", "timedout"), ["1100", "1100", "1100"],
+           "%s: units back" % op)
+        eq(r.cmd("EVAL", script, "5", *keys, op, "", *args), [0, "1-1"], "%s: again" % op)
+        eq(int(r.cmd("XLEN", keys[3])), 2, "%s: nothing written by a call that timed out none"
+           % op)
+        o, u = pairs[1100]
+        eq(r.cmd("EVAL", script, "4", *keys[:4], "cancel", str(o), str(u)), 0, "a cancel")
+        last = r.cmd("XRANGE", keys[3], "-", "+")[-1][1]
+        eq(last[0], "ev", "%s: the cancel's entry" % op)
+        check(last[1].startswith("c %d %d " % (o, u)) and last[1].endswith(" 4"),
+              "%s: the cancel's event: %r" % (op, last[1]))
+    r.stop()
