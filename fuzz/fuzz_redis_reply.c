@@ -17,7 +17,8 @@
  * to Redis are only formatted (--wrap=redisAppendCommandArgv, redisAppendFormattedCommand), never sent. The others go
  * through their public functions, with rds_command/rds_evalsha answering the fuzzed
  * reply (fuzz_common.h) and http_reply checked as in fuzz_json.c.
- * Checks: every parsed order is complete and belongs to its stream; entry ids and
+ * Checks: every parsed order is complete and belongs to its stream, every lifecycle
+ * event of an entry whole (an expire call's evs entry holds many); entry ids and
  * cursors fit their buffers; every callback runs exactly once with a legal result;
  * every HTTP answer is one valid JSON envelope; no sanitizer report. */
 #include "writer/writer.c"
@@ -113,10 +114,25 @@ static void fuzz_writer(const redisReply *rep, int pending)
                 }
             }
         }
+        if (e->kind == E_EVENT) {
+            /* an event entry (ev, or an expire call's evs) holds its events whole */
+            if (e->nv == 0 || e->v0 + e->nv > wr.nevs || e->reason ||
+                e->ev.order_id != wr.evs[e->v0].order_id) {
+                abort();
+            }
+            for (size_t k = e->v0; k < e->v0 + e->nv; k++) {
+                const sentry_ev_t *ev = &wr.evs[k];
+                if (ev->order_id <= 0 || ev->user_id <= 0 || ev->ts <= 0 || ev->ep < 0 ||
+                    ev->kind != e->ev.kind || strchr("ctprf", ev->kind) == NULL) {
+                    abort();
+                }
+            }
+        }
         if (e->kind == E_DEAD && e->reason == NULL) {
             abort();
         }
-        if (e->kind != E_ORDER && e->kind != E_DEAD && e->kind != E_DELETED) {
+        if (e->kind != E_ORDER && e->kind != E_DEAD && e->kind != E_DELETED &&
+            e->kind != E_EVENT) {
             abort();
         }
     }

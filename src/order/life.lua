@@ -47,7 +47,9 @@
 -- orders past the sweep's cursor admitted up to the bound that are still unpaid (the
 -- returns due by then; capped 1 when the look stopped at ARGV[3] orders).
 --
--- The event entry: field ev = "<c|t|p|r> <orderId> <userId> <ts> <ep>" (src/sale/sentry.h);
+-- The event entry: field ev = "<c|p|r> <orderId> <userId> <ts> <ep>" (src/sale/sentry.h);
+-- expire writes one entry for all the orders the call timed out (none when it timed out
+-- none): field evs = "t <ts> <ep> <orderId> <userId> [<orderId> <userId> ...]";
 -- a payment's event also has field pay = "<paymentId> <amount> <0 taken | 2 refunded>",
 -- for the writer's payment row (tb_voucher_payment). Every payment answered the first time
 -- has one: p (taken; or refunded, the order paid before), r (refunded: the order was
@@ -105,6 +107,20 @@ local function event(kind, oid, uid, ts, ep, pay)
     f[#f + 1] = 'pay'; f[#f + 1] = pay
   end
   redis.call(unpack(f))
+end
+
+-- expire's events: one evs entry per call (src/sale/sentry.h), not one ev entry per order
+-- -- an XADD, its AOF record, and the writer's read, pending entry and XACK per call. At
+-- most SENTRY_MAX_EVENTS (1024) orders an entry.
+local batch = {}
+local function flush(ts, ep)
+  if #batch > 0 then
+    local f = {'XADD', KEYS[4], '*', 'evs', 't ' .. ts .. ' ' .. (ep or '0') .. ' ' ..
+               table.concat(batch, ' ')}
+    if free then f[#f + 1] = 'free'; f[#f + 1] = '1' end
+    redis.call(unpack(f))
+    batch = {}
+  end
 end
 
 -- cancel or expire (kind c or t) of order oid of user uid; v: the voucher's stock and ep
@@ -170,9 +186,12 @@ local function expire_all(v, ts)
       set[#set + 1] = oid
       set[#set + 1] = 't ' .. ts .. ' ' .. uid
       gone[#gone + 1] = uid
-      event('t', oid, uid, ts, v[2])
+      batch[#batch + 1] = oid
+      batch[#batch + 1] = uid
+      if #batch >= 2 * 1024 then flush(ts, v[2]) end
     end
   end
+  flush(ts, v[2])
   if n > 0 then
     redis.call('HSET', KEYS[3], unpack(set))
     if free then

@@ -256,18 +256,29 @@ static int advance(rebuild_life_order_t *o, char st, int64_t ts, int64_t user_id
     return ok;
 }
 
-/* One entry of a surviving order stream (xrange_all's each): an event moves its order. */
+/* One entry of a surviving order stream (xrange_all's each): its events (one ev, or an
+ * expire call's evs) move their orders. A bad entry moves none (the writer's dead letter). */
 static void event_entry(void *ctx, const redisReply *f)
 {
     rebuild_life_t *l = ctx;
+    sentry_evit_t it, chk;
     sentry_ev_t ev;
+    size_t bound;
     const char *reason = NULL;
-    if (sentry_event(f, &ev, &reason) != 1)
+    if (sentry_evopen(f, &it, &bound, &reason) != 1)
         return;
-    rebuild_life_order_t *o = find(l, ev.order_id);
-    l->events += advance(o, ev.kind, ev.ts, ev.user_id);
-    if (o && o->user_id == ev.user_id && (ev.kind == 'c' || ev.kind == 't') && entry_frees(f))
-        o->freed = 1;
+    int rc;
+    for (chk = it; (rc = sentry_evnext(&chk, &ev, &reason)) == 1;)
+        ;
+    if (rc < 0)
+        return;
+    int frees = entry_frees(f);
+    while (sentry_evnext(&it, &ev, &reason) == 1) {
+        rebuild_life_order_t *o = find(l, ev.order_id);
+        l->events += advance(o, ev.kind, ev.ts, ev.user_id);
+        if (o && o->user_id == ev.user_id && (ev.kind == 'c' || ev.kind == 't') && frees)
+            o->freed = 1;
+    }
 }
 
 int rebuild_life_events(redisContext *c, const char *ks, rebuild_life_t *l, char *err,

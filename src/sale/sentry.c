@@ -1,5 +1,5 @@
-/* sentry.c -- reading the order stream's entries (sentry.h): one entry's orders, and a
- * whole stream in pages. */
+/* sentry.c -- reading the order stream's entries (sentry.h): one entry's orders or
+ * lifecycle events, and a whole stream in pages. */
 #include "sale/sentry.h"
 
 #include <stddef.h>
@@ -27,8 +27,18 @@ static int str_eq(const redisReply *r, const char *s)
 }
 
 /* More orders in one entry than this is not what admit.lua writes (64 admissions per
- * call at most): refused before a reader allocates for them. */
+ * call at most), nor more events what life.lua writes (SENTRY_MAX_EVENTS): refused before
+ * a reader allocates for them. */
 #define SENTRY_MAX_ORDERS 4096
+
+/* At most how many "<orderId> <userId>" pairs [p, end) may hold: a pair and its space take
+ * 4 bytes at least ("1 1 "), the last one 3; 1 for what is too short to be a pair (the
+ * reader's next says why). */
+static size_t pairs_bound(const char *p, const char *end)
+{
+    size_t n = ((size_t)(end - p) + 1) / 4;
+    return n > SENTRY_MAX_ORDERS ? SENTRY_MAX_ORDERS : n > 0 ? n : 1;
+}
 
 /* The value of the eight bytes at s if all are ASCII digits, else -1. SWAR: the digits'
  * bytes checked and combined in pairs, fours, then eights with three multiplications
@@ -124,10 +134,7 @@ int sentry_open(const redisReply *f, sentry_it_t *it, size_t *bound, const char 
     }
     it->p = p;
     it->end = end;
-    /* a pair and its space take 4 bytes at least ("1 1 "), the last one 3; 1 for what is
-     * too short to be a pair (sentry_next says why) */
-    size_t n = ((size_t)(end - p) + 1) / 4;
-    it->bound = *bound = n > SENTRY_MAX_ORDERS ? SENTRY_MAX_ORDERS : n > 0 ? n : 1;
+    it->bound = *bound = pairs_bound(p, end);
     return 0;
 }
 
@@ -153,6 +160,88 @@ int sentry_event(const redisReply *f, sentry_ev_t *ev, const char **reason)
         return -1;
     }
     ev->kind = v->str[0];
+    return 1;
+}
+
+/* The evs field of f, or NULL; *both set when f also has an ev field. */
+static const redisReply *evs_field(const redisReply *f, int *both)
+{
+    const redisReply *v = NULL;
+    int ev = 0;
+    for (size_t i = 0; i + 1 < f->elements; i += 2) {
+        if (!is_str(f->element[i]))
+            continue;
+        if (str_eq(f->element[i], "evs"))
+            v = f->element[i + 1];
+        else if (str_eq(f->element[i], "ev"))
+            ev = 1;
+    }
+    *both = v != NULL && ev;
+    return v;
+}
+
+int sentry_evopen(const redisReply *f, sentry_evit_t *it, size_t *bound, const char **reason)
+{
+    memset(it, 0, sizeof *it);
+    *bound = 0;
+    if (f == NULL || f->type != REDIS_REPLY_ARRAY || f->elements % 2 != 0)
+        return 0;
+    int both;
+    const redisReply *v = evs_field(f, &both);
+    if (v == NULL) {
+        /* one event (cancel, pay, and what an earlier version's expire wrote) */
+        int rc = sentry_event(f, &it->one, reason);
+        if (rc == 1)
+            it->bound = *bound = 1;
+        return rc;
+    }
+    if (both) {
+        *reason = "both ev and evs fields";
+        return -1;
+    }
+    /* the kinds without a payment: a payment's entry is one event (its pay field) */
+    if (!is_str(v) || v->len < 2 || (v->str[0] != 'c' && v->str[0] != 't') ||
+        v->str[1] != ' ') {
+        *reason = "bad event kind";
+        return -1;
+    }
+    const char *p = v->str + 2, *end = v->str + v->len;
+    if (next_num(&p, end, 0, &it->ts) != 0 || next_num(&p, end, 1, &it->ep) != 0 || p == end) {
+        *reason = "bad events";
+        return -1;
+    }
+    it->kind = v->str[0];
+    it->multi = 1;
+    it->p = p;
+    it->end = end;
+    it->bound = *bound = pairs_bound(p, end);
+    return 1;
+}
+
+int sentry_evnext(sentry_evit_t *it, sentry_ev_t *out, const char **reason)
+{
+    if (!it->multi) {
+        if (it->taken == it->bound)
+            return 0;
+        it->taken++;
+        *out = it->one;
+        return 1;
+    }
+    if (it->p == it->end)
+        return 0;
+    int64_t order_id, user_id;
+    if (next_num(&it->p, it->end, 0, &order_id) != 0 ||
+        next_num(&it->p, it->end, 0, &user_id) != 0) {
+        *reason = "bad events";
+        return -1;
+    }
+    if (it->taken == it->bound) {
+        *reason = "more events than one expire call writes";
+        return -1;
+    }
+    it->taken++;
+    *out = (sentry_ev_t){.kind = it->kind, .order_id = order_id, .user_id = user_id,
+                         .ts = it->ts, .ep = it->ep};
     return 1;
 }
 
@@ -209,9 +298,10 @@ int sentry_scan(redisContext *c, const char *key, sentry_scan_fn fn, void *ctx, 
             if (i + 1 == n)
                 snprintf(start, sizeof start, "(%s", id);
             /* an order's lifecycle event holds no order: not the readers' of orders */
-            sentry_ev_t ev;
+            sentry_evit_t evit;
+            size_t evbound;
             const char *ereason;
-            if (sentry_event(e->element[1], &ev, &ereason) == 1)
+            if (sentry_evopen(e->element[1], &evit, &evbound, &ereason) == 1)
                 continue;
             /* every order checked before fn sees any: an entry is one unit */
             sentry_it_t it;

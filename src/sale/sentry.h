@@ -19,13 +19,27 @@
  * an os field is bad too.
  *
  * An order's later lifecycle events (src/order/life.lua) travel in the same stream, behind
- * the order's own entry, as an entry with field ev instead of os:
+ * the order's own entry, as an entry with field ev or evs instead of os. A cancel or a
+ * payment writes one event:
  *
- *     ev  "<kind> <orderId> <userId> <ts> <ep>"   kind c cancelled, t timed out, p paid,
- *                                                  r a payment refunded (after c or t)
+ *     ev   "<kind> <orderId> <userId> <ts> <ep>"   kind c cancelled, t timed out, p paid,
+ *                                                   r a payment refunded (after c or t)
  *
- * sentry_event tells such an entry apart and reads it. A reader that knows only os finds
- * no os field in it and moves it to the dead letters: never mistakes it for an order.
+ * and a payment-deadline call (expire) one entry for every order it timed out, as
+ * admission does for the orders it admitted:
+ *
+ *     evs  "t <ts> <ep> <orderId> <userId> [<orderId> <userId> ...]"
+ *
+ * (kind c or t: an evs entry has no payment; ts and ep as in ev, shared by its events; at
+ * most SENTRY_MAX_EVENTS pairs -- life.lua begins another entry past that; a call that
+ * timed out no order writes none). Either may carry `free 1` (every event of the entry
+ * freed its buyer: --cancel-frees-buyer). An evs entry is one unit like an os entry: the
+ * writer acks it once all its events are applied, and one bad pair makes it bad whole.
+ * Before evs an expire call wrote one ev entry per order: those stay readable.
+ *
+ * sentry_evopen / sentry_evnext tell an event entry of either form apart and read its
+ * events (sentry_event reads an ev entry alone). A reader that knows only os finds no os
+ * field in it and moves it to the dead letters: never mistakes it for an order.
  *
  * sentry_open / sentry_next read one entry of any reply (XREADGROUP, XAUTOCLAIM, XRANGE):
  * pure functions, any thread. sentry_scan reads a whole stream (XRANGE in pages) with them,
@@ -68,7 +82,7 @@ int sentry_open(const struct redisReply *fields, sentry_it_t *it, size_t *bound,
  * once it says -1, drop every order taken from it. */
 int sentry_next(sentry_it_t *it, sentry_t *out, const char **reason);
 
-/* A lifecycle event (the ev field). */
+/* A lifecycle event (an ev field, or one pair of an evs field). */
 typedef struct sentry_ev {
     char kind;            /* 'c' cancelled by the buyer, 't' payment timed out, 'p' paid,
                              'r' a payment refunded (the order was cancelled first) */
@@ -83,13 +97,41 @@ typedef struct sentry_ev {
  * malformed. Pure. */
 int sentry_event(const struct redisReply *fields, sentry_ev_t *ev, const char **reason);
 
+/* The most events life.lua puts in one evs entry (an expire call of more orders writes
+ * more entries); the writer's calls hold 32. */
+#define SENTRY_MAX_EVENTS 1024
+
+/* An event entry's events, one after the other (sentry_evnext). Borrows the reply. */
+typedef struct sentry_evit {
+    int multi;            /* an evs entry (else one ev event, in one) */
+    char kind;            /* evs: its events' kind */
+    size_t bound;         /* at most this many events (sentry_evopen's *bound) */
+    size_t taken;         /* events sentry_evnext returned */
+    const char *p, *end;  /* evs: the next "<orderId> <userId>" pair, the value's end */
+    int64_t ts, ep;       /* evs: shared by the entry's events */
+    sentry_ev_t one;      /* ev: the event */
+} sentry_evit_t;
+
+/* Opens an entry's field/value array as an event entry of either form: 1 with *bound
+ * (>= 1) at most how many events it holds (a reader makes room for them first), 0 when
+ * it has neither field (an order entry, or a bad one: sentry_open says), -1 with *reason
+ * when the event is malformed (an ev as sentry_event says; evs: its kind, ts or ep, or both
+ * fields). Each evs pair is checked as sentry_evnext returns it. Pure. */
+int sentry_evopen(const struct redisReply *fields, sentry_evit_t *it, size_t *bound,
+                  const char **reason);
+
+/* The next event of an opened event entry: 1 with *out, 0 when there is none left, -1
+ * with *reason (a missing or bad number, more than *bound) -- the entry is then bad whole:
+ * drop every event taken from it. */
+int sentry_evnext(sentry_evit_t *it, sentry_ev_t *out, const char **reason);
+
 /* What sentry_scan hands over per entry: its id ("<ms>-<seq>") and either its orders
  * (n >= 1, all of them checked; reason NULL) or, for a bad entry, orders NULL, n 0 and
  * reason. Returns 0 to go on. The orders are valid until it returns. */
 typedef int (*sentry_scan_fn)(void *ctx, const char *id, const sentry_t *orders, size_t n,
                               const char *reason);
 
-/* Every order entry of stream key (event entries are skipped), oldest first: XRANGE in pages of 10,000 entries on c (its
+/* Every order entry of stream key (event entries of either form are skipped), oldest first: XRANGE in pages of 10,000 entries on c (its
  * socket timeout is each page's deadline), each entry to fn. 0; -1 with err set when
  * Redis failed ("XRANGE <key>: ...") or fn did not return 0 (err untouched then). */
 int sentry_scan(struct redisContext *c, const char *key, sentry_scan_fn fn, void *ctx,

@@ -290,7 +290,7 @@ static wentry_t *ent_new(writer_t *wr)
         wr->ents = xrealloc(wr->ents, wr->capents * sizeof *wr->ents);
     }
     if (wr->nents == 0)
-        wr->norders = 0;   /* a new batch (every reader empties ents before parsing) */
+        wr->norders = wr->nevs = 0;   /* a new batch (every reader empties ents first) */
     wentry_t *e = &wr->ents[wr->nents++];
     memset(e, 0, sizeof *e);
     return e;
@@ -1286,6 +1286,7 @@ void writer_free(writer_t *wr)
     free(wr->streams);
     free(wr->ents);
     free(wr->orders);
+    free(wr->evs);
     free(wr->argv);
     free(wr->argvlen);
     free(wr->cmdbuf);

@@ -81,7 +81,11 @@ typedef struct wentry {
                                       * entry of admit.lua holds every order of one call) */
     const char *reason;              /* E_DEAD */
     const redisReply *fields;        /* E_DEAD: the original fields (borrowed) */
-    sentry_ev_t ev;                  /* E_EVENT (kind 'f': a c or t that freed its buyer) */
+    sentry_ev_t ev;                  /* E_EVENT: its first event (kind 'f': a c or t that
+                                      * freed its buyer; every event of an entry has its
+                                      * kind) */
+    size_t v0, nv;                   /* E_EVENT: its events, wr->evs[v0 .. v0+nv) (an evs
+                                      * entry holds every order of one expire call) */
     char pay_id[STORE_PAYMENT_ID_MAX + 1];   /* E_EVENT of a payment ("" none): its id, */
     int64_t pay_amount;              /* amount and answer (0 taken, 2 refunded) */
     int pay_answer;
@@ -144,6 +148,8 @@ struct writer {
     size_t nents, capents;
     store_order_t *orders;           /* the batch's orders, entry by entry */
     size_t norders, caporders;
+    sentry_ev_t *evs;                /* the batch's lifecycle events, entry by entry */
+    size_t nevs, capevs;
     const char **argv;               /* command building */
     size_t *argvlen;
     size_t capargv;
@@ -245,13 +251,15 @@ int writer_sweep_undrain(writer_t *wr, wstream_t *s);
 
 /* ---- writer_life.c */
 
-/* An entry's fields, if they are a lifecycle event (sentry_event): 1 with e made E_EVENT
- * (or E_DEAD when malformed), 0 when they are not one (an order entry). */
+/* An entry's fields, if they are lifecycle events (sentry_evopen: ev, or evs): 1 with e
+ * made E_EVENT, its events appended to wr->evs (or E_DEAD when one is malformed: the entry
+ * is one unit), 0 when they are not (an order entry). */
 int writer_life_parse(writer_t *wr, wentry_t *e, const redisReply *fields);
 /* Applies the batch's E_EVENT entries of one round (wentry_t.round) to SQL, after that
  * round's orders are committed (an order's event follows its insert in the stream). An
- * event whose order SQL lacks or that SQL could not take becomes E_WAIT (not acked); one
- * whose order never came, E_DEAD. Returns how many became E_DEAD. */
+ * entry with an event whose order SQL lacks, or that SQL could not take, becomes E_WAIT
+ * (not acked: its events come back, the applied ones a replay); one with an event whose
+ * order never came, E_DEAD. Returns how many became E_DEAD. */
 size_t writer_life_apply(writer_t *wr, int round);
 /* --cancel-frees-buyer: whether an order entry whose orders[0..n) were just committed
  * (with replays among them) must wait instead of being acked -- an order SQL does not have

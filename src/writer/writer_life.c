@@ -23,8 +23,9 @@
  * is never trimmed, so the orders past their deadline are the entries from the sweep's
  * cursor up to now - timeout. Every DUE_EVERY_MS the writer reads them (XRANGE, a page at
  * a time) for each stream it reads and runs life.lua's expire on their orders: one still
- * unpaid is cancelled there exactly as its buyer would cancel it (state t, unit back,
- * event t, applied by this same file); one paid or cancelled meanwhile is left as it is.
+ * unpaid is cancelled there exactly as its buyer would cancel it (state t, unit back, a t
+ * event, applied by this same file -- a call's events in one evs entry, sentry.h, applied
+ * as one unit); one paid or cancelled meanwhile is left as it is.
  * The cursor, seckill:paysweep:{tag}, moves in the same script call, after that call's
  * orders were decided: a crash repeats a page at most (the script decides each order
  * once), a restart goes on where the last sweep stopped. Nothing is written per order at
@@ -114,31 +115,53 @@ static int frees_buyer(const redisReply *f)
 
 int writer_life_parse(writer_t *wr, wentry_t *e, const redisReply *fields)
 {
+    sentry_evit_t it;
+    size_t bound;
     const char *reason = NULL;
-    int rc = sentry_event(fields, &e->ev, &reason);
+    int rc = sentry_evopen(fields, &it, &bound, &reason);
     if (rc == 0)
         return 0;
-    if (rc > 0 && (e->ev.kind == 'c' || e->ev.kind == 't') && frees_buyer(fields))
-        e->ev.kind = 'f';
-    if (rc < 0) {
-        e->kind = E_DEAD;
-        e->reason = reason;
-    } else if (e->ev.user_id > WRITER_MAX_USER_ID) {
-        e->kind = E_DEAD;
-        e->reason = "userId out of range";
-    } else if (pay_field(e, fields) != 0) {
-        e->kind = E_DEAD;
-        e->reason = "bad pay field";
-    } else {
-        e->kind = E_EVENT;
-        e->reason = NULL;
+    e->kind = E_DEAD;
+    e->reason = reason;
+    if (rc < 0)
+        return 1;
+    if (wr->nevs + bound > wr->capevs) {
+        while (wr->nevs + bound > wr->capevs)
+            wr->capevs = wr->capevs ? wr->capevs * 2 : 256;
+        wr->evs = xrealloc(wr->evs, wr->capevs * sizeof *wr->evs);
     }
-    (void)wr;
+    /* taken as they are checked, counted into the batch only once all are good (as an
+     * order entry's orders, writer.c) */
+    int frees = frees_buyer(fields);
+    size_t nv = 0;
+    sentry_ev_t *ev = &wr->evs[wr->nevs];
+    while ((rc = sentry_evnext(&it, &ev[nv], &e->reason)) == 1) {
+        if (frees && (ev[nv].kind == 'c' || ev[nv].kind == 't'))
+            ev[nv].kind = 'f';
+        if (ev[nv++].user_id > WRITER_MAX_USER_ID) {
+            e->reason = "userId out of range";
+            return 1;
+        }
+    }
+    if (rc < 0)
+        return 1;   /* e->reason says why */
+    if (pay_field(e, fields) != 0) {
+        e->reason = "bad pay field";
+        return 1;
+    }
+    e->v0 = wr->nevs;
+    e->nv = nv;
+    e->ev = ev[0];
+    wr->nevs += nv;
+    e->kind = E_EVENT;
+    e->reason = NULL;
     return 1;
 }
 
-/* The event's order is not in SQL (yet): wait, or give up on it once it is old. */
-static int not_yet(writer_t *wr, wentry_t *e)
+/* An event of the entry's (order oid) is of an order not in SQL (yet): the entry waits, or
+ * once it is old goes to the dead letters (its other events applied: the dead letter keeps
+ * the whole entry). */
+static int not_yet(writer_t *wr, wentry_t *e, int64_t oid)
 {
     int64_t queued_s = strtoll(e->id, NULL, 10) / 1000;
     if ((int64_t)time(NULL) - queued_s < EVENT_WAIT_S) {
@@ -148,7 +171,7 @@ static int not_yet(writer_t *wr, wentry_t *e)
     e->kind = E_DEAD;
     e->reason = "event of an order SQL never had";
     log_error("writer: %s entry %s: %s (order %lld): moved to seckill:dead:{%s}",
-              wr->streams[e->si].key, e->id, e->reason, (long long)e->ev.order_id,
+              wr->streams[e->si].key, e->id, e->reason, (long long)oid,
               wr->streams[e->si].tag);
     return 1;
 }
@@ -176,35 +199,46 @@ int writer_life_held(writer_t *wr, const wentry_t *e, const store_order_t *order
  * timeouts costs one commit per batch, not per order. */
 size_t writer_life_apply(writer_t *wr, int round)
 {
-    size_t n = 0, dead = 0;
+    size_t ne = 0, n = 0, dead = 0;
     for (size_t i = 0; i < wr->nents; i++)
-        n += wr->ents[i].kind == E_EVENT && wr->ents[i].round == round;
-    if (n == 0)
+        if (wr->ents[i].kind == E_EVENT && wr->ents[i].round == round) {
+            ne++;
+            n += wr->ents[i].nv;
+        }
+    if (ne == 0)
         return 0;
     store_move_t *mv = xmalloc(n * sizeof *mv);
-    size_t *at = xmalloc(n * sizeof *at);   /* each move's entry */
-    n = 0;
+    size_t *at = xmalloc(ne * sizeof *at);     /* the round's event entries */
+    size_t *own = xmalloc(n * sizeof *own);    /* each move's entry: its place in at */
+    int64_t *miss = xcalloc(ne, sizeof *miss); /* an entry's first order SQL lacks */
+    ne = 0;
     for (size_t i = 0; i < wr->nents; i++)
         if (wr->ents[i].kind == E_EVENT && wr->ents[i].round == round)
-            at[n++] = i;
+            at[ne++] = i;
     /* by voucher, stably (an order's events keep their stream order): every writer's
      * transaction takes the vouchers' stock rows in the same order, so two of them never
      * deadlock on MariaDB; one voucher's batch (the usual) stays as it is */
-    for (size_t j = 1; j < n; j++) {
+    for (size_t j = 1; j < ne; j++) {
         size_t x = at[j], y = j;
         int64_t vid = wr->streams[wr->ents[x].si].vid;
         for (; y > 0 && wr->streams[wr->ents[at[y - 1]].si].vid > vid; y--)
             at[y] = at[y - 1];
         at[y] = x;
     }
-    for (size_t j = 0; j < n; j++) {
-        const wentry_t *e = &wr->ents[at[j]];
-        char k = e->ev.kind == 't' ? 'c' : e->ev.kind;   /* c, f, p, r */
-        mv[j] = (store_move_t){.order_id = e->ev.order_id, .now = e->ev.ts, .kind = k};
-        if (e->pay_id[0] && (k == 'p' || k == 'r')) {   /* its payment's row, same transaction */
-            memcpy(mv[j].payment_id, e->pay_id, sizeof e->pay_id);
-            mv[j].amount = e->pay_amount;
-            mv[j].pay_status = k == 'p' && e->pay_answer == 0 ? 2 : 5;
+    n = 0;
+    for (size_t k = 0; k < ne; k++) {
+        const wentry_t *e = &wr->ents[at[k]];
+        for (size_t v = e->v0; v < e->v0 + e->nv; v++, n++) {
+            const sentry_ev_t *ev = &wr->evs[v];
+            char kind = ev->kind == 't' ? 'c' : ev->kind;   /* c, f, p, r */
+            own[n] = k;
+            mv[n] = (store_move_t){.order_id = ev->order_id, .now = ev->ts, .kind = kind};
+            /* its payment's row, same transaction (a payment's entry is its one event) */
+            if (e->pay_id[0] && (kind == 'p' || kind == 'r')) {
+                memcpy(mv[n].payment_id, e->pay_id, sizeof e->pay_id);
+                mv[n].amount = e->pay_amount;
+                mv[n].pay_status = kind == 'p' && e->pay_answer == 0 ? 2 : 5;
+            }
         }
     }
     char err[512] = "";
@@ -215,15 +249,13 @@ size_t writer_life_apply(writer_t *wr, int round)
         log_warn("writer: %zu lifecycle events (first: %s entry %s) not applied (%s); they "
                  "stay pending", n, wr->streams[wr->ents[at[0]].si].key, wr->ents[at[0]].id,
                  wr->st ? store_errmsg(wr->st) : err);
-        for (size_t j = 0; j < n; j++)
-            wr->ents[at[j]].kind = E_WAIT;
+        for (size_t k = 0; k < ne; k++)
+            wr->ents[at[k]].kind = E_WAIT;
         metric_inc(&wr->m->sql_errors);
-        free(mv);
-        free(at);
-        return 0;
+        goto out;
     }
     for (size_t j = 0; j < n; j++) {
-        wentry_t *e = &wr->ents[at[j]];
+        wentry_t *e = &wr->ents[at[own[j]]];
         int was = mv[j].was, want = mv[j].kind == 'p' ? 2 : mv[j].kind == 'r' ? 5 : 4;
         /* a cancel's replay (c, or f finding its row aside) may find 5 or 6: refunded since */
         int refunded = was == 6 || (was == 5 && mv[j].kind != 'p');
@@ -238,7 +270,8 @@ size_t writer_life_apply(writer_t *wr, int round)
                       wr->streams[e->si].key, e->id, mv[j].payment_id,
                       (long long)mv[j].order_id, (long long)mv[j].pay_order);
         if (mv[j].rc == STORE_NOTFOUND) {
-            dead += (size_t)not_yet(wr, e);
+            if (miss[own[j]] == 0)
+                miss[own[j]] = mv[j].order_id;
         } else if (mv[j].kind == 'r' && was == 1) {
             e->kind = E_WAIT;   /* its cancel is still on its way (another writer's batch) */
         } else if (e->pay_id[0] && e->pay_answer == 2) {
@@ -248,11 +281,18 @@ size_t writer_life_apply(writer_t *wr, int round)
             /* Redis decided from its state; SQL says otherwise: SQL is the record */
             log_error("writer: %s entry %s: event %c of order %lld found status %d in SQL; "
                       "left as it is", wr->streams[e->si].key, e->id, e->ev.kind,
-                      (long long)e->ev.order_id, was);
+                      (long long)mv[j].order_id, was);
         }
     }
+    /* an entry is one unit: acked once every event of it is in SQL */
+    for (size_t k = 0; k < ne; k++)
+        if (miss[k] != 0)
+            dead += (size_t)not_yet(wr, &wr->ents[at[k]], miss[k]);
+out:
     free(mv);
     free(at);
+    free(own);
+    free(miss);
     return dead;
 }
 
@@ -504,13 +544,13 @@ static int sweep_stream(writer_t *wr, wstream_t *s, const char *end, uint64_t un
                 continue;
             const char *before = last;   /* the open call's orders are up to this entry */
             last = e->element[0]->str;
-            sentry_ev_t ev;
+            sentry_evit_t evit;
             sentry_it_t it;
             size_t bound;
             const char *why;
             sentry_t o;
             /* events, and entries that are no orders (the dead letters' business), skipped */
-            if (sentry_event(e->element[1], &ev, &why) != 0 ||
+            if (sentry_evopen(e->element[1], &evit, &bound, &why) != 0 ||
                 sentry_open(e->element[1], &it, &bound, &why) != 0)
                 continue;
             /* a bad entry is one unit: none of it (checked whole first) */
