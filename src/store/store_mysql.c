@@ -209,6 +209,12 @@ static const char *const stmt_sql[ST__COUNT] = {
                       "ORDER BY sort, id",
 };
 
+/* The lifecycle's distinct statements are a few dozen (each CAS's table, status and column
+ * spelled out): kept prepared on the connection by their text, a timeout wave's thousands
+ * of moves a second are not three round trips a statement (prepare, execute, close). One
+ * past the slots is prepared for its call. */
+#define LIFE_STMTS 48
+
 typedef struct my {
     struct store base;               /* first: a store_t * is a my_t * */
     MYSQL *db;                       /* NULL while disconnected */
@@ -222,6 +228,10 @@ typedef struct my {
     int commit_sent;                 /* this call sent COMMIT (a retry could repeat it) */
     MYSQL_STMT *st[ST__COUNT];
     MYSQL_STMT *ins[INS_LEVELS];     /* INSERT IGNORE of 2^k orders */
+    struct {                         /* the lifecycle's statements (once), by their text */
+        char *sql;
+        MYSQL_STMT *st;
+    } life[LIFE_STMTS];
     MYSQL_BIND *ibind;               /* INS_MAX_ROWS * INS_COLS, for the inserts */
     MYSQL_TIME *itime;               /* INS_MAX_ROWS */
     int64_t tcache_t;                /* last epoch -> MYSQL_TIME conversion */
@@ -334,6 +344,12 @@ static void stmts_close(my_t *m)
         if (m->ins[i])
             mysql_stmt_close(m->ins[i]);
         m->ins[i] = NULL;
+    }
+    for (int i = 0; i < LIFE_STMTS && m->life[i].sql; i++) {
+        mysql_stmt_close(m->life[i].st);
+        free(m->life[i].sql);
+        m->life[i].sql = NULL;
+        m->life[i].st = NULL;
     }
 }
 
@@ -2014,14 +2030,41 @@ static void exec_params(my_t *m, const store_arg_t *args, int nargs, MYSQL_BIND 
 }
 
 /* One statement of the caller's, prepared for this call and closed after (store.h). */
-static int do_exec(my_t *m, const char *sql, const store_arg_t *args, int nargs, int64_t *out)
+/* A lifecycle statement kept prepared in m->life by its text (a wave of timeouts runs one or
+ * two an order), or -- every slot taken -- prepared for this call (*own 1: the caller
+ * closes it). NULL when it does not prepare. */
+static MYSQL_STMT *life_stmt(my_t *m, const char *sql, int *own)
+{
+    size_t i = 0;
+    while (i < LIFE_STMTS && m->life[i].sql && strcmp(m->life[i].sql, sql) != 0)
+        i++;
+    MYSQL_STMT *st = NULL;
+    *own = i >= LIFE_STMTS;
+    if (*own)
+        return prepare(m, &st, sql);
+    if (!prepare(m, &m->life[i].st, sql))
+        return NULL;
+    if (!m->life[i].sql)
+        m->life[i].sql = xstrdup(sql);
+    return m->life[i].st;
+}
+
+/* keep: a lifecycle statement, kept prepared (life_stmt); else the caller's, prepared for
+ * this call. */
+static int do_exec(my_t *m, const char *sql, const store_arg_t *args, int nargs, int64_t *out,
+                   int keep)
 {
     *out = 0;
     MYSQL_BIND par[STORE_EXEC_ARGS], res[1];
     MYSQL_TIME t[STORE_EXEC_ARGS];
     exec_params(m, args, nargs, par, t);
     MYSQL_STMT *st = NULL;
-    if (!prepare(m, &st, sql))
+    int own = 1;
+    if (keep)
+        st = life_stmt(m, sql, &own);
+    else
+        prepare(m, &st, sql);
+    if (!st)
         return STORE_ERR;
     int rc = run(m, st, nargs > 0 ? par : NULL, "exec");
     if (rc == STORE_OK && mysql_stmt_field_count(st) > 0) {
@@ -2037,7 +2080,8 @@ static int do_exec(my_t *m, const char *sql, const store_arg_t *args, int nargs,
     } else if (rc == STORE_OK) {
         *out = (int64_t)mysql_stmt_affected_rows(st);
     }
-    mysql_stmt_close(st);
+    if (own)
+        mysql_stmt_close(st);
     return rc;
 }
 
@@ -2045,7 +2089,7 @@ static int my_exec(store_t *s, const char *sql, const store_arg_t *args, int nar
                    int64_t *out)
 {
     my_t *m = (my_t *)s;
-    RETRYING(m, retry ? 1 : 0, do_exec(m, sql, args, nargs, out));
+    RETRYING(m, retry ? 1 : 0, do_exec(m, sql, args, nargs, out, 0));
 }
 
 /* A read of the caller's whose rows are orders (store_exec_orders), as do_exec runs one. */
@@ -2340,13 +2384,14 @@ static int my_shop_types(store_t *s, store_shop_type_t **out, size_t *n)
 
 /* ---------------------------------------------------------------- the order lifecycle */
 
-/* A lifecycle statement, prepared for this call (no hot path: no slot kept): with res,
- * its first row into res (STORE_OK / STORE_NOTFOUND); else *changed = rows it changed. */
+/* A lifecycle statement (life_stmt): with res, its first row into res (STORE_OK /
+ * STORE_NOTFOUND); else *changed = rows it changed. */
 static int once(my_t *m, const char *sql, MYSQL_BIND *par, MYSQL_BIND *res, int64_t *changed,
                 const char *what)
 {
-    MYSQL_STMT *st = NULL;
-    if (!prepare(m, &st, sql))
+    int own;
+    MYSQL_STMT *st = life_stmt(m, sql, &own);
+    if (!st)
         return STORE_ERR;
     int rc;
     if (res) {
@@ -2356,7 +2401,8 @@ static int once(my_t *m, const char *sql, MYSQL_BIND *par, MYSQL_BIND *res, int6
         if (rc == STORE_OK && changed)
             *changed = (int64_t)mysql_stmt_affected_rows(st);
     }
-    mysql_stmt_close(st);
+    if (own)
+        mysql_stmt_close(st);
     return rc;
 }
 
@@ -2533,18 +2579,18 @@ static int my_cas(my_t *m, const store_move_t *mv, const store_move_spec_t *sp)
                  "WHERE id = ? AND status = %d", sp->to, sp->col, sp->from);
     const store_arg_t args[3] = {{mv->now, 1}, {mv->now, 1}, {mv->order_id, 0}};
     int64_t n = 0;
-    if (do_exec(m, cas_sql, args, 3, &n) != STORE_OK)
+    if (do_exec(m, cas_sql, args, 3, &n, 1) != STORE_OK)
         return STORE_ERR;
     int64_t copied = 0;
-    if (sp->frees && do_exec(m, aside_sql, &args[2], 1, &copied) != STORE_OK)
+    if (sp->frees && do_exec(m, aside_sql, &args[2], 1, &copied, 1) != STORE_OK)
         return STORE_ERR;
-    if (copied > 0 && do_exec(m, del_sql, &args[2], 1, &copied) != STORE_OK)
+    if (copied > 0 && do_exec(m, del_sql, &args[2], 1, &copied, 1) != STORE_OK)
         return STORE_ERR;
     if (n == 0 && sp->from == 4) {   /* a refund of an order moved aside */
         snprintf(cas_sql, sizeof cas_sql,
                  "UPDATE tb_voucher_order_cancelled SET status = %d, %s = ?, update_time = ? "
                  "WHERE id = ? AND status = %d", sp->to, sp->col, sp->from);
-        if (do_exec(m, cas_sql, args, 3, &n) != STORE_OK)
+        if (do_exec(m, cas_sql, args, 3, &n, 1) != STORE_OK)
             return STORE_ERR;
     }
     return n > 0;
@@ -2592,7 +2638,7 @@ static int my_status(my_t *m, store_move_t *mv)
                                      "WHERE id = ?";
     const store_arg_t ids[2] = {{mv->order_id, 0}, {mv->order_id, 0}};
     int64_t n = 0;
-    if (do_exec(m, status_sql, ids, 2, &n) != STORE_OK)
+    if (do_exec(m, status_sql, ids, 2, &n, 1) != STORE_OK)
         return STORE_ERR;
     mv->was = (int)n;
     return n > 0 ? STORE_OK : STORE_NOTFOUND;
