@@ -24,9 +24,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "perf"))
+from room_lua import private_redis  # noqa: E402  (the same private redis-server)
 
 
 def resp(*args):
@@ -50,19 +51,8 @@ def main():
     if a.old:
         scripts["old"] = open(a.old, "rb").read()
     tmp = tempfile.mkdtemp(prefix="sklife.")
-    sock = os.path.join(tmp, "redis.sock")
-    srv = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", sock, "--save", "",
-                            "--appendonly", "yes", "--appendfsync", "everysec", "--dir", tmp],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    srv, sock = private_redis(tmp, aof=True)
     try:
-        for _ in range(100):
-            if os.path.exists(sock):
-                break
-            time.sleep(0.05)
-        else:
-            print("life_lua: redis-server did not start", file=sys.stderr)
-            return 2
-
         def cli(*args):
             r = subprocess.run(["redis-cli", "-s", sock] + [str(x) for x in args],
                                capture_output=True, text=True, timeout=120)

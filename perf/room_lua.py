@@ -32,6 +32,23 @@ READS = ("local v = redis.call('HMGET', KEYS[1], 'stock', 'begin', 'end', 'room_
          "local r = redis.call('ZRANK', KEYS[2], ARGV[2]) return 1")
 
 
+def private_redis(tmp, aof=False):
+    """redis-server on a unix socket in tmp, no snapshots, AOF (fsync every second) only
+    with aof: (its process, the socket's path). Exits 2 when it does not start."""
+    sock = os.path.join(tmp, "redis.sock")
+    srv = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", sock, "--save", "",
+                            "--appendonly", "yes" if aof else "no", "--appendfsync",
+                            "everysec", "--dir", tmp],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(100):
+        if os.path.exists(sock):
+            return srv, sock
+        time.sleep(0.05)
+    srv.kill()
+    print("%s: redis-server did not start" % os.path.basename(sys.argv[0]), file=sys.stderr)
+    sys.exit(2)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--members", type=int, default=200000)
@@ -39,18 +56,8 @@ def main():
     ap.add_argument("--clients", type=int, default=4)
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="skrlua.")
-    sock = os.path.join(tmp, "redis.sock")
-    srv = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", sock, "--save", "",
-                            "--appendonly", "no", "--dir", tmp],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    srv, sock = private_redis(tmp)
     try:
-        for _ in range(100):
-            if os.path.exists(sock):
-                break
-            time.sleep(0.05)
-        else:
-            sys.exit("room_lua: redis-server did not start")
-
         def cli(*args, stdin=None):
             r = subprocess.run(["redis-cli", "-s", sock] + [str(x) for x in args], input=stdin,
                                capture_output=True, text=True, timeout=120)

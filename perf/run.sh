@@ -25,9 +25,10 @@
 #                 with a pass vs. one without a room, a refusal without a pass, the sale's
 #                 p99 with 200,000 pollers vs. without, 1,000,000 queued buyers' memory
 #   6. wave       the payment timeout (perf/timeout_wave.py, on a service of its own, at most
-#                 WAVE_BOUND s): WAVE_ORDERS orders past their deadline together, WAVE_ROUNDS
-#                 (3) times: the sweep's rate (>= 10,000 orders/s) and a sale's p99 during
-#                 the wave / without it (<= 1.5), the median round's
+#                 WAVE_BOUND s): WAVE_ORDERS orders whose deadlines pass together 4 s after a
+#                 restart, WAVE_ROUNDS (3) times: the sweep's rate (>= 10,000 orders/s) and
+#                 a sale's p99 during the wave / without it (<= 1.5), the median of the
+#                 rounds the host's noise left
 # CPU time per request of the server and of redis-server comes from /proc/PID/stat over
 # each run. Results: stdout and build/perf/results.txt (docs/performance.md reads them); each
 # sale's timeline per 100 ms (latency, backlog, every thread's CPU and run-queue wait) in
@@ -487,5 +488,5 @@ case $WAVE_RC in
     124) WAVE_IS="not measured: over $WAVE_BOUND s" ;;
     *) WAVE_IS="not measured (exit $WAVE_RC)" ;;
 esac
-say "timeout wave  $WAVE_ORDERS orders expiring together, $WAVE_ROUNDS rounds: sweep >= 10,000 orders/s and the sale's p99 during the wave <= 1.5x alone, the median round's: $WAVE_IS (lines above)"
+say "timeout wave  $WAVE_ORDERS orders expiring together, $WAVE_ROUNDS rounds: sweep >= 10,000 orders/s and the sale's p99 during the wave <= 1.5x alone, the median of the kept rounds: $WAVE_IS (lines above)"
 echo "results: $RES"
