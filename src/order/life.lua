@@ -110,16 +110,15 @@ local function event(kind, oid, uid, ts, ep, pay)
 end
 
 -- expire's events: one evs entry per call (src/sale/sentry.h), not one ev entry per order
--- -- an XADD, its AOF record, and the writer's read, pending entry and XACK per call. At
--- most SENTRY_MAX_EVENTS (1024) orders an entry.
-local batch = {}
-local function flush(ts, ep)
-  if #batch > 0 then
+-- -- an XADD, its AOF record, and the writer's read, pending entry and XACK per call. pairs:
+-- the orders timed out, orderId userId one after the other; at most SENTRY_MAX_EVENTS
+-- (1024) orders an entry.
+local function events(pairs, ts, ep)
+  for i = 1, #pairs, 2 * 1024 do
     local f = {'XADD', KEYS[4], '*', 'evs', 't ' .. ts .. ' ' .. (ep or '0') .. ' ' ..
-               table.concat(batch, ' ')}
+               table.concat(pairs, ' ', i, math.min(#pairs, i + 2 * 1024 - 1))}
     if free then f[#f + 1] = 'free'; f[#f + 1] = '1' end
     redis.call(unpack(f))
-    batch = {}
   end
 end
 
@@ -177,7 +176,7 @@ local function expire_all(v, ts)
   end
   local sts = redis.call('HMGET', KEYS[3], unpack(oids))
   local bys = redis.call('HMGET', KEYS[2], unpack(uids))
-  local set, gone, seen, n = {}, {}, {}, 0
+  local set, gone, done, seen, n = {}, {}, {}, {}, 0
   for i = 1, #oids do
     local oid, uid = oids[i], uids[i]
     if not sts[i] and bys[i] == oid and not seen[oid] then
@@ -185,14 +184,13 @@ local function expire_all(v, ts)
       n = n + 1
       set[#set + 1] = oid
       set[#set + 1] = 't ' .. ts .. ' ' .. uid
-      gone[#gone + 1] = uid
-      batch[#batch + 1] = oid
-      batch[#batch + 1] = uid
-      if #batch >= 2 * 1024 then flush(ts, v[2]) end
+      gone[n] = uid
+      done[2 * n - 1] = oid
+      done[2 * n] = uid
     end
   end
-  flush(ts, v[2])
   if n > 0 then
+    events(done, ts, v[2])
     redis.call('HSET', KEYS[3], unpack(set))
     if free then
       redis.call('HDEL', KEYS[2], unpack(gone))
