@@ -13,44 +13,20 @@ operator and an attacker would (docs/waiting-room.md, docs/bot-gate.md, docs/api
   - `seckill bench --waiting-room --html FILE` writes its page.
 """
 
-import hashlib
 import json
 import os
 
 import harness as H
 from harness import check, eq
+from test_room import redis_lines_during, solve
 
 DB_BACKENDS = ("sqlite",)   # the room decides in memory and Redis: one SQL backend is enough
 FAST = {"pow_min_bits": 8, "pow_max_bits": 8}   # solvable in Python in ~1 ms
 
 
-def solve(challenge, difficulty):
-    s = 0
-    while True:
-        d = hashlib.sha256(("%s:%d" % (challenge, s)).encode()).digest()
-        if int.from_bytes(d, "big") >> (256 - difficulty) == 0:
-            return str(s)
-        s += 1
-
-
-def monitor_lines(r, fn, needles):
-    """MONITOR lines containing every one of needles (lowercased) while fn runs."""
-    mon = r.client(timeout=30)
-    mon.send("MONITOR")
-    eq(mon._read(), "OK", "MONITOR")
-    lines = []
-    try:
-        fn()
-        r.cmd("ECHO", "tryroom-mark")
-        while True:
-            line = mon._read()
-            if "tryroom-mark" in line:
-                break
-            if all(n in line.lower() for n in needles):
-                lines.append(line)
-    finally:
-        mon.close()
-    return lines
+def calls_of(r, fn, needle, command):
+    """The MONITOR lines of `command` naming `needle` while fn runs."""
+    return [ln for ln in redis_lines_during(r, fn, needle) if '"%s"' % command in ln.lower()]
 
 
 def code_of(st, j):
@@ -90,7 +66,7 @@ def test_tryroom_joins_limited_unknown_voucher_and_members():
             if st == 429:
                 check(hd.get("retry-after", hd.get("Retry-After")) == "1",
                       "429 without Retry-After: %r", hd)
-    calls = monitor_lines(r, joins, ("evalsha", "{%d}" % room))
+    calls = calls_of(r, joins, "{%d}" % room, "evalsha")
     H.log("20 joins in a row: %r; room.lua calls %d" % (answers, len(calls)))
     check(answers.count((429, "RATE_LIMITED")) >= 10, "joins in a row not limited: %r", answers)
     check(len(calls) <= 8, "20 joins in a row cost %d room.lua calls" % len(calls))
@@ -104,7 +80,7 @@ def test_tryroom_joins_limited_unknown_voucher_and_members():
     def replay():
         for _ in range(20):
             replays.append(code_of(*h.api("POST", "/seckill/queue/%d" % gated, body, token=b)))
-    sets = monitor_lines(r, replay, ('"set"', "seckill:pow:{%d}" % gated))
+    sets = calls_of(r, replay, "seckill:pow:{%d}" % gated, "set")
     H.log("20 joins with one challenge: %r; SET NX %d" % (replays, len(sets)))
     eq(replays[0], (200, None), "the first join with the challenge")
     check(all(x in ((200, "CHALLENGE_REQUIRED"), (429, "RATE_LIMITED")) for x in replays[1:]),
