@@ -2,8 +2,9 @@
  *   POST /seckill/queue/{id}      join (keeps the place of one who joined before)
  *   GET  /seckill/queue/{id}      poll: place, wait, and the pass once admitted
  *   GET  /seckill/challenge/{id}  the bot gate's proof-of-work challenge (pow.h)
- * A join or a poll is one room.lua call; a poll faster than the limit is refused from
- * memory (429). With a bot gate the join carries a solved challenge, checked first. */
+ * A join or a poll is one room.lua call; a poll, a join or a challenge faster than its limit
+ * is refused from memory (429). With a bot gate the join carries a solved challenge, checked
+ * first. */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -66,6 +67,13 @@ static void reply_state(http_req_t *r, const room_state_t *st)
     r->retry_after_s = (int)((after + 999) / 1000);
     api_ok(r, s.buf, s.len);
     sb_free(&s);
+}
+
+/* 429 from memory: the user asked faster than room.h's limits allow. */
+static void too_fast(http_req_t *r)
+{
+    r->retry_after_s = (ROOM_POLL_MIN_MS / 2 + 999) / 1000;
+    api_error(r, 429, "请求过于频繁，请稍后再试", "RATE_LIMITED");
 }
 
 /* ------------------------------------------------------------ join */
@@ -141,6 +149,10 @@ static void on_join_info(http_req_t *r, int64_t voucher_id, const room_info_t *r
     int64_t user_id = info_user(r, ri);
     if (user_id < 0)
         return;
+    if (!ri->exists) {
+        api_fail(r, "优惠券不存在", "NO_VOUCHER");
+        return;
+    }
     if (!ri->has_room) {
         api_fail(r, "该优惠券无需排队", "NO_QUEUE");
         return;
@@ -157,6 +169,10 @@ void api_room_join(http_req_t *r, int64_t voucher_id, const auth_user_t *u)
         api_unauthorized(r);
         return;
     }
+    if (!room_join_allowed(r, u->id)) {
+        too_fast(r);
+        return;
+    }
     r->ctx = (void *)(intptr_t)u->id;
     room_info(r, voucher_id, on_join_info);
 }
@@ -170,8 +186,7 @@ void api_room_poll(http_req_t *r, int64_t voucher_id, const auth_user_t *u)
         return;
     }
     if (!room_poll_allowed(r, u->id)) {
-        r->retry_after_s = (ROOM_POLL_MIN_MS / 2 + 999) / 1000;
-        api_error(r, 429, "请求过于频繁，请稍后再试", "RATE_LIMITED");
+        too_fast(r);
         return;
     }
     room_poll(r, voucher_id, u->id, reply_state);
@@ -184,6 +199,10 @@ static void on_challenge_info(http_req_t *r, int64_t voucher_id, const room_info
     int64_t user_id = info_user(r, ri);
     if (user_id < 0)
         return;
+    if (!ri->exists) {
+        api_fail(r, "优惠券不存在", "NO_VOUCHER");
+        return;
+    }
     if (!ri->has_room || !ri->bot_gate) {
         api_fail(r, "该优惠券无需验证", "NO_CHALLENGE");
         return;
@@ -206,6 +225,10 @@ void api_room_challenge(http_req_t *r, int64_t voucher_id, const auth_user_t *u)
 {
     if (u == NULL) {
         api_unauthorized(r);
+        return;
+    }
+    if (!room_challenge_allowed(r, u->id)) {
+        too_fast(r);
         return;
     }
     r->ctx = (void *)(intptr_t)u->id;

@@ -175,6 +175,21 @@ static int room_member(http_req_t *r, json_t *root, store_room_t *room)
         api_error(r, 400, "waitingRoom must be an object", "BAD_REQUEST");
         return -1;
     }
+    /* a misspelt member (botgate) would make a room without what the operator asked for */
+    const char *k;
+    json_t *kv;
+    json_object_foreach(o, k, kv) {
+        if (strcmp(k, "admitPerSecond") != 0 && strcmp(k, "passTtlS") != 0 &&
+            strcmp(k, "botGate") != 0) {
+            int shown = strlen(k) <= 40;   /* named when short and printable ASCII */
+            for (const char *c = k; shown && *c; c++)
+                shown = *c >= 0x20 && *c < 0x7f;
+            bad(r, shown ? "waitingRoom has no member %s (admitPerSecond, passTtlS, botGate)"
+                         : "waitingRoom has an unknown member%s (admitPerSecond, passTtlS, "
+                           "botGate)", shown ? k : "");
+            return -1;
+        }
+    }
     int64_t ttl = 60;
     int p;
     if (int_member(r, o, "admitPerSecond", 1, 1, 1000000, "an integer from 1 to 1000000",

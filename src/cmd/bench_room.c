@@ -28,6 +28,7 @@
 #include <http_parser.h>
 
 #include "cmd/audit.h"
+#include "cmd/html_report.h"
 #include "core/clock.h"
 #include "core/xmem.h"
 #include "room/pow.h"
@@ -817,6 +818,72 @@ static int audit_room(const room_run_t *R, int64_t stock, int created, FILE *out
     return status;
 }
 
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* --html: the run as a page -- the passes by the moment they became valid against R's line
+ * from the first one (the rate, and any gap), then the report and the audit as printed. */
+static int write_page(const room_run_t *R, const char *report, const char *audit,
+                      int audit_status, char *err, size_t errlen)
+{
+    const bench_opts_t *o = R->o;
+    FILE *f = fopen(o->html, "w");
+    if (f == NULL) {
+        snprintf(err, errlen, "%s: %s", o->html, strerror(errno));
+        return -1;
+    }
+    char title[640];
+    snprintf(title, sizeof title, "seckill bench --waiting-room: %s, voucher %lld", o->target,
+             (long long)R->vid);
+    if (html_report_begin(f, title, err, errlen) < 0) {
+        fclose(f);
+        remove(o->html);
+        return -1;
+    }
+    html_report_text(f, audit_status == 0 ? "Verdict: audit clean -- no oversell, no duplicate, "
+                                            "no lost order."
+                     : audit_status == 1 ? "Verdict: the audit found a VIOLATION (see below)."
+                     : audit_status == 2 ? "Verdict: the audit could not run (see below)."
+                     : "Verdict: no audit (--no-audit, or no --redis and --db).");
+    size_t m = 0;
+    int64_t *at = xcalloc(R->n + 1, sizeof *at);
+    for (size_t i = 0; i < R->n; i++)
+        if (R->b[i].admit_ms >= 0)
+            at[m++] = R->b[i].admit_ms;
+    qsort(at, m, sizeof *at, cmp_i64);
+    char *csv = NULL;
+    size_t len = 0;
+    FILE *c = open_memstream(&csv, &len);
+    if (c == NULL)
+        abort();   /* out of memory, like xmem.h */
+    fputs("seconds from the first pass,passes valid,R x t\n", c);
+    size_t step = m / 2000 + 1;   /* at most ~2,000 points for the browser, and the last */
+    for (size_t i = 0; i < m; i = i + step < m || i + 1 == m ? i + step : m - 1) {
+        double t = (double)(at[i] - at[0]) / 1000;
+        fprintf(c, "%.3f,%zu,%.1f\n", t, i + 1, 1 + t * o->room_rate);
+    }
+    fclose(c);
+    free(at);
+    html_report_csv_chart(f, "Passes by the moment they became valid (passFrom), against R",
+                          "passes", csv);
+    free(csv);
+    html_report_text(f, "Report, as printed:");
+    html_report_pre(f, report);
+    if (audit != NULL && *audit) {
+        html_report_text(f, "Audit, as printed:");
+        html_report_pre(f, audit);
+    }
+    html_report_end(f);
+    if (fclose(f) != 0) {
+        snprintf(err, errlen, "%s: %s", o->html, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 int bench_room_run(const bench_opts_t *o, const bench_load_t *P, const bench_users_t *u,
                    int64_t vid, int64_t stock, int64_t begin_s, int created)
 {
@@ -884,8 +951,32 @@ int bench_room_run(const bench_opts_t *o, const bench_load_t *P, const bench_use
     FILE *hout = strcmp(o->json, "-") == 0 ? stderr : stdout;
     room_stats_t s;
     stats_of(&R, &s);
-    print_stats(hout, &R, &s, secs);
-    int status = started == o->threads ? audit_room(&R, stock, created, hout) : 2;
+    /* --html keeps the texts for the page as well: printed from memory */
+    char *rep_text = NULL, *aud_text = NULL;
+    size_t rep_len = 0, aud_len = 0;
+    FILE *rep = o->html[0] ? open_memstream(&rep_text, &rep_len) : NULL;
+    FILE *aud = o->html[0] ? open_memstream(&aud_text, &aud_len) : NULL;
+    print_stats(rep ? rep : hout, &R, &s, secs);
+    int status = started == o->threads ? audit_room(&R, stock, created, aud ? aud : hout) : 2;
+    if (rep != NULL) {
+        fclose(rep);
+        fputs(rep_text, hout);
+    }
+    if (aud != NULL) {
+        fclose(aud);
+        fputs(aud_text, hout);
+    }
+    if (o->html[0]) {
+        char err[600];
+        if (write_page(&R, rep_text ? rep_text : "", aud_text, status, err, sizeof err) < 0) {
+            fprintf(stderr, "seckill bench: %s\n", err);
+            status = 2;
+        } else {
+            fprintf(hout, "  html        %s\n", o->html);
+        }
+    }
+    free(rep_text);
+    free(aud_text);
     if (o->json[0]) {
         FILE *jf = strcmp(o->json, "-") == 0 ? stdout : fopen(o->json, "w");
         if (!jf) {

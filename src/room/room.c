@@ -30,12 +30,14 @@ enum { F_NONE = 1, F_ROOM = 2 };
 
 typedef struct flag {
     int kind;                   /* F_NONE (no room, or unknown voucher until expiry), F_ROOM */
+    int exists;                 /* 0: an unknown voucher (kept until expiry) */
     int bot_gate;
 } flag_t;
 
 struct room_worker {
     vcache_t *flags;            /* voucher -> flag_t */
     rl_table_t *polls;          /* user -> poll bucket */
+    rl_table_t *joins;          /* 2 user -> join bucket, 2 user + 1 -> challenge bucket */
     pass_key_t *key;
     uint64_t unknown_ms;        /* how long an unknown voucher counts as roomless */
 };
@@ -127,6 +129,26 @@ int room_poll_allowed(http_req_t *r, int64_t user_id)
     struct room_worker *rw = r->w->room;
     return rw == NULL || rw->polls == NULL ||
            ratelimit_table_take(rw->polls, (uint64_t)user_id, clock_now_ms());
+}
+
+/* Joins answer what polls do and cost a room.lua call (a gated one a SET NX first), and a
+ * challenge of a voucher this worker does not know an HMGET: without a limit of their own
+ * they would be polls without the poll limit. */
+static int join_take(http_req_t *r, uint64_t key)
+{
+    struct room_worker *rw = r->w->room;
+    return rw == NULL || rw->joins == NULL ||
+           ratelimit_table_take(rw->joins, key, clock_now_ms());
+}
+
+int room_join_allowed(http_req_t *r, int64_t user_id)
+{
+    return join_take(r, (uint64_t)user_id * 2);
+}
+
+int room_challenge_allowed(http_req_t *r, int64_t user_id)
+{
+    return join_take(r, (uint64_t)user_id * 2 + 1);
 }
 
 int64_t room_position(const room_state_t *st)
@@ -226,6 +248,7 @@ static const flag_t *flag_learn(struct room_worker *rw, int64_t voucher_id, cons
     uint64_t until = exists ? UINT64_MAX : clock_now_ms() + rw->unknown_ms;
     flag_t *f = vcache_put(rw->flags, voucher_id, until);
     f->kind = room ? F_ROOM : F_NONE;
+    f->exists = exists;
     f->bot_gate = gate;
     return f;
 }
@@ -248,7 +271,8 @@ static void on_hmget(struct redisReply *rep, void *priv)
 {
     info_call_t *c = priv;
     const flag_t *f = flag_learn(c->r->w->room, c->voucher_id, rep);
-    room_info_t ri = {.known = f != NULL, .has_room = f != NULL && f->kind == F_ROOM,
+    room_info_t ri = {.known = f != NULL, .exists = f != NULL && f->exists,
+                      .has_room = f != NULL && f->kind == F_ROOM,
                       .bot_gate = f != NULL && f->bot_gate};
     http_req_t *r = c->r;
     int64_t vid = c->voucher_id;
@@ -262,7 +286,8 @@ void room_info(http_req_t *r, int64_t voucher_id, room_info_cb cb)
     struct room_worker *rw = r->w->room;
     const flag_t *f = rw != NULL ? vcache_get(rw->flags, voucher_id, clock_now_ms()) : NULL;
     if (f != NULL) {
-        room_info_t ri = {.known = 1, .has_room = f->kind == F_ROOM, .bot_gate = f->bot_gate};
+        room_info_t ri = {.known = 1, .exists = f->exists, .has_room = f->kind == F_ROOM,
+                          .bot_gate = f->bot_gate};
         cb(r, voucher_id, &ri);
         return;
     }
@@ -348,11 +373,13 @@ int room_worker_init(worker_t *w)
     rw->flags = vcache_new(FLAG_SLOTS, sizeof(flag_t));
     rw->polls = ratelimit_table_new(2000.0 / ROOM_POLL_MIN_MS, 1, POLL_LIMIT_ENTRIES, seed,
                                     RL_FULL_EVICTS);
+    rw->joins = ratelimit_table_new(ROOM_JOIN_PER_S, ROOM_JOIN_BURST, POLL_LIMIT_ENTRIES,
+                                    seed ^ UINT64_C(0x9e3779b97f4a7c15), RL_FULL_EVICTS);
     rw->key = pass_key_new(w->app->signer);
     int ms = w->app->cfg.soldout_cache_ms;
     rw->unknown_ms = ms > 0 ? (uint64_t)ms : 0;
     w->room = rw;
-    if (rw->polls == NULL || rw->key == NULL) {
+    if (rw->polls == NULL || rw->joins == NULL || rw->key == NULL) {
         room_worker_free(w);
         return -1;
     }
@@ -367,6 +394,7 @@ void room_worker_free(worker_t *w)
     w->room = NULL;
     vcache_free(rw->flags);
     ratelimit_table_free(rw->polls);
+    ratelimit_table_free(rw->joins);
     pass_key_free(rw->key);
     free(rw);
 }

@@ -9,7 +9,9 @@
  * order needs x-seckill-pass verifying in memory (pass.h) for that user and voucher, else
  * it is refused with ADMIT_QUEUE_REQUIRED; a voucher without a room pays one cache lookup.
  *
- * Polls are limited per user and worker to one per ROOM_POLL_MIN_MS / 2, in memory.
+ * Polls are limited per user and worker to one per ROOM_POLL_MIN_MS / 2, in memory; joins
+ * and challenges (a join answers what a poll does) each to ROOM_JOIN_BURST at once and
+ * ROOM_JOIN_PER_S a second, in memory too.
  * Ownership: server.c makes and frees the per-worker state (room_worker_init/free). */
 #ifndef SECKILL_ROOM_H
 #define SECKILL_ROOM_H
@@ -26,6 +28,8 @@ struct worker;
 #define ROOM_POLL_NEAR_MS 8000  /* a wait up to this polls when the place is due */
 #define ROOM_POLL_WAIT_MAX_MS 300000   /* the most pollAfterMs while waiting */
 #define ROOM_POLL_DUE_SLACK_MS 50      /* after begin a place polls this long after it is due */
+#define ROOM_JOIN_PER_S 2       /* joins (and, apart, challenges) a user may make per second */
+#define ROOM_JOIN_BURST 5       /* ... and at once: a page's join, a retry, another sale's */
 
 /* A join's or poll's answer (room.lua's): states, then refusals. */
 enum {
@@ -51,6 +55,7 @@ typedef struct room_state {
 /* What a worker knows of a voucher's room. */
 typedef struct room_info {
     int known;                  /* 0: Redis could not say (down) */
+    int exists;                 /* Redis has the voucher */
     int has_room;
     int bot_gate;
 } room_info_t;
@@ -68,6 +73,9 @@ void room_info(struct http_req *r, int64_t voucher_id, room_info_cb cb);
 
 /* 1 if the user may poll now (the per-worker poll limit), 0 if not. */
 int room_poll_allowed(struct http_req *r, int64_t user_id);
+/* The same for a join, and for a challenge: their own per-worker limits. */
+int room_join_allowed(struct http_req *r, int64_t user_id);
+int room_challenge_allowed(struct http_req *r, int64_t user_id);
 
 /* The answer's figures: the place (0 unless waiting, at least 1 while waiting), the
  * estimated wait in seconds (rounded up: until the pass's start, or until the rate releases
