@@ -23,6 +23,7 @@ const GROUPS = [
   { key: "not_started", label: "not started / ended / paused", color: "#6b7280",
     of: ["not_started", "ended", "paused"] },
   { key: "rate_limited", label: "rate limited", color: "#7c3aed", of: ["rate_limited"] },
+  { key: "queue_required", label: "no pass (waiting room)", color: "#0e7490", of: ["queue_required"] },
   { key: "errors", label: "errors", color: "#111827",
     of: ["unavailable", "bad_request", "unauthorized", "no_voucher", "other"] },
 ];
@@ -355,7 +356,7 @@ const COLS = 8;
 /* Outcome totals of a sale, in the order a review reads them (server names: metrics.c). */
 const TOTALS = [
   ["ok", "sold"], ["sold_out", "sold out"], ["duplicate", "duplicates"],
-  ["rate_limited", "rate limited"], ["paused", "paused"], ["not_started", "not started"],
+  ["rate_limited", "rate limited"], ["queue_required", "no pass"], ["paused", "paused"], ["not_started", "not started"],
   ["ended", "ended"], ["errors", "errors"],
 ];
 const ERROR_OUTCOMES = GROUPS.find((g) => g.key === "errors").of;

@@ -171,7 +171,7 @@ outcome_t admission_outcome(int code)
     case ADMIT_ENDED: return OUT_ENDED;
     case ADMIT_NO_VOUCHER: return OUT_NO_VOUCHER;
     case ADMIT_PAUSED: return OUT_PAUSED;
-    case ADMIT_QUEUE_REQUIRED: return OUT_BAD_REQUEST;
+    case ADMIT_QUEUE_REQUIRED: return OUT_QUEUE_REQUIRED;
     case ADMIT_UNAVAILABLE: return OUT_UNAVAILABLE;
     case ADMIT_RETRY: return OUT_UNAVAILABLE;
     default: return OUT_OTHER;

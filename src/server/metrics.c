@@ -36,6 +36,7 @@ static const char *const outcome_name[OUT__COUNT] = {
     [OUT_OTHER] = "other",
     [OUT_RATE_LIMITED] = "rate_limited",
     [OUT_PAUSED] = "paused",
+    [OUT_QUEUE_REQUIRED] = "queue_required",
 };
 
 /* rl_kind_t order (ratelimit.h). */

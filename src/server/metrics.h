@@ -27,6 +27,7 @@ typedef enum {
     OUT_OTHER,           /* any other request (non-seckill endpoints) */
     OUT_RATE_LIMITED,    /* 429: a rate limit refused it (ratelimit.h) */
     OUT_PAUSED,          /* 秒杀已暂停 (a paused sale: api_sale.c) */
+    OUT_QUEUE_REQUIRED,  /* 请先排队: a waiting room's order without a valid pass (room.h) */
     OUT__COUNT
 } outcome_t;
 

@@ -10,7 +10,10 @@ operator and an attacker would (docs/waiting-room.md, docs/bot-gate.md, docs/api
     (NO_VOUCHER), as for a poll;
   - a misspelt `waitingRoom` member (`botgate`) is refused 400 naming it, not a room
     created without the bot gate the operator asked for;
-  - `seckill bench --waiting-room --html FILE` writes its page.
+  - `seckill bench --waiting-room --html FILE` writes its page;
+  - an order without a valid pass counts as its own outcome (`queue_required`), in
+    /metrics and in the sale's totals on the board, not as a malformed request (which the
+    board shows among errors).
 """
 
 import json
@@ -130,4 +133,35 @@ def test_tryroom_bench_html():
     page = open(out, encoding="utf-8").read()
     for want in ("audit clean", "Spearman", "passes", "20 bought"):
         check(want in page, "the page lacks %r", want)
+    H.finish(srv)
+
+
+def test_tryroom_order_without_pass_is_its_own_outcome():
+    r, srv = H.setup(threads=1)
+    h = srv.http()
+    vid = H.create_seckill(srv, stock=10, waitingRoom={"admitPerSecond": 1000})
+    tok = H.login(srv, r, H.phone_for(1), h)
+    for _ in range(3):
+        st, j = H.seckill(srv, tok, vid)
+        eq(code_of(st, j), (200, "QUEUE_REQUIRED"), "an order without a pass")
+
+    def outcomes():
+        st, _, body = h.request("GET", "/metrics")
+        check(st == 200, "/metrics: HTTP %d", st)
+        got = {}
+        for line in body.decode().splitlines():
+            if line.startswith("seckill_seckill_requests_total{"):
+                got[line.split('"')[1]] = float(line.split()[-1])
+        return got
+    got = outcomes()
+    eq((got.get("queue_required"), got.get("bad_request", 0.0)), (3.0, 0.0),
+       "outcomes queue_required and bad_request in /metrics")
+
+    def totals():
+        st, j = h.api("GET", "/admin/api/board", admin=srv.admin_token)
+        sale = [s for s in (j or {}).get("data", {}).get("sales", []) if s.get("id") == vid]
+        t = sale[0].get("totals") if sale else None
+        return t if t and t.get("queue_required") == 3 else None
+    t = H.wait_until(totals, 10, 0.2, "the sale's totals to count 3 orders without a pass")
+    check("bad_request" not in t, "the sale's totals: %r", t)
     H.finish(srv)
