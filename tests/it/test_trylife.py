@@ -1,0 +1,90 @@
+"""test_trylife.py -- the order lifecycle tried from outside, as a payment provider and an
+attacker would (docs/api.md "Order lifecycle", docs/lifecycle.md): what the first try of
+it found, each checked against the database and `seckill audit`.
+
+- One payment id belongs to one order: a notice of an id another order's notice was taken
+  with is refused (订单不存在) also before the order writer has the first one's row in
+  SQL, and the refused order stays unpaid (stream mode).
+- A /pay/notify body that is a JSON object but not valid JSON to the parser (a duplicate
+  key, a number beyond 64 bits) is told so, not "must be a JSON object"."""
+
+import hashlib
+import hmac
+import json
+import os
+
+import harness as H
+from harness import check, eq
+
+PAY_KEY = "k3y-0f-the-trylife-payment-provider"
+
+
+def _settings():
+    path = os.path.join(H.tmpdir(), "trylife-pay-key-%d" % os.getpid())
+    with open(path, "w") as f:
+        f.write(PAY_KEY + "\n")
+    os.chmod(path, 0o600)
+    return {"pay-key-file": path, "rate-user-seckill": "1000/s:1000",
+            "rate-user-lookup": "1000/s:1000"}
+
+
+def _notify(h, raw):
+    if not isinstance(raw, bytes):
+        raw = json.dumps(raw).encode()
+    sig = hmac.new(PAY_KEY.encode(), raw, hashlib.sha256).hexdigest()
+    return h.api("POST", "/pay/notify", body=raw, headers={"x-pay-signature": sig})
+
+
+def test_payment_id_of_another_order():
+    r, srv = H.setup(settings=_settings())
+    h = srv.http()
+    a = H.login(srv, r, "13612347701", h)
+    b = H.login(srv, r, "13612347702", h)
+    vid = H.create_seckill(srv, stock=2, http=h)   # payValue 8000 (harness)
+    pay_value = srv.db().scalar("SELECT pay_value FROM tb_voucher WHERE id=?", vid)
+    oa = H.seckill(srv, a, vid, h)[1]["data"]
+    ob = H.seckill(srv, b, vid, h)[1]["data"]
+    H.wait_drained(srv, r, vid, 30)   # a payment is checked against SQL's order
+    db = srv.db()
+
+    lock = H.hold_db_lock(srv)   # the writer cannot write a's payment row yet
+    try:
+        st, j = _notify(h, {"orderId": oa, "paymentId": "PAY-ONE", "amount": pay_value})
+        eq(j.get("data"), "PAID", "the payment of a's order")
+        st, j = _notify(h, {"orderId": ob, "paymentId": "PAY-ONE", "amount": pay_value})
+        check(not j["success"] and j.get("errorMsg") == "订单不存在",
+              "the same payment id for b's order, before SQL has its row: %r %r", st, j)
+        st, j = _notify(h, {"orderId": oa, "paymentId": "PAY-ONE", "amount": pay_value})
+        eq(j.get("data"), "PAID", "a's notice again")
+    finally:
+        lock.rollback()
+        lock.close()
+    H.wait_until(lambda: db.scalar("SELECT status FROM tb_voucher_order WHERE id=?", oa) == 2,
+                 30, what="a's payment in SQL")
+    st, j = _notify(h, {"orderId": ob, "paymentId": "PAY-ONE", "amount": pay_value})
+    check(not j["success"] and j.get("errorMsg") == "订单不存在",
+          "b's notice again, SQL having the row: %r", j)
+    H.wait_drained(srv, r, vid, 30)
+    eq(db.scalar("SELECT status FROM tb_voucher_order WHERE id=?", ob), 1, "b's order")
+    eq(db.query("SELECT payment_id, order_id, status FROM tb_voucher_payment"),
+       [("PAY-ONE", oa, 2)], "payment rows")
+    eq(r.cmd("HGET", H.k_voucher(vid), "paid"), "1", "payments taken in Redis")
+    # b pays with its own id: taken
+    st, j = _notify(h, {"orderId": ob, "paymentId": "PAY-TWO", "amount": pay_value})
+    eq(j.get("data"), "PAID", "b's own payment")
+    H.finish(srv)
+
+
+def test_notify_body_not_json_is_told_so():
+    r, srv = H.setup(settings=_settings())
+    h = srv.http()
+    for raw in (b'{"orderId":1,"paymentId":"x","amount":1,"amount":2}',
+                b'{"orderId":99999999999999999999999,"paymentId":"x","amount":1}',
+                b'{"orderId":1,"paymentId":"x","amount":1} trailing',
+                b'{"orderId":1,"paymentId":"\xff","amount":1}'):
+        st, j = _notify(h, raw)
+        eq((st, j.get("code")), (400, "BAD_REQUEST"), "answer to %r" % raw)
+        check("not valid JSON" in j.get("errorMsg", ""), "message for %r: %r", raw, j)
+    st, j = _notify(h, b'[1]')
+    eq(j.get("errorMsg"), "request body must be a JSON object", "an array")
+    H.finish(srv)
