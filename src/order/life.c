@@ -231,14 +231,8 @@ static void claim_payment(cancel_t *c);
  * refused (订单不存在, as SQL's row and sync mode answer). The key is the id's own (on a
  * Redis Cluster, a slot of its own): the script's keys stay the bucket's. */
 
-#define PAYID_PREFIX "seckill:payid:"
 #define PAYID_TTL_S "3600"
-
-static int payid_key(char *buf, size_t len, const char *pid)
-{
-    int n = snprintf(buf, len, PAYID_PREFIX "%s", pid);
-    return n < 0 || (size_t)n >= len ? -1 : n;
-}
+#define PAYID_KEY_MAX (sizeof "seckill:payid:" + LIFE_PAYMENT_ID_MAX)
 
 static void on_payid_owner(redisReply *rep, void *priv)
 {
@@ -270,8 +264,12 @@ static void on_payid_claim(redisReply *rep, void *priv)
         finish(c, LIFE_REDIS_DOWN);
         return;
     }
-    char k[sizeof PAYID_PREFIX + LIFE_PAYMENT_ID_MAX];   /* claimed before: by whom? */
-    int n = payid_key(k, sizeof k, c->pid);
+    char k[PAYID_KEY_MAX];   /* claimed before: by whom? */
+    int n = key_payid(k, sizeof k, c->pid);
+    if (n < 0) {
+        finish(c, LIFE_NOTFOUND);
+        return;
+    }
     const char *argv[2] = {"GET", k};
     size_t lens[2] = {3, (size_t)n};
     rds_command(c->w->rds, on_payid_owner, c, 2, argv, lens);
@@ -279,8 +277,8 @@ static void on_payid_claim(redisReply *rep, void *priv)
 
 static void claim_payment(cancel_t *c)
 {
-    char k[sizeof PAYID_PREFIX + LIFE_PAYMENT_ID_MAX], oid[SB_DEC_MAX];
-    int n = payid_key(k, sizeof k, c->pid);
+    char k[PAYID_KEY_MAX], oid[SB_DEC_MAX];
+    int n = key_payid(k, sizeof k, c->pid);
     if (n < 0) {
         finish(c, LIFE_NOTFOUND);
         return;
