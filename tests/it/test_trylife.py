@@ -6,12 +6,17 @@ it found, each checked against the database and `seckill audit`.
   with is refused (订单不存在) also before the order writer has the first one's row in
   SQL, and the refused order stays unpaid (stream mode).
 - A /pay/notify body that is a JSON object but not valid JSON to the parser (a duplicate
-  key, a number beyond 64 bits) is told so, not "must be a JSON object"."""
+  key, a number beyond 64 bits) is told so, not "must be a JSON object".
+- The bench line `seckill serve` prints for a service on its own Redis and SQL sells (its
+  buyers' tokens signed with the service's key), where it got 401 for every request."""
 
 import hashlib
 import hmac
 import json
 import os
+import re
+import shlex
+import subprocess
 
 import harness as H
 from harness import check, eq
@@ -87,4 +92,28 @@ def test_notify_body_not_json_is_told_so():
         check("not valid JSON" in j.get("errorMsg", ""), "message for %r: %r", raw, j)
     st, j = _notify(h, b'[1]')
     eq(j.get("errorMsg"), "request body must be a JSON object", "an array")
+    H.finish(srv)
+
+
+def test_printed_bench_command_sells():
+    """The bench command `seckill serve` prints for a service on its own Redis and SQL,
+    its placeholders filled in, sells: its seeded buyers' tokens are signed with the
+    service's key (--token-key-file), not refused 401."""
+    # the default: only signed tokens (the harness's servers take opaque ones too)
+    r, srv = H.setup(settings=dict(_settings(), **{"token-accept-opaque": "0"}))
+    H.wait_until(lambda: " bench --target " in srv.stdout_text(), 10, what="the printed bench line")
+    line = [l for l in srv.stdout_text().splitlines() if " bench --target " in l][0]
+    line = line.replace("<admin token>", srv.admin_token)
+    argv = shlex.split(line.strip())[1:]
+    fill = [r.url, srv.db_url]
+    argv = [fill.pop(0) if a == "<url>" else a for a in argv]
+    argv[argv.index("--users") + 1] = "200"
+    argv[argv.index("--stock") + 1] = "50"
+    p = subprocess.run([H.binary()] + argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, env=H.san_env(), timeout=120)
+    out = p.stdout.decode("utf-8", "replace")
+    eq(p.returncode, 0, "bench exit status:\n%s" % out)
+    m = re.search(r"^\s+success\s+([\d,]+)", out, re.M)
+    check(m and int(m.group(1).replace(",", "")) == 50, "the printed bench sold the stock:\n%s",
+          out)
     H.finish(srv)
