@@ -10,7 +10,9 @@ it found, each checked against the database and `seckill audit`.
 - The bench line `seckill serve` prints for a service on its own Redis and SQL sells (its
   buyers' tokens signed with the service's key), where it got 401 for every request.
 - `seckill audit` after a sync-mode cancel is clean (it failed cancel-returned: sync mode
-  counts no returned unit in Redis)."""
+  counts no returned unit in Redis).
+- `seckill bench --pay-share --cancel-share --pay-timeout` against a sync-mode service counts
+  the fates in SQL (it asked Redis, which has none there, and said NOT as rehearsed)."""
 
 import hashlib
 import hmac
@@ -139,4 +141,29 @@ def test_audit_after_sync_mode_cancel():
     eq(p.returncode, 0, "seckill audit exit status:\n%s" % out)
     check(re.search(r"skip\s+I1 cancel-returned", out), "cancel-returned skipped:\n%s", out)
     check(re.search(r"ok\s+I1 stock-agree", out), "stock-agree:\n%s", out)
+    H.finish(srv)
+
+
+def test_bench_rehearsal_in_sync_mode():
+    """seckill bench --pay-share --cancel-share --pay-timeout against a sync-mode service
+    (--pay-timeout-s: docs/lifecycle.md "Sync mode"): the fates are counted in SQL, where
+    sync mode keeps them (Redis has no counters there: bench said NOT as rehearsed)."""
+    settings = dict(_settings(), mode="sync", **{"pay-timeout-s": "2"})
+    r, srv = H.setup(settings=settings)
+    js = os.path.join(H.tmpdir(), "trylife-bench-%d.json" % os.getpid())
+    p = subprocess.run([H.binary(), "bench", "--target", "http://127.0.0.1:%d" % srv.port,
+                        "--redis", r.url, "--db", srv.db_url, "--admin-token", srv.admin_token,
+                        "--seed-tokens", "--users", "60", "--stock", "30", "--quiet",
+                        "--pay-key-file", settings["pay-key-file"], "--pay-share", "0.3",
+                        "--cancel-share", "0.2", "--pay-timeout", "2", "--json", js],
+                       stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, env=H.san_env(), timeout=120)
+    out = p.stdout.decode("utf-8", "replace")
+    eq(p.returncode, 0, "bench exit status:\n%s" % out)
+    life = json.load(open(js))["lifecycle"]
+    eq(life.get("counted_in"), "sql", "where the fates were counted")
+    eq((life["redis"]["paid"], life["redis"]["timedout"], life["redis"]["returned"]),
+       (life["to_pay"], life["to_expire"], life["to_cancel"] + life["to_expire"]),
+       "SQL's figures: %r" % life)
+    check(life["to_expire"] > 0 and life["timeout_ok"], "timeouts: %r", life)
     H.finish(srv)
