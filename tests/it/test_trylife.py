@@ -44,27 +44,18 @@ def _notify(h, raw):
     return h.api("POST", "/pay/notify", body=raw, headers={"x-pay-signature": sig})
 
 
-class _OrderRowLock:
-    """MariaDB: an order's row held FOR UPDATE: the writer's status CAS of its payment
-    waits, while the notices' plain reads go on (hold_db_lock's LOCK TABLES stops them)."""
-
-    def __init__(self, url, oid):
-        self.c = H.mysql_connect(url)
-        cur = self.c.cursor()
-        cur.execute("START TRANSACTION")
-        cur.execute("SELECT status FROM tb_voucher_order WHERE id=%s FOR UPDATE", (oid,))
-
-    def rollback(self):
-        self.c.rollback()
-
-    def close(self):
-        self.c.close()
-
-
 def _hold_writer(srv, oid):
-    if srv.db_url.startswith(("mysql:", "mariadb:")):
-        return _OrderRowLock(srv.db_url, oid)
-    return H.hold_db_lock(srv)   # SQLite: BEGIN EXCLUSIVE; WAL readers go on
+    """Keeps the order writer from writing order oid's payment until .rollback(): SQLite,
+    BEGIN EXCLUSIVE (WAL readers go on); MariaDB, the order's row FOR UPDATE, which the
+    writer's status CAS waits for while the notices' plain reads go on (hold_db_lock's
+    LOCK TABLES would stop them too). A connection has .rollback() and .close()."""
+    if not srv.db_url.startswith(("mysql:", "mariadb:")):
+        return H.hold_db_lock(srv)
+    c = H.mysql_connect(srv.db_url)
+    cur = c.cursor()
+    cur.execute("START TRANSACTION")
+    cur.execute("SELECT status FROM tb_voucher_order WHERE id=%s FOR UPDATE", (oid,))
+    return c
 
 
 def test_payment_id_of_another_order():
