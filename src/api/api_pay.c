@@ -120,7 +120,10 @@ void api_pay_notify(http_req_t *r)
     json_t *oid = json_object_get(root, "orderId"), *pid = json_object_get(root, "paymentId"),
            *amt = json_object_get(root, "amount");
     const char *why = NULL;
-    if (!json_is_object(root))
+    if (root == NULL)   /* jansson's own text may quote the body: not echoed */
+        why = "request body is not valid JSON (UTF-8, no duplicate keys, integers within "
+              "64 bits, nothing after the object)";
+    else if (!json_is_object(root))
         why = "request body must be a JSON object";
     else if (!json_is_integer(oid) || json_integer_value(oid) <= 0)
         why = "orderId must be a positive integer";

@@ -232,7 +232,7 @@ int bench_room_run(const bench_opts_t *o, const bench_load_t *P, const bench_use
  * a share C is cancelled by its buyer (POST /voucher-order/{id}/cancel with the buyer's
  * token), and the rest are left unpaid until the server's payment timeout cancels them.
  * Then bench waits for Redis to have timed them out (life.lua's counters, summed over the
- * voucher's stock buckets) and checks the server's timeout against S by when that
+ * voucher's stock buckets; sync mode, whose sale is in SQL alone: SQL's statuses) and checks the server's timeout against S by when that
  * happened; the audit that follows checks SQL against Redis (its lifecycle checks). */
 typedef struct bench_life {
     int64_t to_pay, to_cancel, to_expire;   /* the fates drawn */
@@ -243,6 +243,7 @@ typedef struct bench_life {
                                                had every unpaid order timed out; -1 never */
     int timeout_ok;                         /* the timeouts came when S says */
     int ok;                                 /* Redis agrees with every fate */
+    int in_sql;                             /* sync mode: the r_ figures are SQL's */
     /* paid, cancelled, expired over time: counts at each 100 ms of the rehearsal */
     double *t;
     int64_t (*n)[3];

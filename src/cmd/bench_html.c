@@ -165,8 +165,8 @@ static void life_chart(FILE *f, const bench_life_t *l)
                 (long long)l->n[i][1], (long long)l->n[i][2]);
     fclose(c);
     snprintf(line, sizeof line, "Lifecycle: %lld paid, %lld cancelled, %lld expired (of %lld "
-             "left unpaid); Redis %s.", (long long)l->paid, (long long)l->cancelled,
-             (long long)l->r_timedout, (long long)l->to_expire,
+             "left unpaid); %s %s.", (long long)l->paid, (long long)l->cancelled,
+             (long long)l->r_timedout, (long long)l->to_expire, l->in_sql ? "SQL" : "Redis",
              l->ok ? "agrees with every fate" : "does NOT agree (see the report)");
     html_report_text(f, line);
     html_report_csv_chart(f, "Orders paid, cancelled and expired, from the end of the sale",

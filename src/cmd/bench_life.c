@@ -1,5 +1,6 @@
 /* bench_life.c -- seckill bench's lifecycle rehearsal after the sale (bench.h): pay a
- * share of the orders, cancel a share, let the rest time out, and check Redis's answer. */
+ * share of the orders, cancel a share, let the rest time out, and check Redis's answer
+ * (sync mode, whose orders and their decisions are SQL's alone: SQL's). */
 #include "cmd/bench.h"
 
 #include <errno.h>
@@ -23,6 +24,7 @@
 #include "embedded.h"
 #include "redis/rcl_sync.h"
 #include "redis/rconn.h"
+#include "store/store.h"
 
 #define LIFE_SLACK_MS 5000      /* a timeout is late past the last deadline plus this */
 
@@ -186,6 +188,56 @@ static int counters(rcl_sync_route_t *rt, int64_t vid, int k, int64_t out[3], ch
     return 0;
 }
 
+/* Sync mode's figures, from SQL's orders of the voucher: {paid (2, 3), cancelled or timed
+ * out by the server (4, 5, 6) less the cancels this rehearsal had answered, all of 4, 5, 6}
+ * -- the counters Redis keeps in stream mode. 0, or -1 with err. */
+static int sql_counters(store_t *st, int64_t vid, int64_t cancelled, int64_t out[3],
+                        char *err, size_t errlen)
+{
+    memset(out, 0, 3 * sizeof *out);
+    int64_t after = 0;
+    for (;;) {
+        store_order_t *rows = NULL;
+        size_t n = 0;
+        if (store_voucher_orders(st, vid, after, 10000, &rows, &n) != STORE_OK) {
+            snprintf(err, errlen, "SQL orders of voucher %lld: %s", (long long)vid,
+                     store_errmsg(st));
+            return -1;
+        }
+        for (size_t i = 0; i < n; i++) {
+            out[0] += rows[i].status == 2 || rows[i].status == 3;
+            out[2] += rows[i].status >= 4 && rows[i].status <= 6;
+            after = rows[i].id;
+        }
+        free(rows);
+        if (n < 10000)
+            break;
+    }
+    out[1] = out[2] - cancelled;
+    return 0;
+}
+
+/* Whether the sale's orders are SQL's alone (sync mode): its buyers hash is empty though
+ * the sale answered orders (a Redis mode records every buyer there). 1, 0, or -1. */
+static int orders_in_sql(rcl_sync_route_t *rt, int64_t vid, size_t nsucc, char *err,
+                         size_t errlen)
+{
+    char kb[64];
+    if (nsucc == 0)
+        return 0;
+    if (key_buyers(kb, sizeof kb, vid) < 0) {
+        snprintf(err, errlen, "voucher %lld: key names too long", (long long)vid);
+        return -1;
+    }
+    redisContext *c = rcl_sync_route_key(rt, kb, err, errlen);
+    redisReply *r = c ? rconn_cmdf(c, err, errlen, "HLEN %s", kb) : NULL;
+    if (r == NULL)
+        return -1;
+    int sql = r->type == REDIS_REPLY_INTEGER && r->integer == 0;
+    freeReplyObject(r);
+    return sql;
+}
+
 static void sample(bench_life_t *r, double t, int64_t paid, int64_t cancelled, int64_t expired)
 {
     if (r->ns == r->cap) {
@@ -214,11 +266,21 @@ int bench_life_run(const bench_opts_t *o, const bench_load_t *L, const bench_use
         return -1;
     rcl_sync_route_t *c = &rt;
     int k = o->buckets > 1 ? o->buckets : 1;
-    int64_t base[3];
-    if (counters(c, vid, k, base, err, errlen) < 0) {
+    int64_t base[3] = {0, 0, 0};
+    store_t *st = NULL;   /* sync mode: the figures are SQL's */
+    int in_sql = orders_in_sql(c, vid, L->nsucc, err, errlen);
+    if (in_sql > 0 && !o->db_url[0]) {
+        snprintf(err, errlen, "the sale's orders are in SQL alone (sync mode): the "
+                              "lifecycle rehearsal needs --db (or --data-dir)");
+        in_sql = -1;
+    } else if (in_sql > 0 && (st = store_open(o->db_url, 5000, err, errlen)) == NULL) {
+        in_sql = -1;
+    }
+    if (in_sql < 0 || (!st && counters(c, vid, k, base, err, errlen) < 0)) {
         rcl_sync_route_close(c);
         return -1;
     }
+    r->in_sql = st != NULL;
     /* a payment is checked against the order in SQL (src/order/life.c): the writer first */
     if (o->pay_share > 0 && o->db_url[0]) {
         audit_drain_t dr;
@@ -226,6 +288,7 @@ int bench_life_run(const bench_opts_t *o, const bench_load_t *L, const bench_use
         if (audit_wait_drain(o->redis_url, o->db_url, vid, o->drain_timeout_s * 1000, &dr, err,
                              errlen) < 0) {
             rcl_sync_route_close(c);
+            store_close(st);
             return -1;
         }
     }
@@ -262,11 +325,15 @@ int bench_life_run(const bench_opts_t *o, const bench_load_t *L, const bench_use
     /* the timeouts: wait until Redis has decided every unpaid order, at most until the last
      * deadline (the last admission is before t0) plus the slack */
     int64_t want_ms = first_ms + (int64_t)o->pay_timeout_s * 1000;
+    if (st)   /* sync mode's deadline is the one shown, createTime (a second) + S */
+        want_ms = first_ms / 1000 * 1000 + (int64_t)o->pay_timeout_s * 1000;
     int64_t bound_ms = (int64_t)t0 + (int64_t)o->pay_timeout_s * 1000 + LIFE_SLACK_MS;
     int64_t now3[3] = {0, 0, 0}, done_ms = -1;
     for (;;) {
-        if (counters(c, vid, k, now3, err, errlen) < 0) {
+        if (st ? sql_counters(st, vid, r->cancelled, now3, err, errlen) < 0
+               : counters(c, vid, k, now3, err, errlen) < 0) {
             rcl_sync_route_close(c);
+            store_close(st);
             return -1;
         }
         int64_t now = (int64_t)clock_wall_ms();
@@ -282,6 +349,7 @@ int bench_life_run(const bench_opts_t *o, const bench_load_t *L, const bench_use
         nanosleep(&ts, NULL);   /* Redis's counters are polled: nothing to wait on */
     }
     rcl_sync_route_close(c);
+    store_close(st);
     r->r_paid = now3[0] - base[0];
     r->r_timedout = now3[1] - base[1];
     r->r_returned = now3[2] - base[2];
@@ -310,8 +378,8 @@ int bench_life_run(const bench_opts_t *o, const bench_load_t *L, const bench_use
         fprintf(f, "all %lld timed out %.2f s after the first admission%s\n",
                 (long long)r->to_expire, r->expired_after_s,
                 r->timeout_ok ? "" : ": too early, the server's --pay-timeout-s is below it");
-    fprintf(f, "  redis       paid %lld, timed out %lld, returned %lld: %s\n\n",
-            (long long)r->r_paid, (long long)r->r_timedout, (long long)r->r_returned,
+    fprintf(f, "  %-11s paid %lld, timed out %lld, returned %lld: %s\n\n",
+            r->in_sql ? "sql" : "redis", (long long)r->r_paid, (long long)r->r_timedout, (long long)r->r_returned,
             r->ok ? "as rehearsed" : "NOT as rehearsed");
     return 0;
 }
@@ -321,11 +389,12 @@ void bench_life_json(FILE *f, const bench_life_t *r)
     fprintf(f, ",\"lifecycle\":{\"to_pay\":%lld,\"paid\":%lld,\"to_cancel\":%lld,"
                "\"cancelled\":%lld,\"to_expire\":%lld,\"refused\":%lld,\"redis\":{\"paid\":%lld,"
                "\"timedout\":%lld,\"returned\":%lld},\"expired_after_s\":%.3f,"
-               "\"timeout_ok\":%s,\"ok\":%s}",
+               "\"timeout_ok\":%s,\"ok\":%s,\"counted_in\":\"%s\"}",
             (long long)r->to_pay, (long long)r->paid, (long long)r->to_cancel,
             (long long)r->cancelled, (long long)r->to_expire, (long long)r->refused,
             (long long)r->r_paid, (long long)r->r_timedout, (long long)r->r_returned,
-            r->expired_after_s, r->timeout_ok ? "true" : "false", r->ok ? "true" : "false");
+            r->expired_after_s, r->timeout_ok ? "true" : "false", r->ok ? "true" : "false",
+            r->in_sql ? "sql" : "redis");
 }
 
 void bench_life_free(bench_life_t *r)

@@ -211,6 +211,13 @@ int key_refunds_t(char *buf, size_t len, const char *tag)
     return KEY_STR(buf, len, "seckill:refunds:{", tag, "}");
 }
 
+int key_payid(char *buf, size_t len, const char *payment_id)
+{
+    if (payment_id == NULL)
+        return -1;
+    return KEY_STR(buf, len, "seckill:payid:", payment_id, "");
+}
+
 int key_xfer_log(char *buf, size_t len, const char *tag)
 {
     return KEY_STR(buf, len, "seckill:xfer:{", tag, "}");

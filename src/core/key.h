@@ -118,6 +118,9 @@ int key_paysweep_t(char *buf, size_t len, const char *tag);
 /*   seckill:refunds:{tag}  stream: the bucket's refund outbox -- a refund life.lua decided,
  *                          until the order writer has sent it (src/writer/writer_refund.c) */
 int key_refunds_t(char *buf, size_t len, const char *tag);
+/*   seckill:payid:<paymentId>  string: the order a payment notice's id was taken for, EX 1 h
+ *                          (its SQL row answers after that; src/order/life.c) */
+int key_payid(char *buf, size_t len, const char *payment_id);
 int key_xfer_applied(char *buf, size_t len, const char *tag);
 /* Parses a member "<id>.<b>.<K>" of seckill:streams (stock bucket b >= 1 of a voucher with
  * K buckets) of n bytes at z: 0 with *voucher_id, *bucket, *nbuckets set, or -1 if it is

@@ -217,6 +217,77 @@ static void on_buckets(redisReply *rep, void *priv)
 }
 
 static void ask_buckets(cancel_t *c);
+static void claim_payment(cancel_t *c);
+
+/* ---------------------------------------------------------------- a payment id's order
+ *
+ * A payment id belongs to one order. SQL's payment row says so once the writer has it;
+ * until then (the event waits in the stream, a second or so, longer while SQL is down) a
+ * notice of the same id for another order would reach another bucket's script, which
+ * knows only its own orders' payments, and be taken too: two orders paid by one payment,
+ * the second without its row. So the first notice of an id claims it in Redis --
+ * `SET seckill:payid:<paymentId> <orderId> NX EX 3600`, an hour that outlasts the writer's
+ * lag, after which SQL's row answers -- and a notice of an id claimed by another order is
+ * refused (订单不存在, as SQL's row and sync mode answer). The key is the id's own (on a
+ * Redis Cluster, a slot of its own): the script's keys stay the bucket's. */
+
+#define PAYID_TTL_S "3600"
+#define PAYID_KEY_MAX (sizeof "seckill:payid:" + LIFE_PAYMENT_ID_MAX)
+
+static void on_payid_owner(redisReply *rep, void *priv)
+{
+    cancel_t *c = priv;
+    int64_t owner = 0;
+    if (rep == NULL || (rep->type != REDIS_REPLY_STRING && rep->type != REDIS_REPLY_NIL)) {
+        finish(c, LIFE_REDIS_DOWN);
+        return;
+    }
+    if (rep->type == REDIS_REPLY_NIL) {   /* expired between the SET and the GET: claim again */
+        claim_payment(c);
+        return;
+    }
+    if (sb_parse_pos(rep->str, rep->len, &owner) != 0 || owner != c->order_id) {
+        finish(c, LIFE_NOTFOUND);   /* this payment id is another order's */
+        return;
+    }
+    ask_buckets(c);
+}
+
+static void on_payid_claim(redisReply *rep, void *priv)
+{
+    cancel_t *c = priv;
+    if (rep != NULL && rep->type == REDIS_REPLY_STATUS) {   /* OK: claimed now */
+        ask_buckets(c);
+        return;
+    }
+    if (rep == NULL || rep->type != REDIS_REPLY_NIL) {
+        finish(c, LIFE_REDIS_DOWN);
+        return;
+    }
+    char k[PAYID_KEY_MAX];   /* claimed before: by whom? */
+    int n = key_payid(k, sizeof k, c->pid);
+    if (n < 0) {
+        finish(c, LIFE_NOTFOUND);
+        return;
+    }
+    const char *argv[2] = {"GET", k};
+    size_t lens[2] = {3, (size_t)n};
+    rds_command(c->w->rds, on_payid_owner, c, 2, argv, lens);
+}
+
+static void claim_payment(cancel_t *c)
+{
+    char k[PAYID_KEY_MAX], oid[SB_DEC_MAX];
+    int n = key_payid(k, sizeof k, c->pid);
+    if (n < 0) {
+        finish(c, LIFE_NOTFOUND);
+        return;
+    }
+    int lo = sb_dec(oid, c->order_id);
+    const char *argv[6] = {"SET", k, oid, "NX", "EX", PAYID_TTL_S};
+    size_t lens[6] = {3, (size_t)n, (size_t)lo, 2, 2, strlen(PAYID_TTL_S)};
+    rds_command(c->w->rds, on_payid_claim, c, 6, argv, lens);
+}
 
 static void run_pay_read(store_t *st, void *arg)
 {
@@ -281,7 +352,7 @@ static void done_pay_read(worker_t *w, void *arg)
         else if (c->known)
             finish(c, c->known == 2 ? LIFE_ALREADY : LIFE_REFUNDED);
         else
-            ask_buckets(c);
+            claim_payment(c);
         return;
     }
     if (c->was < 0) {   /* this payment id paid another order */

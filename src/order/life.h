@@ -15,7 +15,8 @@
  * taken (state p, event p: status 2 with pay_time); a cancelled or timed-out one is not
  * (state r, event r: status 5, 6 once refunded) and the payment is refunded through the
  * bucket's refund outbox; the same payment again answers as before and changes nothing.
- * Each payment's event carries it, for its row in tb_voucher_payment. Sync mode: one SQL
+ * Each payment's event carries it, for its row in tb_voucher_payment; until that row is in
+ * SQL a claim in Redis (seckill:payid:<id>) keeps the id to its first order. Sync mode: one SQL
  * transaction (store.h move 'y') decides and writes the row; the writer sends its refund.
  *
  * Runs on the worker's thread; the grab path costs nothing (nothing here is on it). */

@@ -376,8 +376,12 @@ static void print_ready(const app_t *app, int embedded)
              app->cfg.mode_name, app->nworkers, app->name, app->instance_slot);
     /* The how-to goes to stdout, for the person who just typed the command. */
     const char *token = embedded ? app->admin_token : "<admin token>";
-    char self[PATH_MAX];
+    char self[PATH_MAX], tkey[PATH_MAX];
     self_path(self, sizeof self);
+    if (app->cfg.token_key_file[0])
+        snprintf(tkey, sizeof tkey, "%s", app->cfg.token_key_file);
+    else
+        snprintf(tkey, sizeof tkey, "%s/token-key", app->cfg.data_dir);
     printf("\nseckill is serving %s\n", url);
     if (embedded)
         printf("admin token: %s   (kept in %s/admin-token)\n", app->admin_token, app->cfg.data_dir);
@@ -400,13 +404,15 @@ static void print_ready(const app_t *app, int embedded)
            "  #    twice the stock-1 voucher: it is sold out, the second says 库存不足\n"
            "  curl -s -X POST %s/voucher-order/seckill/<voucherId> -H 'authorization: <token>'\n"
            "  # 5. a whole sale with 2,000 buyers, audited: the board shows it as it runs\n"
-           "  %s bench %s%s%s --seed-tokens --users 2000 --stock 500\n\n",
+           "  %s bench %s%s%s%s%s --seed-tokens --users 2000 --stock 500\n\n",
            app->log_login_codes ? "it is written to this log (there is no SMS gateway)"
            : app->cfg.code_command[0] ? "--code-command delivers it"
                                       : "it is delivered nowhere (see --code-command)",
            url, url, url, self,
            embedded ? "--data-dir " : "--target ", embedded ? app->cfg.data_dir : url,
-           embedded ? "" : " --redis <url> --db <url> --admin-token <admin token>");
+           embedded ? "" : " --redis <url> --db <url> --admin-token <admin token>",
+           /* bench signs its buyers' tokens with the service's key, or they are all 401 */
+           embedded ? "" : " --token-key-file ", embedded ? "" : tkey);
     if (embedded)
         printf("Stop: Ctrl-C. Start afresh (every voucher, user and order gone): stop, remove "
                "%s\n(in the source tree: make reset), start again.\n\n", app->cfg.data_dir);

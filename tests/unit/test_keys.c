@@ -128,6 +128,22 @@ static void test_login_keys(void **state)
     assert_int_equal(key_login_token(buf, sizeof(buf), NULL), -1);
 }
 
+/* The payment id's claim (src/order/life.c): a 64-character id (LIFE_PAYMENT_ID_MAX) fits
+ * the 79 bytes life.c gives it, and no fewer. */
+static void test_payid_key(void **state)
+{
+    (void)state;
+    char buf[80], id[65];
+    memset(id, 'x', 64);
+    id[64] = '\0';
+    assert_int_equal(key_payid(buf, 79, id), 78);
+    assert_string_equal(buf + 14, id);
+    assert_int_equal(key_payid(buf, 78, id), -1);
+    assert_int_equal(key_payid(buf, sizeof buf, "P-1"), 17);
+    assert_string_equal(buf, "seckill:payid:P-1");
+    assert_int_equal(key_payid(buf, sizeof buf, NULL), -1);
+}
+
 static void test_constants(void **state)
 {
     (void)state;
@@ -252,6 +268,7 @@ int main(void)
         cmocka_unit_test(test_numeric_keys_match_printf),
         cmocka_unit_test(test_tag_keys_match_printf),
         cmocka_unit_test(test_login_keys),
+        cmocka_unit_test(test_payid_key),
         cmocka_unit_test(test_constants),
         cmocka_unit_test(test_too_small),
         cmocka_unit_test(test_bucket_tags),
