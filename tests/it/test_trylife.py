@@ -137,6 +137,26 @@ def test_printed_bench_command_sells():
     H.finish(srv)
 
 
+def test_bench_with_every_answer_401_fails():
+    """A bench whose seeded tokens the service refuses (signed with another key) sold
+    nothing and measured nothing: it exits 1 and says why, though the audit of the
+    untouched sale is clean."""
+    r, srv = H.setup(settings=dict(_settings(), **{"token-accept-opaque": "0"}))
+    other = os.path.join(H.tmpdir(), "other-token-key")
+    with open(other, "w") as f:
+        f.write(os.urandom(32).hex() + "\n")
+    os.chmod(other, 0o600)
+    rc, out, err = H.run_tool(["bench", "--target", "http://127.0.0.1:%d" % srv.port,
+                               "--redis", r.url, "--db", srv.db_url,
+                               "--admin-token", srv.admin_token, "--seed-tokens",
+                               "--token-key-file", other, "--users", "20", "--stock", "5",
+                               "--conns", "2", "--quiet"], timeout=120)
+    eq(rc, 1, "bench exit status (stdout %s, stderr %s)" % (out[-800:], err[-400:]))
+    check("every answer was 401" in err and "--token-key-file" in err,
+          "bench says why: %s", err[-600:])
+    H.finish(srv)
+
+
 def test_audit_after_sync_mode_cancel():
     """Sync mode cancels in SQL alone: Redis counts no returned unit, and the audit does
     not ask it to (cancel-returned skip); the stock still agrees."""
