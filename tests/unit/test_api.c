@@ -112,7 +112,7 @@ static void test_admission_mapping(void **state)
         { ADMIT_ENDED, "秒杀已经结束！", "ENDED", OUT_ENDED },
         { ADMIT_NO_VOUCHER, "优惠券不存在", "NO_VOUCHER", OUT_NO_VOUCHER },
         { ADMIT_PAUSED, "秒杀已暂停", "PAUSED", OUT_PAUSED },
-        { ADMIT_QUEUE_REQUIRED, "请先排队", "QUEUE_REQUIRED", OUT_BAD_REQUEST },
+        { ADMIT_QUEUE_REQUIRED, "请先排队", "QUEUE_REQUIRED", OUT_QUEUE_REQUIRED },
         { ADMIT_UNAVAILABLE, "服务器异常", "UNAVAILABLE", OUT_UNAVAILABLE },
         { ADMIT_RETRY, "系统繁忙，请重试", "RETRY", OUT_UNAVAILABLE },
     };
