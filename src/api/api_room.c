@@ -21,6 +21,7 @@
 #include "room/pass.h"
 #include "room/pow.h"
 #include "room/room.h"
+#include "server/metrics.h"
 #include "server/worker.h"
 
 #define CHALLENGE_MAX 512
@@ -62,8 +63,10 @@ static void reply_state(http_req_t *r, const room_state_t *st)
         }
         sb_printf(&s, ",\"pass\":\"%s\",\"passFrom\":%lld,\"passExpiresAt\":%lld", pass,
                   (long long)st->from_ms, (long long)st->expires_ms);
+        shard_inc(&r->w->m->room_passes);
     }
     sb_puts(&s, "}");
+    shard_inc(&r->w->m->room_answers[st->state]);   /* ROOM_WAITING .. ROOM_NOT_QUEUED */
     r->retry_after_s = (int)((after + 999) / 1000);
     api_ok(r, s.buf, s.len);
     sb_free(&s);

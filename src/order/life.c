@@ -26,6 +26,7 @@
 #include "redis/rds.h"
 #include "sale/buckets.h"
 #include "server/jobs.h"
+#include "server/metrics.h"
 #include "server/worker.h"
 #include "store/store.h"
 
@@ -43,6 +44,7 @@ typedef struct cancel {
     int64_t amount, pay_value;
     int sync_new;   /* sync mode: the payment's row was written now */
     int known;      /* stream mode: its row's status in SQL (0 none, -1 another order's) */
+    int fresh;      /* decided now (not an answer repeated): counted in /metrics */
 } cancel_t;
 
 static cancel_t *op_new(worker_t *w, int64_t order_id, life_done_fn done, void *ctx)
@@ -59,6 +61,9 @@ static void finish(cancel_t *c, life_rc_t rc)
 {
     life_done_fn done = c->done;
     void *ctx = c->ctx;
+    if (c->fresh && (rc == LIFE_DONE || rc == LIFE_REFUNDED))
+        shard_inc(!c->pay ? &c->w->m->life_cancels
+                  : rc == LIFE_DONE ? &c->w->m->pay_taken : &c->w->m->pay_refunded);
     free(c);
     done(ctx, rc);
 }
@@ -91,8 +96,10 @@ static void done_sql_cancel(worker_t *w, void *arg)
         finish(c, LIFE_DB_DOWN);
     else if (c->rc == STORE_NOTFOUND)
         finish(c, LIFE_NOTFOUND);
-    else
+    else {
+        c->fresh = c->was == 1;
         finish(c, c->was == 1 ? LIFE_DONE : settled(c->was));
+    }
 }
 
 /* ---------------------------------------------------------------- stream mode: life.lua */
@@ -164,8 +171,10 @@ static void on_script(redisReply *rep, void *priv)
         rc = LIFE_REDIS_DOWN;
         break;
     }
-    if (code == 0 || (c->pay && code == 2))
+    if (code == 0 || (c->pay && code == 2)) {
+        c->fresh = 1;
         undrain(c);   /* an event was queued */
+    }
     finish(c, rc);   /* a refund decided is in the bucket's outbox: the writer sends it */
 }
 
@@ -359,6 +368,7 @@ static void done_pay_read(worker_t *w, void *arg)
         finish(c, LIFE_NOTFOUND);
         return;
     }
+    c->fresh = c->sync_new;
     if (c->was == 2) {
         finish(c, c->sync_new ? LIFE_DONE : LIFE_ALREADY);
         return;

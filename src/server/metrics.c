@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/clock.h"
+
 #include "core/app.h"
 #include "server/metrics.h"
 #include "core/sb.h"
@@ -140,6 +142,13 @@ void metrics_sum(struct app *app, metrics_totals_t *t)
         for (int k = 0; k < METRICS_RL_KINDS; k++) {
             t->rl_by[k] += ld(&m->rate_limited_by[k]);
         }
+        t->life_cancels += ld(&m->life_cancels);
+        t->pay_taken += ld(&m->pay_taken);
+        t->pay_refunded += ld(&m->pay_refunded);
+        for (int k = 0; k < METRICS_ROOM_STATES; k++) {
+            t->room_answers[k] += ld(&m->room_answers[k]);
+        }
+        t->room_passes += ld(&m->room_passes);
     }
     metrics_t *g = app->metrics;
     if (g != NULL) {
@@ -149,6 +158,45 @@ void metrics_sum(struct app *app, metrics_totals_t *t)
     }
     t->sql_up = atomic_load(&app->sql_up) != 0;
 }
+
+int metrics_sweeper_claim(metrics_t *g, int64_t now_ms)
+{
+    for (int i = 0; g != NULL && i < METRICS_SWEEPERS; i++) {
+        int64_t free_slot = 0;
+        if (atomic_compare_exchange_strong(&g->sweep_done_ms[i], &free_slot, now_ms > 0 ? now_ms : 1))
+            return i;
+    }
+    return -1;
+}
+
+void metrics_sweeper_done(metrics_t *g, int slot, int64_t done_ms)
+{
+    if (g != NULL && slot >= 0 && slot < METRICS_SWEEPERS && done_ms > 0)
+        atomic_store_explicit(&g->sweep_done_ms[slot], done_ms, memory_order_relaxed);
+}
+
+void metrics_sweeper_release(metrics_t *g, int slot)
+{
+    if (g != NULL && slot >= 0 && slot < METRICS_SWEEPERS)
+        atomic_store(&g->sweep_done_ms[slot], 0);
+}
+
+/* The sweepers' lag in ms: how long ago the sweeper furthest behind had every deadline
+ * decided (0 without a sweeper). */
+static int64_t sweep_lag_ms(metrics_t *g)
+{
+    int64_t now = (int64_t)clock_wall_ms(), lag = 0;
+    for (int i = 0; i < METRICS_SWEEPERS; i++) {
+        int64_t d = lds(&g->sweep_done_ms[i]);
+        if (d > 0 && now - d > lag)
+            lag = now - d;
+    }
+    return lag;
+}
+
+static const char *const room_state_name[METRICS_ROOM_STATES] = {
+    "waiting", "admitted", "soldOut", "notQueued",
+};
 
 const char *metrics_outcome_name(outcome_t o)
 {
@@ -216,6 +264,25 @@ void metrics_render(struct app *app, struct sb *out)
         sb_printf(out, "seckill_rate_limited_by_limit_total{limit=\"%s\"} %llu\n", rl_name[k],
                   (unsigned long long)rl_by[k]);
     }
+    one(out, "seckill_orders_cancelled_total", "counter",
+        "Orders cancelled by their buyer (POST /voucher-order/{id}/cancel), the unit back on sale.",
+        t.life_cancels);
+    head(out, "seckill_payments_total", "counter",
+         "Payment notices decided (a notice repeated is not counted again): taken (the order "
+         "paid) or refunded (the order was cancelled or timed out, or paid already).");
+    sb_printf(out, "seckill_payments_total{result=\"taken\"} %llu\n",
+              (unsigned long long)t.pay_taken);
+    sb_printf(out, "seckill_payments_total{result=\"refunded\"} %llu\n",
+              (unsigned long long)t.pay_refunded);
+    head(out, "seckill_room_answers_total", "counter",
+         "Waiting-room joins and polls answered, by the buyer's state.");
+    for (int k = 0; k < METRICS_ROOM_STATES; k++) {
+        sb_printf(out, "seckill_room_answers_total{state=\"%s\"} %llu\n", room_state_name[k],
+                  (unsigned long long)t.room_answers[k]);
+    }
+    one(out, "seckill_room_passes_total", "counter",
+        "Waiting-room passes signed into answers (an admitted buyer's poll gets its pass again).",
+        t.room_passes);
 
     metrics_t *g = app->metrics;
     if (g != NULL) {
@@ -288,6 +355,15 @@ void metrics_render(struct app *app, struct sb *out)
         one(out, "seckill_refunds_failed_total", "counter",
             "--refund-command runs that failed or timed out (each retried with back-off).",
             ld(&g->refunds_failed));
+        one(out, "seckill_orders_timed_out_total", "counter",
+            "Unpaid orders this process's writer cancelled at their --pay-timeout-s deadline.",
+            ld(&g->orders_timed_out));
+        int64_t lag = sweep_lag_ms(g);
+        head(out, "seckill_pay_sweep_lag_seconds", "gauge",
+             "How far the payment-deadline sweep is behind: every order due more than this "
+             "long ago is decided (about 0 to 1.5 while it keeps up; 0 with --pay-timeout-s 0).");
+        sb_printf(out, "seckill_pay_sweep_lag_seconds %lld.%03lld\n", (long long)(lag / 1000),
+                  (long long)(lag % 1000));
     }
 
     one(out, "seckill_sql_up", "gauge", "1 if the last SQL call succeeded.",

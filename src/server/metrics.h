@@ -33,6 +33,10 @@ typedef enum {
 
 #define METRICS_RL_KINDS 8       /* the limits of ratelimit.h (RL__COUNT) */
 #define METRICS_LAT_BUCKETS 16   /* upper bounds in metrics.c: 0.1 ms .. 5 s, +Inf */
+#define METRICS_ROOM_STATES 4    /* a waiting room's answers: room.h's ROOM_WAITING ..
+                                  * ROOM_NOT_QUEUED (0..3) */
+#define METRICS_SWEEPERS 64      /* payment-deadline sweepers (order writers, a Redis
+                                  * Cluster's sub-writers) whose lag /metrics shows */
 
 typedef struct metrics_shard {
     _Atomic uint64_t seckill[OUT__COUNT];     /* flash-sale requests by outcome */
@@ -49,6 +53,13 @@ typedef struct metrics_shard {
     _Atomic uint64_t redis_redirects;         /* Redis Cluster: MOVED/ASK/TRYAGAIN/CLUSTERDOWN followed */
     _Atomic uint64_t rate_limited;
     _Atomic uint64_t rate_limited_by[METRICS_RL_KINDS];  /* by limit: rl_kind_t order */
+    /* the order's lifecycle, decided now (not an answer repeated): src/order/life.c */
+    _Atomic uint64_t life_cancels;            /* orders cancelled by their buyer */
+    _Atomic uint64_t pay_taken;               /* payments taken (order 1 -> 2) */
+    _Atomic uint64_t pay_refunded;            /* payments decided to refund */
+    /* the waiting room's join and poll answers by state, and the passes signed into them */
+    _Atomic uint64_t room_answers[METRICS_ROOM_STATES];
+    _Atomic uint64_t room_passes;
     char pad[64];
 } metrics_shard_t;
 
@@ -82,6 +93,12 @@ typedef struct metrics {
     _Atomic int64_t refunds_pending;          /* entries the writers saw waiting, last pass */
     _Atomic uint64_t refunds_sent;            /* refunds sent (or logged) and marked 6 */
     _Atomic uint64_t refunds_failed;          /* --refund-command runs that failed (retried) */
+    /* --pay-timeout-s (src/writer/writer_life.c) */
+    _Atomic uint64_t orders_timed_out;        /* unpaid orders cancelled at their deadline */
+    /* per sweeper (a slot taken by metrics_sweeper_claim): the wall-clock ms up to which
+     * every deadline is decided -- the start of its last pass that left nothing due; 0 =
+     * a free slot */
+    _Atomic int64_t sweep_done_ms[METRICS_SWEEPERS];
 } metrics_t;
 
 static inline void metric_inc(_Atomic uint64_t *c)
@@ -119,6 +136,8 @@ typedef struct metrics_totals {
     uint64_t requests, http_class[6], lat_sum_us, soldout_local, token_hits;
     uint64_t token_lookups_refused, admin_token_refused;
     uint64_t redis_errors, redis_reconnects, redis_redirects, rate_limited, rl_by[METRICS_RL_KINDS];
+    uint64_t life_cancels, pay_taken, pay_refunded, room_answers[METRICS_ROOM_STATES];
+    uint64_t room_passes;
     uint64_t persisted;                        /* orders_persisted */
     int64_t stream_pending, stream_lag;        /* cluster-wide, as the writer last saw */
     int workers, redis_up;                     /* workers, and how many have Redis up */
@@ -135,6 +154,14 @@ typedef struct metrics_probes {
     int (*redis_up)(const struct worker *w);     /* 1 if w's Redis connection is up */
 } metrics_probes_t;
 void metrics_set_probes(const metrics_probes_t *p);
+
+/* A payment-deadline sweeper's slot, its deadlines decided up to now_ms (its start): the
+ * slot, or -1 when all are taken (its lag is then not shown). Any thread. */
+int metrics_sweeper_claim(metrics_t *g, int64_t now_ms);
+/* Every deadline up to done_ms (wall clock) is decided: a pass that left nothing due. */
+void metrics_sweeper_done(metrics_t *g, int slot, int64_t done_ms);
+/* The sweeper is gone (its writer freed): its slot is free again. */
+void metrics_sweeper_release(metrics_t *g, int slot);
 
 /* "ok", "sold_out", ...: the outcome label of /metrics. */
 const char *metrics_outcome_name(outcome_t o);

@@ -1292,6 +1292,7 @@ void writer_free(writer_t *wr)
     free(wr->cmdbuf);
     free(wr->subs);
     writer_refund_free(wr);
+    writer_life_free(wr);
     pthread_cond_destroy(&wr->cv);
     pthread_mutex_destroy(&wr->mu);
     free(wr);

@@ -136,6 +136,7 @@ struct writer {
     uint64_t pace_ns;                /* ... the earliest its next expire call goes
                                       * (--timeout-rate; clock_mono_ns) */
     int paced;                       /* ... the pass ended held back by that pace */
+    int sweep_slot;                  /* ... its lag's slot in /metrics, plus 1 (0: none yet) */
     int64_t scan_id;                 /* ... which reads SQL's orders after this id */
     char rebuilt[24];                /* ... and KEY_REBUILT at its last pass: a new value, */
     int rebuilt_known;               /* from 0 again (writer_life.c) */
@@ -281,6 +282,8 @@ int writer_life_wait_ms(const writer_t *wr, int ms);
  * not hold back the timeouts -- decided in Redis, their events wait in the stream for SQL.
  * No SQL, no refund outbox. 0, or -1 when the connection was lost. */
 int writer_life_deadlines(writer_t *wr);
+/* Its state: the sweep's slot in /metrics given back. */
+void writer_life_free(writer_t *wr);
 
 /* ---- writer_refund.c */
 

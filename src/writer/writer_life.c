@@ -594,8 +594,10 @@ static int sweep_stream(writer_t *wr, wstream_t *s, const char *end, uint64_t un
                 return -1;
             expired += x > 0 ? x : 0;
         }
-        if (expired > 0)
+        if (expired > 0) {
+            metric_add(&wr->m->orders_timed_out, (uint64_t)expired);
             log_info("writer: %s: %ld unpaid orders timed out and cancelled", s->key, expired);
+        }
         if (cur[0])
             strcpy(s->paysweep, cur);   /* ours, or a sweeper's ahead of us */
         /* an ended sale's stream the writers no longer read: its t events are to be read
@@ -781,8 +783,10 @@ static int scan_page(writer_t *wr, int *full)
         wr->scan_id = o[done - 1].id;
     }
     free(o);
-    if (expired > 0)
+    if (expired > 0) {
+        metric_add(&wr->m->orders_timed_out, (uint64_t)expired);
         log_info("writer: SQL scan: %ld unpaid orders timed out and cancelled", expired);
+    }
     return 0;
 }
 
@@ -876,6 +880,29 @@ static int sweep_streams(writer_t *wr, int *more)
     return rc < 0 ? -1 : 0;
 }
 
+/* A pass begins: its wall-clock start (every deadline up to it is due now), the sweeper's
+ * slot in /metrics taken the first time (its lag counts from then until a pass keeps up). */
+static int64_t pass_begin(writer_t *wr)
+{
+    int64_t t0 = (int64_t)clock_wall_ms();
+    if (wr->sweep_slot == 0)
+        wr->sweep_slot = metrics_sweeper_claim(wr->m, t0) + 1;
+    return t0;
+}
+
+/* A pass that left nothing due (not cut short by its time or the pace): every deadline up
+ * to its start t0 is decided. */
+static void pass_kept_up(writer_t *wr, int64_t t0)
+{
+    metrics_sweeper_done(wr->m, wr->sweep_slot - 1, t0);
+}
+
+void writer_life_free(writer_t *wr)
+{
+    metrics_sweeper_release(wr->m, wr->sweep_slot - 1);
+    wr->sweep_slot = 0;
+}
+
 int writer_life_deadlines(writer_t *wr)
 {
     if (!timeouts_on(wr) || wr->app->cfg.mode != MODE_STREAM || !wr->rc ||
@@ -885,8 +912,11 @@ int writer_life_deadlines(writer_t *wr)
     wr->timeouts_at = start + DUE_EVERY_MS;
     wr->paced = 0;
     int more = 0;
+    int64_t t0 = pass_begin(wr);
     if (sweep_streams(wr, &more) != 0)
         return -1;
+    if (!more && !wr->paced)
+        pass_kept_up(wr, t0);
     /* more due than one pass's time: the next pass after a pause as long as this one (the
      * sale's grabs share Redis with the wave, half and half, as beside the batches) */
     if (more)
@@ -905,8 +935,11 @@ int writer_life_sweep(writer_t *wr)
     wr->paced = 0;
     /* the streams first: they hold every order Redis knows */
     int more = 0;
+    int64_t t0 = pass_begin(wr);
     if (sweep_streams(wr, &more) != 0)
         return -1;
+    if (!sync_mode(wr) && !more && !wr->paced)
+        pass_kept_up(wr, t0);   /* the SQL scan is the backstop: the streams keep the promise */
     uint64_t mono = clock_mono_ms();
     if (mono >= wr->scan_at && scanner(wr) && !wr->paced) {
         /* the backstop every quarter of the timeout, 1 s to 60 s; sync mode's timeout at
@@ -923,6 +956,8 @@ int writer_life_sweep(writer_t *wr)
         if (rc > 0)
             wr->scan_at = 0;
         more |= rc;
+        if (sync_mode(wr) && rc == 0 && !wr->paced)
+            pass_kept_up(wr, t0);   /* sync mode: the scan decides every deadline */
     }
     /* more due than one pass's time: the next pass after the writer's next batch (a wave of
      * deadlines shares the writer with the orders and the events it makes, half and half) */

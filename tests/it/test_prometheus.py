@@ -163,7 +163,7 @@ def test_prometheus_scrapes_two_instances():
 
     # The repo's rules are loaded and evaluate without errors.
     groups = {g["name"]: g for g in prom.api("rules")["groups"]}
-    check("seckill" in groups and len(groups["seckill"]["rules"]) == 11, "rule groups: %r",
+    check("seckill" in groups and len(groups["seckill"]["rules"]) == 13, "rule groups: %r",
           groups)
     for g in groups.values():
         for rule in g["rules"]:
