@@ -43,6 +43,9 @@ typedef struct cancel {
     int64_t amount, pay_value;
     int sync_new;   /* sync mode: the payment's row was written now */
     int known;      /* stream mode: its row's status in SQL (0 none, -1 another order's) */
+    life_rc_t told; /* --redis-wait-replicas: the script's answer, told once WAIT confirmed it */
+    int queued;     /* ... and whether it queued an event (the stream leaves the drained set) */
+    char kv[64];    /* the bucket's voucher hash: WAIT goes to its node */
 } cancel_t;
 
 static cancel_t *op_new(worker_t *w, int64_t order_id, life_done_fn done, void *ctx)
@@ -126,6 +129,61 @@ void life_refund_env(life_refund_env_t *e, int64_t order_id, const char *payment
     e->env[3] = NULL;
 }
 
+/* The script's answer goes out: the stream leaves the drained set after an event, and a
+ * refund decided is in the bucket's outbox (the writer sends it). */
+static void told(cancel_t *c)
+{
+    if (c->queued)
+        undrain(c);
+    finish(c, c->told);
+}
+
+/* --redis-wait-replicas: WAIT's answer. A decision the replicas do not have could be undone
+ * by a failover -- a cancel answered success and the order then paid, or a payment answered
+ * PAID and the order then timed out with its unit sold again -- so short of N (or without
+ * an answer) the caller hears 503 系统繁忙，请重试; the retry answers from the decision
+ * (life.lua answers a decided order or payment the same again), and is told once the
+ * replicas have it. */
+static void on_wait(redisReply *rep, void *priv)
+{
+    cancel_t *c = priv;
+    int want = c->w->app->cfg.redis_wait_replicas;
+    if (rep != NULL && rep->type == REDIS_REPLY_INTEGER && rep->integer >= want) {
+        told(c);
+        return;
+    }
+    static uint64_t last_log_ms;   /* shared by the workers: at most a line a second */
+    uint64_t now = clock_now_ms(), last = __atomic_load_n(&last_log_ms, __ATOMIC_RELAXED);
+    if (now - last >= 1000 && __atomic_compare_exchange_n(&last_log_ms, &last, now, 0,
+                                                          __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+        log_warn("life: %s of order %lld: %lld of %d replicas acknowledged in time; the "
+                 "caller is asked to retry", c->pay ? "payment" : "cancel",
+                 (long long)c->order_id,
+                 rep != NULL && rep->type == REDIS_REPLY_INTEGER ? rep->integer : -1LL, want);
+    }
+    if (c->queued)
+        undrain(c);   /* the event is queued all the same: the writer must read it */
+    finish(c, LIFE_RETRY);
+}
+
+/* 1 when a WAIT went out for c's answer (--redis-wait-replicas N > 0): on the connection
+ * that carried the script, the node of the bucket's slot (rds_command_at routes by the
+ * voucher key); half the Redis deadline, so the command's own deadline never fires first. */
+static int replicated(cancel_t *c)
+{
+    int want = c->w->app->cfg.redis_wait_replicas;
+    if (want <= 0)
+        return 0;
+    char n[16], t[16];
+    int tmo = c->w->app->cfg.redis_timeout_ms / 2;
+    int ln = snprintf(n, sizeof n, "%d", want);
+    int lt = snprintf(t, sizeof t, "%d", tmo > 0 ? tmo : 1);
+    const char *argv[3] = {"WAIT", n, t};
+    size_t lens[3] = {4, (size_t)ln, (size_t)lt};
+    rds_command_at(c->w->rds, c->kv, strlen(c->kv), on_wait, c, 3, argv, lens);
+    return 1;
+}
+
 /* life.lua's answer (its header lists them) as the caller's, with what follows a decision
  * made now: the stream leaves the drained set, a refund goes out. */
 static void on_script(redisReply *rep, void *priv)
@@ -164,9 +222,13 @@ static void on_script(redisReply *rep, void *priv)
         rc = LIFE_REDIS_DOWN;
         break;
     }
-    if (code == 0 || (c->pay && code == 2))
-        undrain(c);   /* an event was queued */
-    finish(c, rc);   /* a refund decided is in the bucket's outbox: the writer sends it */
+    c->told = rc;
+    c->queued = code == 0 || (c->pay && code == 2);
+    if (code <= 2 || code == 10 || code == 12) {
+        if (replicated(c))
+            return;
+    }
+    told(c);
 }
 
 /* The voucher's bucket count known: life.lua on the buyer's home bucket (buckets.h). */
@@ -183,6 +245,7 @@ static void run_script(cancel_t *c)
         finish(c, LIFE_NOTFOUND);
         return;
     }
+    memcpy(c->kv, kv, sizeof c->kv);
     int lo = sb_dec(oid, c->order_id), lu = sb_dec(uid, c->user_id), la = sb_dec(amt, c->amount);
     if (!c->pay) {
         const char *op = c->w->app->cfg.cancel_frees_buyer ? "cancel-free" : "cancel";
