@@ -129,6 +129,39 @@ void life_refund_env(life_refund_env_t *e, int64_t order_id, const char *payment
     e->env[3] = NULL;
 }
 
+/* 1 at most once a second across the workers: a refusal that every caller meets (a master
+ * short of its replicas, a cluster failing over) is one log line a second, not one a call. */
+static int log_now(void)
+{
+    static uint64_t last_ms;
+    uint64_t now = clock_now_ms(), last = __atomic_load_n(&last_ms, __ATOMIC_RELAXED);
+    return now - last >= 1000 && __atomic_compare_exchange_n(&last_ms, &last, now, 0,
+                                                             __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+}
+
+/* An error reply that says this master cannot take the decision now, before the script
+ * wrote anything: short of its min-replicas-to-write (--redis-wait-replicas, a master whose
+ * replica is gone), the cluster failing over, a node loading its data or a replica. */
+static int cannot_write_now(const char *err)
+{
+    static const char *const codes[] = {"NOREPLICAS", "CLUSTERDOWN", "TRYAGAIN", "LOADING",
+                                        "MASTERDOWN", "READONLY"};
+    for (size_t i = 0; i < sizeof codes / sizeof *codes; i++) {
+        size_t n = strlen(codes[i]);
+        if (strncmp(err, codes[i], n) == 0 && (err[n] == ' ' || err[n] == '\0'))
+            return 1;
+    }
+    return 0;
+}
+
+/* The answer to a Redis call that failed: RETRY when Redis said it cannot take it now
+ * (nothing was written), else REDIS_DOWN. */
+static life_rc_t redis_failed(const redisReply *rep)
+{
+    return rep != NULL && rep->type == REDIS_REPLY_ERROR && cannot_write_now(rep->str)
+               ? LIFE_RETRY : LIFE_REDIS_DOWN;
+}
+
 /* The script's answer goes out: the stream leaves the drained set after an event, and a
  * refund decided is in the bucket's outbox (the writer sends it). */
 static void told(cancel_t *c)
@@ -152,10 +185,7 @@ static void on_wait(redisReply *rep, void *priv)
         told(c);
         return;
     }
-    static uint64_t last_log_ms;   /* shared by the workers: at most a line a second */
-    uint64_t now = clock_now_ms(), last = __atomic_load_n(&last_log_ms, __ATOMIC_RELAXED);
-    if (now - last >= 1000 && __atomic_compare_exchange_n(&last_log_ms, &last, now, 0,
-                                                          __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    if (log_now()) {
         log_warn("life: %s of order %lld: %lld of %d replicas acknowledged in time; the "
                  "caller is asked to retry", c->pay ? "payment" : "cancel",
                  (long long)c->order_id,
@@ -189,6 +219,15 @@ static int replicated(cancel_t *c)
 static void on_script(redisReply *rep, void *priv)
 {
     cancel_t *c = priv;
+    if (redis_failed(rep) == LIFE_RETRY) {
+        /* nothing was written (Redis refuses the script at its first write): the caller
+         * asks again, as a buyer whose admission a master refused does */
+        if (log_now())
+            log_warn("life: %s of order %lld: %s; the caller is asked to retry",
+                     c->pay ? "payment" : "cancel", (long long)c->order_id, rep->str);
+        finish(c, LIFE_RETRY);
+        return;
+    }
     if (rep == NULL || rep->type != REDIS_REPLY_INTEGER) {
         if (rep != NULL)
             log_error("life: %s of order %lld: %s", c->pay ? "payment" : "cancel",
@@ -268,7 +307,7 @@ static void on_buckets(redisReply *rep, void *priv)
 {
     cancel_t *c = priv;
     if (rep == NULL || (rep->type != REDIS_REPLY_STRING && rep->type != REDIS_REPLY_NIL)) {
-        finish(c, LIFE_REDIS_DOWN);
+        finish(c, redis_failed(rep));
         return;
     }
     int64_t k = 1;
@@ -302,7 +341,7 @@ static void on_payid_owner(redisReply *rep, void *priv)
     cancel_t *c = priv;
     int64_t owner = 0;
     if (rep == NULL || (rep->type != REDIS_REPLY_STRING && rep->type != REDIS_REPLY_NIL)) {
-        finish(c, LIFE_REDIS_DOWN);
+        finish(c, redis_failed(rep));
         return;
     }
     if (rep->type == REDIS_REPLY_NIL) {   /* expired between the SET and the GET: claim again */
@@ -324,7 +363,7 @@ static void on_payid_claim(redisReply *rep, void *priv)
         return;
     }
     if (rep == NULL || rep->type != REDIS_REPLY_NIL) {
-        finish(c, LIFE_REDIS_DOWN);
+        finish(c, redis_failed(rep));
         return;
     }
     char k[PAYID_KEY_MAX];   /* claimed before: by whom? */

@@ -9,6 +9,11 @@ what the first try of it found.
   (a payment answered PAID, then the order timed out on the promoted replica and its unit
   sold again). The retry, once the replica is back, answers from the decision, and SQL has
   each decision once; the audit is clean.
+- A master short of its in-sync replicas refuses the decision before it writes anything
+  (NOREPLICAS, min-replicas-to-write): a cancel and a payment there answer 503
+  系统繁忙，请重试 (code RETRY), as an admission does, with a log line a second at most --
+  not `redis unavailable` and an ERROR line per call. Once a replica is back the retries
+  are decided.
 
 SQLite only: the Redis side is what this is about."""
 
@@ -49,11 +54,15 @@ def test_cancel_and_pay_wait_for_the_replica():
     h = srv.http()
     a = H.login(srv, cluster, "13612348801", h)
     b = H.login(srv, cluster, "13612348802", h)
-    vid = H.create_seckill(srv, stock=2, http=h)
+    c = H.login(srv, cluster, "13612348803", h)
+    d = H.login(srv, cluster, "13612348804", h)
+    vid = H.create_seckill(srv, stock=4, http=h)
     db = srv.db()
     pay_value = db.scalar("SELECT pay_value FROM tb_voucher WHERE id=?", vid)
     oa = H.seckill(srv, a, vid, h)[1]["data"]
     ob = H.seckill(srv, b, vid, h)[1]["data"]
+    oc = H.seckill(srv, c, vid, h)[1]["data"]
+    od = H.seckill(srv, d, vid, h)[1]["data"]
     H.wait_drained(srv, cluster, vid, 30)   # a payment is checked against SQL's order
     master = cluster.node_for(H.k_voucher(vid))
     replica = cluster.replica_of(master)
@@ -87,10 +96,42 @@ def test_cancel_and_pay_wait_for_the_replica():
     H.wait_until(lambda: db.scalar("SELECT status FROM tb_voucher_order WHERE id=?", oa) == 2
                  and db.scalar("SELECT status FROM tb_voucher_order WHERE id=?", ob) == 4,
                  30, what="both decisions in SQL")
-    eq(db.query("SELECT payment_id, order_id, status FROM tb_voucher_payment"),
-       [("PAY-FAULT-1", oa, 2)], "payment rows")
-    eq(cluster.cmd("HMGET", H.k_voucher(vid), "paid", "returned", "stock"), ["1", "1", "1"],
+
+    # The replication link broken (the replica cannot log in again: a wrong masterauth):
+    # the master has 0 of its 1 in-sync replicas and refuses every write.
+    H.wait_until(lambda: master.cmd("CONFIG", "GET", "min-replicas-to-write")[1] == "1", 20,
+                 what="the writer's min-replicas-to-write on the master")
+    replica.cmd("CONFIG", "SET", "masterauth", "not-the-password")
+    master.cmd("CLIENT", "KILL", "TYPE", "replica")
+    try:
+        H.wait_until(lambda: "connected_slaves:0" in master.cmd("INFO", "replication"), 10,
+                     what="the master without its replica")
+        stc, jc = h.api("POST", "/voucher-order/%d/cancel" % oc, token=c)
+        stp, jp = _notify(h, {"orderId": od, "paymentId": "PAY-FAULT-2", "amount": pay_value})
+    finally:
+        replica.cmd("CONFIG", "SET", "masterauth", "")
+    H.log("on the master without its replica: cancel %r %r, pay %r %r" % (stc, jc, stp, jp))
+    eq((stc, jc.get("errorMsg"), jc.get("code")), (503, "系统繁忙，请重试", "RETRY"),
+       "the cancel the master refused")
+    eq((stp, jp.get("errorMsg"), jp.get("code")), (503, "系统繁忙，请重试", "RETRY"),
+       "the payment the master refused")
+    H.wait_until(lambda: settled(lambda: h.api("POST", "/voucher-order/%d/cancel" % oc,
+                                               token=c), None), 30, interval=0.2,
+                 what="the cancel once the replica is back")
+    H.wait_until(lambda: settled(lambda: _notify(h, {"orderId": od, "paymentId": "PAY-FAULT-2",
+                                                     "amount": pay_value}), "PAID"),
+                 30, interval=0.2, what="the payment once the replica is back")
+    def statuses():
+        return [db.scalar("SELECT status FROM tb_voucher_order WHERE id=?", o)
+                for o in (oa, ob, oc, od)]
+    H.wait_until(lambda: statuses() == [2, 4, 4, 2], 30, what="the decisions in SQL")
+    eq(db.query("SELECT payment_id, order_id, status FROM tb_voucher_payment ORDER BY 1"),
+       [("PAY-FAULT-1", oa, 2), ("PAY-FAULT-2", od, 2)], "payment rows")
+    eq(cluster.cmd("HMGET", H.k_voucher(vid), "paid", "returned", "stock"), ["2", "2", "2"],
        "paid, returned, stock in Redis")
+    log = open(srv.stderr_path, encoding="utf-8", errors="replace").read()
+    check("NOREPLICAS" not in "".join(x for x in log.splitlines() if " ERROR " in x),
+          "an ERROR line per refused call")
     st, out = H.audit(cluster, srv.db_url, vid)
     eq(st, 0, "seckill audit:\n%s" % out)
     H.finish(srv)
