@@ -14,6 +14,10 @@ what the first try of it found.
   系统繁忙，请重试 (code RETRY), as an admission does, with a log line a second at most --
   not `redis unavailable` and an ERROR line per call. Once a replica is back the retries
   are decided.
+- The waiting room on a master short of its replicas: a join (a write: the place) answers
+  503 系统繁忙，请重试 (code RETRY, Retry-After) as the admission does, not `redis
+  unavailable`; a pass handed out before stays valid, and once a replica is back the join
+  and the order with the pass go through.
 
 SQLite only: the Redis side is what this is about."""
 
@@ -99,17 +103,12 @@ def test_cancel_and_pay_wait_for_the_replica():
 
     # The replication link broken (the replica cannot log in again: a wrong masterauth):
     # the master has 0 of its 1 in-sync replicas and refuses every write.
-    H.wait_until(lambda: master.cmd("CONFIG", "GET", "min-replicas-to-write")[1] == "1", 20,
-                 what="the writer's min-replicas-to-write on the master")
-    replica.cmd("CONFIG", "SET", "masterauth", "not-the-password")
-    master.cmd("CLIENT", "KILL", "TYPE", "replica")
+    undo = _orphan(master, replica)
     try:
-        H.wait_until(lambda: "connected_slaves:0" in master.cmd("INFO", "replication"), 10,
-                     what="the master without its replica")
         stc, jc = h.api("POST", "/voucher-order/%d/cancel" % oc, token=c)
         stp, jp = _notify(h, {"orderId": od, "paymentId": "PAY-FAULT-2", "amount": pay_value})
     finally:
-        replica.cmd("CONFIG", "SET", "masterauth", "")
+        undo()
     H.log("on the master without its replica: cancel %r %r, pay %r %r" % (stc, jc, stp, jp))
     eq((stc, jc.get("errorMsg"), jc.get("code")), (503, "系统繁忙，请重试", "RETRY"),
        "the cancel the master refused")
@@ -132,6 +131,56 @@ def test_cancel_and_pay_wait_for_the_replica():
     log = open(srv.stderr_path, encoding="utf-8", errors="replace").read()
     check("NOREPLICAS" not in "".join(x for x in log.splitlines() if " ERROR " in x),
           "an ERROR line per refused call")
+    st, out = H.audit(cluster, srv.db_url, vid)
+    eq(st, 0, "seckill audit:\n%s" % out)
+    H.finish(srv)
+
+
+def _orphan(master, replica):
+    """The replication link broken: the replica cannot log in again (a wrong masterauth),
+    so the master has 0 of its 1 in-sync replicas. Returns the undo."""
+    H.wait_until(lambda: master.cmd("CONFIG", "GET", "min-replicas-to-write")[1] == "1", 20,
+                 what="the writer's min-replicas-to-write on the master")
+    replica.cmd("CONFIG", "SET", "masterauth", "not-the-password")
+    master.cmd("CLIENT", "KILL", "TYPE", "replica")
+    H.wait_until(lambda: "connected_slaves:0" in master.cmd("INFO", "replication"), 10,
+                 what="the master without its replica")
+    return lambda: replica.cmd("CONFIG", "SET", "masterauth", "")
+
+
+@H.timeout(120)
+def test_room_on_a_master_short_of_replicas():
+    cluster = H.start_redis_cluster(node_timeout_ms=1500)
+    srv = H.start_server(cluster.url, name="inst-1", threads=2, settings=_settings())
+    h = srv.http()
+    a = H.login(srv, cluster, "13612348811", h)
+    b = H.login(srv, cluster, "13612348812", h)
+    vid = H.create_seckill(srv, stock=2, http=h,
+                           waitingRoom={"admitPerSecond": 1000, "passTtlS": 60})
+    st, j = h.api("POST", "/seckill/queue/%d" % vid, {}, token=a)
+    check(st == 200 and j["data"].get("pass"), "a's join before the fault: %r %r", st, j)
+    pass_a = j["data"]["pass"]
+    master = cluster.node_for(H.k_voucher(vid))
+    undo = _orphan(master, cluster.replica_of(master))
+    try:
+        stj, jj = h.api("POST", "/seckill/queue/%d" % vid, {}, token=b)
+    finally:
+        undo()
+    H.log("b's join on the master without its replica: %r %r" % (stj, jj))
+    eq((stj, jj.get("errorMsg"), jj.get("code")), (503, "系统繁忙，请重试", "RETRY"),
+       "a join the master refused")
+
+    def joined():
+        st, j = h.api("POST", "/seckill/queue/%d" % vid, {}, token=b)
+        return st == 200 and j["success"] and j["data"].get("pass")
+    H.wait_until(joined, 30, interval=0.2, what="b's join once the replica is back")
+
+    def bought():
+        st, j = h.api("POST", "/voucher-order/seckill/%d" % vid, token=a,
+                      headers={"x-seckill-pass": pass_a})
+        return st == 200 and j["success"]
+    H.wait_until(bought, 30, interval=0.2, what="a's order with the pass from before")
+    H.wait_drained(srv, cluster, vid, 30)
     st, out = H.audit(cluster, srv.db_url, vid)
     eq(st, 0, "seckill audit:\n%s" % out)
     H.finish(srv)
