@@ -51,16 +51,21 @@ def _notify(h, body):
     return h.api("POST", "/pay/notify", body=raw, headers={"x-pay-signature": sig})
 
 
-@H.timeout(120)
-def test_cancel_and_pay_wait_for_the_replica():
+def _start(phones, **voucher):
+    """3 masters + 3 replicas, one seckill with --redis-wait-replicas 1, the phones' tokens
+    and a voucher of len(phones) units: (cluster, srv, http, tokens, voucher id)."""
     cluster = H.start_redis_cluster(node_timeout_ms=1500)
     srv = H.start_server(cluster.url, name="inst-1", threads=2, settings=_settings())
     h = srv.http()
-    a = H.login(srv, cluster, "13612348801", h)
-    b = H.login(srv, cluster, "13612348802", h)
-    c = H.login(srv, cluster, "13612348803", h)
-    d = H.login(srv, cluster, "13612348804", h)
-    vid = H.create_seckill(srv, stock=4, http=h)
+    toks = [H.login(srv, cluster, p, h) for p in phones]
+    vid = H.create_seckill(srv, stock=len(phones), http=h, **voucher)
+    return cluster, srv, h, toks, vid
+
+
+@H.timeout(120)
+def test_cancel_and_pay_wait_for_the_replica():
+    cluster, srv, h, (a, b, c, d), vid = _start(
+        ["13612348801", "13612348802", "13612348803", "13612348804"])
     db = srv.db()
     pay_value = db.scalar("SELECT pay_value FROM tb_voucher WHERE id=?", vid)
     oa = H.seckill(srv, a, vid, h)[1]["data"]
@@ -150,13 +155,8 @@ def _orphan(master, replica):
 
 @H.timeout(120)
 def test_room_on_a_master_short_of_replicas():
-    cluster = H.start_redis_cluster(node_timeout_ms=1500)
-    srv = H.start_server(cluster.url, name="inst-1", threads=2, settings=_settings())
-    h = srv.http()
-    a = H.login(srv, cluster, "13612348811", h)
-    b = H.login(srv, cluster, "13612348812", h)
-    vid = H.create_seckill(srv, stock=2, http=h,
-                           waitingRoom={"admitPerSecond": 1000, "passTtlS": 60})
+    cluster, srv, h, (a, b), vid = _start(
+        ["13612348811", "13612348812"], waitingRoom={"admitPerSecond": 1000, "passTtlS": 60})
     st, j = h.api("POST", "/seckill/queue/%d" % vid, {}, token=a)
     check(st == 200 and j["data"].get("pass"), "a's join before the fault: %r %r", st, j)
     pass_a = j["data"]["pass"]
