@@ -31,6 +31,9 @@ static void common_reply(http_req_t *r, life_rc_t rc, const char *unsupported)
     case LIFE_BUSY:
         api_unavailable(r, "server busy");
         return;
+    case LIFE_RETRY:   /* as an admission the replicas do not have yet answers */
+        api_error(r, 503, "系统繁忙，请重试", "RETRY");
+        return;
     default:
         api_unavailable(r, "database unavailable");
         return;

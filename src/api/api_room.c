@@ -36,6 +36,15 @@ static const char *state_name(int st)
     }
 }
 
+/* Redis did not answer, or its master cannot take writes now (a failover, a master short
+ * of its replicas under --redis-wait-replicas): a join or a poll is safe to send again,
+ * and the buyer hears what a refused admission says. */
+static void redis_busy(http_req_t *r)
+{
+    r->retry_after_s = 1;
+    api_error(r, 503, "系统繁忙，请重试", "RETRY");
+}
+
 /* A room.lua answer, for a join or a poll. */
 static void reply_state(http_req_t *r, const room_state_t *st)
 {
@@ -45,7 +54,7 @@ static void reply_state(http_req_t *r, const room_state_t *st)
     case ROOM_ENDED: api_fail(r, "秒杀已经结束！", "ENDED"); return;
     case ROOM_JOIN_SOLD_OUT: api_fail(r, "库存不足", "SOLD_OUT"); return;
     case ROOM_WAITING: case ROOM_ADMITTED: case ROOM_SOLD_OUT: case ROOM_NOT_QUEUED: break;
-    default: api_unavailable(r, "redis unavailable"); return;
+    default: redis_busy(r); return;
     }
     int64_t after = room_poll_after_ms(st);
     sb_t s = SB_INIT;
@@ -94,7 +103,7 @@ static void on_solution_used(int rc, void *priv)
     int64_t voucher_id = j->voucher_id, user_id = j->user_id;
     free(j);
     if (rc == -3) {
-        api_unavailable(r, "redis unavailable");
+        redis_busy(r);
         return;
     }
     if (rc != 0) {   /* replayed: someone used this solution already */
@@ -141,7 +150,7 @@ static int64_t info_user(http_req_t *r, const room_info_t *ri)
     int64_t user_id = (int64_t)(intptr_t)r->ctx;
     r->ctx = NULL;
     if (!ri->known) {
-        api_unavailable(r, "redis unavailable");
+        redis_busy(r);
         return -1;
     }
     return user_id;

@@ -45,6 +45,9 @@ typedef struct cancel {
     int sync_new;   /* sync mode: the payment's row was written now */
     int known;      /* stream mode: its row's status in SQL (0 none, -1 another order's) */
     int fresh;      /* decided now (not an answer repeated): counted in /metrics */
+    life_rc_t told; /* --redis-wait-replicas: the script's answer, told once WAIT confirmed it */
+    int queued;     /* ... and whether it queued an event (the stream leaves the drained set) */
+    char kv[64];    /* the bucket's voucher hash: WAIT goes to its node */
 } cancel_t;
 
 static cancel_t *op_new(worker_t *w, int64_t order_id, life_done_fn done, void *ctx)
@@ -57,13 +60,20 @@ static cancel_t *op_new(worker_t *w, int64_t order_id, life_done_fn done, void *
     return c;
 }
 
+/* A decision made now (rc its answer) counted in /metrics, once. */
+static void count_decided(cancel_t *c, life_rc_t rc)
+{
+    if (c->fresh && (rc == LIFE_DONE || rc == LIFE_REFUNDED))
+        shard_inc(!c->pay ? &c->w->m->life_cancels
+                  : rc == LIFE_DONE ? &c->w->m->pay_taken : &c->w->m->pay_refunded);
+    c->fresh = 0;
+}
+
 static void finish(cancel_t *c, life_rc_t rc)
 {
     life_done_fn done = c->done;
     void *ctx = c->ctx;
-    if (c->fresh && (rc == LIFE_DONE || rc == LIFE_REFUNDED))
-        shard_inc(!c->pay ? &c->w->m->life_cancels
-                  : rc == LIFE_DONE ? &c->w->m->pay_taken : &c->w->m->pay_refunded);
+    count_decided(c, rc);
     free(c);
     done(ctx, rc);
 }
@@ -133,11 +143,106 @@ void life_refund_env(life_refund_env_t *e, int64_t order_id, const char *payment
     e->env[3] = NULL;
 }
 
+/* 1 at most once a second across the workers: a refusal that every caller meets (a master
+ * short of its replicas, a cluster failing over) is one log line a second, not one a call. */
+static int log_now(void)
+{
+    static uint64_t last_ms;
+    uint64_t now = clock_now_ms(), last = __atomic_load_n(&last_ms, __ATOMIC_RELAXED);
+    return now - last >= 1000 && __atomic_compare_exchange_n(&last_ms, &last, now, 0,
+                                                             __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+}
+
+/* An error reply that says this master cannot take the decision now, before the script
+ * wrote anything: short of its min-replicas-to-write (--redis-wait-replicas, a master whose
+ * replica is gone), the cluster failing over, a node loading its data or a replica. */
+static int cannot_write_now(const char *err)
+{
+    static const char *const codes[] = {"NOREPLICAS", "CLUSTERDOWN", "TRYAGAIN", "LOADING",
+                                        "MASTERDOWN", "READONLY"};
+    for (size_t i = 0; i < sizeof codes / sizeof *codes; i++) {
+        size_t n = strlen(codes[i]);
+        if (strncmp(err, codes[i], n) == 0 && (err[n] == ' ' || err[n] == '\0'))
+            return 1;
+    }
+    return 0;
+}
+
+/* The answer to a Redis call that failed: RETRY when Redis said it cannot take it now
+ * (nothing was written), else REDIS_DOWN. */
+static life_rc_t redis_failed(const redisReply *rep)
+{
+    return rep != NULL && rep->type == REDIS_REPLY_ERROR && cannot_write_now(rep->str)
+               ? LIFE_RETRY : LIFE_REDIS_DOWN;
+}
+
+/* The script's answer goes out: the stream leaves the drained set after an event, and a
+ * refund decided is in the bucket's outbox (the writer sends it). */
+static void told(cancel_t *c)
+{
+    if (c->queued)
+        undrain(c);
+    finish(c, c->told);
+}
+
+/* --redis-wait-replicas: WAIT's answer. A decision the replicas do not have could be undone
+ * by a failover -- a cancel answered success and the order then paid, or a payment answered
+ * PAID and the order then timed out with its unit sold again -- so short of N (or without
+ * an answer) the caller hears 503 系统繁忙，请重试; the retry answers from the decision
+ * (life.lua answers a decided order or payment the same again), and is told once the
+ * replicas have it. */
+static void on_wait(redisReply *rep, void *priv)
+{
+    cancel_t *c = priv;
+    int want = c->w->app->cfg.redis_wait_replicas;
+    if (rep != NULL && rep->type == REDIS_REPLY_INTEGER && rep->integer >= want) {
+        told(c);
+        return;
+    }
+    if (log_now()) {
+        log_warn("life: %s of order %lld: %lld of %d replicas acknowledged in time; the "
+                 "caller is asked to retry", c->pay ? "payment" : "cancel",
+                 (long long)c->order_id,
+                 rep != NULL && rep->type == REDIS_REPLY_INTEGER ? rep->integer : -1LL, want);
+    }
+    if (c->queued)
+        undrain(c);   /* the event is queued all the same: the writer must read it */
+    count_decided(c, c->told);   /* decided all the same: its retry answers "already" */
+    finish(c, LIFE_RETRY);
+}
+
+/* 1 when a WAIT went out for c's answer (--redis-wait-replicas N > 0): on the connection
+ * that carried the script, the node of the bucket's slot (rds_command_at routes by the
+ * voucher key); half the Redis deadline, so the command's own deadline never fires first. */
+static int replicated(cancel_t *c)
+{
+    int want = c->w->app->cfg.redis_wait_replicas;
+    if (want <= 0)
+        return 0;
+    char n[16], t[16];
+    int tmo = c->w->app->cfg.redis_timeout_ms / 2;
+    int ln = snprintf(n, sizeof n, "%d", want);
+    int lt = snprintf(t, sizeof t, "%d", tmo > 0 ? tmo : 1);
+    const char *argv[3] = {"WAIT", n, t};
+    size_t lens[3] = {4, (size_t)ln, (size_t)lt};
+    rds_command_at(c->w->rds, c->kv, strlen(c->kv), on_wait, c, 3, argv, lens);
+    return 1;
+}
+
 /* life.lua's answer (its header lists them) as the caller's, with what follows a decision
  * made now: the stream leaves the drained set, a refund goes out. */
 static void on_script(redisReply *rep, void *priv)
 {
     cancel_t *c = priv;
+    if (redis_failed(rep) == LIFE_RETRY) {
+        /* nothing was written (Redis refuses the script at its first write): the caller
+         * asks again, as a buyer whose admission a master refused does */
+        if (log_now())
+            log_warn("life: %s of order %lld: %s; the caller is asked to retry",
+                     c->pay ? "payment" : "cancel", (long long)c->order_id, rep->str);
+        finish(c, LIFE_RETRY);
+        return;
+    }
     if (rep == NULL || rep->type != REDIS_REPLY_INTEGER) {
         if (rep != NULL)
             log_error("life: %s of order %lld: %s", c->pay ? "payment" : "cancel",
@@ -171,11 +276,14 @@ static void on_script(redisReply *rep, void *priv)
         rc = LIFE_REDIS_DOWN;
         break;
     }
-    if (code == 0 || (c->pay && code == 2)) {
-        c->fresh = 1;
-        undrain(c);   /* an event was queued */
+    c->told = rc;
+    c->queued = code == 0 || (c->pay && code == 2);
+    c->fresh = c->queued;
+    if (code <= 2 || code == 10 || code == 12) {
+        if (replicated(c))
+            return;
     }
-    finish(c, rc);   /* a refund decided is in the bucket's outbox: the writer sends it */
+    told(c);
 }
 
 /* The voucher's bucket count known: life.lua on the buyer's home bucket (buckets.h). */
@@ -192,6 +300,7 @@ static void run_script(cancel_t *c)
         finish(c, LIFE_NOTFOUND);
         return;
     }
+    memcpy(c->kv, kv, sizeof c->kv);
     int lo = sb_dec(oid, c->order_id), lu = sb_dec(uid, c->user_id), la = sb_dec(amt, c->amount);
     if (!c->pay) {
         const char *op = c->w->app->cfg.cancel_frees_buyer ? "cancel-free" : "cancel";
@@ -214,7 +323,7 @@ static void on_buckets(redisReply *rep, void *priv)
 {
     cancel_t *c = priv;
     if (rep == NULL || (rep->type != REDIS_REPLY_STRING && rep->type != REDIS_REPLY_NIL)) {
-        finish(c, LIFE_REDIS_DOWN);
+        finish(c, redis_failed(rep));
         return;
     }
     int64_t k = 1;
@@ -248,7 +357,7 @@ static void on_payid_owner(redisReply *rep, void *priv)
     cancel_t *c = priv;
     int64_t owner = 0;
     if (rep == NULL || (rep->type != REDIS_REPLY_STRING && rep->type != REDIS_REPLY_NIL)) {
-        finish(c, LIFE_REDIS_DOWN);
+        finish(c, redis_failed(rep));
         return;
     }
     if (rep->type == REDIS_REPLY_NIL) {   /* expired between the SET and the GET: claim again */
@@ -270,7 +379,7 @@ static void on_payid_claim(redisReply *rep, void *priv)
         return;
     }
     if (rep == NULL || rep->type != REDIS_REPLY_NIL) {
-        finish(c, LIFE_REDIS_DOWN);
+        finish(c, redis_failed(rep));
         return;
     }
     char k[PAYID_KEY_MAX];   /* claimed before: by whom? */

@@ -39,6 +39,8 @@ typedef enum {
     LIFE_NOTFOUND,      /* no such order of this user */
     LIFE_UNSUPPORTED,   /* the order mode keeps no lifecycle (queue mode) */
     LIFE_REDIS_DOWN,
+    LIFE_RETRY,         /* --redis-wait-replicas: decided, but not yet on N replicas: ask
+                           again (the retry answers from the decision once they have it) */
     LIFE_DB_DOWN,
     LIFE_BUSY,          /* the SQL job queue is full */
 } life_rc_t;
