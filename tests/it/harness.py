@@ -108,6 +108,15 @@ def subdir(name):
     return d
 
 
+def pay_key_file(key, name="pay-key"):
+    """A --pay-key-file holding key, 0600, in the test's temp directory: its path."""
+    path = os.path.join(tmpdir(), "%s-%d" % (name, os.getpid()))
+    with open(path, "w") as f:
+        f.write(key + "\n")
+    os.chmod(path, 0o600)
+    return path
+
+
 def log(*args):
     print("[%s]" % time.strftime("%H:%M:%S"), *args, flush=True)
 

@@ -238,10 +238,7 @@ PAY_KEY = "k3y-0f-the-payment-provider-under-test"
 
 
 def _pay_settings(extra=None):
-    path = os.path.join(H.tmpdir(), "pay-key-%d" % os.getpid())
-    with open(path, "w") as f:
-        f.write(PAY_KEY + "\n")
-    os.chmod(path, 0o600)
+    path = H.pay_key_file(PAY_KEY)
     d = dict(FAST)
     d["pay-key-file"] = path
     d.update(extra or {})

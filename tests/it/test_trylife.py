@@ -29,11 +29,7 @@ PAY_KEY = "k3y-0f-the-trylife-payment-provider"
 
 
 def _settings():
-    path = os.path.join(H.tmpdir(), "trylife-pay-key-%d" % os.getpid())
-    with open(path, "w") as f:
-        f.write(PAY_KEY + "\n")
-    os.chmod(path, 0o600)
-    return {"pay-key-file": path, "rate-user-seckill": "1000/s:1000",
+    return {"pay-key-file": H.pay_key_file(PAY_KEY), "rate-user-seckill": "1000/s:1000",
             "rate-user-lookup": "1000/s:1000"}
 
 

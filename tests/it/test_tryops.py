@@ -56,10 +56,7 @@ def test_lifecycle_on_metrics_and_alerts():
     shown and within its promise; the refund's failure logged with its exit status. Every
     seckill_* series the alert rules and docs/operations.md name is on /metrics, and the
     rules page on refunds failing and the sweep falling behind (promtool test rules)."""
-    key = os.path.join(H.tmpdir(), "tryops-pay-key-%d" % os.getpid())
-    with open(key, "w") as f:
-        f.write(PAY_KEY + "\n")
-    os.chmod(key, 0o600)
+    key = H.pay_key_file(PAY_KEY)
     r, srv = H.setup(settings={
         "pay-key-file": key, "pay-timeout-s": "2",
         "refund-command": "echo refund provider down >&2; exit 3",
