@@ -1137,8 +1137,9 @@ void *writer_main(void *arg)
             continue;
         if (wr->nstreams == 0) {
             if (now >= wr->info_at) {
-                info_pass(wr);
                 wr->info_at = now + INFO_EVERY_MS;
+                if (info_pass(wr) != 0)
+                    continue;   /* the connection was lost: nothing more on it this turn */
             }
             /* no stream: sync mode, or a Redis that lost them -- the SQL scan still runs */
             if (now >= wr->due_at) {

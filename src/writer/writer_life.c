@@ -927,6 +927,8 @@ int writer_life_deadlines(writer_t *wr)
 
 int writer_life_sweep(writer_t *wr)
 {
+    if (!wr->rc)
+        return -1;   /* lost earlier this turn: the next turn reconnects first */
     if (writer_refund_run(wr) != 0)
         return -1;
     if (!timeouts_on(wr) || clock_mono_ms() < wr->timeouts_at)
