@@ -296,5 +296,8 @@ typedef struct bench_html {
 
 /* Writes the page to path. Returns 0, or -1 with a reason in err. */
 int bench_html_write(const char *path, const bench_html_t *h, char *err, size_t errlen);
+/* The page's verdict line for an audit status (0 clean, 1 violation, 2 not run, -1 none):
+ * the bench's page and the waiting room's say it alike. */
+void bench_html_verdict(FILE *f, int audit_status);
 
 #endif

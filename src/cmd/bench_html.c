@@ -192,6 +192,16 @@ static void latency_chart(FILE *f, const bench_hist_t *h)
     free(csv);
 }
 
+void bench_html_verdict(FILE *f, int audit_status)
+{
+    switch (audit_status) {
+    case 0: html_report_text(f, "Verdict: audit clean -- no oversell, no duplicate, no lost order."); break;
+    case 1: html_report_text(f, "Verdict: the audit found a VIOLATION (see the audit below)."); break;
+    case 2: html_report_text(f, "Verdict: the audit could not run (see below)."); break;
+    default: html_report_text(f, "Verdict: no audit (--no-audit, or no --redis and --db)."); break;
+    }
+}
+
 int bench_html_write(const char *path, const bench_html_t *h, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "w");
@@ -207,12 +217,7 @@ int bench_html_write(const char *path, const bench_html_t *h, char *err, size_t 
         remove(path);
         return -1;
     }
-    switch (h->audit_status) {
-    case 0: html_report_text(f, "Verdict: audit clean -- no oversell, no duplicate, no lost order."); break;
-    case 1: html_report_text(f, "Verdict: the audit found a VIOLATION (see the audit below)."); break;
-    case 2: html_report_text(f, "Verdict: the audit could not run (see below)."); break;
-    default: html_report_text(f, "Verdict: no audit (--no-audit, or no --redis and --db)."); break;
-    }
+    bench_html_verdict(f, h->audit_status);
     bench_series_t fine = {0};
     const bench_series_t *sr = h->series;
     if (h->recs != NULL && h->nrecs > 0) {

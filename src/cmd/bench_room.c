@@ -843,11 +843,7 @@ static int write_page(const room_run_t *R, const char *report, const char *audit
         remove(o->html);
         return -1;
     }
-    html_report_text(f, audit_status == 0 ? "Verdict: audit clean -- no oversell, no duplicate, "
-                                            "no lost order."
-                     : audit_status == 1 ? "Verdict: the audit found a VIOLATION (see below)."
-                     : audit_status == 2 ? "Verdict: the audit could not run (see below)."
-                     : "Verdict: no audit (--no-audit, or no --redis and --db).");
+    bench_html_verdict(f, audit_status);
     size_t m = 0;
     int64_t *at = xcalloc(R->n + 1, sizeof *at);
     for (size_t i = 0; i < R->n; i++)
