@@ -26,6 +26,10 @@
 
 #define CHALLENGE_MAX 512
 
+/* reply_state counts its answers by state in /metrics: room.h's states 0..3 */
+_Static_assert(ROOM_WAITING == 0 && ROOM_NOT_QUEUED + 1 == METRICS_ROOM_STATES,
+               "metrics.h's room states follow room.h's");
+
 static const char *state_name(int st)
 {
     switch (st) {

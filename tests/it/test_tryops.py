@@ -121,10 +121,7 @@ def test_lifecycle_on_metrics_and_alerts():
 def test_sweep_lag_shows_a_stalled_sweep():
     """Redis stopped (SIGSTOP): the sweep cannot decide deadlines and its lag on /metrics
     grows past the 2 s promise; Redis back, it comes down below it again."""
-    key = os.path.join(H.tmpdir(), "tryops-pay-key2-%d" % os.getpid())
-    with open(key, "w") as f:
-        f.write(PAY_KEY + "\n")
-    os.chmod(key, 0o600)
+    key = H.pay_key_file(PAY_KEY)
     r, srv = H.setup(settings={"pay-key-file": key, "pay-timeout-s": "2"})
     lag = lambda: _metrics(srv)["seckill_pay_sweep_lag_seconds"]
     H.wait_until(lambda: lag() < 2, 10, what="the sweep keeping up")
